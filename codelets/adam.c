@@ -1,0 +1,44 @@
+/* Adam update of one parameter tile with its two moment tiles. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct adam_args {
+  float lr, beta1, beta2, eps, wd;
+  int t;
+};
+
+/* buffers: w RW, m1 RW, m2 RW, g R */
+static void adam_cpu(void *buffers[], void *cl_arg) {
+  const struct adam_args *a = cl_arg;
+  tsr__k_adam(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+              TSR_PTR(buffers[1]), TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
+              TSR_PTR(buffers[3]), TSR_LD(buffers[3]), a->lr, a->beta1, a->beta2, a->eps, a->wd,
+              a->t);
+}
+
+static struct starpu_perfmodel adam_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_adam_f32",
+};
+
+struct starpu_codelet tsr_cl_adam = {
+    .name = "adam",
+    .cpu_funcs = {adam_cpu},
+    .cpu_funcs_name = {"adam_cpu"},
+    .nbuffers = 4,
+    .modes = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R},
+    .model = &adam_model,
+};
+
+int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
+                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps, float wd,
+                     int t) {
+  int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
+  starpu_data_handle_t h[4] = {w, m1, m2, g};
+  for (int i = 1; i < 4; i++)
+    if (tsr__handle_rows(h[i]) != m || tsr__handle_cols(h[i]) != n) return TSR_ESHAPE;
+  if (t < 1) return TSR_EINVAL;
+  struct adam_args args = {lr, beta1, beta2, eps, wd, t};
+  return tsr__submit(&tsr_cl_adam, &args, sizeof args, 4, h, 0);
+}

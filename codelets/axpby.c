@@ -1,0 +1,38 @@
+/* y = alpha x + beta y on tiles: the building block of averaging and of
+ * gradient accumulation. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct axpby_args {
+  float alpha, beta;
+};
+
+/* buffers: x R, y RW */
+static void axpby_cpu(void *buffers[], void *cl_arg) {
+  const struct axpby_args *a = cl_arg;
+  tsr__k_axpby(TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), a->alpha, TSR_PTR(buffers[0]),
+               TSR_LD(buffers[0]), a->beta, TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
+}
+
+static struct starpu_perfmodel axpby_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_axpby_f32",
+};
+
+struct starpu_codelet tsr_cl_axpby = {
+    .name = "axpby",
+    .cpu_funcs = {axpby_cpu},
+    .cpu_funcs_name = {"axpby_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_RW},
+    .model = &axpby_model,
+};
+
+int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y) {
+  if (tsr__handle_rows(x) != tsr__handle_rows(y) || tsr__handle_cols(x) != tsr__handle_cols(y))
+    return TSR_ESHAPE;
+  struct axpby_args args = {alpha, beta};
+  starpu_data_handle_t h[2] = {x, y};
+  return tsr__submit(&tsr_cl_axpby, &args, sizeof args, 2, h, 0);
+}

@@ -1,0 +1,65 @@
+/* StarPU glue: one codelet per file, each with its history-based performance
+ * model (symbol tessera_<op>_f32) and an insert helper that checks shapes
+ * before submitting, since a codelet cannot return an error.
+ *
+ * Every tile is a StarPU matrix handle holding a row-major block: NX is the
+ * number of columns, NY the number of rows, LD the row stride. */
+#ifndef TSR_CODELETS_H
+#define TSR_CODELETS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <starpu.h>
+
+#define TSR_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))
+#define TSR_COLS(buf) ((int)STARPU_MATRIX_GET_NX(buf))
+#define TSR_LD(buf) ((int)STARPU_MATRIX_GET_LD(buf))
+#define TSR_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))
+
+/* Rows and columns of a registered tile. */
+int tsr__handle_rows(starpu_data_handle_t h);
+int tsr__handle_cols(starpu_data_handle_t h);
+
+/* Creates and submits one task of cl on handles (modes from cl->modes), with
+ * a private copy of args (args_size bytes, may be 0). name labels the task in
+ * traces and statistics and must outlive it (a string literal). */
+int tsr__submit(struct starpu_codelet *cl, const void *args, size_t args_size, int nhandles,
+                const starpu_data_handle_t *handles, int priority);
+
+/* Number of tasks tsr__submit has submitted in this process. */
+uint64_t tsr__submitted_count(void);
+
+/* c (m, n) = alpha op(a) op(b) + beta c; c is written only when beta == 0. */
+int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a,
+                     starpu_data_handle_t b, float beta, starpu_data_handle_t c, int priority);
+/* y (m, n) += b (1, n), then ReLU when relu is set. */
+int tsr__insert_bias_add(starpu_data_handle_t y, starpu_data_handle_t b, bool relu);
+/* db (1, n) = beta db + column sums of dy (m, n). */
+int tsr__insert_bias_grad(starpu_data_handle_t db, starpu_data_handle_t dy, float beta);
+/* y = max(x, 0) */
+int tsr__insert_relu_fwd(starpu_data_handle_t y, starpu_data_handle_t x);
+/* dx = dy where y > 0; dx may be dy (in place) */
+int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t y);
+/* stats (1, 2) += [loss sum, correct] of logits (m, n) against labels (m, 1);
+ * dlogits (m, n), when not NULL, = scale (softmax - onehot) on the first nvalid rows. */
+int tsr__insert_softmax_xent(starpu_data_handle_t dlogits, starpu_data_handle_t stats,
+                             starpu_data_handle_t logits, starpu_data_handle_t labels, int nvalid,
+                             float scale);
+/* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. */
+int tsr__insert_sgd(starpu_data_handle_t w, starpu_data_handle_t v, starpu_data_handle_t g,
+                    float lr, float momentum, float wd);
+/* PyTorch's Adam at step t (1-based). */
+int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
+                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps, float wd,
+                     int t);
+int tsr__insert_fill(starpu_data_handle_t x, float value);
+int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src);
+/* y = alpha x + beta y */
+int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y);
+int tsr__insert_scale(starpu_data_handle_t x, float alpha);
+/* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
+ * src and rows are borrowed and must stay valid until the task has run. */
+int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
+                       const int32_t *rows, int nvalid);
+
+#endif

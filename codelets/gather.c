@@ -1,0 +1,45 @@
+/* Batch assembly: copies the dataset rows a batch-row tile needs, in the
+ * epoch's shuffled order, into an activation (or label) tile. The dataset and
+ * the permutation live in host memory owned by the trainer, which keeps them
+ * unchanged until the tasks that read them have run (it waits at epoch ends
+ * before reshuffling). */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct gather_args {
+  const float *src;
+  int64_t lds;
+  int col0;
+  const int32_t *rows;
+  int nvalid;
+};
+
+static void gather_cpu(void *buffers[], void *cl_arg) {
+  const struct gather_args *a = cl_arg;
+  tsr__k_gather_rows(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]),
+                     TSR_LD(buffers[0]), a->src, (int)a->lds, a->col0, a->rows, a->nvalid);
+}
+
+static struct starpu_perfmodel gather_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_gather_f32",
+};
+
+struct starpu_codelet tsr_cl_gather = {
+    .name = "gather",
+    .cpu_funcs = {gather_cpu},
+    .cpu_funcs_name = {"gather_cpu"},
+    .nbuffers = 1,
+    .modes = {STARPU_W},
+    .model = &gather_model,
+};
+
+int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
+                       const int32_t *rows, int nvalid) {
+  if (nvalid < 0 || nvalid > tsr__handle_rows(dst) || col0 < 0 ||
+      col0 + tsr__handle_cols(dst) > lds)
+    return TSR_ESHAPE;
+  struct gather_args args = {src, lds, col0, rows, nvalid};
+  return tsr__submit(&tsr_cl_gather, &args, sizeof args, 1, &dst, 0);
+}

@@ -1,0 +1,58 @@
+/* ReLU backward on a tile: dx = dy where the forward output y is positive.
+ * Using the output rather than the input lets the fused bias+ReLU forward
+ * keep only one activation. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+static void relu_bwd_cpu(void *buffers[], void *cl_arg) {
+  (void)cl_arg;
+  tsr__k_relu_bwd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]),
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[1]), TSR_LD(buffers[1]),
+                  TSR_PTR(buffers[2]), TSR_LD(buffers[2]));
+}
+
+/* In place: buffers are (d RW, y R). */
+static void relu_bwd_inplace_cpu(void *buffers[], void *cl_arg) {
+  (void)cl_arg;
+  tsr__k_relu_bwd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]),
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                  TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
+}
+
+static struct starpu_perfmodel relu_bwd_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_relu_bwd_f32",
+};
+
+struct starpu_codelet tsr_cl_relu_bwd = {
+    .name = "relu_bwd",
+    .cpu_funcs = {relu_bwd_cpu},
+    .cpu_funcs_name = {"relu_bwd_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_W, STARPU_R, STARPU_R},
+    .model = &relu_bwd_model,
+};
+
+struct starpu_codelet tsr_cl_relu_bwd_inplace = {
+    .name = "relu_bwd",
+    .cpu_funcs = {relu_bwd_inplace_cpu},
+    .cpu_funcs_name = {"relu_bwd_inplace_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_RW, STARPU_R},
+    .model = &relu_bwd_model,
+};
+
+int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t y) {
+  int m = tsr__handle_rows(dx), n = tsr__handle_cols(dx);
+  if (tsr__handle_rows(dy) != m || tsr__handle_cols(dy) != n || tsr__handle_rows(y) != m ||
+      tsr__handle_cols(y) != n)
+    return TSR_ESHAPE;
+  if (dx == dy) {
+    starpu_data_handle_t h[2] = {dx, y};
+    return tsr__submit(&tsr_cl_relu_bwd_inplace, NULL, 0, 2, h, 0);
+  }
+  starpu_data_handle_t h[3] = {dx, dy, y};
+  return tsr__submit(&tsr_cl_relu_bwd, NULL, 0, 3, h, 0);
+}

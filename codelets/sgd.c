@@ -1,0 +1,52 @@
+/* SGD update of one parameter tile: momentum and weight decay as in PyTorch.
+ * Plain SGD (momentum 0) has no velocity tile, hence a second codelet. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct sgd_args {
+  float lr, momentum, wd;
+};
+
+/* buffers: w RW, g R, v RW (momentum only) */
+static void sgd_cpu(void *buffers[], void *cl_arg) {
+  const struct sgd_args *a = cl_arg;
+  bool mom = a->momentum != 0.0f;
+  tsr__k_sgd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+             mom ? TSR_PTR(buffers[2]) : NULL, mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]),
+             TSR_LD(buffers[1]), a->lr, a->momentum, a->wd);
+}
+
+static struct starpu_perfmodel sgd_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_sgd_f32",
+};
+
+struct starpu_codelet tsr_cl_sgd = {
+    .name = "sgd",
+    .cpu_funcs = {sgd_cpu},
+    .cpu_funcs_name = {"sgd_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_RW, STARPU_R},
+    .model = &sgd_model,
+};
+
+struct starpu_codelet tsr_cl_sgd_momentum = {
+    .name = "sgd",
+    .cpu_funcs = {sgd_cpu},
+    .cpu_funcs_name = {"sgd_cpu"},
+    .nbuffers = 3,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW},
+    .model = &sgd_model,
+};
+
+int tsr__insert_sgd(starpu_data_handle_t w, starpu_data_handle_t v, starpu_data_handle_t g,
+                    float lr, float momentum, float wd) {
+  int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
+  if (tsr__handle_rows(g) != m || tsr__handle_cols(g) != n) return TSR_ESHAPE;
+  if ((momentum != 0.0f) != (v != NULL)) return TSR_EINVAL;
+  if (v && (tsr__handle_rows(v) != m || tsr__handle_cols(v) != n)) return TSR_ESHAPE;
+  struct sgd_args args = {lr, momentum, wd};
+  starpu_data_handle_t h[3] = {w, g, v};
+  return tsr__submit(v ? &tsr_cl_sgd_momentum : &tsr_cl_sgd, &args, sizeof args, v ? 3 : 2, h, 0);
+}

@@ -1,0 +1,50 @@
+/* Datasets: labelled samples held in memory as float32 rows.
+ *
+ * Loaders validate everything they read (magic, rank, dimensions, counts,
+ * file length) and reject a bad file with a message naming the file and what
+ * is wrong; they never crash on bad input. */
+#ifndef TESSERA_DATA_H
+#define TESSERA_DATA_H
+
+#include <stdint.h>
+
+#include "tessera/error.h"
+
+typedef struct {
+  int64_t n;        /* number of samples */
+  int64_t features; /* columns per sample (784 for 28x28 images) */
+  int classes;      /* 1 + largest label */
+  int channels, height, width; /* image geometry where known (1, 28, 28), else (1, 1, features) */
+  float *x;         /* (n, features) row-major, owned */
+  float *y;         /* (n, 1) labels as exact small integers in float, owned */
+} tsr_dataset_t;
+
+/* Reads an IDX images file (rank 3, unsigned bytes) and its IDX labels file
+ * (rank 1, unsigned bytes), plain or gzip. Pixels are scaled to [0, 1].
+ * On success ds is filled and owned by the caller (tsr_dataset_fini). */
+TSR_API int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path,
+                                 const char *labels_path, tsr_errbuf_t *err);
+
+/* Reads a CSV file: one sample per line, label in the first column, then
+ * features; an optional header line (first field not a number) is skipped. */
+TSR_API int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err);
+
+/* Loads the train and test sets found in a folder: Fashion-MNIST/MNIST IDX
+ * names (train-images-idx3-ubyte[.gz], ...) or train.csv / test.csv. */
+TSR_API int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *dir,
+                                 tsr_errbuf_t *err);
+
+/* Keeps the first n samples (n <= ds->n). */
+TSR_API int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n);
+
+/* Standardizes features in place with the given mean and std (same for all
+ * features); tsr_dataset_stats computes them over a dataset. */
+TSR_API void tsr_dataset_stats(const tsr_dataset_t *ds, float *mean, float *std);
+TSR_API void tsr_dataset_normalize(tsr_dataset_t *ds, float mean, float std);
+
+TSR_API void tsr_dataset_fini(tsr_dataset_t *ds);
+
+/* Default location of Fashion-MNIST from Debian's dataset-fashion-mnist. */
+#define TSR_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+#endif

@@ -1,0 +1,12 @@
+/* Symbol visibility for the public API: the library is built with hidden
+ * visibility, and only what carries TSR_API is exported. */
+#ifndef TESSERA_EXPORT_H
+#define TESSERA_EXPORT_H
+
+#if defined(TSR_BUILDING) && defined(__GNUC__)
+#define TSR_API __attribute__((visibility("default")))
+#else
+#define TSR_API
+#endif
+
+#endif

@@ -1,0 +1,28 @@
+/* Metrics log: JSON Lines, one object per epoch, each carrying the run's
+ * identity (model, scheduler, batch, tiles, workers) so that lines from
+ * several runs can be plotted together. */
+#ifndef TESSERA_LOG_H
+#define TESSERA_LOG_H
+
+#include "tessera/error.h"
+#include "tessera/train.h"
+
+typedef struct {
+  const char *model;
+  const char *sched;
+  const char *optimizer;
+  int batch, tile_rows, tile_cols, workers;
+  double lr;
+  unsigned long long seed;
+} tsr_run_info_t;
+
+typedef struct tsr_log tsr_log_t;
+
+/* Opens (truncates) path for writing; *log is owned by the caller. */
+TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run,
+                         tsr_errbuf_t *err);
+/* Appends one line and flushes it, so a crashed run keeps its epochs. */
+TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
+TSR_API void tsr_log_close(tsr_log_t **log);
+
+#endif

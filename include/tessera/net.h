@@ -1,0 +1,103 @@
+/* Networks: a stack of layers described by a model spec, with parameters,
+ * gradients, optimizer state and activations held as tiled matrices.
+ *
+ * A network is built for one batch size. Every call that trains or evaluates
+ * only submits tasks and returns; tsr_net_wait waits for all of them. */
+#ifndef TESSERA_NET_H
+#define TESSERA_NET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/data.h"
+#include "tessera/error.h"
+
+#define TSR_MAX_LAYERS 64
+
+typedef enum { TSR_LAYER_DENSE, TSR_LAYER_RELU } tsr_layer_kind_t;
+
+typedef struct {
+  tsr_layer_kind_t kind;
+  int units; /* dense: output features */
+} tsr_layer_spec_t;
+
+typedef struct {
+  int n_layers;
+  tsr_layer_spec_t layers[TSR_MAX_LAYERS];
+} tsr_model_spec_t;
+
+/* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
+ * (hidden dense layers with ReLU), or "linear". The output dense layer of
+ * `classes` units is appended. */
+TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
+                            tsr_errbuf_t *err);
+/* Reads an INI model file: one section per layer in file order, each with
+ * `type = dense | relu` and, for dense, `units = N` and optionally
+ * `activation = relu | none`. Errors name the file, line and key. */
+TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
+/* Writes a one-line description, e.g. "784-512-512-10 (dense relu dense relu dense)". */
+TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
+
+typedef enum { TSR_OPT_SGD, TSR_OPT_ADAM } tsr_optimizer_kind_t;
+
+typedef struct {
+  tsr_optimizer_kind_t kind;
+  float lr;
+  float momentum;     /* sgd */
+  float weight_decay; /* L2, both */
+  float beta1, beta2, eps; /* adam */
+} tsr_optimizer_t;
+
+typedef struct {
+  int batch;       /* samples per training step */
+  int tile_rows;   /* batch rows per tile (0: chosen from the shapes and workers) */
+  int tile_cols;   /* features per tile (0: chosen) */
+  uint64_t seed;   /* weight initialization */
+  tsr_optimizer_t opt;
+} tsr_net_opts_t;
+
+/* batch 64, SGD lr 0.01 momentum 0.9, seed 1, tiles chosen automatically. */
+TSR_API void tsr_net_opts_init(tsr_net_opts_t *opts);
+
+typedef struct tsr_net tsr_net_t;
+
+/* Builds a network for `inputs` features and `classes` classes; the last
+ * layer must be dense with `classes` units. Parameters get He-uniform
+ * initialization from opts->seed. The runtime must be started. */
+TSR_API int tsr_net_create(tsr_net_t **net, const tsr_model_spec_t *spec, int inputs, int classes,
+                           const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+TSR_API void tsr_net_destroy(tsr_net_t **net);
+
+/* Samples per step the network was built for. */
+TSR_API int tsr_net_batch(const tsr_net_t *net);
+/* Tile shape in use (after automatic choice). */
+TSR_API void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols);
+TSR_API int64_t tsr_net_param_count(const tsr_net_t *net);
+
+/* Submits one training step on samples rows[0..n) of ds (n <= batch; a short
+ * batch is padded and the padding ignored): forward, loss, backward, and the
+ * optimizer update when update is set. ds and rows are borrowed until the
+ * step's tasks have run (tsr_net_wait). */
+TSR_API int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
+                               bool update);
+/* Submits a forward pass and loss (no gradients) on rows[0..n) of ds. */
+TSR_API int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n);
+/* Waits until at most `pending` training/eval steps are still in flight (0: all done). */
+TSR_API int tsr_net_wait(tsr_net_t *net, int pending);
+/* Waits for all steps, then returns the loss sum and correct count
+ * accumulated since the last reset (train or eval counters), and resets them. */
+TSR_API int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct);
+
+/* Parameters are numbered in layer order: for each dense layer W (fin, fout)
+ * then b (1, fout). Copies go through the runtime (they wait for pending tasks). */
+TSR_API int tsr_net_param_info(const tsr_net_t *net, int index, int64_t *rows, int64_t *cols);
+TSR_API int tsr_net_n_params(const tsr_net_t *net);
+TSR_API int tsr_net_param_get(const tsr_net_t *net, int index, float *dst);
+TSR_API int tsr_net_param_set(tsr_net_t *net, int index, const float *src);
+TSR_API int tsr_net_grad_get(const tsr_net_t *net, int index, float *dst);
+/* Gradient of the mean loss with respect to the input batch (batch, inputs),
+ * computed only when opts asked for it (tsr_net_keep_input_grad before steps). */
+TSR_API int tsr_net_keep_input_grad(tsr_net_t *net);
+TSR_API int tsr_net_input_grad_get(const tsr_net_t *net, float *dst);
+
+#endif

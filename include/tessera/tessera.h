@@ -1,0 +1,13 @@
+/* tessera: neural-network training as StarPU task graphs. The umbrella header. */
+#ifndef TESSERA_TESSERA_H
+#define TESSERA_TESSERA_H
+
+#include "tessera/error.h"
+#include "tessera/data.h"
+#include "tessera/tiles.h"
+#include "tessera/runtime.h"
+#include "tessera/net.h"
+#include "tessera/train.h"
+#include "tessera/log.h"
+
+#endif

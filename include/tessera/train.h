@@ -1,0 +1,50 @@
+/* The training loop: epochs of shuffled mini-batches submitted as tasks,
+ * with a bounded submission window, evaluation on a test set at each epoch
+ * end, and a callback per epoch for logging. */
+#ifndef TESSERA_TRAIN_H
+#define TESSERA_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/data.h"
+#include "tessera/net.h"
+
+typedef struct {
+  int epoch; /* 1-based */
+  int epochs;
+  double loss;           /* mean training loss over the epoch */
+  double train_accuracy; /* fraction of training samples predicted right during the epoch */
+  double test_loss;      /* NaN when there is no test set */
+  double test_accuracy;
+  double seconds;        /* training time of the epoch (evaluation excluded) */
+  double eval_seconds;
+  double samples_per_s;  /* training samples / seconds */
+  int64_t samples;
+} tsr_epoch_stats_t;
+
+typedef struct {
+  int epochs;
+  uint64_t seed;  /* shuffling */
+  int window;     /* training steps in flight at most (bounded submission) */
+  bool shuffle;
+  /* Called on the main thread after each epoch; a non-zero return stops training. */
+  int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
+  /* Called every few batches with the batches done in this epoch (progress display). */
+  void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
+  void *ctx;
+} tsr_train_opts_t;
+
+/* 10 epochs, seed 1, window 8, shuffled. */
+TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
+
+/* Trains net on train (whose samples must match the net's inputs) for
+ * opts->epochs epochs, evaluating on test (may be NULL) after each. The
+ * last batch of an epoch may be short; every sample is used every epoch. */
+TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
+                      const tsr_train_opts_t *opts, tsr_errbuf_t *err);
+
+/* Evaluates net on ds: mean loss and accuracy. */
+TSR_API int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy);
+
+#endif

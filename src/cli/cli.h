@@ -1,0 +1,8 @@
+/* The tessera command: subcommands parse their options and call the library. */
+#ifndef TSR_CLI_H
+#define TSR_CLI_H
+
+int tsr_cli_train(int argc, char **argv);
+int tsr_cli_info(int argc, char **argv);
+
+#endif

@@ -1,0 +1,40 @@
+/* tessera info: what the engine will run on. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tessera/tessera.h"
+
+int tsr_cli_info(int argc, char **argv) {
+  static const struct option longopts[] = {{"sched", required_argument, 0, 's'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"sched-list", no_argument, 0, 'l'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 's': ro.sched = optarg; break;
+    case 'w': ro.ncpus = atoi(optarg); break;
+    case 'l': tsr_sched_list(stdout); return 0;
+    case 'h':
+      printf("usage: tessera info [--sched NAME] [--workers N] [--sched-list]\n"
+             "Prints the hwloc topology, the StarPU workers and memory nodes, the BLIS\n"
+             "configuration and the StarPU and MPI versions. --sched-list lists the\n"
+             "scheduling policies this StarPU offers.\n");
+      return 0;
+    default: return 2;
+    }
+  }
+  tsr_errbuf_t err = {""};
+  int rc = tsr_info_print(stdout, &ro, &err);
+  if (rc) {
+    fprintf(stderr, "tessera info: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,30 @@
+/* tessera: the command-line entry point, dispatching to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: tessera <command> [options]\n\n"
+               "commands:\n"
+               "  train   train a network (default: MLP 784-512-512-10 on Fashion-MNIST)\n"
+               "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n\n"
+               "`tessera <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "train") == 0) return tsr_cli_train(argc - 1, argv + 1);
+  if (strcmp(argv[1], "info") == 0) return tsr_cli_info(argc - 1, argv + 1);
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,262 @@
+/* tessera train: parses options, loads the data and model, and calls the
+ * library's training loop, printing one line per epoch (and a progress line
+ * while stderr is a terminal). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "tessera/tessera.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: tessera train [options]\n\n"
+          "  --data DIR          dataset folder: IDX files (MNIST family, .gz or plain) or\n"
+          "                      train.csv/test.csv [%s]\n"
+          "  --model SPEC|FILE   mlp (784-512-512-10), mlp:W1,W2,..., linear, or an INI\n"
+          "                      model file with one section per layer [mlp]\n"
+          "  --epochs N          epochs [10]\n"
+          "  --batch N           samples per step [64]\n"
+          "  --optimizer NAME    sgd or adam [sgd]\n"
+          "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
+          "  --momentum X        SGD momentum [0.9]\n"
+          "  --weight-decay X    L2 weight decay [0]\n"
+          "  --seed N            seed for initialization and shuffling [1]\n"
+          "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
+          "                      [chosen from the shapes]\n"
+          "  --sched NAME        StarPU scheduling policy [%s]; `tessera info --sched-list`\n"
+          "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --window N          training steps in flight at most [8]\n"
+          "  --train-limit N     use only the first N training samples\n"
+          "  --test-limit N      use only the first N test samples\n"
+          "  --log FILE.jsonl    write one JSON object per epoch\n"
+          "  --quiet             no per-epoch lines\n"
+          "  --help              this text\n",
+          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
+}
+
+static int bad(const char *opt, const char *val, const char *want) {
+  fprintf(stderr, "tessera train: %s %s: expected %s (see tessera train --help)\n", opt, val, want);
+  return 2;
+}
+
+static int to_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int to_float(const char *s, double lo, double hi, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+struct ctx {
+  tsr_log_t *log;
+  bool quiet, progress;
+};
+
+static void on_progress(int epoch, int64_t batch, int64_t batches, double seconds, void *p) {
+  struct ctx *c = p;
+  if (!c->progress) return;
+  double eta = seconds / (double)batch * (double)(batches - batch);
+  fprintf(stderr, "\r  epoch %d  batch %lld/%lld  %.0f batches/s  ETA %.0f s   ", epoch,
+          (long long)batch, (long long)batches, (double)batch / seconds, eta);
+}
+
+static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
+  struct ctx *c = p;
+  if (c->progress) fprintf(stderr, "\r%70s\r", "");
+  if (!c->quiet) {
+    printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
+           s->loss, 100 * s->train_accuracy);
+    if (!isnan(s->test_accuracy)) printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
+    printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
+    fflush(stdout);
+  }
+  if (c->log && tsr_log_epoch(c->log, s) != 0) {
+    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+int tsr_cli_train(int argc, char **argv) {
+  enum { O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_WD, O_SEED, O_TILE,
+         O_SCHED, O_WORKERS, O_WINDOW, O_TRAIN_LIMIT, O_TEST_LIMIT, O_LOG, O_QUIET };
+  static const struct option longopts[] = {
+      {"data", required_argument, 0, O_DATA},       {"model", required_argument, 0, O_MODEL},
+      {"epochs", required_argument, 0, O_EPOCHS},   {"batch", required_argument, 0, O_BATCH},
+      {"optimizer", required_argument, 0, O_OPT},   {"lr", required_argument, 0, O_LR},
+      {"momentum", required_argument, 0, O_MOM},    {"weight-decay", required_argument, 0, O_WD},
+      {"seed", required_argument, 0, O_SEED},       {"tile", required_argument, 0, O_TILE},
+      {"sched", required_argument, 0, O_SCHED},     {"workers", required_argument, 0, O_WORKERS},
+      {"window", required_argument, 0, O_WINDOW},
+      {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
+      {"test-limit", required_argument, 0, O_TEST_LIMIT},
+      {"log", required_argument, 0, O_LOG},         {"quiet", no_argument, 0, O_QUIET},
+      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+
+  const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL;
+  tsr_net_opts_t no;
+  tsr_net_opts_init(&no);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  bool lr_set = false, quiet = false;
+  long v, train_limit = -1, test_limit = -1;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_DATA: data_dir = optarg; break;
+    case O_MODEL: model = optarg; break;
+    case O_EPOCHS:
+      if (to_long(optarg, 0, 100000, &v)) return bad("--epochs", optarg, "an integer >= 0");
+      to.epochs = (int)v;
+      break;
+    case O_BATCH:
+      if (to_long(optarg, 1, 1 << 20, &v)) return bad("--batch", optarg, "an integer >= 1");
+      no.batch = (int)v;
+      break;
+    case O_OPT:
+      if (strcmp(optarg, "sgd") == 0)
+        no.opt.kind = TSR_OPT_SGD;
+      else if (strcmp(optarg, "adam") == 0)
+        no.opt.kind = TSR_OPT_ADAM;
+      else
+        return bad("--optimizer", optarg, "sgd or adam");
+      break;
+    case O_LR:
+      if (to_float(optarg, 1e-12, 1e6, &no.opt.lr)) return bad("--lr", optarg, "a number > 0");
+      lr_set = true;
+      break;
+    case O_MOM:
+      if (to_float(optarg, 0, 0.999999, &no.opt.momentum))
+        return bad("--momentum", optarg, "a number in [0, 1)");
+      break;
+    case O_WD:
+      if (to_float(optarg, 0, 1e6, &no.opt.weight_decay))
+        return bad("--weight-decay", optarg, "a number >= 0");
+      break;
+    case O_SEED:
+      if (to_long(optarg, 0, 0x7fffffffL, &v)) return bad("--seed", optarg, "an integer >= 0");
+      no.seed = to.seed = (uint64_t)v;
+      break;
+    case O_TILE: {
+      long r, cc;
+      char *x = strchr(optarg, 'x');
+      if (x) {
+        *x = '\0';
+        int e1 = to_long(optarg, 1, 1 << 20, &r), e2 = to_long(x + 1, 1, 1 << 20, &cc);
+        *x = 'x';
+        if (e1 || e2) return bad("--tile", optarg, "N or RxC with positive integers");
+      } else if (to_long(optarg, 1, 1 << 20, &r)) {
+        return bad("--tile", optarg, "N or RxC with positive integers");
+      } else {
+        cc = r;
+      }
+      no.tile_rows = (int)r, no.tile_cols = (int)cc;
+      break;
+    }
+    case O_SCHED: ro.sched = optarg; break;
+    case O_WORKERS:
+      if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
+      ro.ncpus = (int)v;
+      break;
+    case O_WINDOW:
+      if (to_long(optarg, 1, 1 << 16, &v)) return bad("--window", optarg, "an integer >= 1");
+      to.window = (int)v;
+      break;
+    case O_TRAIN_LIMIT:
+      if (to_long(optarg, 1, 0x7fffffffL, &train_limit))
+        return bad("--train-limit", optarg, "an integer >= 1");
+      break;
+    case O_TEST_LIMIT:
+      if (to_long(optarg, 0, 0x7fffffffL, &test_limit))
+        return bad("--test-limit", optarg, "an integer >= 0");
+      break;
+    case O_LOG: log_path = optarg; break;
+    case O_QUIET: quiet = true; break;
+    case 'h': usage(stdout); return 0;
+    default: return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tessera train: unexpected argument '%s' (see tessera train --help)\n",
+            argv[optind]);
+    return 2;
+  }
+  if (!lr_set && no.opt.kind == TSR_OPT_ADAM) no.opt.lr = 0.001f;
+  if (ro.sched && !tsr_sched_known(ro.sched)) {
+    fprintf(stderr, "tessera train: --sched %s: unknown policy; this StarPU offers:\n", ro.sched);
+    tsr_sched_list(stderr);
+    return 2;
+  }
+
+  tsr_errbuf_t err = {""};
+  tsr_dataset_t train = {0}, test = {0};
+  tsr_model_spec_t spec;
+  tsr_net_t *net = NULL;
+  tsr_log_t *log = NULL;
+  int rc = tsr_dataset_load_dir(&train, &test, data_dir, &err);
+  if (rc == 0 && train_limit > 0 && train_limit < train.n) rc = tsr_dataset_truncate(&train, train_limit);
+  if (rc == 0 && test_limit >= 0 && test_limit < test.n) rc = tsr_dataset_truncate(&test, test_limit);
+  if (rc == 0) {
+    /* Standardize with the training set's statistics, applied to both sets. */
+    float mean, std;
+    tsr_dataset_stats(&train, &mean, &std);
+    tsr_dataset_normalize(&train, mean, std);
+    tsr_dataset_normalize(&test, mean, std);
+    rc = ends_with(model, ".ini") ? tsr_model_load_ini(&spec, model, &err)
+                                  : tsr_model_parse(&spec, model, train.classes, &err);
+  }
+  if (rc == 0) rc = tsr_runtime_init(&ro, &err);
+  bool started = rc == 0;
+  if (rc == 0) rc = tsr_net_create(&net, &spec, (int)train.features, train.classes, &no, &err);
+  char desc[256] = "";
+  int tr = 0, tc = 0;
+  if (rc == 0) {
+    tsr_model_describe(&spec, (int)train.features, desc, sizeof desc);
+    tsr_net_tiles(net, &tr, &tc);
+    if (!quiet)
+      printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
+             "%s lr %g, tiles %dx%d, %d workers, scheduler %s\n",
+             desc, (long long)tsr_net_param_count(net), (long long)train.n, (long long)test.n,
+             no.batch, no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd", (double)no.opt.lr, tr, tc,
+             tsr_runtime_ncpus(), tsr_runtime_sched());
+  }
+  if (rc == 0 && log_path) {
+    tsr_run_info_t run = {desc, tsr_runtime_sched(), no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
+                          no.batch, tr, tc, tsr_runtime_ncpus(), no.opt.lr, no.seed};
+    rc = tsr_log_open(&log, log_path, &run, &err);
+  }
+  if (rc == 0) {
+    struct ctx cx = {log, quiet, !quiet && isatty(STDERR_FILENO)};
+    to.on_epoch = on_epoch, to.on_progress = on_progress, to.ctx = &cx;
+    rc = tsr_train(net, &train, &test, &to, &err);
+  }
+  if (rc) fprintf(stderr, "tessera train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+  tsr_log_close(&log);
+  tsr_net_destroy(&net);
+  if (started) tsr_runtime_fini();
+  tsr_dataset_fini(&train);
+  tsr_dataset_fini(&test);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,77 @@
+/* JSON Lines metrics log written with cJSON. Non-finite numbers (no test set)
+ * are written as null, since JSON has no NaN. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/log.h"
+
+struct tsr_log {
+  FILE *f;
+  tsr_run_info_t run; /* strings copied below */
+  char model[256], sched[64], optimizer[32];
+};
+
+int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run,
+                 tsr_errbuf_t *err) {
+  *out = NULL;
+  tsr_log_t *log = calloc(1, sizeof *log);
+  if (!log) return TSR_ENOMEM;
+  log->f = fopen(path, "w");
+  if (!log->f) {
+    int e = errno;
+    free(log);
+    return tsr_error_set(err, TSR_EIO, "--log %s: cannot open for writing: %s", path, strerror(e));
+  }
+  log->run = *run;
+  snprintf(log->model, sizeof log->model, "%s", run->model ? run->model : "");
+  snprintf(log->sched, sizeof log->sched, "%s", run->sched ? run->sched : "");
+  snprintf(log->optimizer, sizeof log->optimizer, "%s", run->optimizer ? run->optimizer : "");
+  *out = log;
+  return 0;
+}
+
+static void add_number(cJSON *o, const char *key, double v) {
+  if (isfinite(v))
+    cJSON_AddNumberToObject(o, key, v);
+  else
+    cJSON_AddNullToObject(o, key);
+}
+
+int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddNumberToObject(o, "epoch", st->epoch);
+  add_number(o, "loss", st->loss);
+  add_number(o, "train_accuracy", st->train_accuracy);
+  add_number(o, "test_loss", st->test_loss);
+  add_number(o, "test_accuracy", st->test_accuracy);
+  add_number(o, "seconds", st->seconds);
+  add_number(o, "eval_seconds", st->eval_seconds);
+  add_number(o, "samples_per_s", st->samples_per_s);
+  cJSON_AddStringToObject(o, "model", log->model);
+  cJSON_AddStringToObject(o, "sched", log->sched);
+  cJSON_AddStringToObject(o, "optimizer", log->optimizer);
+  cJSON_AddNumberToObject(o, "lr", log->run.lr);
+  cJSON_AddNumberToObject(o, "batch", log->run.batch);
+  cJSON_AddNumberToObject(o, "tile_rows", log->run.tile_rows);
+  cJSON_AddNumberToObject(o, "tile_cols", log->run.tile_cols);
+  cJSON_AddNumberToObject(o, "workers", log->run.workers);
+  cJSON_AddNumberToObject(o, "seed", (double)log->run.seed);
+  char *line = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!line) return TSR_ENOMEM;
+  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
+  cJSON_free(line);
+  return ok ? 0 : TSR_EIO;
+}
+
+void tsr_log_close(tsr_log_t **lp) {
+  if (!*lp) return;
+  fclose((*lp)->f);
+  free(*lp);
+  *lp = NULL;
+}

@@ -1,0 +1,84 @@
+/* Element-wise kernels on one tile: bias, ReLU, fill, copy, axpby, scale and
+ * the row gather that assembles a batch. Plain loops the compiler vectorizes. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+void tsr__k_bias_add(int m, int n, float *y, int ldy, const float *b, bool relu) {
+  for (int i = 0; i < m; i++) {
+    float *yr = y + (long)i * ldy;
+    if (relu)
+      for (int j = 0; j < n; j++) yr[j] = fmaxf(yr[j] + b[j], 0.0f);
+    else
+      for (int j = 0; j < n; j++) yr[j] += b[j];
+  }
+}
+
+void tsr__k_bias_grad(int m, int n, float *db, const float *dy, int lddy, float beta) {
+  if (beta == 0.0f)
+    memset(db, 0, sizeof(float) * (size_t)n);
+  else if (beta != 1.0f)
+    for (int j = 0; j < n; j++) db[j] *= beta;
+  for (int i = 0; i < m; i++) {
+    const float *r = dy + (long)i * lddy;
+    for (int j = 0; j < n; j++) db[j] += r[j];
+  }
+}
+
+void tsr__k_relu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
+  for (int i = 0; i < m; i++) {
+    float *yr = y + (long)i * ldy;
+    const float *xr = x + (long)i * ldx;
+    for (int j = 0; j < n; j++) yr[j] = fmaxf(xr[j], 0.0f);
+  }
+}
+
+void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy, const float *y,
+                     int ldy) {
+  for (int i = 0; i < m; i++) {
+    float *dxr = dx + (long)i * lddx;
+    const float *dyr = dy + (long)i * lddy;
+    const float *yr = y + (long)i * ldy;
+    for (int j = 0; j < n; j++) dxr[j] = yr[j] > 0.0f ? dyr[j] : 0.0f;
+  }
+}
+
+void tsr__k_fill(int m, int n, float *x, int ldx, float value) {
+  for (int i = 0; i < m; i++) {
+    float *r = x + (long)i * ldx;
+    for (int j = 0; j < n; j++) r[j] = value;
+  }
+}
+
+void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds) {
+  for (int i = 0; i < m; i++)
+    memcpy(dst + (long)i * ldd, src + (long)i * lds, sizeof(float) * (size_t)n);
+}
+
+void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
+                  int ldy) {
+  for (int i = 0; i < m; i++) {
+    const float *xr = x + (long)i * ldx;
+    float *yr = y + (long)i * ldy;
+    for (int j = 0; j < n; j++) yr[j] = alpha * xr[j] + beta * yr[j];
+  }
+}
+
+void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
+  for (int i = 0; i < m; i++) {
+    float *r = x + (long)i * ldx;
+    for (int j = 0; j < n; j++) r[j] *= alpha;
+  }
+}
+
+void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int lds, int col0,
+                        const int32_t *rows, int nvalid) {
+  for (int r = 0; r < m; r++) {
+    float *d = dst + (long)r * ldd;
+    if (r < nvalid)
+      memcpy(d, src + (long)rows[r] * lds + col0, sizeof(float) * (size_t)n);
+    else
+      memset(d, 0, sizeof(float) * (size_t)n);
+  }
+}

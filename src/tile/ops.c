@@ -1,0 +1,153 @@
+/* Tiled operations: loops over tiles that call the codelets' insert helpers.
+ * Tiling agreement is checked up front so that a mismatch never leaves half
+ * an operation submitted. */
+#include "tile/ops.h"
+#include "try.h"
+#include "codelets.h"
+#include "tile/tiles_impl.h"
+
+static bool same_tiling(const tsr_tiles_t *a, const tsr_tiles_t *b) {
+  return a->m == b->m && a->n == b->n && a->mb == b->mb && a->nb == b->nb;
+}
+
+/* Whether dimension da of x (0 rows, 1 cols) is tiled like dimension db of y. */
+static bool dims_agree(const tsr_tiles_t *x, int da, const tsr_tiles_t *y, int db) {
+  int64_t nx = da ? x->n : x->m, ny = db ? y->n : y->m;
+  int bx = da ? x->nb : x->mb, by = db ? y->nb : y->mb;
+  return nx == ny && bx == by;
+}
+
+int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const tsr_tiles_t *b,
+                    float beta, tsr_tiles_t *c, int priority) {
+  /* op(a) rows are a's dim (ta ? 1 : 0), op(a) cols the other; same for b. */
+  if (!dims_agree(a, ta ? 1 : 0, c, 0) || !dims_agree(b, tb ? 0 : 1, c, 1) ||
+      !dims_agree(a, ta ? 0 : 1, b, tb ? 1 : 0))
+    return TSR_ESHAPE;
+  int kt = ta ? a->mt : a->nt;
+  for (int i = 0; i < c->mt; i++)
+    for (int j = 0; j < c->nt; j++)
+      for (int p = 0; p < kt; p++) {
+        starpu_data_handle_t ha = ta ? tsr__tile(a, p, i) : tsr__tile(a, i, p);
+        starpu_data_handle_t hb = tb ? tsr__tile(b, j, p) : tsr__tile(b, p, j);
+        TSR_TRY(tsr__insert_gemm(ta, tb, alpha, ha, hb, p == 0 ? beta : 1.0f, tsr__tile(c, i, j),
+                             priority));
+      }
+  return 0;
+}
+
+int tsr__tiles_bias_add(tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {
+  if (b->m != 1 || !dims_agree(b, 1, y, 1)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++)
+      TSR_TRY(tsr__insert_bias_add(tsr__tile(y, i, j), tsr__tile(b, 0, j), relu));
+  return 0;
+}
+
+int tsr__tiles_bias_grad(tsr_tiles_t *db, const tsr_tiles_t *dy) {
+  if (db->m != 1 || !dims_agree(db, 1, dy, 1)) return TSR_ESHAPE;
+  for (int j = 0; j < dy->nt; j++)
+    for (int i = 0; i < dy->mt; i++)
+      TSR_TRY(tsr__insert_bias_grad(tsr__tile(db, 0, j), tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f));
+  return 0;
+}
+
+int tsr__tiles_relu_fwd(tsr_tiles_t *y, const tsr_tiles_t *x) {
+  if (!same_tiling(x, y)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++) TSR_TRY(tsr__insert_relu_fwd(tsr__tile(y, i, j), tsr__tile(x, i, j)));
+  return 0;
+}
+
+int tsr__tiles_relu_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *y) {
+  if (!same_tiling(dx, dy) || !same_tiling(dx, y)) return TSR_ESHAPE;
+  for (int i = 0; i < dx->mt; i++)
+    for (int j = 0; j < dx->nt; j++)
+      TSR_TRY(tsr__insert_relu_bwd(tsr__tile(dx, i, j), tsr__tile(dy, i, j), tsr__tile(y, i, j)));
+  return 0;
+}
+
+int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_tiles_t *logits,
+                            const tsr_tiles_t *labels, int64_t nvalid, float scale) {
+  if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
+      stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
+      (dlogits && !same_tiling(dlogits, logits)))
+    return TSR_ESHAPE;
+  for (int i = 0; i < logits->mt; i++) {
+    int64_t left = nvalid - (int64_t)i * logits->mb;
+    int rows = tsr_tiles_tile_rows(logits, i);
+    int valid = left <= 0 ? 0 : left >= rows ? rows : (int)left;
+    TSR_TRY(tsr__insert_softmax_xent(dlogits ? tsr__tile(dlogits, i, 0) : NULL, tsr__tile(stats, i, 0),
+                                 tsr__tile(logits, i, 0), tsr__tile(labels, i, 0), valid, scale));
+  }
+  return 0;
+}
+
+int tsr__tiles_sgd(tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g, float lr, float momentum,
+                   float wd) {
+  if (!same_tiling(w, g) || (v && !same_tiling(w, v))) return TSR_ESHAPE;
+  for (int i = 0; i < w->mt; i++)
+    for (int j = 0; j < w->nt; j++)
+      TSR_TRY(tsr__insert_sgd(tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j), lr,
+                          momentum, wd));
+  return 0;
+}
+
+int tsr__tiles_adam(tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2, const tsr_tiles_t *g,
+                    float lr, float beta1, float beta2, float eps, float wd, int t) {
+  if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2)) return TSR_ESHAPE;
+  for (int i = 0; i < w->mt; i++)
+    for (int j = 0; j < w->nt; j++)
+      TSR_TRY(tsr__insert_adam(tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
+                           tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t));
+  return 0;
+}
+
+int tsr__tiles_fill(tsr_tiles_t *x, float value) {
+  for (int i = 0; i < x->mt; i++)
+    for (int j = 0; j < x->nt; j++) TSR_TRY(tsr__insert_fill(tsr__tile(x, i, j), value));
+  return 0;
+}
+
+int tsr__tiles_copy(tsr_tiles_t *dst, const tsr_tiles_t *src) {
+  if (!same_tiling(dst, src)) return TSR_ESHAPE;
+  for (int i = 0; i < dst->mt; i++)
+    for (int j = 0; j < dst->nt; j++)
+      TSR_TRY(tsr__insert_copy(tsr__tile(dst, i, j), tsr__tile(src, i, j)));
+  return 0;
+}
+
+int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t *y) {
+  if (!same_tiling(x, y)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++)
+      TSR_TRY(tsr__insert_axpby(alpha, tsr__tile(x, i, j), beta, tsr__tile(y, i, j)));
+  return 0;
+}
+
+int tsr__tiles_scale(tsr_tiles_t *x, float alpha) {
+  for (int i = 0; i < x->mt; i++)
+    for (int j = 0; j < x->nt; j++) TSR_TRY(tsr__insert_scale(tsr__tile(x, i, j), alpha));
+  return 0;
+}
+
+int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
+                      int64_t nvalid) {
+  if (nvalid < 0 || nvalid > dst->m || dst->n > lds) return TSR_ESHAPE;
+  for (int i = 0; i < dst->mt; i++) {
+    int64_t row0 = (int64_t)i * dst->mb;
+    int64_t left = nvalid - row0;
+    int rows_i = tsr_tiles_tile_rows(dst, i);
+    int valid = left <= 0 ? 0 : left >= rows_i ? rows_i : (int)left;
+    for (int j = 0; j < dst->nt; j++)
+      TSR_TRY(tsr__insert_gather(tsr__tile(dst, i, j), src, lds, j * dst->nb, rows + row0, valid));
+  }
+  return 0;
+}
+
+uint64_t tsr__tiles_task_count(void) {
+  return tsr__submitted_count();
+}
+
+int tsr__tiles_wait(unsigned n_left) {
+  return starpu_task_wait_for_n_submitted(n_left) == 0 ? 0 : TSR_ERUNTIME;
+}

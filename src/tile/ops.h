@@ -1,0 +1,52 @@
+/* Tiled operations: whole-matrix operations expressed as one task per tile
+ * (or per tile triple for GEMM). Layers call these; these call the codelets'
+ * insert helpers. Every function only submits work and returns; StarPU orders
+ * the tasks by the data they touch. A shape or tiling mismatch is caught here,
+ * before any task is submitted, and returns TSR_ESHAPE. */
+#ifndef TSR_TILE_OPS_H
+#define TSR_TILE_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/tiles.h"
+
+/* c (M, N) = alpha op(a) (M, K) op(b) (K, N) + beta c. Tilings must agree:
+ * c's rows with op(a)'s rows, c's columns with op(b)'s columns, and op(a)'s
+ * columns with op(b)'s rows. Each output tile accumulates over K tiles in a
+ * fixed order, so results do not depend on scheduling. */
+int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const tsr_tiles_t *b,
+                    float beta, tsr_tiles_t *c, int priority);
+/* y (M, N) += b (1, N) per row, then ReLU when relu is set. */
+int tsr__tiles_bias_add(tsr_tiles_t *y, const tsr_tiles_t *b, bool relu);
+/* db (1, N) = column sums of dy (M, N). */
+int tsr__tiles_bias_grad(tsr_tiles_t *db, const tsr_tiles_t *dy);
+int tsr__tiles_relu_fwd(tsr_tiles_t *y, const tsr_tiles_t *x);
+/* dx = dy where y > 0; dx may be dy. */
+int tsr__tiles_relu_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *y);
+/* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1).
+ * stats (mt, 2), one (1, 2) tile per batch-row tile, accumulates [loss sum,
+ * correct]. dlogits (may be NULL) = scale (softmax - onehot) on the first
+ * nvalid rows, 0 below. */
+int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_tiles_t *logits,
+                            const tsr_tiles_t *labels, int64_t nvalid, float scale);
+/* v is NULL when momentum is 0. */
+int tsr__tiles_sgd(tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g, float lr, float momentum,
+                   float wd);
+int tsr__tiles_adam(tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2, const tsr_tiles_t *g,
+                    float lr, float beta1, float beta2, float eps, float wd, int t);
+int tsr__tiles_fill(tsr_tiles_t *x, float value);
+int tsr__tiles_copy(tsr_tiles_t *dst, const tsr_tiles_t *src);
+int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t *y);
+int tsr__tiles_scale(tsr_tiles_t *x, float alpha);
+/* dst (M, N) row r = src row rows[r] (src is (*, lds) row-major, borrowed
+ * until the tasks ran), zero from row nvalid on. */
+int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
+                      int64_t nvalid);
+
+/* Tasks submitted so far by this process, and a wait until at most n_left of
+ * them are still pending: the trainer's bounded submission window. */
+uint64_t tsr__tiles_task_count(void);
+int tsr__tiles_wait(unsigned n_left);
+
+#endif
