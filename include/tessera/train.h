@@ -23,9 +23,15 @@ typedef struct {
   int64_t samples;
 } tsr_epoch_stats_t;
 
+typedef enum {
+  TSR_LR_CONSTANT,
+  TSR_LR_COSINE /* lr * (1 + cos(pi * step / steps)) / 2, decayed every step */
+} tsr_lr_schedule_t;
+
 typedef struct {
   int epochs;
   uint64_t seed;  /* shuffling */
+  tsr_lr_schedule_t lr_schedule; /* around the net's optimizer lr */
   int window;     /* training steps in flight at most (bounded submission) */
   bool shuffle;
   /* Called on the main thread after each epoch; a non-zero return stops training. */
@@ -35,7 +41,7 @@ typedef struct {
   void *ctx;
 } tsr_train_opts_t;
 
-/* 10 epochs, seed 1, window 8, shuffled. */
+/* 10 epochs, seed 1, cosine learning-rate decay, window 8, shuffled. */
 TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
 
 /* Trains net on train (whose samples must match the net's inputs) for

@@ -23,6 +23,7 @@ static void usage(FILE *out) {
           "  --batch N           samples per step [64]\n"
           "  --optimizer NAME    sgd or adam [sgd]\n"
           "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
+          "  --lr-schedule S     cosine (decay to 0 over the run) or constant [cosine]\n"
           "  --momentum X        SGD momentum [0.9]\n"
           "  --weight-decay X    L2 weight decay [0]\n"
           "  --seed N            seed for initialization and shuffling [1]\n"
@@ -86,7 +87,8 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
   if (!c->quiet) {
     printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
            s->loss, 100 * s->train_accuracy);
-    if (!isnan(s->test_accuracy)) printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
+    if (!isnan(s->test_accuracy))
+      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
     printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
     fflush(stdout);
   }
@@ -98,20 +100,46 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
 }
 
 int tsr_cli_train(int argc, char **argv) {
-  enum { O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_OPT, O_LR, O_MOM, O_WD, O_SEED, O_TILE,
-         O_SCHED, O_WORKERS, O_WINDOW, O_TRAIN_LIMIT, O_TEST_LIMIT, O_LOG, O_QUIET };
-  static const struct option longopts[] = {
-      {"data", required_argument, 0, O_DATA},       {"model", required_argument, 0, O_MODEL},
-      {"epochs", required_argument, 0, O_EPOCHS},   {"batch", required_argument, 0, O_BATCH},
-      {"optimizer", required_argument, 0, O_OPT},   {"lr", required_argument, 0, O_LR},
-      {"momentum", required_argument, 0, O_MOM},    {"weight-decay", required_argument, 0, O_WD},
-      {"seed", required_argument, 0, O_SEED},       {"tile", required_argument, 0, O_TILE},
-      {"sched", required_argument, 0, O_SCHED},     {"workers", required_argument, 0, O_WORKERS},
-      {"window", required_argument, 0, O_WINDOW},
-      {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
-      {"test-limit", required_argument, 0, O_TEST_LIMIT},
-      {"log", required_argument, 0, O_LOG},         {"quiet", no_argument, 0, O_QUIET},
-      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+  enum {
+    O_DATA = 256,
+    O_MODEL,
+    O_EPOCHS,
+    O_BATCH,
+    O_OPT,
+    O_LR,
+    O_MOM,
+    O_WD,
+    O_SEED,
+    O_TILE,
+    O_SCHED,
+    O_WORKERS,
+    O_WINDOW,
+    O_TRAIN_LIMIT,
+    O_TEST_LIMIT,
+    O_LOG,
+    O_QUIET,
+    O_SCHEDULE
+  };
+  static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
+                                           {"model", required_argument, 0, O_MODEL},
+                                           {"epochs", required_argument, 0, O_EPOCHS},
+                                           {"batch", required_argument, 0, O_BATCH},
+                                           {"optimizer", required_argument, 0, O_OPT},
+                                           {"lr", required_argument, 0, O_LR},
+                                           {"momentum", required_argument, 0, O_MOM},
+                                           {"weight-decay", required_argument, 0, O_WD},
+                                           {"seed", required_argument, 0, O_SEED},
+                                           {"tile", required_argument, 0, O_TILE},
+                                           {"sched", required_argument, 0, O_SCHED},
+                                           {"workers", required_argument, 0, O_WORKERS},
+                                           {"window", required_argument, 0, O_WINDOW},
+                                           {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
+                                           {"test-limit", required_argument, 0, O_TEST_LIMIT},
+                                           {"lr-schedule", required_argument, 0, O_SCHEDULE},
+                                           {"log", required_argument, 0, O_LOG},
+                                           {"quiet", no_argument, 0, O_QUIET},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
 
   const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL;
   tsr_net_opts_t no;
@@ -146,6 +174,14 @@ int tsr_cli_train(int argc, char **argv) {
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &no.opt.lr)) return bad("--lr", optarg, "a number > 0");
       lr_set = true;
+      break;
+    case O_SCHEDULE:
+      if (strcmp(optarg, "cosine") == 0)
+        to.lr_schedule = TSR_LR_COSINE;
+      else if (strcmp(optarg, "constant") == 0)
+        to.lr_schedule = TSR_LR_CONSTANT;
+      else
+        return bad("--lr-schedule", optarg, "cosine or constant");
       break;
     case O_MOM:
       if (to_float(optarg, 0, 0.999999, &no.opt.momentum))
@@ -216,8 +252,10 @@ int tsr_cli_train(int argc, char **argv) {
   tsr_net_t *net = NULL;
   tsr_log_t *log = NULL;
   int rc = tsr_dataset_load_dir(&train, &test, data_dir, &err);
-  if (rc == 0 && train_limit > 0 && train_limit < train.n) rc = tsr_dataset_truncate(&train, train_limit);
-  if (rc == 0 && test_limit >= 0 && test_limit < test.n) rc = tsr_dataset_truncate(&test, test_limit);
+  if (rc == 0 && train_limit > 0 && train_limit < train.n)
+    rc = tsr_dataset_truncate(&train, train_limit);
+  if (rc == 0 && test_limit >= 0 && test_limit < test.n)
+    rc = tsr_dataset_truncate(&test, test_limit);
   if (rc == 0) {
     /* Standardize with the training set's statistics, applied to both sets. */
     float mean, std;
@@ -243,8 +281,15 @@ int tsr_cli_train(int argc, char **argv) {
              tsr_runtime_ncpus(), tsr_runtime_sched());
   }
   if (rc == 0 && log_path) {
-    tsr_run_info_t run = {desc, tsr_runtime_sched(), no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
-                          no.batch, tr, tc, tsr_runtime_ncpus(), no.opt.lr, no.seed};
+    tsr_run_info_t run = {desc,
+                          tsr_runtime_sched(),
+                          no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
+                          no.batch,
+                          tr,
+                          tc,
+                          tsr_runtime_ncpus(),
+                          no.opt.lr,
+                          no.seed};
     rc = tsr_log_open(&log, log_path, &run, &err);
   }
   if (rc == 0) {

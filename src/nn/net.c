@@ -20,12 +20,12 @@
 typedef struct {
   tsr_layer_kind_t kind;
   int fin, fout;
-  bool relu;                 /* dense: ReLU fused into the bias add */
-  tsr_tiles_t *w, *b;        /* dense: (fin, fout), (1, fout) */
-  tsr_tiles_t *dw, *db;      /* their gradients */
-  tsr_tiles_t *w_s1, *b_s1;  /* SGD velocity or Adam first moment (NULL for plain SGD) */
-  tsr_tiles_t *w_s2, *b_s2;  /* Adam second moment */
-  tsr_tiles_t *y, *dy;       /* (batch, fout) output and its gradient */
+  bool relu;                /* dense: ReLU fused into the bias add */
+  tsr_tiles_t *w, *b;       /* dense: (fin, fout), (1, fout) */
+  tsr_tiles_t *dw, *db;     /* their gradients */
+  tsr_tiles_t *w_s1, *b_s1; /* SGD velocity or Adam first moment (NULL for plain SGD) */
+  tsr_tiles_t *w_s2, *b_s2; /* Adam second moment */
+  tsr_tiles_t *y, *dy;      /* (batch, fout) output and its gradient */
 } layer_t;
 
 struct tsr_net {
@@ -33,12 +33,13 @@ struct tsr_net {
   tsr_net_opts_t opts;
   int n_layers;
   layer_t layers[TSR_MAX_LAYERS];
-  tsr_tiles_t *x0, *dx0;     /* (batch, inputs) input and, when kept, its gradient */
-  tsr_tiles_t *labels;       /* (batch, 1) */
-  tsr_tiles_t *train_stats;  /* (mt, 2) [loss sum, correct] per batch-row tile */
+  tsr_tiles_t *x0, *dx0;    /* (batch, inputs) input and, when kept, its gradient */
+  tsr_tiles_t *labels;      /* (batch, 1) */
+  tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
   tsr_tiles_t *eval_stats;
-  int step;                  /* optimizer steps taken (Adam's t) */
-  uint64_t tasks_per_step;   /* measured on the first training step */
+  int step;                /* optimizer steps taken (Adam's t) */
+  float lr;                /* current learning rate (opts.opt.lr is the base) */
+  uint64_t tasks_per_step; /* measured on the first training step */
 };
 
 void tsr_net_opts_init(tsr_net_opts_t *o) {
@@ -74,7 +75,8 @@ static int init_dense(layer_t *l, tsr_rng_t *rng) {
   float *w = malloc(n * sizeof *w);
   if (!w) return TSR_ENOMEM;
   double bound = sqrt(6.0 / l->fin);
-  for (size_t k = 0; k < n; k++) w[k] = (float)((2.0 * tsr__rng_uniform(rng) - 1.0) * bound);
+  for (size_t k = 0; k < n; k++)
+    w[k] = (float)((2.0 * tsr__rng_uniform(rng) - 1.0) * bound);
   int rc = tsr_tiles_write(l->w, w);
   free(w);
   return rc;
@@ -86,7 +88,8 @@ static int create_dense(tsr_net_t *net, layer_t *l, bool last, tsr_rng_t *rng) {
   bool s1 = opt->kind == TSR_OPT_ADAM || opt->momentum != 0.0f;
   bool s2 = opt->kind == TSR_OPT_ADAM;
   int rc = 0;
-  if ((rc = tiles(&l->w, l->fin, l->fout, net->nb, onb)) || (rc = tiles(&l->b, 1, l->fout, 1, onb)) ||
+  if ((rc = tiles(&l->w, l->fin, l->fout, net->nb, onb)) ||
+      (rc = tiles(&l->b, 1, l->fout, 1, onb)) ||
       (rc = tiles(&l->dw, l->fin, l->fout, net->nb, onb)) ||
       (rc = tiles(&l->db, 1, l->fout, 1, onb)) ||
       (s1 && ((rc = tiles(&l->w_s1, l->fin, l->fout, net->nb, onb)) ||
@@ -139,6 +142,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   tsr_net_t *net = calloc(1, sizeof *net);
   if (!net) return TSR_ENOMEM;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
+  net->lr = opts->opt.lr;
   choose_tiles(opts, &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 
@@ -181,9 +185,10 @@ void tsr_net_destroy(tsr_net_t **np) {
   if (!net) return;
   for (int i = 0; i < net->n_layers; i++) {
     layer_t *l = &net->layers[i];
-    tsr_tiles_t **all[] = {&l->w, &l->b, &l->dw, &l->db, &l->w_s1, &l->b_s1,
-                           &l->w_s2, &l->b_s2, &l->y, &l->dy};
-    for (size_t k = 0; k < sizeof all / sizeof *all; k++) tsr_tiles_destroy(all[k]);
+    tsr_tiles_t **all[] = {&l->w,    &l->b,    &l->dw,   &l->db, &l->w_s1,
+                           &l->b_s1, &l->w_s2, &l->b_s2, &l->y,  &l->dy};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+      tsr_tiles_destroy(all[k]);
   }
   tsr_tiles_destroy(&net->x0);
   tsr_tiles_destroy(&net->dx0);
@@ -196,6 +201,14 @@ void tsr_net_destroy(tsr_net_t **np) {
 
 int tsr_net_batch(const tsr_net_t *net) {
   return net->batch;
+}
+
+void tsr_net_set_lr(tsr_net_t *net, float lr) {
+  net->lr = lr;
+}
+
+float tsr_net_base_lr(const tsr_net_t *net) {
+  return net->opts.opt.lr;
 }
 
 void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols) {
@@ -237,13 +250,13 @@ static int forward(tsr_net_t *net) {
 static int update(tsr_net_t *net, layer_t *l) {
   const tsr_optimizer_t *o = &net->opts.opt;
   if (o->kind == TSR_OPT_ADAM) {
-    TSR_TRY(tsr__tiles_adam(l->w, l->w_s1, l->w_s2, l->dw, o->lr, o->beta1, o->beta2, o->eps,
-                        o->weight_decay, net->step));
-    return tsr__tiles_adam(l->b, l->b_s1, l->b_s2, l->db, o->lr, o->beta1, o->beta2, o->eps, 0.0f,
+    TSR_TRY(tsr__tiles_adam(l->w, l->w_s1, l->w_s2, l->dw, net->lr, o->beta1, o->beta2, o->eps,
+                            o->weight_decay, net->step));
+    return tsr__tiles_adam(l->b, l->b_s1, l->b_s2, l->db, net->lr, o->beta1, o->beta2, o->eps, 0.0f,
                            net->step);
   }
-  TSR_TRY(tsr__tiles_sgd(l->w, l->w_s1, l->dw, o->lr, o->momentum, o->weight_decay));
-  return tsr__tiles_sgd(l->b, l->b_s1, l->db, o->lr, o->momentum, 0.0f);
+  TSR_TRY(tsr__tiles_sgd(l->w, l->w_s1, l->dw, net->lr, o->momentum, o->weight_decay));
+  return tsr__tiles_sgd(l->b, l->b_s1, l->db, net->lr, o->momentum, 0.0f);
 }
 
 /* Backward from the last layer to the first. The input gradient of a layer
@@ -302,7 +315,8 @@ int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *corr
   if (!v) return TSR_ENOMEM;
   int rc = tsr_tiles_read(s, v);
   *loss_sum = 0, *correct = 0;
-  for (int i = 0; rc == 0 && i < mt; i++) *loss_sum += v[2 * i], *correct += v[2 * i + 1];
+  for (int i = 0; rc == 0 && i < mt; i++)
+    *loss_sum += v[2 * i], *correct += v[2 * i + 1];
   if (v != buf) free(v);
   return rc ? rc : tsr__tiles_fill(s, 0.0f);
 }
@@ -322,7 +336,8 @@ static tsr_tiles_t *param(const tsr_net_t *net, int index, bool grad) {
 
 int tsr_net_n_params(const tsr_net_t *net) {
   int k = 0;
-  for (int i = 0; i < net->n_layers; i++) k += net->layers[i].kind == TSR_LAYER_DENSE ? 2 : 0;
+  for (int i = 0; i < net->n_layers; i++)
+    k += net->layers[i].kind == TSR_LAYER_DENSE ? 2 : 0;
   return k;
 }
 

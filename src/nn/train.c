@@ -10,7 +10,8 @@
 #include "tessera/train.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
-  *o = (tsr_train_opts_t){.epochs = 10, .seed = 1, .window = 8, .shuffle = true};
+  *o = (tsr_train_opts_t){
+      .epochs = 10, .seed = 1, .lr_schedule = TSR_LR_COSINE, .window = 8, .shuffle = true};
 }
 
 static double now(void) {
@@ -32,7 +33,8 @@ static void shuffle(int32_t *idx, int64_t n, uint64_t seed, int epoch) {
 int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy) {
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)ds->n);
   if (!idx) return TSR_ENOMEM;
-  for (int64_t i = 0; i < ds->n; i++) idx[i] = (int32_t)i;
+  for (int64_t i = 0; i < ds->n; i++)
+    idx[i] = (int32_t)i;
   int rc = 0;
   int b = tsr_net_batch(net);
   for (int64_t s = 0; s < ds->n && rc == 0; s += b)
@@ -55,17 +57,23 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                          (long long)train->n);
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
   if (!idx) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
-  for (int64_t i = 0; i < train->n; i++) idx[i] = (int32_t)i;
+  for (int64_t i = 0; i < train->n; i++)
+    idx[i] = (int32_t)i;
 
   int b = tsr_net_batch(net);
   int64_t batches = (train->n + b - 1) / b;
   int rc = 0;
+  double base_lr = tsr_net_base_lr(net), total_steps = (double)batches * o->epochs;
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
     if (o->shuffle) shuffle(idx, train->n, o->seed, e);
     double t0 = now(), last_progress = t0;
     for (int64_t k = 0; k < batches && rc == 0; k++) {
       int64_t s = k * b;
       int n = (int)(train->n - s < b ? train->n - s : b);
+      if (o->lr_schedule == TSR_LR_COSINE) {
+        double t = (double)((e - 1) * batches + k) / total_steps;
+        tsr_net_set_lr(net, (float)(base_lr * 0.5 * (1.0 + cos(M_PI * t))));
+      }
       rc = tsr_net_train_step(net, train, idx + s, n, true);
       if (rc == 0 && k >= o->window) rc = tsr_net_wait(net, o->window);
       if (o->on_progress && now() - last_progress > 0.5) {
