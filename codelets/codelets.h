@@ -58,7 +58,7 @@ int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src);
 int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y);
 int tsr__insert_scale(starpu_data_handle_t x, float alpha);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
- * src and rows are borrowed and must stay valid until the task has run. */
+ * rows is copied; src is borrowed and must stay valid until the task has run. */
 int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
                        const int32_t *rows, int nvalid);
 

@@ -1,8 +1,10 @@
 /* Batch assembly: copies the dataset rows a batch-row tile needs, in the
- * epoch's shuffled order, into an activation (or label) tile. The dataset and
- * the permutation live in host memory owned by the trainer, which keeps them
- * unchanged until the tasks that read them have run (it waits at epoch ends
- * before reshuffling). */
+ * epoch's shuffled order, into an activation (or label) tile. The row indices
+ * travel with the task (a few hundred bytes), so callers may reuse their
+ * index array at once; the dataset itself stays borrowed until the task ran. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "codelets.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
@@ -11,8 +13,8 @@ struct gather_args {
   const float *src;
   int64_t lds;
   int col0;
-  const int32_t *rows;
   int nvalid;
+  int32_t rows[]; /* nvalid dataset row indices */
 };
 
 static void gather_cpu(void *buffers[], void *cl_arg) {
@@ -40,6 +42,12 @@ int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, 
   if (nvalid < 0 || nvalid > tsr__handle_rows(dst) || col0 < 0 ||
       col0 + tsr__handle_cols(dst) > lds)
     return TSR_ESHAPE;
-  struct gather_args args = {src, lds, col0, rows, nvalid};
-  return tsr__submit(&tsr_cl_gather, &args, sizeof args, 1, &dst, 0);
+  size_t size = sizeof(struct gather_args) + sizeof(int32_t) * (size_t)nvalid;
+  struct gather_args *args = malloc(size);
+  if (!args) return TSR_ENOMEM;
+  *args = (struct gather_args){src, lds, col0, nvalid};
+  memcpy(args->rows, rows, sizeof(int32_t) * (size_t)nvalid);
+  int rc = tsr__submit(&tsr_cl_gather, args, size, 1, &dst, 0);
+  free(args);
+  return rc;
 }

@@ -35,10 +35,12 @@ int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_e
   else
     return tsr_error_set(err, TSR_EINVAL, "--model '%s': unknown model; %s", text, hint);
   const char *p = widths;
+  if (!*p)
+    return tsr_error_set(err, TSR_EINVAL, "--model '%s': no widths after 'mlp:'; %s", text, hint);
   while (*p) {
     char *end;
     long w;
-    if (parse_int(p, &end, 1 << 20, &w) || (*end && *end != ','))
+    if (parse_int(p, &end, 1 << 20, &w) || (*end && *end != ',') || (*end == ',' && !end[1]))
       return tsr_error_set(err, TSR_EINVAL, "--model '%s': '%s' is not a positive width; %s", text,
                            p, hint);
     if (add_layer(spec, TSR_LAYER_DENSE, (int)w) || add_layer(spec, TSR_LAYER_RELU, 0))

@@ -40,7 +40,7 @@ int tsr__tiles_copy(tsr_tiles_t *dst, const tsr_tiles_t *src);
 int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t *y);
 int tsr__tiles_scale(tsr_tiles_t *x, float alpha);
 /* dst (M, N) row r = src row rows[r] (src is (*, lds) row-major, borrowed
- * until the tasks ran), zero from row nvalid on. */
+ * until the tasks ran; rows is copied), zero from row nvalid on. */
 int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
                       int64_t nvalid);
 
