@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds what changed, then runs the test suites: scripts/run-tests.sh [meson test options],
+# e.g. scripts/run-tests.sh data, or --suite mpi.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${TSR_BUILD_DIR:-build}
+[[ $build == /* ]] || build="$root/$build"
+"$root/scripts/setup.sh"
+
+# StarPU keeps calibration data in $STARPU_HOME (default ~/.starpu): keep the
+# tests' inside the build folder, away from a user's own.
+export STARPU_HOME=${STARPU_HOME:-$build/starpu-home}
+mkdir -p "$STARPU_HOME"
+# Open MPI refuses to start as root (CI containers) unless told it is fine.
+if ((EUID == 0)); then
+  export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1}
+  export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+fi
+exec meson test -C "$build" --print-errorlogs "$@"

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Gets a checkout ready to run: installs the Debian packages tessera needs when
+# any is missing, configures build/ once, and builds. Cheap to rerun: with
+# everything in place it costs one dpkg-query and a no-op ninja.
+#
+# Environment:
+#   TSR_WITH_PEERS=1     also install what the benchmarks compare against
+#                        (python3-torch, gnuplot-nox)
+#   CI=true              configure with -Dwerror_ci=true (warnings are errors)
+#   TSR_BUILD_DIR=DIR    build folder, absolute or relative to the repository
+#                        (default: build)
+#   TSR_SETUP_DRY_RUN=1  say what would be installed and run, change nothing
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+build_dir=${TSR_BUILD_DIR:-build}
+dry_run=${TSR_SETUP_DRY_RUN:-0}
+
+packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
+  libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist)
+if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
+  packages+=(python3-torch gnuplot-nox)
+fi
+
+say() { echo "setup: $*" >&2; }
+
+# Runs a command, or only prints it in a dry run.
+run() {
+  if [[ $dry_run == 1 ]]; then
+    say "would run: $*"
+  else
+    "$@"
+  fi
+}
+
+missing_packages() {
+  # One dpkg-query for all: it prints the packages it knows (and complains on
+  # stderr about the others); anything not reported "installed" is missing.
+  local installed
+  installed=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${packages[@]}" 2>/dev/null |
+    awk '$2 == "installed" { print $1 }' || true)
+  local p
+  for p in "${packages[@]}"; do
+    grep -qxF "$p" <<<"$installed" || echo "$p"
+  done
+}
+
+install_packages() {
+  if ! command -v dpkg-query >/dev/null; then
+    say "not a Debian system: install the equivalents of these yourself: ${packages[*]}"
+    return
+  fi
+  local missing
+  mapfile -t missing < <(missing_packages)
+  if ((${#missing[@]} == 0)); then
+    return
+  fi
+  say "installing missing packages: ${missing[*]}"
+  local sudo=()
+  if ((EUID != 0)); then
+    if ! command -v sudo >/dev/null; then
+      say "not root and no sudo; as root run: apt-get install ${missing[*]}"
+      exit 1
+    fi
+    sudo=(sudo)
+  fi
+  run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+}
+
+configure() {
+  local opts=()
+  [[ ${CI:-} == true ]] && opts+=(-Dwerror_ci=true)
+  # A failed `meson setup` leaves no coredata, so this also retries those.
+  if [[ ! -f $build_dir/meson-private/coredata.dat ]]; then
+    say "configuring $build_dir"
+    run meson setup "$build_dir" "${opts[@]}"
+  elif ((${#opts[@]} > 0)) && ! meson configure "$build_dir" | grep -Eq '^\s*werror_ci\s+true\b'; then
+    # A build folder configured before CI turned warnings into errors.
+    run meson configure "$build_dir" "${opts[@]}"
+  fi
+}
+
+install_packages
+configure
+run ninja -C "$build_dir"
