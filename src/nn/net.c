@@ -13,6 +13,7 @@
 
 #include "rng.h"
 #include "tessera/net.h"
+#include "tessera/runtime.h"
 #include "tessera/tiles.h"
 #include "tile/ops.h"
 #include "try.h"
@@ -52,13 +53,24 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   o->opt.beta1 = 0.9f, o->opt.beta2 = 0.999f, o->opt.eps = 1e-8f;
 }
 
-/* Defaults measured on the training benchmark: one batch-row tile up to 128
- * samples (the per-sample work is too small to split further) and feature
- * tiles of 256, which keep GEMM tasks large enough for BLIS to run near its
- * peak while giving every worker a tile. */
-static void choose_tiles(const tsr_net_opts_t *o, int *mb, int *nb) {
-  *mb = o->tile_rows > 0 ? o->tile_rows : (o->batch <= 128 ? o->batch : 128);
-  *nb = o->tile_cols > 0 ? o->tile_cols : 256;
+/* Default tiles, from the training benchmark's sweeps (README): one
+ * batch-row tile up to 512 samples, and feature tiles that cut the widest
+ * layer into about two tiles per worker, between 256 and 1024 features. Fewer,
+ * larger GEMM tasks let BLIS run near its peak; two per worker keep every
+ * worker busy while the other waits on a dependency. */
+static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o, int *mb,
+                         int *nb) {
+  int widest = 0;
+  for (int i = 0; i < spec->n_layers - 1; i++)
+    if (spec->layers[i].kind == TSR_LAYER_DENSE && spec->layers[i].units > widest)
+      widest = spec->layers[i].units;
+  if (widest == 0) widest = inputs;
+  int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
+  int cols = 256;
+  while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
+    cols *= 2;
+  *mb = o->tile_rows > 0 ? o->tile_rows : (o->batch <= 512 ? o->batch : 512);
+  *nb = o->tile_cols > 0 ? o->tile_cols : cols;
 }
 
 static int64_t next_tag;
@@ -143,7 +155,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   if (!net) return TSR_ENOMEM;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
   net->lr = opts->opt.lr;
-  choose_tiles(opts, &net->mb, &net->nb);
+  choose_tiles(spec, inputs, opts, &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 
   /* Fold each ReLU that follows a dense layer into that layer. */
