@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <starpu.h>
+#include <starpu_heteroprio.h>
 
 #include "kernels/kernels.h"
 #include "tessera/runtime.h"
@@ -16,6 +17,15 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->ncpus = -1;
 }
 
+/* Policies this StarPU offers that cannot train here, and why. */
+static const char *broken_reason(const char *name) {
+  if (STARPU_MAJOR_VERSION == 1 && STARPU_MINOR_VERSION == 3 &&
+      strcmp(name, "modular-heteroprio-heft") == 0)
+    return "deadlocks inside StarPU 1.3's scheduler component (a worker waits on a scheduler "
+           "mutex forever after the first epoch)";
+  return NULL;
+}
+
 bool tsr_sched_known(const char *name) {
   struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
   for (; *p; p++)
@@ -25,7 +35,21 @@ bool tsr_sched_known(const char *name) {
 
 void tsr_sched_list(FILE *out) {
   struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
-  for (; *p; p++) fprintf(out, "  %-16s %s\n", (*p)->policy_name, (*p)->policy_description);
+  for (; *p; p++)
+    fprintf(out, "  %-16s %s%s\n", (*p)->policy_name, (*p)->policy_description,
+            broken_reason((*p)->policy_name) ? " (does not work with this StarPU)" : "");
+}
+
+/* heteroprio needs the application to map task priorities to buckets before
+ * it can run anything (without this StarPU 1.3 aborts). tessera's tasks use
+ * priority 1 for critical-path work and 0 for the rest: bucket 1 is looked
+ * at first. */
+static void heteroprio_init(unsigned ctx) {
+  starpu_heteroprio_set_nb_prios(ctx, STARPU_CPU_IDX, 2);
+  starpu_heteroprio_set_mapping(ctx, STARPU_CPU_IDX, 0, 1);
+  starpu_heteroprio_set_mapping(ctx, STARPU_CPU_IDX, 1, 0);
+  starpu_heteroprio_set_faster_arch(ctx, STARPU_CPU_IDX, 0);
+  starpu_heteroprio_set_faster_arch(ctx, STARPU_CPU_IDX, 1);
 }
 
 int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
@@ -36,6 +60,11 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
                          "unknown scheduling policy '%s'; `tessera info --sched-list` lists the "
                          "policies this StarPU offers (e.g. lws, eager, dmda, ws, prio)",
                          sched);
+  const char *broken = broken_reason(sched);
+  if (broken)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "scheduling policy '%s' %s; choose another (lws is the default)", sched,
+                         broken);
   int ncpus = opts ? opts->ncpus : -1;
   if (ncpus == 0 || ncpus < -1)
     return tsr_error_set(err, TSR_EINVAL, "--workers must be at least 1 (got %d)", ncpus);
@@ -43,6 +72,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   conf.sched_policy_name = sched;
+  if (strcmp(sched, "heteroprio") == 0) conf.sched_policy_init = heteroprio_init;
   conf.ncpus = ncpus;
   conf.ncuda = 0;
   /* No OpenCL codelets yet: probing OpenCL platforms would only cost start-up time. */
