@@ -1,0 +1,70 @@
+/* Dense layers (y = x W + b, with a following ReLU fused into the bias add)
+ * and standalone ReLU layers, as tiled operations. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "nn/net_impl.h"
+#include "tile/ops.h"
+#include "try.h"
+
+static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+  (void)net, (void)train;
+  TSR_TRY(tsr__tiles_gemm(false, false, 1.0f, x, l->params[0].w, 0.0f, l->y, 0));
+  return tsr__tiles_bias_add(l->y, l->params[1].w, l->relu);
+}
+
+/* The input gradient goes first (priority 1): the layer below waits for it,
+ * while the weight gradient has slack until the update. */
+static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+  (void)net;
+  if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(l->dy, l->dy, l->y));
+  if (dx) TSR_TRY(tsr__tiles_gemm(false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx, 1));
+  TSR_TRY(tsr__tiles_gemm(true, false, 1.0f, x, l->dy, 0.0f, l->params[0].g, 0));
+  return tsr__tiles_bias_grad(l->params[1].g, l->dy);
+}
+
+static const tsr_layer_ops_t dense_ops = {"dense", true, dense_forward, dense_backward};
+
+/* He-uniform weights for ReLU networks, zero biases. */
+static int init_weights(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
+  size_t n = (size_t)fin * (size_t)fout;
+  float *v = malloc(n * sizeof *v);
+  if (!v) return TSR_ENOMEM;
+  double bound = sqrt(6.0 / fin);
+  for (size_t k = 0; k < n; k++)
+    v[k] = (float)((2.0 * tsr__rng_uniform(rng) - 1.0) * bound);
+  int rc = tsr_tiles_write(w, v);
+  free(v);
+  return rc;
+}
+
+int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+                      tsr_rng_t *rng) {
+  l->ops = &dense_ops;
+  l->fout = s->units;
+  int onb = last ? l->fout : net->nb;
+  l->nparams = 2;
+  TSR_TRY(tsr__net_param_create(net, &l->params[0], l->fin, l->fout, net->nb, onb, true));
+  TSR_TRY(tsr__net_param_create(net, &l->params[1], 1, l->fout, 1, onb, false));
+  TSR_TRY(tsr__net_activations(net, l, last));
+  return init_weights(l->params[0].w, l->fin, l->fout, rng);
+}
+
+static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+  (void)net, (void)train;
+  return tsr__tiles_relu_fwd(l->y, x);
+}
+
+static int relu_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+  (void)net, (void)x;
+  return dx ? tsr__tiles_relu_bwd(dx, l->dy, l->y) : 0;
+}
+
+static const tsr_layer_ops_t relu_ops = {"relu", false, relu_forward, relu_backward};
+
+int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last) {
+  (void)s;
+  l->ops = &relu_ops;
+  l->fout = l->fin;
+  return tsr__net_activations(net, l, last);
+}

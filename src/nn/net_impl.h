@@ -1,0 +1,80 @@
+/* The network's insides, shared by the layer files (dense.c, ...), the
+ * network (net.c) and the distribution code in src/dist/, which replaces
+ * what happens to a parameter once its gradient is known. No StarPU here:
+ * layers work on tiled matrices through src/tile/ops.h. */
+#ifndef TSR_NET_IMPL_H
+#define TSR_NET_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rng.h"
+#include "tessera/net.h"
+#include "tessera/tiles.h"
+
+/* A trainable tensor and what the optimizer keeps for it. */
+typedef struct {
+  tsr_tiles_t *w, *g;   /* value and gradient, same shape and tiling */
+  tsr_tiles_t *s1, *s2; /* SGD velocity or Adam first moment; Adam second moment; NULL unused */
+  bool decay;           /* weight decay applies (weights yes, biases no) */
+} tsr_param_t;
+
+typedef struct tsr_layer tsr_layer_t;
+
+typedef struct {
+  const char *name;
+  bool fuses_relu; /* the layer applies a following ReLU itself when l->relu is set */
+  /* l->y (batch, fout) = f(x (batch, fin)); train is false during evaluation. */
+  int (*forward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train);
+  /* From l->dy: the parameters' gradients, and dx (batch, fin) unless NULL.
+   * May overwrite l->dy. */
+  int (*backward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx);
+} tsr_layer_ops_t;
+
+#define TSR_LAYER_MAX_PARAMS 2
+
+struct tsr_layer {
+  const tsr_layer_ops_t *ops;
+  int fin, fout; /* features per sample, in and out */
+  bool relu;     /* dense: a following ReLU fused into the bias add */
+  int nparams;
+  tsr_param_t params[TSR_LAYER_MAX_PARAMS]; /* dense: W (fin, fout), b (1, fout) */
+  tsr_tiles_t *y, *dy;                      /* (batch, fout) output and its gradient */
+};
+
+/* What happens to a parameter once its gradient has been submitted: the
+ * optimizer step by default; distributed synchronization policies replace it. */
+typedef int (*tsr_grad_hook_fn)(tsr_net_t *net, tsr_param_t *p, void *ctx);
+
+struct tsr_net {
+  int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
+  tsr_net_opts_t opts;
+  int n_layers;
+  tsr_layer_t layers[TSR_MAX_LAYERS];
+  tsr_tiles_t *x0, *dx0;    /* (batch, inputs) input and, when kept, its gradient */
+  tsr_tiles_t *labels;      /* (batch, 1) */
+  tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
+  tsr_tiles_t *eval_stats;
+  int step;                /* optimizer steps taken (Adam's t) */
+  float lr;                /* current learning rate (opts.opt.lr is the base) */
+  uint64_t tasks_per_step; /* measured on the first training step */
+  tsr_grad_hook_fn on_grad;
+  void *on_grad_ctx;
+};
+
+/* Creates a tiled matrix with the next free range of MPI tags. */
+int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
+/* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
+int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
+                          int nb, bool decay);
+/* Creates l->y and l->dy for the net's batch; the logits (last layer) stay one tile wide. */
+int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last);
+/* Submits the optimizer update of p at the net's current step and learning rate. */
+int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p);
+
+/* Layer constructors: fill l (fin already set) from its spec. */
+int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+                      tsr_rng_t *rng);
+int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last);
+
+#endif
