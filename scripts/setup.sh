@@ -5,7 +5,7 @@
 #
 # Environment:
 #   TSR_WITH_PEERS=1     also install what the benchmarks compare against
-#                        (python3-torch, gnuplot-nox)
+#                        (python3-torch, python3-matplotlib, gnuplot-nox)
 #   CI=true              configure with -Dwerror_ci=true (warnings are errors)
 #   TSR_BUILD_DIR=DIR    build folder, absolute or relative to the repository
 #                        (default: build)
@@ -19,7 +19,7 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist)
 if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
-  packages+=(python3-torch gnuplot-nox)
+  packages+=(python3-torch python3-matplotlib gnuplot-nox)
 fi
 
 say() { echo "setup: $*" >&2; }
