@@ -1,5 +1,7 @@
 /* y = alpha x + beta y on tiles: the building block of averaging and of
- * gradient accumulation. */
+ * gradient accumulation. With beta 0 y is only written (W); contributions
+ * whose order does not matter use the commutative variant (RW|COMMUTE), so
+ * StarPU applies them as they arrive. */
 #include "codelets.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
@@ -29,10 +31,37 @@ struct starpu_codelet tsr_cl_axpby = {
     .model = &axpby_model,
 };
 
-int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y) {
+struct starpu_codelet tsr_cl_axpby_w = {
+    .name = "axpby",
+    .cpu_funcs = {axpby_cpu},
+    .cpu_funcs_name = {"axpby_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_W},
+    .model = &axpby_model,
+};
+
+struct starpu_codelet tsr_cl_axpby_commute = {
+    .name = "axpby",
+    .cpu_funcs = {axpby_cpu},
+    .cpu_funcs_name = {"axpby_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_RW | STARPU_COMMUTE},
+    .model = &axpby_model,
+};
+
+int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y,
+                           bool commute) {
   if (tsr__handle_rows(x) != tsr__handle_rows(y) || tsr__handle_cols(x) != tsr__handle_cols(y))
     return TSR_ESHAPE;
+  if (commute && beta != 1.0f) return TSR_EINVAL; /* only pure accumulations commute */
   struct axpby_args args = {alpha, beta};
   starpu_data_handle_t h[2] = {x, y};
-  return tsr__submit(&tsr_cl_axpby, &args, sizeof args, 2, h, 0);
+  struct starpu_codelet *cl = commute ? &tsr_cl_axpby_commute
+                              : beta == 0.0f ? &tsr_cl_axpby_w
+                                             : &tsr_cl_axpby;
+  return tsr__submit(cl, &args, sizeof args, 2, h, 0);
+}
+
+int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y) {
+  return tsr__insert_axpby_mode(alpha, x, beta, y, false);
 }

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <starpu.h>
 
+#include "kernels/kernels.h"
+
 #define TSR_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))
 #define TSR_COLS(buf) ((int)STARPU_MATRIX_GET_NX(buf))
 #define TSR_LD(buf) ((int)STARPU_MATRIX_GET_LD(buf))
@@ -19,6 +21,12 @@
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);
 int tsr__handle_cols(starpu_data_handle_t h);
+
+/* While set (main thread only), tsr__submit goes through
+ * starpu_mpi_task_insert: every rank submits the same task, it runs on the
+ * rank owning the data it writes, and StarPU-MPI sends it the data it reads.
+ * src/dist sets it around its averaging submissions. */
+void tsr__submit_set_mpi(bool on);
 
 /* Creates and submits one task of cl on handles (modes from cl->modes), with
  * a private copy of args (args_size bytes, may be 0). name labels the task in
@@ -54,8 +62,16 @@ int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_dat
                      int t);
 int tsr__insert_fill(starpu_data_handle_t x, float value);
 int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src);
-/* y = alpha x + beta y */
+/* y = alpha x + beta y (y only written when beta is 0) */
 int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y);
+/* The same; with commute (beta must be 1) contributions to y may be applied in any order. */
+int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y,
+                           bool commute);
+/* Asynchronous epoch averaging: global = (global + w) / 2, then snap = global,
+ * as one task, so a rank reads back the global copy right after its own fold;
+ * with commute, folds of different ranks apply in the order they arrive. */
+int tsr__insert_fold(starpu_data_handle_t global, starpu_data_handle_t snap, starpu_data_handle_t w,
+                     bool commute);
 int tsr__insert_scale(starpu_data_handle_t x, float alpha);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
  * rows is copied; src is borrowed and must stay valid until the task has run. */

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <starpu_mpi.h>
+
 #include "codelets.h"
 #include "tessera/error.h"
 
@@ -18,6 +20,26 @@ int tsr__handle_cols(starpu_data_handle_t h) {
 }
 
 static _Atomic uint64_t submitted;
+static bool via_mpi;
+
+void tsr__submit_set_mpi(bool on) {
+  via_mpi = on;
+}
+
+/* StarPU-MPI's owner-computes insert; the args copy is freed by StarPU. */
+static int submit_mpi(struct starpu_codelet *cl, const void *args, size_t args_size, int nhandles,
+                      const starpu_data_handle_t *handles, int priority) {
+  void *copy = NULL;
+  if (args_size > 0) {
+    copy = malloc(args_size);
+    if (!copy) return TSR_ENOMEM;
+    memcpy(copy, args, args_size);
+  }
+  int ret = starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
+                                   STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY, priority, 0);
+  submitted++;
+  return ret == 0 ? 0 : TSR_ERUNTIME;
+}
 
 uint64_t tsr__submitted_count(void) {
   return submitted;
@@ -25,6 +47,7 @@ uint64_t tsr__submitted_count(void) {
 
 int tsr__submit(struct starpu_codelet *cl, const void *args, size_t args_size, int nhandles,
                 const starpu_data_handle_t *handles, int priority) {
+  if (via_mpi) return submit_mpi(cl, args, args_size, nhandles, handles, priority);
   struct starpu_task *task = starpu_task_create();
   if (!task) return TSR_ENOMEM;
   task->cl = cl;

@@ -11,6 +11,7 @@ typedef struct {
   const char *model;
   const char *sched;
   const char *optimizer;
+  const char *sync; /* synchronization policy across ranks ("none" for one process) */
   int batch, tile_rows, tile_cols, workers;
   double lr;
   unsigned long long seed;

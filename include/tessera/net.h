@@ -78,7 +78,7 @@ TSR_API void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols)
 TSR_API int64_t tsr_net_param_count(const tsr_net_t *net);
 
 /* Submits one training step on samples rows[0..n) of ds (n <= batch; a short
- * batch is padded and the padding ignored): forward, loss, backward, and the
+ * batch is padded and the padding ignored; n = 0 gives zero gradients): forward, loss, backward, and the
  * optimizer update when update is set. rows is copied; ds is borrowed until
  * the step's tasks have run (tsr_net_wait). */
 TSR_API int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,

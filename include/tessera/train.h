@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "tessera/data.h"
+#include "tessera/dist.h"
 #include "tessera/net.h"
 
 typedef struct {
@@ -19,8 +20,12 @@ typedef struct {
   double test_accuracy;
   double seconds;        /* training time of the epoch (evaluation excluded) */
   double eval_seconds;
-  double samples_per_s;  /* training samples / seconds */
+  double samples_per_s;  /* training samples (of all ranks) / seconds */
   int64_t samples;
+  int ranks;               /* MPI ranks training replicas */
+  double sync_seconds;     /* rank 0's time in synchronization (waits included) */
+  uint64_t bytes_sent;     /* tile bytes rank 0 sent for synchronization */
+  uint64_t bytes_received; /* tile bytes rank 0 received */
 } tsr_epoch_stats_t;
 
 typedef enum {
@@ -34,6 +39,7 @@ typedef struct {
   tsr_lr_schedule_t lr_schedule; /* around the net's optimizer lr */
   int window;     /* training steps in flight at most (bounded submission) */
   bool shuffle;
+  const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
   /* Called on the main thread after each epoch; a non-zero return stops training. */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
@@ -44,9 +50,14 @@ typedef struct {
 /* 10 epochs, seed 1, cosine learning-rate decay, window 8, shuffled. */
 TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
 
+#define TSR_MAX_RANKS 1024
+
 /* Trains net on train (whose samples must match the net's inputs) for
  * opts->epochs epochs, evaluating on test (may be NULL) after each. The
- * last batch of an epoch may be short; every sample is used every epoch. */
+ * last batch of an epoch may be short; every sample is used every epoch.
+ * Under MPI (tsr_dist_start), every rank calls this with the same arguments:
+ * each trains its replica on its shard of every epoch's shuffled order, the
+ * replicas agree through opts->sync, and rank 0 evaluates and reports. */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

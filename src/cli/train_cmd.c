@@ -34,7 +34,11 @@ static void usage(FILE *out) {
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
-          "  --log FILE.jsonl    write one JSON object per epoch\n"
+          "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch [batch]\n"
+          "  --sync-state        average optimizer state with the weights (every, epoch)\n"
+          "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
+          "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
+          "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
           "  --quiet             no per-epoch lines\n"
           "  --help              this text\n",
           TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
@@ -66,6 +70,22 @@ static int to_float(const char *s, double lo, double hi, float *out) {
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* What must be equal on every rank: the options and the data (sizes and a
+ * sample of values), so replicas never silently train different things. */
+static void describe_config(char *buf, size_t size, int argc, char **argv,
+                            const tsr_dataset_t *train, const tsr_dataset_t *test) {
+  double sum = 0;
+  for (int64_t i = 0; i < train->n * train->features; i += 997)
+    sum += train->x[i];
+  for (int64_t i = 0; i < train->n; i += 7)
+    sum += train->y[i];
+  int n = snprintf(buf, size, "data %lld/%lld x %lld, %d classes, checksum %.6g; options",
+                   (long long)train->n, (long long)test->n, (long long)train->features,
+                   train->classes, sum);
+  for (int i = 1; i < argc && n < (int)size; i++)
+    n += snprintf(buf + n, size - (size_t)n, " %s", argv[i]);
 }
 
 struct ctx {
@@ -118,7 +138,11 @@ int tsr_cli_train(int argc, char **argv) {
     O_TEST_LIMIT,
     O_LOG,
     O_QUIET,
-    O_SCHEDULE
+    O_SCHEDULE,
+    O_SYNC,
+    O_SYNC_STATE,
+    O_WEIGHTING,
+    O_DETERMINISTIC
   };
   static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                            {"model", required_argument, 0, O_MODEL},
@@ -136,6 +160,10 @@ int tsr_cli_train(int argc, char **argv) {
                                            {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
                                            {"test-limit", required_argument, 0, O_TEST_LIMIT},
                                            {"lr-schedule", required_argument, 0, O_SCHEDULE},
+                                           {"sync", required_argument, 0, O_SYNC},
+                                           {"sync-state", no_argument, 0, O_SYNC_STATE},
+                                           {"weighting", required_argument, 0, O_WEIGHTING},
+                                           {"deterministic", no_argument, 0, O_DETERMINISTIC},
                                            {"log", required_argument, 0, O_LOG},
                                            {"quiet", no_argument, 0, O_QUIET},
                                            {"help", no_argument, 0, 'h'},
@@ -149,6 +177,9 @@ int tsr_cli_train(int argc, char **argv) {
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   bool lr_set = false, quiet = false;
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  tsr_errbuf_t err = {""};
   long v, train_limit = -1, test_limit = -1;
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -174,6 +205,25 @@ int tsr_cli_train(int argc, char **argv) {
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &no.opt.lr)) return bad("--lr", optarg, "a number > 0");
       lr_set = true;
+      break;
+    case O_SYNC: {
+      bool state = sync.average_state, det = sync.deterministic, by = sync.by_samples;
+      if (tsr_sync_parse(&sync, optarg, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 2;
+      }
+      sync.average_state = state, sync.deterministic = det, sync.by_samples = by;
+      break;
+    }
+    case O_SYNC_STATE: sync.average_state = true; break;
+    case O_DETERMINISTIC: sync.deterministic = true; break;
+    case O_WEIGHTING:
+      if (strcmp(optarg, "uniform") == 0)
+        sync.by_samples = false;
+      else if (strcmp(optarg, "samples") == 0)
+        sync.by_samples = true;
+      else
+        return bad("--weighting", optarg, "uniform or samples");
       break;
     case O_SCHEDULE:
       if (strcmp(optarg, "cosine") == 0)
@@ -246,7 +296,16 @@ int tsr_cli_train(int argc, char **argv) {
     return 2;
   }
 
-  tsr_errbuf_t err = {""};
+  /* Under mpirun every rank runs this; ranks agree on each start-up step so
+   * that one rank's failure stops all of them with its message, and rank 0
+   * alone speaks afterwards. */
+  if (tsr_dist_start(&argc, &argv, false)) {
+    fprintf(stderr, "tessera train: cannot start MPI\n");
+    return 1;
+  }
+  bool speaker = tsr_dist_rank() == 0;
+  if (!speaker) quiet = true;
+  to.sync = &sync;
   tsr_dataset_t train = {0}, test = {0};
   tsr_model_spec_t spec;
   tsr_net_t *net = NULL;
@@ -265,43 +324,65 @@ int tsr_cli_train(int argc, char **argv) {
     rc = ends_with(model, ".ini") ? tsr_model_load_ini(&spec, model, &err)
                                   : tsr_model_parse(&spec, model, train.classes, &err);
   }
-  if (rc == 0) rc = tsr_runtime_init(&ro, &err);
+  rc = tsr_dist_agree(rc, &err, &err);
+  if (rc == 0) {
+    char config[1024];
+    describe_config(config, sizeof config, argc, argv, &train, &test);
+    rc = tsr_dist_check_same(config, &err);
+  }
+  if (rc == 0) rc = tsr_dist_agree(tsr_runtime_init(&ro, &err), &err, &err);
   bool started = rc == 0;
-  if (rc == 0) rc = tsr_net_create(&net, &spec, (int)train.features, train.classes, &no, &err);
-  char desc[256] = "";
+  if (rc == 0)
+    rc = tsr_dist_agree(tsr_net_create(&net, &spec, (int)train.features, train.classes, &no, &err),
+                        &err, &err);
+  char desc[256] = "", sync_text[32] = "none";
   int tr = 0, tc = 0;
+  if (tsr_dist_size() > 1) tsr_sync_describe(&sync, sync_text, sizeof sync_text);
   if (rc == 0) {
     tsr_model_describe(&spec, (int)train.features, desc, sizeof desc);
     tsr_net_tiles(net, &tr, &tc);
     if (!quiet)
       printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
-             "%s lr %g, tiles %dx%d, %d workers, scheduler %s\n",
+             "%s lr %g, tiles %dx%d, %d workers, scheduler %s",
              desc, (long long)tsr_net_param_count(net), (long long)train.n, (long long)test.n,
              no.batch, no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd", (double)no.opt.lr, tr, tc,
              tsr_runtime_ncpus(), tsr_runtime_sched());
+    if (!quiet && tsr_dist_size() > 1)
+      printf(", %d ranks (sync %s), batch %d per rank", tsr_dist_size(), sync_text, no.batch);
+    if (!quiet) printf("\n");
   }
-  if (rc == 0 && log_path) {
-    tsr_run_info_t run = {desc,
-                          tsr_runtime_sched(),
-                          no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
-                          no.batch,
-                          tr,
-                          tc,
-                          tsr_runtime_ncpus(),
-                          no.opt.lr,
-                          no.seed};
-    rc = tsr_log_open(&log, log_path, &run, &err);
+  if (rc == 0) {
+    int lrc = 0;
+    if (log_path && speaker) {
+      tsr_run_info_t run = {.model = desc,
+                            .sched = tsr_runtime_sched(),
+                            .optimizer = no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
+                            .sync = sync_text,
+                            .batch = no.batch,
+                            .tile_rows = tr,
+                            .tile_cols = tc,
+                            .workers = tsr_runtime_ncpus(),
+                            .lr = no.opt.lr,
+                            .seed = no.seed};
+      lrc = tsr_log_open(&log, log_path, &run, &err);
+    }
+    rc = tsr_dist_agree(lrc, &err, &err);
   }
   if (rc == 0) {
     struct ctx cx = {log, quiet, !quiet && isatty(STDERR_FILENO)};
     to.on_epoch = on_epoch, to.on_progress = on_progress, to.ctx = &cx;
     rc = tsr_train(net, &train, &test, &to, &err);
+    /* Past start-up the ranks' task graphs are tied together: a rank that
+     * fails mid-run stops them all rather than leaving them waiting. */
+    if (rc && tsr_dist_size() > 1) tsr_dist_abort(err.msg[0] ? err.msg : tsr_strerror(rc));
   }
-  if (rc) fprintf(stderr, "tessera train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+  if (rc && speaker)
+    fprintf(stderr, "tessera train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
   tsr_log_close(&log);
   tsr_net_destroy(&net);
   if (started) tsr_runtime_fini();
   tsr_dataset_fini(&train);
   tsr_dataset_fini(&test);
+  tsr_dist_stop();
   return rc ? 1 : 0;
 }

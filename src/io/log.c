@@ -12,7 +12,7 @@
 struct tsr_log {
   FILE *f;
   tsr_run_info_t run; /* strings copied below */
-  char model[256], sched[64], optimizer[32];
+  char model[256], sched[64], optimizer[32], sync[32];
 };
 
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run,
@@ -30,6 +30,7 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run,
   snprintf(log->model, sizeof log->model, "%s", run->model ? run->model : "");
   snprintf(log->sched, sizeof log->sched, "%s", run->sched ? run->sched : "");
   snprintf(log->optimizer, sizeof log->optimizer, "%s", run->optimizer ? run->optimizer : "");
+  snprintf(log->sync, sizeof log->sync, "%s", run->sync ? run->sync : "none");
   *out = log;
   return 0;
 }
@@ -52,6 +53,11 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   add_number(o, "seconds", st->seconds);
   add_number(o, "eval_seconds", st->eval_seconds);
   add_number(o, "samples_per_s", st->samples_per_s);
+  cJSON_AddNumberToObject(o, "ranks", st->ranks > 0 ? st->ranks : 1);
+  cJSON_AddStringToObject(o, "sync", log->sync);
+  add_number(o, "sync_seconds", st->sync_seconds);
+  cJSON_AddNumberToObject(o, "bytes_sent", (double)st->bytes_sent);
+  cJSON_AddNumberToObject(o, "bytes_received", (double)st->bytes_received);
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);

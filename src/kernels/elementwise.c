@@ -61,7 +61,10 @@ void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta
   for (int i = 0; i < m; i++) {
     const float *xr = x + (long)i * ldx;
     float *yr = y + (long)i * ldy;
-    for (int j = 0; j < n; j++) yr[j] = alpha * xr[j] + beta * yr[j];
+    if (beta == 0.0f) /* y may be uninitialized: never read it */
+      for (int j = 0; j < n; j++) yr[j] = alpha * xr[j];
+    else
+      for (int j = 0; j < n; j++) yr[j] = alpha * xr[j] + beta * yr[j];
   }
 }
 

@@ -55,7 +55,7 @@ void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2
 
 void tsr__k_fill(int m, int n, float *x, int ldx, float value);
 void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds);
-/* y (m, n) = alpha x + beta y */
+/* y (m, n) = alpha x + beta y; y is not read when beta is 0. */
 void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
                   int ldy);
 void tsr__k_scale(int m, int n, float alpha, float *x, int ldx);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nn/net_impl.h"
+#include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
 #include "try.h"
@@ -42,6 +43,10 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
   int cols = 256;
   while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
     cols *= 2;
+  /* Replicas on several ranks move every parameter tile at each averaging
+   * (every step under batch sync), and each move costs a message's latency:
+   * fewer, larger tiles (measured in the README's distributed section). */
+  if (tsr_dist_size() > 1) cols = 1024;
   *mb = o->tile_rows > 0 ? o->tile_rows : (o->batch <= 512 ? o->batch : 512);
   *nb = o->tile_cols > 0 ? o->tile_cols : cols;
 }
@@ -216,7 +221,7 @@ static const tsr_tiles_t *layer_input(const tsr_net_t *net, int i) {
 }
 
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
-  if (n <= 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
+  if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
   TSR_TRY(tsr__tiles_gather(net->x0, ds->x, ds->features, rows, n));
   return tsr__tiles_gather(net->labels, ds->y, 1, rows, n);
 }
@@ -251,7 +256,8 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   TSR_TRY(load_batch(net, ds, rows, n));
   TSR_TRY(forward(net, true));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
-  TSR_TRY(tsr__tiles_softmax_xent(last->dy, net->train_stats, last->y, net->labels, n, 1.0f / n));
+  TSR_TRY(tsr__tiles_softmax_xent(last->dy, net->train_stats, last->y, net->labels, n,
+                                           n > 0 ? 1.0f / (float)n : 0.0f));
   TSR_TRY(backward(net, do_update));
   if (net->tasks_per_step == 0) net->tasks_per_step = tsr__tiles_task_count() - before;
   return 0;

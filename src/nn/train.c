@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "dist/replicas.h"
 #include "rng.h"
 #include "tessera/train.h"
 
@@ -48,6 +49,32 @@ int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *
   return 0;
 }
 
+/* This rank's part of an epoch: a contiguous slice of the shuffled order,
+ * rank r taking [r N / P, (r + 1) N / P). Every rank takes the same number
+ * of steps (the largest shard's), so all reach the same synchronization
+ * points; a rank whose shard is used up takes empty steps. */
+typedef struct {
+  int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
+  int ranks, rank;
+  int64_t steps;
+} shards_t;
+
+static void make_shards(shards_t *sh, int64_t n, int batch) {
+  sh->ranks = tsr_dist_size(), sh->rank = tsr_dist_rank();
+  int64_t largest = 0;
+  for (int q = 0; q <= sh->ranks; q++)
+    sh->lo[q] = n * q / sh->ranks;
+  for (int q = 0; q < sh->ranks; q++)
+    if (sh->lo[q + 1] - sh->lo[q] > largest) largest = sh->lo[q + 1] - sh->lo[q];
+  sh->steps = (largest + batch - 1) / batch;
+}
+
+/* Samples rank q takes at step k. */
+static int shard_take(const shards_t *sh, int q, int64_t k, int batch) {
+  int64_t left = sh->lo[q + 1] - sh->lo[q] - k * batch;
+  return left <= 0 ? 0 : left >= batch ? batch : (int)left;
+}
+
 int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
               const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
@@ -55,35 +82,56 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (train->n <= 0 || train->n > INT32_MAX)
     return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
                          (long long)train->n);
+  if (tsr_dist_size() > TSR_MAX_RANKS)
+    return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
+                         tsr_dist_size());
+  int b = tsr_net_batch(net);
+  shards_t sh;
+  make_shards(&sh, train->n, b);
+  tsr_replicas_t *rep = NULL;
+  int rc = 0;
+  if (sh.ranks > 1) {
+    tsr_sync_t none = {.kind = TSR_SYNC_NONE};
+    rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, err);
+    if (rc) return rc;
+  }
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
-  if (!idx) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
+  if (!idx) {
+    tsr__replicas_destroy(&rep);
+    return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
+  }
   for (int64_t i = 0; i < train->n; i++)
     idx[i] = (int32_t)i;
 
-  int b = tsr_net_batch(net);
-  int64_t batches = (train->n + b - 1) / b;
-  int rc = 0;
-  double base_lr = tsr_net_base_lr(net), total_steps = (double)batches * o->epochs;
+  int counts[TSR_MAX_RANKS];
+  const int32_t *mine = idx + sh.lo[sh.rank];
+  bool speaker = sh.rank == 0; /* rank 0 evaluates, reports and logs */
+  double base_lr = tsr_net_base_lr(net), total_steps = (double)sh.steps * o->epochs;
+  int64_t step = 0;
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
     if (o->shuffle) shuffle(idx, train->n, o->seed, e);
     double t0 = now(), last_progress = t0;
-    for (int64_t k = 0; k < batches && rc == 0; k++) {
-      int64_t s = k * b;
-      int n = (int)(train->n - s < b ? train->n - s : b);
+    for (int64_t k = 0; k < sh.steps && rc == 0; k++) {
+      for (int q = 0; q < sh.ranks; q++)
+        counts[q] = shard_take(&sh, q, k, b);
+      if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule == TSR_LR_COSINE) {
-        double t = (double)((e - 1) * batches + k) / total_steps;
+        double t = (double)((e - 1) * sh.steps + k) / total_steps;
         tsr_net_set_lr(net, (float)(base_lr * 0.5 * (1.0 + cos(M_PI * t))));
       }
-      rc = tsr_net_train_step(net, train, idx + s, n, true);
+      rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
+      if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, ++step);
       if (rc == 0 && k >= o->window) rc = tsr_net_wait(net, o->window);
-      if (o->on_progress && now() - last_progress > 0.5) {
+      if (speaker && o->on_progress && now() - last_progress > 0.5) {
         last_progress = now();
-        o->on_progress(e, k + 1, batches, last_progress - t0, o->ctx);
+        o->on_progress(e, k + 1, sh.steps, last_progress - t0, o->ctx);
       }
     }
+    if (rc == 0 && rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
     if (rc) break;
-    double loss_sum, correct;
-    rc = tsr_net_take_stats(net, false, &loss_sum, &correct); /* waits for the epoch */
+    double loss_sum, correct; /* both wait for the epoch */
+    rc = rep ? tsr__replicas_reduce_stats(rep, &loss_sum, &correct)
+             : tsr_net_take_stats(net, false, &loss_sum, &correct);
     double t1 = now();
     tsr_epoch_stats_t st = {.epoch = e,
                             .epochs = o->epochs,
@@ -93,13 +141,21 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .test_accuracy = NAN,
                             .seconds = t1 - t0,
                             .samples = train->n,
-                            .samples_per_s = (double)train->n / (t1 - t0)};
-    if (rc == 0 && test && test->n > 0)
+                            .samples_per_s = (double)train->n / (t1 - t0),
+                            .ranks = sh.ranks};
+    if (rep) {
+      tsr_sync_stats_t ss;
+      tsr__replicas_take_stats(rep, &ss);
+      st.sync_seconds = ss.seconds;
+      st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
+    }
+    if (rc == 0 && speaker && test && test->n > 0)
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
     st.eval_seconds = now() - t1;
-    if (rc == 0 && o->on_epoch && o->on_epoch(&st, o->ctx) != 0) break;
+    if (rc == 0 && speaker && o->on_epoch && o->on_epoch(&st, o->ctx) != 0 && !rep) break;
   }
   free(idx);
+  tsr__replicas_destroy(&rep);
   if (rc) return tsr_error_set(err, rc, "training stopped: %s", tsr_strerror(rc));
   return 0;
 }

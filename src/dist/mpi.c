@@ -1,0 +1,117 @@
+/* Plain MPI for start-up and shutdown only: starting MPI before StarPU (so
+ * that ranks can agree on their configuration and data before any task
+ * runs), agreeing on errors, and stopping every rank when one fails. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/dist.h"
+
+static bool active, we_started;
+static int rank, size = 1, local_rank, local_size = 1;
+
+static int env_int(const char *name, int fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
+
+int tsr_dist_start(int *argc, char ***argv, bool force) {
+  if (active) return 0;
+  bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  if (!launched && !force) return 0;
+  int initialized;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    /* StarPU-MPI calls MPI from its own thread, one call at a time. */
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+      return TSR_ERUNTIME;
+    we_started = true;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
+  local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", size);
+  active = true;
+  return 0;
+}
+
+bool tsr_dist_active(void) {
+  return active;
+}
+int tsr_dist_rank(void) {
+  return rank;
+}
+int tsr_dist_size(void) {
+  return size;
+}
+int tsr_dist_local_rank(void) {
+  return local_rank;
+}
+int tsr_dist_local_size(void) {
+  return local_size;
+}
+
+int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err) {
+  if (!active) {
+    if (rc && err && mine && err != mine) *err = *mine;
+    return rc;
+  }
+  /* The lowest failing rank speaks for all. */
+  int failing = rc ? rank : size, first;
+  MPI_Allreduce(&failing, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == size) return 0;
+  int code = rc;
+  char msg[sizeof err->msg - 32];
+  snprintf(msg, sizeof msg, "%.*s", (int)sizeof msg - 1, mine ? mine->msg : "");
+  MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
+  MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
+  return tsr_error_set(err, code, "rank %d: %s", first, msg[0] ? msg : tsr_strerror(code));
+}
+
+/* FNV-1a: enough to tell configurations apart. */
+static unsigned long long hash(const char *s) {
+  unsigned long long h = 1469598103934665603ULL;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+int tsr_dist_check_same(const char *config, tsr_errbuf_t *err) {
+  if (!active || size == 1) return 0;
+  unsigned long long mine = hash(config), *all = malloc(sizeof *all * (size_t)size);
+  if (!all) return TSR_ENOMEM;
+  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  char differ[64] = "";
+  int n = 0;
+  for (int r = 1; r < size; r++)
+    if (all[r] != all[0] && n < (int)sizeof differ - 12)
+      n += snprintf(differ + n, sizeof differ - (size_t)n, "%s%d", n ? ", " : "", r);
+  free(all);
+  if (!n) return 0;
+  /* Rank 0's description, so every rank can say what was expected. */
+  char expected[256];
+  snprintf(expected, sizeof expected, "%s", config);
+  MPI_Bcast(expected, sizeof expected, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return tsr_error_set(err, TSR_EINVAL,
+                       "ranks run different configurations: rank(s) %s differ from rank 0 (%s); "
+                       "start every rank with the same options and data",
+                       differ, expected);
+}
+
+void tsr_dist_abort(const char *msg) {
+  fprintf(stderr, "tessera (rank %d of %d): %s; stopping every rank\n", rank, size, msg);
+  fflush(stderr);
+  if (active) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+void tsr_dist_stop(void) {
+  if (active && we_started) {
+    int finalized;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  active = false;
+}

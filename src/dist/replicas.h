@@ -1,0 +1,41 @@
+/* Replicas of a network on every MPI rank and the synchronization policies
+ * that keep them in agreement (DESIGN.md, "Distribution over MPI ranks").
+ * The trainer calls these at fixed points of every rank's loop, so every
+ * rank submits the same StarPU-MPI tasks in the same order. */
+#ifndef TSR_REPLICAS_H
+#define TSR_REPLICAS_H
+
+#include <stdint.h>
+
+#include "tessera/dist.h"
+#include "tessera/net.h"
+
+typedef struct tsr_replicas tsr_replicas_t;
+
+typedef struct {
+  double seconds;          /* main-thread time in synchronization, waits included */
+  uint64_t bytes_sent;     /* tile bytes this rank sent */
+  uint64_t bytes_received; /* tile bytes this rank received */
+} tsr_sync_stats_t;
+
+/* Registers every parameter tile of every rank's replica with StarPU-MPI and
+ * makes every replica equal to rank 0's. In `batch` mode it takes over the
+ * net's gradient hook. net is borrowed and must outlive *r. */
+int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
+                         tsr_errbuf_t *err);
+void tsr__replicas_destroy(tsr_replicas_t **r);
+
+/* Samples every rank takes in the coming step (batch mode weighs gradients
+ * by them) or since the last averaging (weight averaging by samples). */
+void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank);
+/* Called after every step has been submitted; step counts from 1. */
+int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step);
+/* Called at every epoch end; last marks the final epoch. */
+int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last);
+/* Sums every rank's training loss and correct counts onto rank 0 and clears
+ * them. Every rank calls it; the sums are returned on rank 0 (0 elsewhere). */
+int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct);
+/* Statistics since the last call, then reset. */
+void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
+
+#endif

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# tessera train under mpirun as a user meets it: ranks started with different
+# options, or one rank that cannot read its data, end every rank with a
+# non-zero exit and one message, within a time bound; a short distributed run
+# logs the synchronization fields. Usage: test_mpi_cli.sh PATH/TO/tessera
+set -u
+tessera=$1
+data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
+common=(--workers 1 --train-limit 1280 --test-limit 500 --data "$data")
+passed=0 failed=0
+
+# expect CODE PATTERN SECONDS -- COMMAND...
+expect() {
+  local code=$1 pattern=$2 limit=$3
+  shift 4
+  local start out rc
+  start=$(date +%s)
+  out=$(timeout "$limit" "$@" 2>&1)
+  rc=$?
+  local took=$(($(date +%s) - start))
+  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL ($took s): $* -> exit $rc (want $code, /$pattern/):"
+    echo "$out" | grep -v '^\[' | head -8
+  fi
+}
+
+expect 1 "ranks run different configurations: rank\(s\) 1 differ" 60 -- \
+  "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
+  -np 1 "$tessera" train "${common[@]}" --epochs 2
+expect 1 "rank 1: .*/nonexistent" 60 -- \
+  "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
+  -np 1 "$tessera" train --workers 1 --data /nonexistent --epochs 1
+expect 1 "rank 1: .*model" 60 -- \
+  "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
+  -np 1 "$tessera" train "${common[@]}" --epochs 1 --model "$tmp/missing.ini"
+# A bad option on one rank: mpirun stops the others.
+expect 2 "--batch 0" 60 -- \
+  "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
+  -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
+expect 0 "epoch 2/2" 120 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync every=4 --log "$tmp/log.jsonl"
+if /usr/bin/python3 - "$tmp/log.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: log"; cat "$tmp/log.jsonl"; fi
+import json, sys
+objs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(objs) == 2, "rank 0 alone writes one line per epoch"
+for o in objs:
+    assert o["ranks"] == 2 and o["sync"] == "every=4", o
+    assert o["bytes_sent"] > 0 and o["bytes_received"] > 0 and o["sync_seconds"] >= 0, o
+    assert 0 < o["test_accuracy"] <= 1, o
+PY
+
+echo "$passed passed, $failed failed"
+((failed == 0))
