@@ -1,5 +1,5 @@
-/* One averaging mechanism for every synchronization policy. Parameter tile t
- * has a home rank (t mod P). Every rank registers, for each tile, a handle
+/* One averaging mechanism for every synchronization policy. Each parameter
+ * tile has a home rank (homes balanced by bytes). Every rank registers, for each tile, a handle
  * per rank's replica: its own tile, and placeholders standing for the other
  * ranks' copies. Averaging is then two rounds of StarPU-MPI tasks that every
  * rank submits alike: the home accumulates each rank's copy into its acc
@@ -259,6 +259,18 @@ static int start_equal(tsr_replicas_t *r) {
   return rc;
 }
 
+/* The home of the next tile: the rank with the fewest bytes homed so far, so
+ * that averaging traffic and optimizer updates spread evenly (tile index mod
+ * P would home every weight matrix of a net with one tile per matrix on rank
+ * 0 and only the biases elsewhere). Every rank computes the same answer. */
+static int lightest(uint64_t *load, int size, const tsr_param_t *p, int i, int j) {
+  int best = 0;
+  for (int q = 1; q < size; q++)
+    if (load[q] < load[best]) best = q;
+  load[best] += (uint64_t)tsr_tiles_tile_rows(p->w, i) * (uint64_t)tsr_tiles_tile_cols(p->w, j);
+  return best;
+}
+
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
                          tsr_errbuf_t *err) {
   *out = NULL;
@@ -271,7 +283,9 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
   int rc = r->weights && r->samples && r->params ? 0 : TSR_ENOMEM;
-  int k = 0, tile = 0;
+  int k = 0;
+  uint64_t *load = calloc((size_t)r->size, sizeof *load); /* bytes homed on each rank */
+  if (!load) rc = TSR_ENOMEM;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
     for (int m = 0; m < net->layers[l].nparams && rc == 0; m++, k++) {
       rparam_t *rp = &r->params[k];
@@ -281,9 +295,11 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
       rp->t = calloc((size_t)rp->ntiles, sizeof *rp->t);
       if (!rp->t) rc = TSR_ENOMEM;
       for (int i = 0; i < mt && rc == 0; i++)
-        for (int j = 0; j < nt && rc == 0; j++, tile++)
-          rc = create_tile(r, rp->p, i, j, tile % r->size, &rp->t[i * nt + j]);
+        for (int j = 0; j < nt && rc == 0; j++)
+          rc =
+              create_tile(r, rp->p, i, j, lightest(load, r->size, rp->p, i, j), &rp->t[i * nt + j]);
     }
+  free(load);
   r->nstats = rc == 0 ? tsr_tiles_mt(net->train_stats) : 0;
   if (rc == 0 && !(r->stats = calloc((size_t)(r->size * r->nstats), sizeof *r->stats)))
     rc = TSR_ENOMEM;
