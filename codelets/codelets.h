@@ -29,10 +29,24 @@ int tsr__handle_cols(starpu_data_handle_t h);
 void tsr__submit_set_mpi(bool on);
 
 /* Creates and submits one task of cl on handles (modes from cl->modes), with
- * a private copy of args (args_size bytes, may be 0). name labels the task in
- * traces and statistics and must outlive it (a string literal). */
+ * a private copy of args (args_size bytes, may be 0). While statistics or
+ * tracing are on, the task carries a callback and a label (codelet, layer,
+ * batch, priority; see tsr__submit_set_layer). priority is the helper's hint
+ * (> 0: an input gradient, on the critical path); the task gets the
+ * priority effective_priority() in submit.c derives from it. */
 int tsr__submit(struct starpu_codelet *cl, const void *args, size_t args_size, int nhandles,
                 const starpu_data_handle_t *handles, int priority);
+
+/* Labels and priorities (main thread): tasks submitted from now on belong to
+ * layer (1-based; 0: batch assembly) of nlayers, in the backward pass (with
+ * its updates and averaging) or not, and to training step batch (1-based
+ * over the run; 0: evaluation). */
+void tsr__submit_set_layer(int layer, int nlayers, bool backward);
+void tsr__submit_set_batch(int64_t batch);
+/* Off: every task gets priority 0 (runtime option, for comparison). */
+void tsr__submit_set_priorities(bool on);
+/* Highest priority tsr__submit gives (input gradients); priorities are 0..TSR_PRIO_MAX. */
+#define TSR_PRIO_MAX 3
 
 /* Number of tasks tsr__submit has submitted in this process. */
 uint64_t tsr__submitted_count(void);
@@ -77,5 +91,36 @@ int tsr__insert_scale(starpu_data_handle_t x, float alpha);
  * rows is copied; src is borrowed and must stay valid until the task has run. */
 int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
                        const int32_t *rows, int nvalid);
+
+/* Scratch memory of at least `floats` floats for the calling worker, valid
+ * until its next call on the same thread (inside one task). */
+float *tsr__workspace(size_t floats);
+
+/* Convolution on one batch-row tile of whole samples (channels-last rows):
+ * y (n, oh ow oc) = conv(x (n, h w c), w (kh kw c, oc)) + b (1, oc), ReLU
+ * when relu is set. g is copied. */
+int tsr__insert_conv_fwd(starpu_data_handle_t y, starpu_data_handle_t x, starpu_data_handle_t w,
+                         starpu_data_handle_t b, const tsr_conv_geom_t *g, bool relu);
+/* dx (n, h w c) = input gradient of the convolution from dy (n, oh ow oc). */
+int tsr__insert_conv_bwd_data(starpu_data_handle_t dx, starpu_data_handle_t dy,
+                              starpu_data_handle_t w, const tsr_conv_geom_t *g, int priority);
+/* dw = beta dw + filter gradient, db = beta db + bias gradient of one tile;
+ * written only (W) when beta == 0, accumulated in a chain otherwise. */
+int tsr__insert_conv_bwd_filter(starpu_data_handle_t dw, starpu_data_handle_t db,
+                                starpu_data_handle_t x, starpu_data_handle_t dy,
+                                const tsr_conv_geom_t *g, float beta);
+/* Max (max set) or mean pooling y (n, oh ow c) of x (n, h w c). */
+int tsr__insert_pool_fwd(starpu_data_handle_t y, starpu_data_handle_t x, const tsr_conv_geom_t *g,
+                         bool max);
+/* dx (n, h w c) from dy (n, oh ow c); max pooling also reads the forward
+ * input x and output y (NULL for mean pooling), and with relu applies the
+ * backward pass of a ReLU that produced x. */
+int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t x,
+                         starpu_data_handle_t y, const tsr_conv_geom_t *g, bool max, bool relu,
+                         int priority);
+/* y (m, n) = dropout of x with the mask of (seed, row0 + i, col0 + j); the
+ * same call on the gradient is the backward pass. */
+int tsr__insert_dropout(starpu_data_handle_t y, starpu_data_handle_t x, uint64_t seed,
+                        int64_t row0, int64_t col0, float rate);
 
 #endif

@@ -167,26 +167,30 @@ static void gradient_check(const tsr_model_spec_t *spec, int inputs, int classes
 }
 
 Test(grad, dense_softmax_xent_over_edge_tiles) {
-  tsr_model_spec_t spec = {1, {{TSR_LAYER_DENSE, 4}}};
+  tsr_model_spec_t spec = {1, {{.kind = TSR_LAYER_DENSE, .units = 4}}};
   gradient_check(&spec, 7, 4, 5, 5, 2, 3);
 }
 
 Test(grad, standalone_relu_on_the_input) {
-  tsr_model_spec_t spec = {2, {{TSR_LAYER_RELU, 0}, {TSR_LAYER_DENSE, 3}}};
+  tsr_model_spec_t spec = {
+      2, {{.kind = TSR_LAYER_RELU, .units = 0}, {.kind = TSR_LAYER_DENSE, .units = 3}}};
   gradient_check(&spec, 6, 3, 4, 4, 3, 4);
 }
 
 Test(grad, mlp_with_fused_relu) {
   tsr_model_spec_t spec = {5,
-                           {{TSR_LAYER_DENSE, 6},
-                            {TSR_LAYER_RELU, 0},
-                            {TSR_LAYER_DENSE, 5},
-                            {TSR_LAYER_RELU, 0},
-                            {TSR_LAYER_DENSE, 3}}};
+                           {{.kind = TSR_LAYER_DENSE, .units = 6},
+                            {.kind = TSR_LAYER_RELU, .units = 0},
+                            {.kind = TSR_LAYER_DENSE, .units = 5},
+                            {.kind = TSR_LAYER_RELU, .units = 0},
+                            {.kind = TSR_LAYER_DENSE, .units = 3}}};
   gradient_check(&spec, 5, 3, 7, 7, 3, 4);
 }
 
 Test(grad, short_batch_averages_over_valid_rows_only) {
-  tsr_model_spec_t spec = {3, {{TSR_LAYER_DENSE, 5}, {TSR_LAYER_RELU, 0}, {TSR_LAYER_DENSE, 3}}};
+  tsr_model_spec_t spec = {3,
+                           {{.kind = TSR_LAYER_DENSE, .units = 5},
+                            {.kind = TSR_LAYER_RELU, .units = 0},
+                            {.kind = TSR_LAYER_DENSE, .units = 3}}};
   gradient_check(&spec, 4, 3, 8, 5, 3, 2);
 }

@@ -119,7 +119,7 @@ Test(train, subset_of_2000_images_beats_75_percent) {
 }
 
 Test(train, rejects_a_last_layer_that_does_not_fit_the_classes) {
-  tsr_model_spec_t spec = {1, {{TSR_LAYER_DENSE, 7}}};
+  tsr_model_spec_t spec = {1, {{.kind = TSR_LAYER_DENSE, .units = 7}}};
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   tsr_net_t *net = NULL;
@@ -177,7 +177,13 @@ Test(model, ini_errors_name_the_file_section_and_fix) {
     const char *text, *expect;
   } cases[] = {
       {"[a]\nunits = 5\n", "before 'type'"},
-      {"[a]\ntype = conv\n", "unknown layer type"},
+      {"[a]\ntype = lstm\n", "unknown layer type"},
+      {"[a]\ntype = conv\nkernel = 3\n", "without 'filters'"},
+      {"[a]\ntype = conv\nfilters = 8\n", "no 'kernel'"},
+      {"[a]\ntype = maxpool\nkernel = 2\npadding = 1\n", "unknown key"},
+      {"[a]\ntype = dropout\n", "without 'rate'"},
+      {"[a]\ntype = dropout\nrate = 1.5\n", "[0, 1)"},
+      {"[a]\ntype = conv\nfilters = 8\nkernel = 3x\n", "NHxNW"},
       {"[a]\ntype = dense\n", "without 'units'"},
       {"[a]\ntype = dense\nunits = -4\n", "positive integer"},
       {"[a]\ntype = dense\nunits = 4\nactivation = tanh\n", "relu or none"},

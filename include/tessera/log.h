@@ -4,7 +4,10 @@
 #ifndef TESSERA_LOG_H
 #define TESSERA_LOG_H
 
+#include <stdbool.h>
+
 #include "tessera/error.h"
+#include "tessera/runtime.h"
 #include "tessera/train.h"
 
 typedef struct {
@@ -15,6 +18,7 @@ typedef struct {
   int batch, tile_rows, tile_cols, workers;
   double lr;
   unsigned long long seed;
+  bool no_priorities; /* task priorities were turned off */
 } tsr_run_info_t;
 
 typedef struct tsr_log tsr_log_t;
@@ -24,6 +28,10 @@ TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t
                          tsr_errbuf_t *err);
 /* Appends one line and flushes it, so a crashed run keeps its epochs. */
 TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
+/* Appends the run's statistics as one object with "event": "stats": per
+ * worker of each rank seconds, executing, idle, overhead, tasks and tasks
+ * per codelet; bytes per bus; trace events recorded. */
+TSR_API int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st);
 TSR_API void tsr_log_close(tsr_log_t **log);
 
 #endif

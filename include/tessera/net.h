@@ -14,11 +14,27 @@
 
 #define TSR_MAX_LAYERS 64
 
-typedef enum { TSR_LAYER_DENSE, TSR_LAYER_RELU } tsr_layer_kind_t;
+typedef enum {
+  TSR_LAYER_DENSE,
+  TSR_LAYER_RELU,
+  TSR_LAYER_CONV,    /* 2-D convolution with bias */
+  TSR_LAYER_MAXPOOL, /* 2-D max pooling per channel */
+  TSR_LAYER_AVGPOOL, /* 2-D mean pooling per channel */
+  TSR_LAYER_FLATTEN, /* (c, h, w) -> (1, 1, c h w); the storage is unchanged */
+  TSR_LAYER_DROPOUT  /* inverted dropout in training, identity in evaluation */
+} tsr_layer_kind_t;
 
+/* One layer. Spatial activations hold one sample per row, channels-last:
+ * h w c columns. Zero fields take the defaults said below. */
 typedef struct {
   tsr_layer_kind_t kind;
-  int units; /* dense: output features */
+  int units;              /* dense: output features; conv: output channels */
+  int kernel_h, kernel_w; /* conv, pools: window, required (kernel_w 0: square) */
+  int stride_h, stride_w; /* conv: default 1; pools: default the kernel */
+  int pad_h, pad_w;       /* conv: zero padding on each side, default 0 */
+  int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
+  int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
+  float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
 } tsr_layer_spec_t;
 
 typedef struct {
@@ -27,13 +43,17 @@ typedef struct {
 } tsr_model_spec_t;
 
 /* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
- * (hidden dense layers with ReLU), or "linear". The output dense layer of
- * `classes` units is appended. */
+ * (hidden dense layers with ReLU), "linear", or "cnn" (conv 3x3 32 - ReLU -
+ * maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU, convolutions
+ * with padding 1). The output dense layer of `classes` units is appended. */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu` and, for dense, `units = N` and optionally
- * `activation = relu | none`. Errors name the file, line and key. */
+ * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout`. dense:
+ * `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
+ * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
+ * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
+ * optional `stride`. dropout: `rate = P`. Errors name the file, line and key. */
 TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
 /* Writes a one-line description, e.g. "784-512-512-10 (dense relu dense relu dense)". */
 TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
@@ -52,7 +72,10 @@ typedef struct {
   int batch;       /* samples per training step */
   int tile_rows;   /* batch rows per tile (0: chosen from the shapes and workers) */
   int tile_cols;   /* features per tile (0: chosen) */
-  uint64_t seed;   /* weight initialization */
+  uint64_t seed;   /* weight initialization and dropout masks */
+  /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
+   * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
+  int in_channels, in_height, in_width;
   tsr_optimizer_t opt;
 } tsr_net_opts_t;
 

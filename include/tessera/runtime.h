@@ -3,13 +3,19 @@
 #define TESSERA_RUNTIME_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "tessera/error.h"
 
 typedef struct {
-  const char *sched; /* StarPU scheduling policy name; NULL: TSR_DEFAULT_SCHED */
+  const char *sched; /* StarPU scheduling policy name (predefined or registered with
+                        tsr_sched_register); NULL: TSR_DEFAULT_SCHED */
   int ncpus;         /* CPU workers; -1: every core StarPU may use */
+  bool priorities;   /* critical-path tasks get higher priorities (default true); false:
+                        every task priority 0, for comparison */
+  bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
+  bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
 } tsr_runtime_opts_t;
 
 /* The policy that measured fastest for training on small nodes (README). */
@@ -27,10 +33,64 @@ TSR_API void tsr_runtime_fini(void);
 TSR_API int tsr_runtime_ncpus(void);    /* CPU workers StarPU runs */
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 
-/* Whether name is a scheduling policy the installed StarPU offers. */
+/* Whether name is a scheduling policy the installed StarPU offers or a
+ * program registered. */
 TSR_API bool tsr_sched_known(const char *name);
-/* Writes the installed policies, one "name  description" per line. */
+/* Writes the installed and registered policies, one "name  description" per line. */
 TSR_API void tsr_sched_list(FILE *out);
+/* Makes a program's own policy selectable by its name (opts.sched, --sched).
+ * policy is a `struct starpu_sched_policy *` (typed void here so that this
+ * header needs no StarPU), borrowed: it must outlive the runtime. Its
+ * policy_name must not be a predefined policy's name. At most 8. */
+TSR_API int tsr_sched_register(const void *policy);
+
+/* Observation of a run (opts.stats, opts.trace). Counters start at
+ * tsr_runtime_init; tsr_runtime_fini keeps a snapshot of this rank's. Under
+ * MPI both calls below are collective and use plain MPI: call them on every
+ * rank after tsr_runtime_fini (before tsr_dist_stop); rank 0 gets every
+ * rank's workers and writes the merged file. Without MPI they may also be
+ * called while the runtime runs (they wait for all tasks). */
+#define TSR_STATS_MAX_CODELETS 48
+
+typedef struct {
+  int rank, worker;   /* MPI rank, StarPU worker id */
+  char name[48];      /* StarPU's worker name, e.g. "CPU 0" */
+  double seconds;     /* wall time profiled */
+  double executing;   /* running task bodies */
+  double idle;        /* finding no task (StarPU 1.3 workers poll while idle) */
+  double overhead;    /* the rest: scheduling, data management, callbacks */
+  int64_t tasks;      /* tasks StarPU counted as executed by this worker */
+  int64_t codelet_tasks[TSR_STATS_MAX_CODELETS]; /* by index into tsr_run_stats_t.codelets */
+} tsr_worker_stats_t;
+
+typedef struct {
+  int rank, src, dst; /* memory nodes of a rank */
+  int64_t bytes;
+  int transfers;
+} tsr_bus_stats_t;
+
+typedef struct {
+  int ncodelets;
+  char codelets[TSR_STATS_MAX_CODELETS][32];
+  int nworkers;
+  tsr_worker_stats_t *workers; /* owned: every rank's workers, rank by rank */
+  int nbuses;
+  tsr_bus_stats_t *buses;      /* owned */
+  int64_t trace_events;        /* task events recorded, spans not counted (all ranks; 0
+                                  without opts.trace) */
+  int64_t trace_dropped;       /* tasks not recorded because the buffer was full */
+} tsr_run_stats_t;
+
+/* Fills *st (caller-owned; release with tsr_run_stats_fini). Needs opts.stats. */
+TSR_API int tsr_runtime_stats(tsr_run_stats_t *st, tsr_errbuf_t *err);
+TSR_API void tsr_run_stats_fini(tsr_run_stats_t *st);
+/* A table: per worker, time executing / idle / overhead and tasks; per
+ * codelet, tasks; bytes moved between memory nodes. */
+TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
+/* Writes the recorded tasks as a Chrome trace-event JSON file (Perfetto,
+ * chrome://tracing): one track per worker per rank, a track per rank for
+ * the main thread's waits and synchronization points. Needs opts.trace. */
+TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
 
 /* Prints what the engine will run on: hwloc topology, StarPU workers and
  * memory nodes, BLIS configuration, StarPU and MPI versions, and a warning

@@ -17,7 +17,9 @@ static void usage(FILE *out) {
           "usage: tessera train [options]\n\n"
           "  --data DIR          dataset folder: IDX files (MNIST family, .gz or plain) or\n"
           "                      train.csv/test.csv [%s]\n"
-          "  --model SPEC|FILE   mlp (784-512-512-10), mlp:W1,W2,..., linear, or an INI\n"
+          "  --model SPEC|FILE   mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
+          "                      maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
+          "                      or an INI\n"
           "                      model file with one section per layer [mlp]\n"
           "  --epochs N          epochs [10]\n"
           "  --batch N           samples per step [64]\n"
@@ -39,6 +41,10 @@ static void usage(FILE *out) {
           "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
           "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
           "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
+          "  --no-priorities     every task priority 0 (default: critical path first)\n"
+          "  --stats             per-worker statistics at the end (and in the log)\n"
+          "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
+          "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
           "  --quiet             no per-epoch lines\n"
           "  --help              this text\n",
           TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
@@ -91,14 +97,19 @@ static void describe_config(char *buf, size_t size, int argc, char **argv,
 struct ctx {
   tsr_log_t *log;
   bool quiet, progress;
+  int64_t samples_per_batch; /* over all ranks */
+  int epochs;
 };
 
 static void on_progress(int epoch, int64_t batch, int64_t batches, double seconds, void *p) {
   struct ctx *c = p;
   if (!c->progress) return;
-  double eta = seconds / (double)batch * (double)(batches - batch);
-  fprintf(stderr, "\r  epoch %d  batch %lld/%lld  %.0f batches/s  ETA %.0f s   ", epoch,
-          (long long)batch, (long long)batches, (double)batch / seconds, eta);
+  /* Training time only: evaluation at each epoch end comes on top. */
+  double eta = seconds / (double)batch *
+               (double)(batches - batch + (int64_t)(c->epochs - epoch) * batches);
+  fprintf(stderr, "\r  epoch %d/%d  batch %lld/%lld  %.0f samples/s  ETA %.0f s   ", epoch,
+          c->epochs, (long long)batch, (long long)batches,
+          (double)batch * (double)c->samples_per_batch / seconds, eta);
 }
 
 static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
@@ -142,7 +153,10 @@ int tsr_cli_train(int argc, char **argv) {
     O_SYNC,
     O_SYNC_STATE,
     O_WEIGHTING,
-    O_DETERMINISTIC
+    O_DETERMINISTIC,
+    O_NO_PRIO,
+    O_STATS,
+    O_TRACE
   };
   static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                            {"model", required_argument, 0, O_MODEL},
@@ -166,10 +180,14 @@ int tsr_cli_train(int argc, char **argv) {
                                            {"deterministic", no_argument, 0, O_DETERMINISTIC},
                                            {"log", required_argument, 0, O_LOG},
                                            {"quiet", no_argument, 0, O_QUIET},
+                                           {"no-priorities", no_argument, 0, O_NO_PRIO},
+                                           {"stats", no_argument, 0, O_STATS},
+                                           {"trace", required_argument, 0, O_TRACE},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
 
-  const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL;
+  const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL,
+             *trace_path = NULL;
   tsr_net_opts_t no;
   tsr_net_opts_init(&no);
   tsr_train_opts_t to;
@@ -280,6 +298,12 @@ int tsr_cli_train(int argc, char **argv) {
       break;
     case O_LOG: log_path = optarg; break;
     case O_QUIET: quiet = true; break;
+    case O_NO_PRIO: ro.priorities = false; break;
+    case O_STATS: ro.stats = true; break;
+    case O_TRACE:
+      if (!ends_with(optarg, ".json")) return bad("--trace", optarg, "a file name ending in .json");
+      trace_path = optarg, ro.trace = true;
+      break;
     case 'h': usage(stdout); return 0;
     default: return 2;
     }
@@ -332,6 +356,8 @@ int tsr_cli_train(int argc, char **argv) {
   }
   if (rc == 0) rc = tsr_dist_agree(tsr_runtime_init(&ro, &err), &err, &err);
   bool started = rc == 0;
+  if (train.height > 1) /* image geometry known (IDX); else the net infers it */
+    no.in_channels = train.channels, no.in_height = train.height, no.in_width = train.width;
   if (rc == 0)
     rc = tsr_dist_agree(tsr_net_create(&net, &spec, (int)train.features, train.classes, &no, &err),
                         &err, &err);
@@ -363,13 +389,15 @@ int tsr_cli_train(int argc, char **argv) {
                             .tile_cols = tc,
                             .workers = tsr_runtime_ncpus(),
                             .lr = no.opt.lr,
-                            .seed = no.seed};
+                            .seed = no.seed,
+                            .no_priorities = !ro.priorities};
       lrc = tsr_log_open(&log, log_path, &run, &err);
     }
     rc = tsr_dist_agree(lrc, &err, &err);
   }
   if (rc == 0) {
-    struct ctx cx = {log, quiet, !quiet && isatty(STDERR_FILENO)};
+    struct ctx cx = {log, quiet, !quiet && isatty(STDERR_FILENO),
+                     (int64_t)no.batch * tsr_dist_size(), to.epochs};
     to.on_epoch = on_epoch, to.on_progress = on_progress, to.ctx = &cx;
     rc = tsr_train(net, &train, &test, &to, &err);
     /* Past start-up the ranks' task graphs are tied together: a rank that
@@ -378,9 +406,25 @@ int tsr_cli_train(int argc, char **argv) {
   }
   if (rc && speaker)
     fprintf(stderr, "tessera train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
-  tsr_log_close(&log);
   tsr_net_destroy(&net);
   if (started) tsr_runtime_fini();
+  /* Collective under MPI: every rank that trained takes part. */
+  if (rc == 0 && ro.stats) {
+    tsr_run_stats_t st;
+    rc = tsr_runtime_stats(&st, &err);
+    if (rc == 0 && speaker) {
+      tsr_run_stats_print(stdout, &st);
+      if (log && tsr_log_stats(log, &st) != 0)
+        fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+    }
+    tsr_run_stats_fini(&st);
+    if (rc && speaker) fprintf(stderr, "tessera train: %s\n", err.msg);
+  }
+  if (rc == 0 && trace_path) {
+    rc = tsr_runtime_trace_write(trace_path, &err);
+    if (rc && speaker) fprintf(stderr, "tessera train: %s\n", err.msg);
+  }
+  tsr_log_close(&log);
   tsr_dataset_fini(&train);
   tsr_dataset_fini(&test);
   tsr_dist_stop();

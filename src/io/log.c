@@ -67,12 +67,64 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "tile_cols", log->run.tile_cols);
   cJSON_AddNumberToObject(o, "workers", log->run.workers);
   cJSON_AddNumberToObject(o, "seed", (double)log->run.seed);
+  cJSON_AddBoolToObject(o, "priorities", !log->run.no_priorities);
   char *line = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   if (!line) return TSR_ENOMEM;
   int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
   cJSON_free(line);
   return ok ? 0 : TSR_EIO;
+}
+
+static int write_line(tsr_log_t *log, cJSON *o) {
+  char *line = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!line) return TSR_ENOMEM;
+  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
+  cJSON_free(line);
+  return ok ? 0 : TSR_EIO;
+}
+
+int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddStringToObject(o, "event", "stats");
+  cJSON_AddStringToObject(o, "model", log->model);
+  cJSON_AddStringToObject(o, "sched", log->sched);
+  cJSON_AddNumberToObject(o, "tile_rows", log->run.tile_rows);
+  cJSON_AddNumberToObject(o, "tile_cols", log->run.tile_cols);
+  cJSON *ws = cJSON_AddArrayToObject(o, "workers");
+  for (int i = 0; ws && i < st->nworkers; i++) {
+    const tsr_worker_stats_t *w = &st->workers[i];
+    cJSON *x = cJSON_CreateObject();
+    if (!x) break;
+    cJSON_AddNumberToObject(x, "rank", w->rank);
+    cJSON_AddNumberToObject(x, "worker", w->worker);
+    cJSON_AddStringToObject(x, "name", w->name);
+    add_number(x, "seconds", w->seconds);
+    add_number(x, "executing", w->executing);
+    add_number(x, "idle", w->idle);
+    add_number(x, "overhead", w->overhead);
+    cJSON_AddNumberToObject(x, "tasks", (double)w->tasks);
+    cJSON *per = cJSON_AddObjectToObject(x, "codelets");
+    for (int c = 0; per && c < st->ncodelets; c++)
+      if (w->codelet_tasks[c]) cJSON_AddNumberToObject(per, st->codelets[c], (double)w->codelet_tasks[c]);
+    cJSON_AddItemToArray(ws, x);
+  }
+  cJSON *bs = cJSON_AddArrayToObject(o, "buses");
+  for (int b = 0; bs && b < st->nbuses; b++) {
+    cJSON *x = cJSON_CreateObject();
+    if (!x) break;
+    cJSON_AddNumberToObject(x, "rank", st->buses[b].rank);
+    cJSON_AddNumberToObject(x, "src", st->buses[b].src);
+    cJSON_AddNumberToObject(x, "dst", st->buses[b].dst);
+    cJSON_AddNumberToObject(x, "bytes", (double)st->buses[b].bytes);
+    cJSON_AddNumberToObject(x, "transfers", st->buses[b].transfers);
+    cJSON_AddItemToArray(bs, x);
+  }
+  cJSON_AddNumberToObject(o, "trace_events", (double)st->trace_events);
+  cJSON_AddNumberToObject(o, "trace_dropped", (double)st->trace_dropped);
+  return write_line(log, o);
 }
 
 void tsr_log_close(tsr_log_t **lp) {

@@ -8,6 +8,7 @@
 #define TSR_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Makes BLIS single-threaded: StarPU is the only source of parallelism. */
@@ -64,5 +65,59 @@ void tsr__k_scale(int m, int n, float alpha, float *x, int ldx);
  * rows from nvalid on are zero (padding of a short last batch). */
 void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int lds, int col0,
                         const int32_t *rows, int nvalid);
+
+/* Geometry of a 2-D convolution or pooling window over one sample. A sample
+ * is one row stored channels-last: (h, w, c) in, (oh, ow, oc) out. The window
+ * is kh x kw with strides sh, sw and zero padding ph, pw on each side; the
+ * output size is (h + 2 ph - kh) / sh + 1 (and the same for w). */
+typedef struct {
+  int c, h, w;
+  int oc, oh, ow;
+  int kh, kw, sh, sw, ph, pw;
+} tsr_conv_geom_t;
+
+/* Floats of workspace the conv kernels need for n samples: the lowered
+ * input (n oh ow, kh kw c). */
+size_t tsr__k_conv_work(const tsr_conv_geom_t *g, int n);
+/* col (n oh ow, kh kw c) row-major: every output pixel's receptive field,
+ * zero where the window hangs over the padding. x is (n, h w c), ld ldx. */
+void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, const float *x, int ldx);
+/* dx (n, h w c) = the sum, over every output pixel, of its row of col
+ * scattered back onto its receptive field (the adjoint of im2col). */
+void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col);
+/* y (n, oh ow oc) = conv(x (n, h w c), w (kh kw c, oc)) + b (1, oc), then
+ * ReLU when relu is set. work holds tsr__k_conv_work floats. */
+void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x, int ldx,
+                     const float *w, int ldw, const float *b, bool relu, float *work);
+/* dx (n, h w c) = gradient of the input from dy (n, oh ow oc) and w. */
+void tsr__k_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *dy,
+                          int lddy, const float *w, int ldw, float *work);
+/* dw (kh kw c, oc) = beta dw + lowered(x)^T dy; db (1, oc) = beta db +
+ * column sums of dy viewed as (n oh ow, oc). */
+void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
+                            const float *x, int ldx, const float *dy, int lddy, float beta,
+                            float *work);
+
+/* Pooling over each channel (g->oc == g->c, no padding): y (n, oh ow c) =
+ * max (or mean) of x (n, h w c) over each window. */
+void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
+                     int ldx);
+/* dx (n, h w c) = pooling gradient from dy (n, oh ow c). Max pooling routes
+ * each output's gradient to the first input of its window equal to the
+ * output (x and y are the forward input and output), and with relu only
+ * where that maximum is positive (the backward pass of a ReLU before the
+ * pooling, fused); mean pooling spreads it evenly and ignores x, y, relu. */
+void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float *dx, int lddx,
+                     const float *dy, int lddy, const float *x, int ldx, const float *y, int ldy);
+
+/* Whether dropout keeps element (row, col) of a step's mask: a hash of
+ * (seed, row, col) against rate, so the mask depends on the sample row and
+ * feature only, never on how the matrix is tiled. */
+bool tsr__k_dropout_keep(uint64_t seed, int64_t row, int64_t col, float rate);
+/* y (m, n) = x / (1 - rate) where kept, 0 elsewhere; rows are numbered from
+ * row0 and columns from col0 in the mask. y may alias x. The same call on dy
+ * gives the backward pass. */
+void tsr__k_dropout(int m, int n, float *y, int ldy, const float *x, int ldx, uint64_t seed,
+                    int64_t row0, int64_t col0, float rate);
 
 #endif

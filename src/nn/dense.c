@@ -25,8 +25,8 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, 
 
 static const tsr_layer_ops_t dense_ops = {"dense", true, dense_forward, dense_backward};
 
-/* He-uniform weights for ReLU networks, zero biases. */
-static int init_weights(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
+/* He-uniform weights for ReLU networks (biases stay zero). */
+int tsr__init_he_uniform(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
   size_t n = (size_t)fin * (size_t)fout;
   float *v = malloc(n * sizeof *v);
   if (!v) return TSR_ENOMEM;
@@ -38,16 +38,20 @@ static int init_weights(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
   return rc;
 }
 
-int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+/* W's rows are tiled like the input's columns (l->in_nb: the feature tile,
+ * or whole samples after a convolution); its columns like the output's. With
+ * `whole` (the logits, or a layer feeding a convolution) the output is one
+ * tile wide. */
+int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool whole,
                       tsr_rng_t *rng) {
   l->ops = &dense_ops;
   l->fout = s->units;
-  int onb = last ? l->fout : net->nb;
+  l->out_nb = whole ? l->fout : net->nb;
   l->nparams = 2;
-  TSR_TRY(tsr__net_param_create(net, &l->params[0], l->fin, l->fout, net->nb, onb, true));
-  TSR_TRY(tsr__net_param_create(net, &l->params[1], 1, l->fout, 1, onb, false));
-  TSR_TRY(tsr__net_activations(net, l, last));
-  return init_weights(l->params[0].w, l->fin, l->fout, rng);
+  TSR_TRY(tsr__net_param_create(net, &l->params[0], l->fin, l->fout, l->in_nb, l->out_nb, true));
+  TSR_TRY(tsr__net_param_create(net, &l->params[1], 1, l->fout, 1, l->out_nb, false));
+  TSR_TRY(tsr__net_activations(net, l, whole));
+  return tsr__init_he_uniform(l->params[0].w, l->fin, l->fout, rng);
 }
 
 static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
@@ -66,5 +70,6 @@ int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, 
   (void)s;
   l->ops = &relu_ops;
   l->fout = l->fin;
+  l->out_nb = l->in_nb;
   return tsr__net_activations(net, l, last);
 }

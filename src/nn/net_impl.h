@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "rng.h"
 #include "tessera/net.h"
 #include "tessera/tiles.h"
@@ -36,7 +37,15 @@ typedef struct {
 struct tsr_layer {
   const tsr_layer_ops_t *ops;
   int fin, fout; /* features per sample, in and out */
-  bool relu;     /* dense: a following ReLU fused into the bias add */
+  bool relu;     /* dense, conv: a following ReLU fused into the bias add */
+  int in_nb, out_nb;     /* column tile of the input and of y (fin, fout: whole samples) */
+  tsr_conv_geom_t geom;  /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
+  tsr_layer_spec_t spec; /* what the layer was built from */
+  int index;             /* 1-based position in the model description (for messages) */
+  uint64_t calls;        /* dropout: training forward passes so far (part of the mask's seed) */
+  tsr_tiles_t *scratch[2]; /* owned (conv: per-batch-tile weight and bias gradient partials) */
+  bool relu_grad_by_next;  /* the next layer's backward applies this layer's fused ReLU */
+  bool relu_grad_in;       /* this layer's backward applies the previous layer's fused ReLU */
   int nparams;
   tsr_param_t params[TSR_LAYER_MAX_PARAMS]; /* dense: W (fin, fout), b (1, fout) */
   tsr_tiles_t *y, *dy;                      /* (batch, fout) output and its gradient */
@@ -67,14 +76,28 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
 /* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
                           int nb, bool decay);
-/* Creates l->y and l->dy for the net's batch; the logits (last layer) stay one tile wide. */
+/* Creates l->y and l->dy (batch, fout) in net->mb x l->out_nb tiles; with
+ * last (the logits) one tile wide. */
 int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last);
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p);
 
-/* Layer constructors: fill l (fin already set) from its spec. */
-int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+/* Layer constructors: fill l (fin, in_nb, geom.c/h/w, spec, index already
+ * set) from its spec, out_nb included. */
+int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool whole,
                       tsr_rng_t *rng);
 int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last);
+/* l->geom's input side, l->fin and l->in_nb are set; these check the shapes
+ * (TSR_ESHAPE with a message naming the layer and both shapes in err). */
+int tsr__conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_rng_t *rng,
+                     tsr_errbuf_t *err);
+int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s,
+                     tsr_errbuf_t *err);
+int tsr__dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+                        tsr_errbuf_t *err);
+/* The seed of a dropout layer's mask at one training step. */
+uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step);
+/* He-uniform values (bound sqrt(6 / fan_in)) for w (fan_in, fout) from rng. */
+int tsr__init_he_uniform(tsr_tiles_t *w, int fan_in, int fout, tsr_rng_t *rng);
 
 #endif

@@ -8,7 +8,9 @@
 
 #include "dist/replicas.h"
 #include "rng.h"
+#include "runtime/observe.h"
 #include "tessera/train.h"
+#include "tile/ops.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
   *o = (tsr_train_opts_t){
@@ -119,19 +121,29 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
         double t = (double)((e - 1) * sh.steps + k) / total_steps;
         tsr_net_set_lr(net, (float)(base_lr * 0.5 * (1.0 + cos(M_PI * t))));
       }
+      tsr__tiles_label_batch((int64_t)(e - 1) * sh.steps + k + 1);
       rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, ++step);
-      if (rc == 0 && k >= o->window) rc = tsr_net_wait(net, o->window);
+      if (rc == 0 && k >= o->window) {
+        double w0 = tsr__observe_now();
+        rc = tsr_net_wait(net, o->window);
+        tsr__observe_span("window wait", w0, tsr__observe_now());
+      }
       if (speaker && o->on_progress && now() - last_progress > 0.5) {
         last_progress = now();
         o->on_progress(e, k + 1, sh.steps, last_progress - t0, o->ctx);
       }
     }
+    double s0 = tsr__observe_now();
     if (rc == 0 && rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
+    if (rep) tsr__observe_span("epoch-end synchronization", s0, tsr__observe_now());
     if (rc) break;
     double loss_sum, correct; /* both wait for the epoch */
+    s0 = tsr__observe_now();
     rc = rep ? tsr__replicas_reduce_stats(rep, &loss_sum, &correct)
              : tsr_net_take_stats(net, false, &loss_sum, &correct);
+    tsr__observe_span(rep ? "epoch end: reduce stats" : "epoch end: wait",
+                      s0, tsr__observe_now());
     double t1 = now();
     tsr_epoch_stats_t st = {.epoch = e,
                             .epochs = o->epochs,
@@ -149,8 +161,11 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       st.sync_seconds = ss.seconds;
       st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
     }
+    tsr__tiles_label_batch(0);
+    s0 = tsr__observe_now();
     if (rc == 0 && speaker && test && test->n > 0)
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
+    if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
     st.eval_seconds = now() - t1;
     if (rc == 0 && speaker && o->on_epoch && o->on_epoch(&st, o->ctx) != 0 && !rep) break;
   }

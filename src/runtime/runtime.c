@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "codelets.h"
 #include "kernels/kernels.h"
+#include "runtime/observe.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 
@@ -19,6 +21,37 @@ static char sched_in_use[64];
 void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->sched = NULL;
   opts->ncpus = -1;
+  opts->priorities = true;
+  opts->stats = false;
+  opts->trace = false;
+}
+
+/* Policies programs registered (tsr_sched_register), borrowed. */
+static struct starpu_sched_policy *registered[8];
+static int nregistered;
+
+static struct starpu_sched_policy *find_registered(const char *name) {
+  for (int i = 0; i < nregistered; i++)
+    if (strcmp(registered[i]->policy_name, name) == 0) return registered[i];
+  return NULL;
+}
+
+static bool predefined(const char *name) {
+  struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
+  for (; *p; p++)
+    if (strcmp((*p)->policy_name, name) == 0) return true;
+  return false;
+}
+
+int tsr_sched_register(const void *policy) {
+  struct starpu_sched_policy *p = (struct starpu_sched_policy *)policy;
+  if (!p || !p->policy_name || !p->init_sched || !p->push_task || !p->pop_task)
+    return TSR_EINVAL;
+  if (predefined(p->policy_name)) return TSR_EINVAL;
+  if (find_registered(p->policy_name)) return 0;
+  if (nregistered == (int)(sizeof registered / sizeof *registered)) return TSR_EINVAL;
+  registered[nregistered++] = p;
+  return 0;
 }
 
 /* Policies this StarPU offers that cannot train here, and why. */
@@ -31,10 +64,7 @@ static const char *broken_reason(const char *name) {
 }
 
 bool tsr_sched_known(const char *name) {
-  struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
-  for (; *p; p++)
-    if (strcmp((*p)->policy_name, name) == 0) return true;
-  return false;
+  return predefined(name) || find_registered(name);
 }
 
 void tsr_sched_list(FILE *out) {
@@ -42,18 +72,21 @@ void tsr_sched_list(FILE *out) {
   for (; *p; p++)
     fprintf(out, "  %-16s %s%s\n", (*p)->policy_name, (*p)->policy_description,
             broken_reason((*p)->policy_name) ? " (does not work with this StarPU)" : "");
+  for (int i = 0; i < nregistered; i++)
+    fprintf(out, "  %-16s %s (registered by this program)\n", registered[i]->policy_name,
+            registered[i]->policy_description ? registered[i]->policy_description : "");
 }
 
 /* heteroprio needs the application to map task priorities to buckets before
  * it can run anything (without this StarPU 1.3 aborts). tessera's tasks use
- * priority 1 for critical-path work and 0 for the rest: bucket 1 is looked
- * at first. */
+ * priorities 0..TSR_PRIO_MAX, higher on the critical path (codelets/submit.c):
+ * priority p goes to bucket TSR_PRIO_MAX - p, and bucket 0 is looked at first. */
 static void heteroprio_init(unsigned ctx) {
-  starpu_heteroprio_set_nb_prios(ctx, STARPU_CPU_IDX, 2);
-  starpu_heteroprio_set_mapping(ctx, STARPU_CPU_IDX, 0, 1);
-  starpu_heteroprio_set_mapping(ctx, STARPU_CPU_IDX, 1, 0);
-  starpu_heteroprio_set_faster_arch(ctx, STARPU_CPU_IDX, 0);
-  starpu_heteroprio_set_faster_arch(ctx, STARPU_CPU_IDX, 1);
+  starpu_heteroprio_set_nb_prios(ctx, STARPU_CPU_IDX, TSR_PRIO_MAX + 1);
+  for (unsigned p = 0; p <= TSR_PRIO_MAX; p++) {
+    starpu_heteroprio_set_mapping(ctx, STARPU_CPU_IDX, p, TSR_PRIO_MAX - p);
+    starpu_heteroprio_set_faster_arch(ctx, STARPU_CPU_IDX, p);
+  }
 }
 
 /* Ranks sharing a node get disjoint cores: StarPU 1.3 ignores the binding
@@ -90,6 +123,12 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
                          "unknown scheduling policy '%s'; `tessera info --sched-list` lists the "
                          "policies this StarPU offers (e.g. lws, eager, dmda, ws, prio)",
                          sched);
+  /* StarPU reads STARPU_SCHED before the configuration: a stale one would
+   * silently replace the policy asked for. */
+  if (getenv("STARPU_SCHED") && strcmp(getenv("STARPU_SCHED"), sched) != 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "STARPU_SCHED=%s is set and would override policy '%s'; unset it",
+                         getenv("STARPU_SCHED"), sched);
   const char *broken = broken_reason(sched);
   if (broken)
     return tsr_error_set(err, TSR_EINVAL,
@@ -102,6 +141,8 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   conf.sched_policy_name = sched;
+  struct starpu_sched_policy *own = find_registered(sched);
+  if (own) conf.sched_policy_name = NULL, conf.sched_policy = own;
   if (strcmp(sched, "heteroprio") == 0) conf.sched_policy_init = heteroprio_init;
   conf.ncpus = ncpus;
   conf.ncuda = 0;
@@ -123,12 +164,18 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   tsr__k_init();
   snprintf(sched_in_use, sizeof sched_in_use, "%s", sched);
   started = true;
+  tsr__submit_set_priorities(opts ? opts->priorities : true);
+  if (tsr__observe_start(opts && opts->stats, opts && opts->trace) != 0) {
+    tsr_runtime_fini();
+    return tsr_error_set(err, TSR_ENOMEM, "out of memory for the trace buffer");
+  }
   return 0;
 }
 
 void tsr_runtime_fini(void) {
   if (!started) return;
   starpu_task_wait_for_all();
+  tsr__observe_snapshot();
   if (with_mpi)
     starpu_mpi_shutdown(); /* stops StarPU too, since starpu_mpi_init_conf started it */
   else

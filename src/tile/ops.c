@@ -144,6 +144,100 @@ int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int
   return 0;
 }
 
+/* x's rows are tiled like y's, and both are one tile wide (whole samples). */
+static bool whole_rows(const tsr_tiles_t *x, const tsr_tiles_t *y) {
+  return x->nt == 1 && y->nt == 1 && x->m == y->m && x->mb == y->mb;
+}
+
+static bool one_tile(const tsr_tiles_t *t, int64_t m, int64_t n) {
+  return t->m == m && t->n == n && t->mt == 1 && t->nt == 1;
+}
+
+int tsr__tiles_conv_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_tiles_t *w,
+                        const tsr_tiles_t *b, const tsr_conv_geom_t *g, bool relu) {
+  if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
+      !one_tile(b, 1, g->oc))
+    return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    TSR_TRY(tsr__insert_conv_fwd(tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
+                                 tsr__tile(b, 0, 0), g, relu));
+  return 0;
+}
+
+int tsr__tiles_conv_bwd_data(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                             const tsr_conv_geom_t *g, int priority) {
+  if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc))
+    return TSR_ESHAPE;
+  for (int i = 0; i < dy->mt; i++)
+    TSR_TRY(tsr__insert_conv_bwd_data(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
+                                      tsr__tile(w, 0, 0), g, priority));
+  return 0;
+}
+
+int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw, tsr_tiles_t *pb,
+                               const tsr_tiles_t *x, const tsr_tiles_t *dy,
+                               const tsr_conv_geom_t *g) {
+  int64_t k = (int64_t)g->kh * g->kw * g->c;
+  if (!whole_rows(x, dy) || !one_tile(dw, k, g->oc) || !one_tile(db, 1, g->oc))
+    return TSR_ESHAPE;
+  bool tree = pw && pb && dy->mt > 1;
+  if (tree && (pw->m != (dy->mt - 1) * k || pw->n != g->oc || pw->mb != k || pw->nt != 1 ||
+               pb->m != dy->mt - 1 || pb->n != g->oc || pb->mb != 1 || pb->nt != 1))
+    return TSR_ESHAPE;
+  for (int i = 0; i < dy->mt; i++) {
+    starpu_data_handle_t hw = tsr__tile(dw, 0, 0), hb = tsr__tile(db, 0, 0);
+    if (tree && i > 0) hw = tsr__tile(pw, i - 1, 0), hb = tsr__tile(pb, i - 1, 0);
+    TSR_TRY(tsr__insert_conv_bwd_filter(hw, hb, tsr__tile(x, i, 0), tsr__tile(dy, i, 0), g,
+                                        i == 0 || tree ? 0.0f : 1.0f));
+  }
+  if (!tree) return 0;
+  /* Slot 0 is (dw, db), slot i > 0 is partial i - 1: slot i += slot i + s. */
+  for (int s = 1; s < dy->mt; s *= 2)
+    for (int i = 0; i + s < dy->mt; i += 2 * s) {
+      starpu_data_handle_t yw = i ? tsr__tile(pw, i - 1, 0) : tsr__tile(dw, 0, 0);
+      starpu_data_handle_t yb = i ? tsr__tile(pb, i - 1, 0) : tsr__tile(db, 0, 0);
+      TSR_TRY(tsr__insert_axpby(1.0f, tsr__tile(pw, i + s - 1, 0), 1.0f, yw));
+      TSR_TRY(tsr__insert_axpby(1.0f, tsr__tile(pb, i + s - 1, 0), 1.0f, yb));
+    }
+  return 0;
+}
+
+int tsr__tiles_pool_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_conv_geom_t *g, bool max) {
+  if (!whole_rows(x, y)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    TSR_TRY(tsr__insert_pool_fwd(tsr__tile(y, i, 0), tsr__tile(x, i, 0), g, max));
+  return 0;
+}
+
+int tsr__tiles_pool_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *x,
+                        const tsr_tiles_t *y, const tsr_conv_geom_t *g, bool max, bool relu,
+                        int priority) {
+  if (!whole_rows(dx, dy) || (max && (!x || !y || !same_tiling(x, dx) || !same_tiling(y, dy))))
+    return TSR_ESHAPE;
+  for (int i = 0; i < dy->mt; i++)
+    TSR_TRY(tsr__insert_pool_bwd(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
+                                 max ? tsr__tile(x, i, 0) : NULL, max ? tsr__tile(y, i, 0) : NULL,
+                                 g, max, relu, priority));
+  return 0;
+}
+
+int tsr__tiles_dropout(tsr_tiles_t *y, const tsr_tiles_t *x, uint64_t seed, float rate) {
+  if (!same_tiling(x, y)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++)
+      TSR_TRY(tsr__insert_dropout(tsr__tile(y, i, j), tsr__tile(x, i, j), seed,
+                                  (int64_t)i * y->mb, (int64_t)j * y->nb, rate));
+  return 0;
+}
+
+void tsr__tiles_label_layer(int layer, int nlayers, bool backward) {
+  tsr__submit_set_layer(layer, nlayers, backward);
+}
+
+void tsr__tiles_label_batch(int64_t batch) {
+  tsr__submit_set_batch(batch);
+}
+
 uint64_t tsr__tiles_task_count(void) {
   return tsr__submitted_count();
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "tessera/tiles.h"
 
 /* c (M, N) = alpha op(a) (M, K) op(b) (K, N) + beta c. Tilings must agree:
@@ -44,9 +45,43 @@ int tsr__tiles_scale(tsr_tiles_t *x, float alpha);
 int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
                       int64_t nvalid);
 
+/* Convolutions and pooling over batch-row tiles. Activations hold one sample
+ * per row, channels-last, and stay one tile wide so that each task sees whole
+ * samples: x (M, h w c) and y (M, oh ow oc) must share their row tiling.
+ * Weights w (kh kw c, oc) and biases b (1, oc) are one tile each. One task
+ * per batch-row tile. */
+int tsr__tiles_conv_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_tiles_t *w,
+                        const tsr_tiles_t *b, const tsr_conv_geom_t *g, bool relu);
+/* dx (M, h w c) = input gradient from dy (M, oh ow oc). */
+int tsr__tiles_conv_bwd_data(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                             const tsr_conv_geom_t *g, int priority);
+/* dw, db = weight and bias gradients summed over the batch-row tiles. With
+ * partials pw ((mt - 1) kh kw c, oc) and pb (mt - 1, oc) in tiles of one
+ * partial each, tiles 1.. write their own partial at once and a fixed
+ * pairwise tree adds them into dw, db (parallel and deterministic);
+ * without (NULL), the tiles accumulate into dw, db in a fixed chain. */
+int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw, tsr_tiles_t *pb,
+                               const tsr_tiles_t *x, const tsr_tiles_t *dy,
+                               const tsr_conv_geom_t *g);
+int tsr__tiles_pool_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_conv_geom_t *g, bool max);
+/* x and y (the forward input and output) are read by max pooling only;
+ * relu (max pooling only) also applies the backward pass of a ReLU that
+ * produced x. */
+int tsr__tiles_pool_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *x,
+                        const tsr_tiles_t *y, const tsr_conv_geom_t *g, bool max, bool relu,
+                        int priority);
+/* y = dropout of x (same tiling, any) with the mask of (seed, row, column). */
+int tsr__tiles_dropout(tsr_tiles_t *y, const tsr_tiles_t *x, uint64_t seed, float rate);
+
 /* Tasks submitted so far by this process, and a wait until at most n_left of
  * them are still pending: the trainer's bounded submission window. */
 uint64_t tsr__tiles_task_count(void);
 int tsr__tiles_wait(unsigned n_left);
+
+/* Labels and priorities of the tasks submitted from now on (main thread):
+ * layer (1-based; 0: batch assembly) of nlayers, in the backward pass or
+ * not; training step batch (1-based over the run; 0: evaluation). */
+void tsr__tiles_label_layer(int layer, int nlayers, bool backward);
+void tsr__tiles_label_batch(int64_t batch);
 
 #endif

@@ -38,6 +38,8 @@ int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb,
       starpu_matrix_data_register(&t->handles[(long)i * t->nt + j], STARPU_MAIN_RAM, (uintptr_t)p,
                                   (uint32_t)n, (uint32_t)tsr_tiles_tile_cols(t, j),
                                   (uint32_t)tsr_tiles_tile_rows(t, i), sizeof(float));
+      /* Names the tile in traces (src/runtime/observe.c). */
+      starpu_data_set_coordinates(t->handles[(long)i * t->nt + j], 2, i, j);
     }
   *out = t;
   return 0;

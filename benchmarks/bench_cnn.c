@@ -1,0 +1,198 @@
+/* CNN training throughput: trains the default CNN (`--model cnn`: conv 3x3 32
+ * - ReLU - maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU -
+ * dense 10, convolutions padded by 1, or by --padding; SGD momentum 0.9) on
+ * 28x28 one-channel inputs on all StarPU
+ * workers, and measures in the same run, on the same cores, PyTorch CPU
+ * training the same model at the same batch at its best thread count
+ * (benchmarks/torch_cnn.py). Rounds alternate tessera and PyTorch so that
+ * load from other processes on a shared machine hits both alike; the ratio
+ * of the medians is the result.
+ *
+ * usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]
+ *                  [--sched NAME] [--tile R] [--padding 0|1] [--no-torch] */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rng.h"
+#include "tessera/tessera.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+  int batch, tile_rows, padding;
+  double seconds;
+  int tile_used; /* out */
+  int64_t params;
+} bench_t;
+
+/* Trains for about `seconds` after a warm-up; returns samples/s (0 on error). */
+static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = b->batch, o.tile_rows = b->tile_rows;
+  o.in_channels = ds->channels, o.in_height = ds->height, o.in_width = ds->width;
+  tsr_net_t *net = NULL;
+  int rc = tsr_model_parse(&spec, "cnn", ds->classes, &err);
+  for (int i = 0; i < spec.n_layers; i++)
+    if (spec.layers[i].kind == TSR_LAYER_CONV)
+      spec.layers[i].pad_h = spec.layers[i].pad_w = b->padding;
+  if (rc == 0) rc = tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err);
+  if (rc) {
+    fprintf(stderr, "bench_cnn: %s\n", err.msg);
+    return 0;
+  }
+  int cols;
+  tsr_net_tiles(net, &b->tile_used, &cols);
+  b->params = tsr_net_param_count(net);
+  int32_t *rows = malloc(sizeof(int32_t) * (size_t)ds->n);
+  for (int64_t i = 0; i < ds->n; i++)
+    rows[i] = (int32_t)i;
+  int64_t per_pass = ds->n / b->batch, step = 0, timed = 0;
+  const int window = 8;
+  for (int w = 0; w < 10 && rc == 0; w++, step++)
+    rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * b->batch, b->batch, true);
+  if (rc == 0) rc = tsr_net_wait(net, 0);
+  double t0 = now();
+  while (rc == 0 && now() - t0 < b->seconds) {
+    rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * b->batch, b->batch, true);
+    step++, timed++;
+    if (rc == 0 && timed >= window) rc = tsr_net_wait(net, window);
+  }
+  if (rc == 0) rc = tsr_net_wait(net, 0);
+  double t = now() - t0;
+  free(rows);
+  tsr_net_destroy(&net);
+  return rc ? 0 : (double)timed * b->batch / t;
+}
+
+/* PyTorch's best samples/s over 1 and 2 threads; 0 when it cannot run. */
+static double run_torch(const char *dir, int batch, int padding, double seconds, int *threads) {
+  char cmd[4400];
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 %.4000s/torch_cnn.py --batch %d --padding %d --best-threads 1,2 "
+           "--seconds %g 2>/dev/null",
+           dir, batch, padding, seconds);
+  FILE *p = popen(cmd, "r");
+  if (!p) return 0;
+  char line[8192];
+  double best = 0;
+  while (fgets(line, sizeof line, p)) {
+    const char *s = strstr(line, "\"samples_per_s\":");
+    const char *th = strstr(line, "\"threads\":");
+    if (s && th && best == 0) best = atof(s + 16), *threads = atoi(th + 10);
+  }
+  pclose(p);
+  return best;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"batch", required_argument, 0, 'b'},   {"seconds", required_argument, 0, 's'},
+      {"rounds", required_argument, 0, 'r'},  {"workers", required_argument, 0, 'w'},
+      {"sched", required_argument, 0, 'S'},   {"tile", required_argument, 0, 't'},
+      {"padding", required_argument, 0, 'p'}, {"no-torch", no_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  bench_t b = {.batch = 64, .padding = 1, .seconds = 5};
+  int rounds = 3;
+  bool torch = true;
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  int opt;
+  while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'b': b.batch = atoi(optarg); break;
+    case 's': b.seconds = atof(optarg); break;
+    case 'r': rounds = atoi(optarg); break;
+    case 'w': ro.ncpus = atoi(optarg); break;
+    case 'S': ro.sched = optarg; break;
+    case 't': b.tile_rows = atoi(optarg); break;
+    case 'p': b.padding = atoi(optarg); break;
+    case 'n': torch = false; break;
+    default:
+      fprintf(stderr, "usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]\n"
+                      "                 [--sched NAME] [--tile R] [--padding 0|1] [--no-torch]\n");
+      return opt == 'h' ? 0 : 2;
+    }
+  }
+  if (b.batch <= 0 || b.seconds <= 0 || rounds < 1 || rounds > 32 || b.tile_rows < 0 ||
+      (b.padding != 0 && b.padding != 1)) {
+    fprintf(stderr, "bench_cnn: --batch, --seconds and --rounds (1-32) must be positive, "
+                    "--padding 0 or 1\n");
+    return 2;
+  }
+  /* Synthetic data of Fashion-MNIST's shape: the content does not change the work. */
+  tsr_dataset_t ds = {
+      .n = 8192, .features = 784, .classes = 10, .channels = 1, .height = 28, .width = 28};
+  ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
+  ds.y = malloc(sizeof(float) * (size_t)ds.n);
+  tsr_rng_t rng = {9};
+  for (int64_t i = 0; i < ds.n * ds.features; i++)
+    ds.x[i] = (float)(tsr__rng_uniform(&rng) - 0.5);
+  for (int64_t i = 0; i < ds.n; i++)
+    ds.y[i] = (float)(i % 10);
+
+  char dir[4096];
+  const char *src = getenv("TSR_BENCH_DIR");
+  if (!src) {
+    snprintf(dir, sizeof dir, "%s", argv[0]);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    src = access("benchmarks/torch_cnn.py", R_OK) == 0 ? "benchmarks" : dir;
+  }
+
+  double ours[32], theirs[32];
+  int workers = 0, threads = 0;
+  char sched[64] = "";
+  for (int r = 0; r < rounds; r++) {
+    tsr_errbuf_t err = {""};
+    if (tsr_runtime_init(&ro, &err)) {
+      fprintf(stderr, "bench_cnn: %s\n", err.msg);
+      return 1;
+    }
+    workers = tsr_runtime_ncpus();
+    snprintf(sched, sizeof sched, "%s", tsr_runtime_sched());
+    ours[r] = run_tessera(&b, &ds);
+    tsr_runtime_fini(); /* idle StarPU workers spin: stop them before PyTorch runs */
+    if (ours[r] == 0) return 1;
+    theirs[r] = torch ? run_torch(src, b.batch, b.padding, b.seconds, &threads) : 0;
+    printf("round %d: tessera %.0f samples/s", r + 1, ours[r]);
+    if (theirs[r] > 0)
+      printf(", PyTorch %.0f samples/s (%d threads), ratio %.2fx", theirs[r], threads,
+             ours[r] / theirs[r]);
+    printf("\n");
+    fflush(stdout);
+  }
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double mo = median(ours, rounds), mt = torch ? median(theirs, rounds) : 0;
+  printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), batch %d, tiles of %d "
+         "rows, model cnn with padding %d (%lld parameters); %d rounds of %g s\n",
+         cores, workers, sched, b.batch, b.tile_used, b.padding, (long long)b.params, rounds,
+         b.seconds);
+  printf("tessera %.0f samples/s (median)", mo);
+  if (mt > 0)
+    printf(", PyTorch %.0f samples/s (median, best thread count), tessera / PyTorch %.2fx", mt,
+           mo / mt);
+  printf("\n");
+  free(ds.x), free(ds.y);
+  return 0;
+}

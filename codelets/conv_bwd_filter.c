@@ -1,0 +1,58 @@
+/* Convolution weight and bias gradients of one batch-row tile: the input is
+ * lowered again (cheaper than keeping every tile's lowering between the
+ * passes) and lowered(x)^T dy is added to dw. Batch-row tiles accumulate in a
+ * fixed chain, the first writing (beta 0, W access) and the next ones adding
+ * (RW), so the result does not depend on scheduling. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct conv_bwd_filter_args {
+  tsr_conv_geom_t g;
+  float beta;
+};
+
+static void conv_bwd_filter_cpu(void *buffers[], void *cl_arg) {
+  const struct conv_bwd_filter_args *a = cl_arg;
+  int n = TSR_ROWS(buffers[2]);
+  tsr__k_conv_bwd_filter(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
+                         TSR_PTR(buffers[2]), TSR_LD(buffers[2]), TSR_PTR(buffers[3]),
+                         TSR_LD(buffers[3]), a->beta, tsr__workspace(tsr__k_conv_work(&a->g, n)));
+}
+
+static struct starpu_perfmodel conv_bwd_filter_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_conv_bwd_filter_f32",
+};
+
+struct starpu_codelet tsr_cl_conv_bwd_filter = {
+    .name = "conv_bwd_filter",
+    .cpu_funcs = {conv_bwd_filter_cpu},
+    .cpu_funcs_name = {"conv_bwd_filter_cpu"},
+    .nbuffers = 4,
+    .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
+    .model = &conv_bwd_filter_model,
+};
+
+struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
+    .name = "conv_bwd_filter",
+    .cpu_funcs = {conv_bwd_filter_cpu},
+    .cpu_funcs_name = {"conv_bwd_filter_cpu"},
+    .nbuffers = 4,
+    .modes = {STARPU_W, STARPU_W, STARPU_R, STARPU_R},
+    .model = &conv_bwd_filter_model,
+};
+
+int tsr__insert_conv_bwd_filter(starpu_data_handle_t dw, starpu_data_handle_t db,
+                                starpu_data_handle_t x, starpu_data_handle_t dy,
+                                const tsr_conv_geom_t *g, float beta) {
+  int k = g->kh * g->kw * g->c;
+  if (tsr__handle_rows(x) != tsr__handle_rows(dy) || tsr__handle_cols(x) != g->h * g->w * g->c ||
+      tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(dw) != k ||
+      tsr__handle_cols(dw) != g->oc || tsr__handle_rows(db) != 1 || tsr__handle_cols(db) != g->oc)
+    return TSR_ESHAPE;
+  struct conv_bwd_filter_args args = {*g, beta};
+  starpu_data_handle_t h[4] = {dw, db, x, dy};
+  return tsr__submit(beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
+                     sizeof args, 4, h, 0);
+}

@@ -1,0 +1,66 @@
+/* Pooling backward on one batch-row tile: dx is rewritten whole (zero, then
+ * each output's gradient routed to its window), so overlapping windows and
+ * inputs no window covers both come out right. Max pooling reads the forward
+ * input and output to find each window's maximum again, and can apply the
+ * backward pass of a ReLU before it on the way (relu). */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct pool_bwd_args {
+  tsr_conv_geom_t g;
+  bool max, relu;
+};
+
+static void pool_bwd_max_cpu(void *buffers[], void *cl_arg) {
+  const struct pool_bwd_args *a = cl_arg;
+  tsr__k_pool_bwd(&a->g, true, a->relu, TSR_ROWS(buffers[0]), TSR_PTR(buffers[0]),
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[1]), TSR_LD(buffers[1]), TSR_PTR(buffers[2]),
+                  TSR_LD(buffers[2]), TSR_PTR(buffers[3]), TSR_LD(buffers[3]));
+}
+
+static void pool_bwd_avg_cpu(void *buffers[], void *cl_arg) {
+  const struct pool_bwd_args *a = cl_arg;
+  tsr__k_pool_bwd(&a->g, false, false, TSR_ROWS(buffers[0]), TSR_PTR(buffers[0]),
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[1]), TSR_LD(buffers[1]), NULL, 0, NULL, 0);
+}
+
+static struct starpu_perfmodel pool_bwd_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_pool_bwd_f32",
+};
+
+struct starpu_codelet tsr_cl_pool_bwd_max = {
+    .name = "pool_bwd",
+    .cpu_funcs = {pool_bwd_max_cpu},
+    .cpu_funcs_name = {"pool_bwd_max_cpu"},
+    .nbuffers = 4,
+    .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
+    .model = &pool_bwd_model,
+};
+
+struct starpu_codelet tsr_cl_pool_bwd_avg = {
+    .name = "pool_bwd",
+    .cpu_funcs = {pool_bwd_avg_cpu},
+    .cpu_funcs_name = {"pool_bwd_avg_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_W, STARPU_R},
+    .model = &pool_bwd_model,
+};
+
+int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t x,
+                         starpu_data_handle_t y, const tsr_conv_geom_t *g, bool max, bool relu,
+                         int priority) {
+  int m = tsr__handle_rows(dx), in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
+  if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(dy) != m || tsr__handle_cols(dx) != in ||
+      tsr__handle_cols(dy) != out)
+    return TSR_ESHAPE;
+  if (max && (!x || !y || tsr__handle_rows(x) != m || tsr__handle_cols(x) != in ||
+              tsr__handle_rows(y) != m || tsr__handle_cols(y) != out))
+    return TSR_ESHAPE;
+  if (relu && !max) return TSR_EINVAL;
+  struct pool_bwd_args args = {*g, max, relu};
+  starpu_data_handle_t h[4] = {dx, dy, x, y};
+  return tsr__submit(max ? &tsr_cl_pool_bwd_max : &tsr_cl_pool_bwd_avg, &args, sizeof args,
+                     max ? 4 : 2, h, priority);
+}

@@ -1,0 +1,41 @@
+/* Max or mean pooling forward on one batch-row tile of whole samples. Max
+ * pooling keeps no argmax: the backward pass finds it again from the input
+ * and the output, which costs a few comparisons and no extra tile. */
+#include "codelets.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct pool_args {
+  tsr_conv_geom_t g;
+  bool max;
+};
+
+static void pool_fwd_cpu(void *buffers[], void *cl_arg) {
+  const struct pool_args *a = cl_arg;
+  tsr__k_pool_fwd(&a->g, a->max, TSR_ROWS(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                  TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
+}
+
+static struct starpu_perfmodel pool_fwd_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_pool_fwd_f32",
+};
+
+struct starpu_codelet tsr_cl_pool_fwd = {
+    .name = "pool_fwd",
+    .cpu_funcs = {pool_fwd_cpu},
+    .cpu_funcs_name = {"pool_fwd_cpu"},
+    .nbuffers = 2,
+    .modes = {STARPU_W, STARPU_R},
+    .model = &pool_fwd_model,
+};
+
+int tsr__insert_pool_fwd(starpu_data_handle_t y, starpu_data_handle_t x, const tsr_conv_geom_t *g,
+                         bool max) {
+  if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(y) != tsr__handle_rows(x) ||
+      tsr__handle_cols(x) != g->h * g->w * g->c || tsr__handle_cols(y) != g->oh * g->ow * g->c)
+    return TSR_ESHAPE;
+  struct pool_args args = {*g, max};
+  starpu_data_handle_t h[2] = {y, x};
+  return tsr__submit(&tsr_cl_pool_fwd, &args, sizeof args, 2, h, 0);
+}

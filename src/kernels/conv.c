@@ -1,0 +1,400 @@
+/* Convolution and pooling on a tile of whole samples, channels-last.
+ *
+ * Convolution is lowered to one GEMM per tile: im2col lays every output
+ * pixel's receptive field out as a row (kh kw c wide), so that with samples
+ * stored (h, w, c) the output of the whole tile, (n oh ow, oc), is exactly
+ * the row-major tile (n, oh ow oc). One large GEMM per task (rather than one
+ * per sample) keeps BLIS near its peak; the bias and a following ReLU are
+ * applied while the output is still in cache. The backward passes reuse the
+ * same lowering: the filter gradient is lowered(x)^T dy, the input gradient
+ * is dy w^T scattered back by col2im. */
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* The lowered input is produced and consumed in chunks of output pixels
+ * (rows of the lowering) of about this many floats: a chunk stays in L2
+ * between im2col writing it and the GEMM reading it, where a whole tile's
+ * lowering (3.6 MB for 16 samples of the default CNN's second layer) went
+ * through memory. */
+#define CHUNK_FLOATS 49152
+
+static long chunk_rows(const tsr_conv_geom_t *g) {
+  long k = (long)g->kh * g->kw * g->c, rows = CHUNK_FLOATS / k;
+  return rows > 0 ? rows : 1;
+}
+
+size_t tsr__k_conv_work(const tsr_conv_geom_t *g, int n) {
+  long all = (long)n * g->oh * g->ow, rows = chunk_rows(g);
+  return (size_t)(all < rows ? all : rows) * (size_t)g->kh * (size_t)g->kw * (size_t)g->c;
+}
+
+/* Rows [r0, r0 + rows) of the lowering of a tile: row r is output pixel
+ * r % (oh ow) of sample r / (oh ow). */
+static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, const float *x,
+                        int ldx) {
+  const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
+  for (long r = r0; r < r0 + rows; r++) {
+    const float *xs = x + r / p * ldx;
+    int oy = (int)(r % p) / g->ow, ox = (int)(r % p) % g->ow;
+    float *row = col + (r - r0) * k;
+    int ix0 = ox * g->sw - g->pw;
+    for (int ky = 0; ky < g->kh; ky++) {
+      int iy = oy * g->sh - g->ph + ky;
+      float *dst = row + (long)ky * kc;
+      if (iy < 0 || iy >= g->h) {
+        for (int q = 0; q < kc; q++)
+          dst[q] = 0.0f;
+        continue;
+      }
+      const float *src = xs + (long)iy * g->w * c;
+      if (ix0 >= 0 && ix0 + g->kw <= g->w) {
+        /* The window's row is contiguous in (w, c) order: one copy. */
+        const float *from = src + (long)ix0 * c;
+        for (int q = 0; q < kc; q++)
+          dst[q] = from[q];
+        continue;
+      }
+      for (int kx = 0; kx < g->kw; kx++) {
+        int ix = ix0 + kx;
+        float *d = dst + (long)kx * c;
+        if (ix < 0 || ix >= g->w)
+          for (int q = 0; q < c; q++)
+            d[q] = 0.0f;
+        else
+          for (int q = 0; q < c; q++)
+            d[q] = src[(long)ix * c + q];
+      }
+    }
+  }
+}
+
+/* Adds rows [r0, r0 + rows) of col back onto their receptive fields in dx. */
+static void col2im_rows(const tsr_conv_geom_t *g, long r0, long rows, float *dx, int lddx,
+                        const float *col) {
+  const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
+  for (long r = r0; r < r0 + rows; r++) {
+    float *dxs = dx + r / p * lddx;
+    int oy = (int)(r % p) / g->ow, ox = (int)(r % p) % g->ow;
+    const float *row = col + (r - r0) * k;
+    for (int ky = 0; ky < g->kh; ky++) {
+      int iy = oy * g->sh - g->ph + ky;
+      if (iy < 0 || iy >= g->h) continue;
+      for (int kx = 0; kx < g->kw; kx++) {
+        int ix = ox * g->sw - g->pw + kx;
+        if (ix < 0 || ix >= g->w) continue;
+        float *d = dxs + ((long)iy * g->w + ix) * c;
+        const float *src = row + (long)ky * kc + (long)kx * c;
+        for (int q = 0; q < c; q++)
+          d[q] += src[q];
+      }
+    }
+  }
+}
+
+void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, const float *x, int ldx) {
+  im2col_rows(g, 0, (long)n * g->oh * g->ow, col, x, ldx);
+}
+
+static void zero_samples(const tsr_conv_geom_t *g, int n, float *dx, int lddx) {
+  for (int s = 0; s < n; s++)
+    memset(dx + (long)s * lddx, 0, sizeof(float) * (size_t)g->h * (size_t)g->w * (size_t)g->c);
+}
+
+void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col) {
+  zero_samples(g, n, dx, lddx);
+  col2im_rows(g, 0, (long)n * g->oh * g->ow, dx, lddx, col);
+}
+
+/* A 1x1 convolution with stride 1 and no padding needs no lowering: the
+ * input rows already are the receptive fields. */
+static bool pointwise(const tsr_conv_geom_t *g) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+/* Walks a tile's lowering in chunks: [*r0, *r0 + return) is the next chunk,
+ * kept inside one sample unless `whole` (every operand's rows contiguous). */
+static long next_chunk(const tsr_conv_geom_t *g, int n, long r0, bool whole) {
+  long p = (long)g->oh * g->ow, left = (long)n * p - r0, rows = chunk_rows(g);
+  if (!whole && p - r0 % p < left) left = p - r0 % p;
+  return left < rows ? left : rows;
+}
+
+/* Start of the row of output pixel r in a (n, oh ow oc) matrix with leading dimension ld. */
+static long pixel_at(const tsr_conv_geom_t *g, long r, int ld, int width) {
+  long p = (long)g->oh * g->ow;
+  return r / p * ld + r % p * width;
+}
+
+/* Below this fan-in (kh kw c) a GEMM is mostly packing and edge handling in
+ * BLIS: a first layer on one-channel images (k = 9) runs several times faster
+ * in the loops below, which hold a block of 32 outputs in registers and
+ * stream the lowered rows once. GCC's vector extension keeps them portable
+ * (8 floats: AVX; the compiler splits it where vectors are narrower). */
+#define SMALL_K 32
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+
+static inline v8f ld8(const float *p) {
+  return *(const v8f *)p;
+}
+
+static inline void st8(float *p, v8f v) {
+  *(v8f *)p = v;
+}
+
+typedef int v8i __attribute__((vector_size(32)));
+
+static inline v8f relu8(v8f a) {
+  const v8f zero = {0};
+  return (v8f)((v8i)a & (a > zero));
+}
+
+/* y (m, oc) = col (m, k) w (k, oc) + b, then ReLU when relu is set. */
+static void gemm_bias(int m, int oc, int k, const float *col, const float *w, int ldw,
+                      const float *b, bool relu, float *y, int ldy) {
+  if (k >= SMALL_K) {
+    tsr__k_gemm(false, false, m, oc, k, 1.0f, col, k, w, ldw, 0.0f, y, ldy);
+    for (int i = 0; i < m; i++) {
+      float *yr = y + (long)i * ldy;
+      if (relu)
+        for (int j = 0; j < oc; j++)
+          yr[j] = yr[j] + b[j] > 0.0f ? yr[j] + b[j] : 0.0f;
+      else
+        for (int j = 0; j < oc; j++)
+          yr[j] += b[j];
+    }
+    return;
+  }
+  const v8f zero = {0};
+  const int oc8 = oc / 8 * 8;
+  for (int i = 0; i < m; i++) {
+    float *yr = y + (long)i * ldy;
+    const float *cr = col + (long)i * k;
+    int j = 0;
+    for (; j + 32 <= oc8; j += 32) {
+      v8f a0 = ld8(b + j), a1 = ld8(b + j + 8), a2 = ld8(b + j + 16), a3 = ld8(b + j + 24);
+      for (int p = 0; p < k; p++) {
+        const float *wr = w + (long)p * ldw + j;
+        v8f c = zero + cr[p];
+        a0 += c * ld8(wr), a1 += c * ld8(wr + 8), a2 += c * ld8(wr + 16), a3 += c * ld8(wr + 24);
+      }
+      if (relu) a0 = relu8(a0), a1 = relu8(a1), a2 = relu8(a2), a3 = relu8(a3);
+      st8(yr + j, a0), st8(yr + j + 8, a1), st8(yr + j + 16, a2), st8(yr + j + 24, a3);
+    }
+    for (; j < oc8; j += 8) {
+      v8f a0 = ld8(b + j);
+      for (int p = 0; p < k; p++)
+        a0 += (zero + cr[p]) * ld8(w + (long)p * ldw + j);
+      st8(yr + j, relu ? relu8(a0) : a0);
+    }
+    for (; j < oc; j++) {
+      float a = b[j];
+      for (int p = 0; p < k; p++)
+        a += cr[p] * w[(long)p * ldw + j];
+      yr[j] = relu && a < 0.0f ? 0.0f : a;
+    }
+  }
+}
+
+/* dw (k, oc) = beta dw + col (m, k)^T dy (m, oc); db (1, oc) = beta db + column sums of dy.
+ * Small k: rows of dy in chunks that stay in L1, each chunk added into dw
+ * per (p, block of 32 outputs) with the sums in registers. */
+static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy, int lddy,
+                         float beta, float *dw, int lddw, float *db) {
+  tsr__k_bias_grad(m, oc, db, dy, lddy, beta);
+  if (k >= SMALL_K) {
+    tsr__k_gemm(true, false, k, oc, m, 1.0f, col, k, dy, lddy, beta, dw, lddw);
+    return;
+  }
+  for (int p = 0; p < k; p++) {
+    float *d = dw + (long)p * lddw;
+    for (int j = 0; j < oc; j++)
+      d[j] = beta == 0.0f ? 0.0f : beta * d[j];
+  }
+  const v8f zero = {0};
+  const int oc8 = oc / 8 * 8, chunk = 128;
+  for (int i0 = 0; i0 < m; i0 += chunk) {
+    int i1 = m - i0 < chunk ? m : i0 + chunk;
+    for (int p = 0; p < k; p++) {
+      float *d = dw + (long)p * lddw;
+      int j = 0;
+      for (; j + 32 <= oc8; j += 32) {
+        v8f a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+        for (int i = i0; i < i1; i++) {
+          const float *g = dy + (long)i * lddy + j;
+          v8f c = zero + col[(long)i * k + p];
+          a0 += c * ld8(g), a1 += c * ld8(g + 8), a2 += c * ld8(g + 16), a3 += c * ld8(g + 24);
+        }
+        st8(d + j, ld8(d + j) + a0), st8(d + j + 8, ld8(d + j + 8) + a1);
+        st8(d + j + 16, ld8(d + j + 16) + a2), st8(d + j + 24, ld8(d + j + 24) + a3);
+      }
+      for (; j < oc8; j += 8) {
+        v8f a0 = zero;
+        for (int i = i0; i < i1; i++)
+          a0 += (zero + col[(long)i * k + p]) * ld8(dy + (long)i * lddy + j);
+        st8(d + j, ld8(d + j) + a0);
+      }
+      for (; j < oc; j++) {
+        float a = 0.0f;
+        for (int i = i0; i < i1; i++)
+          a += col[(long)i * k + p] * dy[(long)i * lddy + j];
+        d[j] += a;
+      }
+    }
+  }
+}
+
+void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x, int ldx,
+                     const float *w, int ldw, const float *b, bool relu, float *work) {
+  const int p = g->oh * g->ow, k = g->kh * g->kw * g->c, oc = g->oc;
+  bool whole = n == 1 || (ldy == p * oc && ldx == g->h * g->w * g->c);
+  for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
+    rows = next_chunk(g, n, r0, whole);
+    const float *col = work;
+    if (pointwise(g))
+      col = x + pixel_at(g, r0, ldx, g->c);
+    else
+      im2col_rows(g, r0, rows, work, x, ldx);
+    gemm_bias((int)rows, oc, k, col, w, ldw, b, relu, y + pixel_at(g, r0, ldy, oc), oc);
+  }
+}
+
+void tsr__k_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *dy,
+                          int lddy, const float *w, int ldw, float *work) {
+  const int p = g->oh * g->ow, k = g->kh * g->kw * g->c, oc = g->oc;
+  bool whole = n == 1 || (lddy == p * oc && lddx == g->h * g->w * g->c);
+  if (!pointwise(g)) zero_samples(g, n, dx, lddx);
+  for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
+    rows = next_chunk(g, n, r0, whole);
+    const float *d = dy + pixel_at(g, r0, lddy, oc);
+    if (pointwise(g)) {
+      tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, d, oc, w, ldw, 0.0f,
+                  dx + pixel_at(g, r0, lddx, g->c), k);
+      continue;
+    }
+    tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, d, oc, w, ldw, 0.0f, work, k);
+    col2im_rows(g, r0, rows, dx, lddx, work);
+  }
+}
+
+void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
+                            const float *x, int ldx, const float *dy, int lddy, float beta,
+                            float *work) {
+  const int p = g->oh * g->ow, k = g->kh * g->kw * g->c, oc = g->oc;
+  bool whole = n == 1 || (lddy == p * oc && ldx == g->h * g->w * g->c);
+  for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
+    rows = next_chunk(g, n, r0, whole);
+    const float *col = work;
+    if (pointwise(g))
+      col = x + pixel_at(g, r0, ldx, g->c);
+    else
+      im2col_rows(g, r0, rows, work, x, ldx);
+    gemm_tn_bias((int)rows, oc, k, col, dy + pixel_at(g, r0, lddy, oc), oc, r0 == 0 ? beta : 1.0f,
+                 dw, lddw, db);
+  }
+}
+
+void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
+                     int ldx) {
+  const int c = g->c;
+  const float inv = 1.0f / (float)(g->kh * g->kw);
+  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  for (int s = 0; s < n; s++) {
+    const float *xs = x + (long)s * ldx;
+    float *ys = y + (long)s * ldy;
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++) {
+        float *yo = ys + ((long)oy * g->ow + ox) * c;
+        const float *first = xs + ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        for (int q = 0; q < c; q++)
+          yo[q] = first[q];
+        for (int ky = 0; ky < g->kh; ky++)
+          for (int kx = 0; kx < g->kw; kx++) {
+            if (ky == 0 && kx == 0) continue;
+            const float *xi = first + ((long)ky * g->w + kx) * c;
+            if (max)
+              for (int q = 0; q < c; q++)
+                yo[q] = xi[q] > yo[q] ? xi[q] : yo[q];
+            else
+              for (int q = 0; q < c; q++)
+                yo[q] += xi[q];
+          }
+        if (!max)
+          for (int q = 0; q < c; q++)
+            yo[q] *= inv;
+      }
+  }
+}
+
+void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float *dx, int lddx,
+                     const float *dy, int lddy, const float *x, int ldx, const float *y, int ldy) {
+  const int c = g->c;
+  const float inv = 1.0f / (float)(g->kh * g->kw);
+  /* Windows that neither overlap nor leave gaps between them write each
+   * input once: assign instead of zeroing and accumulating, and zero only
+   * the rows and columns past the last window. */
+  const bool tiled = g->sh == g->kh && g->sw == g->kw;
+  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  for (int s = 0; s < n; s++) {
+    float *dxs = dx + (long)s * lddx;
+    const float *dys = dy + (long)s * lddy;
+    if (!tiled)
+      memset(dxs, 0, sizeof(float) * (size_t)g->h * (size_t)g->w * (size_t)c);
+    else
+      for (int iy = 0; iy < g->h; iy++) {
+        int from = iy < g->oh * g->kh ? g->ow * g->kw : 0;
+        memset(dxs + ((long)iy * g->w + from) * c, 0, sizeof(float) * (size_t)(g->w - from) * c);
+      }
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++) {
+        long out = ((long)oy * g->ow + ox) * c;
+        long in0 = ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        if (!max) {
+          for (int ky = 0; ky < g->kh; ky++)
+            for (int kx = 0; kx < g->kw; kx++) {
+              float *d = dxs + in0 + ((long)ky * g->w + kx) * c;
+              if (tiled)
+                for (int q = 0; q < c; q++)
+                  d[q] = inv * dys[out + q];
+              else
+                for (int q = 0; q < c; q++)
+                  d[q] += inv * dys[out + q];
+            }
+          continue;
+        }
+        /* The first input of the window equal to the maximum took it in the
+         * forward pass: walk the window with the gradient still to route,
+         * channels in blocks so the compiler vectorizes over them. With relu
+         * (the input came through a ReLU) nothing flows where the maximum
+         * is not positive: the ReLU's backward pass, fused. */
+        const float *xs = x + (long)s * ldx, *yo = y + (long)s * ldy + out;
+        for (int q0 = 0; q0 < c; q0 += 64) {
+          int cn = c - q0 < 64 ? c - q0 : 64;
+          const float *ym = yo + q0;
+          float left[64];
+          for (int q = 0; q < cn; q++)
+            left[q] = !relu || ym[q] > 0.0f ? dys[out + q0 + q] : 0.0f;
+          for (int ky = 0; ky < g->kh; ky++)
+            for (int kx = 0; kx < g->kw; kx++) {
+              long at = in0 + ((long)ky * g->w + kx) * c + q0;
+              const float *xi = xs + at;
+              float *d = dxs + at;
+              if (tiled)
+                for (int q = 0; q < cn; q++) {
+                  bool hit = xi[q] == ym[q];
+                  d[q] = hit ? left[q] : 0.0f;
+                  left[q] = hit ? 0.0f : left[q];
+                }
+              else
+                for (int q = 0; q < cn; q++) {
+                  bool hit = xi[q] == ym[q];
+                  d[q] += hit ? left[q] : 0.0f;
+                  left[q] = hit ? 0.0f : left[q];
+                }
+            }
+        }
+      }
+  }
+}

@@ -1,0 +1,43 @@
+/* Dropout layers: in training, each feature of each sample is zeroed with
+ * probability `rate` and the rest scaled by 1 / (1 - rate); in evaluation
+ * the layer passes its input through. The mask is a hash of (net seed, layer,
+ * training step, sample row, feature): reproducible from the seed, the same
+ * for every tiling, and recomputed by the backward pass instead of stored. */
+#include "nn/net_impl.h"
+#include "tile/ops.h"
+#include "try.h"
+
+uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step) {
+  tsr_rng_t r = {net_seed ^ (0x6a09e667f3bcc909ULL * (uint64_t)layer_index)};
+  return tsr__rng_next(&r) + 0x9e3779b97f4a7c15ULL * step;
+}
+
+static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+  if (!train || l->spec.rate == 0.0f) return tsr__tiles_copy(l->y, x);
+  l->calls++;
+  return tsr__tiles_dropout(l->y, x, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
+                            l->spec.rate);
+}
+
+/* Uses the mask of the latest training forward pass (this step's: forward
+ * and backward of a step are submitted one after the other). */
+static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+  (void)x;
+  if (!dx) return 0;
+  if (l->spec.rate == 0.0f) return tsr__tiles_copy(dx, l->dy);
+  return tsr__tiles_dropout(dx, l->dy, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
+                            l->spec.rate);
+}
+
+static const tsr_layer_ops_t dropout_ops = {"dropout", false, dropout_forward, dropout_backward};
+
+int tsr__dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
+                        tsr_errbuf_t *err) {
+  if (!(s->rate >= 0.0f && s->rate < 1.0f))
+    return tsr_error_set(err, TSR_EINVAL, "layer %d (dropout): rate must be in [0, 1) (got %g)",
+                         l->index, (double)s->rate);
+  l->ops = &dropout_ops;
+  l->fout = l->fin;
+  l->out_nb = l->in_nb;
+  return tsr__net_activations(net, l, last);
+}

@@ -1,0 +1,55 @@
+/* Max and mean pooling layers over each channel, on batch-row tiles of whole
+ * samples (channels-last rows). No padding; the stride defaults to the
+ * kernel (non-overlapping windows). Max pooling stores no argmax: its
+ * backward task finds each window's maximum again from x and y. */
+#include "nn/net_impl.h"
+#include "tile/ops.h"
+#include "try.h"
+
+static bool is_max(const tsr_layer_t *l) {
+  return l->spec.kind == TSR_LAYER_MAXPOOL;
+}
+
+static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+  (void)net, (void)train;
+  return tsr__tiles_pool_fwd(l->y, x, &l->geom, is_max(l));
+}
+
+static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+  (void)net;
+  return dx ? tsr__tiles_pool_bwd(dx, l->dy, x, l->y, &l->geom, is_max(l), l->relu_grad_in, 1) : 0;
+}
+
+static const tsr_layer_ops_t maxpool_ops = {"maxpool", false, pool_forward, pool_backward};
+static const tsr_layer_ops_t avgpool_ops = {"avgpool", false, pool_forward, pool_backward};
+
+int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_errbuf_t *err) {
+  tsr_conv_geom_t *g = &l->geom;
+  const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
+  g->kh = s->kernel_h, g->kw = s->kernel_w > 0 ? s->kernel_w : s->kernel_h;
+  g->sh = s->stride_h > 0 ? s->stride_h : g->kh;
+  g->sw = s->stride_w > 0 ? s->stride_w : s->stride_h > 0 ? g->sh : g->kw;
+  if (g->kh <= 0 || g->kw <= 0 || s->stride_h < 0 || s->stride_w < 0 || s->pad_h || s->pad_w)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "layer %d (%s): needs a kernel > 0, strides >= 1 and no padding (got "
+                         "kernel %dx%d, stride %dx%d, padding %dx%d)",
+                         l->index, name, g->kh, g->kw, g->sh, g->sw, s->pad_h, s->pad_w);
+  if (g->h < g->kh || g->w < g->kw)
+    return tsr_error_set(err, TSR_ESHAPE,
+                         "layer %d (%s): kernel %dx%d is larger than its input %dx%dx%d (h x w x "
+                         "c)",
+                         l->index, name, g->kh, g->kw, g->h, g->w, g->c);
+  g->oc = g->c;
+  g->oh = (g->h - g->kh) / g->sh + 1;
+  g->ow = (g->w - g->kw) / g->sw + 1;
+  l->ops = s->kind == TSR_LAYER_MAXPOOL ? &maxpool_ops : &avgpool_ops;
+  l->fout = g->oh * g->ow * g->oc;
+  l->out_nb = l->fout;
+  if (l->in_nb != l->fin) return TSR_ESHAPE; /* create_layers gives whole samples */
+  /* After a conv with a fused ReLU, max pooling's backward task applies the
+   * ReLU's backward pass too: one pass over the conv's output fewer. */
+  tsr_layer_t *prev = l > net->layers ? l - 1 : NULL;
+  if (s->kind == TSR_LAYER_MAXPOOL && prev && prev->spec.kind == TSR_LAYER_CONV && prev->relu)
+    prev->relu_grad_by_next = l->relu_grad_in = true;
+  return tsr__net_activations(net, l, true);
+}

@@ -1,0 +1,463 @@
+/* Statistics and timelines from StarPU's profiling interface. While on,
+ * every task carries a callback (attached in codelets/submit.c) that reads
+ * the task's profiling record (start, end, worker) and appends one fixed-size
+ * record to a buffer allocated once per run, and counts the task per worker
+ * and codelet. Per-worker times come from starpu_profiling_worker_get_info,
+ * bytes between memory nodes from the bus counters. At shutdown each rank
+ * keeps a snapshot; under MPI rank 0 gathers the snapshots with plain MPI
+ * (start-up and shutdown are where plain MPI belongs) and merges them. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+#include <starpu_mpi.h>
+
+#include "runtime/observe.h"
+#include "tessera/dist.h"
+#include "tessera/runtime.h"
+
+#define MAX_WORKERS 32
+#define MAX_NAMES TSR_STATS_MAX_CODELETS
+#define MAX_SPAN_NAMES 16
+#define MAX_BUSES 16
+#define DEFAULT_CAPACITY (1 << 21) /* records; 64 MiB reserved, touched only as used */
+
+bool tsr__observing;
+
+typedef struct {
+  double start, end; /* us, StarPU's clock */
+  uint64_t label;    /* packed tsr_task_label_t; for spans the span name index */
+  int32_t worker;    /* StarPU worker id; -1: a span of the main thread */
+  int16_t ti, tj;    /* tile written (-1: unknown) */
+} rec_t;
+
+/* One rank's observations, as sent to rank 0. */
+typedef struct {
+  int rank, ncodelets, nspans, nworkers, nbuses;
+  int64_t nrecs, ntasks, dropped; /* records, of which task records, and tasks not recorded */
+  double clock_offset;            /* added to this rank's times to put them on rank 0's clock */
+  char codelets[MAX_NAMES][32];
+  char spans[MAX_SPAN_NAMES][32];
+  char wname[MAX_WORKERS][48];
+  double total[MAX_WORKERS], exec[MAX_WORKERS], sleep[MAX_WORKERS];
+  int64_t executed[MAX_WORKERS];
+  int64_t counts[MAX_WORKERS][MAX_NAMES];
+  tsr_bus_stats_t bus[MAX_BUSES];
+} snap_t;
+
+static bool stats_on, trace_on;
+static const void *codelets[MAX_NAMES];
+static _Atomic int ncodelets;
+static const char *span_names[MAX_SPAN_NAMES];
+static int nspans;
+static rec_t *recs;
+static int64_t capacity;
+static _Atomic int64_t nrecs;
+static _Atomic int64_t counts[MAX_WORKERS][MAX_NAMES];
+static snap_t *snap; /* taken at shutdown */
+
+uint64_t tsr__observe_pack(const tsr_task_label_t *l) {
+  uint64_t batch = l->batch > 0 ? (uint64_t)l->batch & ((1ULL << 40) - 1) : 0;
+  return (uint64_t)(l->codelet & 0xff) | (uint64_t)(l->layer & 0xff) << 8 |
+         (uint64_t)(l->priority & 0xf) << 16 | (uint64_t)(l->mpi ? 1 : 0) << 20 | batch << 24;
+}
+
+static tsr_task_label_t unpack(uint64_t v) {
+  return (tsr_task_label_t){.codelet = (int)(v & 0xff),
+                            .layer = (int)(v >> 8 & 0xff),
+                            .priority = (int)(v >> 16 & 0xf),
+                            .mpi = (v >> 20 & 1) != 0,
+                            .batch = (int64_t)(v >> 24)};
+}
+
+/* Only the main thread submits, so interning needs no lock; workers read
+ * entries that were published before the task that names them. */
+int tsr__observe_codelet(const void *cl) {
+  int n = atomic_load(&ncodelets);
+  for (int i = 0; i < n; i++)
+    if (codelets[i] == cl) return i;
+  if (n == MAX_NAMES) return MAX_NAMES - 1; /* shares the last slot's name; never hit today */
+  codelets[n] = cl;
+  atomic_store(&ncodelets, n + 1);
+  return n;
+}
+
+double tsr__observe_now(void) {
+  return starpu_timing_now();
+}
+
+static void append(const rec_t *r) {
+  int64_t k = atomic_fetch_add_explicit(&nrecs, 1, memory_order_relaxed);
+  if (k < capacity) recs[k] = *r;
+}
+
+void tsr__observe_task_done(void *arg) {
+  struct starpu_task *task = starpu_task_get_current();
+  if (!task) return;
+  struct starpu_profiling_task_info *pi = task->profiling_info;
+  int w = pi ? pi->workerid : starpu_worker_get_id();
+  uint64_t label = (uint64_t)(uintptr_t)arg;
+  if (stats_on && w >= 0 && w < MAX_WORKERS)
+    atomic_fetch_add_explicit(&counts[w][label & 0xff], 1, memory_order_relaxed);
+  if (!trace_on || !pi) return;
+  rec_t r = {.start = starpu_timing_timespec_to_us(&pi->start_time),
+             .end = starpu_timing_timespec_to_us(&pi->end_time),
+             .label = label,
+             .worker = w,
+             .ti = -1,
+             .tj = -1};
+  unsigned n = STARPU_TASK_GET_NBUFFERS(task);
+  for (unsigned i = 0; i < n; i++)
+    if (STARPU_TASK_GET_MODE(task, i) & STARPU_W) {
+      int dims[2];
+      if (starpu_data_get_coordinates_array(STARPU_TASK_GET_HANDLE(task, i), 2, dims) == 2)
+        r.ti = (int16_t)dims[0], r.tj = (int16_t)dims[1];
+      break;
+    }
+  append(&r);
+}
+
+void tsr__observe_span(const char *name, double t0, double t1) {
+  if (!trace_on) return;
+  int k = 0;
+  while (k < nspans && span_names[k] != name)
+    k++;
+  if (k == nspans) {
+    if (nspans == MAX_SPAN_NAMES) return;
+    span_names[nspans++] = name;
+  }
+  rec_t r = {.start = t0, .end = t1, .label = (uint64_t)k, .worker = -1, .ti = -1, .tj = -1};
+  append(&r);
+}
+
+int tsr__observe_start(bool stats, bool trace) {
+  free(snap), snap = NULL;
+  stats_on = stats, trace_on = trace;
+  tsr__observing = stats || trace;
+  atomic_store(&nrecs, 0);
+  memset(counts, 0, sizeof counts);
+  if (!tsr__observing) return 0;
+  if (trace && !recs) {
+    const char *env = getenv("TSR_TRACE_CAPACITY");
+    capacity = env && atoll(env) > 0 ? atoll(env) : DEFAULT_CAPACITY;
+    recs = malloc((size_t)capacity * sizeof *recs);
+    if (!recs) return TSR_ENOMEM;
+  }
+  /* Resets the workers' and buses' counters: statistics start here. */
+  starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+  for (int b = 0; b < starpu_bus_get_count(); b++) {
+    struct starpu_profiling_bus_info bi;
+    starpu_bus_get_profiling_info(b, &bi);
+  }
+  return 0;
+}
+
+static double ts_s(struct timespec *t) {
+  return (double)t->tv_sec + 1e-9 * (double)t->tv_nsec;
+}
+
+void tsr__observe_snapshot(void) {
+  if (!tsr__observing) return;
+  starpu_task_wait_for_all();
+  free(snap);
+  snap = calloc(1, sizeof *snap);
+  if (!snap) return;
+  snap->rank = tsr_dist_rank();
+  snap->ncodelets = atomic_load(&ncodelets);
+  for (int i = 0; i < snap->ncodelets; i++)
+    snprintf(snap->codelets[i], sizeof snap->codelets[i], "%s",
+             ((const struct starpu_codelet *)codelets[i])->name);
+  snap->nspans = nspans;
+  for (int i = 0; i < nspans; i++)
+    snprintf(snap->spans[i], sizeof snap->spans[i], "%s", span_names[i]);
+  int nw = (int)starpu_worker_get_count();
+  snap->nworkers = nw < MAX_WORKERS ? nw : MAX_WORKERS;
+  for (int w = 0; w < snap->nworkers; w++) {
+    starpu_worker_get_name(w, snap->wname[w], sizeof snap->wname[w]);
+    struct starpu_profiling_worker_info wi;
+    if (stats_on && starpu_profiling_worker_get_info(w, &wi) == 0) {
+      snap->total[w] = ts_s(&wi.total_time);
+      snap->exec[w] = ts_s(&wi.executing_time);
+      snap->sleep[w] = ts_s(&wi.sleeping_time);
+      snap->executed[w] = wi.executed_tasks;
+    }
+    for (int c = 0; c < MAX_NAMES; c++)
+      snap->counts[w][c] = atomic_load(&counts[w][c]);
+  }
+  for (int b = 0; stats_on && b < starpu_bus_get_count() && snap->nbuses < MAX_BUSES; b++) {
+    struct starpu_profiling_bus_info bi;
+    if (starpu_bus_get_profiling_info(b, &bi) != 0) continue;
+    snap->bus[snap->nbuses++] = (tsr_bus_stats_t){.rank = snap->rank,
+                                                  .src = starpu_bus_get_src(b),
+                                                  .dst = starpu_bus_get_dst(b),
+                                                  .bytes = bi.transferred_bytes,
+                                                  .transfers = bi.transfer_count};
+  }
+  int64_t n = atomic_load(&nrecs);
+  snap->nrecs = n < capacity ? n : capacity;
+  snap->dropped = n - snap->nrecs;
+  for (int64_t i = 0; i < snap->nrecs; i++)
+    snap->ntasks += recs[i].worker >= 0;
+  starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+  tsr__observing = false;
+}
+
+/* Every rank's snapshot on rank 0 (others get only their own). With
+ * records, rank 0 also gets every rank's records, on rank 0's clock. */
+static int gather(snap_t **all, int *nranks, rec_t **all_recs, bool with_recs) {
+  if (!snap && tsr_runtime_ncpus() > 0) tsr__observe_snapshot();
+  if (!snap) return TSR_EINVAL;
+  int size = tsr_dist_active() ? tsr_dist_size() : 1, rank = tsr_dist_rank();
+  /* Clocks: the same node's ranks share CLOCK_MONOTONIC; across nodes an
+   * offset read right after a barrier aligns them to within its exit skew. */
+  if (size > 1) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = starpu_timing_now(), t0 = t;
+    MPI_Bcast(&t0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    snap->clock_offset = t0 - t;
+  }
+  *nranks = size;
+  *all = calloc((size_t)size, sizeof **all);
+  if (!*all) return TSR_ENOMEM;
+  if (size == 1) {
+    (*all)[0] = *snap;
+  } else {
+    MPI_Gather(snap, sizeof *snap, MPI_BYTE, *all, sizeof *snap, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank != 0) (*all)[0] = *snap;
+  }
+  *all_recs = NULL;
+  if (!with_recs) return 0;
+  int64_t total = 0;
+  for (int r = 0; r < (rank == 0 ? size : 1); r++)
+    total += (*all)[r].nrecs;
+  *all_recs = malloc((size_t)(total > 0 ? total : 1) * sizeof(rec_t));
+  if (!*all_recs) return TSR_ENOMEM;
+  if (size == 1) {
+    memcpy(*all_recs, recs, (size_t)total * sizeof(rec_t));
+    return 0;
+  }
+  /* Rank by rank with point-to-point messages, since a run's records can
+   * exceed an int count of bytes. */
+  if (rank != 0) {
+    const char *p = (const char *)recs;
+    size_t left = (size_t)snap->nrecs * sizeof(rec_t);
+    while (left > 0) {
+      int chunk = left > (1u << 30) ? (1 << 30) : (int)left;
+      MPI_Send(p, chunk, MPI_BYTE, 0, 7, MPI_COMM_WORLD);
+      p += chunk, left -= (size_t)chunk;
+    }
+    return 0;
+  }
+  memcpy(*all_recs, recs, (size_t)snap->nrecs * sizeof(rec_t));
+  char *p = (char *)(*all_recs + snap->nrecs);
+  for (int r = 1; r < size; r++) {
+    size_t left = (size_t)(*all)[r].nrecs * sizeof(rec_t);
+    while (left > 0) {
+      int chunk = left > (1u << 30) ? (1 << 30) : (int)left;
+      MPI_Recv(p, chunk, MPI_BYTE, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      p += chunk, left -= (size_t)chunk;
+    }
+  }
+  return 0;
+}
+
+/* Index of name in st's codelet table, added when new. */
+static int name_index(tsr_run_stats_t *st, const char *name) {
+  for (int i = 0; i < st->ncodelets; i++)
+    if (strcmp(st->codelets[i], name) == 0) return i;
+  if (st->ncodelets == TSR_STATS_MAX_CODELETS) return TSR_STATS_MAX_CODELETS - 1;
+  snprintf(st->codelets[st->ncodelets], sizeof st->codelets[0], "%s", name);
+  return st->ncodelets++;
+}
+
+int tsr_runtime_stats(tsr_run_stats_t *st, tsr_errbuf_t *err) {
+  memset(st, 0, sizeof *st);
+  if (!stats_on)
+    return tsr_error_set(err, TSR_EINVAL, "statistics were not turned on (opts.stats, --stats)");
+  snap_t *all;
+  rec_t *unused;
+  int size, rc = gather(&all, &size, &unused, false);
+  if (rc) return tsr_error_set(err, rc, "cannot collect statistics: %s", tsr_strerror(rc));
+  if (tsr_dist_rank() != 0) size = 1; /* other ranks report only themselves */
+  int nw = 0, nb = 0;
+  for (int r = 0; r < size; r++)
+    nw += all[r].nworkers, nb += all[r].nbuses;
+  st->workers = calloc((size_t)(nw ? nw : 1), sizeof *st->workers);
+  st->buses = calloc((size_t)(nb ? nb : 1), sizeof *st->buses);
+  if (!st->workers || !st->buses) {
+    free(all);
+    tsr_run_stats_fini(st);
+    return tsr_error_set(err, TSR_ENOMEM, "out of memory for statistics");
+  }
+  for (int r = 0; r < size; r++) {
+    const snap_t *s = &all[r];
+    for (int w = 0; w < s->nworkers; w++) {
+      tsr_worker_stats_t *o = &st->workers[st->nworkers++];
+      o->rank = s->rank, o->worker = w;
+      snprintf(o->name, sizeof o->name, "%s", s->wname[w]);
+      o->seconds = s->total[w], o->executing = s->exec[w], o->idle = s->sleep[w];
+      o->overhead = fmax(0.0, o->seconds - o->executing - o->idle);
+      o->tasks = s->executed[w];
+      for (int c = 0; c < s->ncodelets; c++)
+        if (s->counts[w][c]) o->codelet_tasks[name_index(st, s->codelets[c])] += s->counts[w][c];
+    }
+    for (int b = 0; b < s->nbuses; b++)
+      st->buses[st->nbuses++] = s->bus[b];
+    st->trace_events += s->ntasks, st->trace_dropped += s->dropped;
+  }
+  free(all);
+  return 0;
+}
+
+void tsr_run_stats_fini(tsr_run_stats_t *st) {
+  free(st->workers), free(st->buses);
+  st->workers = NULL, st->buses = NULL;
+  st->nworkers = st->nbuses = 0;
+}
+
+void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
+  fprintf(out, "\nworker statistics (StarPU profiling)\n");
+  fprintf(out, "  %-4s %-22s %9s %9s %7s %7s %9s %9s\n", "rank", "worker", "seconds", "executing",
+          "idle", "overhd", "tasks", "tasks/s");
+  for (int i = 0; i < st->nworkers; i++) {
+    const tsr_worker_stats_t *w = &st->workers[i];
+    double pct = w->seconds > 0 ? 100.0 / w->seconds : 0;
+    fprintf(out, "  %-4d %-22s %9.3f %8.1f%% %6.1f%% %6.1f%% %9lld %9.0f\n", w->rank, w->name,
+            w->seconds, w->executing * pct, w->idle * pct, w->overhead * pct, (long long)w->tasks,
+            w->seconds > 0 ? (double)w->tasks / w->seconds : 0.0);
+  }
+  fprintf(out, "  tasks per codelet:");
+  for (int c = 0; c < st->ncodelets; c++) {
+    int64_t n = 0;
+    for (int i = 0; i < st->nworkers; i++)
+      n += st->workers[i].codelet_tasks[c];
+    fprintf(out, "%s %s %lld", c ? "," : "", st->codelets[c], (long long)n);
+  }
+  fprintf(out, "\n");
+  int64_t bytes = 0;
+  for (int b = 0; b < st->nbuses; b++) {
+    if (st->buses[b].transfers == 0) continue;
+    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers\n", st->buses[b].rank,
+            st->buses[b].src, st->buses[b].dst, 1e-6 * (double)st->buses[b].bytes,
+            st->buses[b].transfers);
+    bytes += st->buses[b].bytes;
+  }
+  if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");
+}
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(f, "\\u%04x", *s);
+    else
+      fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* Streams the events with fprintf rather than building a cJSON tree: a run
+ * has millions of tasks, and every string written is a codelet, worker or
+ * span name (escaped all the same). */
+int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
+  if (!trace_on)
+    return tsr_error_set(err, TSR_EINVAL, "tracing was not turned on (opts.trace, --trace)");
+  snap_t *all;
+  rec_t *rs;
+  int size, rc = gather(&all, &size, &rs, true);
+  if (rc || tsr_dist_rank() != 0) {
+    if (!rc) free(all), free(rs);
+    return rc ? tsr_error_set(err, rc, "cannot collect the trace: %s", tsr_strerror(rc)) : 0;
+  }
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    free(all), free(rs);
+    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing", path);
+  }
+  double origin = INFINITY;
+  int64_t k = 0;
+  for (int r = 0; r < size; r++)
+    for (int64_t i = 0; i < all[r].nrecs; i++, k++)
+      origin = fmin(origin, rs[k].start + all[r].clock_offset);
+  if (!isfinite(origin)) origin = 0;
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"tessera, StarPU task "
+          "profiling\",\"ranks\":%d,\"sched\":",
+          size);
+  json_string(f, tsr_runtime_sched());
+  fprintf(f, "},\"traceEvents\":[\n");
+  bool first = true;
+#define SEP() (first ? (first = false, "") : ",\n")
+  for (int r = 0; r < size; r++) {
+    fprintf(f,
+            "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+            SEP(), r, r);
+    fprintf(
+        f,
+        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
+        r, r);
+    for (int w = 0; w < all[r].nworkers; w++) {
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+              r, w);
+      json_string(f, all[r].wname[w]);
+      fprintf(f, "}}");
+    }
+    fprintf(f,
+            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1000,\"args\":{\"name\":"
+            "\"main thread (submission, waits, synchronization)\"}}",
+            r);
+  }
+  k = 0;
+  for (int r = 0; r < size; r++) {
+    const snap_t *s = &all[r];
+    for (int64_t i = 0; i < s->nrecs; i++, k++) {
+      const rec_t *e = &rs[k];
+      double ts = e->start + s->clock_offset - origin, dur = fmax(0.0, e->end - e->start);
+      if (e->worker < 0) {
+        fprintf(f, "%s{\"name\":", SEP());
+        json_string(f, e->label < (uint64_t)s->nspans ? s->spans[e->label] : "?");
+        fprintf(f,
+                ",\"cat\":\"sync\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":1000}",
+                ts, dur, r);
+        continue;
+      }
+      tsr_task_label_t l = unpack(e->label);
+      const char *cl = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
+      char name[96], tile[24] = "";
+      if (e->ti >= 0) snprintf(tile, sizeof tile, " t%d,%d", e->ti, e->tj);
+      if (l.batch > 0) /* batch 0: evaluation, start-up, epoch ends */
+        snprintf(name, sizeof name, "%s L%d b%lld%s", cl, l.layer, (long long)l.batch, tile);
+      else
+        snprintf(name, sizeof name, "%s L%d%s", cl, l.layer, tile);
+      fprintf(f, "%s{\"name\":", SEP());
+      json_string(f, name);
+      fprintf(f,
+              ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+              "\"args\":{\"codelet\":",
+              l.mpi ? "mpi" : "task", ts, dur, r, e->worker);
+      json_string(f, cl);
+      fprintf(f, ",\"layer\":%d,\"batch\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s}}",
+              l.layer, (long long)l.batch, e->ti, e->tj, l.priority, l.mpi ? "true" : "false");
+    }
+  }
+#undef SEP
+  fprintf(f, "\n]}\n");
+  int ok = fclose(f) == 0;
+  int64_t dropped = 0;
+  for (int r = 0; r < size; r++)
+    dropped += all[r].dropped;
+  free(all), free(rs);
+  if (!ok) return tsr_error_set(err, TSR_EIO, "--trace %s: write failed", path);
+  if (dropped)
+    fprintf(stderr,
+            "tessera: the trace buffer was full: %lld tasks not recorded "
+            "(TSR_TRACE_CAPACITY raises it)\n",
+            (long long)dropped);
+  return 0;
+}

@@ -1,0 +1,678 @@
+/* Convolutional layers: conv and pooling kernels and tiled operations
+ * against a naive direct reference (strides, padding, non-square inputs,
+ * several channels, edge tiles); float64 finite-difference gradient checks
+ * of conv, max and mean pooling and dropout (its mask recomputed from the
+ * seed) inside whole networks; tile-size invariance of CNN training steps;
+ * and the rejection of layer stacks whose shapes do not fit. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "nn/net_impl.h"
+#include "rng.h"
+#include "tessera/tessera.h"
+#include "tile/ops.h"
+
+static void start(void) {
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_runtime_init(NULL, &err), 0, "%s", err.msg);
+}
+
+static void stop(void) {
+  tsr_runtime_fini();
+}
+
+TestSuite(conv, .init = start, .fini = stop, .timeout = 300);
+
+static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                            int pw) {
+  tsr_conv_geom_t g = {
+      c, h, w, oc, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1, kh, kw, sh, sw, ph, pw};
+  return g;
+}
+
+/* Direct convolution, channels-last, in double: y (n, oh ow oc). */
+static void conv_ref(const tsr_conv_geom_t *g, int n, double *y, const double *x, const double *w,
+                     const double *b) {
+  for (int s = 0; s < n; s++)
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++)
+        for (int o = 0; o < g->oc; o++) {
+          double acc = b[o];
+          for (int ky = 0; ky < g->kh; ky++)
+            for (int kx = 0; kx < g->kw; kx++)
+              for (int c = 0; c < g->c; c++) {
+                int iy = oy * g->sh - g->ph + ky, ix = ox * g->sw - g->pw + kx;
+                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
+                acc += x[(long)s * g->h * g->w * g->c + ((long)iy * g->w + ix) * g->c + c] *
+                       w[(((long)ky * g->kw + kx) * g->c + c) * g->oc + o];
+              }
+          y[(long)s * g->oh * g->ow * g->oc + ((long)oy * g->ow + ox) * g->oc + o] = acc;
+        }
+}
+
+static void pool_ref(const tsr_conv_geom_t *g, bool max, int n, double *y, const double *x) {
+  for (int s = 0; s < n; s++)
+    for (int oy = 0; oy < g->oh; oy++)
+      for (int ox = 0; ox < g->ow; ox++)
+        for (int c = 0; c < g->c; c++) {
+          double acc = max ? -INFINITY : 0.0;
+          for (int ky = 0; ky < g->kh; ky++)
+            for (int kx = 0; kx < g->kw; kx++) {
+              double v = x[(long)s * g->h * g->w * g->c +
+                           ((long)(oy * g->sh + ky) * g->w + ox * g->sw + kx) * g->c + c];
+              acc = max ? fmax(acc, v) : acc + v;
+            }
+          y[(long)s * g->oh * g->ow * g->c + ((long)oy * g->ow + ox) * g->c + c] =
+              max ? acc : acc / (g->kh * g->kw);
+        }
+}
+
+static void fill(float *v, double *d, long n, tsr_rng_t *rng) {
+  for (long i = 0; i < n; i++) {
+    v[i] = (float)(2 * tsr__rng_uniform(rng) - 1);
+    if (d) d[i] = v[i];
+  }
+}
+
+static const tsr_conv_geom_t conv_cases[] = {
+    {1, 6, 6, 4, 0, 0, 3, 3, 1, 1, 0, 0},   /* one channel, square */
+    {3, 7, 5, 6, 0, 0, 3, 2, 2, 1, 1, 0},   /* non-square input and kernel, stride 2x1, pad 1x0 */
+    {5, 9, 8, 3, 0, 0, 5, 5, 2, 3, 2, 2},   /* several channels, big kernel, stride 2x3, pad 2 */
+    {8, 4, 4, 16, 0, 0, 1, 1, 1, 1, 0, 0},  /* pointwise (no lowering) */
+    {2, 5, 7, 40, 0, 0, 3, 3, 1, 1, 1, 1},  /* 40 outputs: vector blocks and a remainder */
+    {32, 6, 6, 8, 0, 0, 3, 3, 1, 1, 0, 0},  /* fan-in 288: the BLIS path */
+    {32, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* 270 pixels: chunks of the lowering cross samples */
+};
+
+Test(conv, kernel_forward_matches_direct_convolution) {
+  tsr_rng_t rng = {7};
+  for (size_t t = 0; t < sizeof conv_cases / sizeof *conv_cases; t++) {
+    const tsr_conv_geom_t *c0 = &conv_cases[t];
+    tsr_conv_geom_t g =
+        geom(c0->c, c0->h, c0->w, c0->oc, c0->kh, c0->kw, c0->sh, c0->sw, c0->ph, c0->pw);
+    int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
+    int ldx = in + 5, ldy = out + 3; /* rows with gaps: the per-sample paths */
+    for (int gaps = 0; gaps < 2; gaps++) {
+      int lx = gaps ? ldx : in, ly = gaps ? ldy : out;
+      float *x = calloc((size_t)n * lx, 4), *w = malloc(sizeof(float) * k * g.oc),
+            *b = malloc(sizeof(float) * g.oc), *y = calloc((size_t)n * ly, 4);
+      double *xd = calloc((size_t)n * in, 8), *wd = malloc(sizeof(double) * k * g.oc),
+             *bd = malloc(sizeof(double) * g.oc), *yd = malloc(sizeof(double) * n * out);
+      for (int s = 0; s < n; s++)
+        fill(x + (long)s * lx, xd + (long)s * in, in, &rng);
+      fill(w, wd, (long)k * g.oc, &rng);
+      fill(b, bd, g.oc, &rng);
+      float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
+      for (int relu = 0; relu < 2; relu++) {
+        tsr__k_conv_fwd(&g, n, y, ly, x, lx, w, g.oc, b, relu, work);
+        conv_ref(&g, n, yd, xd, wd, bd);
+        for (int s = 0; s < n; s++)
+          for (int j = 0; j < out; j++) {
+            double want = yd[(long)s * out + j];
+            if (relu) want = fmax(want, 0);
+            float got = y[(long)s * ly + j];
+            cr_assert(fabs(got - want) <= 1e-4 * (1 + fabs(want)),
+                      "case %zu gaps %d relu %d sample %d [%d]: %g vs %g", t, gaps, relu, s, j, got,
+                      want);
+          }
+      }
+      free(x), free(w), free(b), free(y), free(xd), free(wd), free(bd), free(yd), free(work);
+    }
+  }
+}
+
+/* Both backward kernels against sums written out, on shapes whose lowering
+ * takes several chunks (crossing samples, or not when rows have gaps). */
+Test(conv, kernel_backward_matches_direct_sums) {
+  tsr_rng_t rng = {10};
+  const tsr_conv_geom_t cases[] = {geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1),
+                                   geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
+                                   geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1)};
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const tsr_conv_geom_t g = cases[t];
+    int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
+    for (int gaps = 0; gaps < 2; gaps++) {
+      int lx = in + 3 * gaps, ly = out + 5 * gaps;
+      float *x = calloc((size_t)n * lx, 4), *dy = calloc((size_t)n * ly, 4),
+            *w = malloc(sizeof(float) * k * g.oc), *dx = calloc((size_t)n * lx, 4),
+            *dw = malloc(sizeof(float) * k * g.oc), db[8];
+      for (int s = 0; s < n; s++)
+        fill(x + (long)s * lx, NULL, in, &rng), fill(dy + (long)s * ly, NULL, out, &rng);
+      fill(w, NULL, (long)k * g.oc, &rng);
+      float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
+      tsr__k_conv_bwd_data(&g, n, dx, lx, dy, ly, w, g.oc, work);
+      tsr__k_conv_bwd_filter(&g, n, dw, g.oc, db, x, lx, dy, ly, 0.0f, work);
+      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[8] = {0};
+      for (int s = 0; s < n; s++)
+        for (int oy = 0; oy < g.oh; oy++)
+          for (int ox = 0; ox < g.ow; ox++)
+            for (int o = 0; o < g.oc; o++) {
+              double d = dy[(long)s * ly + ((long)oy * g.ow + ox) * g.oc + o];
+              wdb[o] += d;
+              for (int ky = 0; ky < g.kh; ky++)
+                for (int kx = 0; kx < g.kw; kx++)
+                  for (int c = 0; c < g.c; c++) {
+                    int iy = oy * g.sh - g.ph + ky, ix = ox * g.sw - g.pw + kx;
+                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                    long xi = ((long)iy * g.w + ix) * g.c + c;
+                    long wi = (((long)ky * g.kw + kx) * g.c + c) * g.oc + o;
+                    wdx[(long)s * in + xi] += d * w[wi];
+                    wdw[wi] += d * x[(long)s * lx + xi];
+                  }
+            }
+      for (int s = 0; s < n; s++)
+        for (int j = 0; j < in; j++)
+          cr_assert(fabs(dx[(long)s * lx + j] - wdx[(long)s * in + j]) <=
+                        1e-4 * (1 + fabs(wdx[(long)s * in + j])),
+                    "case %zu gaps %d dx[%d][%d]: %g vs %g", t, gaps, s, j, dx[(long)s * lx + j],
+                    wdx[(long)s * in + j]);
+      for (int j = 0; j < k * g.oc; j++)
+        cr_assert(fabs(dw[j] - wdw[j]) <= 1e-3 * (1 + fabs(wdw[j])),
+                  "case %zu gaps %d dw[%d]: %g vs %g", t, gaps, j, dw[j], wdw[j]);
+      for (int o = 0; o < g.oc; o++)
+        cr_assert(fabs(db[o] - wdb[o]) <= 1e-3 * (1 + fabs(wdb[o])), "case %zu db[%d]", t, o);
+      free(x), free(dy), free(w), free(dx), free(dw), free(work), free(wdx), free(wdw);
+    }
+  }
+}
+
+Test(conv, kernel_pooling_matches_direct_pooling) {
+  tsr_rng_t rng = {8};
+  const int cases[][7] = {/* c h w kh kw sh sw */
+                          {3, 6, 6, 2, 2, 2, 2},
+                          {2, 7, 5, 3, 2, 2, 1},
+                          {70, 5, 5, 3, 3, 1, 1},
+                          {1, 9, 4, 3, 3, 3, 2}};
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const int *c = cases[t];
+    tsr_conv_geom_t g = geom(c[0], c[1], c[2], c[0], c[3], c[4], c[5], c[6], 0, 0);
+    int n = 2, in = g.h * g.w * g.c, out = g.oh * g.ow * g.c;
+    float *x = malloc(sizeof(float) * n * in), *y = malloc(sizeof(float) * n * out);
+    double *xd = malloc(sizeof(double) * n * in), *yd = malloc(sizeof(double) * n * out);
+    fill(x, xd, (long)n * in, &rng);
+    for (int max = 0; max < 2; max++) {
+      tsr__k_pool_fwd(&g, max, n, y, out, x, in);
+      pool_ref(&g, max, n, yd, xd);
+      for (int j = 0; j < n * out; j++)
+        cr_assert(fabs(y[j] - yd[j]) <= 1e-6 * (1 + fabs(yd[j])), "case %zu max %d [%d]: %g vs %g",
+                  t, max, j, y[j], yd[j]);
+    }
+    free(x), free(y), free(xd), free(yd);
+  }
+}
+
+/* The tiled operations over batch-row edge tiles: 7 samples in tiles of 3. */
+Test(conv, tiled_forward_over_edge_tiles) {
+  tsr_rng_t rng = {9};
+  tsr_conv_geom_t g = geom(3, 7, 5, 6, 3, 2, 2, 1, 1, 0);
+  tsr_conv_geom_t pg = geom(6, g.oh, g.ow, 6, 2, 2, 1, 2, 0, 0);
+  int n = 7, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
+  int pout = pg.oh * pg.ow * pg.c;
+  tsr_tiles_t *x, *w, *b, *y, *p;
+  cr_assert_eq(tsr_tiles_create(&x, n, in, 3, in, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&w, k, g.oc, k, g.oc, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&b, 1, g.oc, 1, g.oc, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&y, n, out, 3, out, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&p, n, pout, 3, pout, NULL, NULL, 0), 0);
+  float *xv = malloc(sizeof(float) * n * in), *wv = malloc(sizeof(float) * k * g.oc), bv[6],
+        *yv = malloc(sizeof(float) * n * out), *pv = malloc(sizeof(float) * n * pout);
+  double *xd = malloc(sizeof(double) * n * in), *wd = malloc(sizeof(double) * k * g.oc), bd[6],
+         *yd = malloc(sizeof(double) * n * out), *pd = malloc(sizeof(double) * n * pout);
+  fill(xv, xd, (long)n * in, &rng), fill(wv, wd, (long)k * g.oc, &rng), fill(bv, bd, 6, &rng);
+  cr_assert_eq(tsr_tiles_write(x, xv), 0);
+  cr_assert_eq(tsr_tiles_write(w, wv), 0);
+  cr_assert_eq(tsr_tiles_write(b, bv), 0);
+  cr_assert_eq(tsr__tiles_conv_fwd(y, x, w, b, &g, false), 0);
+  cr_assert_eq(tsr__tiles_pool_fwd(p, y, &pg, true), 0);
+  cr_assert_eq(tsr_tiles_read(y, yv), 0);
+  cr_assert_eq(tsr_tiles_read(p, pv), 0);
+  conv_ref(&g, n, yd, xd, wd, bd);
+  pool_ref(&pg, true, n, pd, yd);
+  for (int j = 0; j < n * out; j++)
+    cr_assert(fabs(yv[j] - yd[j]) <= 1e-4 * (1 + fabs(yd[j])), "conv [%d]: %g vs %g", j, yv[j],
+              yd[j]);
+  for (int j = 0; j < n * pout; j++)
+    cr_assert(fabs(pv[j] - pd[j]) <= 1e-4 * (1 + fabs(pd[j])), "pool [%d]: %g vs %g", j, pv[j],
+              pd[j]);
+  /* A tiling that does not hold whole samples is refused before any task. */
+  tsr_tiles_t *split;
+  cr_assert_eq(tsr_tiles_create(&split, n, in, 3, 16, NULL, NULL, 0), 0);
+  uint64_t before = tsr__tiles_task_count();
+  cr_assert_eq(tsr__tiles_conv_fwd(y, split, w, b, &g, false), TSR_ESHAPE);
+  cr_assert_eq(tsr__tiles_task_count(), before);
+  tsr_tiles_destroy(&split);
+  tsr_tiles_destroy(&x), tsr_tiles_destroy(&w), tsr_tiles_destroy(&b), tsr_tiles_destroy(&y);
+  tsr_tiles_destroy(&p);
+  free(xv), free(wv), free(yv), free(pv), free(xd), free(wd), free(yd), free(pd);
+}
+
+/* ---- float64 reference network, channels-last, for gradient checks ---- */
+
+typedef struct {
+  const tsr_model_spec_t *spec;
+  int c, h, w; /* input geometry */
+  int n, batch;
+  const double *x;     /* (n, c h w) */
+  const float *labels; /* (n) */
+  double *params[2 * TSR_MAX_LAYERS];
+  uint64_t seed; /* the net's, for dropout masks (first training step) */
+} ref_t;
+
+static double ref_loss(const ref_t *r) {
+  int c = r->c, h = r->h, w = r->w, p = 0;
+  size_t cap = 1 << 16;
+  double *a = malloc(sizeof(double) * r->n * cap), *z = malloc(sizeof(double) * r->n * cap);
+  memcpy(a, r->x, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
+  for (int l = 0; l < r->spec->n_layers; l++) {
+    const tsr_layer_spec_t *s = &r->spec->layers[l];
+    int width = c * h * w;
+    switch (s->kind) {
+    case TSR_LAYER_RELU:
+      for (long i = 0; i < (long)r->n * width; i++)
+        a[i] = a[i] > 0 ? a[i] : 0;
+      break;
+    case TSR_LAYER_FLATTEN: c = width, h = w = 1; break;
+    case TSR_LAYER_DROPOUT: {
+      uint64_t seed = tsr__dropout_seed(r->seed, l + 1, 1);
+      for (int i = 0; i < r->n; i++)
+        for (int j = 0; j < width; j++)
+          a[(long)i * width + j] = tsr__k_dropout_keep(seed, i, j, s->rate)
+                                       ? a[(long)i * width + j] / (1.0 - s->rate)
+                                       : 0.0;
+      break;
+    }
+    case TSR_LAYER_DENSE: {
+      const double *W = r->params[p], *b = r->params[p + 1];
+      p += 2;
+      for (int i = 0; i < r->n; i++)
+        for (int j = 0; j < s->units; j++) {
+          double acc = b[j];
+          for (int k = 0; k < width; k++)
+            acc += a[(long)i * width + k] * W[(long)k * s->units + j];
+          z[(long)i * s->units + j] = acc;
+        }
+      c = s->units, h = w = 1;
+      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)c);
+      break;
+    }
+    case TSR_LAYER_CONV: {
+      int kw = s->kernel_w ? s->kernel_w : s->kernel_h;
+      int sh = s->stride_h ? s->stride_h : 1, sw = s->stride_w ? s->stride_w : sh;
+      tsr_conv_geom_t g = geom(c, h, w, s->units, s->kernel_h, kw, sh, sw, s->pad_h, s->pad_w);
+      conv_ref(&g, r->n, z, a, r->params[p], r->params[p + 1]);
+      p += 2;
+      c = g.oc, h = g.oh, w = g.ow;
+      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
+      break;
+    }
+    case TSR_LAYER_MAXPOOL:
+    case TSR_LAYER_AVGPOOL: {
+      int kw = s->kernel_w ? s->kernel_w : s->kernel_h;
+      int sh = s->stride_h ? s->stride_h : s->kernel_h, sw = s->stride_w ? s->stride_w : kw;
+      tsr_conv_geom_t g = geom(c, h, w, c, s->kernel_h, kw, sh, sw, 0, 0);
+      pool_ref(&g, s->kind == TSR_LAYER_MAXPOOL, r->n, z, a);
+      h = g.oh, w = g.ow;
+      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
+      break;
+    }
+    }
+  }
+  int width = c * h * w;
+  double loss = 0;
+  for (int i = 0; i < r->n; i++) {
+    double m = a[(long)i * width];
+    for (int j = 1; j < width; j++)
+      m = fmax(m, a[(long)i * width + j]);
+    double s = 0;
+    for (int j = 0; j < width; j++)
+      s += exp(a[(long)i * width + j] - m);
+    loss += log(s) + m - a[(long)i * width + (int)r->labels[i]];
+  }
+  free(a), free(z);
+  return loss / r->n;
+}
+
+static void check_close(const char *what, int p, long idx, double got, double want) {
+  cr_assert(fabs(got - want) <= 2e-4 + 2e-3 * fabs(want),
+            "%s (param %d)[%ld]: engine %.7g, finite difference %.7g", what, p, idx, got, want);
+}
+
+/* One step without update on the first n of `batch` samples of shape (c, h, w);
+ * every parameter gradient and the input gradient against central differences. */
+static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, int classes,
+                           int batch, int n, int tile_rows) {
+  int inputs = c * h * w;
+  tsr_rng_t rng = {42};
+  tsr_dataset_t ds = {.n = batch, .features = inputs, .classes = classes};
+  ds.x = malloc(sizeof(float) * (size_t)batch * (size_t)inputs);
+  ds.y = malloc(sizeof(float) * (size_t)batch);
+  fill(ds.x, NULL, (long)batch * inputs, &rng);
+  for (int i = 0; i < batch; i++)
+    ds.y[i] = (float)(i % classes);
+  int32_t rows[64];
+  for (int i = 0; i < batch; i++)
+    rows[i] = batch - 1 - i;
+
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = batch, o.tile_rows = tile_rows, o.tile_cols = 3, o.seed = 5;
+  o.in_channels = c, o.in_height = h, o.in_width = w;
+  tsr_net_t *net;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, spec, inputs, classes, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_net_keep_input_grad(net), 0);
+  int np = tsr_net_n_params(net);
+  /* Non-zero biases keep pre-activations off ReLU's kink. */
+  for (int p = 1; p < np; p += 2) {
+    int64_t pr, pc;
+    cr_assert_eq(tsr_net_param_info(net, p, &pr, &pc), 0);
+    float bias[256];
+    for (int64_t k = 0; k < pc; k++)
+      bias[k] = (float)(tsr__rng_uniform(&rng) - 0.5);
+    cr_assert_eq(tsr_net_param_set(net, p, bias), 0);
+  }
+  cr_assert_eq(tsr_net_train_step(net, &ds, rows, n, false), 0);
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+
+  double *x = malloc(sizeof(double) * (size_t)n * (size_t)inputs);
+  float labels[64];
+  for (int i = 0; i < n; i++) {
+    labels[i] = ds.y[rows[i]];
+    for (int k = 0; k < inputs; k++)
+      x[(long)i * inputs + k] = ds.x[(long)rows[i] * inputs + k];
+  }
+  ref_t r = {spec, c, h, w, n, batch, x, labels, {0}, o.seed};
+  float *grads[2 * TSR_MAX_LAYERS];
+  int64_t sizes[2 * TSR_MAX_LAYERS];
+  for (int p = 0; p < np; p++) {
+    int64_t pr, pc;
+    cr_assert_eq(tsr_net_param_info(net, p, &pr, &pc), 0);
+    sizes[p] = pr * pc;
+    float *v = malloc(sizeof(float) * (size_t)sizes[p]);
+    grads[p] = malloc(sizeof(float) * (size_t)sizes[p]);
+    cr_assert_eq(tsr_net_param_get(net, p, v), 0);
+    cr_assert_eq(tsr_net_grad_get(net, p, grads[p]), 0);
+    r.params[p] = malloc(sizeof(double) * (size_t)sizes[p]);
+    for (int64_t k = 0; k < sizes[p]; k++)
+      r.params[p][k] = v[k];
+    free(v);
+  }
+  const double eps = 1e-6;
+  for (int p = 0; p < np; p++)
+    for (int64_t k = 0; k < sizes[p]; k++) {
+      double keep = r.params[p][k];
+      r.params[p][k] = keep + eps;
+      double up = ref_loss(&r);
+      r.params[p][k] = keep - eps;
+      double down = ref_loss(&r);
+      r.params[p][k] = keep;
+      check_close(p % 2 ? "db" : "dW", p, (long)k, grads[p][k], (up - down) / (2 * eps));
+    }
+  float *dx = malloc(sizeof(float) * (size_t)batch * (size_t)inputs);
+  cr_assert_eq(tsr_net_input_grad_get(net, dx), 0);
+  for (long k = 0; k < (long)n * inputs; k++) {
+    double keep = x[k];
+    x[k] = keep + eps;
+    double up = ref_loss(&r);
+    x[k] = keep - eps;
+    double down = ref_loss(&r);
+    x[k] = keep;
+    check_close("dX", -1, k, dx[k], (up - down) / (2 * eps));
+  }
+  for (long k = (long)n * inputs; k < (long)batch * inputs; k++)
+    cr_assert_float_eq(dx[k], 0.0f, 0, "padding row gradient must be 0");
+  for (int p = 0; p < np; p++)
+    free(grads[p]), free(r.params[p]);
+  free(dx), free(x), free(ds.x), free(ds.y);
+  tsr_net_destroy(&net);
+}
+
+#define CONV(f, kh, kw, sh, sw, ph, pw)                                                            \
+  (tsr_layer_spec_t) {                                                                             \
+    .kind = TSR_LAYER_CONV, .units = f, .kernel_h = kh, .kernel_w = kw, .stride_h = sh,            \
+    .stride_w = sw, .pad_h = ph, .pad_w = pw                                                       \
+  }
+#define POOL(k_, kh, kw, sh, sw)                                                                   \
+  (tsr_layer_spec_t) {                                                                             \
+    .kind = k_, .kernel_h = kh, .kernel_w = kw, .stride_h = sh, .stride_w = sw                     \
+  }
+#define LAYER(k, u)                                                                                \
+  (tsr_layer_spec_t) {                                                                             \
+    .kind = k, .units = u                                                                          \
+  }
+
+Test(conv, gradient_conv_relu_maxpool_dense_over_edge_tiles) {
+  /* input 2x7x6 (c, h, w); conv 3 filters 3x2, stride 2x1, padding 1x0; 5
+   * samples in tiles of 2 with 4 valid (a short batch). */
+  tsr_model_spec_t spec = {.n_layers = 5};
+  spec.layers[0] = CONV(3, 3, 2, 2, 1, 1, 0);
+  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[2] = POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0);
+  spec.layers[3] = LAYER(TSR_LAYER_FLATTEN, 0);
+  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 3);
+  gradient_check(&spec, 2, 7, 6, 3, 5, 4, 2);
+}
+
+Test(conv, gradient_two_convs_overlapping_avgpool) {
+  tsr_model_spec_t spec = {.n_layers = 6};
+  spec.layers[0] = CONV(4, 3, 3, 1, 1, 1, 1);
+  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[2] = POOL(TSR_LAYER_AVGPOOL, 3, 2, 2, 1); /* overlapping rows */
+  spec.layers[3] = CONV(3, 2, 2, 1, 1, 0, 0);
+  spec.layers[4] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[5] = LAYER(TSR_LAYER_DENSE, 4);
+  gradient_check(&spec, 1, 7, 5, 4, 3, 3, 2);
+}
+
+Test(conv, gradient_maxpool_first_then_conv_stride) {
+  /* Pooling on the input (its gradient is the input gradient), a strided
+   * conv without ReLU, and a wide layer on the BLIS path (fan-in 36). */
+  tsr_model_spec_t spec = {.n_layers = 4};
+  spec.layers[0] = POOL(TSR_LAYER_MAXPOOL, 2, 3, 1, 2);
+  spec.layers[1] = CONV(5, 3, 3, 2, 2, 1, 1);
+  spec.layers[2] = LAYER(TSR_LAYER_FLATTEN, 0);
+  spec.layers[3] = LAYER(TSR_LAYER_DENSE, 3);
+  gradient_check(&spec, 4, 6, 7, 3, 4, 4, 3);
+}
+
+Test(conv, gradient_dropout_with_its_mask) {
+  tsr_model_spec_t spec = {.n_layers = 4};
+  spec.layers[0] = LAYER(TSR_LAYER_DENSE, 7);
+  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[2] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.4f};
+  spec.layers[3] = LAYER(TSR_LAYER_DENSE, 3);
+  gradient_check(&spec, 1, 1, 5, 3, 6, 5, 4);
+}
+
+Test(conv, gradient_dropout_between_conv_and_pool) {
+  tsr_model_spec_t spec = {.n_layers = 5};
+  spec.layers[0] = CONV(3, 2, 2, 1, 1, 0, 0);
+  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[2] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.3f};
+  spec.layers[3] = POOL(TSR_LAYER_AVGPOOL, 2, 2, 0, 0);
+  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 3);
+  gradient_check(&spec, 2, 5, 5, 3, 4, 4, 3);
+}
+
+Test(conv, dropout_mask_off_in_evaluation_and_seeded) {
+  /* Rate 0.5 keeps about half, the same mask for the same (seed, row, col),
+   * and the kernel scales kept features by 1 / (1 - rate). */
+  int kept = 0;
+  for (int i = 0; i < 100; i++)
+    for (int j = 0; j < 100; j++)
+      kept += tsr__k_dropout_keep(77, i, j, 0.5f);
+  cr_assert(kept > 4700 && kept < 5300, "%d of 10000 kept", kept);
+  float x[12], y[12];
+  for (int i = 0; i < 12; i++)
+    x[i] = 1.0f;
+  tsr__k_dropout(3, 4, y, 4, x, 4, 77, 10, 20, 0.25f);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++)
+      cr_assert_float_eq(y[i * 4 + j],
+                         tsr__k_dropout_keep(77, 10 + i, 20 + j, 0.25f) ? 4.0f / 3 : 0, 1e-6);
+}
+
+/* ---- whole networks ---- */
+
+static const char *data_dir(void) {
+  const char *d = getenv("TSR_DATA_DIR");
+  return d ? d : TSR_DEFAULT_DATA_DIR;
+}
+
+static void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
+  tsr_errbuf_t err = {""};
+  int rc = tsr_dataset_load_dir(train, test, data_dir(), &err);
+  if (rc) cr_skip_test("Fashion-MNIST not found (%s); install dataset-fashion-mnist", err.msg);
+  cr_assert_eq(tsr_dataset_truncate(train, ntrain), 0);
+  float mean, std;
+  tsr_dataset_stats(train, &mean, &std);
+  tsr_dataset_normalize(train, mean, std);
+  tsr_dataset_normalize(test, mean, std);
+}
+
+static double loss_after_steps(const tsr_dataset_t *ds, const tsr_model_spec_t *spec, int steps,
+                               int tile_rows, int tile_cols) {
+  tsr_errbuf_t err = {""};
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 32, o.tile_rows = tile_rows, o.tile_cols = tile_cols, o.seed = 11;
+  o.in_channels = ds->channels, o.in_height = ds->height, o.in_width = ds->width;
+  o.opt.lr = 0.05f;
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, spec, (int)ds->features, ds->classes, &o, &err), 0, "%s",
+               err.msg);
+  int32_t rows[32];
+  for (int s = 0; s < steps; s++) {
+    for (int i = 0; i < 32; i++)
+      rows[i] = (int32_t)((s * 32 + i * 7) % ds->n);
+    cr_assert_eq(tsr_net_train_step(net, ds, rows, 32, true), 0);
+  }
+  tsr_dataset_t head = *ds;
+  head.n = 256;
+  double loss, acc;
+  cr_assert_eq(tsr_evaluate(net, &head, &loss, &acc), 0);
+  tsr_net_destroy(&net);
+  return loss;
+}
+
+Test(conv, cnn_training_steps_do_not_depend_on_the_tile_size) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 1000);
+  tsr_model_spec_t spec = {.n_layers = 9};
+  spec.layers[0] = CONV(6, 3, 3, 1, 1, 0, 0);
+  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[2] = POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0);
+  spec.layers[3] = CONV(8, 3, 3, 2, 2, 1, 1);
+  spec.layers[4] = LAYER(TSR_LAYER_RELU, 0);
+  spec.layers[5] = LAYER(TSR_LAYER_FLATTEN, 0);
+  spec.layers[6] = LAYER(TSR_LAYER_DENSE, 20);
+  spec.layers[7] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.25f};
+  spec.layers[8] = LAYER(TSR_LAYER_DENSE, 10);
+  double one = loss_after_steps(&train, &spec, 5, 32, 1 << 20);
+  double t8 = loss_after_steps(&train, &spec, 5, 8, 8);
+  double t5x7 = loss_after_steps(&train, &spec, 5, 5, 7);
+  double start = loss_after_steps(&train, &spec, 0, 32, 32);
+  cr_assert(one < start * 0.95, "5 steps must lower the loss (%g -> %g)", start, one);
+  cr_assert(fabs(t8 - one) <= 1e-5 * one, "tile 8: %.9g vs one tile %.9g", t8, one);
+  cr_assert(fabs(t5x7 - one) <= 1e-5 * one, "tile 5x7: %.9g vs one tile %.9g", t5x7, one);
+  double again = loss_after_steps(&train, &spec, 5, 8, 8);
+  cr_assert(again == t8, "same seed, same tiles: %.17g vs %.17g", again, t8);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* Builds spec on a 1x28x28 input and expects TSR_ESHAPE/EINVAL, a message
+ * with every fragment in `want`, and no task submitted. */
+static void expect_rejected(const tsr_model_spec_t *spec, const char *const *want, int nwant) {
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.in_channels = 1, o.in_height = 28, o.in_width = 28;
+  tsr_net_t *net = NULL;
+  tsr_errbuf_t err = {""};
+  uint64_t before = tsr__tiles_task_count();
+  int rc = tsr_net_create(&net, spec, 784, 10, &o, &err);
+  cr_assert(rc == TSR_ESHAPE || rc == TSR_EINVAL, "accepted (rc %d)", rc);
+  cr_assert_null(net);
+  cr_assert_eq(tsr__tiles_task_count(), before, "tasks ran before the rejection");
+  for (int i = 0; i < nwant; i++)
+    cr_assert(strstr(err.msg, want[i]), "message '%s' lacks '%s'", err.msg, want[i]);
+}
+
+Test(conv, shapes_that_do_not_fit_are_rejected_naming_layer_and_shapes) {
+  tsr_model_spec_t spec = {.n_layers = 5};
+  /* 28 -conv5-> 24 -pool4-> 6 -conv7-> kernel larger than its input */
+  spec.layers[0] = CONV(4, 5, 5, 1, 1, 0, 0);
+  spec.layers[1] = POOL(TSR_LAYER_MAXPOOL, 4, 4, 0, 0);
+  spec.layers[2] = CONV(4, 7, 7, 1, 1, 0, 0);
+  spec.layers[3] = LAYER(TSR_LAYER_FLATTEN, 0);
+  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 10);
+  expect_rejected(&spec, (const char *const[]){"layer 3", "7x7", "6x6x4"}, 3);
+
+  spec.layers[2] = CONV(4, 3, 3, 1, 1, 0, 0);
+  spec.layers[2].in_channels = 8; /* but 4 come */
+  expect_rejected(&spec, (const char *const[]){"layer 3", "in_channels = 8", "6x6x4"}, 3);
+
+  spec.layers[2].in_channels = 4;
+  spec.layers[4].in_features = 100; /* 4x4x4 = 64 come */
+  expect_rejected(&spec, (const char *const[]){"layer 5", "in_features = 100", "64", "4x4x4"}, 4);
+
+  tsr_model_spec_t pool = {.n_layers = 2};
+  pool.layers[0] = POOL(TSR_LAYER_AVGPOOL, 29, 2, 0, 0);
+  pool.layers[1] = LAYER(TSR_LAYER_DENSE, 10);
+  expect_rejected(&pool, (const char *const[]){"layer 1", "29x2", "28x28x1"}, 3);
+
+  tsr_model_spec_t drop = {.n_layers = 2};
+  drop.layers[0] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 1.0f};
+  drop.layers[1] = LAYER(TSR_LAYER_DENSE, 10);
+  expect_rejected(&drop, (const char *const[]){"layer 1", "dropout"}, 2);
+
+  /* Input geometry that does not multiply out to the features. */
+  tsr_model_spec_t lin = {.n_layers = 1};
+  lin.layers[0] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.in_channels = 3, o.in_height = 28, o.in_width = 28;
+  tsr_net_t *net = NULL;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, &lin, 784, 10, &o, &err), TSR_ESHAPE);
+  cr_assert(strstr(err.msg, "784"), "%s", err.msg);
+}
+
+Test(conv, cnn_shorthand_and_ini_file) {
+  tsr_model_spec_t s;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&s, "cnn", 10, &err), 0, "%s", err.msg);
+  char buf[256];
+  tsr_model_describe(&s, 784, buf, sizeof buf);
+  cr_assert_str_eq(
+      buf, "784-conv3x3/32p1x1-relu-maxpool2x2-conv3x3/64p1x1-relu-maxpool2x2-flatten-128-relu-10");
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
+  /* 28x28 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 = 3136:
+   * 32 (9 + 1) + 64 (288 + 1) + 128 (3136 + 1) + 10 (128 + 1) */
+  cr_assert_eq(tsr_net_param_count(net), 320 + 18496 + 401536 + 1290);
+  tsr_net_destroy(&net);
+
+  char path[] = "/tmp/tessera-cnn-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("[c1]\ntype = conv\nfilters = 8\nkernel = 5x3\nstride = 2\npadding = 2x1\n"
+        "activation = relu\nin_channels = 1\n[p1]\ntype = avgpool\nkernel = 2\n"
+        "[d]\ntype = dropout\nrate = 0.25\n[f]\ntype = flatten\n"
+        "[out]\ntype = dense\nunits = 10\nin_features = 392\n",
+        f);
+  fclose(f);
+  cr_assert_eq(tsr_model_load_ini(&s, path, &err), 0, "%s", err.msg);
+  remove(path);
+  tsr_model_describe(&s, 784, buf, sizeof buf);
+  cr_assert_str_eq(buf, "784-conv5x3/8s2x2p2x1-relu-avgpool2x2-dropout0.25-flatten-10");
+  /* 28x28 -conv 5x3 s2 p2x1-> 14x14x8 -pool 2-> 7x7x8 = 392 */
+  cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
+  tsr_net_destroy(&net);
+}
