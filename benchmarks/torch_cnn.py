@@ -24,10 +24,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_mlp import load_fashion_mnist, time_training  # noqa: E402
 
 ROWS, CLASSES = 60000, 10
 
@@ -52,36 +54,12 @@ def measure(batch, threads, seconds, data, padding):
     torch.set_num_interop_threads(1)
     torch.manual_seed(1)
     if data:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from torch_mlp import load_fashion_mnist
-
         x, y, _, _ = load_fashion_mnist(data)
         x = x.reshape(-1, 1, 28, 28)
     else:
         x = torch.randn(ROWS, 1, 28, 28)
         y = torch.randint(0, CLASSES, (ROWS,))
-    nbatches = x.shape[0] // batch
-
-    model = make_cnn(padding)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step(k):
-        i = (k % nbatches) * batch  # a view: no copy, no loading cost
-        opt.zero_grad()
-        loss = loss_fn(model(x[i : i + batch]), y[i : i + batch])
-        loss.backward()
-        opt.step()
-
-    for k in range(20):
-        step(k)
-    steps, start = 0, time.perf_counter()
-    while True:
-        step(20 + steps)
-        steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            break
+    steps, elapsed = time_training(make_cnn(padding), x, y, batch, seconds)
     return {"peer": "pytorch", "version": torch.__version__, "threads": threads,
             "batch": batch, "model": "cnn", "padding": padding,
             "samples_per_s": steps * batch / elapsed,

@@ -73,23 +73,15 @@ def make_mlp(widths):
     return nn.Sequential(*layers[:-1])
 
 
-def measure(widths, batch, threads, seconds, data):
-    torch.set_num_threads(threads)
-    torch.set_num_interop_threads(1)
-    torch.manual_seed(1)
-    if data:
-        x, y, _, _ = load_fashion_mnist(data)
-    else:
-        x = torch.randn(ROWS, FEATURES)
-        y = torch.randint(0, CLASSES, (ROWS,))
+def time_training(model, x, y, batch, seconds):
+    """(steps, seconds) of SGD momentum 0.9 steps over x, y for about `seconds`
+    after 20 warm-up steps; batches are views, so loading costs nothing."""
     nbatches = x.shape[0] // batch
-
-    model = make_mlp(widths)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     def step(k):
-        i = (k % nbatches) * batch  # a view: no copy, no loading cost
+        i = (k % nbatches) * batch
         opt.zero_grad()
         loss = loss_fn(model(x[i : i + batch]), y[i : i + batch])
         loss.backward()
@@ -103,7 +95,19 @@ def measure(widths, batch, threads, seconds, data):
         steps += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
-            break
+            return steps, elapsed
+
+
+def measure(widths, batch, threads, seconds, data):
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(1)
+    if data:
+        x, y, _, _ = load_fashion_mnist(data)
+    else:
+        x = torch.randn(ROWS, FEATURES)
+        y = torch.randint(0, CLASSES, (ROWS,))
+    steps, elapsed = time_training(make_mlp(widths), x, y, batch, seconds)
     return {"peer": "pytorch", "version": torch.__version__, "threads": threads,
             "batch": batch, "widths": list(widths),
             "samples_per_s": steps * batch / elapsed, "steps": steps}
