@@ -48,8 +48,9 @@ TSR_API int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err);
 /* Every rank passes a description of its configuration; ranks that differ
  * from rank 0 are named in err and TSR_EINVAL returned on every rank. */
 TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
-/* Prints msg (prefixed with the rank) and stops every rank with exit status 1. */
-TSR_API void tsr_dist_abort(const char *msg) __attribute__((noreturn));
+/* Under MPI: prints msg (prefixed with the rank) and stops every rank with
+ * exit status 1 (MPI_Abort). Without MPI it does nothing and returns. */
+TSR_API void tsr_dist_abort(const char *msg);
 /* Finalizes MPI if tsr_dist_start started it. */
 TSR_API void tsr_dist_stop(void);
 

@@ -101,10 +101,10 @@ int tsr_dist_check_same(const char *config, tsr_errbuf_t *err) {
 }
 
 void tsr_dist_abort(const char *msg) {
+  if (!active) return;
   fprintf(stderr, "tessera (rank %d of %d): %s; stopping every rank\n", rank, size, msg);
   fflush(stderr);
-  if (active) MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 void tsr_dist_stop(void) {
