@@ -68,6 +68,7 @@ expect 0 "epoch 3/3" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 3 
 if [[ -d $data ]]; then
   expect 0 "epoch 2/2" -- train --epochs 2 --train-limit 1000 --test-limit 500 --tile 32x100 \
     --optimizer adam --log "$tmp/log2.jsonl"
+  expect 0 "conv3x3/32p1x1" -- train --model cnn --epochs 1 --train-limit 256 --test-limit 128
 fi
 for log in "$tmp"/log*.jsonl; do
   if /usr/bin/python3 - "$log" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $log"; cat "$log"; fi

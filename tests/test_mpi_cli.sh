@@ -45,6 +45,11 @@ expect 2 "--batch 0" 60 -- \
   -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
 expect 0 "epoch 2/2" 120 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync every=4 --log "$tmp/log.jsonl"
+# The CNN under every synchronization policy.
+for policy in batch every=4 epoch async-epoch; do
+  expect 0 "epoch 1/1" 120 -- "${mpi[@]}" -np 2 "$tessera" train --workers 1 --data "$data" \
+    --model cnn --train-limit 512 --test-limit 200 --epochs 1 --sync "$policy"
+done
 if /usr/bin/python3 - "$tmp/log.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: log"; cat "$tmp/log.jsonl"; fi
 import json, sys
 objs = [json.loads(l) for l in open(sys.argv[1])]
