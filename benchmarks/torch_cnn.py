@@ -22,14 +22,13 @@ Debian's torch is python3-torch for /usr/bin/python3.
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_mlp import load_fashion_mnist, time_training  # noqa: E402
+from torch_mlp import best_of, load_fashion_mnist, time_training  # noqa: E402
 
 ROWS, CLASSES = 60000, 10
 
@@ -66,24 +65,6 @@ def measure(batch, threads, seconds, data, padding):
             "steps": steps}
 
 
-def best_of(args, counts):
-    """Each thread count in a fresh process: the inter-op pool can be sized
-    only once per process, and runs should not share warm caches."""
-    runs = []
-    for t in counts:
-        cmd = [sys.executable, os.path.abspath(__file__), "--batch", str(args.batch),
-               "--threads", str(t), "--seconds", str(args.seconds), "--padding",
-               str(args.padding)]
-        if args.data:
-            cmd += ["--data", args.data]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(out.strip().splitlines()[-1]))
-    best = dict(max(runs, key=lambda r: r["samples_per_s"]))
-    best["runs"] = [{"threads": r["threads"], "samples_per_s": r["samples_per_s"],
-                     "steps": r["steps"]} for r in runs]
-    return best
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=64)
@@ -101,7 +82,8 @@ def main():
         p.error("--batch, --threads and --seconds must be positive")
 
     if args.best_threads:
-        result = best_of(args, [int(t) for t in args.best_threads.split(",")])
+        result = best_of(__file__, ["--padding", str(args.padding)], args,
+                         [int(t) for t in args.best_threads.split(",")])
     else:
         result = measure(args.batch, args.threads, args.seconds, args.data, args.padding)
     print(json.dumps(result), flush=True)

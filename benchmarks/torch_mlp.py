@@ -113,13 +113,14 @@ def measure(widths, batch, threads, seconds, data):
             "samples_per_s": steps * batch / elapsed, "steps": steps}
 
 
-def best_of(args, counts):
-    """Each thread count in a fresh process: the inter-op pool can be sized
-    only once per process, and runs should not share warm caches."""
+def best_of(script, options, args, counts):
+    """Runs `script options --threads T` for each thread count in a fresh
+    process (the inter-op pool can be sized only once per process, and runs
+    should not share warm caches); returns the fastest, with all under "runs"."""
     runs = []
     for t in counts:
-        cmd = [sys.executable, os.path.abspath(__file__), "--widths", args.widths,
-               "--batch", str(args.batch), "--threads", str(t), "--seconds", str(args.seconds)]
+        cmd = [sys.executable, os.path.abspath(script), *options, "--batch", str(args.batch),
+               "--threads", str(t), "--seconds", str(args.seconds)]
         if args.data:
             cmd += ["--data", args.data]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -147,7 +148,8 @@ def main():
         p.error("--batch, --threads, --seconds and every width must be positive")
 
     if args.best_threads:
-        result = best_of(args, [int(t) for t in args.best_threads.split(",")])
+        result = best_of(__file__, ["--widths", args.widths], args,
+                         [int(t) for t in args.best_threads.split(",")])
     else:
         result = measure(widths, args.batch, args.threads, args.seconds, args.data)
     print(json.dumps(result), flush=True)

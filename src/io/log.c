@@ -15,8 +15,7 @@ struct tsr_log {
   char model[256], sched[64], optimizer[32], sync[32];
 };
 
-int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run,
-                 tsr_errbuf_t *err) {
+int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
   *out = NULL;
   tsr_log_t *log = calloc(1, sizeof *log);
   if (!log) return TSR_ENOMEM;
@@ -40,6 +39,16 @@ static void add_number(cJSON *o, const char *key, double v) {
     cJSON_AddNumberToObject(o, key, v);
   else
     cJSON_AddNullToObject(o, key);
+}
+
+/* Writes o as one line and flushes it; takes o. */
+static int write_line(tsr_log_t *log, cJSON *o) {
+  char *line = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!line) return TSR_ENOMEM;
+  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
+  cJSON_free(line);
+  return ok ? 0 : TSR_EIO;
 }
 
 int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
@@ -68,21 +77,7 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "workers", log->run.workers);
   cJSON_AddNumberToObject(o, "seed", (double)log->run.seed);
   cJSON_AddBoolToObject(o, "priorities", !log->run.no_priorities);
-  char *line = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!line) return TSR_ENOMEM;
-  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
-  cJSON_free(line);
-  return ok ? 0 : TSR_EIO;
-}
-
-static int write_line(tsr_log_t *log, cJSON *o) {
-  char *line = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!line) return TSR_ENOMEM;
-  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
-  cJSON_free(line);
-  return ok ? 0 : TSR_EIO;
+  return write_line(log, o);
 }
 
 int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
@@ -108,7 +103,8 @@ int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
     cJSON_AddNumberToObject(x, "tasks", (double)w->tasks);
     cJSON *per = cJSON_AddObjectToObject(x, "codelets");
     for (int c = 0; per && c < st->ncodelets; c++)
-      if (w->codelet_tasks[c]) cJSON_AddNumberToObject(per, st->codelets[c], (double)w->codelet_tasks[c]);
+      if (w->codelet_tasks[c])
+        cJSON_AddNumberToObject(per, st->codelets[c], (double)w->codelet_tasks[c]);
     cJSON_AddItemToArray(ws, x);
   }
   cJSON *bs = cJSON_AddArrayToObject(o, "buses");
