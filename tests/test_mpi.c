@@ -4,6 +4,8 @@
  *   test_mpi async          async-epoch finishes, replicas agree, the model evaluates well
  *   test_mpi deterministic  two runs with the same seed give bitwise-identical weights
  *   test_mpi uneven         shards of unequal size (3 ranks) never hang, every policy
+ * An optional second argument, thread or worker, says who makes StarPU-MPI
+ * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
  * use plain MPI to compare ranks; the engine does not. */
 #include <math.h>
@@ -120,9 +122,11 @@ static void test_batch(void) {
   CHECK(tsr__replicas_create(&rep, net, &sync, &err) == 0, "%s", err.msg);
   int counts[64];
   int32_t rows[4096];
-  for (int i = 0; i < B * size * steps; i++) rows[i] = (int32_t)((i * 37) % train_set.n);
+  for (int i = 0; i < B * size * steps; i++)
+    rows[i] = (int32_t)((i * 37) % train_set.n);
   for (int k = 0; k < steps; k++) {
-    for (int q = 0; q < size; q++) counts[q] = B;
+    for (int q = 0; q < size; q++)
+      counts[q] = B;
     tsr__replicas_count(rep, counts);
     /* Step k's global batch is rows[k*size*B ...]; this rank takes its B. */
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
@@ -157,7 +161,8 @@ static void test_epoch(void) {
   float *w = params(avg, &n), *mine = params(alone, &n), *mean = malloc(sizeof(float) * (size_t)n);
   CHECK(replicas_equal(w, n), "replicas differ after epoch averaging");
   MPI_Allreduce(mine, mean, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  for (int64_t i = 0; i < n; i++) mean[i] /= (float)size;
+  for (int64_t i = 0; i < n; i++)
+    mean[i] /= (float)size;
   double d = max_rel_diff(w, mean, n);
   CHECK(d <= 1e-5, "epoch-averaged weights vs mean of separate replicas: %g", d);
   double spread = max_rel_diff(mine, mean, n);
@@ -216,8 +221,10 @@ static void test_uneven(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: mpirun -np P test_mpi batch|epoch|async|deterministic|uneven\n");
+  if (argc < 2 || argc > 3 ||
+      (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
+    fprintf(stderr, "usage: mpirun -np P test_mpi batch|epoch|async|deterministic|uneven "
+                    "[thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -225,11 +232,17 @@ int main(int argc, char **argv) {
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   ro.ncpus = 1;
+  if (argc == 3)
+    ro.mpi_progress =
+        strcmp(argv[2], "thread") == 0 ? TSR_MPI_PROGRESS_THREAD : TSR_MPI_PROGRESS_WORKER;
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
+  if (argc == 3)
+    CHECK(strcmp(tsr_runtime_mpi_progress(), argv[2]) == 0, "progress mode %s, asked for %s",
+          tsr_runtime_mpi_progress(), argv[2]);
   if (strcmp(argv[1], "batch") == 0)
     test_batch();
   else if (strcmp(argv[1], "epoch") == 0)

@@ -45,6 +45,24 @@ expect 2 "--batch 0" 60 -- \
   -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
 expect 0 "epoch 2/2" 120 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync every=4 --log "$tmp/log.jsonl"
+# Either progress mode trains the same model: the same loss and accuracy, digit for digit.
+for mode in thread worker; do
+  timeout 120 "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --mpi-progress "$mode" \
+    >"$tmp/$mode.out" 2>&1
+  echo "exit $?" >>"$tmp/$mode.out"
+done
+if grep -q "MPI progress: worker" "$tmp/worker.out" && grep -q "MPI progress: thread" "$tmp/thread.out" &&
+  grep -q "exit 0" "$tmp/thread.out" &&
+  diff <(grep -o "loss .*test [0-9.]*%" "$tmp/thread.out") \
+    <(grep -o "loss .*test [0-9.]*%" "$tmp/worker.out") >/dev/null &&
+  grep -q "loss " "$tmp/worker.out" && grep -q "exit 0" "$tmp/worker.out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: --mpi-progress thread and worker differ:"
+  grep -v '^\[' "$tmp/thread.out" "$tmp/worker.out" | head -12
+fi
+expect 2 "--mpi-progress sometimes" 30 -- "$tessera" train "${common[@]}" --mpi-progress sometimes
 # The CNN under every synchronization policy.
 for policy in batch every=4 epoch async-epoch; do
   expect 0 "epoch 1/1" 120 -- "${mpi[@]}" -np 2 "$tessera" train --workers 1 --data "$data" \

@@ -14,7 +14,8 @@ typedef struct {
   const char *model;
   const char *sched;
   const char *optimizer;
-  const char *sync; /* synchronization policy across ranks ("none" for one process) */
+  const char *sync;         /* synchronization policy across ranks ("none" for one process) */
+  const char *mpi_progress; /* tsr_runtime_mpi_progress(); NULL: "none" */
   int batch, tile_rows, tile_cols, workers;
   double lr;
   unsigned long long seed;

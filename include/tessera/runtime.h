@@ -8,6 +8,14 @@
 
 #include "tessera/error.h"
 
+/* Who polls StarPU-MPI's transfers under mpirun (src/runtime/progress.h). */
+typedef enum {
+  TSR_MPI_PROGRESS_AUTO,   /* WORKER where this node's ranks give every core a worker, else
+                              THREAD */
+  TSR_MPI_PROGRESS_THREAD, /* StarPU-MPI's own thread, polling beside the workers */
+  TSR_MPI_PROGRESS_WORKER, /* that thread runs the rank's first worker between polls */
+} tsr_mpi_progress_t;
+
 typedef struct {
   const char *sched; /* StarPU scheduling policy name (predefined or registered with
                         tsr_sched_register); NULL: TSR_DEFAULT_SCHED */
@@ -16,6 +24,7 @@ typedef struct {
                         every task priority 0, for comparison */
   bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
   bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
+  tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
 } tsr_runtime_opts_t;
 
 /* The policy that measured fastest for training on small nodes (README). */
@@ -30,8 +39,10 @@ TSR_API int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err);
 /* Waits for all tasks and stops StarPU. Safe to call when not started. */
 TSR_API void tsr_runtime_fini(void);
 
-TSR_API int tsr_runtime_ncpus(void);    /* CPU workers StarPU runs */
+TSR_API int tsr_runtime_ncpus(void);         /* CPU workers StarPU runs */
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
+/* "thread" or "worker" under MPI once started, else "none". */
+TSR_API const char *tsr_runtime_mpi_progress(void);
 
 /* Whether name is a scheduling policy the installed StarPU offers or a
  * program registered. */
@@ -53,13 +64,13 @@ TSR_API int tsr_sched_register(const void *policy);
 #define TSR_STATS_MAX_CODELETS 48
 
 typedef struct {
-  int rank, worker;   /* MPI rank, StarPU worker id */
-  char name[48];      /* StarPU's worker name, e.g. "CPU 0" */
-  double seconds;     /* wall time profiled */
-  double executing;   /* running task bodies */
-  double idle;        /* finding no task (StarPU 1.3 workers poll while idle) */
-  double overhead;    /* the rest: scheduling, data management, callbacks */
-  int64_t tasks;      /* tasks StarPU counted as executed by this worker */
+  int rank, worker; /* MPI rank, StarPU worker id */
+  char name[48];    /* StarPU's worker name, e.g. "CPU 0" */
+  double seconds;   /* wall time profiled */
+  double executing; /* running task bodies */
+  double idle;      /* finding no task (StarPU 1.3 workers poll while idle) */
+  double overhead;  /* the rest: scheduling, data management, callbacks */
+  int64_t tasks;    /* tasks StarPU counted as executed by this worker */
   int64_t codelet_tasks[TSR_STATS_MAX_CODELETS]; /* by index into tsr_run_stats_t.codelets */
 } tsr_worker_stats_t;
 
@@ -75,10 +86,10 @@ typedef struct {
   int nworkers;
   tsr_worker_stats_t *workers; /* owned: every rank's workers, rank by rank */
   int nbuses;
-  tsr_bus_stats_t *buses;      /* owned */
-  int64_t trace_events;        /* task events recorded, spans not counted (all ranks; 0
-                                  without opts.trace) */
-  int64_t trace_dropped;       /* tasks not recorded because the buffer was full */
+  tsr_bus_stats_t *buses; /* owned */
+  int64_t trace_events;   /* task events recorded, spans not counted (all ranks; 0
+                             without opts.trace) */
+  int64_t trace_dropped;  /* tasks not recorded because the buffer was full */
 } tsr_run_stats_t;
 
 /* Fills *st (caller-owned; release with tsr_run_stats_fini). Needs opts.stats. */

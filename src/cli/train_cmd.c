@@ -40,6 +40,9 @@ static void usage(FILE *out) {
           "  --sync-state        average optimizer state with the weights (every, epoch)\n"
           "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
           "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
+          "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
+          "                      worker (that thread also runs a worker's tasks), or auto:\n"
+          "                      worker when the ranks' workers take every core [auto]\n"
           "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
           "  --no-priorities     every task priority 0 (default: critical path first)\n"
           "  --stats             per-worker statistics at the end (and in the log)\n"
@@ -105,8 +108,8 @@ static void on_progress(int epoch, int64_t batch, int64_t batches, double second
   struct ctx *c = p;
   if (!c->progress) return;
   /* Training time only: evaluation at each epoch end comes on top. */
-  double eta = seconds / (double)batch *
-               (double)(batches - batch + (int64_t)(c->epochs - epoch) * batches);
+  double eta =
+      seconds / (double)batch * (double)(batches - batch + (int64_t)(c->epochs - epoch) * batches);
   fprintf(stderr, "\r  epoch %d/%d  batch %lld/%lld  %.0f samples/s  ETA %.0f s   ", epoch,
           c->epochs, (long long)batch, (long long)batches,
           (double)batch * (double)c->samples_per_batch / seconds, eta);
@@ -156,7 +159,8 @@ int tsr_cli_train(int argc, char **argv) {
     O_DETERMINISTIC,
     O_NO_PRIO,
     O_STATS,
-    O_TRACE
+    O_TRACE,
+    O_MPI_PROGRESS
   };
   static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                            {"model", required_argument, 0, O_MODEL},
@@ -183,11 +187,11 @@ int tsr_cli_train(int argc, char **argv) {
                                            {"no-priorities", no_argument, 0, O_NO_PRIO},
                                            {"stats", no_argument, 0, O_STATS},
                                            {"trace", required_argument, 0, O_TRACE},
+                                           {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
 
-  const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL,
-             *trace_path = NULL;
+  const char *data_dir = TSR_DEFAULT_DATA_DIR, *model = "mlp", *log_path = NULL, *trace_path = NULL;
   tsr_net_opts_t no;
   tsr_net_opts_init(&no);
   tsr_train_opts_t to;
@@ -280,6 +284,16 @@ int tsr_cli_train(int argc, char **argv) {
       break;
     }
     case O_SCHED: ro.sched = optarg; break;
+    case O_MPI_PROGRESS:
+      if (strcmp(optarg, "auto") == 0)
+        ro.mpi_progress = TSR_MPI_PROGRESS_AUTO;
+      else if (strcmp(optarg, "thread") == 0)
+        ro.mpi_progress = TSR_MPI_PROGRESS_THREAD;
+      else if (strcmp(optarg, "worker") == 0)
+        ro.mpi_progress = TSR_MPI_PROGRESS_WORKER;
+      else
+        return bad("--mpi-progress", optarg, "auto, thread or worker");
+      break;
     case O_WORKERS:
       if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
       ro.ncpus = (int)v;
@@ -374,7 +388,8 @@ int tsr_cli_train(int argc, char **argv) {
              no.batch, no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd", (double)no.opt.lr, tr, tc,
              tsr_runtime_ncpus(), tsr_runtime_sched());
     if (!quiet && tsr_dist_size() > 1)
-      printf(", %d ranks (sync %s), batch %d per rank", tsr_dist_size(), sync_text, no.batch);
+      printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
+             sync_text, tsr_runtime_mpi_progress(), no.batch);
     if (!quiet) printf("\n");
   }
   if (rc == 0) {
@@ -384,6 +399,7 @@ int tsr_cli_train(int argc, char **argv) {
                             .sched = tsr_runtime_sched(),
                             .optimizer = no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd",
                             .sync = sync_text,
+                            .mpi_progress = tsr_runtime_mpi_progress(),
                             .batch = no.batch,
                             .tile_rows = tr,
                             .tile_cols = tc,

@@ -24,6 +24,7 @@
 #include "codelets.h"
 #include "dist/replicas.h"
 #include "nn/net_impl.h"
+#include "runtime/progress.h"
 #include "tile/tiles_impl.h"
 #include "try.h"
 
@@ -326,7 +327,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
 void tsr__replicas_destroy(tsr_replicas_t **rp) {
   tsr_replicas_t *r = *rp;
   if (!r) return;
-  if (tsr_dist_active()) starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+  if (tsr_dist_active()) tsr__progress_wait_all();
   for (int k = 0; r->params && k < r->nparams; k++) {
     for (int i = 0; i < r->params[k].ntiles; i++) {
       rtile_t *t = &r->params[k].t[i];
@@ -390,7 +391,7 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
   }
   /* Epoch-end averaging is a synchronization point users see: wait for it. */
   if (rc == 0 && r->sync.kind != TSR_SYNC_BATCH && r->sync.kind != TSR_SYNC_ASYNC_EPOCH)
-    rc = starpu_mpi_wait_for_all(MPI_COMM_WORLD) == 0 ? 0 : TSR_ERUNTIME;
+    rc = tsr__progress_wait_all();
   r->st.seconds += now() - t0;
   return rc;
 }

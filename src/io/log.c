@@ -12,7 +12,7 @@
 struct tsr_log {
   FILE *f;
   tsr_run_info_t run; /* strings copied below */
-  char model[256], sched[64], optimizer[32], sync[32];
+  char model[256], sched[64], optimizer[32], sync[32], mpi_progress[16];
 };
 
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
@@ -30,6 +30,8 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, t
   snprintf(log->sched, sizeof log->sched, "%s", run->sched ? run->sched : "");
   snprintf(log->optimizer, sizeof log->optimizer, "%s", run->optimizer ? run->optimizer : "");
   snprintf(log->sync, sizeof log->sync, "%s", run->sync ? run->sync : "none");
+  snprintf(log->mpi_progress, sizeof log->mpi_progress, "%s",
+           run->mpi_progress ? run->mpi_progress : "none");
   *out = log;
   return 0;
 }
@@ -64,6 +66,7 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   add_number(o, "samples_per_s", st->samples_per_s);
   cJSON_AddNumberToObject(o, "ranks", st->ranks > 0 ? st->ranks : 1);
   cJSON_AddStringToObject(o, "sync", log->sync);
+  cJSON_AddStringToObject(o, "mpi_progress", log->mpi_progress);
   add_number(o, "sync_seconds", st->sync_seconds);
   cJSON_AddNumberToObject(o, "bytes_sent", (double)st->bytes_sent);
   cJSON_AddNumberToObject(o, "bytes_received", (double)st->bytes_received);

@@ -12,6 +12,7 @@
 #include "codelets.h"
 #include "kernels/kernels.h"
 #include "runtime/observe.h"
+#include "runtime/progress.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 
@@ -24,6 +25,7 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->priorities = true;
   opts->stats = false;
   opts->trace = false;
+  opts->mpi_progress = TSR_MPI_PROGRESS_AUTO;
 }
 
 /* Policies programs registered (tsr_sched_register), borrowed. */
@@ -45,8 +47,7 @@ static bool predefined(const char *name) {
 
 int tsr_sched_register(const void *policy) {
   struct starpu_sched_policy *p = (struct starpu_sched_policy *)policy;
-  if (!p || !p->policy_name || !p->init_sched || !p->push_task || !p->pop_task)
-    return TSR_EINVAL;
+  if (!p || !p->policy_name || !p->init_sched || !p->push_task || !p->pop_task) return TSR_EINVAL;
   if (predefined(p->policy_name)) return TSR_EINVAL;
   if (find_registered(p->policy_name)) return 0;
   if (nregistered == (int)(sizeof registered / sizeof *registered)) return TSR_EINVAL;
@@ -92,9 +93,7 @@ static void heteroprio_init(unsigned ctx) {
 /* Ranks sharing a node get disjoint cores: StarPU 1.3 ignores the binding
  * mpirun gives a process, so without this every rank's first worker lands on
  * core 0. With several ranks per node and no --workers, each rank takes its
- * share of the cores. (StarPU-MPI's progression thread is kept: with
- * STARPU_MPI_DRIVER_CALL_FREQUENCY=1 instead, transfers stalled here once
- * every worker waited on data from another rank.) */
+ * share of the cores. */
 static void place_workers(struct starpu_conf *conf, int ncpus) {
   /* Replicas are updated by plain tasks between transfers, which StarPU-MPI's
    * cache would not see: every transfer must carry the current tile. */
@@ -149,10 +148,14 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   /* No OpenCL codelets yet: probing OpenCL platforms would only cost start-up time. */
   conf.nopencl = 0;
   with_mpi = tsr_dist_active();
-  if (with_mpi) place_workers(&conf, ncpus);
-  int ret = with_mpi ? starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf) : starpu_init(&conf);
-  if (ret == -ENODEV)
-    return tsr_error_set(err, TSR_ERUNTIME, "StarPU found no worker to run on");
+  if (with_mpi) {
+    place_workers(&conf, ncpus);
+    tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf,
+                            tsr_dist_local_size());
+  }
+  int ret =
+      with_mpi ? starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf) : starpu_init(&conf);
+  if (ret == -ENODEV) return tsr_error_set(err, TSR_ERUNTIME, "StarPU found no worker to run on");
   if (ret != 0) return tsr_error_set(err, TSR_ERUNTIME, "starpu_init failed (%d)", ret);
   if (starpu_cpu_worker_get_count() == 0) {
     if (with_mpi)
@@ -161,6 +164,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
       starpu_shutdown();
     return tsr_error_set(err, TSR_ERUNTIME, "StarPU started without any CPU worker");
   }
+  if (with_mpi) tsr__progress_start();
   tsr__k_init();
   snprintf(sched_in_use, sizeof sched_in_use, "%s", sched);
   started = true;
@@ -176,6 +180,7 @@ void tsr_runtime_fini(void) {
   if (!started) return;
   starpu_task_wait_for_all();
   tsr__observe_snapshot();
+  if (with_mpi) tsr__progress_stop();
   if (with_mpi)
     starpu_mpi_shutdown(); /* stops StarPU too, since starpu_mpi_init_conf started it */
   else
@@ -189,4 +194,9 @@ int tsr_runtime_ncpus(void) {
 
 const char *tsr_runtime_sched(void) {
   return sched_in_use;
+}
+
+const char *tsr_runtime_mpi_progress(void) {
+  if (!started || !with_mpi) return "none";
+  return tsr__progress_in_worker() ? "worker" : "thread";
 }

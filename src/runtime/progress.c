@@ -1,0 +1,90 @@
+/* StarPU-MPI progression, see progress.h.
+ *
+ * In the worker mode StarPU-MPI's thread runs one task of worker 0 each time
+ * it polls and finds nothing new (STARPU_MPI_DRIVER_CALL_FREQUENCY=1,
+ * STARPU_MPI_DRIVER_TASK_FREQUENCY=1; the latter defaults to 0, which never
+ * runs a task). But that thread sleeps whenever no request is outstanding,
+ * and a sleeping thread runs no task: a rank whose next task only produces
+ * data to send would stop for good. So a receive from the next rank stays
+ * posted while the runtime runs (the keep-alive, a receive from this rank
+ * itself); tsr__progress_stop sends what it waits for. starpu_mpi_wait_for_all in turn waits for
+ * that thread to go to sleep, so it is called with the keep-alive satisfied and posted again
+ * afterwards. */
+#include "runtime/progress.h"
+
+#include <starpu.h>
+#include <starpu_mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tessera/dist.h"
+#include "tessera/error.h"
+
+/* Above every tile tag (tile/tiles.c) and replica tag (dist/sync.c). */
+#define KEEPALIVE_TAG ((starpu_mpi_tag_t)1 << 50)
+
+static bool in_worker, posted;
+/* Separate handles: the posted receive holds its handle until it completes. */
+static int keepalive_value, wakeup_value;
+static starpu_data_handle_t keepalive, wakeup;
+static starpu_mpi_req keepalive_req;
+
+void tsr__progress_configure(tsr_mpi_progress_t mode, const struct starpu_conf *conf,
+                             int local_ranks) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  /* With ncpus -1 starpu_mpi_init_conf keeps a core for the thread. */
+  bool full = conf->ncpus > 0 && (long)conf->ncpus * local_ranks >= cores;
+  in_worker = mode == TSR_MPI_PROGRESS_WORKER || (mode == TSR_MPI_PROGRESS_AUTO && full);
+  setenv("STARPU_MPI_DRIVER_CALL_FREQUENCY", in_worker ? "1" : "0", 1);
+  setenv("STARPU_MPI_DRIVER_TASK_FREQUENCY", "1", 1);
+}
+
+bool tsr__progress_in_worker(void) {
+  return in_worker;
+}
+
+static void post(void) {
+  int ret =
+      starpu_mpi_irecv(keepalive, &keepalive_req, tsr_dist_rank(), KEEPALIVE_TAG, MPI_COMM_WORLD);
+  STARPU_ASSERT_MSG(ret == 0, "starpu_mpi_irecv failed (%d)", ret);
+  posted = true;
+}
+
+/* Sends this rank the message its keep-alive waits for. (From another rank,
+ * it could arrive while this rank still has tasks to run.) */
+static void satisfy(void) {
+  int ret = starpu_mpi_send(wakeup, tsr_dist_rank(), KEEPALIVE_TAG, MPI_COMM_WORLD);
+  STARPU_ASSERT_MSG(ret == 0, "starpu_mpi_send failed (%d)", ret);
+  MPI_Status status;
+  ret = starpu_mpi_wait(&keepalive_req, &status);
+  STARPU_ASSERT_MSG(ret == 0, "starpu_mpi_wait failed (%d)", ret);
+  posted = false;
+}
+
+void tsr__progress_start(void) {
+  if (!in_worker || posted) return;
+  starpu_variable_data_register(&keepalive, STARPU_MAIN_RAM, (uintptr_t)&keepalive_value,
+                                sizeof keepalive_value);
+  starpu_variable_data_register(&wakeup, STARPU_MAIN_RAM, (uintptr_t)&wakeup_value,
+                                sizeof wakeup_value);
+  post();
+}
+
+void tsr__progress_stop(void) {
+  if (!in_worker || !posted) return;
+  satisfy();
+  starpu_data_unregister(keepalive);
+  starpu_data_unregister(wakeup);
+}
+
+int tsr__progress_wait_all(void) {
+  if (!in_worker || !posted) return starpu_mpi_wait_for_all(MPI_COMM_WORLD) == 0 ? 0 : TSR_ERUNTIME;
+  /* Tasks first, while the thread still runs them; then no task is left to
+   * need it awake. */
+  starpu_task_wait_for_all();
+  satisfy();
+  int ret = starpu_mpi_wait_for_all(MPI_COMM_WORLD);
+  post();
+  return ret == 0 ? 0 : TSR_ERUNTIME;
+}
