@@ -48,7 +48,7 @@ expect 0 "epoch 2/2" 120 -- \
 # Either progress mode trains the same model: the same loss and accuracy, digit for digit.
 for mode in thread worker; do
   timeout 120 "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --mpi-progress "$mode" \
-    >"$tmp/$mode.out" 2>&1
+    --log "$tmp/$mode.jsonl" >"$tmp/$mode.out" 2>&1
   echo "exit $?" >>"$tmp/$mode.out"
 done
 if grep -q "MPI progress: worker" "$tmp/worker.out" && grep -q "MPI progress: thread" "$tmp/thread.out" &&
@@ -63,12 +63,18 @@ else
   grep -v '^\[' "$tmp/thread.out" "$tmp/worker.out" | head -12
 fi
 expect 2 "--mpi-progress sometimes" 30 -- "$tessera" train "${common[@]}" --mpi-progress sometimes
+expect 2 "--lr-scaling square" 30 -- "$tessera" train "${common[@]}" --lr-scaling square
+# --sync batch scales the rate by the ranks unless told not to; every=K never does.
+expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \
+  --sync batch --lr-schedule constant
+expect 0 "sgd lr 0.01,.*batch 64 per rank$" 120 -- "${mpi[@]}" -np 2 "$tessera" train \
+  "${common[@]}" --epochs 1 --sync batch --lr-scaling none
 # The CNN under every synchronization policy.
 for policy in batch every=4 epoch async-epoch; do
   expect 0 "epoch 1/1" 120 -- "${mpi[@]}" -np 2 "$tessera" train --workers 1 --data "$data" \
     --model cnn --train-limit 512 --test-limit 200 --epochs 1 --sync "$policy"
 done
-if /usr/bin/python3 - "$tmp/log.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: log"; cat "$tmp/log.jsonl"; fi
+if /usr/bin/python3 - "$tmp/log.jsonl" "$tmp/worker.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: log"; cat "$tmp/log.jsonl"; fi
 import json, sys
 objs = [json.loads(l) for l in open(sys.argv[1])]
 assert len(objs) == 2, "rank 0 alone writes one line per epoch"
@@ -76,6 +82,10 @@ for o in objs:
     assert o["ranks"] == 2 and o["sync"] == "every=4", o
     assert o["bytes_sent"] > 0 and o["bytes_received"] > 0 and o["sync_seconds"] >= 0, o
     assert 0 < o["test_accuracy"] <= 1, o
+    assert abs(o["lr"] - 0.01) < 1e-6, o
+batch = json.loads(open(sys.argv[2]).readline())
+assert batch["sync"] == "batch" and abs(batch["lr"] - 0.02) < 1e-6, batch
+assert batch["mpi_progress"] == "worker", batch
 PY
 
 echo "$passed passed, $failed failed"

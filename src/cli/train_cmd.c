@@ -26,6 +26,9 @@ static void usage(FILE *out) {
           "  --optimizer NAME    sgd or adam [sgd]\n"
           "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
           "  --lr-schedule S     cosine (decay to 0 over the run) or constant [cosine]\n"
+          "  --lr-scaling S      under mpirun, linear (--lr times the ranks, for the ranks'\n"
+          "                      larger combined batch) or none [linear for sgd with --sync\n"
+          "                      batch, else none]\n"
           "  --momentum X        SGD momentum [0.9]\n"
           "  --weight-decay X    L2 weight decay [0]\n"
           "  --seed N            seed for initialization and shuffling [1]\n"
@@ -160,7 +163,8 @@ int tsr_cli_train(int argc, char **argv) {
     O_NO_PRIO,
     O_STATS,
     O_TRACE,
-    O_MPI_PROGRESS
+    O_MPI_PROGRESS,
+    O_LR_SCALING
   };
   static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
                                            {"model", required_argument, 0, O_MODEL},
@@ -188,6 +192,7 @@ int tsr_cli_train(int argc, char **argv) {
                                            {"stats", no_argument, 0, O_STATS},
                                            {"trace", required_argument, 0, O_TRACE},
                                            {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
+                                           {"lr-scaling", required_argument, 0, O_LR_SCALING},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
 
@@ -199,6 +204,7 @@ int tsr_cli_train(int argc, char **argv) {
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   bool lr_set = false, quiet = false;
+  int lr_scaling = -1; /* 1 linear, 0 none, -1 the default for the policy and optimizer */
   tsr_sync_t sync;
   tsr_sync_parse(&sync, "batch", NULL);
   tsr_errbuf_t err = {""};
@@ -284,6 +290,11 @@ int tsr_cli_train(int argc, char **argv) {
       break;
     }
     case O_SCHED: ro.sched = optarg; break;
+    case O_LR_SCALING:
+      if (strcmp(optarg, "linear") != 0 && strcmp(optarg, "none") != 0)
+        return bad("--lr-scaling", optarg, "linear or none");
+      lr_scaling = strcmp(optarg, "linear") == 0;
+      break;
     case O_MPI_PROGRESS:
       if (strcmp(optarg, "auto") == 0)
         ro.mpi_progress = TSR_MPI_PROGRESS_AUTO;
@@ -343,6 +354,13 @@ int tsr_cli_train(int argc, char **argv) {
   }
   bool speaker = tsr_dist_rank() == 0;
   if (!speaker) quiet = true;
+  /* Averaging gradients over P ranks makes one step of P times the batch;
+   * the linear scaling rule (Goyal et al. 2017) keeps the step size per
+   * sample, as PyTorch DDP users and Horovod's guide do by hand. Local SGD
+   * (every, epoch) steps with each rank's own batch and keeps --lr. */
+  float lr_asked = no.opt.lr;
+  if (lr_scaling < 0) lr_scaling = sync.kind == TSR_SYNC_BATCH && no.opt.kind == TSR_OPT_SGD;
+  if (lr_scaling && tsr_dist_size() > 1) no.opt.lr *= (float)tsr_dist_size();
   to.sync = &sync;
   tsr_dataset_t train = {0}, test = {0};
   tsr_model_spec_t spec;
@@ -390,6 +408,8 @@ int tsr_cli_train(int argc, char **argv) {
     if (!quiet && tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              sync_text, tsr_runtime_mpi_progress(), no.batch);
+    if (!quiet && no.opt.lr != lr_asked)
+      printf(", lr %g x %d ranks (--lr-scaling linear)", (double)lr_asked, tsr_dist_size());
     if (!quiet) printf("\n");
   }
   if (rc == 0) {
