@@ -4,7 +4,9 @@
 Trains the same model on the same data with the same seed and epochs once per
 policy (default batch, every=8, epoch, async-epoch), each as
 `mpirun -np RANKS ... tessera train --workers 1 --sync POLICY --log DIR/POLICY.jsonl`,
-then from the rank-0 logs writes
+plus the reference the policies are judged against, `single`: one process
+without mpirun on RANKS x WORKERS workers, the batch of one rank. Then from the
+rank-0 logs it writes
 
   DIR/sync.csv  one row per policy and epoch: policy, epoch, wall_time_s
                 (cumulative seconds + eval_seconds), seconds, test_accuracy,
@@ -14,8 +16,8 @@ then from the rank-0 logs writes
 
 and prints a table: final accuracy, wall time to reach --target accuracy,
 mean epoch time, mean samples/s (across ranks), mean sync seconds and MB sent
-per epoch. Fields a log lacks (a run without MPI) count as NaN, or as 0 in the
-wall time.
+per epoch, and each policy's final accuracy against `single`'s. Fields a log
+lacks (a run without MPI) count as NaN, or as 0 in the wall time.
 
   /usr/bin/python3 benchmarks/compare_sync.py                    # 2 ranks, 10 epochs
   /usr/bin/python3 benchmarks/compare_sync.py --epochs 3 --policies batch,epoch -- --train-limit 20000
@@ -44,6 +46,10 @@ def log_path(out, policy):
 
 
 def command(args, policy):
+    if policy == "single":
+        return ([args.tessera, "train", "--workers", str(args.ranks * args.workers),
+                 "--epochs", str(args.epochs), "--seed", str(args.seed),
+                 "--log", log_path(args.out, policy)] + args.extra)
     return (["mpirun", "-np", str(args.ranks), "--oversubscribe", "--allow-run-as-root",
              "-x", "STARPU_SILENT=1", args.tessera, "train", "--workers", str(args.workers),
              "--sync", policy, "--epochs", str(args.epochs), "--seed", str(args.seed),
@@ -127,7 +133,9 @@ def plot_gnuplot(runs, png):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 usage="%(prog)s [options] [-- extra tessera train args]")
-    p.add_argument("--policies", default="batch,every=8,epoch,async-epoch")
+    p.add_argument("--policies", default="single,batch,every=8,epoch,async-epoch",
+                   help="policies to run; single: one process, the reference "
+                        "[single,batch,every=8,epoch,async-epoch]")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks [2]")
     p.add_argument("--workers", type=int, default=1, help="StarPU CPU workers per rank [1]")
@@ -195,6 +203,12 @@ def main():
     for r in table:
         print("  ".join(c.ljust(wd) if i == 0 else c.rjust(wd)
                         for i, (c, wd) in enumerate(zip(r, widths))))
+    if "single" in runs:
+        ref = runs["single"][-1]["test_accuracy"]
+        for policy, rows in runs.items():
+            if policy != "single":
+                diff = (rows[-1]["test_accuracy"] - ref) * 100
+                print(f"{policy}: {diff:+.2f} points against one process")
     print(f"wrote {os.path.join(args.out, 'sync.csv')} and {png}")
     return 1 if failed else 0
 
