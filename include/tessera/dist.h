@@ -36,6 +36,8 @@ TSR_API void tsr_sync_describe(const tsr_sync_t *sync, char *buf, int size);
  * set); a no-op otherwise. Returns 0 or TSR_ERUNTIME. */
 TSR_API int tsr_dist_start(int *argc, char ***argv, bool force);
 TSR_API bool tsr_dist_active(void);
+/* Whether MPI lets several threads call it at once (MPI_THREAD_MULTIPLE). */
+TSR_API bool tsr_dist_thread_multiple(void);
 TSR_API int tsr_dist_rank(void); /* 0 without MPI */
 TSR_API int tsr_dist_size(void); /* 1 without MPI */
 /* Ranks sharing this node and this rank's index among them (placement). */

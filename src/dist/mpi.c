@@ -8,7 +8,7 @@
 
 #include "tessera/dist.h"
 
-static bool active, we_started;
+static bool active, we_started, multiple;
 static int rank, size = 1, local_rank, local_size = 1;
 
 static int env_int(const char *name, int fallback) {
@@ -22,13 +22,18 @@ int tsr_dist_start(int *argc, char ***argv, bool force) {
   if (!launched && !force) return 0;
   int initialized;
   MPI_Initialized(&initialized);
+  int provided;
   if (!initialized) {
-    /* StarPU-MPI calls MPI from its own thread, one call at a time. */
-    int provided;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    /* StarPU-MPI calls MPI from its own thread; this thread's plain MPI
+     * (tsr_dist_agree) may run while that one polls, which the worker
+     * progress mode never stops doing (src/runtime/progress.c). */
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return TSR_ERUNTIME;
     we_started = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
+  multiple = provided >= MPI_THREAD_MULTIPLE;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
@@ -39,6 +44,9 @@ int tsr_dist_start(int *argc, char ***argv, bool force) {
 
 bool tsr_dist_active(void) {
   return active;
+}
+bool tsr_dist_thread_multiple(void) {
+  return active && multiple;
 }
 int tsr_dist_rank(void) {
   return rank;

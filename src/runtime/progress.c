@@ -30,14 +30,22 @@ static int keepalive_value, wakeup_value;
 static starpu_data_handle_t keepalive, wakeup;
 static starpu_mpi_req keepalive_req;
 
-void tsr__progress_configure(tsr_mpi_progress_t mode, const struct starpu_conf *conf,
-                             int local_ranks) {
+int tsr__progress_configure(tsr_mpi_progress_t mode, const struct starpu_conf *conf,
+                            int local_ranks, tsr_errbuf_t *err) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   /* With ncpus -1 starpu_mpi_init_conf keeps a core for the thread. */
   bool full = conf->ncpus > 0 && (long)conf->ncpus * local_ranks >= cores;
-  in_worker = mode == TSR_MPI_PROGRESS_WORKER || (mode == TSR_MPI_PROGRESS_AUTO && full);
+  /* The thread then never stops calling MPI while the main thread's plain
+   * MPI (tsr_dist_agree) may run. */
+  bool can = tsr_dist_thread_multiple();
+  if (mode == TSR_MPI_PROGRESS_WORKER && !can)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "MPI progress in a worker needs an MPI with MPI_THREAD_MULTIPLE, which "
+                         "this one does not provide; use --mpi-progress thread");
+  in_worker = mode == TSR_MPI_PROGRESS_WORKER || (mode == TSR_MPI_PROGRESS_AUTO && full && can);
   setenv("STARPU_MPI_DRIVER_CALL_FREQUENCY", in_worker ? "1" : "0", 1);
   setenv("STARPU_MPI_DRIVER_TASK_FREQUENCY", "1", 1);
+  return 0;
 }
 
 bool tsr__progress_in_worker(void) {

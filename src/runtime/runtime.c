@@ -150,8 +150,9 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   with_mpi = tsr_dist_active();
   if (with_mpi) {
     place_workers(&conf, ncpus);
-    tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf,
-                            tsr_dist_local_size());
+    int rc = tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf,
+                                     tsr_dist_local_size(), err);
+    if (rc) return rc;
   }
   int ret =
       with_mpi ? starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf) : starpu_init(&conf);
