@@ -106,12 +106,7 @@ static void place_workers(struct starpu_conf *conf, int ncpus) {
   conf->use_explicit_workers_bindid = 1;
   for (int i = 0; i < per_rank && i < STARPU_NMAXWORKERS; i++)
     conf->workers_bindid[i] = (unsigned)((tsr_dist_local_rank() * per_rank + i) % cores);
-  /* The progression thread shares its rank's last core. Left to StarPU, it
-   * lands on another rank's core, and a ping-pong between two ranks took
-   * 25-50 ms here instead of 1.2 ms. */
-  char core[16];
-  snprintf(core, sizeof core, "%u", conf->workers_bindid[per_rank - 1]);
-  setenv("STARPU_MPI_THREAD_CPUID", core, 0);
+  /* The progression thread's core: tsr__progress_configure. */
 }
 
 int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
