@@ -79,6 +79,13 @@ static int to_float(const char *s, double lo, double hi, float *out) {
   return 0;
 }
 
+/* Index of s in names (NULL-terminated), or -1. */
+static int choice(const char *s, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(s, names[i]) == 0) return i;
+  return -1;
+}
+
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
@@ -222,14 +229,14 @@ int tsr_cli_train(int argc, char **argv) {
       if (to_long(optarg, 1, 1 << 20, &v)) return bad("--batch", optarg, "an integer >= 1");
       no.batch = (int)v;
       break;
-    case O_OPT:
-      if (strcmp(optarg, "sgd") == 0)
-        no.opt.kind = TSR_OPT_SGD;
-      else if (strcmp(optarg, "adam") == 0)
-        no.opt.kind = TSR_OPT_ADAM;
-      else
-        return bad("--optimizer", optarg, "sgd or adam");
+    case O_OPT: {
+      static const char *const names[] = {"sgd", "adam", NULL};
+      static const tsr_optimizer_kind_t kinds[] = {TSR_OPT_SGD, TSR_OPT_ADAM};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--optimizer", optarg, "sgd or adam");
+      no.opt.kind = kinds[i];
       break;
+    }
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &no.opt.lr)) return bad("--lr", optarg, "a number > 0");
       lr_set = true;
@@ -245,22 +252,21 @@ int tsr_cli_train(int argc, char **argv) {
     }
     case O_SYNC_STATE: sync.average_state = true; break;
     case O_DETERMINISTIC: sync.deterministic = true; break;
-    case O_WEIGHTING:
-      if (strcmp(optarg, "uniform") == 0)
-        sync.by_samples = false;
-      else if (strcmp(optarg, "samples") == 0)
-        sync.by_samples = true;
-      else
-        return bad("--weighting", optarg, "uniform or samples");
+    case O_WEIGHTING: {
+      static const char *const names[] = {"uniform", "samples", NULL};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--weighting", optarg, "uniform or samples");
+      sync.by_samples = i == 1;
       break;
-    case O_SCHEDULE:
-      if (strcmp(optarg, "cosine") == 0)
-        to.lr_schedule = TSR_LR_COSINE;
-      else if (strcmp(optarg, "constant") == 0)
-        to.lr_schedule = TSR_LR_CONSTANT;
-      else
-        return bad("--lr-schedule", optarg, "cosine or constant");
+    }
+    case O_SCHEDULE: {
+      static const char *const names[] = {"cosine", "constant", NULL};
+      static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--lr-schedule", optarg, "cosine or constant");
+      to.lr_schedule = kinds[i];
       break;
+    }
     case O_MOM:
       if (to_float(optarg, 0, 0.999999, &no.opt.momentum))
         return bad("--momentum", optarg, "a number in [0, 1)");
@@ -290,21 +296,21 @@ int tsr_cli_train(int argc, char **argv) {
       break;
     }
     case O_SCHED: ro.sched = optarg; break;
-    case O_LR_SCALING:
-      if (strcmp(optarg, "linear") != 0 && strcmp(optarg, "none") != 0)
-        return bad("--lr-scaling", optarg, "linear or none");
-      lr_scaling = strcmp(optarg, "linear") == 0;
+    case O_LR_SCALING: {
+      static const char *const names[] = {"none", "linear", NULL};
+      lr_scaling = choice(optarg, names);
+      if (lr_scaling < 0) return bad("--lr-scaling", optarg, "linear or none");
       break;
-    case O_MPI_PROGRESS:
-      if (strcmp(optarg, "auto") == 0)
-        ro.mpi_progress = TSR_MPI_PROGRESS_AUTO;
-      else if (strcmp(optarg, "thread") == 0)
-        ro.mpi_progress = TSR_MPI_PROGRESS_THREAD;
-      else if (strcmp(optarg, "worker") == 0)
-        ro.mpi_progress = TSR_MPI_PROGRESS_WORKER;
-      else
-        return bad("--mpi-progress", optarg, "auto, thread or worker");
+    }
+    case O_MPI_PROGRESS: {
+      static const char *const names[] = {"auto", "thread", "worker", NULL};
+      static const tsr_mpi_progress_t kinds[] = {TSR_MPI_PROGRESS_AUTO, TSR_MPI_PROGRESS_THREAD,
+                                                 TSR_MPI_PROGRESS_WORKER};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--mpi-progress", optarg, "auto, thread or worker");
+      ro.mpi_progress = kinds[i];
       break;
+    }
     case O_WORKERS:
       if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
       ro.ncpus = (int)v;
