@@ -10,7 +10,11 @@ and prints the ratios. tessera trains one epoch on --samples training images
 --seconds after warm-up (benchmarks/torch_ddp.py --seconds). Both use
 constant learning rates; throughput does not depend on the data.
 
+tessera's StarPU-MPI progress mode is its default (auto) unless
+--mpi-progress names one; the log says which ran.
+
   /usr/bin/python3 benchmarks/bench_dist.py [--ranks 2] [--samples 30000] [--seconds 10]
+                                            [--mpi-progress auto|thread|worker]
 """
 import argparse
 import json
@@ -30,7 +34,7 @@ def tessera(args, policy):
                "-x", "STARPU_SILENT=1", args.tessera, "train", "--workers", "1",
                "--sync", policy, "--epochs", str(args.epochs), "--train-limit",
                str(args.samples), "--test-limit", "1000", "--lr-schedule", "constant",
-               "--quiet", "--log", log]
+               "--mpi-progress", args.mpi_progress, "--quiet", "--log", log]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         lines = [json.loads(line) for line in open(log)]
     # The last epoch: calibration and warm-up happen in the first.
@@ -50,6 +54,7 @@ def main():
     p.add_argument("--samples", type=int, default=30000, help="tessera training images [30000]")
     p.add_argument("--epochs", type=int, default=2, help="tessera epochs; the last is reported")
     p.add_argument("--seconds", type=float, default=10, help="PyTorch measuring time [10]")
+    p.add_argument("--mpi-progress", default="auto", choices=["auto", "thread", "worker"])
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     args = p.parse_args()
     rows = []
@@ -57,7 +62,9 @@ def main():
         ours, line = tessera(args, policy)
         theirs = torch(args, mode)
         rows.append((policy, mode, ours, theirs, line))
-    print(f"{args.ranks} ranks x 1 worker/thread, MLP 784-512-512-10, batch 64 per rank")
+    progress = rows[0][4].get("mpi_progress", "?")
+    print(f"{args.ranks} ranks x 1 worker/thread, MLP 784-512-512-10, batch 64 per rank, "
+          f"tessera MPI progress: {progress}")
     print(f"{'tessera':<10} {'samples/s':>10}  {'PyTorch':<10} {'samples/s':>10}  {'ratio':>6}"
           f"  {'sync s/epoch':>12}  {'MB sent/epoch':>13}")
     for policy, mode, ours, theirs, line in rows:
