@@ -1,15 +1,15 @@
 /* StarPU-MPI progression, see progress.h.
  *
  * In the worker mode StarPU-MPI's thread runs one task of worker 0 each time
- * it polls and finds nothing new (STARPU_MPI_DRIVER_CALL_FREQUENCY=1,
+ * it polls and finds nothing new (STARPU_MPI_DRIVER_CALL_FREQUENCY=1 and
  * STARPU_MPI_DRIVER_TASK_FREQUENCY=1; the latter defaults to 0, which never
  * runs a task). But that thread sleeps whenever no request is outstanding,
  * and a sleeping thread runs no task: a rank whose next task only produces
- * data to send would stop for good. So a receive from the next rank stays
- * posted while the runtime runs (the keep-alive, a receive from this rank
- * itself); tsr__progress_stop sends what it waits for. starpu_mpi_wait_for_all in turn waits for
- * that thread to go to sleep, so it is called with the keep-alive satisfied and posted again
- * afterwards. */
+ * data to send would stop for good. So one receive stays posted while the
+ * runtime runs, the keep-alive: a receive from this rank itself, which
+ * tsr__progress_stop satisfies. starpu_mpi_wait_for_all in turn waits for the
+ * thread to go to sleep, so tsr__progress_wait_all satisfies the keep-alive
+ * first and posts it again afterwards. */
 #include "runtime/progress.h"
 
 #include <starpu.h>

@@ -3,7 +3,7 @@
  * mode). The second is for nodes where every core already has a worker:
  * there a polling thread takes half of a busy core's time from the worker
  * beside it (StarPU 1.3 never lets it sleep while a receive is posted), and
- * per-batch averaging ran 5.8x slower (README, "Distributed training"). */
+ * per-batch averaging ran 5.5x slower (README, "Distributed training"). */
 #ifndef TSR_RUNTIME_PROGRESS_H
 #define TSR_RUNTIME_PROGRESS_H
 
