@@ -98,7 +98,7 @@ static void print_starpu_env(FILE *out) {
       "STARPU_OPENCL_ON_CPUS",
       "STARPU_WORKERS_CPUID",
       "STARPU_WORKERS_GETBIND",
-      "STARPU_MPI_DRIVER_CALL_FREQUENCY",
+      "STARPU_MPI_THREAD_CPUID", /* STARPU_MPI_DRIVER_*: set by --mpi-progress */
       "STARPU_HOME",
   };
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
