@@ -9,6 +9,8 @@
 
 #include "tessera/tessera.h"
 
+#include "training.h"
+
 static void start(void) {
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_runtime_init(NULL, &err), 0, "%s", err.msg);
@@ -21,58 +23,24 @@ static void stop(void) {
 TestSuite(train, .init = start, .fini = stop, .timeout = 300);
 TestSuite(model);
 
-static const char *data_dir(void) {
-  const char *d = getenv("TSR_DATA_DIR");
-  return d ? d : TSR_DEFAULT_DATA_DIR;
-}
-
-static void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
-  tsr_errbuf_t err = {""};
-  int rc = tsr_dataset_load_dir(train, test, data_dir(), &err);
-  if (rc) cr_skip_test("Fashion-MNIST not found (%s); install dataset-fashion-mnist", err.msg);
-  cr_assert_eq(tsr_dataset_truncate(train, ntrain), 0);
-  float mean, std;
-  tsr_dataset_stats(train, &mean, &std);
-  tsr_dataset_normalize(train, mean, std);
-  tsr_dataset_normalize(test, mean, std);
-}
-
-/* Loss on a fixed evaluation set after `steps` SGD steps with the given tiles. */
-static double loss_after_steps(const tsr_dataset_t *ds, int steps, int tile_rows, int tile_cols,
-                               const char *model) {
+/* training.h's loss_after_steps for a model given as text. */
+static double loss_after(const tsr_dataset_t *ds, int steps, int tile_rows, int tile_cols,
+                         const char *model) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_model_parse(&spec, model, ds->classes, &err), 0, "%s", err.msg);
-  tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = 32, o.tile_rows = tile_rows, o.tile_cols = tile_cols, o.seed = 11;
-  o.opt.lr = 0.05f;
-  tsr_net_t *net;
-  cr_assert_eq(tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err), 0, "%s",
-               err.msg);
-  int32_t rows[32];
-  for (int s = 0; s < steps; s++) {
-    for (int i = 0; i < 32; i++)
-      rows[i] = (int32_t)((s * 32 + i * 7) % ds->n);
-    cr_assert_eq(tsr_net_train_step(net, ds, rows, 32, true), 0);
-  }
-  tsr_dataset_t head = *ds;
-  head.n = 256;
-  double loss, acc;
-  cr_assert_eq(tsr_evaluate(net, &head, &loss, &acc), 0);
-  tsr_net_destroy(&net);
-  return loss;
+  return loss_after_steps(ds, &spec, steps, tile_rows, tile_cols);
 }
 
 Test(train, tile_size_invariance_after_five_steps) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 1000);
   const char *model = "mlp:40,24";
-  double one = loss_after_steps(&train, 5, 32, 1 << 20, model); /* one tile per matrix */
-  double t8 = loss_after_steps(&train, 5, 8, 8, model);
-  double t32 = loss_after_steps(&train, 5, 32, 32, model);
-  double t5x7 = loss_after_steps(&train, 5, 5, 7, model);
-  double start = loss_after_steps(&train, 0, 32, 32, model);
+  double one = loss_after(&train, 5, 32, 1 << 20, model); /* one tile per matrix */
+  double t8 = loss_after(&train, 5, 8, 8, model);
+  double t32 = loss_after(&train, 5, 32, 32, model);
+  double t5x7 = loss_after(&train, 5, 5, 7, model);
+  double start = loss_after(&train, 0, 32, 32, model);
   cr_assert(one < start * 0.9, "5 steps must lower the loss (%g -> %g)", start, one);
   cr_assert(fabs(t8 - one) <= 1e-5 * one, "tile 8: %.9g vs one tile %.9g", t8, one);
   cr_assert(fabs(t32 - one) <= 1e-5 * one, "tile 32: %.9g vs one tile %.9g", t32, one);
@@ -84,8 +52,8 @@ Test(train, same_seed_same_loss_bit_for_bit) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 1000);
   /* GEMM tiles accumulate over K in a fixed order, so scheduling cannot change results. */
-  double a = loss_after_steps(&train, 5, 8, 16, "mlp:64");
-  double b = loss_after_steps(&train, 5, 8, 16, "mlp:64");
+  double a = loss_after(&train, 5, 8, 16, "mlp:64");
+  double b = loss_after(&train, 5, 8, 16, "mlp:64");
   cr_assert(a == b, "%.17g vs %.17g", a, b);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
