@@ -246,17 +246,22 @@ static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy
   }
 }
 
+/* The patch rows r0 .. r0 + rows of x, (rows, kh kw c): built in work, or,
+ * for a 1x1 convolution without stride or padding, x itself. */
+static const float *patches(const tsr_conv_geom_t *g, long r0, long rows, const float *x, int ldx,
+                            float *work) {
+  if (pointwise(g)) return x + pixel_at(g, r0, ldx, g->c);
+  im2col_rows(g, r0, rows, work, x, ldx);
+  return work;
+}
+
 void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x, int ldx,
                      const float *w, int ldw, const float *b, bool relu, float *work) {
   const int p = g->oh * g->ow, k = g->kh * g->kw * g->c, oc = g->oc;
   bool whole = n == 1 || (ldy == p * oc && ldx == g->h * g->w * g->c);
   for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
     rows = next_chunk(g, n, r0, whole);
-    const float *col = work;
-    if (pointwise(g))
-      col = x + pixel_at(g, r0, ldx, g->c);
-    else
-      im2col_rows(g, r0, rows, work, x, ldx);
+    const float *col = patches(g, r0, rows, x, ldx, work);
     gemm_bias((int)rows, oc, k, col, w, ldw, b, relu, y + pixel_at(g, r0, ldy, oc), oc);
   }
 }
@@ -268,14 +273,11 @@ void tsr__k_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx, 
   if (!pointwise(g)) zero_samples(g, n, dx, lddx);
   for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
     rows = next_chunk(g, n, r0, whole);
-    const float *d = dy + pixel_at(g, r0, lddy, oc);
-    if (pointwise(g)) {
-      tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, d, oc, w, ldw, 0.0f,
-                  dx + pixel_at(g, r0, lddx, g->c), k);
-      continue;
-    }
-    tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, d, oc, w, ldw, 0.0f, work, k);
-    col2im_rows(g, r0, rows, dx, lddx, work);
+    /* A 1x1 convolution's patch gradients are the input gradients. */
+    float *dcol = pointwise(g) ? dx + pixel_at(g, r0, lddx, g->c) : work;
+    tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, dy + pixel_at(g, r0, lddy, oc), oc, w, ldw,
+                0.0f, dcol, k);
+    if (!pointwise(g)) col2im_rows(g, r0, rows, dx, lddx, work);
   }
 }
 
@@ -286,11 +288,7 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
   bool whole = n == 1 || (lddy == p * oc && ldx == g->h * g->w * g->c);
   for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
     rows = next_chunk(g, n, r0, whole);
-    const float *col = work;
-    if (pointwise(g))
-      col = x + pixel_at(g, r0, ldx, g->c);
-    else
-      im2col_rows(g, r0, rows, work, x, ldx);
+    const float *col = patches(g, r0, rows, x, ldx, work);
     gemm_tn_bias((int)rows, oc, k, col, dy + pixel_at(g, r0, lddy, oc), oc, r0 == 0 ? beta : 1.0f,
                  dw, lddw, db);
   }
