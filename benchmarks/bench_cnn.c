@@ -14,17 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "rng.h"
-#include "tessera/tessera.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_common.h"
 
 typedef struct {
   int batch, tile_rows, padding;
@@ -82,16 +73,8 @@ static double run_torch(const char *dir, int batch, int padding, double seconds,
            "/usr/bin/python3 %.4000s/torch_cnn.py --batch %d --padding %d --best-threads 1,2 "
            "--seconds %g 2>/dev/null",
            dir, batch, padding, seconds);
-  FILE *p = popen(cmd, "r");
-  if (!p) return 0;
-  char line[8192];
   double best = 0;
-  while (fgets(line, sizeof line, p)) {
-    const char *s = strstr(line, "\"samples_per_s\":");
-    const char *th = strstr(line, "\"threads\":");
-    if (s && th && best == 0) best = atof(s + 16), *threads = atoi(th + 10);
-  }
-  pclose(p);
+  run_peer(cmd, &best, threads);
   return best;
 }
 
@@ -140,25 +123,9 @@ int main(int argc, char **argv) {
                     "--padding 0 or 1\n");
     return 2;
   }
-  /* Synthetic data of Fashion-MNIST's shape: the content does not change the work. */
-  tsr_dataset_t ds = {
-      .n = 8192, .features = 784, .classes = 10, .channels = 1, .height = 28, .width = 28};
-  ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
-  ds.y = malloc(sizeof(float) * (size_t)ds.n);
-  tsr_rng_t rng = {9};
-  for (int64_t i = 0; i < ds.n * ds.features; i++)
-    ds.x[i] = (float)(tsr__rng_uniform(&rng) - 0.5);
-  for (int64_t i = 0; i < ds.n; i++)
-    ds.y[i] = (float)(i % 10);
-
+  tsr_dataset_t ds = synthetic_fashion(true);
   char dir[4096];
-  const char *src = getenv("TSR_BENCH_DIR");
-  if (!src) {
-    snprintf(dir, sizeof dir, "%s", argv[0]);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    src = access("benchmarks/torch_cnn.py", R_OK) == 0 ? "benchmarks" : dir;
-  }
+  const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_cnn.py");
 
   double ours[32], theirs[32];
   int workers = 0, threads = 0;

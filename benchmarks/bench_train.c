@@ -18,11 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "rng.h"
-#include "tessera/tessera.h"
+#include "bench_common.h"
 
 #define MAX_CONFIGS 16
 
@@ -34,12 +31,6 @@ typedef struct {
   int torch_threads, tile_rows, tile_cols;
   int64_t params;
 } config_t;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int max_width(const char *widths) {
   int m = 10;
@@ -156,18 +147,7 @@ static void run_torch(config_t *c, const char *dir, double seconds) {
            "/usr/bin/python3 %s/torch_mlp.py --widths %.63s --batch %d --best-threads 1,2 "
            "--seconds %g 2>/dev/null",
            dir, c->widths, c->batch, seconds);
-  FILE *p = popen(cmd, "r");
-  if (!p) return;
-  char line[8192];
-  while (fgets(line, sizeof line, p)) {
-    const char *s = strstr(line, "\"samples_per_s\":");
-    const char *th = strstr(line, "\"threads\":");
-    if (s && th && c->torch_samples_per_s == 0) {
-      c->torch_samples_per_s = atof(s + 16);
-      c->torch_threads = atoi(th + 10);
-    }
-  }
-  pclose(p);
+  run_peer(cmd, &c->torch_samples_per_s, &c->torch_threads);
 }
 
 static void usage(void) {
@@ -230,15 +210,7 @@ int main(int argc, char **argv) {
     }
     nconfigs = 3;
   }
-  /* Synthetic data of Fashion-MNIST's shape: the content does not change the work. */
-  tsr_dataset_t ds = {.n = 8192, .features = 784, .classes = 10};
-  ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
-  ds.y = malloc(sizeof(float) * (size_t)ds.n);
-  tsr_rng_t rng = {9};
-  for (int64_t i = 0; i < ds.n * ds.features; i++)
-    ds.x[i] = (float)(tsr__rng_uniform(&rng) - 0.5);
-  for (int64_t i = 0; i < ds.n; i++)
-    ds.y[i] = (float)(i % 10);
+  tsr_dataset_t ds = synthetic_fashion(false);
 
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
@@ -270,14 +242,7 @@ int main(int argc, char **argv) {
   tsr_runtime_fini();
   if (torch) {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", argv[0]);
-    char *slash = strrchr(dir, '/');
-    /* The peer script lives in the source tree's benchmarks/; meson passes its folder. */
-    const char *src = getenv("TSR_BENCH_DIR");
-    if (!src) {
-      if (slash) *slash = '\0';
-      src = access("benchmarks/torch_mlp.py", R_OK) == 0 ? "benchmarks" : dir;
-    }
+    const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_mlp.py");
     for (int i = 0; i < nconfigs; i++)
       run_torch(&configs[i], src, seconds);
   }

@@ -1,0 +1,70 @@
+/* What the C benchmarks share: a clock, synthetic data of Fashion-MNIST's
+ * shape, and running a PyTorch peer script from the source tree's
+ * benchmarks/ folder and reading its result line. */
+#ifndef TSR_BENCH_COMMON_H
+#define TSR_BENCH_COMMON_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rng.h"
+#include "tessera/tessera.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 8192 samples of 784 features in [-0.5, 0.5) and labels i mod 10 (owned:
+ * free x and y); images declares them 1x28x28. The content does not change
+ * the work. */
+static tsr_dataset_t synthetic_fashion(bool images) {
+  tsr_dataset_t ds = {.n = 8192, .features = 784, .classes = 10};
+  if (images) ds.channels = 1, ds.height = 28, ds.width = 28;
+  ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
+  ds.y = malloc(sizeof(float) * (size_t)ds.n);
+  tsr_rng_t rng = {9};
+  for (int64_t i = 0; i < ds.n * ds.features; i++)
+    ds.x[i] = (float)(tsr__rng_uniform(&rng) - 0.5);
+  for (int64_t i = 0; i < ds.n; i++)
+    ds.y[i] = (float)(i % 10);
+  return ds;
+}
+
+/* The folder of the peer scripts: $TSR_BENCH_DIR (meson passes it), else
+ * benchmarks/ when run from the repository root (script is there), else the
+ * program's own folder, written into dir. */
+static const char *peer_dir(char *dir, size_t size, const char *argv0, const char *script) {
+  const char *src = getenv("TSR_BENCH_DIR");
+  if (src) return src;
+  char path[256];
+  snprintf(path, sizeof path, "benchmarks/%s", script);
+  if (access(path, R_OK) == 0) return "benchmarks";
+  snprintf(dir, size, "%s", argv0);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  return dir;
+}
+
+/* Runs cmd (a peer with --best-threads) and reads samples/s and the thread
+ * count from its first line that has both; false when it cannot run. */
+static bool run_peer(const char *cmd, double *samples_per_s, int *threads) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return false;
+  char line[8192];
+  bool found = false;
+  while (fgets(line, sizeof line, p)) {
+    const char *s = strstr(line, "\"samples_per_s\":");
+    const char *th = strstr(line, "\"threads\":");
+    if (s && th && !found) *samples_per_s = atof(s + 16), *threads = atoi(th + 10), found = true;
+  }
+  pclose(p);
+  return found;
+}
+
+#endif
