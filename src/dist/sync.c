@@ -102,6 +102,22 @@ static void free_per_rank(tsr_replicas_t *r, starpu_data_handle_t *h) {
   free(h);
 }
 
+/* Byte counters of one tile's transfers: every rank's copy to its home, and
+ * the home's copy to every rank. */
+static void count_to_home(tsr_replicas_t *r, const rtile_t *t) {
+  if (r->rank == t->home)
+    r->st.bytes_received += t->bytes * (uint64_t)(r->size - 1);
+  else
+    r->st.bytes_sent += t->bytes;
+}
+
+static void count_from_home(tsr_replicas_t *r, const rtile_t *t) {
+  if (r->rank == t->home)
+    r->st.bytes_sent += t->bytes * (uint64_t)(r->size - 1);
+  else
+    r->st.bytes_received += t->bytes;
+}
+
 /* acc (on the home) = sum over ranks q of weights[q] * x[q]; in rank order
  * in deterministic mode, else as the copies arrive (commutative adds). */
 static int reduce(tsr_replicas_t *r, rtile_t *t, starpu_data_handle_t *x) {
@@ -114,10 +130,7 @@ static int reduce(tsr_replicas_t *r, rtile_t *t, starpu_data_handle_t *x) {
     for (int q = 0; q < r->size; q++)
       TSR_TRY(tsr__insert_axpby_mode((float)r->weights[q], x[q], 1.0f, t->acc, true));
   }
-  if (r->rank == t->home)
-    r->st.bytes_received += t->bytes * (uint64_t)(r->size - 1);
-  else
-    r->st.bytes_sent += t->bytes;
+  count_to_home(r, t);
   return 0;
 }
 
@@ -126,10 +139,7 @@ static int broadcast(tsr_replicas_t *r, rtile_t *t, starpu_data_handle_t src,
                      starpu_data_handle_t *y, bool skip_home) {
   for (int q = 0; q < r->size; q++)
     if (!(skip_home && q == t->home)) TSR_TRY(tsr__insert_copy(y[q], src));
-  if (r->rank == t->home)
-    r->st.bytes_sent += t->bytes * (uint64_t)(r->size - 1);
-  else
-    r->st.bytes_received += t->bytes;
+  count_from_home(r, t);
   return 0;
 }
 
@@ -211,12 +221,7 @@ static int fold_all(tsr_replicas_t *r) {
         rc = tsr__insert_fold(t->global, t->snap[q], t->w[q], !r->sync.deterministic);
         if (rc == 0) rc = tsr__insert_copy(t->w[q], t->snap[q]);
       }
-      if (r->rank == t->home) {
-        r->st.bytes_received += t->bytes * (uint64_t)(r->size - 1);
-        r->st.bytes_sent += t->bytes * (uint64_t)(r->size - 1);
-      } else {
-        r->st.bytes_received += t->bytes, r->st.bytes_sent += t->bytes;
-      }
+      count_to_home(r, t), count_from_home(r, t);
     }
   tsr__submit_set_mpi(false);
   return rc;
