@@ -14,7 +14,7 @@
 #include "rng.h"
 #include "tessera/tessera.h"
 
-static double now(void) {
+static inline double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -23,7 +23,7 @@ static double now(void) {
 /* 8192 samples of 784 features in [-0.5, 0.5) and labels i mod 10 (owned:
  * free x and y); images declares them 1x28x28. The content does not change
  * the work. */
-static tsr_dataset_t synthetic_fashion(bool images) {
+static inline tsr_dataset_t synthetic_fashion(bool images) {
   tsr_dataset_t ds = {.n = 8192, .features = 784, .classes = 10};
   if (images) ds.channels = 1, ds.height = 28, ds.width = 28;
   ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
@@ -39,7 +39,7 @@ static tsr_dataset_t synthetic_fashion(bool images) {
 /* The folder of the peer scripts: $TSR_BENCH_DIR (meson passes it), else
  * benchmarks/ when run from the repository root (script is there), else the
  * program's own folder, written into dir. */
-static const char *peer_dir(char *dir, size_t size, const char *argv0, const char *script) {
+static inline const char *peer_dir(char *dir, size_t size, const char *argv0, const char *script) {
   const char *src = getenv("TSR_BENCH_DIR");
   if (src) return src;
   char path[256];
@@ -53,7 +53,7 @@ static const char *peer_dir(char *dir, size_t size, const char *argv0, const cha
 
 /* Runs cmd (a peer with --best-threads) and reads samples/s and the thread
  * count from its first line that has both; false when it cannot run. */
-static bool run_peer(const char *cmd, double *samples_per_s, int *threads) {
+static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads) {
   FILE *p = popen(cmd, "r");
   if (!p) return false;
   char line[8192];
