@@ -44,6 +44,11 @@ TSR_API void tsr_dataset_normalize(tsr_dataset_t *ds, float mean, float std);
 
 TSR_API void tsr_dataset_fini(tsr_dataset_t *ds);
 
+/* Writes epoch `epoch`'s sample order into order[0..n): a permutation of
+ * 0..n-1 that depends only on (seed, epoch), a different one for each epoch
+ * (tsr_train visits epoch e, 1-based, in this order). Epoch 0 is 0..n-1. */
+TSR_API void tsr_dataset_epoch_order(int32_t *order, int64_t n, uint64_t seed, int epoch);
+
 /* Default location of Fashion-MNIST from Debian's dataset-fashion-mnist. */
 #define TSR_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 

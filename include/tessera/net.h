@@ -96,6 +96,7 @@ TSR_API int tsr_net_batch(const tsr_net_t *net);
 /* Learning rate for the steps submitted from now on (schedules). */
 TSR_API void tsr_net_set_lr(tsr_net_t *net, float lr);
 TSR_API float tsr_net_base_lr(const tsr_net_t *net); /* the lr the net was created with */
+TSR_API float tsr_net_lr(const tsr_net_t *net);      /* the lr of the next step submitted */
 /* Tile shape in use (after automatic choice). */
 TSR_API void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols);
 TSR_API int64_t tsr_net_param_count(const tsr_net_t *net);

@@ -18,10 +18,11 @@ typedef struct {
   double train_accuracy; /* fraction of training samples predicted right during the epoch */
   double test_loss;      /* NaN when there is no test set */
   double test_accuracy;
-  double seconds;        /* training time of the epoch (evaluation excluded) */
+  double seconds; /* training time of the epoch (evaluation excluded) */
   double eval_seconds;
-  double samples_per_s;  /* training samples (of all ranks) / seconds */
+  double samples_per_s; /* training samples (of all ranks) / seconds */
   int64_t samples;
+  double lr_end;           /* learning rate of the epoch's last step (after the schedule) */
   int ranks;               /* MPI ranks training replicas */
   double sync_seconds;     /* rank 0's time in synchronization (waits included) */
   uint64_t bytes_sent;     /* tile bytes rank 0 sent for synchronization */
@@ -30,15 +31,17 @@ typedef struct {
 
 typedef enum {
   TSR_LR_CONSTANT,
-  TSR_LR_COSINE /* lr * (1 + cos(pi * step / steps)) / 2, decayed every step */
+  /* lr * (1 + cos(pi * t / T)) / 2 at step t = 0 .. T - 1 of the run (T: steps per epoch times
+   * epochs; under MPI a step is one of each rank's), decayed every step */
+  TSR_LR_COSINE
 } tsr_lr_schedule_t;
 
 typedef struct {
   int epochs;
-  uint64_t seed;  /* shuffling */
+  uint64_t seed;                 /* shuffling */
   tsr_lr_schedule_t lr_schedule; /* around the net's optimizer lr */
-  int window;     /* training steps in flight at most (bounded submission) */
-  bool shuffle;
+  int window;                    /* training steps in flight at most (bounded submission) */
+  bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
   /* Called on the main thread after each epoch; a non-zero return stops training. */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);

@@ -74,6 +74,7 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);
   cJSON_AddNumberToObject(o, "lr", log->run.lr);
+  add_number(o, "lr_end", st->lr_end);
   cJSON_AddNumberToObject(o, "batch", log->run.batch);
   cJSON_AddNumberToObject(o, "tile_rows", log->run.tile_rows);
   cJSON_AddNumberToObject(o, "tile_cols", log->run.tile_cols);

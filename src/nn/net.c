@@ -297,6 +297,10 @@ float tsr_net_base_lr(const tsr_net_t *net) {
   return net->opts.opt.lr;
 }
 
+float tsr_net_lr(const tsr_net_t *net) {
+  return net->lr;
+}
+
 void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols) {
   *tile_rows = net->mb, *tile_cols = net->nb;
 }

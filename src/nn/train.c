@@ -7,7 +7,6 @@
 #include <time.h>
 
 #include "dist/replicas.h"
-#include "rng.h"
 #include "runtime/observe.h"
 #include "tessera/train.h"
 #include "tile/ops.h"
@@ -21,16 +20,6 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Fisher-Yates with the epoch's own stream, so epoch e's order depends only on (seed, e). */
-static void shuffle(int32_t *idx, int64_t n, uint64_t seed, int epoch) {
-  tsr_rng_t rng = {seed * 0x100000001b3ULL + (uint64_t)epoch};
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)tsr__rng_below(&rng, (uint64_t)i + 1);
-    int32_t t = idx[i];
-    idx[i] = idx[j], idx[j] = t;
-  }
 }
 
 int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy) {
@@ -102,8 +91,6 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     tsr__replicas_destroy(&rep);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
   }
-  for (int64_t i = 0; i < train->n; i++)
-    idx[i] = (int32_t)i;
 
   int counts[TSR_MAX_RANKS];
   const int32_t *mine = idx + sh.lo[sh.rank];
@@ -111,7 +98,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   double base_lr = tsr_net_base_lr(net), total_steps = (double)sh.steps * o->epochs;
   int64_t step = 0;
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
-    if (o->shuffle) shuffle(idx, train->n, o->seed, e);
+    tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     for (int64_t k = 0; k < sh.steps && rc == 0; k++) {
       for (int q = 0; q < sh.ranks; q++)
@@ -142,8 +129,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     s0 = tsr__observe_now();
     rc = rep ? tsr__replicas_reduce_stats(rep, &loss_sum, &correct)
              : tsr_net_take_stats(net, false, &loss_sum, &correct);
-    tsr__observe_span(rep ? "epoch end: reduce stats" : "epoch end: wait",
-                      s0, tsr__observe_now());
+    tsr__observe_span(rep ? "epoch end: reduce stats" : "epoch end: wait", s0, tsr__observe_now());
     double t1 = now();
     tsr_epoch_stats_t st = {.epoch = e,
                             .epochs = o->epochs,
@@ -154,7 +140,8 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .seconds = t1 - t0,
                             .samples = train->n,
                             .samples_per_s = (double)train->n / (t1 - t0),
-                            .ranks = sh.ranks};
+                            .ranks = sh.ranks,
+                            .lr_end = tsr_net_lr(net)};
     if (rep) {
       tsr_sync_stats_t ss;
       tsr__replicas_take_stats(rep, &ss);
