@@ -5,6 +5,7 @@
  * into a fresh folder under /tmp for each test. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -549,11 +550,54 @@ Test(data, dir_test_has_more_classes) {
   expect_dir_fail("test.csv", "labels up to 5");
 }
 
+/* Heap bytes in use: glibc's allocated arena chunks plus its mmapped blocks
+ * (large allocations, such as a dataset's features, are often mmapped, and
+ * uordblks alone would miss them). */
+static long long heap_in_use(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (long long)mi.uordblks + (long long)mi.hblkhd;
+}
+
 Test(data, dir_bad_test_file_frees_train) {
-  /* Train loads, test fails: train must be freed (valgrind) and zeroed. */
-  write_text("train.csv", "0,1,2\n1,3,4\n");
+  /* Train loads, test fails: train must be freed and zeroed. The training set
+   * is 2000 rows of 1000 features, 8 MB of floats: the heap in use after the
+   * failing load may exceed what it was before by much less than that (1/16
+   * of it allows for what glibc or Criterion keep), while a leaked training
+   * set would add all of it. */
+  enum { TRAIN_ROWS = 2000, FEATURES = 1000 };
+  const long long train_bytes = (long long)TRAIN_ROWS * FEATURES * (long long)sizeof(float);
+  size_t line_len = 2 + 2 * FEATURES, len = (size_t)TRAIN_ROWS * line_len;
+  char *text = malloc(len);
+  cr_assert_not_null(text);
+  for (int i = 0; i < TRAIN_ROWS; i++) {
+    char *line = text + (size_t)i * line_len;
+    line[0] = (char)('0' + i % 3);
+    for (int j = 0; j < FEATURES; j++)
+      line[1 + 2 * j] = ',', line[2 + 2 * j] = (char)('0' + (i + j) % 10);
+    line[line_len - 1] = '\n';
+  }
+  const char *train = write_file("train.csv", text, len);
+  free(text);
   write_text("test.csv", "0,1,x\n");
+
+  /* The measurement sees a loaded training set (and the first load leaves
+   * behind whatever glibc keeps for good, such as locale data). */
+  tsr_dataset_t probe;
+  tsr_errbuf_t err = {{0}};
+  long long before = heap_in_use();
+  cr_assert_eq(tsr_dataset_load_csv(&probe, train, &err), 0, "%s", err.msg);
+  long long held = heap_in_use() - before;
+  cr_assert_geq(held, train_bytes, "a loaded training set of %lld bytes shows as %lld", train_bytes,
+                held);
+  tsr_dataset_fini(&probe);
+
+  before = heap_in_use();
   expect_dir_fail("test.csv", "line 1");
+  long long grown = heap_in_use() - before;
+  cr_assert_lt(grown, train_bytes / 16,
+               "the heap grew by %lld bytes over a failed load whose training set (%lld bytes) "
+               "should have been freed",
+               grown, train_bytes);
 }
 
 /* ---- dataset operations ---- */

@@ -1,9 +1,11 @@
 /* Kernels alone, without StarPU: BLIS GEMM against the naive double
  * reference in every transpose case and odd strides, the fused softmax
- * cross-entropy against finite differences in float64, and the optimizers
- * against their formulas written out. */
+ * cross-entropy against finite differences in float64 and at logits of
+ * +-1000, the optimizers over several steps against their formulas written
+ * out in float64, and max pooling's backward pass on tied maxima. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
@@ -153,4 +155,285 @@ Test(kernels, bias_relu_and_bias_grad) {
   cr_assert_float_eq(db[1], 0.5f, 0);
   tsr__k_bias_grad(2, 3, db, y, 3, 1.0f);
   cr_assert_float_eq(db[0], 5.0f, 0);
+}
+
+/* Logits of +-1000: exp(1000) overflows even a double (exp overflows past
+ * about 709) and exp(-1000) underflows to 0, so a row is only finite if its
+ * maximum zmax is subtracted first. Per row, with that done in float64:
+ *   loss = logsumexp(z) - z[label] = zmax + log(sum_j exp(z_j - zmax)) - z[label]
+ *   dlogits_j = scale (exp(z_j - zmax) / sum_k exp(z_k - zmax) - [j == label])
+ * The kernel accumulates the loss in double, so it must match to float
+ * rounding: relative 1e-6 on the loss, 1e-7 on gradients of at most scale. */
+Test(kernels, softmax_xent_is_finite_and_exact_for_logits_of_plus_minus_1000) {
+  enum { M = 4, N = 4 };
+  const float z[M * N] = {1000,  -1000, 0,     999,   /* label 3: the runner-up */
+                          1000,  -1000, 0,     999,   /* label 1: loss about 2000 */
+                          -1000, -999,  -1000, -1001, /* all tiny: sum underflows unshifted */
+                          -1000, 1000,  500,   -500};
+  const float labels[M] = {3, 1, 1, 2};
+  const float scale = 0.25f;
+  for (int i = 0; i < M; i++) {
+    const float *zr = z + i * N;
+    float d[N], stats[2] = {0, 0};
+    tsr__k_softmax_xent(1, N, d, N, zr, N, labels + i, 1, scale, stats);
+    int label = (int)labels[i], arg = 0;
+    for (int j = 1; j < N; j++)
+      if (zr[j] > zr[arg]) arg = j;
+    double zmax = zr[arg], sum = 0;
+    for (int j = 0; j < N; j++)
+      sum += exp((double)zr[j] - zmax);
+    double loss = zmax + log(sum) - zr[label];
+    cr_assert(isfinite(stats[0]) && fabs(stats[0] - loss) <= 1e-6 * fmax(1, fabs(loss)),
+              "row %d: loss %g, want %.9g", i, stats[0], loss);
+    cr_assert_eq(stats[1], (float)(arg == label), "row %d: correct %g, argmax %d, label %d", i,
+                 stats[1], arg, label);
+    for (int j = 0; j < N; j++) {
+      double want = scale * (exp((double)zr[j] - zmax) / sum - (j == label));
+      cr_assert(isfinite(d[j]) && fabs(d[j] - want) <= 1e-7, "row %d: dlogits[%d] = %g, want %.9g",
+                i, j, d[j], want);
+    }
+  }
+}
+
+/* Plain SGD (momentum 0) with L2 weight decay, a new gradient every step:
+ *   w -= lr (g + wd w)
+ * against the same recurrence in float64. The velocity is unused (NULL).
+ * Tiles are strided (ld > n): the columns past n must stay untouched. One
+ * step with the decay's sign flipped moves w by 2 lr wd |w| (0.04 |w| here),
+ * far beyond the tolerance of 1e-6 (float rounding over 4 steps stays below
+ * 2e-7, about one ulp of w). */
+Test(kernels, sgd_without_momentum_decays_weights_over_several_steps) {
+  enum { M = 2, N = 3, LDW = 4, LDG = 5, STEPS = 4 };
+  const float lr = 0.1f, wd = 0.2f, w0[M * N] = {1.5f, -2.0f, 0.25f, -0.75f, 3.0f, -1.0f};
+  tsr_rng_t rng = {11};
+  float w[M * LDW], g[M * LDG];
+  double ref[M * N];
+  for (int i = 0; i < M * LDW; i++)
+    w[i] = 77.0f;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      w[i * LDW + j] = w0[i * N + j], ref[i * N + j] = w0[i * N + j];
+  for (int t = 1; t <= STEPS; t++) {
+    fill_random(g, M * LDG, &rng);
+    tsr__k_sgd(M, N, w, LDW, NULL, 0, g, LDG, lr, 0.0f, wd);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        double *r = ref + i * N + j;
+        *r -= (double)lr * (g[i * LDG + j] + (double)wd * *r);
+        float got = w[i * LDW + j];
+        cr_assert(fabs(got - *r) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t, i, j, got, *r);
+      }
+    for (int i = 0; i < M; i++)
+      cr_assert_eq(w[i * LDW + N], 77.0f, "step %d: padding of row %d written", t, i);
+  }
+}
+
+/* SGD with momentum and weight decay over several steps, the velocity
+ * carried from one to the next; PyTorch's torch.optim.SGD (dampening 0, not
+ * Nesterov), whose buffer starts as the first g' (the same as v = 0 here):
+ *   g' = g + wd w;  v = momentum v + g';  w -= lr v
+ * against float64, checking w and v after every step. Float rounding stays
+ * below 2.5e-7 (v reaches 2.4), hence a tolerance of 1e-6. */
+Test(kernels, sgd_momentum_carries_velocity_over_several_steps) {
+  enum { M = 2, N = 3, LDW = 3, LDV = 6, LDG = 4, STEPS = 5 };
+  const float lr = 0.05f, mu = 0.9f, wd = 0.1f, w0[M * N] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 0};
+  tsr_rng_t rng = {12};
+  float w[M * LDW], v[M * LDV], g[M * LDG];
+  double rw[M * N], rv[M * N];
+  for (int i = 0; i < M * LDV; i++)
+    v[i] = 0.0f;
+  for (int i = 0; i < M * N; i++)
+    w[i] = w0[i], rw[i] = w0[i], rv[i] = 0.0;
+  for (int t = 1; t <= STEPS; t++) {
+    fill_random(g, M * LDG, &rng);
+    tsr__k_sgd(M, N, w, LDW, v, LDV, g, LDG, lr, mu, wd);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        int k = i * N + j;
+        double gp = g[i * LDG + j] + (double)wd * rw[k];
+        rv[k] = (double)mu * rv[k] + gp;
+        rw[k] -= (double)lr * rv[k];
+        cr_assert(fabs(v[i * LDV + j] - rv[k]) <= 1e-6, "step %d: v[%d][%d] = %.7g, want %.7g", t,
+                  i, j, v[i * LDV + j], rv[k]);
+        cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t,
+                  i, j, w[i * LDW + j], rw[k]);
+      }
+  }
+}
+
+/* Adam with L2 weight decay, steps t = 1..5 with a different gradient each
+ * step, against PyTorch's torch.optim.Adam (amsgrad off) in float64:
+ *   g' = g + wd w;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
+ *   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * Bias correction with t + 1 instead of t shrinks the first step by a
+ * quarter (w off by 2.6e-3 here, 4.8e-3 after 5 steps); float rounding
+ * stays below 1.5e-7 on w (one ulp of 2 is 2.4e-7), 1e-8 on m and 3e-10 on
+ * v, so the tolerances are 1e-6 on w, 1e-7 on m and 1e-8 on v. */
+Test(kernels, adam_several_steps_with_weight_decay_follow_pytorch) {
+  enum { M = 2, N = 3, LDW = 5, LDM = 4, LDG = 3, STEPS = 5 };
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
+  const float w0[M * N] = {1.0f, -0.5f, 2.0f, -1.5f, 0.25f, 0.75f};
+  tsr_rng_t rng = {13};
+  float w[M * LDW], m1[M * LDM] = {0}, m2[M * LDM] = {0}, g[M * LDG];
+  double rw[M * N], rm[M * N] = {0}, rv[M * N] = {0};
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++)
+      w[i * LDW + j] = w0[i * N + j], rw[i * N + j] = w0[i * N + j];
+  for (int t = 1; t <= STEPS; t++) {
+    fill_random(g, M * LDG, &rng);
+    tsr__k_adam(M, N, w, LDW, m1, LDM, m2, LDM, g, LDG, lr, b1, b2, eps, wd, t);
+    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) {
+        int k = i * N + j;
+        double gp = g[i * LDG + j] + (double)wd * rw[k];
+        rm[k] = b1 * rm[k] + (1 - (double)b1) * gp;
+        rv[k] = b2 * rv[k] + (1 - (double)b2) * gp * gp;
+        rw[k] -= lr * (rm[k] / c1) / (sqrt(rv[k] / c2) + eps);
+        cr_assert(fabs(m1[i * LDM + j] - rm[k]) <= 1e-7, "step %d: m[%d][%d] = %.7g, want %.7g", t,
+                  i, j, m1[i * LDM + j], rm[k]);
+        cr_assert(fabs(m2[i * LDM + j] - rv[k]) <= 1e-8, "step %d: v[%d][%d] = %.7g, want %.7g", t,
+                  i, j, m2[i * LDM + j], rv[k]);
+        cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t,
+                  i, j, w[i * LDW + j], rw[k]);
+      }
+  }
+}
+
+/* Max pooling on tied maxima. The contract (kernels.h): the forward pass
+ * takes each window's maximum; the backward pass routes that window's dy to
+ * exactly one input, the first one in the window's row-major scan (ky, then
+ * kx) equal to the maximum, which is the one the forward pass kept (it only
+ * replaces on a strictly greater value); with relu, to none when that
+ * maximum is not positive. Inputs under no window get 0, and where windows
+ * overlap dx is the sum of what each routes there. */
+typedef struct {
+  int h, w, c, kh, kw, sh, sw;
+} pool_case_t;
+
+enum { POOL_N = 3 };
+
+/* Where window (oy, ox) of channel q routes its gradient, as an offset in a
+ * sample of x, or -1 when relu stops it; *max is the window's maximum. */
+static long pool_route(const tsr_conv_geom_t *g, bool relu, const float *xs, int oy, int ox, int q,
+                       float *max) {
+  long first = -1;
+  for (int ky = 0; ky < g->kh; ky++)
+    for (int kx = 0; kx < g->kw; kx++) {
+      long at = ((long)(oy * g->sh + ky) * g->w + ox * g->sw + kx) * g->c + q;
+      if (first < 0 || xs[at] > xs[first]) first = at;
+    }
+  *max = xs[first];
+  return relu && !(*max > 0.0f) ? -1 : first;
+}
+
+static void check_pool_ties(pool_case_t pc, bool relu) {
+  tsr_conv_geom_t g = {.c = pc.c, .oc = pc.c, .h = pc.h, .w = pc.w};
+  g.kh = pc.kh, g.kw = pc.kw, g.sh = pc.sh, g.sw = pc.sw;
+  g.oh = (g.h - g.kh) / g.sh + 1, g.ow = (g.w - g.kw) / g.sw + 1;
+  const int in = g.h * g.w * g.c, out = g.oh * g.ow * g.c, ldx = in + 3, ldy = out + 2;
+  float *x = malloc(sizeof(float) * POOL_N * ldx), *y = malloc(sizeof(float) * POOL_N * ldy);
+  float *dy = calloc((size_t)POOL_N * ldy, sizeof(float));
+  float *dx = malloc(sizeof(float) * POOL_N * ldx),
+        *want = calloc((size_t)POOL_N * in, sizeof *want);
+  /* Sample 0: values from {-1, 0, 1, 2}, so windows often tie; sample 1: all
+   * 1, every window one tie of all its inputs; sample 2: all 0, ties at a
+   * maximum that relu stops. */
+  tsr_rng_t rng = {(uint64_t)(pc.h * 1000 + pc.w * 100 + pc.c * 10 + pc.kh + pc.sh)};
+  for (int i = 0; i < ldx; i++) {
+    x[i] = (float)tsr__rng_below(&rng, 4) - 1.0f;
+    x[ldx + i] = 1.0f;
+    x[2 * ldx + i] = 0.0f;
+  }
+  tsr__k_pool_fwd(&g, true, POOL_N, y, ldy, x, ldx);
+  /* The routes, checked against the forward output, and the expected dx for
+   * dy = small integers (every sum exact, so compared exactly). */
+  long *route = malloc(sizeof(long) * POOL_N * out);
+  int tied = 0;
+  for (int s = 0; s < POOL_N; s++)
+    for (int oy = 0; oy < g.oh; oy++)
+      for (int ox = 0; ox < g.ow; ox++)
+        for (int q = 0; q < g.c; q++) {
+          int o = (oy * g.ow + ox) * g.c + q;
+          float max;
+          long r = pool_route(&g, relu, x + (long)s * ldx, oy, ox, q, &max);
+          cr_assert_eq(y[(long)s * ldy + o], max, "forward: sample %d output %d", s, o);
+          int equal = 0;
+          for (int ky = 0; ky < g.kh; ky++)
+            for (int kx = 0; kx < g.kw; kx++)
+              equal +=
+                  x[(long)s * ldx + ((oy * g.sh + ky) * g.w + ox * g.sw + kx) * g.c + q] == max;
+          tied += s == 0 && equal > 1;
+          route[s * out + o] = r;
+          dy[(long)s * ldy + o] = (float)(1 + (s * out + o) % 7);
+          if (r >= 0) want[(long)s * in + r] += dy[(long)s * ldy + o];
+        }
+  cr_assert_gt(tied, 0, "the random sample has no tied window: the test checks nothing there");
+  char what[160];
+  snprintf(what, sizeof what, "%dx%dx%d, window %dx%d, stride %dx%d, relu %d", g.h, g.w, g.c, g.kh,
+           g.kw, g.sh, g.sw, relu);
+
+  /* All windows at once: dx is NaN-filled first, so an input left unwritten
+   * shows; the columns past a sample (ld > h w c) must stay untouched. */
+  for (int i = 0; i < POOL_N * ldx; i++)
+    dx[i] = NAN;
+  for (int s = 0; s < POOL_N; s++)
+    for (int i = in; i < ldx; i++)
+      dx[(long)s * ldx + i] = 55.0f;
+  tsr__k_pool_bwd(&g, true, relu, POOL_N, dx, ldx, dy, ldy, x, ldx, y, ldy);
+  for (int s = 0; s < POOL_N; s++) {
+    for (int i = 0; i < in; i++)
+      cr_assert_eq(dx[(long)s * ldx + i], want[(long)s * in + i],
+                   "%s: sample %d, dx[%d] = %g, want %g", what, s, i, dx[(long)s * ldx + i],
+                   want[(long)s * in + i]);
+    for (int i = in; i < ldx; i++)
+      cr_assert_eq(dx[(long)s * ldx + i], 55.0f, "%s: sample %d, padding written", what, s);
+  }
+
+  /* One window at a time (dy 1 there, 0 elsewhere): exactly one input gets
+   * exactly 1, the one chosen above, or none where relu stops it. */
+  for (int i = 0; i < POOL_N * ldy; i++)
+    dy[i] = 0.0f;
+  for (int s = 0; s < POOL_N; s++)
+    for (int o = 0; o < out; o++) {
+      dy[(long)s * ldy + o] = 1.0f;
+      tsr__k_pool_bwd(&g, true, relu, POOL_N, dx, ldx, dy, ldy, x, ldx, y, ldy);
+      dy[(long)s * ldy + o] = 0.0f;
+      long r = route[s * out + o], at = -1;
+      int hits = 0;
+      double total = 0;
+      for (int t = 0; t < POOL_N; t++)
+        for (int i = 0; i < in; i++)
+          if (dx[(long)t * ldx + i] != 0.0f)
+            hits++, total += dx[(long)t * ldx + i], at = (long)t * in + i;
+      cr_assert(hits == (r >= 0) && total == (r >= 0) && (r < 0 || at == (long)s * in + r),
+                "%s: the gradient of sample %d output %d (pixel %d, channel %d) went to %d "
+                "inputs (total %g, last at %ld); want %s %ld",
+                what, s, o, o / g.c, o % g.c, hits, total, at, r >= 0 ? "1, at" : "none,",
+                r >= 0 ? (long)s * in + r : -1L);
+    }
+  free(x), free(y), free(dy), free(dx), free(want), free(route);
+}
+
+Test(kernels, max_pool_backward_routes_ties_to_the_forward_choice_without_overlap) {
+  /* stride == window: the kernel's "tiled" branch; rows and columns past the
+   * last window, and more than 64 channels (it works in blocks of 64). */
+  const pool_case_t cases[] = {
+      {5, 7, 3, 2, 2, 2, 2}, {7, 5, 2, 3, 2, 3, 2}, {4, 5, 67, 2, 2, 2, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int relu = 0; relu < 2; relu++)
+      check_pool_ties(cases[i], relu);
+}
+
+Test(kernels, max_pool_backward_routes_ties_to_the_forward_choice_with_overlap) {
+  /* stride < window (overlapping windows; one with a stride past the window
+   * in the other direction) and stride > window (gaps). */
+  const pool_case_t cases[] = {{6, 5, 3, 3, 3, 2, 1},
+                               {5, 5, 2, 2, 2, 1, 1},
+                               {4, 4, 67, 2, 2, 1, 1},
+                               {6, 7, 2, 3, 2, 1, 3},
+                               {8, 5, 2, 2, 2, 3, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int relu = 0; relu < 2; relu++)
+      check_pool_ties(cases[i], relu);
 }

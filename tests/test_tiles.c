@@ -1,5 +1,7 @@
-/* Tiled matrices and tiled GEMM through StarPU tasks: every transpose case,
- * sizes that are not multiples of the tile, against the naive reference. */
+/* Tiled matrices and tiled operations through StarPU tasks, on sizes that
+ * are not multiples of the tile: GEMM in every transpose case against the
+ * naive reference; bias, softmax cross-entropy, SGD and Adam against
+ * references written out in the test. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -98,7 +100,8 @@ Test(tiles, gemm_every_transpose_case_with_edge_tiles) {
     }
 }
 
-Test(tiles, bias_relu_softmax_and_optimizer_ops) {
+/* y = max(y + b, 0) per row; db = column sums of that y. */
+Test(tiles, bias_add_relu_and_bias_grad_over_edge_tiles) {
   tsr_tiles_t *y, *b, *db;
   cr_assert_eq(tsr_tiles_create(&y, 5, 3, 2, 2, NULL, NULL, 0), 0);
   cr_assert_eq(tsr_tiles_create(&b, 1, 3, 1, 2, NULL, NULL, 0), 0);
@@ -122,4 +125,160 @@ Test(tiles, bias_relu_softmax_and_optimizer_ops) {
   for (int j = 0; j < 3; j++)
     cr_assert_float_eq(dbs[j], sums[j], 1e-6);
   tsr_tiles_destroy(&y), tsr_tiles_destroy(&b), tsr_tiles_destroy(&db);
+}
+
+/* Softmax cross-entropy of logits (11, 5) in row tiles of 4 (the last one 3
+ * rows) with only the first 9 rows valid: the last tile holds 1 valid row and
+ * 2 padding rows. Per valid row, in float64 with the maximum subtracted:
+ *   loss = logsumexp(z) - z[label],  dlogits = scale (softmax(z) - onehot(label))
+ * and dlogits = 0 on padding rows (filled with garbage before). stats (3, 2)
+ * holds one [loss sum, correct argmax count] row per row tile and
+ * accumulates: after two runs, twice the sums. Tolerances: 1e-7 on the
+ * gradients (at most scale = 1/9 in size), 1e-5 relative on the losses. */
+Test(tiles, softmax_xent_over_edge_tiles_with_padding_rows) {
+  enum { M = 11, C = 5, MB = 4, MT = 3, NVALID = 9 };
+  const float scale = 1.0f / NVALID;
+  tsr_rng_t rng = {21};
+  float *z = random_matrix(M * C, &rng), labels[M], d[M * C], stats[MT * 2];
+  for (int i = 0; i < M * C; i++)
+    z[i] *= 3.0f, d[i] = 99.0f;
+  for (int i = 0; i < M; i++)
+    labels[i] = (float)(i * 2 % C);
+  tsr_tiles_t *tz, *tl, *td, *ts;
+  cr_assert_eq(tsr_tiles_create(&tz, M, C, MB, C, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&tl, M, 1, MB, 1, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&td, M, C, MB, C, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&ts, MT, 2, 1, 2, NULL, NULL, 0), 0); /* created zeroed */
+  cr_assert_eq(tsr_tiles_mt(tz), MT);
+  cr_assert_eq(tsr_tiles_write(tz, z), 0);
+  cr_assert_eq(tsr_tiles_write(tl, labels), 0);
+  cr_assert_eq(tsr_tiles_write(td, d), 0);
+  for (int run = 0; run < 2; run++)
+    cr_assert_eq(tsr__tiles_softmax_xent(td, ts, tz, tl, NVALID, scale), 0);
+  cr_assert_eq(tsr_tiles_read(td, d), 0);
+  cr_assert_eq(tsr_tiles_read(ts, stats), 0);
+
+  double loss[MT] = {0}, correct[MT] = {0};
+  for (int i = 0; i < M; i++) {
+    const float *zr = z + i * C, *dr = d + i * C;
+    if (i >= NVALID) {
+      for (int j = 0; j < C; j++)
+        cr_assert_eq(dr[j], 0.0f, "padding row %d: dlogits[%d] = %g", i, j, dr[j]);
+      continue;
+    }
+    int label = (int)labels[i], arg = 0;
+    for (int j = 1; j < C; j++)
+      if (zr[j] > zr[arg]) arg = j;
+    double sum = 0;
+    for (int j = 0; j < C; j++)
+      sum += exp((double)zr[j] - zr[arg]);
+    loss[i / MB] += zr[arg] + log(sum) - zr[label];
+    correct[i / MB] += arg == label;
+    for (int j = 0; j < C; j++) {
+      double want = scale * (exp((double)zr[j] - zr[arg]) / sum - (j == label));
+      cr_assert(fabs(dr[j] - want) <= 1e-7, "row %d: dlogits[%d] = %g, want %.9g", i, j, dr[j],
+                want);
+    }
+  }
+  for (int t = 0; t < MT; t++) {
+    cr_assert(fabs(stats[2 * t] - 2 * loss[t]) <= 1e-5 * (1 + 2 * loss[t]),
+              "row tile %d: loss sum %g after two runs, want %.9g", t, stats[2 * t], 2 * loss[t]);
+    cr_assert_eq(stats[2 * t + 1], (float)(2 * correct[t]),
+                 "row tile %d: correct count %g after two runs, want %g", t, stats[2 * t + 1],
+                 2 * correct[t]);
+  }
+  free(z);
+  tsr_tiles_destroy(&tz), tsr_tiles_destroy(&tl), tsr_tiles_destroy(&td), tsr_tiles_destroy(&ts);
+}
+
+/* Optimizer tests: weights (7, 5) in tiles of (3, 2), so the last tile row
+ * has 1 row and the last tile column 1 column. */
+enum { OPT_M = 7, OPT_N = 5, OPT_MB = 3, OPT_NB = 2, OPT_SIZE = OPT_M * OPT_N };
+
+/* Three SGD steps with weight decay and a new gradient each step, without
+ * momentum (no velocity: v is NULL) and with it; PyTorch's formulation:
+ *   g' = g + wd w;  v = momentum v + g' (v starts at 0);  w -= lr v
+ * (momentum 0: w -= lr g'), against float64, tolerance 1e-6. */
+Test(tiles, sgd_with_and_without_momentum_over_edge_tiles) {
+  const float lr = 0.1f, wd = 0.2f;
+  for (int with_momentum = 0; with_momentum < 2; with_momentum++) {
+    const float mu = with_momentum ? 0.9f : 0.0f;
+    tsr_rng_t rng = {(uint64_t)(31 + with_momentum)};
+    float *w = random_matrix(OPT_SIZE, &rng), v[OPT_SIZE];
+    double rw[OPT_SIZE], rv[OPT_SIZE] = {0};
+    for (int i = 0; i < OPT_SIZE; i++)
+      rw[i] = w[i];
+    tsr_tiles_t *tw, *tv = NULL, *tg;
+    cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+    cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+    if (with_momentum)
+      cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+    cr_assert_eq(tsr_tiles_write(tw, w), 0);
+    for (int t = 1; t <= 3; t++) {
+      float *g = random_matrix(OPT_SIZE, &rng);
+      cr_assert_eq(tsr_tiles_write(tg, g), 0);
+      cr_assert_eq(tsr__tiles_sgd(tw, tv, tg, lr, mu, wd), 0);
+      cr_assert_eq(tsr_tiles_read(tw, w), 0);
+      if (tv) cr_assert_eq(tsr_tiles_read(tv, v), 0);
+      for (int i = 0; i < OPT_SIZE; i++) {
+        rv[i] = (double)mu * rv[i] + g[i] + (double)wd * rw[i];
+        rw[i] -= (double)lr * rv[i];
+        cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "momentum %g, step %d: w[%d][%d] = %.7g, want %.7g",
+                  mu, t, i / OPT_N, i % OPT_N, w[i], rw[i]);
+        if (tv)
+          cr_assert(fabs(v[i] - rv[i]) <= 1e-6, "step %d: v[%d][%d] = %.7g, want %.7g", t,
+                    i / OPT_N, i % OPT_N, v[i], rv[i]);
+      }
+      free(g);
+    }
+    free(w);
+    tsr_tiles_destroy(&tw), tsr_tiles_destroy(&tg);
+    if (tv) tsr_tiles_destroy(&tv);
+  }
+}
+
+/* Three Adam steps (t = 1, 2, 3) with weight decay and a new gradient each
+ * step; PyTorch's Adam in float64:
+ *   g' = g + wd w;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
+ *   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * Tolerances: 1e-6 on w, 1e-7 on m, 1e-8 on v (float rounding is a few
+ * times smaller; a step off in t moves w by about 1e-3). */
+Test(tiles, adam_over_edge_tiles) {
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
+  tsr_rng_t rng = {41};
+  float *w = random_matrix(OPT_SIZE, &rng), m[OPT_SIZE], v[OPT_SIZE];
+  double rw[OPT_SIZE], rm[OPT_SIZE] = {0}, rv[OPT_SIZE] = {0};
+  for (int i = 0; i < OPT_SIZE; i++)
+    rw[i] = w[i];
+  tsr_tiles_t *tw, *tm, *tv, *tg;
+  cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&tm, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_write(tw, w), 0);
+  for (int t = 1; t <= 3; t++) {
+    float *g = random_matrix(OPT_SIZE, &rng);
+    cr_assert_eq(tsr_tiles_write(tg, g), 0);
+    cr_assert_eq(tsr__tiles_adam(tw, tm, tv, tg, lr, b1, b2, eps, wd, t), 0);
+    cr_assert_eq(tsr_tiles_read(tw, w), 0);
+    cr_assert_eq(tsr_tiles_read(tm, m), 0);
+    cr_assert_eq(tsr_tiles_read(tv, v), 0);
+    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+    for (int i = 0; i < OPT_SIZE; i++) {
+      double gp = g[i] + (double)wd * rw[i];
+      rm[i] = b1 * rm[i] + (1 - (double)b1) * gp;
+      rv[i] = b2 * rv[i] + (1 - (double)b2) * gp * gp;
+      rw[i] -= lr * (rm[i] / c1) / (sqrt(rv[i] / c2) + eps);
+      int r = i / OPT_N, c = i % OPT_N;
+      cr_assert(fabs(m[i] - rm[i]) <= 1e-7, "step %d: m[%d][%d] = %.7g, want %.7g", t, r, c, m[i],
+                rm[i]);
+      cr_assert(fabs(v[i] - rv[i]) <= 1e-8, "step %d: v[%d][%d] = %.7g, want %.7g", t, r, c, v[i],
+                rv[i]);
+      cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t, r, c, w[i],
+                rw[i]);
+    }
+    free(g);
+  }
+  free(w);
+  tsr_tiles_destroy(&tw), tsr_tiles_destroy(&tm), tsr_tiles_destroy(&tv), tsr_tiles_destroy(&tg);
 }
