@@ -3,6 +3,7 @@
  * and model descriptions are parsed or rejected with useful messages. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,209 @@ Test(train, subset_of_2000_images_beats_75_percent) {
   cr_assert_eq(last.epoch, 5);
   cr_assert_eq(last.samples, 2000);
   cr_assert(last.test_accuracy > 0.75, "test accuracy %.4f", last.test_accuracy);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* Every parameter of net, concatenated (caller frees). */
+static float *all_params(const tsr_net_t *net) {
+  float *all = malloc(sizeof(float) * (size_t)tsr_net_param_count(net));
+  int64_t off = 0;
+  for (int p = 0; p < tsr_net_n_params(net); p++) {
+    int64_t r, c;
+    cr_assert_eq(tsr_net_param_info(net, p, &r, &c), 0);
+    cr_assert_eq(tsr_net_param_get(net, p, all + off), 0);
+    off += r * c;
+  }
+  return all;
+}
+
+static double max_rel_diff(const float *a, const float *b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]) / (1e-3 + fabs((double)b[i]));
+    worst = d > worst ? d : worst;
+  }
+  return worst;
+}
+
+static tsr_net_t *small_net(const tsr_dataset_t *ds, int batch) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:32", ds->classes, &err), 0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = batch, o.seed = 4, o.opt.lr = 0.05f, o.tile_rows = 16, o.tile_cols = 16;
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err), 0, "%s",
+               err.msg);
+  return net;
+}
+
+Test(train, epoch_orders_are_permutations_that_change_every_epoch) {
+  enum { N = 1000 };
+  int32_t *prev = malloc(sizeof(int32_t) * N), *cur = malloc(sizeof(int32_t) * N),
+          *again = malloc(sizeof(int32_t) * N);
+  for (int e = 0; e <= 4; e++) {
+    tsr_dataset_epoch_order(cur, N, 9, e);
+    bool seen[N] = {false};
+    for (int i = 0; i < N; i++) {
+      cr_assert(cur[i] >= 0 && cur[i] < N && !seen[cur[i]], "epoch %d: %d repeated or out of range",
+                e, cur[i]);
+      seen[cur[i]] = true;
+    }
+    int fixed = 0;
+    for (int i = 0; i < N; i++)
+      fixed += cur[i] == i;
+    if (e == 0) cr_assert_eq(fixed, N, "epoch 0 is the identity");
+    /* A uniform permutation leaves about one element in place; 1000 positions make 20 a
+     * sure sign of no shuffle at all. */
+    if (e > 0) cr_assert(fixed < 20, "epoch %d keeps %d of %d samples in place", e, fixed, N);
+    if (e > 1) {
+      int same = 0;
+      for (int i = 0; i < N; i++)
+        same += cur[i] == prev[i];
+      cr_assert(same < 20, "epochs %d and %d share %d positions of %d", e - 1, e, same, N);
+    }
+    tsr_dataset_epoch_order(again, N, 9, e);
+    cr_assert(memcmp(cur, again, sizeof(int32_t) * N) == 0, "epoch %d: order not reproducible", e);
+    int32_t *t = prev;
+    prev = cur, cur = t;
+  }
+  tsr_dataset_epoch_order(cur, N, 9, 2);
+  tsr_dataset_epoch_order(again, N, 10, 2);
+  cr_assert(memcmp(cur, again, sizeof(int32_t) * N) != 0, "the seed must change the order");
+  free(prev), free(cur), free(again);
+}
+
+/* The cosine rate of step t of T, in double: lr (1 + cos(pi t / T)) / 2. */
+static double cosine(double lr, int64_t t, int64_t total) {
+  return lr * 0.5 * (1.0 + cos(M_PI * (double)t / (double)total));
+}
+
+typedef struct {
+  int n;
+  tsr_epoch_stats_t s[8];
+} epochs_t;
+
+static int keep_epoch(const tsr_epoch_stats_t *s, void *ctx) {
+  epochs_t *e = ctx;
+  cr_assert(e->n < 8);
+  e->s[e->n++] = *s;
+  return 0;
+}
+
+/* tsr_train's contract, replayed step by step with the public calls: epoch e
+ * visits tsr_dataset_epoch_order(seed, e) in batches (the last one short),
+ * step t of T runs at the cosine rate, and the epoch's loss is the mean of
+ * the training losses of its batches. The two runs submit the same tasks, so
+ * they agree to float rounding; a run with the order or the rate of another
+ * epoch is far off (checked, so the comparison is not vacuous). */
+Test(train, tsr_train_equals_the_documented_steps_replayed) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 300); /* 300 = 9 x 32 + 12: a short last batch */
+  enum { B = 32, E = 3 };
+  const int64_t steps = (300 + B - 1) / B, total = steps * E;
+  const uint64_t seed = 21;
+
+  tsr_net_t *net = small_net(&train, B);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  epochs_t got = {0};
+  to.epochs = E, to.seed = seed, to.on_epoch = keep_epoch, to.ctx = &got;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
+  cr_assert_eq(got.n, E);
+  float *w = all_params(net);
+  int64_t n = tsr_net_param_count(net);
+
+  /* replay[0]: as documented; [1]: epoch 1's order every epoch; [2]: the schedule one epoch
+   * ahead. */
+  float *replay[3];
+  for (int variant = 0; variant < 3; variant++) {
+    tsr_net_t *r = small_net(&train, B);
+    int32_t order[300];
+    for (int e = 1; e <= E; e++) {
+      tsr_dataset_epoch_order(order, train.n, seed, variant == 1 ? 1 : e);
+      for (int64_t k = 0; k < steps; k++) {
+        int64_t t = (e - 1 + (variant == 2)) * steps + k;
+        tsr_net_set_lr(r, (float)cosine(0.05, t, total));
+        int take = (int)(train.n - k * B < B ? train.n - k * B : B);
+        cr_assert_eq(tsr_net_train_step(r, &train, order + k * B, take, true), 0);
+      }
+      double loss_sum, correct;
+      cr_assert_eq(tsr_net_take_stats(r, false, &loss_sum, &correct), 0);
+      if (variant == 0) {
+        cr_assert(fabs(got.s[e - 1].loss - loss_sum / 300) <= 1e-5 * loss_sum / 300,
+                  "epoch %d loss %.8g, replayed %.8g", e, got.s[e - 1].loss, loss_sum / 300);
+        cr_assert(fabs(got.s[e - 1].train_accuracy - correct / 300) < 1e-9,
+                  "epoch %d train accuracy %.6f, replayed %.6f", e, got.s[e - 1].train_accuracy,
+                  correct / 300);
+        double lr_end = cosine(0.05, e * steps - 1, total);
+        cr_assert(fabs(got.s[e - 1].lr_end - lr_end) <= 1e-6 * 0.05,
+                  "epoch %d: last step's rate %.9g, cosine formula %.9g", e, got.s[e - 1].lr_end,
+                  lr_end);
+      }
+    }
+    replay[variant] = all_params(r);
+    tsr_net_destroy(&r);
+  }
+  double d = max_rel_diff(w, replay[0], n);
+  cr_assert(d <= 1e-5, "tsr_train vs the replayed steps: max relative difference %g", d);
+  double same_order = max_rel_diff(replay[1], replay[0], n);
+  double ahead = max_rel_diff(replay[2], replay[0], n);
+  cr_assert(same_order > 1e-3 && ahead > 1e-3,
+            "the check must tell orders and schedules apart (differences %g, %g)", same_order,
+            ahead);
+  cr_assert(fabs(tsr_net_lr(net) - cosine(0.05, total - 1, total)) <= 1e-9,
+            "tsr_net_lr after training: %g", (double)tsr_net_lr(net));
+  for (int v = 0; v < 3; v++)
+    free(replay[v]);
+  free(w);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+Test(train, constant_schedule_keeps_the_rate) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 100);
+  tsr_net_t *net = small_net(&train, 32);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  epochs_t got = {0};
+  to.epochs = 2, to.lr_schedule = TSR_LR_CONSTANT, to.on_epoch = keep_epoch, to.ctx = &got;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
+  for (int e = 0; e < 2; e++)
+    cr_assert_float_eq(got.s[e].lr_end, 0.05, 1e-9, "epoch %d: rate %g", e + 1, got.s[e].lr_end);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* The test metrics of each epoch are those of tsr_evaluate on the test set with the weights
+ * the epoch ended with: after the last epoch, a separate evaluation must agree. */
+Test(train, reported_test_metrics_equal_a_separate_evaluation) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 600);
+  cr_assert_eq(tsr_dataset_truncate(&test, 500), 0);
+  tsr_net_t *net = small_net(&train, 32);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  epochs_t got = {0};
+  to.epochs = 2, to.on_epoch = keep_epoch, to.ctx = &got;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_train(net, &train, &test, &to, &err), 0, "%s", err.msg);
+  const tsr_epoch_stats_t *last = &got.s[got.n - 1];
+  double loss, acc, train_loss, train_acc;
+  cr_assert_eq(tsr_evaluate(net, &test, &loss, &acc), 0);
+  cr_assert_eq(tsr_evaluate(net, &train, &train_loss, &train_acc), 0);
+  cr_assert(fabs(last->test_loss - loss) <= 1e-9 * loss && fabs(last->test_accuracy - acc) < 1e-12,
+            "reported test loss %.9g accuracy %.6f, evaluated %.9g %.6f", last->test_loss,
+            last->test_accuracy, loss, acc);
+  cr_assert(fabs(train_loss - loss) > 1e-3 * loss,
+            "training and test sets must evaluate differently for this check (%g, %g)", train_loss,
+            loss);
+  cr_assert(acc > 0.6, "2 epochs on 600 images: test accuracy %.4f", acc);
   tsr_net_destroy(&net);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
