@@ -21,10 +21,13 @@ typedef enum {
 
 typedef struct {
   tsr_sync_kind_t kind;
-  int every;           /* K for TSR_SYNC_EVERY, n for TSR_SYNC_EPOCH (>= 1) */
-  bool average_state;  /* average optimizer state (momentum, Adam moments) with the weights */
-  bool deterministic;  /* sum contributions in rank order: bitwise-reproducible runs */
-  bool by_samples;     /* weight each rank by the samples it processed (else uniform) */
+  int every;          /* K for TSR_SYNC_EVERY, n for TSR_SYNC_EPOCH (>= 1) */
+  bool average_state; /* average optimizer state (momentum, Adam moments) with the weights */
+  /* Sum contributions in rank order, in float32: acc = w_0 x_0, then acc = w_q x_q + acc for
+   * q = 1 .. P-1 (async-epoch: the folds in rank order); bitwise-reproducible runs. Otherwise
+   * contributions are added as they arrive. */
+  bool deterministic;
+  bool by_samples; /* weight each rank by the samples it processed (else uniform) */
 } tsr_sync_t;
 
 /* Parses "batch", "every=K", "epoch", "epoch=n", "async-epoch", "none". */
