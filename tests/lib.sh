@@ -1,0 +1,16 @@
+# Shared by the shell test suites (sourced): pass/fail counters and check_log.
+# check_log NAME LOG EPOCHS [KEY=V|KEY<V|KEY>V ...]: tests/check_log.py on LOG,
+# counted as one check named NAME.
+passed=0 failed=0
+tests_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+check_log() {
+  local name=$1 out
+  shift
+  if out=$(/usr/bin/python3 "$tests_dir/check_log.py" "$@" 2>&1); then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name: $out"
+  fi
+}
