@@ -152,7 +152,14 @@ static bool replicas_equal(const float *w, int64_t n) {
 typedef struct {
   int epochs;
   bool deterministic, by_samples, shuffle;
+  int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx); /* rank 0 only */
+  void *ctx;
 } run_t;
+
+static int keep_stats(const tsr_epoch_stats_t *stats, void *ctx) {
+  *(tsr_epoch_stats_t *)ctx = *stats;
+  return 0;
+}
 
 static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_sync_t sync;
@@ -162,7 +169,7 @@ static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
   o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
-  o.shuffle = run.shuffle;
+  o.shuffle = run.shuffle, o.on_epoch = run.on_epoch, o.ctx = run.ctx;
   int rc = tsr_train(net, &train_set, NULL, &o, &err);
   CHECK(rc == 0, "tsr_train(%s): %s", policy, err.msg);
 }
@@ -303,6 +310,22 @@ static void test_every(void) {
   tsr__replicas_destroy(&rep);
   free(rows);
   tsr_net_destroy(&net), tsr_net_destroy(&alone);
+  /* A run whose last step averages needs no second average at its end: with K steps in the
+   * run, every=K moves exactly the bytes of one epoch average. */
+  uint64_t bytes[2] = {0, 0};
+  const char *policies[2] = {"every=3", "epoch"};
+  for (int p = 0; p < 2; p++) {
+    tsr_net_t *one = make_net(2 * B, 0.9f); /* 2 B K P samples: K steps of 2 B per rank */
+    tsr_epoch_stats_t st = {0};
+    train_with(one, policies[p],
+               (run_t){.epochs = 1, .shuffle = true, .on_epoch = keep_stats, .ctx = &st});
+    bytes[p] = st.bytes_sent + st.bytes_received;
+    tsr_net_destroy(&one);
+  }
+  if (rank == 0)
+    CHECK(bytes[0] == bytes[1] && bytes[0] > 0,
+          "every=%d over %d steps moved %llu bytes, one epoch average %llu", K, K,
+          (unsigned long long)bytes[0], (unsigned long long)bytes[1]);
 }
 
 /* --weighting samples: rank q takes B / (q + 1) samples a step, and every=2 averages with

@@ -378,6 +378,14 @@ int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
   return rc;
 }
 
+/* Whether no rank took a sample since the last averaging (every rank takes
+ * the same steps, so a step since then would have counted samples). */
+static bool nothing_since_average(const tsr_replicas_t *r) {
+  for (int q = 0; q < r->size; q++)
+    if (r->samples[q] != 0) return false;
+  return true;
+}
+
 int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
   double t0 = now();
   int rc = 0;
@@ -386,7 +394,8 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
     if (epoch % r->sync.every == 0 || last) rc = average(r);
     break;
   case TSR_SYNC_EVERY:
-    if (last) rc = average(r); /* one model at the end */
+    /* One model at the end, unless the last step averaged already (no samples since). */
+    if (last && !nothing_since_average(r)) rc = average(r);
     break;
   case TSR_SYNC_ASYNC_EPOCH:
     rc = fold_all(r);
