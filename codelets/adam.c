@@ -32,8 +32,8 @@ struct starpu_codelet tsr_cl_adam = {
 };
 
 int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
-                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps, float wd,
-                     int t) {
+                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps,
+                     float wd, int t) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
   starpu_data_handle_t h[4] = {w, m1, m2, g};
   for (int i = 1; i < 4; i++)

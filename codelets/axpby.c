@@ -56,7 +56,7 @@ int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, star
   if (commute && beta != 1.0f) return TSR_EINVAL; /* only pure accumulations commute */
   struct axpby_args args = {alpha, beta};
   starpu_data_handle_t h[2] = {x, y};
-  struct starpu_codelet *cl = commute ? &tsr_cl_axpby_commute
+  struct starpu_codelet *cl = commute        ? &tsr_cl_axpby_commute
                               : beta == 0.0f ? &tsr_cl_axpby_w
                                              : &tsr_cl_axpby;
   return tsr__submit(cl, &args, sizeof args, 2, h, 0);

@@ -52,8 +52,8 @@ void tsr__submit_set_priorities(bool on);
 uint64_t tsr__submitted_count(void);
 
 /* c (m, n) = alpha op(a) op(b) + beta c; c is written only when beta == 0. */
-int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a,
-                     starpu_data_handle_t b, float beta, starpu_data_handle_t c, int priority);
+int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a, starpu_data_handle_t b,
+                     float beta, starpu_data_handle_t c, int priority);
 /* y (m, n) += b (1, n), then ReLU when relu is set. */
 int tsr__insert_bias_add(starpu_data_handle_t y, starpu_data_handle_t b, bool relu);
 /* db (1, n) = beta db + column sums of dy (m, n). */
@@ -72,8 +72,8 @@ int tsr__insert_sgd(starpu_data_handle_t w, starpu_data_handle_t v, starpu_data_
                     float lr, float momentum, float wd);
 /* PyTorch's Adam at step t (1-based). */
 int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
-                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps, float wd,
-                     int t);
+                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps,
+                     float wd, int t);
 int tsr__insert_fill(starpu_data_handle_t x, float value);
 int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src);
 /* y = alpha x + beta y (y only written when beta is 0) */
@@ -120,7 +120,7 @@ int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starp
                          int priority);
 /* y (m, n) = dropout of x with the mask of (seed, row0 + i, col0 + j); the
  * same call on the gradient is the backward pass. */
-int tsr__insert_dropout(starpu_data_handle_t y, starpu_data_handle_t x, uint64_t seed,
-                        int64_t row0, int64_t col0, float rate);
+int tsr__insert_dropout(starpu_data_handle_t y, starpu_data_handle_t x, uint64_t seed, int64_t row0,
+                        int64_t col0, float rate);
 
 #endif

@@ -45,8 +45,8 @@ struct starpu_codelet tsr_cl_gemm_w = {
     .model = &gemm_model,
 };
 
-int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a,
-                     starpu_data_handle_t b, float beta, starpu_data_handle_t c, int priority) {
+int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a, starpu_data_handle_t b,
+                     float beta, starpu_data_handle_t c, int priority) {
   int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
   int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
   int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);

@@ -8,16 +8,16 @@
 static void relu_bwd_cpu(void *buffers[], void *cl_arg) {
   (void)cl_arg;
   tsr__k_relu_bwd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]),
-                  TSR_LD(buffers[0]), TSR_PTR(buffers[1]), TSR_LD(buffers[1]),
-                  TSR_PTR(buffers[2]), TSR_LD(buffers[2]));
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[1]), TSR_LD(buffers[1]), TSR_PTR(buffers[2]),
+                  TSR_LD(buffers[2]));
 }
 
 /* In place: buffers are (d RW, y R). */
 static void relu_bwd_inplace_cpu(void *buffers[], void *cl_arg) {
   (void)cl_arg;
   tsr__k_relu_bwd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]),
-                  TSR_LD(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-                  TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
+                  TSR_LD(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
+                  TSR_LD(buffers[1]));
 }
 
 static struct starpu_perfmodel relu_bwd_model = {
@@ -43,8 +43,7 @@ struct starpu_codelet tsr_cl_relu_bwd_inplace = {
     .model = &relu_bwd_model,
 };
 
-int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy,
-                         starpu_data_handle_t y) {
+int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t y) {
   int m = tsr__handle_rows(dx), n = tsr__handle_cols(dx);
   if (tsr__handle_rows(dy) != m || tsr__handle_cols(dy) != n || tsr__handle_rows(y) != m ||
       tsr__handle_cols(y) != n)

@@ -78,14 +78,14 @@ static int submit_mpi(struct starpu_codelet *cl, const void *args, size_t args_s
     if (!copy) return TSR_ENOMEM;
     memcpy(copy, args, args_size);
   }
-  int ret = tsr__observing
-                ? starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
-                                         STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY,
-                                         priority, STARPU_CALLBACK_WITH_ARG_NFREE,
-                                         tsr__observe_task_done, label(cl, priority), 0)
-                : starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
-                                         STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY,
-                                         priority, 0);
+  int ret =
+      tsr__observing
+          ? starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
+                                   STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY, priority,
+                                   STARPU_CALLBACK_WITH_ARG_NFREE, tsr__observe_task_done,
+                                   label(cl, priority), 0)
+          : starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
+                                   STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY, priority, 0);
   submitted++;
   return ret == 0 ? 0 : TSR_ERUNTIME;
 }
@@ -101,7 +101,8 @@ int tsr__submit(struct starpu_codelet *cl, const void *args, size_t args_size, i
   struct starpu_task *task = starpu_task_create();
   if (!task) return TSR_ENOMEM;
   task->cl = cl;
-  for (int i = 0; i < nhandles; i++) task->handles[i] = handles[i];
+  for (int i = 0; i < nhandles; i++)
+    task->handles[i] = handles[i];
   if (args_size > 0) {
     void *copy = malloc(args_size);
     if (!copy) {

@@ -10,13 +10,15 @@
 
 #include "tessera/error.h"
 
+TSR_EXTERN_C_BEGIN
+
 typedef struct {
-  int64_t n;        /* number of samples */
-  int64_t features; /* columns per sample (784 for 28x28 images) */
-  int classes;      /* 1 + largest label */
+  int64_t n;                   /* number of samples */
+  int64_t features;            /* columns per sample (784 for 28x28 images) */
+  int classes;                 /* 1 + largest label */
   int channels, height, width; /* image geometry where known (1, 28, 28), else (1, 1, features) */
-  float *x;         /* (n, features) row-major, owned */
-  float *y;         /* (n, 1) labels as exact small integers in float, owned */
+  float *x;                    /* (n, features) row-major, owned */
+  float *y;                    /* (n, 1) labels as exact small integers in float, owned */
 } tsr_dataset_t;
 
 /* Reads an IDX images file (rank 3, unsigned bytes) and its IDX labels file
@@ -51,5 +53,7 @@ TSR_API void tsr_dataset_epoch_order(int32_t *order, int64_t n, uint64_t seed, i
 
 /* Default location of Fashion-MNIST from Debian's dataset-fashion-mnist. */
 #define TSR_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+TSR_EXTERN_C_END
 
 #endif

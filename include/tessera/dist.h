@@ -11,6 +11,8 @@
 
 #include "tessera/error.h"
 
+TSR_EXTERN_C_BEGIN
+
 typedef enum {
   TSR_SYNC_NONE,       /* one process, or independent replicas */
   TSR_SYNC_BATCH,      /* gradients averaged every batch; update on each tile's home rank */
@@ -58,5 +60,7 @@ TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
 TSR_API void tsr_dist_abort(const char *msg);
 /* Finalizes MPI if tsr_dist_start started it. */
 TSR_API void tsr_dist_stop(void);
+
+TSR_EXTERN_C_END
 
 #endif

@@ -8,6 +8,8 @@
 
 #include "tessera/export.h"
 
+TSR_EXTERN_C_BEGIN
+
 enum {
   TSR_OK = 0,
   TSR_EINVAL = -1,  /* an argument or option is out of range */
@@ -28,5 +30,7 @@ TSR_API const char *tsr_strerror(int code);
 /* Writes printf-style text into err (when err is not NULL) and returns code. */
 TSR_API int tsr_error_set(tsr_errbuf_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+TSR_EXTERN_C_END
 
 #endif

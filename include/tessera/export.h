@@ -9,4 +9,13 @@
 #define TSR_API
 #endif
 
+/* Declarations between these have C linkage for C++ callers. */
+#ifdef __cplusplus
+#define TSR_EXTERN_C_BEGIN extern "C" {
+#define TSR_EXTERN_C_END }
+#else
+#define TSR_EXTERN_C_BEGIN
+#define TSR_EXTERN_C_END
+#endif
+
 #endif

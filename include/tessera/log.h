@@ -10,6 +10,8 @@
 #include "tessera/runtime.h"
 #include "tessera/train.h"
 
+TSR_EXTERN_C_BEGIN
+
 typedef struct {
   const char *model;
   const char *sched;
@@ -34,5 +36,7 @@ TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
  * per codelet; bytes per bus; trace events recorded. */
 TSR_API int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st);
 TSR_API void tsr_log_close(tsr_log_t **log);
+
+TSR_EXTERN_C_END
 
 #endif

@@ -12,6 +12,8 @@
 #include "tessera/data.h"
 #include "tessera/error.h"
 
+TSR_EXTERN_C_BEGIN
+
 #define TSR_MAX_LAYERS 64
 
 typedef enum {
@@ -63,16 +65,16 @@ typedef enum { TSR_OPT_SGD, TSR_OPT_ADAM } tsr_optimizer_kind_t;
 typedef struct {
   tsr_optimizer_kind_t kind;
   float lr;
-  float momentum;     /* sgd */
-  float weight_decay; /* L2, both */
+  float momentum;          /* sgd */
+  float weight_decay;      /* L2, both */
   float beta1, beta2, eps; /* adam */
 } tsr_optimizer_t;
 
 typedef struct {
-  int batch;       /* samples per training step */
-  int tile_rows;   /* batch rows per tile (0: chosen from the shapes and workers) */
-  int tile_cols;   /* features per tile (0: chosen) */
-  uint64_t seed;   /* weight initialization and dropout masks */
+  int batch;     /* samples per training step */
+  int tile_rows; /* batch rows per tile (0: chosen from the shapes and workers) */
+  int tile_cols; /* features per tile (0: chosen) */
+  uint64_t seed; /* weight initialization and dropout masks */
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;
@@ -102,9 +104,9 @@ TSR_API void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols)
 TSR_API int64_t tsr_net_param_count(const tsr_net_t *net);
 
 /* Submits one training step on samples rows[0..n) of ds (n <= batch; a short
- * batch is padded and the padding ignored; n = 0 gives zero gradients): forward, loss, backward, and the
- * optimizer update when update is set. rows is copied; ds is borrowed until
- * the step's tasks have run (tsr_net_wait). */
+ * batch is padded and the padding ignored; n = 0 gives zero gradients): forward, loss, backward,
+ * and the optimizer update when update is set. rows is copied; ds is borrowed until the step's
+ * tasks have run (tsr_net_wait). */
 TSR_API int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                                bool update);
 /* Submits a forward pass and loss (no gradients) on rows[0..n) of ds. */
@@ -126,5 +128,7 @@ TSR_API int tsr_net_grad_get(const tsr_net_t *net, int index, float *dst);
  * computed only when opts asked for it (tsr_net_keep_input_grad before steps). */
 TSR_API int tsr_net_keep_input_grad(tsr_net_t *net);
 TSR_API int tsr_net_input_grad_get(const tsr_net_t *net, float *dst);
+
+TSR_EXTERN_C_END
 
 #endif

@@ -8,6 +8,8 @@
 
 #include "tessera/error.h"
 
+TSR_EXTERN_C_BEGIN
+
 /* Who polls StarPU-MPI's transfers under mpirun (src/runtime/progress.h). */
 typedef enum {
   TSR_MPI_PROGRESS_AUTO,   /* WORKER where this node's ranks give every core a worker, else
@@ -108,5 +110,7 @@ TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
  * with the fix when the node has more cores than one StarPU process may use.
  * Starts and stops the runtime itself when it is not running. */
 TSR_API int tsr_info_print(FILE *out, const tsr_runtime_opts_t *opts, tsr_errbuf_t *err);
+
+TSR_EXTERN_C_END
 
 #endif

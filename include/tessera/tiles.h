@@ -13,6 +13,8 @@
 
 #include "tessera/error.h"
 
+TSR_EXTERN_C_BEGIN
+
 typedef struct tsr_tiles tsr_tiles_t;
 
 /* Which MPI rank owns tile (i, j); ctx is the caller's. */
@@ -40,5 +42,7 @@ TSR_API int64_t tsr_tiles_tag(const tsr_tiles_t *t, int i, int j);
  * write it. Copies src (m, n) into the matrix, after the tasks that use it. */
 TSR_API int tsr_tiles_read(const tsr_tiles_t *t, float *dst);
 TSR_API int tsr_tiles_write(tsr_tiles_t *t, const float *src);
+
+TSR_EXTERN_C_END
 
 #endif

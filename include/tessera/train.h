@@ -11,6 +11,8 @@
 #include "tessera/dist.h"
 #include "tessera/net.h"
 
+TSR_EXTERN_C_BEGIN
+
 typedef struct {
   int epoch; /* 1-based */
   int epochs;
@@ -66,5 +68,7 @@ TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_data
 
 /* Evaluates net on ds: mean loss and accuracy. */
 TSR_API int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy);
+
+TSR_EXTERN_C_END
 
 #endif

@@ -9,9 +9,11 @@ void tsr__k_bias_add(int m, int n, float *y, int ldy, const float *b, bool relu)
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     if (relu)
-      for (int j = 0; j < n; j++) yr[j] = fmaxf(yr[j] + b[j], 0.0f);
+      for (int j = 0; j < n; j++)
+        yr[j] = fmaxf(yr[j] + b[j], 0.0f);
     else
-      for (int j = 0; j < n; j++) yr[j] += b[j];
+      for (int j = 0; j < n; j++)
+        yr[j] += b[j];
   }
 }
 
@@ -19,10 +21,12 @@ void tsr__k_bias_grad(int m, int n, float *db, const float *dy, int lddy, float 
   if (beta == 0.0f)
     memset(db, 0, sizeof(float) * (size_t)n);
   else if (beta != 1.0f)
-    for (int j = 0; j < n; j++) db[j] *= beta;
+    for (int j = 0; j < n; j++)
+      db[j] *= beta;
   for (int i = 0; i < m; i++) {
     const float *r = dy + (long)i * lddy;
-    for (int j = 0; j < n; j++) db[j] += r[j];
+    for (int j = 0; j < n; j++)
+      db[j] += r[j];
   }
 }
 
@@ -30,7 +34,8 @@ void tsr__k_relu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     const float *xr = x + (long)i * ldx;
-    for (int j = 0; j < n; j++) yr[j] = fmaxf(xr[j], 0.0f);
+    for (int j = 0; j < n; j++)
+      yr[j] = fmaxf(xr[j], 0.0f);
   }
 }
 
@@ -40,14 +45,16 @@ void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int ldd
     float *dxr = dx + (long)i * lddx;
     const float *dyr = dy + (long)i * lddy;
     const float *yr = y + (long)i * ldy;
-    for (int j = 0; j < n; j++) dxr[j] = yr[j] > 0.0f ? dyr[j] : 0.0f;
+    for (int j = 0; j < n; j++)
+      dxr[j] = yr[j] > 0.0f ? dyr[j] : 0.0f;
   }
 }
 
 void tsr__k_fill(int m, int n, float *x, int ldx, float value) {
   for (int i = 0; i < m; i++) {
     float *r = x + (long)i * ldx;
-    for (int j = 0; j < n; j++) r[j] = value;
+    for (int j = 0; j < n; j++)
+      r[j] = value;
   }
 }
 
@@ -62,16 +69,19 @@ void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta
     const float *xr = x + (long)i * ldx;
     float *yr = y + (long)i * ldy;
     if (beta == 0.0f) /* y may be uninitialized: never read it */
-      for (int j = 0; j < n; j++) yr[j] = alpha * xr[j];
+      for (int j = 0; j < n; j++)
+        yr[j] = alpha * xr[j];
     else
-      for (int j = 0; j < n; j++) yr[j] = alpha * xr[j] + beta * yr[j];
+      for (int j = 0; j < n; j++)
+        yr[j] = alpha * xr[j] + beta * yr[j];
   }
 }
 
 void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *r = x + (long)i * ldx;
-    for (int j = 0; j < n; j++) r[j] *= alpha;
+    for (int j = 0; j < n; j++)
+      r[j] *= alpha;
   }
 }
 

@@ -12,7 +12,8 @@ void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *log
     float *d = dlogits ? dlogits + (long)i * ldd : NULL;
     if (i >= nvalid) {
       if (d)
-        for (int j = 0; j < n; j++) d[j] = 0.0f;
+        for (int j = 0; j < n; j++)
+          d[j] = 0.0f;
       continue;
     }
     const float *z = logits + (long)i * ldl;
@@ -22,13 +23,15 @@ void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *log
     for (int j = 1; j < n; j++)
       if (z[j] > zmax) zmax = z[j], arg = j;
     double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += exp((double)(z[j] - zmax));
+    for (int j = 0; j < n; j++)
+      sum += exp((double)(z[j] - zmax));
     double logsum = log(sum);
     loss += logsum - (double)(z[label] - zmax);
     correct += (arg == label);
     if (d) {
       float inv = (float)(1.0 / sum);
-      for (int j = 0; j < n; j++) d[j] = scale * expf(z[j] - zmax) * inv;
+      for (int j = 0; j < n; j++)
+        d[j] = scale * expf(z[j] - zmax) * inv;
       d[label] -= scale;
     }
   }

@@ -10,7 +10,8 @@ void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float 
     float *wr = w + (long)i * ldw;
     const float *gr = g + (long)i * ldg;
     if (momentum == 0.0f) {
-      for (int j = 0; j < n; j++) wr[j] -= lr * (gr[j] + wd * wr[j]);
+      for (int j = 0; j < n; j++)
+        wr[j] -= lr * (gr[j] + wd * wr[j]);
       continue;
     }
     float *vr = v + (long)i * ldv;

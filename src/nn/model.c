@@ -20,9 +20,12 @@ static int add_layer(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units) {
 static int add_window(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units, int kernel,
                       int pad) {
   if (spec->n_layers >= TSR_MAX_LAYERS) return TSR_EINVAL;
-  spec->layers[spec->n_layers++] = (tsr_layer_spec_t){
-      .kind = kind, .units = units, .kernel_h = kernel, .kernel_w = kernel, .pad_h = pad,
-      .pad_w = pad};
+  spec->layers[spec->n_layers++] = (tsr_layer_spec_t){.kind = kind,
+                                                      .units = units,
+                                                      .kernel_h = kernel,
+                                                      .kernel_w = kernel,
+                                                      .pad_h = pad,
+                                                      .pad_w = pad};
   return 0;
 }
 
@@ -131,8 +134,7 @@ static int section_done(struct ini_state *st) {
     return tsr_error_set(st->err, TSR_EFORMAT,
                          "%s: section [%s] is a conv layer without 'filters'; add filters = N",
                          st->path, st->section);
-  if ((l->kind == TSR_LAYER_CONV || l->kind == TSR_LAYER_MAXPOOL ||
-       l->kind == TSR_LAYER_AVGPOOL) &&
+  if ((l->kind == TSR_LAYER_CONV || l->kind == TSR_LAYER_MAXPOOL || l->kind == TSR_LAYER_AVGPOOL) &&
       l->kernel_h <= 0)
     return tsr_error_set(st->err, TSR_EFORMAT,
                          "%s: section [%s] has no 'kernel'; add kernel = K or kernel = KHxKW",
@@ -206,8 +208,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
     else
       l->units = (int)v;
   } else if ((strcmp(name, "kernel") == 0 || strcmp(name, "stride") == 0) && window) {
-    int *a = name[0] == 'k' ? &l->kernel_h : &l->stride_h, *b = name[0] == 'k' ? &l->kernel_w
-                                                                               : &l->stride_w;
+    int *a = name[0] == 'k' ? &l->kernel_h : &l->stride_h,
+        *b = name[0] == 'k' ? &l->kernel_w : &l->stride_w;
     if (parse_pair(value, 1, a, b)) {
       st->rc = tsr_error_set(st->err, TSR_EFORMAT,
                              "%s: [%s] %s = %s: expected a positive integer N or NHxNW", st->path,
@@ -217,8 +219,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
   } else if (strcmp(name, "padding") == 0 && conv) {
     if (parse_pair(value, 0, &l->pad_h, &l->pad_w)) {
       st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                             "%s: [%s] padding = %s: expected an integer N >= 0 or NHxNW",
-                             st->path, section, value);
+                             "%s: [%s] padding = %s: expected an integer N >= 0 or NHxNW", st->path,
+                             section, value);
       return 0;
     }
   } else if (strcmp(name, "rate") == 0 && l->kind == TSR_LAYER_DROPOUT) {
@@ -244,13 +246,16 @@ static int on_key(void *user, const char *section, const char *name, const char 
       return 0;
     }
   } else {
-    static const char *known[] = {"type, units, activation, in_features", "type",
+    static const char *known[] = {"type, units, activation, in_features",
+                                  "type",
                                   "type, filters, kernel, stride, padding, activation, in_channels",
-                                  "type, kernel, stride", "type, kernel, stride", "type",
+                                  "type, kernel, stride",
+                                  "type, kernel, stride",
+                                  "type",
                                   "type, rate"};
-    st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                           "%s: [%s] unknown key '%s' for a %s layer (known: %s)", st->path,
-                           section, name, kind_name(l->kind), known[l->kind]);
+    st->rc =
+        tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] unknown key '%s' for a %s layer (known: %s)",
+                      st->path, section, name, kind_name(l->kind), known[l->kind]);
     return 0;
   }
   return 1;

@@ -180,7 +180,7 @@ static int create_layers(tsr_net_t *net, const tsr_model_spec_t *spec, tsr_rng_t
                          tsr_errbuf_t *err) {
   int fin = net->inputs;
   int nb = whole_rows_from(spec, 0) ? net->inputs : net->nb; /* column tile of the activations */
-  tsr_conv_geom_t g;                                          /* their sample shape, (h, w, c) */
+  tsr_conv_geom_t g;                                         /* their sample shape, (h, w, c) */
   TSR_TRY(input_geometry(&net->opts, net->inputs, &g, err));
   tsr_conv_geom_t unflat = g;
   for (int i = 0; i < spec->n_layers; i++) {
@@ -359,7 +359,7 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   TSR_TRY(forward(net, true));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   TSR_TRY(tsr__tiles_softmax_xent(last->dy, net->train_stats, last->y, net->labels, n,
-                                           n > 0 ? 1.0f / (float)n : 0.0f));
+                                  n > 0 ? 1.0f / (float)n : 0.0f));
   TSR_TRY(backward(net, do_update));
   if (net->tasks_per_step == 0) net->tasks_per_step = tsr__tiles_task_count() - before;
   return 0;

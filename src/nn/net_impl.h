@@ -36,13 +36,13 @@ typedef struct {
 
 struct tsr_layer {
   const tsr_layer_ops_t *ops;
-  int fin, fout; /* features per sample, in and out */
-  bool relu;     /* dense, conv: a following ReLU fused into the bias add */
-  int in_nb, out_nb;     /* column tile of the input and of y (fin, fout: whole samples) */
-  tsr_conv_geom_t geom;  /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
-  tsr_layer_spec_t spec; /* what the layer was built from */
-  int index;             /* 1-based position in the model description (for messages) */
-  uint64_t calls;        /* dropout: training forward passes so far (part of the mask's seed) */
+  int fin, fout;           /* features per sample, in and out */
+  bool relu;               /* dense, conv: a following ReLU fused into the bias add */
+  int in_nb, out_nb;       /* column tile of the input and of y (fin, fout: whole samples) */
+  tsr_conv_geom_t geom;    /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
+  tsr_layer_spec_t spec;   /* what the layer was built from */
+  int index;               /* 1-based position in the model description (for messages) */
+  uint64_t calls;          /* dropout: training forward passes so far (part of the mask's seed) */
   tsr_tiles_t *scratch[2]; /* owned (conv: per-batch-tile weight and bias gradient partials) */
   bool relu_grad_by_next;  /* the next layer's backward applies this layer's fused ReLU */
   bool relu_grad_in;       /* this layer's backward applies the previous layer's fused ReLU */
@@ -91,8 +91,7 @@ int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, 
  * (TSR_ESHAPE with a message naming the layer and both shapes in err). */
 int tsr__conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_rng_t *rng,
                      tsr_errbuf_t *err);
-int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s,
-                     tsr_errbuf_t *err);
+int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_errbuf_t *err);
 int tsr__dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
                         tsr_errbuf_t *err);
 /* The seed of a dropout layer's mask at one training step. */

@@ -30,7 +30,7 @@ int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const t
         starpu_data_handle_t ha = ta ? tsr__tile(a, p, i) : tsr__tile(a, i, p);
         starpu_data_handle_t hb = tb ? tsr__tile(b, j, p) : tsr__tile(b, p, j);
         TSR_TRY(tsr__insert_gemm(ta, tb, alpha, ha, hb, p == 0 ? beta : 1.0f, tsr__tile(c, i, j),
-                             priority));
+                                 priority));
       }
   return 0;
 }
@@ -47,14 +47,16 @@ int tsr__tiles_bias_grad(tsr_tiles_t *db, const tsr_tiles_t *dy) {
   if (db->m != 1 || !dims_agree(db, 1, dy, 1)) return TSR_ESHAPE;
   for (int j = 0; j < dy->nt; j++)
     for (int i = 0; i < dy->mt; i++)
-      TSR_TRY(tsr__insert_bias_grad(tsr__tile(db, 0, j), tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f));
+      TSR_TRY(
+          tsr__insert_bias_grad(tsr__tile(db, 0, j), tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f));
   return 0;
 }
 
 int tsr__tiles_relu_fwd(tsr_tiles_t *y, const tsr_tiles_t *x) {
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
-    for (int j = 0; j < y->nt; j++) TSR_TRY(tsr__insert_relu_fwd(tsr__tile(y, i, j), tsr__tile(x, i, j)));
+    for (int j = 0; j < y->nt; j++)
+      TSR_TRY(tsr__insert_relu_fwd(tsr__tile(y, i, j), tsr__tile(x, i, j)));
   return 0;
 }
 
@@ -76,8 +78,9 @@ int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_
     int64_t left = nvalid - (int64_t)i * logits->mb;
     int rows = tsr_tiles_tile_rows(logits, i);
     int valid = left <= 0 ? 0 : left >= rows ? rows : (int)left;
-    TSR_TRY(tsr__insert_softmax_xent(dlogits ? tsr__tile(dlogits, i, 0) : NULL, tsr__tile(stats, i, 0),
-                                 tsr__tile(logits, i, 0), tsr__tile(labels, i, 0), valid, scale));
+    TSR_TRY(tsr__insert_softmax_xent(dlogits ? tsr__tile(dlogits, i, 0) : NULL,
+                                     tsr__tile(stats, i, 0), tsr__tile(logits, i, 0),
+                                     tsr__tile(labels, i, 0), valid, scale));
   }
   return 0;
 }
@@ -87,8 +90,8 @@ int tsr__tiles_sgd(tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g, float l
   if (!same_tiling(w, g) || (v && !same_tiling(w, v))) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
-      TSR_TRY(tsr__insert_sgd(tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j), lr,
-                          momentum, wd));
+      TSR_TRY(tsr__insert_sgd(tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j),
+                              lr, momentum, wd));
   return 0;
 }
 
@@ -98,13 +101,14 @@ int tsr__tiles_adam(tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2, const tsr_
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
       TSR_TRY(tsr__insert_adam(tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
-                           tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t));
+                               tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t));
   return 0;
 }
 
 int tsr__tiles_fill(tsr_tiles_t *x, float value) {
   for (int i = 0; i < x->mt; i++)
-    for (int j = 0; j < x->nt; j++) TSR_TRY(tsr__insert_fill(tsr__tile(x, i, j), value));
+    for (int j = 0; j < x->nt; j++)
+      TSR_TRY(tsr__insert_fill(tsr__tile(x, i, j), value));
   return 0;
 }
 
@@ -126,7 +130,8 @@ int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t 
 
 int tsr__tiles_scale(tsr_tiles_t *x, float alpha) {
   for (int i = 0; i < x->mt; i++)
-    for (int j = 0; j < x->nt; j++) TSR_TRY(tsr__insert_scale(tsr__tile(x, i, j), alpha));
+    for (int j = 0; j < x->nt; j++)
+      TSR_TRY(tsr__insert_scale(tsr__tile(x, i, j), alpha));
   return 0;
 }
 
@@ -166,11 +171,10 @@ int tsr__tiles_conv_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_tiles_t 
 
 int tsr__tiles_conv_bwd_data(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                              const tsr_conv_geom_t *g, int priority) {
-  if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc))
-    return TSR_ESHAPE;
+  if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc)) return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
-    TSR_TRY(tsr__insert_conv_bwd_data(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
-                                      tsr__tile(w, 0, 0), g, priority));
+    TSR_TRY(tsr__insert_conv_bwd_data(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0), tsr__tile(w, 0, 0),
+                                      g, priority));
   return 0;
 }
 
@@ -178,8 +182,7 @@ int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw
                                const tsr_tiles_t *x, const tsr_tiles_t *dy,
                                const tsr_conv_geom_t *g) {
   int64_t k = (int64_t)g->kh * g->kw * g->c;
-  if (!whole_rows(x, dy) || !one_tile(dw, k, g->oc) || !one_tile(db, 1, g->oc))
-    return TSR_ESHAPE;
+  if (!whole_rows(x, dy) || !one_tile(dw, k, g->oc) || !one_tile(db, 1, g->oc)) return TSR_ESHAPE;
   bool tree = pw && pb && dy->mt > 1;
   if (tree && (pw->m != (dy->mt - 1) * k || pw->n != g->oc || pw->mb != k || pw->nt != 1 ||
                pb->m != dy->mt - 1 || pb->n != g->oc || pb->mb != 1 || pb->nt != 1))
@@ -225,8 +228,8 @@ int tsr__tiles_dropout(tsr_tiles_t *y, const tsr_tiles_t *x, uint64_t seed, floa
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_dropout(tsr__tile(y, i, j), tsr__tile(x, i, j), seed,
-                                  (int64_t)i * y->mb, (int64_t)j * y->nb, rate));
+      TSR_TRY(tsr__insert_dropout(tsr__tile(y, i, j), tsr__tile(x, i, j), seed, (int64_t)i * y->mb,
+                                  (int64_t)j * y->nb, rate));
   return 0;
 }
 

@@ -7,10 +7,10 @@
 #include "tessera/tiles.h"
 
 struct tsr_tiles {
-  int64_t m, n;  /* matrix shape */
-  int mb, nb;    /* tile shape (edge tiles are smaller) */
-  int mt, nt;    /* number of tile rows and columns */
-  float *data;   /* (m, n) row-major, 64-byte aligned, owned; tiles are views into it */
+  int64_t m, n; /* matrix shape */
+  int mb, nb;   /* tile shape (edge tiles are smaller) */
+  int mt, nt;   /* number of tile rows and columns */
+  float *data;  /* (m, n) row-major, 64-byte aligned, owned; tiles are views into it */
   starpu_data_handle_t *handles; /* (mt, nt) */
   tsr_rank_of_fn rank_of;
   void *rank_ctx;
