@@ -12,6 +12,7 @@ and was caught.
     tests/mutants.py --list
     tests/mutants.py --only adam-step,fold-copy
     tests/mutants.py --quick         # only the suites named with each mutant (a few minutes)
+    tests/mutants.py --check         # only whether every mutant still applies (a test runs this)
 
 The first thirteen are the bugs of issue 9's table (a mutation run that found
 the suite blind to them above the kernels); the rest guard other formulas.
@@ -72,6 +73,7 @@ MUTANTS = [
 
 
 def apply(text, edits):
+    """text with every edit made in turn, or None when one's old text is missing."""
     for old, new in edits:
         if old not in text:
             return None
@@ -89,6 +91,7 @@ def main():
     ap.add_argument("--only", help="comma-separated mutant names")
     ap.add_argument("--quick", action="store_true", help="run only each mutant's named suites")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--check", action="store_true", help="only check that every mutant applies")
     args = ap.parse_args()
     chosen = MUTANTS
     if args.only:
@@ -101,6 +104,13 @@ def main():
         for name, what, path, _, suites in chosen:
             print("%-18s %-24s %s  [%s]" % (name, path, what, " ".join(suites)))
         return 0
+    if args.check:
+        stale = [(m[0], m[2]) for m in chosen
+                 if apply(open(os.path.join(ROOT, m[2])).read(), m[3]) is None]
+        for name, path in stale:
+            print("%s does not apply: %s changed; update its text in tests/mutants.py" % (name, path))
+        print("%d of %d mutants apply" % (len(chosen) - len(stale), len(chosen)))
+        return 1 if stale else 0
     build = os.environ.get("TSR_BUILD_DIR", "build")
     build = build if os.path.isabs(build) else os.path.join(ROOT, build)
     base = run([os.path.join(ROOT, "scripts/setup.sh")])
