@@ -25,7 +25,7 @@ int tsr__handle_cols(starpu_data_handle_t h);
 /* While set (main thread only), tsr__submit goes through
  * starpu_mpi_task_insert: every rank submits the same task, it runs on the
  * rank owning the data it writes, and StarPU-MPI sends it the data it reads.
- * src/dist sets it around its averaging submissions. */
+ * src/parallel sets it around its averaging submissions. */
 void tsr__submit_set_mpi(bool on);
 
 /* Creates and submits one task of cl on handles (modes from cl->modes), with

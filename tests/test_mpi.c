@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/replicas.h"
+#include "parallel/replicas.h"
 #include "tessera/tessera.h"
 
 static int passed, failed, rank, size;

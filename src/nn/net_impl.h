@@ -1,5 +1,5 @@
 /* The network's insides, shared by the layer files (dense.c, ...), the
- * network (net.c) and the distribution code in src/dist/, which replaces
+ * network (net.c) and the synchronization code in src/parallel/, which replaces
  * what happens to a parameter once its gradient is known. No StarPU here:
  * layers work on tiled matrices through src/tile/ops.h. */
 #ifndef TSR_NET_IMPL_H

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "dist/replicas.h"
+#include "parallel/replicas.h"
 #include "runtime/observe.h"
 #include "tessera/train.h"
 #include "tile/ops.h"

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "codelets.h"
-#include "dist/replicas.h"
+#include "parallel/replicas.h"
 #include "nn/net_impl.h"
 #include "runtime/progress.h"
 #include "tile/tiles_impl.h"
