@@ -31,14 +31,14 @@ struct starpu_codelet tsr_cl_adam = {
     .model = &adam_model,
 };
 
-int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
-                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps,
-                     float wd, int t) {
+int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
+                     starpu_data_handle_t m2, starpu_data_handle_t g, float lr, float beta1,
+                     float beta2, float eps, float wd, int t) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
   starpu_data_handle_t h[4] = {w, m1, m2, g};
   for (int i = 1; i < 4; i++)
     if (tsr__handle_rows(h[i]) != m || tsr__handle_cols(h[i]) != n) return TSR_ESHAPE;
   if (t < 1) return TSR_EINVAL;
   struct adam_args args = {lr, beta1, beta2, eps, wd, t};
-  return tsr__submit(&tsr_cl_adam, &args, sizeof args, 4, h, 0);
+  return tsr__submit(o, &tsr_cl_adam, &args, sizeof args, 4, h);
 }

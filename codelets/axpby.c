@@ -49,8 +49,8 @@ struct starpu_codelet tsr_cl_axpby_commute = {
     .model = &axpby_model,
 };
 
-int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y,
-                           bool commute) {
+int tsr__insert_axpby_mode(const tsr_task_opts_t *o, float alpha, starpu_data_handle_t x,
+                           float beta, starpu_data_handle_t y, bool commute) {
   if (tsr__handle_rows(x) != tsr__handle_rows(y) || tsr__handle_cols(x) != tsr__handle_cols(y))
     return TSR_ESHAPE;
   if (commute && beta != 1.0f) return TSR_EINVAL; /* only pure accumulations commute */
@@ -59,9 +59,10 @@ int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, star
   struct starpu_codelet *cl = commute        ? &tsr_cl_axpby_commute
                               : beta == 0.0f ? &tsr_cl_axpby_w
                                              : &tsr_cl_axpby;
-  return tsr__submit(cl, &args, sizeof args, 2, h, 0);
+  return tsr__submit(o, cl, &args, sizeof args, 2, h);
 }
 
-int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y) {
-  return tsr__insert_axpby_mode(alpha, x, beta, y, false);
+int tsr__insert_axpby(const tsr_task_opts_t *o, float alpha, starpu_data_handle_t x, float beta,
+                      starpu_data_handle_t y) {
+  return tsr__insert_axpby_mode(o, alpha, x, beta, y, false);
 }

@@ -25,8 +25,9 @@ struct starpu_codelet tsr_cl_bias_add = {
     .model = &bias_add_model,
 };
 
-int tsr__insert_bias_add(starpu_data_handle_t y, starpu_data_handle_t b, bool relu) {
+int tsr__insert_bias_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t b,
+                         bool relu) {
   if (tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != tsr__handle_cols(y)) return TSR_ESHAPE;
   starpu_data_handle_t h[2] = {y, b};
-  return tsr__submit(&tsr_cl_bias_add, &relu, sizeof relu, 2, h, 0);
+  return tsr__submit(o, &tsr_cl_bias_add, &relu, sizeof relu, 2, h);
 }

@@ -33,9 +33,10 @@ struct starpu_codelet tsr_cl_bias_grad_w = {
     .model = &bias_grad_model,
 };
 
-int tsr__insert_bias_grad(starpu_data_handle_t db, starpu_data_handle_t dy, float beta) {
+int tsr__insert_bias_grad(const tsr_task_opts_t *o, starpu_data_handle_t db,
+                          starpu_data_handle_t dy, float beta) {
   if (tsr__handle_rows(db) != 1 || tsr__handle_cols(db) != tsr__handle_cols(dy)) return TSR_ESHAPE;
   starpu_data_handle_t h[2] = {db, dy};
-  return tsr__submit(beta == 0.0f ? &tsr_cl_bias_grad_w : &tsr_cl_bias_grad, &beta, sizeof beta, 2,
-                     h, 0);
+  return tsr__submit(o, beta == 0.0f ? &tsr_cl_bias_grad_w : &tsr_cl_bias_grad, &beta, sizeof beta,
+                     2, h);
 }

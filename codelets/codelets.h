@@ -12,6 +12,7 @@
 #include <starpu.h>
 
 #include "kernels/kernels.h"
+#include "runtime/task_opts.h"
 
 #define TSR_ROWS(buf) ((int)STARPU_MATRIX_GET_NY(buf))
 #define TSR_COLS(buf) ((int)STARPU_MATRIX_GET_NX(buf))
@@ -22,75 +23,57 @@
 int tsr__handle_rows(starpu_data_handle_t h);
 int tsr__handle_cols(starpu_data_handle_t h);
 
-/* While set (main thread only), tsr__submit goes through
- * starpu_mpi_task_insert: every rank submits the same task, it runs on the
- * rank owning the data it writes, and StarPU-MPI sends it the data it reads.
- * src/parallel sets it around its averaging submissions. */
-void tsr__submit_set_mpi(bool on);
-
 /* Creates and submits one task of cl on handles (modes from cl->modes), with
- * a private copy of args (args_size bytes, may be 0). While statistics or
- * tracing are on, the task carries a callback and a label (codelet, layer,
- * batch, priority; see tsr__submit_set_layer). priority is the helper's hint
- * (> 0: an input gradient, on the critical path); the task gets the
- * priority effective_priority() in submit.c derives from it. */
-int tsr__submit(struct starpu_codelet *cl, const void *args, size_t args_size, int nhandles,
-                const starpu_data_handle_t *handles, int priority);
-
-/* Labels and priorities (main thread): tasks submitted from now on belong to
- * layer (1-based; 0: batch assembly) of nlayers, in the backward pass (with
- * its updates and averaging) or not, and to training step batch (1-based
- * over the run; 0: evaluation). */
-void tsr__submit_set_layer(int layer, int nlayers, bool backward);
-void tsr__submit_set_batch(int64_t batch);
-/* Off: every task gets priority 0 (runtime option, for comparison). */
-void tsr__submit_set_priorities(bool on);
-/* Highest priority tsr__submit gives (input gradients); priorities are 0..TSR_PRIO_MAX. */
-#define TSR_PRIO_MAX 3
-
-/* Number of tasks tsr__submit has submitted in this process. */
-uint64_t tsr__submitted_count(void);
+ * a private copy of args (args_size bytes, may be 0), as the options say:
+ * priority, StarPU-MPI or not, the observer's callback, the counter. */
+int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
+                size_t args_size, int nhandles, const starpu_data_handle_t *handles);
 
 /* c (m, n) = alpha op(a) op(b) + beta c; c is written only when beta == 0. */
-int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a, starpu_data_handle_t b,
-                     float beta, starpu_data_handle_t c, int priority);
+int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                     starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                     starpu_data_handle_t c);
 /* y (m, n) += b (1, n), then ReLU when relu is set. */
-int tsr__insert_bias_add(starpu_data_handle_t y, starpu_data_handle_t b, bool relu);
+int tsr__insert_bias_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t b,
+                         bool relu);
 /* db (1, n) = beta db + column sums of dy (m, n). */
-int tsr__insert_bias_grad(starpu_data_handle_t db, starpu_data_handle_t dy, float beta);
+int tsr__insert_bias_grad(const tsr_task_opts_t *o, starpu_data_handle_t db,
+                          starpu_data_handle_t dy, float beta);
 /* y = max(x, 0) */
-int tsr__insert_relu_fwd(starpu_data_handle_t y, starpu_data_handle_t x);
+int tsr__insert_relu_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x);
 /* dx = dy where y > 0; dx may be dy (in place) */
-int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t y);
+int tsr__insert_relu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t y);
 /* stats (1, 2) += [loss sum, correct] of logits (m, n) against labels (m, 1);
  * dlogits (m, n), when not NULL, = scale (softmax - onehot) on the first nvalid rows. */
-int tsr__insert_softmax_xent(starpu_data_handle_t dlogits, starpu_data_handle_t stats,
-                             starpu_data_handle_t logits, starpu_data_handle_t labels, int nvalid,
-                             float scale);
+int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
+                             starpu_data_handle_t stats, starpu_data_handle_t logits,
+                             starpu_data_handle_t labels, int nvalid, float scale);
 /* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. */
-int tsr__insert_sgd(starpu_data_handle_t w, starpu_data_handle_t v, starpu_data_handle_t g,
-                    float lr, float momentum, float wd);
+int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
+                    starpu_data_handle_t g, float lr, float momentum, float wd);
 /* PyTorch's Adam at step t (1-based). */
-int tsr__insert_adam(starpu_data_handle_t w, starpu_data_handle_t m1, starpu_data_handle_t m2,
-                     starpu_data_handle_t g, float lr, float beta1, float beta2, float eps,
-                     float wd, int t);
-int tsr__insert_fill(starpu_data_handle_t x, float value);
-int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src);
+int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
+                     starpu_data_handle_t m2, starpu_data_handle_t g, float lr, float beta1,
+                     float beta2, float eps, float wd, int t);
+int tsr__insert_fill(const tsr_task_opts_t *o, starpu_data_handle_t x, float value);
+int tsr__insert_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, starpu_data_handle_t src);
 /* y = alpha x + beta y (y only written when beta is 0) */
-int tsr__insert_axpby(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y);
+int tsr__insert_axpby(const tsr_task_opts_t *o, float alpha, starpu_data_handle_t x, float beta,
+                      starpu_data_handle_t y);
 /* The same; with commute (beta must be 1) contributions to y may be applied in any order. */
-int tsr__insert_axpby_mode(float alpha, starpu_data_handle_t x, float beta, starpu_data_handle_t y,
-                           bool commute);
+int tsr__insert_axpby_mode(const tsr_task_opts_t *o, float alpha, starpu_data_handle_t x,
+                           float beta, starpu_data_handle_t y, bool commute);
 /* Asynchronous epoch averaging: global = (global + w) / 2, then snap = global,
  * as one task, so a rank reads back the global copy right after its own fold;
  * with commute, folds of different ranks apply in the order they arrive. */
-int tsr__insert_fold(starpu_data_handle_t global, starpu_data_handle_t snap, starpu_data_handle_t w,
-                     bool commute);
-int tsr__insert_scale(starpu_data_handle_t x, float alpha);
+int tsr__insert_fold(const tsr_task_opts_t *o, starpu_data_handle_t global,
+                     starpu_data_handle_t snap, starpu_data_handle_t w, bool commute);
+int tsr__insert_scale(const tsr_task_opts_t *o, starpu_data_handle_t x, float alpha);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
  * rows is copied; src is borrowed and must stay valid until the task has run. */
-int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
-                       const int32_t *rows, int nvalid);
+int tsr__insert_gather(const tsr_task_opts_t *o, starpu_data_handle_t dst, const float *src,
+                       int64_t lds, int col0, const int32_t *rows, int nvalid);
 
 /* Scratch memory of at least `floats` floats for the calling worker, valid
  * until its next call on the same thread (inside one task). */
@@ -99,28 +82,30 @@ float *tsr__workspace(size_t floats);
 /* Convolution on one batch-row tile of whole samples (channels-last rows):
  * y (n, oh ow oc) = conv(x (n, h w c), w (kh kw c, oc)) + b (1, oc), ReLU
  * when relu is set. g is copied. */
-int tsr__insert_conv_fwd(starpu_data_handle_t y, starpu_data_handle_t x, starpu_data_handle_t w,
-                         starpu_data_handle_t b, const tsr_conv_geom_t *g, bool relu);
+int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                         starpu_data_handle_t w, starpu_data_handle_t b, const tsr_conv_geom_t *g,
+                         bool relu);
 /* dx (n, h w c) = input gradient of the convolution from dy (n, oh ow oc). */
-int tsr__insert_conv_bwd_data(starpu_data_handle_t dx, starpu_data_handle_t dy,
-                              starpu_data_handle_t w, const tsr_conv_geom_t *g, int priority);
+int tsr__insert_conv_bwd_data(const tsr_task_opts_t *o, starpu_data_handle_t dx,
+                              starpu_data_handle_t dy, starpu_data_handle_t w,
+                              const tsr_conv_geom_t *g);
 /* dw = beta dw + filter gradient, db = beta db + bias gradient of one tile;
  * written only (W) when beta == 0, accumulated in a chain otherwise. */
-int tsr__insert_conv_bwd_filter(starpu_data_handle_t dw, starpu_data_handle_t db,
-                                starpu_data_handle_t x, starpu_data_handle_t dy,
-                                const tsr_conv_geom_t *g, float beta);
+int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t dw,
+                                starpu_data_handle_t db, starpu_data_handle_t x,
+                                starpu_data_handle_t dy, const tsr_conv_geom_t *g, float beta);
 /* Max (max set) or mean pooling y (n, oh ow c) of x (n, h w c). */
-int tsr__insert_pool_fwd(starpu_data_handle_t y, starpu_data_handle_t x, const tsr_conv_geom_t *g,
-                         bool max);
+int tsr__insert_pool_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                         const tsr_conv_geom_t *g, bool max);
 /* dx (n, h w c) from dy (n, oh ow c); max pooling also reads the forward
  * input x and output y (NULL for mean pooling), and with relu applies the
  * backward pass of a ReLU that produced x. */
-int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t x,
-                         starpu_data_handle_t y, const tsr_conv_geom_t *g, bool max, bool relu,
-                         int priority);
+int tsr__insert_pool_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t x, starpu_data_handle_t y, const tsr_conv_geom_t *g,
+                         bool max, bool relu);
 /* y (m, n) = dropout of x with the mask of (seed, row0 + i, col0 + j); the
  * same call on the gradient is the backward pass. */
-int tsr__insert_dropout(starpu_data_handle_t y, starpu_data_handle_t x, uint64_t seed, int64_t row0,
-                        int64_t col0, float rate);
+int tsr__insert_dropout(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                        uint64_t seed, int64_t row0, int64_t col0, float rate);
 
 #endif

@@ -27,13 +27,14 @@ struct starpu_codelet tsr_cl_conv_bwd_data = {
     .model = &conv_bwd_data_model,
 };
 
-int tsr__insert_conv_bwd_data(starpu_data_handle_t dx, starpu_data_handle_t dy,
-                              starpu_data_handle_t w, const tsr_conv_geom_t *g, int priority) {
+int tsr__insert_conv_bwd_data(const tsr_task_opts_t *o, starpu_data_handle_t dx,
+                              starpu_data_handle_t dy, starpu_data_handle_t w,
+                              const tsr_conv_geom_t *g) {
   int k = g->kh * g->kw * g->c;
   if (tsr__handle_rows(dx) != tsr__handle_rows(dy) || tsr__handle_cols(dx) != g->h * g->w * g->c ||
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
       tsr__handle_cols(w) != g->oc)
     return TSR_ESHAPE;
   starpu_data_handle_t h[3] = {dx, dy, w};
-  return tsr__submit(&tsr_cl_conv_bwd_data, g, sizeof *g, 3, h, priority);
+  return tsr__submit(o, &tsr_cl_conv_bwd_data, g, sizeof *g, 3, h);
 }

@@ -43,9 +43,9 @@ struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
     .model = &conv_bwd_filter_model,
 };
 
-int tsr__insert_conv_bwd_filter(starpu_data_handle_t dw, starpu_data_handle_t db,
-                                starpu_data_handle_t x, starpu_data_handle_t dy,
-                                const tsr_conv_geom_t *g, float beta) {
+int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t dw,
+                                starpu_data_handle_t db, starpu_data_handle_t x,
+                                starpu_data_handle_t dy, const tsr_conv_geom_t *g, float beta) {
   int k = g->kh * g->kw * g->c;
   if (tsr__handle_rows(x) != tsr__handle_rows(dy) || tsr__handle_cols(x) != g->h * g->w * g->c ||
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(dw) != k ||
@@ -53,6 +53,6 @@ int tsr__insert_conv_bwd_filter(starpu_data_handle_t dw, starpu_data_handle_t db
     return TSR_ESHAPE;
   struct conv_bwd_filter_args args = {*g, beta};
   starpu_data_handle_t h[4] = {dw, db, x, dy};
-  return tsr__submit(beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
-                     sizeof args, 4, h, 0);
+  return tsr__submit(o, beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
+                     sizeof args, 4, h);
 }

@@ -32,8 +32,9 @@ struct starpu_codelet tsr_cl_conv_fwd = {
     .model = &conv_fwd_model,
 };
 
-int tsr__insert_conv_fwd(starpu_data_handle_t y, starpu_data_handle_t x, starpu_data_handle_t w,
-                         starpu_data_handle_t b, const tsr_conv_geom_t *g, bool relu) {
+int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                         starpu_data_handle_t w, starpu_data_handle_t b, const tsr_conv_geom_t *g,
+                         bool relu) {
   int k = g->kh * g->kw * g->c;
   if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
       tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
@@ -41,5 +42,5 @@ int tsr__insert_conv_fwd(starpu_data_handle_t y, starpu_data_handle_t x, starpu_
     return TSR_ESHAPE;
   struct conv_fwd_args args = {*g, relu};
   starpu_data_handle_t h[4] = {y, x, w, b};
-  return tsr__submit(&tsr_cl_conv_fwd, &args, sizeof args, 4, h, 0);
+  return tsr__submit(o, &tsr_cl_conv_fwd, &args, sizeof args, 4, h);
 }

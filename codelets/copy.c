@@ -24,10 +24,10 @@ struct starpu_codelet tsr_cl_copy = {
     .model = &copy_model,
 };
 
-int tsr__insert_copy(starpu_data_handle_t dst, starpu_data_handle_t src) {
+int tsr__insert_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, starpu_data_handle_t src) {
   if (tsr__handle_rows(dst) != tsr__handle_rows(src) ||
       tsr__handle_cols(dst) != tsr__handle_cols(src))
     return TSR_ESHAPE;
   starpu_data_handle_t h[2] = {dst, src};
-  return tsr__submit(&tsr_cl_copy, NULL, 0, 2, h, 0);
+  return tsr__submit(o, &tsr_cl_copy, NULL, 0, 2, h);
 }

@@ -32,12 +32,12 @@ struct starpu_codelet tsr_cl_dropout = {
     .model = &dropout_model,
 };
 
-int tsr__insert_dropout(starpu_data_handle_t y, starpu_data_handle_t x, uint64_t seed, int64_t row0,
-                        int64_t col0, float rate) {
+int tsr__insert_dropout(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                        uint64_t seed, int64_t row0, int64_t col0, float rate) {
   if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(y) != tsr__handle_cols(x) ||
       !(rate >= 0.0f && rate < 1.0f) || row0 < 0 || col0 < 0)
     return TSR_ESHAPE;
   struct dropout_args args = {seed, row0, col0, rate};
   starpu_data_handle_t h[2] = {y, x};
-  return tsr__submit(&tsr_cl_dropout, &args, sizeof args, 2, h, 0);
+  return tsr__submit(o, &tsr_cl_dropout, &args, sizeof args, 2, h);
 }

@@ -22,6 +22,6 @@ struct starpu_codelet tsr_cl_fill = {
     .model = &fill_model,
 };
 
-int tsr__insert_fill(starpu_data_handle_t x, float value) {
-  return tsr__submit(&tsr_cl_fill, &value, sizeof value, 1, &x, 0);
+int tsr__insert_fill(const tsr_task_opts_t *o, starpu_data_handle_t x, float value) {
+  return tsr__submit(o, &tsr_cl_fill, &value, sizeof value, 1, &x);
 }

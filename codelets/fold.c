@@ -41,12 +41,12 @@ struct starpu_codelet tsr_cl_fold_ordered = {
     .model = &fold_model,
 };
 
-int tsr__insert_fold(starpu_data_handle_t global, starpu_data_handle_t snap, starpu_data_handle_t w,
-                     bool commute) {
+int tsr__insert_fold(const tsr_task_opts_t *o, starpu_data_handle_t global,
+                     starpu_data_handle_t snap, starpu_data_handle_t w, bool commute) {
   starpu_data_handle_t h[3] = {global, snap, w};
   for (int i = 1; i < 3; i++)
     if (tsr__handle_rows(h[i]) != tsr__handle_rows(global) ||
         tsr__handle_cols(h[i]) != tsr__handle_cols(global))
       return TSR_ESHAPE;
-  return tsr__submit(commute ? &tsr_cl_fold : &tsr_cl_fold_ordered, NULL, 0, 3, h, 0);
+  return tsr__submit(o, commute ? &tsr_cl_fold : &tsr_cl_fold_ordered, NULL, 0, 3, h);
 }

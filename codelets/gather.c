@@ -37,8 +37,8 @@ struct starpu_codelet tsr_cl_gather = {
     .model = &gather_model,
 };
 
-int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, int col0,
-                       const int32_t *rows, int nvalid) {
+int tsr__insert_gather(const tsr_task_opts_t *o, starpu_data_handle_t dst, const float *src,
+                       int64_t lds, int col0, const int32_t *rows, int nvalid) {
   if (nvalid < 0 || nvalid > tsr__handle_rows(dst) || col0 < 0 ||
       col0 + tsr__handle_cols(dst) > lds)
     return TSR_ESHAPE;
@@ -47,7 +47,7 @@ int tsr__insert_gather(starpu_data_handle_t dst, const float *src, int64_t lds, 
   if (!args) return TSR_ENOMEM;
   *args = (struct gather_args){src, lds, col0, nvalid};
   memcpy(args->rows, rows, sizeof(int32_t) * (size_t)nvalid);
-  int rc = tsr__submit(&tsr_cl_gather, args, size, 1, &dst, 0);
+  int rc = tsr__submit(o, &tsr_cl_gather, args, size, 1, &dst);
   free(args);
   return rc;
 }

@@ -45,8 +45,9 @@ struct starpu_codelet tsr_cl_gemm_w = {
     .model = &gemm_model,
 };
 
-int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a, starpu_data_handle_t b,
-                     float beta, starpu_data_handle_t c, int priority) {
+int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                     starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                     starpu_data_handle_t c) {
   int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
   int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
   int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
@@ -54,6 +55,5 @@ int tsr__insert_gemm(bool ta, bool tb, float alpha, starpu_data_handle_t a, star
   if (am != tsr__handle_rows(c) || bn != tsr__handle_cols(c) || ak != bk) return TSR_ESHAPE;
   struct gemm_args args = {ta, tb, alpha, beta};
   starpu_data_handle_t h[3] = {a, b, c};
-  return tsr__submit(beta == 0.0f ? &tsr_cl_gemm_w : &tsr_cl_gemm, &args, sizeof args, 3, h,
-                     priority);
+  return tsr__submit(o, beta == 0.0f ? &tsr_cl_gemm_w : &tsr_cl_gemm, &args, sizeof args, 3, h);
 }

@@ -48,9 +48,9 @@ struct starpu_codelet tsr_cl_pool_bwd_avg = {
     .model = &pool_bwd_model,
 };
 
-int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t x,
-                         starpu_data_handle_t y, const tsr_conv_geom_t *g, bool max, bool relu,
-                         int priority) {
+int tsr__insert_pool_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t x, starpu_data_handle_t y, const tsr_conv_geom_t *g,
+                         bool max, bool relu) {
   int m = tsr__handle_rows(dx), in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
   if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(dy) != m || tsr__handle_cols(dx) != in ||
       tsr__handle_cols(dy) != out)
@@ -61,6 +61,6 @@ int tsr__insert_pool_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starp
   if (relu && !max) return TSR_EINVAL;
   struct pool_bwd_args args = {*g, max, relu};
   starpu_data_handle_t h[4] = {dx, dy, x, y};
-  return tsr__submit(max ? &tsr_cl_pool_bwd_max : &tsr_cl_pool_bwd_avg, &args, sizeof args,
-                     max ? 4 : 2, h, priority);
+  return tsr__submit(o, max ? &tsr_cl_pool_bwd_max : &tsr_cl_pool_bwd_avg, &args, sizeof args,
+                     max ? 4 : 2, h);
 }

@@ -30,12 +30,12 @@ struct starpu_codelet tsr_cl_pool_fwd = {
     .model = &pool_fwd_model,
 };
 
-int tsr__insert_pool_fwd(starpu_data_handle_t y, starpu_data_handle_t x, const tsr_conv_geom_t *g,
-                         bool max) {
+int tsr__insert_pool_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
+                         const tsr_conv_geom_t *g, bool max) {
   if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(y) != tsr__handle_rows(x) ||
       tsr__handle_cols(x) != g->h * g->w * g->c || tsr__handle_cols(y) != g->oh * g->ow * g->c)
     return TSR_ESHAPE;
   struct pool_args args = {*g, max};
   starpu_data_handle_t h[2] = {y, x};
-  return tsr__submit(&tsr_cl_pool_fwd, &args, sizeof args, 2, h, 0);
+  return tsr__submit(o, &tsr_cl_pool_fwd, &args, sizeof args, 2, h);
 }

@@ -43,15 +43,16 @@ struct starpu_codelet tsr_cl_relu_bwd_inplace = {
     .model = &relu_bwd_model,
 };
 
-int tsr__insert_relu_bwd(starpu_data_handle_t dx, starpu_data_handle_t dy, starpu_data_handle_t y) {
+int tsr__insert_relu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t y) {
   int m = tsr__handle_rows(dx), n = tsr__handle_cols(dx);
   if (tsr__handle_rows(dy) != m || tsr__handle_cols(dy) != n || tsr__handle_rows(y) != m ||
       tsr__handle_cols(y) != n)
     return TSR_ESHAPE;
   if (dx == dy) {
     starpu_data_handle_t h[2] = {dx, y};
-    return tsr__submit(&tsr_cl_relu_bwd_inplace, NULL, 0, 2, h, 0);
+    return tsr__submit(o, &tsr_cl_relu_bwd_inplace, NULL, 0, 2, h);
   }
   starpu_data_handle_t h[3] = {dx, dy, y};
-  return tsr__submit(&tsr_cl_relu_bwd, NULL, 0, 3, h, 0);
+  return tsr__submit(o, &tsr_cl_relu_bwd, NULL, 0, 3, h);
 }

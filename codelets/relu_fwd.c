@@ -24,9 +24,9 @@ struct starpu_codelet tsr_cl_relu_fwd = {
     .model = &relu_fwd_model,
 };
 
-int tsr__insert_relu_fwd(starpu_data_handle_t y, starpu_data_handle_t x) {
+int tsr__insert_relu_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x) {
   if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(y) != tsr__handle_cols(x))
     return TSR_ESHAPE;
   starpu_data_handle_t h[2] = {y, x};
-  return tsr__submit(&tsr_cl_relu_fwd, NULL, 0, 2, h, 0);
+  return tsr__submit(o, &tsr_cl_relu_fwd, NULL, 0, 2, h);
 }

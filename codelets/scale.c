@@ -22,6 +22,6 @@ struct starpu_codelet tsr_cl_scale = {
     .model = &scale_model,
 };
 
-int tsr__insert_scale(starpu_data_handle_t x, float alpha) {
-  return tsr__submit(&tsr_cl_scale, &alpha, sizeof alpha, 1, &x, 0);
+int tsr__insert_scale(const tsr_task_opts_t *o, starpu_data_handle_t x, float alpha) {
+  return tsr__submit(o, &tsr_cl_scale, &alpha, sizeof alpha, 1, &x);
 }

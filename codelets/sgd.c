@@ -40,13 +40,13 @@ struct starpu_codelet tsr_cl_sgd_momentum = {
     .model = &sgd_model,
 };
 
-int tsr__insert_sgd(starpu_data_handle_t w, starpu_data_handle_t v, starpu_data_handle_t g,
-                    float lr, float momentum, float wd) {
+int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
+                    starpu_data_handle_t g, float lr, float momentum, float wd) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
   if (tsr__handle_rows(g) != m || tsr__handle_cols(g) != n) return TSR_ESHAPE;
   if ((momentum != 0.0f) != (v != NULL)) return TSR_EINVAL;
   if (v && (tsr__handle_rows(v) != m || tsr__handle_cols(v) != n)) return TSR_ESHAPE;
   struct sgd_args args = {lr, momentum, wd};
   starpu_data_handle_t h[3] = {w, g, v};
-  return tsr__submit(v ? &tsr_cl_sgd_momentum : &tsr_cl_sgd, &args, sizeof args, v ? 3 : 2, h, 0);
+  return tsr__submit(o, v ? &tsr_cl_sgd_momentum : &tsr_cl_sgd, &args, sizeof args, v ? 3 : 2, h);
 }

@@ -50,9 +50,9 @@ struct starpu_codelet tsr_cl_softmax_xent_eval = {
     .model = &xent_model,
 };
 
-int tsr__insert_softmax_xent(starpu_data_handle_t dlogits, starpu_data_handle_t stats,
-                             starpu_data_handle_t logits, starpu_data_handle_t labels, int nvalid,
-                             float scale) {
+int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
+                             starpu_data_handle_t stats, starpu_data_handle_t logits,
+                             starpu_data_handle_t labels, int nvalid, float scale) {
   int m = tsr__handle_rows(logits), n = tsr__handle_cols(logits);
   if (tsr__handle_rows(labels) != m || tsr__handle_cols(labels) != 1 ||
       tsr__handle_rows(stats) != 1 || tsr__handle_cols(stats) != 2 || nvalid < 0 || nvalid > m)
@@ -62,8 +62,8 @@ int tsr__insert_softmax_xent(starpu_data_handle_t dlogits, starpu_data_handle_t 
   struct xent_args args = {nvalid, scale};
   if (dlogits) {
     starpu_data_handle_t h[4] = {dlogits, stats, logits, labels};
-    return tsr__submit(&tsr_cl_softmax_xent, &args, sizeof args, 4, h, 0);
+    return tsr__submit(o, &tsr_cl_softmax_xent, &args, sizeof args, 4, h);
   }
   starpu_data_handle_t h[3] = {stats, logits, labels};
-  return tsr__submit(&tsr_cl_softmax_xent_eval, &args, sizeof args, 3, h, 0);
+  return tsr__submit(o, &tsr_cl_softmax_xent_eval, &args, sizeof args, 3, h);
 }

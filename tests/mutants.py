@@ -35,7 +35,7 @@ MUTANTS = [
      [("wr[j] -= lr * (gr[j] + wd * wr[j]);", "wr[j] -= lr * (gr[j] - wd * wr[j]);")],
      ["kernels"]),
     ("adam-step", "Adam under --sync batch given step t+1 (bias correction off by one)",
-     "src/parallel/sync.c", [("o->eps, wd, net->step);", "o->eps, wd, net->step + 1);")],
+     "src/parallel/sync.c", [("hp->eps, wd, net->step);", "hp->eps, wd, net->step + 1);")],
      ["mpi-batch-2"]),
     ("pool-ties", "max-pool backward gives the gradient to every tied maximum",
      "src/kernels/conv.c",
@@ -59,9 +59,9 @@ MUTANTS = [
        "    tsr_dataset_stats(&test, &mean, &std);\n    tsr_dataset_normalize(&test, mean, std);\n")],
      ["cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
-     [("      TSR_TRY(\n          tsr__insert_axpby_mode((float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc, false));",
-       "      TSR_TRY(tsr__insert_axpby_mode((float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
-       "                                     q == 0 ? 0.0f : 1.0f, t->acc, false));")],
+     [("tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc,",
+       "tsr__insert_axpby_mode(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
+       "                                     q == 0 ? 0.0f : 1.0f, t->acc,")],
      ["mpi-deterministic-3"]),
     ("weights-p-minus-1", "averaging weights 1/(P-1)", "src/parallel/sync.c",
      [(": 1.0 / r->size;", ": 1.0 / (r->size - 1);")], ["mpi-epoch-2"]),

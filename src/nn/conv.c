@@ -8,21 +8,24 @@
 #include "tile/ops.h"
 #include "try.h"
 
-static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                        const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_conv_fwd(l->y, x, l->params[0].w, l->params[1].w, &l->geom, l->relu);
+  return tsr__tiles_conv_fwd(o, l->y, x, l->params[0].w, l->params[1].w, &l->geom, l->relu);
 }
 
-/* The input gradient first, at priority 1 (the layer below waits for it).
+/* The input gradient first, at the highest priority (the layer below waits for it).
  * Each batch-row tile's weight gradient is its own task writing its own
  * partial, summed by a fixed tree: with a chain instead, the last layer's
  * gradient (the end of the step's critical path) ran on one worker only. */
-static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                         const tsr_task_opts_t *o) {
   (void)net;
-  if (l->relu && !l->relu_grad_by_next) TSR_TRY(tsr__tiles_relu_bwd(l->dy, l->dy, l->y));
-  if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(dx, l->dy, l->params[0].w, &l->geom, 1));
-  return tsr__tiles_conv_bwd_filter(l->params[0].g, l->params[1].g, l->scratch[0], l->scratch[1], x,
-                                    l->dy, &l->geom);
+  if (l->relu && !l->relu_grad_by_next) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
+  tsr_task_opts_t critical = tsr__net_critical(o);
+  if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(&critical, dx, l->dy, l->params[0].w, &l->geom));
+  return tsr__tiles_conv_bwd_filter(o, l->params[0].g, l->params[1].g, l->scratch[0], l->scratch[1],
+                                    x, l->dy, &l->geom);
 }
 
 static const tsr_layer_ops_t conv_ops = {"conv", true, conv_forward, conv_backward};

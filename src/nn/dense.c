@@ -7,20 +7,23 @@
 #include "tile/ops.h"
 #include "try.h"
 
-static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                         const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  TSR_TRY(tsr__tiles_gemm(false, false, 1.0f, x, l->params[0].w, 0.0f, l->y, 0));
-  return tsr__tiles_bias_add(l->y, l->params[1].w, l->relu);
+  TSR_TRY(tsr__tiles_gemm(o, false, false, 1.0f, x, l->params[0].w, 0.0f, l->y));
+  return tsr__tiles_bias_add(o, l->y, l->params[1].w, l->relu);
 }
 
-/* The input gradient goes first (priority 1): the layer below waits for it,
- * while the weight gradient has slack until the update. */
-static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+/* The input gradient goes first (at the highest priority): the layer below
+ * waits for it, while the weight gradient has slack until the update. */
+static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                          const tsr_task_opts_t *o) {
   (void)net;
-  if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(l->dy, l->dy, l->y));
-  if (dx) TSR_TRY(tsr__tiles_gemm(false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx, 1));
-  TSR_TRY(tsr__tiles_gemm(true, false, 1.0f, x, l->dy, 0.0f, l->params[0].g, 0));
-  return tsr__tiles_bias_grad(l->params[1].g, l->dy);
+  if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
+  tsr_task_opts_t critical = tsr__net_critical(o);
+  if (dx) TSR_TRY(tsr__tiles_gemm(&critical, false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx));
+  TSR_TRY(tsr__tiles_gemm(o, true, false, 1.0f, x, l->dy, 0.0f, l->params[0].g));
+  return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
 }
 
 static const tsr_layer_ops_t dense_ops = {"dense", true, dense_forward, dense_backward};
@@ -54,14 +57,16 @@ int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s,
   return tsr__init_he_uniform(l->params[0].w, l->fin, l->fout, rng);
 }
 
-static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                        const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_relu_fwd(l->y, x);
+  return tsr__tiles_relu_fwd(o, l->y, x);
 }
 
-static int relu_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+static int relu_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                         const tsr_task_opts_t *o) {
   (void)net, (void)x;
-  return dx ? tsr__tiles_relu_bwd(dx, l->dy, l->y) : 0;
+  return dx ? tsr__tiles_relu_bwd(o, dx, l->dy, l->y) : 0;
 }
 
 static const tsr_layer_ops_t relu_ops = {"relu", false, relu_forward, relu_backward};

@@ -12,20 +12,22 @@ uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step) {
   return tsr__rng_next(&r) + 0x9e3779b97f4a7c15ULL * step;
 }
 
-static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
-  if (!train || l->spec.rate == 0.0f) return tsr__tiles_copy(l->y, x);
+static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                           const tsr_task_opts_t *o) {
+  if (!train || l->spec.rate == 0.0f) return tsr__tiles_copy(o, l->y, x);
   l->calls++;
-  return tsr__tiles_dropout(l->y, x, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
+  return tsr__tiles_dropout(o, l->y, x, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
                             l->spec.rate);
 }
 
 /* Uses the mask of the latest training forward pass (this step's: forward
  * and backward of a step are submitted one after the other). */
-static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                            const tsr_task_opts_t *o) {
   (void)x;
   if (!dx) return 0;
-  if (l->spec.rate == 0.0f) return tsr__tiles_copy(dx, l->dy);
-  return tsr__tiles_dropout(dx, l->dy, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
+  if (l->spec.rate == 0.0f) return tsr__tiles_copy(o, dx, l->dy);
+  return tsr__tiles_dropout(o, dx, l->dy, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
                             l->spec.rate);
 }
 

@@ -91,18 +91,36 @@ int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last) {
   return tsr__net_tiles(&l->dy, net->batch, l->fout, net->mb, onb);
 }
 
-int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p) {
+int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *to) {
   const tsr_optimizer_t *o = &net->opts.opt;
   float wd = p->decay ? o->weight_decay : 0.0f;
   if (o->kind == TSR_OPT_ADAM)
-    return tsr__tiles_adam(p->w, p->s1, p->s2, p->g, net->lr, o->beta1, o->beta2, o->eps, wd,
+    return tsr__tiles_adam(to, p->w, p->s1, p->s2, p->g, net->lr, o->beta1, o->beta2, o->eps, wd,
                            net->step);
-  return tsr__tiles_sgd(p->w, p->s1, p->g, net->lr, o->momentum, wd);
+  return tsr__tiles_sgd(to, p->w, p->s1, p->g, net->lr, o->momentum, wd);
 }
 
-static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, void *ctx) {
+static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o, void *ctx) {
   (void)ctx;
-  return tsr__net_optimizer_step(net, p);
+  return tsr__net_optimizer_step(net, p, o);
+}
+
+tsr_task_opts_t tsr__net_task_opts(const tsr_net_t *net, int layer, bool backward) {
+  tsr_task_opts_t o = tsr__task_opts_default();
+  o.layer = layer, o.batch = net->step_label;
+  o.priority = tsr__task_priority(!backward ? 0 : layer <= 1 ? 2 : 1);
+  o.submitted = (uint64_t *)&net->submitted; /* a counter, not the net's state */
+  return o;
+}
+
+tsr_task_opts_t tsr__net_critical(const tsr_task_opts_t *o) {
+  tsr_task_opts_t c = *o;
+  c.priority = tsr__task_priority(TSR_PRIO_MAX);
+  return c;
+}
+
+void tsr__net_label_step(tsr_net_t *net, int64_t step) {
+  net->step_label = step;
 }
 
 static const char *kind_name(tsr_layer_kind_t k) {
@@ -321,16 +339,16 @@ static const tsr_tiles_t *layer_input(const tsr_net_t *net, int i) {
 
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
   if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
-  tsr__tiles_label_layer(0, net->n_layers, false);
-  TSR_TRY(tsr__tiles_gather(net->x0, ds->x, ds->features, rows, n));
-  return tsr__tiles_gather(net->labels, ds->y, 1, rows, n);
+  tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
+  TSR_TRY(tsr__tiles_gather(&o, net->x0, ds->x, ds->features, rows, n));
+  return tsr__tiles_gather(&o, net->labels, ds->y, 1, rows, n);
 }
 
 static int forward(tsr_net_t *net, bool train) {
   for (int i = 0; i < net->n_layers; i++) {
     tsr_layer_t *l = &net->layers[i];
-    tsr__tiles_label_layer(i + 1, net->n_layers, false);
-    TSR_TRY(l->ops->forward(net, l, layer_input(net, i), train));
+    tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, false);
+    TSR_TRY(l->ops->forward(net, l, layer_input(net, i), train, &o));
   }
   return 0;
 }
@@ -344,24 +362,25 @@ static int backward(tsr_net_t *net, bool do_update) {
   for (int i = net->n_layers - 1; i >= 0; i--) {
     tsr_layer_t *l = &net->layers[i];
     tsr_tiles_t *dx = i > 0 ? net->layers[i - 1].dy : net->dx0;
-    tsr__tiles_label_layer(i + 1, net->n_layers, true);
-    TSR_TRY(l->ops->backward(net, l, layer_input(net, i), dx));
+    tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, true);
+    TSR_TRY(l->ops->backward(net, l, layer_input(net, i), dx, &o));
     for (int k = 0; do_update && k < l->nparams; k++)
-      TSR_TRY(net->on_grad(net, &l->params[k], net->on_grad_ctx));
+      TSR_TRY(net->on_grad(net, &l->params[k], &o, net->on_grad_ctx));
   }
   return 0;
 }
 
 int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                        bool do_update) {
-  uint64_t before = tsr__tiles_task_count();
+  uint64_t before = net->submitted;
   TSR_TRY(load_batch(net, ds, rows, n));
   TSR_TRY(forward(net, true));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
-  TSR_TRY(tsr__tiles_softmax_xent(last->dy, net->train_stats, last->y, net->labels, n,
+  tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
+  TSR_TRY(tsr__tiles_softmax_xent(&o, last->dy, net->train_stats, last->y, net->labels, n,
                                   n > 0 ? 1.0f / (float)n : 0.0f));
   TSR_TRY(backward(net, do_update));
-  if (net->tasks_per_step == 0) net->tasks_per_step = tsr__tiles_task_count() - before;
+  if (net->tasks_per_step == 0) net->tasks_per_step = net->submitted - before;
   return 0;
 }
 
@@ -369,7 +388,8 @@ int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *ro
   TSR_TRY(load_batch(net, ds, rows, n));
   TSR_TRY(forward(net, false));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
-  return tsr__tiles_softmax_xent(NULL, net->eval_stats, last->y, net->labels, n, 1.0f);
+  tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
+  return tsr__tiles_softmax_xent(&o, NULL, net->eval_stats, last->y, net->labels, n, 1.0f);
 }
 
 int tsr_net_wait(tsr_net_t *net, int pending) {
@@ -389,7 +409,8 @@ int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *corr
   for (int i = 0; rc == 0 && i < mt; i++)
     *loss_sum += v[2 * i], *correct += v[2 * i + 1];
   if (v != buf) free(v);
-  return rc ? rc : tsr__tiles_fill(s, 0.0f);
+  tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
+  return rc ? rc : tsr__tiles_fill(&o, s, 0.0f);
 }
 
 /* Parameters are numbered in layer order, each layer's in its own order. */

@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "rng.h"
+#include "runtime/task_opts.h"
 #include "tessera/net.h"
 #include "tessera/tiles.h"
 
@@ -25,11 +26,14 @@ typedef struct tsr_layer tsr_layer_t;
 typedef struct {
   const char *name;
   bool fuses_relu; /* the layer applies a following ReLU itself when l->relu is set */
-  /* l->y (batch, fout) = f(x (batch, fin)); train is false during evaluation. */
-  int (*forward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train);
+  /* l->y (batch, fout) = f(x (batch, fin)); train is false during evaluation. Tasks are
+   * submitted with o (tsr__net_critical(o) for input gradients). */
+  int (*forward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                 const tsr_task_opts_t *o);
   /* From l->dy: the parameters' gradients, and dx (batch, fin) unless NULL.
    * May overwrite l->dy. */
-  int (*backward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx);
+  int (*backward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                  const tsr_task_opts_t *o);
 } tsr_layer_ops_t;
 
 #define TSR_LAYER_MAX_PARAMS 2
@@ -53,7 +57,8 @@ struct tsr_layer {
 
 /* What happens to a parameter once its gradient has been submitted: the
  * optimizer step by default; distributed synchronization policies replace it. */
-typedef int (*tsr_grad_hook_fn)(tsr_net_t *net, tsr_param_t *p, void *ctx);
+typedef int (*tsr_grad_hook_fn)(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o,
+                                void *ctx);
 
 struct tsr_net {
   int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
@@ -67,6 +72,8 @@ struct tsr_net {
   int step;                /* optimizer steps taken (Adam's t) */
   float lr;                /* current learning rate (opts.opt.lr is the base) */
   uint64_t tasks_per_step; /* measured on the first training step */
+  uint64_t submitted;      /* tasks submitted with the net's options (its own and its hooks') */
+  int64_t step_label;      /* training step that tasks are labelled with (0: none) */
   tsr_grad_hook_fn on_grad;
   void *on_grad_ctx;
 };
@@ -80,7 +87,20 @@ int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t 
  * last (the logits) one tile wide. */
 int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last);
 /* Submits the optimizer update of p at the net's current step and learning rate. */
-int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p);
+int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);
+
+/* Options for the tasks of layer (1-based; 0 batch assembly) in the forward
+ * or backward pass: labels, and the priority of the critical path. The next
+ * step's forward pass needs layer 1's updated weights first, and the
+ * backward pass waits on each input gradient: the rest of the backward pass,
+ * the updates and the averaging get 2 for the first layer and 1 for the
+ * others; the forward pass, which every step does in order anyway, 0. */
+tsr_task_opts_t tsr__net_task_opts(const tsr_net_t *net, int layer, bool backward);
+/* o for an input gradient: the highest priority (TSR_PRIO_MAX). */
+tsr_task_opts_t tsr__net_critical(const tsr_task_opts_t *o);
+/* The training step the tasks submitted from now on belong to (1-based over
+ * a run; 0: none, e.g. evaluation). */
+void tsr__net_label_step(tsr_net_t *net, int64_t step);
 
 /* Layer constructors: fill l (fin, in_nb, geom.c/h/w, spec, index already
  * set) from its spec, out_nb included. */

@@ -10,14 +10,19 @@ static bool is_max(const tsr_layer_t *l) {
   return l->spec.kind == TSR_LAYER_MAXPOOL;
 }
 
-static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train) {
+static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+                        const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_pool_fwd(l->y, x, &l->geom, is_max(l));
+  return tsr__tiles_pool_fwd(o, l->y, x, &l->geom, is_max(l));
 }
 
-static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx) {
+static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
+                         const tsr_task_opts_t *o) {
   (void)net;
-  return dx ? tsr__tiles_pool_bwd(dx, l->dy, x, l->y, &l->geom, is_max(l), l->relu_grad_in, 1) : 0;
+  tsr_task_opts_t critical = tsr__net_critical(o);
+  return dx ? tsr__tiles_pool_bwd(&critical, dx, l->dy, x, l->y, &l->geom, is_max(l),
+                                  l->relu_grad_in)
+            : 0;
 }
 
 static const tsr_layer_ops_t maxpool_ops = {"maxpool", false, pool_forward, pool_backward};

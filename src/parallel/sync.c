@@ -118,61 +118,72 @@ static void count_from_home(tsr_replicas_t *r, const rtile_t *t) {
     r->st.bytes_received += t->bytes;
 }
 
+/* Options of averaging tasks outside a step's backward pass: through
+ * StarPU-MPI, labelled and prioritized like layer 1's backward pass, since
+ * the next step's forward pass waits for them. */
+static tsr_task_opts_t mpi_opts(const tsr_replicas_t *r) {
+  tsr_task_opts_t o = tsr__net_task_opts(r->net, 1, true);
+  o.mpi = true;
+  return o;
+}
+
 /* acc (on the home) = sum over ranks q of weights[q] * x[q]; in rank order
  * in deterministic mode, else as the copies arrive (commutative adds). */
-static int reduce(tsr_replicas_t *r, rtile_t *t, starpu_data_handle_t *x) {
+static int reduce(const tsr_task_opts_t *o, tsr_replicas_t *r, rtile_t *t,
+                  starpu_data_handle_t *x) {
   if (r->sync.deterministic) {
     for (int q = 0; q < r->size; q++)
-      TSR_TRY(
-          tsr__insert_axpby_mode((float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc, false));
+      TSR_TRY(tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc,
+                                     false));
   } else {
-    TSR_TRY(tsr__insert_fill(t->acc, 0.0f));
+    TSR_TRY(tsr__insert_fill(o, t->acc, 0.0f));
     for (int q = 0; q < r->size; q++)
-      TSR_TRY(tsr__insert_axpby_mode((float)r->weights[q], x[q], 1.0f, t->acc, true));
+      TSR_TRY(tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], 1.0f, t->acc, true));
   }
   count_to_home(r, t);
   return 0;
 }
 
 /* y[q] = src for every rank q (except the home when skip_home); src lives on the home. */
-static int broadcast(tsr_replicas_t *r, rtile_t *t, starpu_data_handle_t src,
-                     starpu_data_handle_t *y, bool skip_home) {
+static int broadcast(const tsr_task_opts_t *o, tsr_replicas_t *r, rtile_t *t,
+                     starpu_data_handle_t src, starpu_data_handle_t *y, bool skip_home) {
   for (int q = 0; q < r->size; q++)
-    if (!(skip_home && q == t->home)) TSR_TRY(tsr__insert_copy(y[q], src));
+    if (!(skip_home && q == t->home)) TSR_TRY(tsr__insert_copy(o, y[q], src));
   count_from_home(r, t);
   return 0;
 }
 
 /* The optimizer update of one tile, on the tile's home, with the home's state. */
-static int update_on_home(tsr_replicas_t *r, const tsr_param_t *p, rtile_t *t) {
+static int update_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, const tsr_param_t *p,
+                          rtile_t *t) {
   const tsr_net_t *net = r->net;
-  const tsr_optimizer_t *o = &net->opts.opt;
-  float wd = p->decay ? o->weight_decay : 0.0f;
+  const tsr_optimizer_t *hp = &net->opts.opt;
+  float wd = p->decay ? hp->weight_decay : 0.0f;
   int h = t->home;
-  if (o->kind == TSR_OPT_ADAM)
-    return tsr__insert_adam(t->w[h], t->s1[h], t->s2[h], t->acc, net->lr, o->beta1, o->beta2,
-                            o->eps, wd, net->step);
-  return tsr__insert_sgd(t->w[h], t->s1 ? t->s1[h] : NULL, t->acc, net->lr, o->momentum, wd);
+  if (hp->kind == TSR_OPT_ADAM)
+    return tsr__insert_adam(o, t->w[h], t->s1[h], t->s2[h], t->acc, net->lr, hp->beta1, hp->beta2,
+                            hp->eps, wd, net->step);
+  return tsr__insert_sgd(o, t->w[h], t->s1 ? t->s1[h] : NULL, t->acc, net->lr, hp->momentum, wd);
 }
 
 /* batch: replaces the optimizer step of a parameter whose gradient was just submitted. */
-static int grad_hook(tsr_net_t *net, tsr_param_t *p, void *ctx) {
+static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *layer, void *ctx) {
   (void)net;
+  tsr_task_opts_t mpi = *layer, *o = &mpi;
+  mpi.mpi = true;
   tsr_replicas_t *r = ctx;
   rparam_t *rp = NULL;
   for (int k = 0; k < r->nparams && !rp; k++)
     if (r->params[k].p == p) rp = &r->params[k];
   if (!rp) return TSR_EINVAL;
   double t0 = now();
-  tsr__submit_set_mpi(true);
   int rc = 0;
   for (int k = 0; k < rp->ntiles && rc == 0; k++) {
     rtile_t *t = &rp->t[k];
-    rc = reduce(r, t, t->g);
-    if (rc == 0) rc = update_on_home(r, p, t);
-    if (rc == 0) rc = broadcast(r, t, t->w[t->home], t->w, true);
+    rc = reduce(o, r, t, t->g);
+    if (rc == 0) rc = update_on_home(o, r, p, t);
+    if (rc == 0) rc = broadcast(o, r, t, t->w[t->home], t->w, true);
   }
-  tsr__submit_set_mpi(false);
   r->st.seconds += now() - t0;
   return rc;
 }
@@ -189,8 +200,8 @@ static void set_average_weights(tsr_replicas_t *r) {
 /* Every replica (and with average_state the optimizer state) becomes the
  * weighted mean of all. */
 static int average(tsr_replicas_t *r) {
+  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
   set_average_weights(r);
-  tsr__submit_set_mpi(true);
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++)
     for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
@@ -199,11 +210,10 @@ static int average(tsr_replicas_t *r) {
                                        r->sync.average_state ? t->s2 : NULL};
       for (int s = 0; s < 3 && rc == 0; s++)
         if (sets[s]) {
-          rc = reduce(r, t, sets[s]);
-          if (rc == 0) rc = broadcast(r, t, t->acc, sets[s], false);
+          rc = reduce(o, r, t, sets[s]);
+          if (rc == 0) rc = broadcast(o, r, t, t->acc, sets[s], false);
         }
     }
-  tsr__submit_set_mpi(false);
   memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
   return rc;
 }
@@ -212,18 +222,17 @@ static int average(tsr_replicas_t *r) {
  * folds of one tile are adjacent accesses to the global copy and commute
  * (in deterministic mode they apply in rank order instead). */
 static int fold_all(tsr_replicas_t *r) {
-  tsr__submit_set_mpi(true);
+  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++)
     for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
       rtile_t *t = &r->params[k].t[i];
       for (int q = 0; q < r->size && rc == 0; q++) {
-        rc = tsr__insert_fold(t->global, t->snap[q], t->w[q], !r->sync.deterministic);
-        if (rc == 0) rc = tsr__insert_copy(t->w[q], t->snap[q]);
+        rc = tsr__insert_fold(o, t->global, t->snap[q], t->w[q], !r->sync.deterministic);
+        if (rc == 0) rc = tsr__insert_copy(o, t->w[q], t->snap[q]);
       }
       count_to_home(r, t), count_from_home(r, t);
     }
-  tsr__submit_set_mpi(false);
   return rc;
 }
 
@@ -252,16 +261,15 @@ static int create_tile(tsr_replicas_t *r, tsr_param_t *p, int i, int j, int home
 
 /* Every replica starts from rank 0's weights; the async global copy from them too. */
 static int start_equal(tsr_replicas_t *r) {
-  tsr__submit_set_mpi(true);
+  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++)
     for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
       rtile_t *t = &r->params[k].t[i];
       for (int q = 1; q < r->size && rc == 0; q++)
-        rc = tsr__insert_copy(t->w[q], t->w[0]);
-      if (rc == 0 && t->global) rc = tsr__insert_copy(t->global, t->w[0]);
+        rc = tsr__insert_copy(o, t->w[q], t->w[0]);
+      if (rc == 0 && t->global) rc = tsr__insert_copy(o, t->global, t->w[0]);
     }
-  tsr__submit_set_mpi(false);
   return rc;
 }
 
@@ -414,13 +422,12 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
  * tasks (the same owner-computes mechanism as averaging), then read there;
  * each rank then clears its own. */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct) {
-  tsr__submit_set_mpi(true);
+  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
   int rc = 0;
   for (int i = 0; i < r->nstats && rc == 0; i++)
     for (int q = 0; q < r->size && rc == 0; q++)
-      rc = tsr__insert_axpby_mode(1.0f, r->stats[q * r->nstats + i], q == 0 ? 0.0f : 1.0f,
+      rc = tsr__insert_axpby_mode(o, 1.0f, r->stats[q * r->nstats + i], q == 0 ? 0.0f : 1.0f,
                                   r->stats_sum[i], false);
-  tsr__submit_set_mpi(false);
   double mine_loss, mine_correct;
   if (rc == 0) rc = tsr_net_take_stats(r->net, false, &mine_loss, &mine_correct);
   *loss = 0, *correct = 0;

@@ -1,5 +1,6 @@
 /* Statistics and timelines from StarPU's profiling interface. While on,
- * every task carries a callback (attached in codelets/submit.c) that reads
+ * every task carries a callback (the observer its options carry, from
+ * tsr__task_opts_default) that reads
  * the task's profiling record (start, end, worker) and appends one fixed-size
  * record to a buffer allocated once per run, and counts the task per worker
  * and codelet. Per-worker times come from starpu_profiling_worker_get_info,
@@ -25,11 +26,11 @@
 #define MAX_BUSES 16
 #define DEFAULT_CAPACITY (1 << 21) /* records; 64 MiB reserved, touched only as used */
 
-bool tsr__observing;
+static bool observing;
 
 typedef struct {
   double start, end; /* us, StarPU's clock */
-  uint64_t label;    /* packed tsr_task_label_t; for spans the span name index */
+  uint64_t label;    /* packed label_t; for spans the span name index */
   int32_t worker;    /* StarPU worker id; -1: a span of the main thread */
   int16_t ti, tj;    /* tile written (-1: unknown) */
 } rec_t;
@@ -59,23 +60,35 @@ static _Atomic int64_t nrecs;
 static _Atomic int64_t counts[MAX_WORKERS][MAX_NAMES];
 static snap_t *snap; /* taken at shutdown */
 
-uint64_t tsr__observe_pack(const tsr_task_label_t *l) {
+/* What a task is, packed into its callback argument so that labelling
+ * needs no allocation: codelet (interned), layer, batch, priority, and
+ * whether StarPU-MPI inserted it. The tile comes from the coordinates of the
+ * handle it writes (set in src/tile/tiles.c). */
+typedef struct {
+  int codelet;   /* intern() */
+  int layer;     /* 1-based; 0: input (batch assembly) */
+  int64_t batch; /* training step (1-based, over the run); 0: evaluation or none */
+  int priority;
+  bool mpi;
+} label_t;
+
+static uint64_t pack(const label_t *l) {
   uint64_t batch = l->batch > 0 ? (uint64_t)l->batch & ((1ULL << 40) - 1) : 0;
   return (uint64_t)(l->codelet & 0xff) | (uint64_t)(l->layer & 0xff) << 8 |
          (uint64_t)(l->priority & 0xf) << 16 | (uint64_t)(l->mpi ? 1 : 0) << 20 | batch << 24;
 }
 
-static tsr_task_label_t unpack(uint64_t v) {
-  return (tsr_task_label_t){.codelet = (int)(v & 0xff),
-                            .layer = (int)(v >> 8 & 0xff),
-                            .priority = (int)(v >> 16 & 0xf),
-                            .mpi = (v >> 20 & 1) != 0,
-                            .batch = (int64_t)(v >> 24)};
+static label_t unpack(uint64_t v) {
+  return (label_t){.codelet = (int)(v & 0xff),
+                   .layer = (int)(v >> 8 & 0xff),
+                   .priority = (int)(v >> 16 & 0xf),
+                   .mpi = (v >> 20 & 1) != 0,
+                   .batch = (int64_t)(v >> 24)};
 }
 
 /* Only the main thread submits, so interning needs no lock; workers read
  * entries that were published before the task that names them. */
-int tsr__observe_codelet(const void *cl) {
+static int intern(const void *cl) {
   int n = atomic_load(&ncodelets);
   for (int i = 0; i < n; i++)
     if (codelets[i] == cl) return i;
@@ -94,7 +107,7 @@ static void append(const rec_t *r) {
   if (k < capacity) recs[k] = *r;
 }
 
-void tsr__observe_task_done(void *arg) {
+static void task_done(void *arg) {
   struct starpu_task *task = starpu_task_get_current();
   if (!task) return;
   struct starpu_profiling_task_info *pi = task->profiling_info;
@@ -120,6 +133,21 @@ void tsr__observe_task_done(void *arg) {
   append(&r);
 }
 
+static void *task_arg(const void *cl, const tsr_task_opts_t *o) {
+  label_t l = {.codelet = intern(cl),
+               .layer = o->layer,
+               .batch = o->batch,
+               .priority = o->priority,
+               .mpi = o->mpi};
+  return (void *)(uintptr_t)pack(&l);
+}
+
+static const tsr_task_observer_t observer = {task_done, task_arg};
+
+const tsr_task_observer_t *tsr__observe_observer(void) {
+  return observing ? &observer : NULL;
+}
+
 void tsr__observe_span(const char *name, double t0, double t1) {
   if (!trace_on) return;
   int k = 0;
@@ -136,10 +164,10 @@ void tsr__observe_span(const char *name, double t0, double t1) {
 int tsr__observe_start(bool stats, bool trace) {
   free(snap), snap = NULL;
   stats_on = stats, trace_on = trace;
-  tsr__observing = stats || trace;
+  observing = stats || trace;
   atomic_store(&nrecs, 0);
   memset(counts, 0, sizeof counts);
-  if (!tsr__observing) return 0;
+  if (!observing) return 0;
   if (trace && !recs) {
     const char *env = getenv("TSR_TRACE_CAPACITY");
     capacity = env && atoll(env) > 0 ? atoll(env) : DEFAULT_CAPACITY;
@@ -160,7 +188,7 @@ static double ts_s(struct timespec *t) {
 }
 
 void tsr__observe_snapshot(void) {
-  if (!tsr__observing) return;
+  if (!observing) return;
   starpu_task_wait_for_all();
   free(snap);
   snap = calloc(1, sizeof *snap);
@@ -202,7 +230,7 @@ void tsr__observe_snapshot(void) {
   for (int64_t i = 0; i < snap->nrecs; i++)
     snap->ntasks += recs[i].worker >= 0;
   starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
-  tsr__observing = false;
+  observing = false;
 }
 
 /* Every rank's snapshot on rank 0 (others get only their own). With
@@ -427,7 +455,7 @@ int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
                 ts, dur, r);
         continue;
       }
-      tsr_task_label_t l = unpack(e->label);
+      label_t l = unpack(e->label);
       const char *cl = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
       char name[96], tile[24] = "";
       if (e->ti >= 0) snprintf(tile, sizeof tile, " t%d,%d", e->ti, e->tj);

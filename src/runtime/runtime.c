@@ -9,15 +9,23 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "codelets.h"
 #include "kernels/kernels.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
+#include "runtime/task_opts.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 
-static bool started, with_mpi;
+static bool started, with_mpi, priorities = true;
 static char sched_in_use[64];
+
+tsr_task_opts_t tsr__task_opts_default(void) {
+  return (tsr_task_opts_t){.observer = tsr__observe_observer()};
+}
+
+int tsr__task_priority(int p) {
+  return priorities ? p : 0;
+}
 
 void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->sched = NULL;
@@ -80,7 +88,7 @@ void tsr_sched_list(FILE *out) {
 
 /* heteroprio needs the application to map task priorities to buckets before
  * it can run anything (without this StarPU 1.3 aborts). tessera's tasks use
- * priorities 0..TSR_PRIO_MAX, higher on the critical path (codelets/submit.c):
+ * priorities 0..TSR_PRIO_MAX, higher on the critical path (src/nn/net.c):
  * priority p goes to bucket TSR_PRIO_MAX - p, and bucket 0 is looked at first. */
 static void heteroprio_init(unsigned ctx) {
   starpu_heteroprio_set_nb_prios(ctx, STARPU_CPU_IDX, TSR_PRIO_MAX + 1);
@@ -164,7 +172,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   tsr__k_init();
   snprintf(sched_in_use, sizeof sched_in_use, "%s", sched);
   started = true;
-  tsr__submit_set_priorities(opts ? opts->priorities : true);
+  priorities = opts ? opts->priorities : true;
   if (tsr__observe_start(opts && opts->stats, opts && opts->trace) != 0) {
     tsr_runtime_fini();
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the trace buffer");

@@ -17,8 +17,8 @@ static bool dims_agree(const tsr_tiles_t *x, int da, const tsr_tiles_t *y, int d
   return nx == ny && bx == by;
 }
 
-int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const tsr_tiles_t *b,
-                    float beta, tsr_tiles_t *c, int priority) {
+int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
+                    const tsr_tiles_t *b, float beta, tsr_tiles_t *c) {
   /* op(a) rows are a's dim (ta ? 1 : 0), op(a) cols the other; same for b. */
   if (!dims_agree(a, ta ? 1 : 0, c, 0) || !dims_agree(b, tb ? 0 : 1, c, 1) ||
       !dims_agree(a, ta ? 0 : 1, b, tb ? 1 : 0))
@@ -29,47 +29,50 @@ int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const t
       for (int p = 0; p < kt; p++) {
         starpu_data_handle_t ha = ta ? tsr__tile(a, p, i) : tsr__tile(a, i, p);
         starpu_data_handle_t hb = tb ? tsr__tile(b, j, p) : tsr__tile(b, p, j);
-        TSR_TRY(tsr__insert_gemm(ta, tb, alpha, ha, hb, p == 0 ? beta : 1.0f, tsr__tile(c, i, j),
-                                 priority));
+        TSR_TRY(
+            tsr__insert_gemm(o, ta, tb, alpha, ha, hb, p == 0 ? beta : 1.0f, tsr__tile(c, i, j)));
       }
   return 0;
 }
 
-int tsr__tiles_bias_add(tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {
+int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {
   if (b->m != 1 || !dims_agree(b, 1, y, 1)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_bias_add(tsr__tile(y, i, j), tsr__tile(b, 0, j), relu));
+      TSR_TRY(tsr__insert_bias_add(o, tsr__tile(y, i, j), tsr__tile(b, 0, j), relu));
   return 0;
 }
 
-int tsr__tiles_bias_grad(tsr_tiles_t *db, const tsr_tiles_t *dy) {
+int tsr__tiles_bias_grad(const tsr_task_opts_t *o, tsr_tiles_t *db, const tsr_tiles_t *dy) {
   if (db->m != 1 || !dims_agree(db, 1, dy, 1)) return TSR_ESHAPE;
   for (int j = 0; j < dy->nt; j++)
     for (int i = 0; i < dy->mt; i++)
       TSR_TRY(
-          tsr__insert_bias_grad(tsr__tile(db, 0, j), tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f));
+          tsr__insert_bias_grad(o, tsr__tile(db, 0, j), tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f));
   return 0;
 }
 
-int tsr__tiles_relu_fwd(tsr_tiles_t *y, const tsr_tiles_t *x) {
+int tsr__tiles_relu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x) {
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_relu_fwd(tsr__tile(y, i, j), tsr__tile(x, i, j)));
+      TSR_TRY(tsr__insert_relu_fwd(o, tsr__tile(y, i, j), tsr__tile(x, i, j)));
   return 0;
 }
 
-int tsr__tiles_relu_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *y) {
+int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                        const tsr_tiles_t *y) {
   if (!same_tiling(dx, dy) || !same_tiling(dx, y)) return TSR_ESHAPE;
   for (int i = 0; i < dx->mt; i++)
     for (int j = 0; j < dx->nt; j++)
-      TSR_TRY(tsr__insert_relu_bwd(tsr__tile(dx, i, j), tsr__tile(dy, i, j), tsr__tile(y, i, j)));
+      TSR_TRY(
+          tsr__insert_relu_bwd(o, tsr__tile(dx, i, j), tsr__tile(dy, i, j), tsr__tile(y, i, j)));
   return 0;
 }
 
-int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_tiles_t *logits,
-                            const tsr_tiles_t *labels, int64_t nvalid, float scale) {
+int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
+                            const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
+                            float scale) {
   if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
       stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
       (dlogits && !same_tiling(dlogits, logits)))
@@ -78,65 +81,67 @@ int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_
     int64_t left = nvalid - (int64_t)i * logits->mb;
     int rows = tsr_tiles_tile_rows(logits, i);
     int valid = left <= 0 ? 0 : left >= rows ? rows : (int)left;
-    TSR_TRY(tsr__insert_softmax_xent(dlogits ? tsr__tile(dlogits, i, 0) : NULL,
+    TSR_TRY(tsr__insert_softmax_xent(o, dlogits ? tsr__tile(dlogits, i, 0) : NULL,
                                      tsr__tile(stats, i, 0), tsr__tile(logits, i, 0),
                                      tsr__tile(labels, i, 0), valid, scale));
   }
   return 0;
 }
 
-int tsr__tiles_sgd(tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g, float lr, float momentum,
-                   float wd) {
+int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
+                   float lr, float momentum, float wd) {
   if (!same_tiling(w, g) || (v && !same_tiling(w, v))) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
-      TSR_TRY(tsr__insert_sgd(tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j),
-                              lr, momentum, wd));
+      TSR_TRY(tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL,
+                              tsr__tile(g, i, j), lr, momentum, wd));
   return 0;
 }
 
-int tsr__tiles_adam(tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2, const tsr_tiles_t *g,
-                    float lr, float beta1, float beta2, float eps, float wd, int t) {
+int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
+                    const tsr_tiles_t *g, float lr, float beta1, float beta2, float eps, float wd,
+                    int t) {
   if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2)) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
-      TSR_TRY(tsr__insert_adam(tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
+      TSR_TRY(tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
                                tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t));
   return 0;
 }
 
-int tsr__tiles_fill(tsr_tiles_t *x, float value) {
+int tsr__tiles_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, float value) {
   for (int i = 0; i < x->mt; i++)
     for (int j = 0; j < x->nt; j++)
-      TSR_TRY(tsr__insert_fill(tsr__tile(x, i, j), value));
+      TSR_TRY(tsr__insert_fill(o, tsr__tile(x, i, j), value));
   return 0;
 }
 
-int tsr__tiles_copy(tsr_tiles_t *dst, const tsr_tiles_t *src) {
+int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src) {
   if (!same_tiling(dst, src)) return TSR_ESHAPE;
   for (int i = 0; i < dst->mt; i++)
     for (int j = 0; j < dst->nt; j++)
-      TSR_TRY(tsr__insert_copy(tsr__tile(dst, i, j), tsr__tile(src, i, j)));
+      TSR_TRY(tsr__insert_copy(o, tsr__tile(dst, i, j), tsr__tile(src, i, j)));
   return 0;
 }
 
-int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t *y) {
+int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
+                     tsr_tiles_t *y) {
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_axpby(alpha, tsr__tile(x, i, j), beta, tsr__tile(y, i, j)));
+      TSR_TRY(tsr__insert_axpby(o, alpha, tsr__tile(x, i, j), beta, tsr__tile(y, i, j)));
   return 0;
 }
 
-int tsr__tiles_scale(tsr_tiles_t *x, float alpha) {
+int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha) {
   for (int i = 0; i < x->mt; i++)
     for (int j = 0; j < x->nt; j++)
-      TSR_TRY(tsr__insert_scale(tsr__tile(x, i, j), alpha));
+      TSR_TRY(tsr__insert_scale(o, tsr__tile(x, i, j), alpha));
   return 0;
 }
 
-int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
-                      int64_t nvalid) {
+int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src, int64_t lds,
+                      const int32_t *rows, int64_t nvalid) {
   if (nvalid < 0 || nvalid > dst->m || dst->n > lds) return TSR_ESHAPE;
   for (int i = 0; i < dst->mt; i++) {
     int64_t row0 = (int64_t)i * dst->mb;
@@ -144,7 +149,8 @@ int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int
     int rows_i = tsr_tiles_tile_rows(dst, i);
     int valid = left <= 0 ? 0 : left >= rows_i ? rows_i : (int)left;
     for (int j = 0; j < dst->nt; j++)
-      TSR_TRY(tsr__insert_gather(tsr__tile(dst, i, j), src, lds, j * dst->nb, rows + row0, valid));
+      TSR_TRY(
+          tsr__insert_gather(o, tsr__tile(dst, i, j), src, lds, j * dst->nb, rows + row0, valid));
   }
   return 0;
 }
@@ -158,29 +164,30 @@ static bool one_tile(const tsr_tiles_t *t, int64_t m, int64_t n) {
   return t->m == m && t->n == n && t->mt == 1 && t->nt == 1;
 }
 
-int tsr__tiles_conv_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_tiles_t *w,
-                        const tsr_tiles_t *b, const tsr_conv_geom_t *g, bool relu) {
+int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_conv_geom_t *g,
+                        bool relu) {
   if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
       !one_tile(b, 1, g->oc))
     return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
-    TSR_TRY(tsr__insert_conv_fwd(tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
+    TSR_TRY(tsr__insert_conv_fwd(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
                                  tsr__tile(b, 0, 0), g, relu));
   return 0;
 }
 
-int tsr__tiles_conv_bwd_data(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *w,
-                             const tsr_conv_geom_t *g, int priority) {
+int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                             const tsr_tiles_t *w, const tsr_conv_geom_t *g) {
   if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc)) return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
-    TSR_TRY(tsr__insert_conv_bwd_data(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0), tsr__tile(w, 0, 0),
-                                      g, priority));
+    TSR_TRY(tsr__insert_conv_bwd_data(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
+                                      tsr__tile(w, 0, 0), g));
   return 0;
 }
 
-int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw, tsr_tiles_t *pb,
-                               const tsr_tiles_t *x, const tsr_tiles_t *dy,
-                               const tsr_conv_geom_t *g) {
+int tsr__tiles_conv_bwd_filter(const tsr_task_opts_t *o, tsr_tiles_t *dw, tsr_tiles_t *db,
+                               tsr_tiles_t *pw, tsr_tiles_t *pb, const tsr_tiles_t *x,
+                               const tsr_tiles_t *dy, const tsr_conv_geom_t *g) {
   int64_t k = (int64_t)g->kh * g->kw * g->c;
   if (!whole_rows(x, dy) || !one_tile(dw, k, g->oc) || !one_tile(db, 1, g->oc)) return TSR_ESHAPE;
   bool tree = pw && pb && dy->mt > 1;
@@ -190,7 +197,7 @@ int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw
   for (int i = 0; i < dy->mt; i++) {
     starpu_data_handle_t hw = tsr__tile(dw, 0, 0), hb = tsr__tile(db, 0, 0);
     if (tree && i > 0) hw = tsr__tile(pw, i - 1, 0), hb = tsr__tile(pb, i - 1, 0);
-    TSR_TRY(tsr__insert_conv_bwd_filter(hw, hb, tsr__tile(x, i, 0), tsr__tile(dy, i, 0), g,
+    TSR_TRY(tsr__insert_conv_bwd_filter(o, hw, hb, tsr__tile(x, i, 0), tsr__tile(dy, i, 0), g,
                                         i == 0 || tree ? 0.0f : 1.0f));
   }
   if (!tree) return 0;
@@ -199,50 +206,40 @@ int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw
     for (int i = 0; i + s < dy->mt; i += 2 * s) {
       starpu_data_handle_t yw = i ? tsr__tile(pw, i - 1, 0) : tsr__tile(dw, 0, 0);
       starpu_data_handle_t yb = i ? tsr__tile(pb, i - 1, 0) : tsr__tile(db, 0, 0);
-      TSR_TRY(tsr__insert_axpby(1.0f, tsr__tile(pw, i + s - 1, 0), 1.0f, yw));
-      TSR_TRY(tsr__insert_axpby(1.0f, tsr__tile(pb, i + s - 1, 0), 1.0f, yb));
+      TSR_TRY(tsr__insert_axpby(o, 1.0f, tsr__tile(pw, i + s - 1, 0), 1.0f, yw));
+      TSR_TRY(tsr__insert_axpby(o, 1.0f, tsr__tile(pb, i + s - 1, 0), 1.0f, yb));
     }
   return 0;
 }
 
-int tsr__tiles_pool_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_conv_geom_t *g, bool max) {
+int tsr__tiles_pool_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                        const tsr_conv_geom_t *g, bool max) {
   if (!whole_rows(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
-    TSR_TRY(tsr__insert_pool_fwd(tsr__tile(y, i, 0), tsr__tile(x, i, 0), g, max));
+    TSR_TRY(tsr__insert_pool_fwd(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), g, max));
   return 0;
 }
 
-int tsr__tiles_pool_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *x,
-                        const tsr_tiles_t *y, const tsr_conv_geom_t *g, bool max, bool relu,
-                        int priority) {
+int tsr__tiles_pool_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                        const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_conv_geom_t *g,
+                        bool max, bool relu) {
   if (!whole_rows(dx, dy) || (max && (!x || !y || !same_tiling(x, dx) || !same_tiling(y, dy))))
     return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
-    TSR_TRY(tsr__insert_pool_bwd(tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
+    TSR_TRY(tsr__insert_pool_bwd(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
                                  max ? tsr__tile(x, i, 0) : NULL, max ? tsr__tile(y, i, 0) : NULL,
-                                 g, max, relu, priority));
+                                 g, max, relu));
   return 0;
 }
 
-int tsr__tiles_dropout(tsr_tiles_t *y, const tsr_tiles_t *x, uint64_t seed, float rate) {
+int tsr__tiles_dropout(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                       uint64_t seed, float rate) {
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_dropout(tsr__tile(y, i, j), tsr__tile(x, i, j), seed, (int64_t)i * y->mb,
-                                  (int64_t)j * y->nb, rate));
+      TSR_TRY(tsr__insert_dropout(o, tsr__tile(y, i, j), tsr__tile(x, i, j), seed,
+                                  (int64_t)i * y->mb, (int64_t)j * y->nb, rate));
   return 0;
-}
-
-void tsr__tiles_label_layer(int layer, int nlayers, bool backward) {
-  tsr__submit_set_layer(layer, nlayers, backward);
-}
-
-void tsr__tiles_label_batch(int64_t batch) {
-  tsr__submit_set_batch(batch);
-}
-
-uint64_t tsr__tiles_task_count(void) {
-  return tsr__submitted_count();
 }
 
 int tsr__tiles_wait(unsigned n_left) {

@@ -2,7 +2,8 @@
  * (or per tile triple for GEMM). Layers call these; these call the codelets'
  * insert helpers. Every function only submits work and returns; StarPU orders
  * the tasks by the data they touch. A shape or tiling mismatch is caught here,
- * before any task is submitted, and returns TSR_ESHAPE. */
+ * before any task is submitted, and returns TSR_ESHAPE. Every operation
+ * takes the caller's task options (priority, labels, StarPU-MPI or not). */
 #ifndef TSR_TILE_OPS_H
 #define TSR_TILE_OPS_H
 
@@ -10,78 +11,79 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "runtime/task_opts.h"
 #include "tessera/tiles.h"
 
 /* c (M, N) = alpha op(a) (M, K) op(b) (K, N) + beta c. Tilings must agree:
  * c's rows with op(a)'s rows, c's columns with op(b)'s columns, and op(a)'s
  * columns with op(b)'s rows. Each output tile accumulates over K tiles in a
  * fixed order, so results do not depend on scheduling. */
-int tsr__tiles_gemm(bool ta, bool tb, float alpha, const tsr_tiles_t *a, const tsr_tiles_t *b,
-                    float beta, tsr_tiles_t *c, int priority);
+int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
+                    const tsr_tiles_t *b, float beta, tsr_tiles_t *c);
 /* y (M, N) += b (1, N) per row, then ReLU when relu is set. */
-int tsr__tiles_bias_add(tsr_tiles_t *y, const tsr_tiles_t *b, bool relu);
+int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *b, bool relu);
 /* db (1, N) = column sums of dy (M, N). */
-int tsr__tiles_bias_grad(tsr_tiles_t *db, const tsr_tiles_t *dy);
-int tsr__tiles_relu_fwd(tsr_tiles_t *y, const tsr_tiles_t *x);
+int tsr__tiles_bias_grad(const tsr_task_opts_t *o, tsr_tiles_t *db, const tsr_tiles_t *dy);
+int tsr__tiles_relu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x);
 /* dx = dy where y > 0; dx may be dy. */
-int tsr__tiles_relu_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *y);
+int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                        const tsr_tiles_t *y);
 /* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1).
  * stats (mt, 2), one (1, 2) tile per batch-row tile, accumulates [loss sum,
  * correct]. dlogits (may be NULL) = scale (softmax - onehot) on the first
  * nvalid rows, 0 below. */
-int tsr__tiles_softmax_xent(tsr_tiles_t *dlogits, tsr_tiles_t *stats, const tsr_tiles_t *logits,
-                            const tsr_tiles_t *labels, int64_t nvalid, float scale);
+int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
+                            const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
+                            float scale);
 /* v is NULL when momentum is 0. */
-int tsr__tiles_sgd(tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g, float lr, float momentum,
-                   float wd);
-int tsr__tiles_adam(tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2, const tsr_tiles_t *g,
-                    float lr, float beta1, float beta2, float eps, float wd, int t);
-int tsr__tiles_fill(tsr_tiles_t *x, float value);
-int tsr__tiles_copy(tsr_tiles_t *dst, const tsr_tiles_t *src);
-int tsr__tiles_axpby(float alpha, const tsr_tiles_t *x, float beta, tsr_tiles_t *y);
-int tsr__tiles_scale(tsr_tiles_t *x, float alpha);
+int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
+                   float lr, float momentum, float wd);
+int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
+                    const tsr_tiles_t *g, float lr, float beta1, float beta2, float eps, float wd,
+                    int t);
+int tsr__tiles_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, float value);
+int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src);
+int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
+                     tsr_tiles_t *y);
+int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha);
 /* dst (M, N) row r = src row rows[r] (src is (*, lds) row-major, borrowed
  * until the tasks ran; rows is copied), zero from row nvalid on. */
-int tsr__tiles_gather(tsr_tiles_t *dst, const float *src, int64_t lds, const int32_t *rows,
-                      int64_t nvalid);
+int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src, int64_t lds,
+                      const int32_t *rows, int64_t nvalid);
 
 /* Convolutions and pooling over batch-row tiles. Activations hold one sample
  * per row, channels-last, and stay one tile wide so that each task sees whole
  * samples: x (M, h w c) and y (M, oh ow oc) must share their row tiling.
  * Weights w (kh kw c, oc) and biases b (1, oc) are one tile each. One task
  * per batch-row tile. */
-int tsr__tiles_conv_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_tiles_t *w,
-                        const tsr_tiles_t *b, const tsr_conv_geom_t *g, bool relu);
+int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_conv_geom_t *g,
+                        bool relu);
 /* dx (M, h w c) = input gradient from dy (M, oh ow oc). */
-int tsr__tiles_conv_bwd_data(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *w,
-                             const tsr_conv_geom_t *g, int priority);
+int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                             const tsr_tiles_t *w, const tsr_conv_geom_t *g);
 /* dw, db = weight and bias gradients summed over the batch-row tiles. With
  * partials pw ((mt - 1) kh kw c, oc) and pb (mt - 1, oc) in tiles of one
  * partial each, tiles 1.. write their own partial at once and a fixed
  * pairwise tree adds them into dw, db (parallel and deterministic);
  * without (NULL), the tiles accumulate into dw, db in a fixed chain. */
-int tsr__tiles_conv_bwd_filter(tsr_tiles_t *dw, tsr_tiles_t *db, tsr_tiles_t *pw, tsr_tiles_t *pb,
-                               const tsr_tiles_t *x, const tsr_tiles_t *dy,
-                               const tsr_conv_geom_t *g);
-int tsr__tiles_pool_fwd(tsr_tiles_t *y, const tsr_tiles_t *x, const tsr_conv_geom_t *g, bool max);
+int tsr__tiles_conv_bwd_filter(const tsr_task_opts_t *o, tsr_tiles_t *dw, tsr_tiles_t *db,
+                               tsr_tiles_t *pw, tsr_tiles_t *pb, const tsr_tiles_t *x,
+                               const tsr_tiles_t *dy, const tsr_conv_geom_t *g);
+int tsr__tiles_pool_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                        const tsr_conv_geom_t *g, bool max);
 /* x and y (the forward input and output) are read by max pooling only;
  * relu (max pooling only) also applies the backward pass of a ReLU that
  * produced x. */
-int tsr__tiles_pool_bwd(tsr_tiles_t *dx, const tsr_tiles_t *dy, const tsr_tiles_t *x,
-                        const tsr_tiles_t *y, const tsr_conv_geom_t *g, bool max, bool relu,
-                        int priority);
+int tsr__tiles_pool_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                        const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_conv_geom_t *g,
+                        bool max, bool relu);
 /* y = dropout of x (same tiling, any) with the mask of (seed, row, column). */
-int tsr__tiles_dropout(tsr_tiles_t *y, const tsr_tiles_t *x, uint64_t seed, float rate);
+int tsr__tiles_dropout(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                       uint64_t seed, float rate);
 
-/* Tasks submitted so far by this process, and a wait until at most n_left of
- * them are still pending: the trainer's bounded submission window. */
-uint64_t tsr__tiles_task_count(void);
+/* Waits until at most n_left submitted tasks are still pending: the
+ * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);
-
-/* Labels and priorities of the tasks submitted from now on (main thread):
- * layer (1-based; 0: batch assembly) of nlayers, in the backward pass or
- * not; training step batch (1-based over the run; 0: evaluation). */
-void tsr__tiles_label_layer(int layer, int nlayers, bool backward);
-void tsr__tiles_label_batch(int64_t batch);
 
 #endif

@@ -9,7 +9,7 @@
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
 #include "tessera/train.h"
-#include "tile/ops.h"
+#include "nn/net_impl.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
   *o = (tsr_train_opts_t){
@@ -108,7 +108,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
         double t = (double)((e - 1) * sh.steps + k) / total_steps;
         tsr_net_set_lr(net, (float)(base_lr * 0.5 * (1.0 + cos(M_PI * t))));
       }
-      tsr__tiles_label_batch((int64_t)(e - 1) * sh.steps + k + 1);
+      tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
       rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, ++step);
       if (rc == 0 && k >= o->window) {
@@ -148,7 +148,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       st.sync_seconds = ss.seconds;
       st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
     }
-    tsr__tiles_label_batch(0);
+    tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
     if (rc == 0 && speaker && test && test->n > 0)
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);

@@ -1,0 +1,42 @@
+/* How a task is submitted: the options every tile operation and insert
+ * helper takes, so that no submission state hides in file-scope variables.
+ * Whoever submits builds them (a network for its layers, the synchronization
+ * code for its averaging) from tsr__task_opts_default(), which installs the
+ * runtime's observation hook while statistics or tracing are on. No StarPU
+ * types here: layers pass these through without knowing StarPU. */
+#ifndef TSR_RUNTIME_TASK_OPTS_H
+#define TSR_RUNTIME_TASK_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Task priorities run 0 .. TSR_PRIO_MAX, higher first under the policies that use them. */
+#define TSR_PRIO_MAX 3
+
+typedef struct tsr_task_opts tsr_task_opts_t;
+
+/* Observation of tasks (src/runtime/observe.c): each task gets done as its
+ * callback, with the argument arg() makes from its codelet (a `struct
+ * starpu_codelet *`) and options. */
+typedef struct {
+  void (*done)(void *arg);
+  void *(*arg)(const void *codelet, const tsr_task_opts_t *o);
+} tsr_task_observer_t;
+
+struct tsr_task_opts {
+  int priority;  /* 0 .. TSR_PRIO_MAX */
+  bool mpi;      /* through StarPU-MPI: every rank submits the task, it runs on the rank owning
+                    the data it writes, and StarPU-MPI sends it what it reads */
+  int layer;     /* label: 1-based layer; 0 batch assembly */
+  int64_t batch; /* label: training step, 1-based over the run; 0 none (evaluation) */
+  const tsr_task_observer_t *observer; /* NULL: tasks carry no callback */
+  uint64_t *submitted;                 /* counts the tasks submitted, when not NULL */
+};
+
+/* Priority 0, local, unlabelled, no counter, and the runtime's observer
+ * while statistics or tracing are on. */
+tsr_task_opts_t tsr__task_opts_default(void);
+/* p, or 0 when the runtime runs with priorities off (for comparison). */
+int tsr__task_priority(int p);
+
+#endif
