@@ -59,9 +59,9 @@ MUTANTS = [
        "    tsr_dataset_stats(&test, &mean, &std);\n    tsr_dataset_normalize(&test, mean, std);\n")],
      ["cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
-     [("tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc,",
-       "tsr__insert_axpby_mode(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
-       "                                     q == 0 ? 0.0f : 1.0f, t->acc,")],
+     [("tsr__tile_axpby(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, rp->acc,",
+       "tsr__tile_axpby(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
+       "                              q == 0 ? 0.0f : 1.0f, rp->acc,")],
      ["mpi-deterministic-3"]),
     ("weights-p-minus-1", "averaging weights 1/(P-1)", "src/parallel/sync.c",
      [(": 1.0 / r->size;", ": 1.0 / (r->size - 1);")], ["mpi-epoch-2"]),

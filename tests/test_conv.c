@@ -171,11 +171,11 @@ Test(conv, tiled_forward_over_edge_tiles) {
   int n = 7, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
   int pout = pg.oh * pg.ow * pg.c;
   tsr_tiles_t *x, *w, *b, *y, *p;
-  cr_assert_eq(tsr_tiles_create(&x, n, in, 3, in, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&w, k, g.oc, k, g.oc, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&b, 1, g.oc, 1, g.oc, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&y, n, out, 3, out, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&p, n, pout, 3, pout, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&x, n, in, 3, in), 0);
+  cr_assert_eq(tsr_tiles_create(&w, k, g.oc, k, g.oc), 0);
+  cr_assert_eq(tsr_tiles_create(&b, 1, g.oc, 1, g.oc), 0);
+  cr_assert_eq(tsr_tiles_create(&y, n, out, 3, out), 0);
+  cr_assert_eq(tsr_tiles_create(&p, n, pout, 3, pout), 0);
   float *xv = malloc(sizeof(float) * n * in), *wv = malloc(sizeof(float) * k * g.oc), bv[6],
         *yv = malloc(sizeof(float) * n * out), *pv = malloc(sizeof(float) * n * pout);
   double *xd = malloc(sizeof(double) * n * in), *wd = malloc(sizeof(double) * k * g.oc), bd[6],
@@ -198,7 +198,7 @@ Test(conv, tiled_forward_over_edge_tiles) {
               pd[j]);
   /* A tiling that does not hold whole samples is refused before any task. */
   tsr_tiles_t *split;
-  cr_assert_eq(tsr_tiles_create(&split, n, in, 3, 16, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&split, n, in, 3, 16), 0);
   uint64_t before = submitted;
   cr_assert_eq(tsr__tiles_conv_fwd(&topts, y, split, w, b, &g, false), TSR_ESHAPE);
   cr_assert_eq(submitted, before);

@@ -16,6 +16,8 @@
  *   test_mpi uneven         shards of unequal size (3 ranks): batch sync equals one process on
  *                           the concatenated global batches, epoch averaging the mean of
  *                           replicas; every=K and async-epoch end equal and learn
+ *   test_mpi tiles          a distributed matrix stores only this rank's tiles
+ *   test_mpi twice          one net trained twice with batch sync (the hook is restored)
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -27,6 +29,8 @@
 #include <string.h>
 
 #include "parallel/replicas.h"
+#include "runtime/task_opts.h"
+#include "tile/ops.h"
 #include "tessera/tessera.h"
 
 static int passed, failed, rank, size;
@@ -513,16 +517,96 @@ static void test_uneven(void) {
   }
 }
 
+/* Tile (i, j) of the distributed matrices below lives on rank (i + j + shift) mod P. */
+static int diagonal(int i, int j, void *ctx) {
+  return (i + j + *(const int *)ctx) % size;
+}
+
+/* A distributed matrix stores only this rank's tiles: its own accounting says
+ * so, other ranks' tiles get a handle (without memory) only once a task names
+ * them, and a StarPU-MPI copy between two matrices moves the data. */
+static void test_tiles(void) {
+  enum { M = 10, N = 7, MB = 3, NB = 2 };
+  static int shift_a = 0, shift_b = 1;
+  tsr_tiles_t *a, *b;
+  CHECK(tsr_tiles_create_distributed(&a, M, N, MB, NB, diagonal, &shift_a) == 0, "create a");
+  CHECK(tsr_tiles_create_distributed(&b, M, N, MB, NB, diagonal, &shift_b) == 0, "create b");
+  int64_t owned = 0;
+  int remote = 0;
+  for (int i = 0; i < tsr_tiles_mt(a); i++)
+    for (int j = 0; j < tsr_tiles_nt(a); j++) {
+      bool mine = (i + j) % size == rank;
+      CHECK(tsr_tiles_is_local(a, i, j) == mine && tsr_tiles_rank_of(a, i, j) == (i + j) % size,
+            "tile (%d, %d): owner %d", i, j, tsr_tiles_rank_of(a, i, j));
+      if (mine)
+        owned += (int64_t)tsr_tiles_tile_rows(a, i) * tsr_tiles_tile_cols(a, j) * 4;
+      else
+        remote++;
+    }
+  CHECK(remote > 0, "every rank must own only part of the matrix");
+  CHECK(tsr_tiles_local_bytes(a) == owned, "local bytes %lld, owned tiles' bytes %lld",
+        (long long)tsr_tiles_local_bytes(a), (long long)owned);
+  CHECK(tsr_tiles_remote_handles(a) == 0 && tsr_tiles_remote_handles(b) == 0,
+        "other ranks' tiles registered before any use: %d, %d", tsr_tiles_remote_handles(a),
+        tsr_tiles_remote_handles(b));
+  float whole[M * N];
+  CHECK(tsr_tiles_read(a, whole) == TSR_EINVAL, "reading a matrix with remote tiles must fail");
+  /* Every owner fills its tiles of a with 100 i + j (plain local tasks); then
+   * b(i, j) = a(i, j) for tile (1, 1) only, through StarPU-MPI: the task runs
+   * on b's owner, a's owner sends. */
+  tsr_task_opts_t local = tsr__task_opts_default(), mpi = local;
+  mpi.mpi = true;
+  for (int i = 0; i < tsr_tiles_mt(a); i++)
+    for (int j = 0; j < tsr_tiles_nt(a); j++)
+      if (tsr_tiles_is_local(a, i, j))
+        CHECK(tsr__tile_fill(&local, a, i, j, 100.0f * i + j) == 0, "fill");
+  CHECK(tsr__tile_copy(&mpi, b, a, 1, 1) == 0, "copy");
+  CHECK(tsr_tiles_remote_handles(a) == !tsr_tiles_is_local(a, 1, 1) &&
+            tsr_tiles_remote_handles(b) == !tsr_tiles_is_local(b, 1, 1),
+        "one task on tile (1, 1) registered %d and %d remote tiles", tsr_tiles_remote_handles(a),
+        tsr_tiles_remote_handles(b));
+  if (tsr_tiles_is_local(b, 1, 1)) {
+    float tile[MB * NB];
+    CHECK(tsr_tiles_read_tile(b, 1, 1, tile) == 0, "read b(1, 1)");
+    for (int k = 0; k < MB * NB; k++)
+      CHECK(tile[k] == 101.0f, "b(1, 1)[%d] = %g, sent 101", k, (double)tile[k]);
+  }
+  tsr_tiles_destroy(&a), tsr_tiles_destroy(&b);
+  if (rank == 0) printf("tiles: each rank holds only its tiles of a %dx%d matrix\n", M, N);
+}
+
+/* The same net trained twice with --sync batch: the synchronization hook is
+ * put back after each run, so a second run, and a plain step afterwards,
+ * work (a plain step then updates with the net's own optimizer). */
+static void test_twice(void) {
+  load(32 * size * 4);
+  tsr_net_t *net = make_net(32, 0.9f);
+  train(net, "batch", 1, false);
+  train(net, "batch", 1, false);
+  int64_t n;
+  float *w = params(net, &n);
+  CHECK(replicas_equal(w, n), "replicas differ after the second run");
+  int32_t rows[32];
+  for (int i = 0; i < 32; i++)
+    rows[i] = i;
+  CHECK(tsr_net_train_step(net, &train_set, rows, 32, true) == 0, "a plain step after the runs");
+  float *after = params(net, &n);
+  CHECK(max_rel_diff(after, w, n) > 1e-4, "the plain step must update the weights");
+  free(w), free(after);
+  tsr_net_destroy(&net);
+}
+
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch", "epoch",         "every",  "weighted",
-                                       "async", "deterministic", "uneven", NULL};
+  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted", "async",
+                                       "deterministic", "uneven", "tiles", "twice",    NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
   if (which < 0 || argc > 3 ||
       (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
     fprintf(stderr, "usage: mpirun -np P test_mpi "
-                    "batch|epoch|every|weighted|async|deterministic|uneven [thread|worker]\n");
+                    "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice "
+                    "[thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -548,7 +632,9 @@ int main(int argc, char **argv) {
   case 3: test_weighted(); break;
   case 4: test_async(); break;
   case 5: test_deterministic(); break;
-  default: test_uneven(); break;
+  case 6: test_uneven(); break;
+  case 7: test_tiles(); break;
+  default: test_twice(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -37,13 +37,16 @@ static float *random_matrix(int64_t n, tsr_rng_t *rng) {
 
 Test(tiles, edge_tiles_and_round_trip) {
   tsr_tiles_t *t;
-  cr_assert_eq(tsr_tiles_create(&t, 10, 7, 4, 3, NULL, NULL, 100), 0);
+  cr_assert_eq(tsr_tiles_create(&t, 10, 7, 4, 3), 0);
   cr_assert_eq(tsr_tiles_mt(t), 3);
   cr_assert_eq(tsr_tiles_nt(t), 3);
   cr_assert_eq(tsr_tiles_tile_rows(t, 2), 2);
   cr_assert_eq(tsr_tiles_tile_cols(t, 2), 1);
-  cr_assert_eq(tsr_tiles_tag(t, 1, 2), 105);
+  cr_assert_eq(tsr_tiles_tag(t, 1, 2), -1, "a local matrix has no MPI tags");
   cr_assert_eq(tsr_tiles_rank_of(t, 2, 2), 0);
+  cr_assert(tsr_tiles_is_local(t, 2, 2));
+  cr_assert_eq(tsr_tiles_local_bytes(t), 10 * 7 * (int64_t)sizeof(float));
+  cr_assert_eq(tsr_tiles_remote_handles(t), 0);
   tsr_rng_t rng = {1};
   float *x = random_matrix(70, &rng), y[70];
   cr_assert_eq(tsr_tiles_write(t, x), 0);
@@ -58,13 +61,13 @@ Test(tiles, edge_tiles_and_round_trip) {
 
 Test(tiles, rejects_bad_shapes) {
   tsr_tiles_t *t = NULL;
-  cr_assert_eq(tsr_tiles_create(&t, 0, 7, 4, 3, NULL, NULL, 0), TSR_EINVAL);
-  cr_assert_eq(tsr_tiles_create(&t, 5, 7, 0, 3, NULL, NULL, 0), TSR_EINVAL);
+  cr_assert_eq(tsr_tiles_create(&t, 0, 7, 4, 3), TSR_EINVAL);
+  cr_assert_eq(tsr_tiles_create(&t, 5, 7, 0, 3), TSR_EINVAL);
   cr_assert_null(t);
   tsr_tiles_t *a, *b, *c;
-  cr_assert_eq(tsr_tiles_create(&a, 6, 5, 4, 4, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&b, 5, 3, 3, 4, NULL, NULL, 0), 0); /* K tiled 3, not 4 */
-  cr_assert_eq(tsr_tiles_create(&c, 6, 3, 4, 4, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&a, 6, 5, 4, 4), 0);
+  cr_assert_eq(tsr_tiles_create(&b, 5, 3, 3, 4), 0); /* K tiled 3, not 4 */
+  cr_assert_eq(tsr_tiles_create(&c, 6, 3, 4, 4), 0);
   uint64_t before = submitted;
   cr_assert_eq(tsr__tiles_gemm(&topts, false, false, 1, a, b, 0, c), TSR_ESHAPE);
   cr_assert_eq(submitted, before, "nothing may be submitted on a mismatch");
@@ -76,9 +79,9 @@ static void check_gemm(bool ta, bool tb, int m, int n, int k, int tm, int tn, in
   tsr_rng_t rng = {(uint64_t)(m * 131 + n * 7 + k)};
   int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   tsr_tiles_t *a, *b, *c;
-  cr_assert_eq(tsr_tiles_create(&a, ar, ac, ta ? tk : tm, ta ? tm : tk, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&b, br, bc, tb ? tn : tk, tb ? tk : tn, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&c, m, n, tm, tn, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&a, ar, ac, ta ? tk : tm, ta ? tm : tk), 0);
+  cr_assert_eq(tsr_tiles_create(&b, br, bc, tb ? tn : tk, tb ? tk : tn), 0);
+  cr_assert_eq(tsr_tiles_create(&c, m, n, tm, tn), 0);
   float *ha = random_matrix((int64_t)ar * ac, &rng), *hb = random_matrix((int64_t)br * bc, &rng);
   float *hc = random_matrix((int64_t)m * n, &rng), *ref = malloc(sizeof(float) * (size_t)m * n);
   for (int i = 0; i < m * n; i++)
@@ -109,9 +112,9 @@ Test(tiles, gemm_every_transpose_case_with_edge_tiles) {
 /* y = max(y + b, 0) per row; db = column sums of that y. */
 Test(tiles, bias_add_relu_and_bias_grad_over_edge_tiles) {
   tsr_tiles_t *y, *b, *db;
-  cr_assert_eq(tsr_tiles_create(&y, 5, 3, 2, 2, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&b, 1, 3, 1, 2, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&db, 1, 3, 1, 2, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&y, 5, 3, 2, 2), 0);
+  cr_assert_eq(tsr_tiles_create(&b, 1, 3, 1, 2), 0);
+  cr_assert_eq(tsr_tiles_create(&db, 1, 3, 1, 2), 0);
   float hy[15], hb[3] = {1, -2, 0.5f}, out[15], dbs[3];
   for (int i = 0; i < 15; i++)
     hy[i] = (float)i - 7;
@@ -151,10 +154,10 @@ Test(tiles, softmax_xent_over_edge_tiles_with_padding_rows) {
   for (int i = 0; i < M; i++)
     labels[i] = (float)(i * 2 % C);
   tsr_tiles_t *tz, *tl, *td, *ts;
-  cr_assert_eq(tsr_tiles_create(&tz, M, C, MB, C, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&tl, M, 1, MB, 1, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&td, M, C, MB, C, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&ts, MT, 2, 1, 2, NULL, NULL, 0), 0); /* created zeroed */
+  cr_assert_eq(tsr_tiles_create(&tz, M, C, MB, C), 0);
+  cr_assert_eq(tsr_tiles_create(&tl, M, 1, MB, 1), 0);
+  cr_assert_eq(tsr_tiles_create(&td, M, C, MB, C), 0);
+  cr_assert_eq(tsr_tiles_create(&ts, MT, 2, 1, 2), 0); /* created zeroed */
   cr_assert_eq(tsr_tiles_mt(tz), MT);
   cr_assert_eq(tsr_tiles_write(tz, z), 0);
   cr_assert_eq(tsr_tiles_write(tl, labels), 0);
@@ -215,10 +218,9 @@ Test(tiles, sgd_with_and_without_momentum_over_edge_tiles) {
     for (int i = 0; i < OPT_SIZE; i++)
       rw[i] = w[i];
     tsr_tiles_t *tw, *tv = NULL, *tg;
-    cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
-    cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
-    if (with_momentum)
-      cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+    cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    if (with_momentum) cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
     cr_assert_eq(tsr_tiles_write(tw, w), 0);
     for (int t = 1; t <= 3; t++) {
       float *g = random_matrix(OPT_SIZE, &rng);
@@ -257,10 +259,10 @@ Test(tiles, adam_over_edge_tiles) {
   for (int i = 0; i < OPT_SIZE; i++)
     rw[i] = w[i];
   tsr_tiles_t *tw, *tm, *tv, *tg;
-  cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&tm, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
-  cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB, NULL, NULL, 0), 0);
+  cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+  cr_assert_eq(tsr_tiles_create(&tm, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+  cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+  cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
   cr_assert_eq(tsr_tiles_write(tw, w), 0);
   for (int t = 1; t <= 3; t++) {
     float *g = random_matrix(OPT_SIZE, &rng);

@@ -3,12 +3,16 @@
  * multiple of the tile size. The descriptor is opaque: layers see shapes and
  * tilings, never StarPU types.
  *
- * Every tile has an owning MPI rank (rank_of) and an MPI tag (tag_base plus
- * the tile's linear index), so the same descriptor can later be spread over
- * StarPU-MPI ranks. */
+ * A matrix is either local (every tile on this process: a network's
+ * parameters and activations) or distributed over MPI ranks: tile (i, j)
+ * lives on rank rank_of(i, j), which alone allocates it; another rank holds
+ * a handle without memory, registered the first time a task or transfer
+ * needs it, so a rank stores only its own tiles. Distributed tiles are
+ * registered with StarPU-MPI under tags from one allocator. */
 #ifndef TESSERA_TILES_H
 #define TESSERA_TILES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tessera/error.h"
@@ -20,10 +24,15 @@ typedef struct tsr_tiles tsr_tiles_t;
 /* Which MPI rank owns tile (i, j); ctx is the caller's. */
 typedef int (*tsr_rank_of_fn)(int i, int j, void *ctx);
 
-/* Creates an m x n matrix of mb x nb tiles, zero-filled, stored on this
- * process (rank_of NULL: every tile is local). *t is owned by the caller. */
-TSR_API int tsr_tiles_create(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb,
-                             tsr_rank_of_fn rank_of, void *ctx, int64_t tag_base);
+/* Creates a local m x n matrix of mb x nb tiles, zero-filled. *t is owned by
+ * the caller (tsr_tiles_destroy). */
+TSR_API int tsr_tiles_create(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
+/* Creates a matrix distributed by rank_of (ranks 0 .. tsr_dist_size() - 1,
+ * checked; ctx borrowed for the matrix's life). Every rank calls this with
+ * the same shape, in the same order relative to its other distributed
+ * matrices, after tsr_runtime_init. This rank's tiles are zero-filled. */
+TSR_API int tsr_tiles_create_distributed(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb,
+                                         tsr_rank_of_fn rank_of, void *ctx);
 /* Unregisters every tile (waiting for the tasks that use it) and frees it. */
 TSR_API void tsr_tiles_destroy(tsr_tiles_t **t);
 
@@ -35,13 +44,25 @@ TSR_API int tsr_tiles_mt(const tsr_tiles_t *t); /* number of tile rows */
 TSR_API int tsr_tiles_nt(const tsr_tiles_t *t); /* number of tile columns */
 TSR_API int tsr_tiles_tile_rows(const tsr_tiles_t *t, int i);
 TSR_API int tsr_tiles_tile_cols(const tsr_tiles_t *t, int j);
+/* The rank that owns tile (i, j) (this rank's for a local matrix). */
 TSR_API int tsr_tiles_rank_of(const tsr_tiles_t *t, int i, int j);
+TSR_API bool tsr_tiles_is_local(const tsr_tiles_t *t, int i, int j);
+/* The StarPU-MPI tag of tile (i, j), the same on every rank; -1 for a local matrix. */
 TSR_API int64_t tsr_tiles_tag(const tsr_tiles_t *t, int i, int j);
+/* Accounting: bytes of tile memory this process allocated for t, and the
+ * other ranks' tiles it has registered so far (handles without memory of
+ * their own until data arrives). */
+TSR_API int64_t tsr_tiles_local_bytes(const tsr_tiles_t *t);
+TSR_API int tsr_tiles_remote_handles(const tsr_tiles_t *t);
 
 /* Copies the whole matrix to dst (m, n) row-major, waiting for the tasks that
- * write it. Copies src (m, n) into the matrix, after the tasks that use it. */
+ * write it. Copies src (m, n) into the matrix, after the tasks that use it.
+ * Every tile must be on this process (TSR_EINVAL otherwise). */
 TSR_API int tsr_tiles_read(const tsr_tiles_t *t, float *dst);
 TSR_API int tsr_tiles_write(tsr_tiles_t *t, const float *src);
+/* Copies tile (i, j), which must be on this process, to dst (tile rows,
+ * tile cols) row-major, waiting for the tasks that write it. */
+TSR_API int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst);
 
 TSR_EXTERN_C_END
 

@@ -64,12 +64,8 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
   *nb = o->tile_cols > 0 ? o->tile_cols : cols;
 }
 
-static int64_t next_tag;
-
 int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
-  int rc = tsr_tiles_create(t, m, n, mb, nb, NULL, NULL, next_tag);
-  next_tag += (m + mb - 1) / mb * ((n + nb - 1) / nb);
-  return rc;
+  return tsr_tiles_create(t, m, n, mb, nb);
 }
 
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
@@ -103,6 +99,12 @@ int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_
 static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o, void *ctx) {
   (void)ctx;
   return tsr__net_optimizer_step(net, p, o);
+}
+
+tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook) {
+  tsr_grad_hook_t previous = net->on_grad;
+  net->on_grad = hook;
+  return previous;
 }
 
 tsr_task_opts_t tsr__net_task_opts(const tsr_net_t *net, int layer, bool backward) {
@@ -264,7 +266,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   choose_tiles(spec, inputs, opts, &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 
-  net->on_grad = default_grad_hook;
+  net->on_grad = (tsr_grad_hook_t){default_grad_hook, NULL};
   err_clear(err);
   rc = create_layers(net, spec, &rng, err);
   if (rc == 0) rc = tsr__net_tiles(&net->x0, net->batch, inputs, net->mb, net->layers[0].in_nb);
@@ -365,7 +367,7 @@ static int backward(tsr_net_t *net, bool do_update) {
     tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, true);
     TSR_TRY(l->ops->backward(net, l, layer_input(net, i), dx, &o));
     for (int k = 0; do_update && k < l->nparams; k++)
-      TSR_TRY(net->on_grad(net, &l->params[k], &o, net->on_grad_ctx));
+      TSR_TRY(net->on_grad.fn(net, &l->params[k], &o, net->on_grad.ctx));
   }
   return 0;
 }

@@ -59,6 +59,10 @@ struct tsr_layer {
  * optimizer step by default; distributed synchronization policies replace it. */
 typedef int (*tsr_grad_hook_fn)(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o,
                                 void *ctx);
+typedef struct {
+  tsr_grad_hook_fn fn;
+  void *ctx;
+} tsr_grad_hook_t;
 
 struct tsr_net {
   int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
@@ -74,11 +78,10 @@ struct tsr_net {
   uint64_t tasks_per_step; /* measured on the first training step */
   uint64_t submitted;      /* tasks submitted with the net's options (its own and its hooks') */
   int64_t step_label;      /* training step that tasks are labelled with (0: none) */
-  tsr_grad_hook_fn on_grad;
-  void *on_grad_ctx;
+  tsr_grad_hook_t on_grad; /* the optimizer step unless a sync policy installed its own */
 };
 
-/* Creates a tiled matrix with the next free range of MPI tags. */
+/* Creates a local tiled matrix (every rank's replica is its own). */
 int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
 /* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
@@ -86,6 +89,11 @@ int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t 
 /* Creates l->y and l->dy (batch, fout) in net->mb x l->out_nb tiles; with
  * last (the logits) one tile wide. */
 int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last);
+/* Installs hook and returns the one it replaces; installing that one again
+ * restores it (hooks come in pairs: a synchronization policy installs its
+ * own for a run and puts the previous one back at its end). */
+tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook);
+
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);
 

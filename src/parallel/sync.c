@@ -1,46 +1,44 @@
-/* One averaging mechanism for every synchronization policy. Each parameter
- * tile has a home rank (homes balanced by bytes). Every rank registers, for each tile, a handle
- * per rank's replica: its own tile, and placeholders standing for the other
- * ranks' copies. Averaging is then two rounds of StarPU-MPI tasks that every
- * rank submits alike: the home accumulates each rank's copy into its acc
- * tile (StarPU-MPI sends the copies to it), and each rank's copy is
- * overwritten from the home's result (StarPU-MPI sends it back). Because it
- * works tile by tile, the averaging of a layer starts while the layers below
- * are still in their backward pass.
+/* One averaging mechanism for every synchronization policy, on descriptors.
+ * Each parameter tile has a home rank (homes balanced by bytes). For every
+ * parameter matrix each rank makes a replica view per rank (its own matrix
+ * for itself, handles without memory for the others), and matrices
+ * distributed by home: acc, the weighted sum (and for async-epoch the global
+ * copy and each rank's fold result). Averaging a tile is then two rounds of
+ * StarPU-MPI tasks that every rank submits alike: the home accumulates each
+ * rank's copy into acc (StarPU-MPI sends the copies to it), and each rank's
+ * copy is overwritten from the home's result (StarPU-MPI sends it back).
+ * Because it works tile by tile, the averaging of a layer starts while the
+ * layers below are still in their backward pass.
  *
  * batch: the gradient is averaged every step, the optimizer runs once on the
  * home (its optimizer state is the only one used: sharded, ZeRO-1 style) and
  * the updated tile is what is broadcast. every=K, epoch=n: weights (and with
  * average_state the optimizer state) are averaged. async-epoch: each rank
  * folds itself into a global copy with a commutative task and continues
- * from its own fold's result. */
-#include <mpi.h>
-#include <starpu.h>
-#include <starpu_mpi.h>
+ * from its own fold's result.
+ *
+ * Deterministic mode sums in rank order: acc = w_0 x_0, then acc = w_q x_q +
+ * acc for q = 1 .. P-1 (tsr_sync_t.deterministic, tested bit for bit). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "codelets.h"
-#include "parallel/replicas.h"
 #include "nn/net_impl.h"
+#include "parallel/replicas.h"
 #include "runtime/progress.h"
+#include "tile/ops.h"
 #include "tile/tiles_impl.h"
 #include "try.h"
 
 typedef struct {
-  int home;
-  starpu_data_handle_t *w, *s1, *s2, *g; /* [size]: each rank's copy; NULL when not needed */
-  starpu_data_handle_t acc;              /* owned by home: the weighted sum */
-  starpu_data_handle_t global;           /* async-epoch: the global copy, owned by home */
-  starpu_data_handle_t *snap;            /* async-epoch: [size] each rank's fold result */
-  uint64_t bytes;
-} rtile_t;
-
-typedef struct {
   tsr_param_t *p;
-  int ntiles;
-  rtile_t *t;
+  int nt;                                  /* tile columns, for home_of */
+  int *home;                               /* (mt, nt) home rank of each tile */
+  tsr_tiles_t **w, **s1, **s2, **g;        /* [size] replica views; NULL when not needed */
+  tsr_tiles_t *home_w, *home_s1, *home_s2; /* batch: each tile from its home's replica */
+  tsr_tiles_t *acc;                        /* distributed by home: the weighted sum */
+  tsr_tiles_t *global;                     /* async-epoch, distributed by home: the global copy */
+  tsr_tiles_t **snap; /* async-epoch: [size], distributed by home: each rank's fold */
 } rparam_t;
 
 struct tsr_replicas {
@@ -49,19 +47,13 @@ struct tsr_replicas {
   int rank, size;
   int nparams;
   rparam_t *params;
-  int nstats;                      /* stats tiles per rank */
-  starpu_data_handle_t *stats;     /* [size * nstats] every rank's training stats tiles */
-  starpu_data_handle_t *stats_sum; /* [nstats] owned by rank 0: the sums over ranks */
-  double *weights;                 /* [size] weight of each rank in the next averaging */
-  int64_t *samples;                /* [size] samples since the last averaging */
+  tsr_tiles_t **stats;      /* [size] replica views of the training stats (mt, 2) */
+  tsr_tiles_t *stats_sum;   /* on rank 0: the sums over ranks */
+  double *weights;          /* [size] weight of each rank in the next averaging */
+  int64_t *samples;         /* [size] samples since the last averaging */
+  tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
   tsr_sync_stats_t st;
 };
-
-/* MPI tags of replica handles: above every tile tag the network uses (those
- * count up from 0), and never reused within a process, since a local tile
- * keeps its StarPU-MPI registration until the tile itself is freed. Every
- * rank creates the same replicas in the same order, so tags agree. */
-static starpu_mpi_tag_t next_tag = (starpu_mpi_tag_t)1 << 40;
 
 static double now(void) {
   struct timespec ts;
@@ -69,53 +61,55 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Placeholder for data owned by `owner`: StarPU allocates it where needed. */
-static starpu_data_handle_t placeholder(int rows, int cols, int owner) {
-  starpu_data_handle_t h;
-  starpu_matrix_data_register(&h, -1, 0, (uint32_t)cols, (uint32_t)cols, (uint32_t)rows,
-                              sizeof(float));
-  starpu_mpi_data_register(h, next_tag++, owner);
-  return h;
+static int home_of(int i, int j, void *ctx) {
+  const rparam_t *rp = ctx;
+  return rp->home[i * rp->nt + j];
 }
 
-/* One handle per rank for tile (i, j) of a replicated matrix: the local tile
- * for this rank, placeholders for the others. */
-static starpu_data_handle_t *per_rank(tsr_replicas_t *r, tsr_tiles_t *t, int i, int j) {
-  starpu_data_handle_t *h = calloc((size_t)r->size, sizeof *h);
-  if (!h) return NULL;
-  int rows = tsr_tiles_tile_rows(t, i), cols = tsr_tiles_tile_cols(t, j);
-  for (int q = 0; q < r->size; q++) {
-    if (q == r->rank) {
-      h[q] = tsr__tile(t, i, j);
-      starpu_mpi_data_register(h[q], next_tag++, q);
-    } else {
-      h[q] = placeholder(rows, cols, q);
+static int rank_zero(int i, int j, void *ctx) {
+  (void)i, (void)j, (void)ctx;
+  return 0;
+}
+
+/* [size] replica views of base, one per rank; NULL on failure. */
+static tsr_tiles_t **replicas_of(tsr_replicas_t *r, tsr_tiles_t *base) {
+  tsr_tiles_t **v = calloc((size_t)r->size, sizeof *v);
+  for (int q = 0; v && q < r->size; q++)
+    if (tsr__tiles_replica(&v[q], base, q)) {
+      while (q-- > 0)
+        tsr_tiles_destroy(&v[q]);
+      free(v);
+      return NULL;
     }
-  }
-  return h;
+  return v;
 }
 
-static void free_per_rank(tsr_replicas_t *r, starpu_data_handle_t *h) {
-  if (!h) return;
-  for (int q = 0; q < r->size; q++)
-    if (q != r->rank) starpu_data_unregister_no_coherency(h[q]);
-  free(h);
+static void destroy_all(tsr_replicas_t *r, tsr_tiles_t ***v) {
+  for (int q = 0; *v && q < r->size; q++)
+    tsr_tiles_destroy(&(*v)[q]);
+  free(*v), *v = NULL;
 }
 
-/* Byte counters of one tile's transfers: every rank's copy to its home, and
- * the home's copy to every rank. */
-static void count_to_home(tsr_replicas_t *r, const rtile_t *t) {
-  if (r->rank == t->home)
-    r->st.bytes_received += t->bytes * (uint64_t)(r->size - 1);
+/* Bytes of tile (i, j), and this rank's share of moving it: every rank's
+ * copy to its home, and the home's copy to every rank. */
+static uint64_t tile_bytes(const tsr_tiles_t *t, int i, int j) {
+  return (uint64_t)tsr_tiles_tile_rows(t, i) * (uint64_t)tsr_tiles_tile_cols(t, j) * sizeof(float);
+}
+
+static void count_to_home(tsr_replicas_t *r, const rparam_t *rp, int i, int j) {
+  uint64_t bytes = tile_bytes(rp->acc, i, j);
+  if (r->rank == home_of(i, j, (void *)rp))
+    r->st.bytes_received += bytes * (uint64_t)(r->size - 1);
   else
-    r->st.bytes_sent += t->bytes;
+    r->st.bytes_sent += bytes;
 }
 
-static void count_from_home(tsr_replicas_t *r, const rtile_t *t) {
-  if (r->rank == t->home)
-    r->st.bytes_sent += t->bytes * (uint64_t)(r->size - 1);
+static void count_from_home(tsr_replicas_t *r, const rparam_t *rp, int i, int j) {
+  uint64_t bytes = tile_bytes(rp->acc, i, j);
+  if (r->rank == home_of(i, j, (void *)rp))
+    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1);
   else
-    r->st.bytes_received += t->bytes;
+    r->st.bytes_received += bytes;
 }
 
 /* Options of averaging tasks outside a step's backward pass: through
@@ -127,63 +121,64 @@ static tsr_task_opts_t mpi_opts(const tsr_replicas_t *r) {
   return o;
 }
 
-/* acc (on the home) = sum over ranks q of weights[q] * x[q]; in rank order
- * in deterministic mode, else as the copies arrive (commutative adds). */
-static int reduce(const tsr_task_opts_t *o, tsr_replicas_t *r, rtile_t *t,
-                  starpu_data_handle_t *x) {
+/* Tile (i, j) of acc (on the home) = sum over ranks q of weights[q] x[q]; in
+ * rank order in deterministic mode, else as the copies arrive (commutative
+ * adds). */
+static int reduce(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t **x, int i,
+                  int j) {
   if (r->sync.deterministic) {
     for (int q = 0; q < r->size; q++)
-      TSR_TRY(tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc,
-                                     false));
+      TSR_TRY(tsr__tile_axpby(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, rp->acc, i, j,
+                              false));
   } else {
-    TSR_TRY(tsr__insert_fill(o, t->acc, 0.0f));
+    TSR_TRY(tsr__tile_fill(o, rp->acc, i, j, 0.0f));
     for (int q = 0; q < r->size; q++)
-      TSR_TRY(tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], 1.0f, t->acc, true));
+      TSR_TRY(tsr__tile_axpby(o, (float)r->weights[q], x[q], 1.0f, rp->acc, i, j, true));
   }
-  count_to_home(r, t);
+  count_to_home(r, rp, i, j);
   return 0;
 }
 
-/* y[q] = src for every rank q (except the home when skip_home); src lives on the home. */
-static int broadcast(const tsr_task_opts_t *o, tsr_replicas_t *r, rtile_t *t,
-                     starpu_data_handle_t src, starpu_data_handle_t *y, bool skip_home) {
+/* Tile (i, j) of y[q] = the same tile of src for every rank q (except the
+ * home when skip_home: src is the home's own copy); src lives on the home. */
+static int broadcast(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t *src,
+                     tsr_tiles_t **y, bool skip_home, int i, int j) {
+  int home = home_of(i, j, rp);
   for (int q = 0; q < r->size; q++)
-    if (!(skip_home && q == t->home)) TSR_TRY(tsr__insert_copy(o, y[q], src));
-  count_from_home(r, t);
+    if (!(skip_home && q == home)) TSR_TRY(tsr__tile_copy(o, y[q], src, i, j));
+  count_from_home(r, rp, i, j);
   return 0;
 }
 
-/* The optimizer update of one tile, on the tile's home, with the home's state. */
-static int update_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, const tsr_param_t *p,
-                          rtile_t *t) {
+/* The optimizer update of tile (i, j), on its home, with the home's state. */
+static int update_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j) {
   const tsr_net_t *net = r->net;
   const tsr_optimizer_t *hp = &net->opts.opt;
-  float wd = p->decay ? hp->weight_decay : 0.0f;
-  int h = t->home;
+  float wd = rp->p->decay ? hp->weight_decay : 0.0f;
   if (hp->kind == TSR_OPT_ADAM)
-    return tsr__insert_adam(o, t->w[h], t->s1[h], t->s2[h], t->acc, net->lr, hp->beta1, hp->beta2,
-                            hp->eps, wd, net->step);
-  return tsr__insert_sgd(o, t->w[h], t->s1 ? t->s1[h] : NULL, t->acc, net->lr, hp->momentum, wd);
+    return tsr__tile_adam(o, rp->home_w, rp->home_s1, rp->home_s2, rp->acc, i, j, net->lr,
+                          hp->beta1, hp->beta2, hp->eps, wd, net->step);
+  return tsr__tile_sgd(o, rp->home_w, rp->home_s1, rp->acc, i, j, net->lr, hp->momentum, wd);
 }
 
 /* batch: replaces the optimizer step of a parameter whose gradient was just submitted. */
 static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *layer, void *ctx) {
   (void)net;
-  tsr_task_opts_t mpi = *layer, *o = &mpi;
-  mpi.mpi = true;
   tsr_replicas_t *r = ctx;
   rparam_t *rp = NULL;
   for (int k = 0; k < r->nparams && !rp; k++)
     if (r->params[k].p == p) rp = &r->params[k];
   if (!rp) return TSR_EINVAL;
+  tsr_task_opts_t o = *layer;
+  o.mpi = true;
   double t0 = now();
   int rc = 0;
-  for (int k = 0; k < rp->ntiles && rc == 0; k++) {
-    rtile_t *t = &rp->t[k];
-    rc = reduce(o, r, t, t->g);
-    if (rc == 0) rc = update_on_home(o, r, p, t);
-    if (rc == 0) rc = broadcast(o, r, t, t->w[t->home], t->w, true);
-  }
+  for (int i = 0; i < tsr_tiles_mt(p->w) && rc == 0; i++)
+    for (int j = 0; j < rp->nt && rc == 0; j++) {
+      rc = reduce(&o, r, rp, rp->g, i, j);
+      if (rc == 0) rc = update_on_home(&o, r, rp, i, j);
+      if (rc == 0) rc = broadcast(&o, r, rp, rp->home_w, rp->w, true, i, j);
+    }
   r->st.seconds += now() - t0;
   return rc;
 }
@@ -200,20 +195,21 @@ static void set_average_weights(tsr_replicas_t *r) {
 /* Every replica (and with average_state the optimizer state) becomes the
  * weighted mean of all. */
 static int average(tsr_replicas_t *r) {
-  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
+  tsr_task_opts_t o = mpi_opts(r);
   set_average_weights(r);
   int rc = 0;
-  for (int k = 0; k < r->nparams && rc == 0; k++)
-    for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
-      rtile_t *t = &r->params[k].t[i];
-      starpu_data_handle_t *sets[3] = {t->w, r->sync.average_state ? t->s1 : NULL,
-                                       r->sync.average_state ? t->s2 : NULL};
-      for (int s = 0; s < 3 && rc == 0; s++)
-        if (sets[s]) {
-          rc = reduce(o, r, t, sets[s]);
-          if (rc == 0) rc = broadcast(o, r, t, t->acc, sets[s], false);
-        }
-    }
+  for (int k = 0; k < r->nparams && rc == 0; k++) {
+    rparam_t *rp = &r->params[k];
+    tsr_tiles_t **sets[3] = {rp->w, r->sync.average_state ? rp->s1 : NULL,
+                             r->sync.average_state ? rp->s2 : NULL};
+    for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
+      for (int j = 0; j < rp->nt && rc == 0; j++)
+        for (int s = 0; s < 3 && rc == 0; s++)
+          if (sets[s]) {
+            rc = reduce(&o, r, rp, sets[s], i, j);
+            if (rc == 0) rc = broadcast(&o, r, rp, rp->acc, sets[s], false, i, j);
+          }
+  }
   memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
   return rc;
 }
@@ -222,67 +218,95 @@ static int average(tsr_replicas_t *r) {
  * folds of one tile are adjacent accesses to the global copy and commute
  * (in deterministic mode they apply in rank order instead). */
 static int fold_all(tsr_replicas_t *r) {
-  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
+  tsr_task_opts_t o = mpi_opts(r);
   int rc = 0;
-  for (int k = 0; k < r->nparams && rc == 0; k++)
-    for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
-      rtile_t *t = &r->params[k].t[i];
-      for (int q = 0; q < r->size && rc == 0; q++) {
-        rc = tsr__insert_fold(o, t->global, t->snap[q], t->w[q], !r->sync.deterministic);
-        if (rc == 0) rc = tsr__insert_copy(o, t->w[q], t->snap[q]);
+  for (int k = 0; k < r->nparams && rc == 0; k++) {
+    rparam_t *rp = &r->params[k];
+    for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
+      for (int j = 0; j < rp->nt && rc == 0; j++) {
+        for (int q = 0; q < r->size && rc == 0; q++) {
+          rc = tsr__tile_fold(&o, rp->global, rp->snap[q], rp->w[q], i, j, !r->sync.deterministic);
+          if (rc == 0) rc = tsr__tile_copy(&o, rp->w[q], rp->snap[q], i, j);
+        }
+        count_to_home(r, rp, i, j), count_from_home(r, rp, i, j);
       }
-      count_to_home(r, t), count_from_home(r, t);
-    }
-  return rc;
-}
-
-static int create_tile(tsr_replicas_t *r, tsr_param_t *p, int i, int j, int home, rtile_t *t) {
-  bool batch = r->sync.kind == TSR_SYNC_BATCH;
-  int rows = tsr_tiles_tile_rows(p->w, i), cols = tsr_tiles_tile_cols(p->w, j);
-  t->home = home;
-  t->bytes = (uint64_t)rows * (uint64_t)cols * sizeof(float);
-  t->w = per_rank(r, p->w, i, j);
-  if (!t->w) return TSR_ENOMEM;
-  if (p->s1 && (batch || r->sync.average_state) && !(t->s1 = per_rank(r, p->s1, i, j)))
-    return TSR_ENOMEM;
-  if (p->s2 && (batch || r->sync.average_state) && !(t->s2 = per_rank(r, p->s2, i, j)))
-    return TSR_ENOMEM;
-  if (batch && !(t->g = per_rank(r, p->g, i, j))) return TSR_ENOMEM;
-  t->acc = placeholder(rows, cols, home);
-  if (r->sync.kind == TSR_SYNC_ASYNC_EPOCH) {
-    t->global = placeholder(rows, cols, home);
-    t->snap = calloc((size_t)r->size, sizeof *t->snap);
-    if (!t->snap) return TSR_ENOMEM;
-    for (int q = 0; q < r->size; q++)
-      t->snap[q] = placeholder(rows, cols, home);
   }
-  return 0;
+  return rc;
 }
 
 /* Every replica starts from rank 0's weights; the async global copy from them too. */
 static int start_equal(tsr_replicas_t *r) {
-  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
+  tsr_task_opts_t o = mpi_opts(r);
   int rc = 0;
-  for (int k = 0; k < r->nparams && rc == 0; k++)
-    for (int i = 0; i < r->params[k].ntiles && rc == 0; i++) {
-      rtile_t *t = &r->params[k].t[i];
-      for (int q = 1; q < r->size && rc == 0; q++)
-        rc = tsr__insert_copy(o, t->w[q], t->w[0]);
-      if (rc == 0 && t->global) rc = tsr__insert_copy(o, t->global, t->w[0]);
-    }
+  for (int k = 0; k < r->nparams && rc == 0; k++) {
+    rparam_t *rp = &r->params[k];
+    for (int q = 1; q < r->size && rc == 0; q++)
+      rc = tsr__tiles_copy(&o, rp->w[q], rp->w[0]);
+    if (rc == 0 && rp->global) rc = tsr__tiles_copy(&o, rp->global, rp->w[0]);
+  }
   return rc;
 }
 
-/* The home of the next tile: the rank with the fewest bytes homed so far, so
- * that averaging traffic and optimizer updates spread evenly (tile index mod
- * P would home every weight matrix of a net with one tile per matrix on rank
- * 0 and only the biases elsewhere). Every rank computes the same answer. */
-static int lightest(uint64_t *load, int size, const tsr_param_t *p, int i, int j) {
-  int best = 0;
-  for (int q = 1; q < size; q++)
-    if (load[q] < load[best]) best = q;
-  load[best] += (uint64_t)tsr_tiles_tile_rows(p->w, i) * (uint64_t)tsr_tiles_tile_cols(p->w, j);
-  return best;
+/* The home of each tile of p: the rank with the fewest bytes homed so far,
+ * so that averaging traffic and optimizer updates spread evenly (tile index
+ * mod P would home every weight matrix of a net with one tile per matrix on
+ * rank 0 and only the biases elsewhere). Every rank computes the same. */
+static int assign_homes(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
+  const tsr_tiles_t *w = rp->p->w;
+  int mt = tsr_tiles_mt(w);
+  rp->nt = tsr_tiles_nt(w);
+  rp->home = malloc(sizeof *rp->home * (size_t)mt * (size_t)rp->nt);
+  if (!rp->home) return TSR_ENOMEM;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < rp->nt; j++) {
+      int best = 0;
+      for (int q = 1; q < r->size; q++)
+        if (load[q] < load[best]) best = q;
+      load[best] += (uint64_t)tsr_tiles_tile_rows(w, i) * (uint64_t)tsr_tiles_tile_cols(w, j);
+      rp->home[i * rp->nt + j] = best;
+    }
+  return 0;
+}
+
+/* A matrix shaped and tiled like p's weights, distributed by home. */
+static int by_home(tsr_tiles_t **t, rparam_t *rp) {
+  const tsr_tiles_t *w = rp->p->w;
+  return tsr_tiles_create_distributed(t, tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
+                                      tsr_tiles_nb(w), home_of, rp);
+}
+
+static int create_param(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
+  bool batch = r->sync.kind == TSR_SYNC_BATCH;
+  bool state = batch || r->sync.average_state;
+  tsr_param_t *p = rp->p;
+  TSR_TRY(assign_homes(r, rp, load));
+  if (!(rp->w = replicas_of(r, p->w))) return TSR_ENOMEM;
+  if (p->s1 && state && !(rp->s1 = replicas_of(r, p->s1))) return TSR_ENOMEM;
+  if (p->s2 && state && !(rp->s2 = replicas_of(r, p->s2))) return TSR_ENOMEM;
+  if (batch && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
+  TSR_TRY(by_home(&rp->acc, rp));
+  if (batch) {
+    TSR_TRY(tsr__tiles_pick(&rp->home_w, rp->w, home_of, rp));
+    if (rp->s1) TSR_TRY(tsr__tiles_pick(&rp->home_s1, rp->s1, home_of, rp));
+    if (rp->s2) TSR_TRY(tsr__tiles_pick(&rp->home_s2, rp->s2, home_of, rp));
+  }
+  if (r->sync.kind == TSR_SYNC_ASYNC_EPOCH) {
+    TSR_TRY(by_home(&rp->global, rp));
+    if (!(rp->snap = calloc((size_t)r->size, sizeof *rp->snap))) return TSR_ENOMEM;
+    for (int q = 0; q < r->size; q++)
+      TSR_TRY(by_home(&rp->snap[q], rp));
+  }
+  return 0;
+}
+
+static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
+  /* Views first: they borrow the replicas' and the distributed matrices' tiles. */
+  tsr_tiles_destroy(&rp->home_w), tsr_tiles_destroy(&rp->home_s1);
+  tsr_tiles_destroy(&rp->home_s2);
+  destroy_all(r, &rp->w), destroy_all(r, &rp->s1), destroy_all(r, &rp->s2);
+  destroy_all(r, &rp->g), destroy_all(r, &rp->snap);
+  tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->global);
+  free(rp->home);
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
@@ -296,42 +320,26 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  int rc = r->weights && r->samples && r->params ? 0 : TSR_ENOMEM;
-  int k = 0;
   uint64_t *load = calloc((size_t)r->size, sizeof *load); /* bytes homed on each rank */
-  if (!load) rc = TSR_ENOMEM;
+  int rc = r->weights && r->samples && r->params && load ? 0 : TSR_ENOMEM;
+  int k = 0;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
     for (int m = 0; m < net->layers[l].nparams && rc == 0; m++, k++) {
-      rparam_t *rp = &r->params[k];
-      rp->p = &net->layers[l].params[m];
-      int mt = tsr_tiles_mt(rp->p->w), nt = tsr_tiles_nt(rp->p->w);
-      rp->ntiles = mt * nt;
-      rp->t = calloc((size_t)rp->ntiles, sizeof *rp->t);
-      if (!rp->t) rc = TSR_ENOMEM;
-      for (int i = 0; i < mt && rc == 0; i++)
-        for (int j = 0; j < nt && rc == 0; j++)
-          rc =
-              create_tile(r, rp->p, i, j, lightest(load, r->size, rp->p, i, j), &rp->t[i * nt + j]);
+      r->params[k].p = &net->layers[l].params[m];
+      rc = create_param(r, &r->params[k], load);
     }
   free(load);
-  r->nstats = rc == 0 ? tsr_tiles_mt(net->train_stats) : 0;
-  if (rc == 0 && !(r->stats = calloc((size_t)(r->size * r->nstats), sizeof *r->stats)))
-    rc = TSR_ENOMEM;
-  if (rc == 0 && !(r->stats_sum = calloc((size_t)r->nstats, sizeof *r->stats_sum))) rc = TSR_ENOMEM;
-  for (int i = 0; i < r->nstats && rc == 0; i++) {
-    r->stats_sum[i] = placeholder(1, 2, 0);
-    starpu_data_handle_t *h = per_rank(r, net->train_stats, i, 0);
-    if (!h) rc = TSR_ENOMEM;
-    for (int q = 0; h && q < r->size; q++)
-      r->stats[q * r->nstats + i] = h[q];
-    free(h);
-  }
+  if (rc == 0 && !(r->stats = replicas_of(r, net->train_stats))) rc = TSR_ENOMEM;
+  if (rc == 0)
+    rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
+                                      rank_zero, NULL);
   if (rc == 0) rc = start_equal(r);
   if (rc) {
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
   }
-  if (sync->kind == TSR_SYNC_BATCH) net->on_grad = grad_hook, net->on_grad_ctx = r;
+  if (sync->kind == TSR_SYNC_BATCH)
+    r->previous = tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r});
   memset(&r->st, 0, sizeof r->st);
   *out = r;
   return 0;
@@ -341,27 +349,12 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   tsr_replicas_t *r = *rp;
   if (!r) return;
   if (tsr_dist_active()) tsr__progress_wait_all();
-  for (int k = 0; r->params && k < r->nparams; k++) {
-    for (int i = 0; i < r->params[k].ntiles; i++) {
-      rtile_t *t = &r->params[k].t[i];
-      free_per_rank(r, t->w), free_per_rank(r, t->s1), free_per_rank(r, t->s2);
-      free_per_rank(r, t->g);
-      if (t->acc) starpu_data_unregister_no_coherency(t->acc);
-      if (t->global) starpu_data_unregister_no_coherency(t->global);
-      for (int q = 0; t->snap && q < r->size; q++)
-        starpu_data_unregister_no_coherency(t->snap[q]);
-      free(t->snap);
-    }
-    free(r->params[k].t);
-  }
-  for (int q = 0; r->stats && q < r->size; q++)
-    for (int i = 0; i < r->nstats; i++)
-      if (q != r->rank && r->stats[q * r->nstats + i])
-        starpu_data_unregister_no_coherency(r->stats[q * r->nstats + i]);
-  if (r->net->on_grad_ctx == r) r->net->on_grad = NULL, r->net->on_grad_ctx = NULL;
-  for (int i = 0; r->stats_sum && i < r->nstats; i++)
-    if (r->stats_sum[i]) starpu_data_unregister_no_coherency(r->stats_sum[i]);
-  free(r->stats), free(r->stats_sum), free(r->params), free(r->weights), free(r->samples);
+  if (r->previous.fn) tsr__net_set_grad_hook(r->net, r->previous);
+  for (int k = 0; r->params && k < r->nparams; k++)
+    destroy_param(r, &r->params[k]);
+  destroy_all(r, &r->stats);
+  tsr_tiles_destroy(&r->stats_sum);
+  free(r->params), free(r->weights), free(r->samples);
   free(r);
   *rp = NULL;
 }
@@ -422,21 +415,22 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
  * tasks (the same owner-computes mechanism as averaging), then read there;
  * each rank then clears its own. */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct) {
-  tsr_task_opts_t mpi = mpi_opts(r), *o = &mpi;
+  tsr_task_opts_t o = mpi_opts(r);
   int rc = 0;
-  for (int i = 0; i < r->nstats && rc == 0; i++)
-    for (int q = 0; q < r->size && rc == 0; q++)
-      rc = tsr__insert_axpby_mode(o, 1.0f, r->stats[q * r->nstats + i], q == 0 ? 0.0f : 1.0f,
-                                  r->stats_sum[i], false);
+  for (int q = 0; q < r->size && rc == 0; q++)
+    rc = tsr__tiles_axpby(&o, 1.0f, r->stats[q], q == 0 ? 0.0f : 1.0f, r->stats_sum);
   double mine_loss, mine_correct;
   if (rc == 0) rc = tsr_net_take_stats(r->net, false, &mine_loss, &mine_correct);
   *loss = 0, *correct = 0;
-  for (int i = 0; i < r->nstats && rc == 0 && r->rank == 0; i++) {
-    if (starpu_data_acquire(r->stats_sum[i], STARPU_R) != 0) return TSR_ERUNTIME;
-    const float *v = (const float *)starpu_matrix_get_local_ptr(r->stats_sum[i]);
-    *loss += v[0], *correct += v[1];
-    starpu_data_release(r->stats_sum[i]);
-  }
+  if (rc || r->rank != 0) return rc;
+  int64_t n = tsr_tiles_rows(r->stats_sum);
+  float buf[2 * 64];
+  float *v = n <= 64 ? buf : malloc(sizeof(float) * 2 * (size_t)n);
+  if (!v) return TSR_ENOMEM;
+  rc = tsr_tiles_read(r->stats_sum, v);
+  for (int64_t i = 0; i < n && rc == 0; i++)
+    *loss += v[2 * i], *correct += v[2 * i + 1];
+  if (v != buf) free(v);
   return rc;
 }
 

@@ -21,14 +21,14 @@
 #include "tessera/dist.h"
 #include "tessera/error.h"
 
-/* Above every tile tag (tile/tiles.c) and replica tag (dist/sync.c). */
-#define KEEPALIVE_TAG ((starpu_mpi_tag_t)1 << 50)
+#include "runtime/tags.h"
 
 static bool in_worker, posted;
 /* Separate handles: the posted receive holds its handle until it completes. */
 static int keepalive_value, wakeup_value;
 static starpu_data_handle_t keepalive, wakeup;
 static starpu_mpi_req keepalive_req;
+static starpu_mpi_tag_t keepalive_tag; /* from the tag allocator, at start */
 
 int tsr__progress_configure(tsr_mpi_progress_t mode, const struct starpu_conf *conf,
                             int local_ranks, tsr_errbuf_t *err) {
@@ -63,7 +63,7 @@ bool tsr__progress_in_worker(void) {
 
 static void post(void) {
   int ret =
-      starpu_mpi_irecv(keepalive, &keepalive_req, tsr_dist_rank(), KEEPALIVE_TAG, MPI_COMM_WORLD);
+      starpu_mpi_irecv(keepalive, &keepalive_req, tsr_dist_rank(), keepalive_tag, MPI_COMM_WORLD);
   STARPU_ASSERT_MSG(ret == 0, "starpu_mpi_irecv failed (%d)", ret);
   posted = true;
 }
@@ -71,7 +71,7 @@ static void post(void) {
 /* Sends this rank the message its keep-alive waits for. (From another rank,
  * it could arrive while this rank still has tasks to run.) */
 static void satisfy(void) {
-  int ret = starpu_mpi_send(wakeup, tsr_dist_rank(), KEEPALIVE_TAG, MPI_COMM_WORLD);
+  int ret = starpu_mpi_send(wakeup, tsr_dist_rank(), keepalive_tag, MPI_COMM_WORLD);
   STARPU_ASSERT_MSG(ret == 0, "starpu_mpi_send failed (%d)", ret);
   MPI_Status status;
   ret = starpu_mpi_wait(&keepalive_req, &status);
@@ -80,6 +80,8 @@ static void satisfy(void) {
 }
 
 void tsr__progress_start(void) {
+  /* Taken in either mode: ranks must take the same tag spaces in the same order. */
+  keepalive_tag = tsr__tag(tsr__tag_space(), 0);
   if (!in_worker || posted) return;
   starpu_variable_data_register(&keepalive, STARPU_MAIN_RAM, (uintptr_t)&keepalive_value,
                                 sizeof keepalive_value);

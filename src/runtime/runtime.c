@@ -12,6 +12,7 @@
 #include "kernels/kernels.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
+#include "runtime/tags.h"
 #include "runtime/task_opts.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
@@ -21,6 +22,10 @@ static char sched_in_use[64];
 
 tsr_task_opts_t tsr__task_opts_default(void) {
   return (tsr_task_opts_t){.observer = tsr__observe_observer()};
+}
+
+bool tsr__runtime_mpi(void) {
+  return started && with_mpi;
 }
 
 int tsr__task_priority(int p) {

@@ -242,6 +242,50 @@ int tsr__tiles_dropout(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles
   return 0;
 }
 
+static bool tile_ok(const tsr_tiles_t *x, int i, int j) {
+  return i >= 0 && i < x->mt && j >= 0 && j < x->nt;
+}
+
+int tsr__tile_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, int i, int j, float value) {
+  if (!tile_ok(x, i, j)) return TSR_ESHAPE;
+  return tsr__insert_fill(o, tsr__tile(x, i, j), value);
+}
+
+int tsr__tile_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src, int i,
+                   int j) {
+  if (!same_tiling(dst, src) || !tile_ok(dst, i, j)) return TSR_ESHAPE;
+  return tsr__insert_copy(o, tsr__tile(dst, i, j), tsr__tile(src, i, j));
+}
+
+int tsr__tile_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
+                    tsr_tiles_t *y, int i, int j, bool commute) {
+  if (!same_tiling(x, y) || !tile_ok(y, i, j)) return TSR_ESHAPE;
+  return tsr__insert_axpby_mode(o, alpha, tsr__tile(x, i, j), beta, tsr__tile(y, i, j), commute);
+}
+
+int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *snap,
+                   const tsr_tiles_t *w, int i, int j, bool commute) {
+  if (!same_tiling(global, snap) || !same_tiling(global, w) || !tile_ok(w, i, j)) return TSR_ESHAPE;
+  return tsr__insert_fold(o, tsr__tile(global, i, j), tsr__tile(snap, i, j), tsr__tile(w, i, j),
+                          commute);
+}
+
+int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
+                  int i, int j, float lr, float momentum, float wd) {
+  if (!same_tiling(w, g) || (v && !same_tiling(w, v)) || !tile_ok(w, i, j)) return TSR_ESHAPE;
+  return tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j),
+                         lr, momentum, wd);
+}
+
+int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
+                   const tsr_tiles_t *g, int i, int j, float lr, float beta1, float beta2,
+                   float eps, float wd, int t) {
+  if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2) || !tile_ok(w, i, j))
+    return TSR_ESHAPE;
+  return tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
+                          tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t);
+}
+
 int tsr__tiles_wait(unsigned n_left) {
   return starpu_task_wait_for_n_submitted(n_left) == 0 ? 0 : TSR_ERUNTIME;
 }

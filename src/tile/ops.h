@@ -82,6 +82,26 @@ int tsr__tiles_pool_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 int tsr__tiles_dropout(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
                        uint64_t seed, float rate);
 
+/* Single-tile operations on tile (i, j) of descriptors of one shape and
+ * tiling (any kind: local, distributed, views). The synchronization code
+ * works tile by tile, so that the averaging of a tile starts as soon as its
+ * gradient is known. */
+int tsr__tile_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, int i, int j, float value);
+int tsr__tile_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src, int i,
+                   int j);
+/* y = alpha x + beta y; with commute (beta 1), adds to y may apply in any order. */
+int tsr__tile_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
+                    tsr_tiles_t *y, int i, int j, bool commute);
+/* global = (global + w) / 2, then snap = global, as one task (async-epoch). */
+int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *snap,
+                   const tsr_tiles_t *w, int i, int j, bool commute);
+/* v is NULL when momentum is 0. */
+int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
+                  int i, int j, float lr, float momentum, float wd);
+int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
+                   const tsr_tiles_t *g, int i, int j, float lr, float beta1, float beta2,
+                   float eps, float wd, int t);
+
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);

@@ -1,57 +1,204 @@
-/* Tiled-matrix descriptor. The matrix is one row-major allocation and each
- * tile is a StarPU matrix handle viewing its block (leading dimension n), so
- * a whole matrix can be read or written in one pass and BLIS reads tiles in
- * place through their strides. */
+/* Tiled-matrix descriptors. A local matrix is one row-major allocation and
+ * each tile a StarPU matrix handle viewing its block (leading dimension n),
+ * so a whole matrix can be read or written in one pass and BLIS reads tiles
+ * in place through their strides. A distributed matrix allocates each of
+ * this rank's tiles on its own and registers another rank's tile, without
+ * memory, only when a task first names it (as Chameleon's descriptors do):
+ * memory per rank follows the tiles it owns. Views (replica, pick) own no
+ * memory: see tiles_impl.h. */
 #include <assert.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <starpu_mpi.h>
+
+#include "runtime/tags.h"
+#include "tessera/dist.h"
 #include "tile/tiles_impl.h"
+#include "try.h"
 
 static int ceil_div(int64_t a, int b) {
   return (int)((a + b - 1) / b);
 }
 
-int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb,
-                     tsr_rank_of_fn rank_of, void *ctx, int64_t tag_base) {
+/* The shape fields and handle arrays of a descriptor of kind. */
+static int alloc_descriptor(tsr_tiles_t **out, tsr_tiles_kind_t kind, int64_t m, int64_t n, int mb,
+                            int nb) {
   *out = NULL;
   if (m <= 0 || n <= 0 || mb <= 0 || nb <= 0 || n > INT32_MAX) return TSR_EINVAL;
   tsr_tiles_t *t = calloc(1, sizeof *t);
   if (!t) return TSR_ENOMEM;
+  t->kind = kind;
   t->m = m, t->n = n;
   t->mb = mb < m ? mb : (int)m;
   t->nb = nb < n ? nb : (int)n;
   t->mt = ceil_div(m, t->mb), t->nt = ceil_div(n, t->nb);
-  t->rank_of = rank_of, t->rank_ctx = ctx, t->tag_base = tag_base;
+  t->rank = tsr_dist_rank(), t->owner = t->rank;
+  size_t count = (size_t)t->mt * (size_t)t->nt;
+  t->handles = calloc(count, sizeof *t->handles);
+  t->owned = calloc(count, sizeof *t->owned);
+  if (!t->handles || !t->owned) {
+    free(t->handles), free(t->owned), free(t);
+    return TSR_ENOMEM;
+  }
+  *out = t;
+  return 0;
+}
+
+/* Registers a tile's memory p (ld floats between rows) as tile (i, j). */
+static void register_block(tsr_tiles_t *t, int i, int j, float *p, int ld) {
+  long k = (long)i * t->nt + j;
+  starpu_matrix_data_register(&t->handles[k], STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)ld,
+                              (uint32_t)tsr_tiles_tile_cols(t, j),
+                              (uint32_t)tsr_tiles_tile_rows(t, i), sizeof(float));
+  /* Names the tile in traces (src/runtime/observe.c). */
+  starpu_data_set_coordinates(t->handles[k], 2, i, j);
+  t->owned[k] = true;
+}
+
+/* Registers tile (i, j) of t, owned by rank, with StarPU-MPI. */
+static void register_mpi(const tsr_tiles_t *t, starpu_data_handle_t h, int i, int j, int rank) {
+  if (t->tag_space && tsr__runtime_mpi())
+    starpu_mpi_data_register(h, tsr__tag(t->tag_space, (int64_t)i * t->nt + j), rank);
+}
+
+int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb) {
+  tsr_tiles_t *t;
+  int rc = alloc_descriptor(&t, TSR_TILES_LOCAL, m, n, mb, nb);
+  if (rc) return rc;
   size_t bytes = ((size_t)m * (size_t)n * sizeof(float) + 63) / 64 * 64;
   t->data = aligned_alloc(64, bytes);
-  t->handles = calloc((size_t)t->mt * (size_t)t->nt, sizeof *t->handles);
-  if (!t->data || !t->handles) {
-    free(t->data), free(t->handles), free(t);
+  if (!t->data) {
+    tsr_tiles_destroy(&t);
     return TSR_ENOMEM;
   }
   memset(t->data, 0, bytes);
+  t->local_bytes = (int64_t)m * n * (int64_t)sizeof(float);
   for (int i = 0; i < t->mt; i++)
-    for (int j = 0; j < t->nt; j++) {
-      float *p = t->data + (int64_t)i * t->mb * n + (int64_t)j * t->nb;
-      starpu_matrix_data_register(&t->handles[(long)i * t->nt + j], STARPU_MAIN_RAM, (uintptr_t)p,
-                                  (uint32_t)n, (uint32_t)tsr_tiles_tile_cols(t, j),
-                                  (uint32_t)tsr_tiles_tile_rows(t, i), sizeof(float));
-      /* Names the tile in traces (src/runtime/observe.c). */
-      starpu_data_set_coordinates(t->handles[(long)i * t->nt + j], 2, i, j);
-    }
+    for (int j = 0; j < t->nt; j++)
+      register_block(t, i, j, t->data + (int64_t)i * t->mb * n + (int64_t)j * t->nb, (int)n);
   *out = t;
   return 0;
+}
+
+int tsr_tiles_create_distributed(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb,
+                                 tsr_rank_of_fn rank_of, void *ctx) {
+  if (!rank_of) return TSR_EINVAL;
+  tsr_tiles_t *t;
+  int rc = alloc_descriptor(&t, TSR_TILES_DISTRIBUTED, m, n, mb, nb);
+  if (rc) return rc;
+  t->rank_of = rank_of, t->rank_ctx = ctx;
+  t->tag_space = tsr__tag_space();
+  t->blocks = calloc((size_t)t->mt * (size_t)t->nt, sizeof *t->blocks);
+  if (!t->blocks) rc = TSR_ENOMEM;
+  for (int i = 0; i < t->mt && rc == 0; i++)
+    for (int j = 0; j < t->nt && rc == 0; j++) {
+      int owner = rank_of(i, j, ctx);
+      if (owner < 0 || owner >= tsr_dist_size()) {
+        rc = TSR_EINVAL;
+        break;
+      }
+      if (owner != t->rank) continue;
+      int rows = tsr_tiles_tile_rows(t, i), cols = tsr_tiles_tile_cols(t, j);
+      size_t bytes = ((size_t)rows * (size_t)cols * sizeof(float) + 63) / 64 * 64;
+      float *p = aligned_alloc(64, bytes);
+      if (!p) {
+        rc = TSR_ENOMEM;
+        break;
+      }
+      memset(p, 0, bytes);
+      t->blocks[(long)i * t->nt + j] = p;
+      t->local_bytes += (int64_t)rows * cols * (int64_t)sizeof(float);
+      register_block(t, i, j, p, cols);
+      register_mpi(t, t->handles[(long)i * t->nt + j], i, j, t->rank);
+    }
+  if (rc) {
+    tsr_tiles_destroy(&t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+static int replica_rank(int i, int j, void *ctx) {
+  (void)i, (void)j;
+  return ((const tsr_tiles_t *)ctx)->owner;
+}
+
+int tsr__tiles_replica(tsr_tiles_t **out, tsr_tiles_t *base, int rank) {
+  if (base->kind != TSR_TILES_LOCAL || rank < 0 || rank >= tsr_dist_size()) return TSR_EINVAL;
+  tsr_tiles_t *t;
+  int rc = alloc_descriptor(&t, TSR_TILES_REPLICA, base->m, base->n, base->mb, base->nb);
+  if (rc) return rc;
+  t->owner = rank;
+  t->rank_of = replica_rank, t->rank_ctx = t;
+  t->tag_space = tsr__tag_space();
+  if (rank == t->rank)
+    for (int i = 0; i < t->mt; i++)
+      for (int j = 0; j < t->nt; j++) {
+        starpu_data_handle_t h = base->handles[(long)i * t->nt + j];
+        t->handles[(long)i * t->nt + j] = h; /* borrowed */
+        register_mpi(t, h, i, j, rank);
+      }
+  *out = t;
+  return 0;
+}
+
+int tsr__tiles_pick(tsr_tiles_t **out, tsr_tiles_t *const *sources, tsr_rank_of_fn rank_of,
+                    void *ctx) {
+  const tsr_tiles_t *s = sources[0];
+  tsr_tiles_t *t;
+  int rc = alloc_descriptor(&t, TSR_TILES_PICK, s->m, s->n, s->mb, s->nb);
+  if (rc) return rc;
+  for (int q = 1; q < tsr_dist_size(); q++)
+    if (sources[q]->m != s->m || sources[q]->n != s->n || sources[q]->mb != s->mb ||
+        sources[q]->nb != s->nb)
+      rc = TSR_ESHAPE;
+  if (rc) {
+    tsr_tiles_destroy(&t);
+    return rc;
+  }
+  t->sources = sources, t->rank_of = rank_of, t->rank_ctx = ctx;
+  *out = t;
+  return 0;
+}
+
+starpu_data_handle_t tsr__tile_register(const tsr_tiles_t *ct, int i, int j) {
+  tsr_tiles_t *t = (tsr_tiles_t *)ct; /* the handle cache is not the matrix's value */
+  long k = (long)i * t->nt + j;
+  int owner = tsr_tiles_rank_of(t, i, j);
+  if (t->kind == TSR_TILES_PICK) {
+    t->handles[k] = tsr__tile(t->sources[owner], i, j); /* borrowed */
+    return t->handles[k];
+  }
+  /* LOCAL tiles are registered at creation: here only another rank's. */
+  assert(t->kind != TSR_TILES_LOCAL && owner != t->rank);
+  starpu_matrix_data_register(&t->handles[k], -1, 0, (uint32_t)tsr_tiles_tile_cols(t, j),
+                              (uint32_t)tsr_tiles_tile_cols(t, j),
+                              (uint32_t)tsr_tiles_tile_rows(t, i), sizeof(float));
+  starpu_data_set_coordinates(t->handles[k], 2, i, j);
+  register_mpi(t, t->handles[k], i, j, owner);
+  t->owned[k] = true;
+  t->remote_handles++;
+  return t->handles[k];
 }
 
 void tsr_tiles_destroy(tsr_tiles_t **tp) {
   tsr_tiles_t *t = *tp;
   if (!t) return;
-  for (long k = 0; k < (long)t->mt * t->nt; k++)
-    if (t->handles[k]) starpu_data_unregister(t->handles[k]);
-  free(t->handles);
-  free(t->data);
+  for (long k = 0; k < (long)t->mt * t->nt; k++) {
+    if (!t->handles[k] || !t->owned[k]) continue;
+    int i = (int)(k / t->nt), j = (int)(k % t->nt);
+    /* Another rank's tile has no value here to bring back. */
+    if (tsr_tiles_rank_of(t, i, j) == t->rank)
+      starpu_data_unregister(t->handles[k]);
+    else
+      starpu_data_unregister_no_coherency(t->handles[k]);
+  }
+  for (long k = 0; t->blocks && k < (long)t->mt * t->nt; k++)
+    free(t->blocks[k]);
+  free(t->blocks), free(t->handles), free(t->owned), free(t->data);
   free(t);
   *tp = NULL;
 }
@@ -86,30 +233,56 @@ int tsr_tiles_tile_cols(const tsr_tiles_t *t, int j) {
 }
 
 int tsr_tiles_rank_of(const tsr_tiles_t *t, int i, int j) {
-  return t->rank_of ? t->rank_of(i, j, t->rank_ctx) : 0;
+  return t->rank_of ? t->rank_of(i, j, t->rank_ctx) : t->owner;
+}
+
+bool tsr_tiles_is_local(const tsr_tiles_t *t, int i, int j) {
+  return tsr_tiles_rank_of(t, i, j) == t->rank;
 }
 
 int64_t tsr_tiles_tag(const tsr_tiles_t *t, int i, int j) {
-  return t->tag_base + (int64_t)i * t->nt + j;
+  if (t->kind == TSR_TILES_PICK) return tsr_tiles_tag(t->sources[tsr_tiles_rank_of(t, i, j)], i, j);
+  return t->tag_space ? tsr__tag(t->tag_space, (int64_t)i * t->nt + j) : -1;
 }
 
-/* Copies between the matrix and a dense host array, tile by tile, holding
- * each tile through starpu_data_acquire so pending tasks finish first and a
- * copy on another memory node is brought back. */
+int64_t tsr_tiles_local_bytes(const tsr_tiles_t *t) {
+  return t->local_bytes;
+}
+
+int tsr_tiles_remote_handles(const tsr_tiles_t *t) {
+  return t->remote_handles;
+}
+
+/* Copies tile (i, j) to or from host (ldh floats between rows), holding it
+ * through starpu_data_acquire so pending tasks finish first and a copy on
+ * another memory node is brought back. */
+static int transfer_tile(const tsr_tiles_t *t, int i, int j, float *host, int64_t ldh,
+                         bool to_host) {
+  starpu_data_handle_t h = tsr__tile(t, i, j);
+  if (starpu_data_acquire(h, to_host ? STARPU_R : STARPU_W) != 0) return TSR_ERUNTIME;
+  int rows = tsr_tiles_tile_rows(t, i), cols = tsr_tiles_tile_cols(t, j);
+  float *tile = (float *)starpu_matrix_get_local_ptr(h);
+  int ld = (int)starpu_matrix_get_local_ld(h);
+  for (int r = 0; r < rows; r++) {
+    if (to_host)
+      memcpy(host + r * ldh, tile + (int64_t)r * ld, sizeof(float) * (size_t)cols);
+    else
+      memcpy(tile + (int64_t)r * ld, host + r * ldh, sizeof(float) * (size_t)cols);
+  }
+  starpu_data_release(h);
+  return 0;
+}
+
+/* Copies between the whole matrix, every tile of which is here, and a dense
+ * (m, n) host array. */
 static int transfer(const tsr_tiles_t *t, float *host, bool to_host) {
   for (int i = 0; i < t->mt; i++)
+    for (int j = 0; j < t->nt; j++)
+      if (!tsr_tiles_is_local(t, i, j)) return TSR_EINVAL;
+  for (int i = 0; i < t->mt; i++)
     for (int j = 0; j < t->nt; j++) {
-      starpu_data_handle_t h = tsr__tile(t, i, j);
-      if (starpu_data_acquire(h, to_host ? STARPU_R : STARPU_W) != 0) return TSR_ERUNTIME;
-      int rows = tsr_tiles_tile_rows(t, i), cols = tsr_tiles_tile_cols(t, j);
-      for (int r = 0; r < rows; r++) {
-        int64_t off = ((int64_t)i * t->mb + r) * t->n + (int64_t)j * t->nb;
-        if (to_host)
-          memcpy(host + off, t->data + off, sizeof(float) * (size_t)cols);
-        else
-          memcpy(t->data + off, host + off, sizeof(float) * (size_t)cols);
-      }
-      starpu_data_release(h);
+      float *corner = host + (int64_t)i * t->mb * t->n + (int64_t)j * t->nb;
+      TSR_TRY(transfer_tile(t, i, j, corner, t->n, to_host));
     }
   return 0;
 }
@@ -120,4 +293,9 @@ int tsr_tiles_read(const tsr_tiles_t *t, float *dst) {
 
 int tsr_tiles_write(tsr_tiles_t *t, const float *src) {
   return transfer(t, (float *)src, false);
+}
+
+int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst) {
+  if (i < 0 || i >= t->mt || j < 0 || j >= t->nt || !tsr_tiles_is_local(t, i, j)) return TSR_EINVAL;
+  return transfer_tile(t, i, j, dst, tsr_tiles_tile_cols(t, j), true);
 }
