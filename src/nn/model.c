@@ -196,9 +196,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
     char *end;
     long v;
     if (parse_int(value, &end, 1 << 20, &v) || *end) {
-      st->rc =
-          tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] units = %s: expected a positive integer",
-                        st->path, section, value);
+      st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s = %s: expected a positive integer",
+                             st->path, section, name, value);
       return 0;
     }
     if (strcmp(name, "in_features") == 0)
