@@ -1,8 +1,12 @@
 /* Float64 finite-difference gradient checks of whole networks, shared by the
- * dense (test_grad.c) and convolutional (test_conv.c) suites: direct
- * references for every layer kind, a float64 forward pass and loss, and a
+ * dense (test_grad.c) and convolutional (test_conv.c) suites: a float64
+ * reference forward pass for every registered layer type (ref_types, keyed by
+ * the registry's type name, with a small example network each), a float64
+ * forward pass and loss that follows the registry's shape inference, and a
  * check that runs one engine step (no update) over edge tiles and compares
- * every parameter gradient and the input gradient with central differences. */
+ * every parameter gradient and the input gradient with central differences.
+ * A registered type without a reference fails every check that meets it and
+ * grad/every_registered_layer_type_has_a_reference. */
 #ifndef TSR_TEST_GRADCHECK_H
 #define TSR_TEST_GRADCHECK_H
 
@@ -12,16 +16,9 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "nn/net_impl.h"
+#include "nn/layers.h"
 #include "rng.h"
 #include "tessera/tessera.h"
-
-static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
-                            int pw) {
-  tsr_conv_geom_t g = {
-      c, h, w, oc, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1, kh, kw, sh, sw, ph, pw};
-  return g;
-}
 
 /* Direct convolution, channels-last, in double: y (n, oh ow oc). */
 static void conv_ref(const tsr_conv_geom_t *g, int n, double *y, const double *x, const double *w,
@@ -67,76 +64,202 @@ static void fill(float *v, double *d, long n, tsr_rng_t *rng) {
   }
 }
 
+/* What a layer's reference forward pass gets. */
+typedef struct {
+  const tsr_layer_spec_t *s;
+  const tsr_conv_geom_t *g;    /* from the registry's shape(): input, window and output */
+  int n;                       /* samples */
+  const double *const *params; /* the layer's, in the engine's order (dense, conv: W, b) */
+  uint64_t seed;               /* the net's (dropout masks) */
+  int index;                   /* 1-based position in the spec (dropout masks) */
+} ref_layer_t;
+
+/* y (n, oh ow oc) = the layer applied to x (n, h w c), in double. */
+typedef void (*ref_forward_fn)(const ref_layer_t *r, double *y, const double *x);
+
+static void dense_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  const double *W = r->params[0], *b = r->params[1]; /* (fin, units), (1, units) */
+  int fin = r->g->c * r->g->h * r->g->w, units = r->g->oc;
+  for (int i = 0; i < r->n; i++)
+    for (int j = 0; j < units; j++) {
+      double acc = b[j];
+      for (int k = 0; k < fin; k++)
+        acc += x[(long)i * fin + k] * W[(long)k * units + j];
+      y[(long)i * units + j] = acc;
+    }
+}
+
+static void relu_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  for (long i = 0; i < (long)r->n * r->g->c * r->g->h * r->g->w; i++)
+    y[i] = x[i] > 0 ? x[i] : 0;
+}
+
+static void conv_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  conv_ref(r->g, r->n, y, x, r->params[0], r->params[1]);
+}
+
+static void maxpool_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  pool_ref(r->g, true, r->n, y, x);
+}
+
+static void avgpool_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  pool_ref(r->g, false, r->n, y, x);
+}
+
+static void flatten_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  memcpy(y, x, sizeof(double) * (size_t)r->n * (size_t)(r->g->c * r->g->h * r->g->w));
+}
+
+/* The engine's mask of the first training step, scaled by 1 / (1 - rate). */
+static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+  uint64_t seed = tsr__dropout_seed(r->seed, r->index, 1);
+  int width = r->g->c * r->g->h * r->g->w;
+  for (int i = 0; i < r->n; i++)
+    for (int j = 0; j < width; j++)
+      y[(long)i * width + j] = tsr__k_dropout_keep(seed, i, j, r->s->rate)
+                                   ? x[(long)i * width + j] / (1.0 - r->s->rate)
+                                   : 0.0;
+}
+
+/* One registered layer type's reference, and a small network that checks it
+ * (grad/every_registered_layer_type_passes_its_gradient_check). */
+typedef struct {
+  const char *type; /* the registry's name */
+  int nparams;      /* parameters the engine gives the layer, in the order forward reads them */
+  ref_forward_fn forward;
+  int in[3];                /* the example's input sample: c, h, w */
+  tsr_model_spec_t example; /* uses the type, ends with a dense layer of 3 classes */
+} ref_type_t;
+
+#define OUT3                                                                                       \
+  { .kind = TSR_LAYER_DENSE, .units = 3 }
+static const ref_type_t ref_types[] = {
+    {
+        .type = "dense",
+        .nparams = 2,
+        .forward = dense_forward_ref,
+        .in = {5, 1, 1},
+        .example = {1, {OUT3}},
+    },
+    {
+        .type = "relu",
+        .forward = relu_forward_ref,
+        .in = {6, 1, 1},
+        .example = {2, {{.kind = TSR_LAYER_RELU}, OUT3}},
+    },
+    {
+        .type = "conv",
+        .nparams = 2,
+        .forward = conv_forward_ref,
+        .in = {2, 5, 4},
+        .example = {2,
+                    {{.kind = TSR_LAYER_CONV,
+                      .units = 2,
+                      .kernel_h = 3,
+                      .kernel_w = 2,
+                      .stride_h = 2,
+                      .pad_h = 1},
+                     OUT3}},
+    },
+    {
+        .type = "maxpool",
+        .forward = maxpool_forward_ref,
+        .in = {2, 4, 4},
+        .example = {2, {{.kind = TSR_LAYER_MAXPOOL, .kernel_h = 2, .stride_h = 1}, OUT3}},
+    },
+    {
+        .type = "avgpool",
+        .forward = avgpool_forward_ref,
+        .in = {2, 5, 4},
+        .example = {2,
+                    {{.kind = TSR_LAYER_AVGPOOL,
+                      .kernel_h = 3,
+                      .kernel_w = 2,
+                      .stride_h = 2,
+                      .stride_w = 1},
+                     OUT3}},
+    },
+    {
+        .type = "flatten",
+        .forward = flatten_forward_ref,
+        .in = {2, 4, 4},
+        .example =
+            {3, {{.kind = TSR_LAYER_AVGPOOL, .kernel_h = 2}, {.kind = TSR_LAYER_FLATTEN}, OUT3}},
+    },
+    {
+        .type = "dropout",
+        .forward = dropout_forward_ref,
+        .in = {7, 1, 1},
+        .example = {2, {{.kind = TSR_LAYER_DROPOUT, .rate = 0.4f}, OUT3}},
+    },
+};
+#undef OUT3
+
+/* The reference of a registered type name, or NULL. */
+static const ref_type_t *ref_type(const char *name) {
+  for (size_t i = 0; i < sizeof ref_types / sizeof *ref_types; i++)
+    if (strcmp(ref_types[i].type, name) == 0) return &ref_types[i];
+  return NULL;
+}
+
+/* The registered type of spec layer l and its reference; fails the test when
+ * either is missing. */
+static const ref_type_t *ref_for(const tsr_layer_spec_t *s, int l) {
+  const tsr_layer_type_t *t = tsr__layer_type(s->kind);
+  cr_assert(t, "layer %d: kind %d is not a registered layer type", l + 1, (int)s->kind);
+  const ref_type_t *ref = ref_type(t->name);
+  cr_assert(ref,
+            "layer type '%s' is registered but has no float64 reference: add one to ref_types in "
+            "tests/gradcheck.h",
+            t->name);
+  return ref;
+}
+
+/* Parameters the references of spec's layers use, in all. */
+static int ref_nparams(const tsr_model_spec_t *spec) {
+  int p = 0;
+  for (int l = 0; l < spec->n_layers; l++)
+    p += ref_for(&spec->layers[l], l)->nparams;
+  return p;
+}
+
 typedef struct {
   const tsr_model_spec_t *spec;
   int c, h, w; /* input geometry */
-  int n, batch;
+  int n, classes;
   const double *x;     /* (n, c h w) */
   const float *labels; /* (n) */
   double *params[2 * TSR_MAX_LAYERS];
   uint64_t seed; /* the net's, for dropout masks (first training step) */
 } ref_t;
 
+/* Mean softmax cross-entropy of the float64 forward pass. Each layer's
+ * output shape comes from the registry's shape inference. */
 static double ref_loss(const ref_t *r) {
-  int c = r->c, h = r->h, w = r->w, p = 0;
+  tsr_conv_geom_t in = {.c = r->c, .h = r->h, .w = r->w};
+  int p = 0;
   size_t cap = 1 << 16;
   double *a = malloc(sizeof(double) * r->n * cap), *z = malloc(sizeof(double) * r->n * cap);
-  memcpy(a, r->x, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
+  memcpy(a, r->x, sizeof(double) * (size_t)r->n * (size_t)(r->c * r->h * r->w));
   for (int l = 0; l < r->spec->n_layers; l++) {
     const tsr_layer_spec_t *s = &r->spec->layers[l];
-    int width = c * h * w;
-    switch (s->kind) {
-    case TSR_LAYER_RELU:
-      for (long i = 0; i < (long)r->n * width; i++)
-        a[i] = a[i] > 0 ? a[i] : 0;
-      break;
-    case TSR_LAYER_FLATTEN: c = width, h = w = 1; break;
-    case TSR_LAYER_DROPOUT: {
-      uint64_t seed = tsr__dropout_seed(r->seed, l + 1, 1);
-      for (int i = 0; i < r->n; i++)
-        for (int j = 0; j < width; j++)
-          a[(long)i * width + j] = tsr__k_dropout_keep(seed, i, j, s->rate)
-                                       ? a[(long)i * width + j] / (1.0 - s->rate)
-                                       : 0.0;
-      break;
-    }
-    case TSR_LAYER_DENSE: {
-      const double *W = r->params[p], *b = r->params[p + 1];
-      p += 2;
-      for (int i = 0; i < r->n; i++)
-        for (int j = 0; j < s->units; j++) {
-          double acc = b[j];
-          for (int k = 0; k < width; k++)
-            acc += a[(long)i * width + k] * W[(long)k * s->units + j];
-          z[(long)i * s->units + j] = acc;
-        }
-      c = s->units, h = w = 1;
-      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)c);
-      break;
-    }
-    case TSR_LAYER_CONV: {
-      int kw = s->kernel_w ? s->kernel_w : s->kernel_h;
-      int sh = s->stride_h ? s->stride_h : 1, sw = s->stride_w ? s->stride_w : sh;
-      tsr_conv_geom_t g = geom(c, h, w, s->units, s->kernel_h, kw, sh, sw, s->pad_h, s->pad_w);
-      conv_ref(&g, r->n, z, a, r->params[p], r->params[p + 1]);
-      p += 2;
-      c = g.oc, h = g.oh, w = g.ow;
-      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
-      break;
-    }
-    case TSR_LAYER_MAXPOOL:
-    case TSR_LAYER_AVGPOOL: {
-      int kw = s->kernel_w ? s->kernel_w : s->kernel_h;
-      int sh = s->stride_h ? s->stride_h : s->kernel_h, sw = s->stride_w ? s->stride_w : kw;
-      tsr_conv_geom_t g = geom(c, h, w, c, s->kernel_h, kw, sh, sw, 0, 0);
-      pool_ref(&g, s->kind == TSR_LAYER_MAXPOOL, r->n, z, a);
-      h = g.oh, w = g.ow;
-      memcpy(a, z, sizeof(double) * (size_t)r->n * (size_t)(c * h * w));
-      break;
-    }
-    }
+    const ref_type_t *ref = ref_for(s, l);
+    tsr_errbuf_t err = {""};
+    tsr_layer_site_t at = {.index = l + 1, .shown = in, .err = &err};
+    tsr_conv_geom_t g = {.c = in.c, .h = in.h, .w = in.w};
+    cr_assert_eq(tsr__layer_type(s->kind)->shape(s, &g, &at), 0, "%s", err.msg);
+    cr_assert((size_t)g.oc * g.oh * g.ow <= cap, "layer %d: output too wide for the reference",
+              l + 1);
+    ref_layer_t rl = {s, &g, r->n, (const double *const *)&r->params[p], r->seed, l + 1};
+    ref->forward(&rl, z, a);
+    p += ref->nparams;
+    double *t = a;
+    a = z, z = t;
+    in = (tsr_conv_geom_t){.c = g.oc, .h = g.oh, .w = g.ow};
   }
-  int width = c * h * w;
+  int width = in.c * in.h * in.w;
+  cr_assert_eq(width, r->classes, "the references end with %d features, not the %d classes", width,
+               r->classes);
   double loss = 0;
   for (int i = 0; i < r->n; i++) {
     double m = a[(long)i * width];
@@ -181,6 +304,8 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   cr_assert_eq(tsr_net_create(&net, spec, inputs, classes, &o, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_net_keep_input_grad(net), 0);
   int np = tsr_net_n_params(net);
+  cr_assert_eq(ref_nparams(spec), np, "the references use %d parameters, the engine has %d",
+               ref_nparams(spec), np);
   /* Non-zero biases keep pre-activations off ReLU's kink. */
   for (int p = 1; p < np; p += 2) {
     int64_t pr, pc;
@@ -200,7 +325,15 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
     for (int k = 0; k < inputs; k++)
       x[(long)i * inputs + k] = ds.x[(long)rows[i] * inputs + k];
   }
-  ref_t r = {spec, c, h, w, n, batch, x, labels, {0}, o.seed};
+  ref_t r = {.spec = spec,
+             .c = c,
+             .h = h,
+             .w = w,
+             .n = n,
+             .classes = classes,
+             .x = x,
+             .labels = labels,
+             .seed = o.seed};
   float *grads[2 * TSR_MAX_LAYERS];
   int64_t sizes[2 * TSR_MAX_LAYERS];
   for (int p = 0; p < np; p++) {

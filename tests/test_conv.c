@@ -36,6 +36,13 @@ static void stop(void) {
 
 TestSuite(conv, .init = start, .fini = stop, .timeout = 300);
 
+static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                            int pw) {
+  tsr_conv_geom_t g = {
+      c, h, w, oc, (h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1, kh, kw, sh, sw, ph, pw};
+  return g;
+}
+
 static const tsr_conv_geom_t conv_cases[] = {
     {1, 6, 6, 4, 0, 0, 3, 3, 1, 1, 0, 0},   /* one channel, square */
     {3, 7, 5, 6, 0, 0, 3, 2, 2, 1, 1, 0},   /* non-square input and kernel, stride 2x1, pad 1x0 */

@@ -16,6 +16,9 @@ TSR_EXTERN_C_BEGIN
 
 #define TSR_MAX_LAYERS 64
 
+/* Layer types. Each one is described by one registry entry inside the
+ * library (src/nn/layers.c), which model files, descriptions and network
+ * building go through. */
 typedef enum {
   TSR_LAYER_DENSE,
   TSR_LAYER_RELU,

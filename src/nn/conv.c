@@ -3,8 +3,11 @@
  * one tile wide and cut into batch-row tiles; each tile is one task per pass
  * (src/kernels/conv.c lowers it to a GEMM). W is (kh kw c, oc): row
  * (ky, kx, ci), like the lowered input's columns, so a conv layer's weights
- * read like a dense layer's (fan-in x fan-out). */
-#include "nn/net_impl.h"
+ * read like a dense layer's (fan-in x fan-out). With the conv type's
+ * registry descriptor (layers.h). */
+#include <stdio.h>
+
+#include "nn/layers.h"
 #include "tile/ops.h"
 #include "try.h"
 
@@ -30,32 +33,36 @@ static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, t
 
 static const tsr_layer_ops_t conv_ops = {"conv", true, conv_forward, conv_backward};
 
-int tsr__conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_rng_t *rng,
-                     tsr_errbuf_t *err) {
-  tsr_conv_geom_t *g = &l->geom;
+/* Strides default to 1, kernel_w to kernel_h (square), padding to 0. */
+static int conv_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
   g->kh = s->kernel_h, g->kw = s->kernel_w > 0 ? s->kernel_w : s->kernel_h;
   g->sh = s->stride_h > 0 ? s->stride_h : 1, g->sw = s->stride_w > 0 ? s->stride_w : g->sh;
   g->ph = s->pad_h, g->pw = s->pad_w;
   if (s->units <= 0 || g->kh <= 0 || g->kw <= 0 || s->stride_h < 0 || s->stride_w < 0 ||
       g->ph < 0 || g->pw < 0 || g->ph >= g->kh || g->pw >= g->kw)
-    return tsr_error_set(err, TSR_EINVAL,
+    return tsr_error_set(at->err, TSR_EINVAL,
                          "layer %d (conv): needs filters > 0, a kernel > 0, strides >= 1 and "
                          "padding smaller than the kernel (got %d filters, kernel %dx%d, stride "
                          "%dx%d, padding %dx%d)",
-                         l->index, s->units, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw);
+                         at->index, s->units, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw);
   if (s->in_channels > 0 && s->in_channels != g->c)
-    return tsr_error_set(err, TSR_ESHAPE,
+    return tsr_error_set(at->err, TSR_ESHAPE,
                          "layer %d (conv %dx%d, %d filters): in_channels = %d, but its input is "
                          "%dx%dx%d (h x w x c) with %d channels",
-                         l->index, g->kh, g->kw, s->units, s->in_channels, g->h, g->w, g->c, g->c);
+                         at->index, g->kh, g->kw, s->units, s->in_channels, g->h, g->w, g->c, g->c);
   if (g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw)
-    return tsr_error_set(err, TSR_ESHAPE,
+    return tsr_error_set(at->err, TSR_ESHAPE,
                          "layer %d (conv): kernel %dx%d is larger than its input %dx%dx%d (h x w "
                          "x c) with padding %dx%d",
-                         l->index, g->kh, g->kw, g->h, g->w, g->c, g->ph, g->pw);
+                         at->index, g->kh, g->kw, g->h, g->w, g->c, g->ph, g->pw);
   g->oc = s->units;
   g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
   g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
+  return 0;
+}
+
+static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+  const tsr_conv_geom_t *g = &l->geom;
   l->ops = &conv_ops;
   l->fout = g->oh * g->ow * g->oc;
   l->out_nb = l->fout;
@@ -70,5 +77,38 @@ int tsr__conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, 
     TSR_TRY(tsr__net_tiles(&l->scratch[0], (int64_t)(mt - 1) * fan_in, g->oc, fan_in, g->oc));
     TSR_TRY(tsr__net_tiles(&l->scratch[1], mt - 1, g->oc, 1, g->oc));
   }
-  return tsr__init_he_uniform(l->params[0].w, fan_in, g->oc, rng);
+  return tsr__init_he_uniform(l->params[0].w, fan_in, g->oc, at->rng);
 }
+
+/* "conv3x3/32", then the strides when not 1 and the padding when not 0. */
+static int conv_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
+  int kw = s->kernel_w > 0 ? s->kernel_w : s->kernel_h;
+  int sh = s->stride_h, sw = s->stride_w > 0 ? s->stride_w : s->stride_h;
+  char stride[32] = "", pad[32] = "";
+  if (sh > 1) snprintf(stride, sizeof stride, "s%dx%d", sh, sw);
+  if (s->pad_h || s->pad_w) snprintf(pad, sizeof pad, "p%dx%d", s->pad_h, s->pad_w);
+  return snprintf(buf, size, "conv%dx%d/%d%s%s", s->kernel_h, kw, s->units, stride, pad);
+}
+
+static const tsr_layer_key_t conv_keys[] = {
+    {"filters", "units", TSR_KEY_COUNT, TSR_SPEC_FIELD(units), 0,
+     "is a conv layer without 'filters'; add filters = N"},
+    {"kernel", NULL, TSR_KEY_SIZE, TSR_SPEC_FIELD(kernel_h), TSR_SPEC_FIELD(kernel_w),
+     "has no 'kernel'; add kernel = K or kernel = KHxKW"},
+    {"stride", NULL, TSR_KEY_SIZE, TSR_SPEC_FIELD(stride_h), TSR_SPEC_FIELD(stride_w), NULL},
+    {"padding", NULL, TSR_KEY_PADDING, TSR_SPEC_FIELD(pad_h), TSR_SPEC_FIELD(pad_w), NULL},
+    {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
+    {"in_channels", NULL, TSR_KEY_COUNT, TSR_SPEC_FIELD(in_channels), 0, NULL},
+    {0},
+};
+
+const tsr_layer_type_t tsr__conv_type = {
+    .kind = TSR_LAYER_CONV,
+    .name = "conv",
+    .alias = "conv2d",
+    .keys = conv_keys,
+    .whole_samples = true,
+    .shape = conv_shape,
+    .create = conv_create,
+    .describe = conv_describe,
+};

@@ -2,8 +2,11 @@
  * probability `rate` and the rest scaled by 1 / (1 - rate); in evaluation
  * the layer passes its input through. The mask is a hash of (net seed, layer,
  * training step, sample row, feature): reproducible from the seed, the same
- * for every tiling, and recomputed by the backward pass instead of stored. */
-#include "nn/net_impl.h"
+ * for every tiling, and recomputed by the backward pass instead of stored.
+ * With the dropout type's registry descriptor (layers.h). */
+#include <stdio.h>
+
+#include "nn/layers.h"
 #include "tile/ops.h"
 #include "try.h"
 
@@ -33,13 +36,38 @@ static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x
 
 static const tsr_layer_ops_t dropout_ops = {"dropout", false, dropout_forward, dropout_backward};
 
-int tsr__dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
-                        tsr_errbuf_t *err) {
+static int dropout_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g,
+                         const tsr_layer_site_t *at) {
   if (!(s->rate >= 0.0f && s->rate < 1.0f))
-    return tsr_error_set(err, TSR_EINVAL, "layer %d (dropout): rate must be in [0, 1) (got %g)",
-                         l->index, (double)s->rate);
+    return tsr_error_set(at->err, TSR_EINVAL, "layer %d (dropout): rate must be in [0, 1) (got %g)",
+                         at->index, (double)s->rate);
+  g->oc = g->c, g->oh = g->h, g->ow = g->w;
+  return 0;
+}
+
+static int dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   l->ops = &dropout_ops;
   l->fout = l->fin;
   l->out_nb = l->in_nb;
-  return tsr__net_activations(net, l, last);
+  return tsr__net_activations(net, l, at->last);
 }
+
+static int dropout_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
+  return snprintf(buf, size, "dropout%g", (double)s->rate);
+}
+
+static const tsr_layer_key_t dropout_keys[] = {
+    {"rate", NULL, TSR_KEY_PROBABILITY, TSR_SPEC_FIELD(rate), 0,
+     "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)"},
+    {0},
+};
+
+const tsr_layer_type_t tsr__dropout_type = {
+    .kind = TSR_LAYER_DROPOUT,
+    .name = "dropout",
+    .keys = dropout_keys,
+    .elementwise = true,
+    .shape = dropout_shape,
+    .create = dropout_create,
+    .describe = dropout_describe,
+};

@@ -1,5 +1,7 @@
 /* Model descriptions: the CLI shorthand ("mlp:512,512") and INI model files
- * with one section per layer. */
+ * with one section per layer, whose types, keys and descriptions come from
+ * the layer registry (layers.h). */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
@@ -7,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/layers.h"
 #include "tessera/net.h"
 
 static int add_layer(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units) {
@@ -92,14 +95,34 @@ struct ini_state {
   int rc;
   char section[64];
   bool has_type; /* the current section said its type */
-  bool has_rate; /* the current dropout section said its rate */
+  unsigned seen; /* the current section's keys given so far, bit k for its type's keys[k] */
   int layer;     /* index of the current section's layer in spec */
 };
 
-static const char *kind_name(tsr_layer_kind_t k) {
-  static const char *names[] = {"dense",   "relu",    "conv",   "maxpool",
-                                "avgpool", "flatten", "dropout"};
-  return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
+/* "dense, relu, ... or dropout": the registered type names. */
+static void type_list(char *buf, size_t size) {
+  int n = tsr__layer_type_count(), at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && at >= 0 && (size_t)at < size; i++) {
+    const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
+    at += snprintf(buf + at, size - (size_t)at, "%s%s", sep, tsr__layer_type_at(i)->name);
+  }
+}
+
+/* "type, units, ...": the keys a section of type t knows. */
+static void key_list(const tsr_layer_type_t *t, char *buf, size_t size) {
+  int at = snprintf(buf, size, "type");
+  for (int k = 0; t->keys && t->keys[k].name && at >= 0 && (size_t)at < size; k++)
+    at += snprintf(buf + at, size - (size_t)at, ", %s", t->keys[k].name);
+}
+
+/* The index of key `name` (or an alias) in t->keys, or -1. */
+static int find_key(const tsr_layer_type_t *t, const char *name) {
+  for (int k = 0; t->keys && t->keys[k].name; k++)
+    if (strcmp(name, t->keys[k].name) == 0 ||
+        (t->keys[k].alias && strcmp(name, t->keys[k].alias) == 0))
+      return k;
+  return -1;
 }
 
 /* "N" or "NHxNW", each in [lo, 1 << 16]. */
@@ -118,33 +141,65 @@ static int parse_pair(const char *v, int lo, int *a, int *b) {
   return 0;
 }
 
+/* A section ends: it said its type and every key its type requires. */
 static int section_done(struct ini_state *st) {
   if (st->section[0] == '\0') return 0;
-  if (!st->has_type)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: section [%s] has no 'type' key; add type = dense, relu, conv, "
-                         "maxpool, avgpool, flatten or dropout",
-                         st->path, st->section);
-  tsr_layer_spec_t *l = &st->spec->layers[st->layer];
-  if (l->kind == TSR_LAYER_DENSE && l->units <= 0)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: section [%s] is a dense layer without 'units'; add units = N",
-                         st->path, st->section);
-  if (l->kind == TSR_LAYER_CONV && l->units <= 0)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: section [%s] is a conv layer without 'filters'; add filters = N",
-                         st->path, st->section);
-  if ((l->kind == TSR_LAYER_CONV || l->kind == TSR_LAYER_MAXPOOL || l->kind == TSR_LAYER_AVGPOOL) &&
-      l->kernel_h <= 0)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: section [%s] has no 'kernel'; add kernel = K or kernel = KHxKW",
-                         st->path, st->section);
-  if (l->kind == TSR_LAYER_DROPOUT && !st->has_rate)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: section [%s] is a dropout layer without 'rate'; add rate = P "
-                         "(0 <= P < 1)",
-                         st->path, st->section);
+  if (!st->has_type) {
+    char types[256];
+    type_list(types, sizeof types);
+    return tsr_error_set(st->err, TSR_EFORMAT, "%s: section [%s] has no 'type' key; add type = %s",
+                         st->path, st->section, types);
+  }
+  const tsr_layer_type_t *t = tsr__layer_type(st->spec->layers[st->layer].kind);
+  for (int k = 0; t->keys && t->keys[k].name; k++)
+    if (t->keys[k].missing && !(st->seen & (1u << k)))
+      return tsr_error_set(st->err, TSR_EFORMAT, "%s: section [%s] %s", st->path, st->section,
+                           t->keys[k].missing);
   return 0;
+}
+
+/* Sets what key k says in spec->layers[layer]: 0, TSR_EINVAL for a value
+ * that does not parse, or TSR_ESHAPE when an activation's layer does not fit
+ * in the spec. */
+static int parse_value(const tsr_layer_key_t *k, tsr_model_spec_t *spec, int layer,
+                       const char *value) {
+  char *at = (char *)&spec->layers[layer];
+  int *a = (int *)(at + k->field), *b = (int *)(at + k->field2);
+  switch (k->form) {
+  case TSR_KEY_COUNT: {
+    char *end;
+    long v;
+    if (parse_int(value, &end, 1 << 20, &v) || *end) return TSR_EINVAL;
+    *a = (int)v;
+    return 0;
+  }
+  case TSR_KEY_SIZE: return parse_pair(value, 1, a, b);
+  case TSR_KEY_PADDING: return parse_pair(value, 0, a, b);
+  case TSR_KEY_PROBABILITY: {
+    char *end;
+    errno = 0;
+    double r = strtod(value, &end);
+    if (end == value || *end || errno || !(r >= 0.0 && r < 1.0)) return TSR_EINVAL;
+    *(float *)(at + k->field) = (float)r;
+    return 0;
+  }
+  case TSR_KEY_ACTIVATION:
+    if (strcmp(value, "relu") == 0) return add_layer(spec, TSR_LAYER_RELU, 0) ? TSR_ESHAPE : 0;
+    return strcmp(value, "none") == 0 ? 0 : TSR_EINVAL;
+  }
+  return TSR_EINVAL;
+}
+
+/* What a bad value of each form should have been. */
+static const char *expected(tsr_key_form_t form) {
+  switch (form) {
+  case TSR_KEY_COUNT: return "expected a positive integer";
+  case TSR_KEY_SIZE: return "expected a positive integer N or NHxNW";
+  case TSR_KEY_PADDING: return "expected an integer N >= 0 or NHxNW";
+  case TSR_KEY_PROBABILITY: return "expected a probability in [0, 1)";
+  case TSR_KEY_ACTIVATION: return "use relu or none";
+  }
+  return "see the README";
 }
 
 static int on_key(void *user, const char *section, const char *name, const char *value) {
@@ -157,18 +212,15 @@ static int on_key(void *user, const char *section, const char *name, const char 
   }
   tsr_model_spec_t *spec = st->spec;
   if (strcmp(name, "type") == 0) {
-    tsr_layer_kind_t kind;
-    if (strcmp(value, "conv2d") == 0) value = "conv";
-    for (kind = TSR_LAYER_DENSE; kind <= TSR_LAYER_DROPOUT; kind++)
-      if (strcmp(value, kind_name(kind)) == 0) break;
-    if (kind > TSR_LAYER_DROPOUT) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                             "%s: [%s] type = %s: unknown layer type; use dense, relu, conv, "
-                             "maxpool, avgpool, flatten or dropout",
-                             st->path, section, value);
+    const tsr_layer_type_t *t = tsr__layer_type_named(value);
+    if (!t) {
+      char types[256];
+      type_list(types, sizeof types);
+      st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] type = %s: unknown layer type; use %s",
+                             st->path, section, value, types);
       return 0;
     }
-    if (st->has_type || add_layer(spec, kind, 0)) {
+    if (st->has_type || add_layer(spec, t->kind, 0)) {
       st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s]: %s", st->path, section,
                              st->has_type ? "a second 'type' key in one section (one section "
                                             "per layer)"
@@ -176,7 +228,7 @@ static int on_key(void *user, const char *section, const char *name, const char 
       return 0;
     }
     st->has_type = true;
-    st->has_rate = false;
+    st->seen = 0;
     st->layer = spec->n_layers - 1;
     return 1;
   }
@@ -186,79 +238,25 @@ static int on_key(void *user, const char *section, const char *name, const char 
                       st->path, section, name);
     return 0;
   }
-  tsr_layer_spec_t *l = &spec->layers[st->layer];
-  bool conv = l->kind == TSR_LAYER_CONV;
-  bool window = conv || l->kind == TSR_LAYER_MAXPOOL || l->kind == TSR_LAYER_AVGPOOL;
-  if ((strcmp(name, "units") == 0 && (l->kind == TSR_LAYER_DENSE || conv)) ||
-      (strcmp(name, "filters") == 0 && conv) ||
-      (strcmp(name, "in_features") == 0 && l->kind == TSR_LAYER_DENSE) ||
-      (strcmp(name, "in_channels") == 0 && conv)) {
-    char *end;
-    long v;
-    if (parse_int(value, &end, 1 << 20, &v) || *end) {
-      st->rc =
-          tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] units = %s: expected a positive integer",
-                        st->path, section, value);
-      return 0;
-    }
-    if (strcmp(name, "in_features") == 0)
-      l->in_features = (int)v;
-    else if (strcmp(name, "in_channels") == 0)
-      l->in_channels = (int)v;
-    else
-      l->units = (int)v;
-  } else if ((strcmp(name, "kernel") == 0 || strcmp(name, "stride") == 0) && window) {
-    int *a = name[0] == 'k' ? &l->kernel_h : &l->stride_h,
-        *b = name[0] == 'k' ? &l->kernel_w : &l->stride_w;
-    if (parse_pair(value, 1, a, b)) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                             "%s: [%s] %s = %s: expected a positive integer N or NHxNW", st->path,
-                             section, name, value);
-      return 0;
-    }
-  } else if (strcmp(name, "padding") == 0 && conv) {
-    if (parse_pair(value, 0, &l->pad_h, &l->pad_w)) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                             "%s: [%s] padding = %s: expected an integer N >= 0 or NHxNW", st->path,
-                             section, value);
-      return 0;
-    }
-  } else if (strcmp(name, "rate") == 0 && l->kind == TSR_LAYER_DROPOUT) {
-    char *end;
-    errno = 0;
-    double r = strtod(value, &end);
-    if (end == value || *end || errno || !(r >= 0.0 && r < 1.0)) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                             "%s: [%s] rate = %s: expected a probability in [0, 1)", st->path,
-                             section, value);
-      return 0;
-    }
-    l->rate = (float)r, st->has_rate = true;
-  } else if (strcmp(name, "activation") == 0 && (l->kind == TSR_LAYER_DENSE || conv)) {
-    if (strcmp(value, "relu") == 0) {
-      if (add_layer(spec, TSR_LAYER_RELU, 0)) {
-        st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: too many layers", st->path);
-        return 0;
-      }
-    } else if (strcmp(value, "none") != 0) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] activation = %s: use relu or none",
-                             st->path, section, value);
-      return 0;
-    }
-  } else {
-    static const char *known[] = {"type, units, activation, in_features",
-                                  "type",
-                                  "type, filters, kernel, stride, padding, activation, in_channels",
-                                  "type, kernel, stride",
-                                  "type, kernel, stride",
-                                  "type",
-                                  "type, rate"};
+  const tsr_layer_type_t *t = tsr__layer_type(spec->layers[st->layer].kind);
+  int k = find_key(t, name);
+  if (k < 0) {
+    char known[256];
+    key_list(t, known, sizeof known);
     st->rc =
         tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] unknown key '%s' for a %s layer (known: %s)",
-                      st->path, section, name, kind_name(l->kind), known[l->kind]);
+                      st->path, section, name, t->name, known);
     return 0;
   }
-  return 1;
+  assert(k < 32);
+  st->seen |= 1u << k;
+  int rc = parse_value(&t->keys[k], spec, st->layer, value);
+  if (rc == TSR_EINVAL)
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s = %s: %s", st->path, section, name,
+                           value, expected(t->keys[k].form));
+  else if (rc)
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: too many layers", st->path);
+  return st->rc == 0;
 }
 
 int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err) {
@@ -283,26 +281,12 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
   int n = snprintf(buf, (size_t)size, "%d", inputs);
   for (int i = 0; i < spec->n_layers && n < size; i++) {
     const tsr_layer_spec_t *l = &spec->layers[i];
-    char *at = buf + n;
-    size_t left = (size_t)(size - n);
-    int kw = l->kernel_w > 0 ? l->kernel_w : l->kernel_h;
-    int sh = l->stride_h, sw = l->stride_w > 0 ? l->stride_w : l->stride_h;
-    switch (l->kind) {
-    case TSR_LAYER_DENSE: n += snprintf(at, left, "-%d", l->units); break;
-    case TSR_LAYER_CONV:
-      n += snprintf(at, left, "-conv%dx%d/%d", l->kernel_h, kw, l->units);
-      if (n < size && sh > 1) n += snprintf(buf + n, (size_t)(size - n), "s%dx%d", sh, sw);
-      if (n < size && (l->pad_h || l->pad_w))
-        n += snprintf(buf + n, (size_t)(size - n), "p%dx%d", l->pad_h, l->pad_w);
-      break;
-    case TSR_LAYER_MAXPOOL:
-    case TSR_LAYER_AVGPOOL:
-      n += snprintf(at, left, "-%s%dx%d", kind_name(l->kind), l->kernel_h, kw);
-      if (n < size && sh > 0 && (sh != l->kernel_h || sw != kw))
-        n += snprintf(buf + n, (size_t)(size - n), "s%dx%d", sh, sw);
-      break;
-    case TSR_LAYER_DROPOUT: n += snprintf(at, left, "-dropout%g", (double)l->rate); break;
-    default: n += snprintf(at, left, "-%s", kind_name(l->kind)); break;
-    }
+    const tsr_layer_type_t *t = tsr__layer_type(l->kind);
+    char part[128];
+    if (t && t->describe)
+      t->describe(l, part, sizeof part);
+    else
+      snprintf(part, sizeof part, "%s", t ? t->name : "unknown");
+    n += snprintf(buf + n, (size_t)(size - n), "-%s", part);
   }
 }

@@ -1,7 +1,8 @@
-/* A network: a stack of layers over tiled matrices (the layers themselves
- * live in dense.c, ...). Forward, loss, backward and update are submitted as
- * tasks for a whole step and never waited on here; the caller decides when
- * to wait (evaluation, epoch ends, reading parameters).
+/* A network: a stack of layers over tiled matrices (the layer types live in
+ * dense.c, ..., and are looked up in the registry, layers.c). Forward, loss,
+ * backward and update are submitted as tasks for a whole step and never
+ * waited on here; the caller decides when to wait (evaluation, epoch ends,
+ * reading parameters).
  *
  * Tiling: batch rows are cut in tile_rows, features in tile_cols, except the
  * logits, which stay one tile wide so that the softmax sees a whole row. */
@@ -11,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/net_impl.h"
+#include "nn/layers.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
@@ -27,6 +28,13 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   o->opt.beta1 = 0.9f, o->opt.beta2 = 0.999f, o->opt.eps = 1e-8f;
 }
 
+/* The registered type of spec layer i (check_spec made sure there is one). */
+static const tsr_layer_type_t *type_of(const tsr_model_spec_t *spec, int i) {
+  const tsr_layer_type_t *t = tsr__layer_type(spec->layers[i].kind);
+  assert(t);
+  return t;
+}
+
 /* Default tiles, from the training benchmark's sweeps (README): one
  * batch-row tile up to 512 samples, and feature tiles that cut the widest
  * layer into about two tiles per worker, between 256 and 1024 features. Fewer,
@@ -36,12 +44,10 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
                          int *nb) {
   bool spatial = false;
   for (int i = 0; i < spec->n_layers; i++)
-    spatial |= spec->layers[i].kind == TSR_LAYER_CONV ||
-               spec->layers[i].kind == TSR_LAYER_MAXPOOL ||
-               spec->layers[i].kind == TSR_LAYER_AVGPOOL;
+    spatial |= type_of(spec, i)->whole_samples;
   int widest = 0;
   for (int i = 0; i < spec->n_layers - 1; i++)
-    if (spec->layers[i].kind == TSR_LAYER_DENSE && spec->layers[i].units > widest)
+    if (type_of(spec, i)->cuts_features && spec->layers[i].units > widest)
       widest = spec->layers[i].units;
   if (widest == 0) widest = inputs;
   int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
@@ -125,19 +131,6 @@ void tsr__net_label_step(tsr_net_t *net, int64_t step) {
   net->step_label = step;
 }
 
-static const char *kind_name(tsr_layer_kind_t k) {
-  switch (k) {
-  case TSR_LAYER_DENSE: return "dense";
-  case TSR_LAYER_RELU: return "relu";
-  case TSR_LAYER_CONV: return "conv";
-  case TSR_LAYER_MAXPOOL: return "maxpool";
-  case TSR_LAYER_AVGPOOL: return "avgpool";
-  case TSR_LAYER_FLATTEN: return "flatten";
-  case TSR_LAYER_DROPOUT: return "dropout";
-  }
-  return "unknown";
-}
-
 static int check_spec(const tsr_model_spec_t *spec, int inputs, int classes, tsr_errbuf_t *err) {
   if (inputs <= 0 || classes < 2)
     return tsr_error_set(err, TSR_EINVAL, "a network needs inputs > 0 and at least 2 classes");
@@ -145,28 +138,25 @@ static int check_spec(const tsr_model_spec_t *spec, int inputs, int classes, tsr
     return tsr_error_set(err, TSR_EINVAL, "a model needs 1 to %d layers (got %d)", TSR_MAX_LAYERS,
                          spec->n_layers);
   const tsr_layer_spec_t *last = &spec->layers[spec->n_layers - 1];
-  if (last->kind != TSR_LAYER_DENSE || last->units != classes)
+  const tsr_layer_type_t *lt = tsr__layer_type(last->kind);
+  if (!lt || !lt->output || last->units != classes)
     return tsr_error_set(err, TSR_ESHAPE,
                          "the last layer must be dense with one unit per class (%d); it is %s "
                          "with %d units",
-                         classes, kind_name(last->kind),
-                         last->kind == TSR_LAYER_DENSE ? last->units : 0);
+                         classes, lt ? lt->name : "unknown", lt && lt->output ? last->units : 0);
   for (int i = 0; i < spec->n_layers; i++)
-    if (spec->layers[i].kind == TSR_LAYER_DENSE && spec->layers[i].units <= 0)
-      return tsr_error_set(err, TSR_EINVAL, "layer %d: dense units must be positive (got %d)",
-                           i + 1, spec->layers[i].units);
+    if (!tsr__layer_type(spec->layers[i].kind))
+      return tsr_error_set(err, TSR_EINVAL, "layer %d: unknown layer kind %d", i + 1,
+                           (int)spec->layers[i].kind);
   return 0;
 }
 
 /* Whether the activations entering spec layer i must hold whole samples in
- * one tile: the next layer that is not element-wise is a convolution or a
- * pooling (they work on whole samples). */
+ * one tile: the next layer that is not element-wise works on whole samples
+ * (a convolution or a pooling). */
 static bool whole_rows_from(const tsr_model_spec_t *spec, int i) {
-  for (; i < spec->n_layers; i++) {
-    tsr_layer_kind_t k = spec->layers[i].kind;
-    if (k == TSR_LAYER_RELU || k == TSR_LAYER_DROPOUT || k == TSR_LAYER_FLATTEN) continue;
-    return k == TSR_LAYER_CONV || k == TSR_LAYER_MAXPOOL || k == TSR_LAYER_AVGPOOL;
-  }
+  for (; i < spec->n_layers; i++)
+    if (!type_of(spec, i)->elementwise) return type_of(spec, i)->whole_samples;
   return false;
 }
 
@@ -193,56 +183,41 @@ static void err_clear(tsr_errbuf_t *err) {
   if (err) err->msg[0] = '\0';
 }
 
-/* Builds the layers in order, following each sample's shape. A ReLU right
- * after a dense or conv layer is folded into it (its bias task applies it),
- * saving a pass over the activations; a flatten changes only the shape. */
+/* Builds the layers in order, following each sample's shape through the
+ * registry's shape checks. A ReLU right after a dense or conv layer is folded
+ * into it (its bias task applies it), saving a pass over the activations; a
+ * type without a create function (flatten) changes only the shape. */
 static int create_layers(tsr_net_t *net, const tsr_model_spec_t *spec, tsr_rng_t *rng,
                          tsr_errbuf_t *err) {
   int fin = net->inputs;
   int nb = whole_rows_from(spec, 0) ? net->inputs : net->nb; /* column tile of the activations */
   tsr_conv_geom_t g;                                         /* their sample shape, (h, w, c) */
   TSR_TRY(input_geometry(&net->opts, net->inputs, &g, err));
-  tsr_conv_geom_t unflat = g;
+  tsr_conv_geom_t shown = g; /* messages show the shape before a flatten */
   for (int i = 0; i < spec->n_layers; i++) {
     const tsr_layer_spec_t *s = &spec->layers[i];
+    const tsr_layer_type_t *t = type_of(spec, i);
     bool last = i == spec->n_layers - 1;
     tsr_layer_t *prev = net->n_layers > 0 ? &net->layers[net->n_layers - 1] : NULL;
-    if (s->kind == TSR_LAYER_RELU && prev && prev->ops->fuses_relu && !prev->relu) {
+    if (t->is_relu && prev && prev->ops->fuses_relu && !prev->relu) {
       prev->relu = true;
       continue;
     }
-    if (s->kind == TSR_LAYER_FLATTEN) {
-      unflat = g; /* messages show the shape before flattening */
-      g = (tsr_conv_geom_t){.c = g.h * g.w * g.c, .h = 1, .w = 1};
-      continue;
-    }
-    if (i == 0 || spec->layers[i - 1].kind != TSR_LAYER_FLATTEN) unflat = g;
+    if (i == 0 || type_of(spec, i - 1)->create) shown = g;
+    tsr_layer_site_t at = {.index = i + 1,
+                           .last = last,
+                           .whole_out = last || whole_rows_from(spec, i + 1),
+                           .shown = shown,
+                           .rng = rng,
+                           .err = err};
+    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
+    assert((int64_t)g.c * g.h * g.w == fin);
+    TSR_TRY(t->shape(s, &io, &at));
+    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
+    if (!t->create) continue;
     tsr_layer_t *l = &net->layers[net->n_layers++];
-    l->fin = fin, l->in_nb = nb, l->spec = *s, l->index = i + 1;
-    l->geom = (tsr_conv_geom_t){.c = g.c, .h = g.h, .w = g.w};
-    switch (s->kind) {
-    case TSR_LAYER_DENSE:
-      if (s->in_features > 0 && s->in_features != fin)
-        return tsr_error_set(err, TSR_ESHAPE,
-                             "layer %d (dense %d): in_features = %d, but its input has %d "
-                             "features (%dx%dx%d, h x w x c); set in_features = %d or fix the "
-                             "layers before it",
-                             i + 1, s->units, s->in_features, fin, unflat.h, unflat.w, unflat.c,
-                             fin);
-      TSR_TRY(tsr__dense_create(net, l, s, last || whole_rows_from(spec, i + 1), rng));
-      g = (tsr_conv_geom_t){.c = l->fout, .h = 1, .w = 1};
-      break;
-    case TSR_LAYER_RELU: TSR_TRY(tsr__relu_create(net, l, s, last)); break;
-    case TSR_LAYER_CONV:
-    case TSR_LAYER_MAXPOOL:
-    case TSR_LAYER_AVGPOOL:
-      TSR_TRY(s->kind == TSR_LAYER_CONV ? tsr__conv_create(net, l, s, rng, err)
-                                        : tsr__pool_create(net, l, s, err));
-      g = (tsr_conv_geom_t){.c = l->geom.oc, .h = l->geom.oh, .w = l->geom.ow};
-      break;
-    case TSR_LAYER_DROPOUT: TSR_TRY(tsr__dropout_create(net, l, s, last, err)); break;
-    default: return TSR_EINVAL;
-    }
+    l->fin = fin, l->in_nb = nb, l->spec = *s, l->index = i + 1, l->geom = io;
+    TSR_TRY(t->create(net, l, &at));
     fin = l->fout, nb = l->out_nb;
   }
   return 0;

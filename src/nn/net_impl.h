@@ -110,18 +110,8 @@ tsr_task_opts_t tsr__net_critical(const tsr_task_opts_t *o);
  * a run; 0: none, e.g. evaluation). */
 void tsr__net_label_step(tsr_net_t *net, int64_t step);
 
-/* Layer constructors: fill l (fin, in_nb, geom.c/h/w, spec, index already
- * set) from its spec, out_nb included. */
-int tsr__dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool whole,
-                      tsr_rng_t *rng);
-int tsr__relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last);
-/* l->geom's input side, l->fin and l->in_nb are set; these check the shapes
- * (TSR_ESHAPE with a message naming the layer and both shapes in err). */
-int tsr__conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_rng_t *rng,
-                     tsr_errbuf_t *err);
-int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_errbuf_t *err);
-int tsr__dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, bool last,
-                        tsr_errbuf_t *err);
+/* Layer types (their shape checks and constructors) are registered in
+ * layers.h. */
 /* The seed of a dropout layer's mask at one training step. */
 uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step);
 /* He-uniform values (bound sqrt(6 / fan_in)) for w (fan_in, fout) from rng. */

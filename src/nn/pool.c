@@ -1,8 +1,11 @@
 /* Max and mean pooling layers over each channel, on batch-row tiles of whole
  * samples (channels-last rows). No padding; the stride defaults to the
  * kernel (non-overlapping windows). Max pooling stores no argmax: its
- * backward task finds each window's maximum again from x and y. */
-#include "nn/net_impl.h"
+ * backward task finds each window's maximum again from x and y. With the
+ * maxpool and avgpool registry descriptors (layers.h). */
+#include <stdio.h>
+
+#include "nn/layers.h"
 #include "tile/ops.h"
 #include "try.h"
 
@@ -28,33 +31,75 @@ static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, t
 static const tsr_layer_ops_t maxpool_ops = {"maxpool", false, pool_forward, pool_backward};
 static const tsr_layer_ops_t avgpool_ops = {"avgpool", false, pool_forward, pool_backward};
 
-int tsr__pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_spec_t *s, tsr_errbuf_t *err) {
-  tsr_conv_geom_t *g = &l->geom;
+static int pool_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
   const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
   g->kh = s->kernel_h, g->kw = s->kernel_w > 0 ? s->kernel_w : s->kernel_h;
   g->sh = s->stride_h > 0 ? s->stride_h : g->kh;
   g->sw = s->stride_w > 0 ? s->stride_w : s->stride_h > 0 ? g->sh : g->kw;
   if (g->kh <= 0 || g->kw <= 0 || s->stride_h < 0 || s->stride_w < 0 || s->pad_h || s->pad_w)
-    return tsr_error_set(err, TSR_EINVAL,
+    return tsr_error_set(at->err, TSR_EINVAL,
                          "layer %d (%s): needs a kernel > 0, strides >= 1 and no padding (got "
                          "kernel %dx%d, stride %dx%d, padding %dx%d)",
-                         l->index, name, g->kh, g->kw, g->sh, g->sw, s->pad_h, s->pad_w);
+                         at->index, name, g->kh, g->kw, g->sh, g->sw, s->pad_h, s->pad_w);
   if (g->h < g->kh || g->w < g->kw)
-    return tsr_error_set(err, TSR_ESHAPE,
+    return tsr_error_set(at->err, TSR_ESHAPE,
                          "layer %d (%s): kernel %dx%d is larger than its input %dx%dx%d (h x w x "
                          "c)",
-                         l->index, name, g->kh, g->kw, g->h, g->w, g->c);
+                         at->index, name, g->kh, g->kw, g->h, g->w, g->c);
   g->oc = g->c;
   g->oh = (g->h - g->kh) / g->sh + 1;
   g->ow = (g->w - g->kw) / g->sw + 1;
-  l->ops = s->kind == TSR_LAYER_MAXPOOL ? &maxpool_ops : &avgpool_ops;
+  return 0;
+}
+
+static int pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+  (void)at;
+  const tsr_conv_geom_t *g = &l->geom;
+  l->ops = l->spec.kind == TSR_LAYER_MAXPOOL ? &maxpool_ops : &avgpool_ops;
   l->fout = g->oh * g->ow * g->oc;
   l->out_nb = l->fout;
   if (l->in_nb != l->fin) return TSR_ESHAPE; /* create_layers gives whole samples */
   /* After a conv with a fused ReLU, max pooling's backward task applies the
    * ReLU's backward pass too: one pass over the conv's output fewer. */
   tsr_layer_t *prev = l > net->layers ? l - 1 : NULL;
-  if (s->kind == TSR_LAYER_MAXPOOL && prev && prev->spec.kind == TSR_LAYER_CONV && prev->relu)
+  if (l->spec.kind == TSR_LAYER_MAXPOOL && prev && prev->spec.kind == TSR_LAYER_CONV && prev->relu)
     prev->relu_grad_by_next = l->relu_grad_in = true;
   return tsr__net_activations(net, l, true);
 }
+
+/* "maxpool2x2", then the strides when they are not the kernel's. */
+static int pool_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
+  const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
+  int kw = s->kernel_w > 0 ? s->kernel_w : s->kernel_h;
+  int sh = s->stride_h, sw = s->stride_w > 0 ? s->stride_w : s->stride_h;
+  char stride[32] = "";
+  if (sh > 0 && (sh != s->kernel_h || sw != kw)) snprintf(stride, sizeof stride, "s%dx%d", sh, sw);
+  return snprintf(buf, size, "%s%dx%d%s", name, s->kernel_h, kw, stride);
+}
+
+static const tsr_layer_key_t pool_keys[] = {
+    {"kernel", NULL, TSR_KEY_SIZE, TSR_SPEC_FIELD(kernel_h), TSR_SPEC_FIELD(kernel_w),
+     "has no 'kernel'; add kernel = K or kernel = KHxKW"},
+    {"stride", NULL, TSR_KEY_SIZE, TSR_SPEC_FIELD(stride_h), TSR_SPEC_FIELD(stride_w), NULL},
+    {0},
+};
+
+const tsr_layer_type_t tsr__maxpool_type = {
+    .kind = TSR_LAYER_MAXPOOL,
+    .name = "maxpool",
+    .keys = pool_keys,
+    .whole_samples = true,
+    .shape = pool_shape,
+    .create = pool_create,
+    .describe = pool_describe,
+};
+
+const tsr_layer_type_t tsr__avgpool_type = {
+    .kind = TSR_LAYER_AVGPOOL,
+    .name = "avgpool",
+    .keys = pool_keys,
+    .whole_samples = true,
+    .shape = pool_shape,
+    .create = pool_create,
+    .describe = pool_describe,
+};

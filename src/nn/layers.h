@@ -1,0 +1,86 @@
+/* The layer registry: one descriptor per layer type says everything the
+ * model parser (model.c), the network builder (net.c) and tsr_model_describe
+ * need to know about the type, so that a layer type is its own file (its
+ * descriptor next to its create, forward and backward functions) plus one
+ * line in layers.c. No StarPU here. */
+#ifndef TSR_LAYERS_H
+#define TSR_LAYERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "nn/net_impl.h"
+
+/* The form of a model-file key's value; each form has its own message for a
+ * bad value ("expected a positive integer", ...). */
+typedef enum {
+  TSR_KEY_COUNT,       /* a positive integer, into the int at field */
+  TSR_KEY_SIZE,        /* N or NHxNW, each >= 1, into the ints at field (h) and field2 (w) */
+  TSR_KEY_PADDING,     /* N or NHxNW, each >= 0, into the ints at field and field2 */
+  TSR_KEY_PROBABILITY, /* a number in [0, 1), into the float at field */
+  TSR_KEY_ACTIVATION   /* relu or none: relu adds a ReLU layer right after this one */
+} tsr_key_form_t;
+
+/* Where a key's value goes in the spec, for tsr_layer_key_t's field and field2. */
+#define TSR_SPEC_FIELD(f) offsetof(tsr_layer_spec_t, f)
+
+/* One key of a layer's model-file section, besides `type`. */
+typedef struct {
+  const char *name;     /* as written; "known:" messages list these in table order */
+  const char *alias;    /* also accepted (conv: units for filters), or NULL */
+  tsr_key_form_t form;  /* how the value parses */
+  size_t field, field2; /* offsetof(tsr_layer_spec_t, ...) of what the value sets */
+  const char *missing;  /* a required key: the message after "FILE: section [S] " when a
+                         * section lacks it ("has no 'kernel'; add ..."); NULL: optional */
+} tsr_layer_key_t;
+
+/* A layer's place in the network being built. */
+typedef struct {
+  int index;             /* 1-based position in the model description (for messages) */
+  bool last;             /* the last layer: its output is the logits, one tile wide */
+  bool whole_out;        /* last, or the next layer that is not element-wise works on whole
+                          * samples: a layer that cuts its output in feature tiles must not */
+  tsr_conv_geom_t shown; /* the input's sample shape as the model shows it (before a
+                          * flatten), for messages; input side only */
+  tsr_rng_t *rng;        /* borrowed: parameter initialization */
+  tsr_errbuf_t *err;     /* borrowed, may be NULL: what does not fit */
+} tsr_layer_site_t;
+
+typedef struct {
+  tsr_layer_kind_t kind;       /* the public enum value model specs use */
+  const char *name;            /* `type = name` in model files, and in descriptions */
+  const char *alias;           /* also accepted as `type = alias` (conv: conv2d), or NULL */
+  const tsr_layer_key_t *keys; /* model-file keys, ended by {0}; NULL: none */
+  bool output;                 /* may be the last layer: its `units` outputs are the logits */
+  bool whole_samples;          /* works on whole samples: its input must be one tile wide */
+  bool elementwise;            /* feature by feature, or only a new shape over the same storage:
+                                * the tiling of its input passes through it */
+  bool cuts_features;          /* its output, `units` features, is cut in feature tiles: the
+                                * automatic feature tile is sized from the widest such layer */
+  bool is_relu;                /* a ReLU: a dense or conv layer right before applies it itself
+                                * (ops->fuses_relu), and then no layer is built for it */
+  /* Required. Checks s against its input sample shape (g's c, h, w) and
+   * fills the rest of g: the window where the type has one (defaults
+   * applied) and the output side (oc, oh, ow). A misfit returns TSR_EINVAL or
+   * TSR_ESHAPE with a message in at->err naming layer at->index and the
+   * shapes. Reads only at->index, shown and err. */
+  int (*shape)(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at);
+  /* Builds l from l->spec once shape() accepted it: l->fin, l->in_nb, l->geom
+   * (shape's result), l->index are set; sets l->ops, fout, out_nb, parameters
+   * and activations. NULL: the type only changes the shape and builds no layer
+   * (flatten). */
+  int (*create)(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at);
+  /* Writes the type's part of tsr_model_describe ("conv3x3/32p1x1"), as
+   * snprintf does. NULL: the name. */
+  int (*describe)(const tsr_layer_spec_t *s, char *buf, size_t size);
+} tsr_layer_type_t;
+
+/* The registered types, in the order model-file messages list them. */
+int tsr__layer_type_count(void);
+const tsr_layer_type_t *tsr__layer_type_at(int i);
+/* The type of a spec's kind, or of a model file's type name (or alias); NULL
+ * when none is registered. */
+const tsr_layer_type_t *tsr__layer_type(tsr_layer_kind_t kind);
+const tsr_layer_type_t *tsr__layer_type_named(const char *name);
+
+#endif
