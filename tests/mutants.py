@@ -54,10 +54,11 @@ MUTANTS = [
     ("eval-on-train", "per-epoch evaluation on the training set", "src/train/train.c",
      [("rc = tsr_evaluate(net, test, &st.test_loss", "rc = tsr_evaluate(net, train, &st.test_loss")],
      ["train"]),
-    ("test-statistics", "standardization with the test set's statistics", "src/cli/train_cmd.c",
-     [("    tsr_dataset_normalize(&test, mean, std);\n",
-       "    tsr_dataset_stats(&test, &mean, &std);\n    tsr_dataset_normalize(&test, mean, std);\n")],
-     ["cli"]),
+    ("test-statistics", "standardization with the test set's statistics", "src/data/dataset.c",
+     [("  if (test) tsr_dataset_normalize(test, mean, std);\n",
+       "  if (test) tsr_dataset_stats(test, &mean, &std);\n"
+       "  if (test) tsr_dataset_normalize(test, mean, std);\n")],
+     ["data", "cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
      [("tsr__insert_axpby_mode(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, t->acc,",
        "tsr__insert_axpby_mode(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"

@@ -54,10 +54,7 @@ static void load(int64_t n) {
   }
   tsr_dataset_truncate(&train_set, n);
   tsr_dataset_truncate(&test_set, 2000);
-  float mean, std;
-  tsr_dataset_stats(&train_set, &mean, &std);
-  tsr_dataset_normalize(&train_set, mean, std);
-  tsr_dataset_normalize(&test_set, mean, std);
+  tsr_dataset_standardize(&train_set, &test_set);
 }
 
 static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {

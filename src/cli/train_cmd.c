@@ -378,11 +378,7 @@ int tsr_cli_train(int argc, char **argv) {
   if (rc == 0 && test_limit >= 0 && test_limit < test.n)
     rc = tsr_dataset_truncate(&test, test_limit);
   if (rc == 0) {
-    /* Standardize with the training set's statistics, applied to both sets. */
-    float mean, std;
-    tsr_dataset_stats(&train, &mean, &std);
-    tsr_dataset_normalize(&train, mean, std);
-    tsr_dataset_normalize(&test, mean, std);
+    tsr_dataset_standardize(&train, &test);
     rc = ends_with(model, ".ini") ? tsr_model_load_ini(&spec, model, &err)
                                   : tsr_model_parse(&spec, model, train.classes, &err);
   }
