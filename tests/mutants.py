@@ -70,6 +70,9 @@ MUTANTS = [
      [("tsr__k_axpby(m, n, 0.5f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.5f,",
        "tsr__k_axpby(m, n, 1.0f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.0f,")],
      ["mpi-async-2"]),
+    ("lr-unscaled", "tsr_train ignores the linear scaling rule under --sync batch",
+     "src/train/train.c", [("lr *= (float)tsr_dist_size();", "lr *= 1.0f;")],
+     ["mpi-batch-2", "mpi-cli"]),
 ]
 
 

@@ -211,7 +211,6 @@ int tsr_cli_train(int argc, char **argv) {
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   bool lr_set = false, quiet = false;
-  int lr_scaling = -1; /* 1 linear, 0 none, -1 the default for the policy and optimizer */
   tsr_sync_t sync;
   tsr_sync_parse(&sync, "batch", NULL);
   tsr_errbuf_t err = {""};
@@ -298,8 +297,10 @@ int tsr_cli_train(int argc, char **argv) {
     case O_SCHED: ro.sched = optarg; break;
     case O_LR_SCALING: {
       static const char *const names[] = {"none", "linear", NULL};
-      lr_scaling = choice(optarg, names);
-      if (lr_scaling < 0) return bad("--lr-scaling", optarg, "linear or none");
+      static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--lr-scaling", optarg, "linear or none");
+      to.lr_scaling = kinds[i];
       break;
     }
     case O_MPI_PROGRESS: {
@@ -360,13 +361,6 @@ int tsr_cli_train(int argc, char **argv) {
   }
   bool speaker = tsr_dist_rank() == 0;
   if (!speaker) quiet = true;
-  /* Averaging gradients over P ranks makes one step of P times the batch;
-   * the linear scaling rule (Goyal et al. 2017) keeps the step size per
-   * sample, as PyTorch DDP users and Horovod's guide do by hand. Local SGD
-   * (every, epoch) steps with each rank's own batch and keeps --lr. */
-  float lr_asked = no.opt.lr;
-  if (lr_scaling < 0) lr_scaling = sync.kind == TSR_SYNC_BATCH && no.opt.kind == TSR_OPT_SGD;
-  if (lr_scaling && tsr_dist_size() > 1) no.opt.lr *= (float)tsr_dist_size();
   to.sync = &sync;
   tsr_dataset_t train = {0}, test = {0};
   tsr_model_spec_t spec;
@@ -397,21 +391,23 @@ int tsr_cli_train(int argc, char **argv) {
                         &err, &err);
   char desc[256] = "", sync_text[32] = "none";
   int tr = 0, tc = 0;
+  float lr = 0; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   if (tsr_dist_size() > 1) tsr_sync_describe(&sync, sync_text, sizeof sync_text);
   if (rc == 0) {
     tsr_model_describe(&spec, (int)train.features, desc, sizeof desc);
     tsr_net_tiles(net, &tr, &tc);
+    lr = tsr_train_base_lr(net, &to);
     if (!quiet)
       printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
              "%s lr %g, tiles %dx%d, %d workers, scheduler %s",
              desc, (long long)tsr_net_param_count(net), (long long)train.n, (long long)test.n,
-             no.batch, no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd", (double)no.opt.lr, tr, tc,
+             no.batch, no.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd", (double)lr, tr, tc,
              tsr_runtime_ncpus(), tsr_runtime_sched());
     if (!quiet && tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              sync_text, tsr_runtime_mpi_progress(), no.batch);
-    if (!quiet && no.opt.lr != lr_asked)
-      printf(", lr %g x %d ranks (--lr-scaling linear)", (double)lr_asked, tsr_dist_size());
+    if (!quiet && lr != no.opt.lr)
+      printf(", lr %g x %d ranks (--lr-scaling linear)", (double)no.opt.lr, tsr_dist_size());
     if (!quiet) printf("\n");
   }
   if (rc == 0) {
@@ -426,7 +422,7 @@ int tsr_cli_train(int argc, char **argv) {
                             .tile_rows = tr,
                             .tile_cols = tc,
                             .workers = tsr_runtime_ncpus(),
-                            .lr = no.opt.lr,
+                            .lr = lr,
                             .seed = no.seed,
                             .no_priorities = !ro.priorities};
       lrc = tsr_log_open(&log, log_path, &run, &err);
