@@ -54,10 +54,11 @@ MUTANTS = [
     ("eval-on-train", "per-epoch evaluation on the training set", "src/train/train.c",
      [("rc = tsr_evaluate(net, test, &st.test_loss", "rc = tsr_evaluate(net, train, &st.test_loss")],
      ["train"]),
-    ("test-statistics", "standardization with the test set's statistics", "src/cli/train_cmd.c",
-     [("    tsr_dataset_normalize(&test, mean, std);\n",
-       "    tsr_dataset_stats(&test, &mean, &std);\n    tsr_dataset_normalize(&test, mean, std);\n")],
-     ["cli"]),
+    ("test-statistics", "standardization with the test set's statistics", "src/data/dataset.c",
+     [("  if (test) tsr_dataset_normalize(test, mean, std);\n",
+       "  if (test) tsr_dataset_stats(test, &mean, &std);\n"
+       "  if (test) tsr_dataset_normalize(test, mean, std);\n")],
+     ["data", "cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
      [("tsr__tile_axpby(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, rp->acc,",
        "tsr__tile_axpby(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
@@ -69,6 +70,9 @@ MUTANTS = [
      [("tsr__k_axpby(m, n, 0.5f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.5f,",
        "tsr__k_axpby(m, n, 1.0f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.0f,")],
      ["mpi-async-2"]),
+    ("lr-unscaled", "tsr_train ignores the linear scaling rule under --sync batch",
+     "src/train/train.c", [("lr *= (float)tsr_dist_size();", "lr *= 1.0f;")],
+     ["mpi-batch-2", "mpi-cli"]),
 ]
 
 

@@ -639,6 +639,38 @@ Test(data, stats_and_normalize) {
   tsr_dataset_fini(&ds);
 }
 
+/* The test set goes through the training set's statistics, not its own (the
+ * test set here has mean 20, the training set 4.5); test may be NULL or empty. */
+Test(data, standardize_uses_the_training_statistics) {
+  tsr_dataset_t tr, te, want;
+  make_csv_set(&tr);
+  const char *p = write_text("t.csv", "0,10,20\n1,30,20\n");
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_csv(&te, p, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_dataset_load_csv(&want, p, &err), 0, "%s", err.msg);
+  float mean, std;
+  tsr_dataset_stats(&tr, &mean, &std);
+  tsr_dataset_normalize(&want, mean, std);
+  tsr_dataset_standardize(&tr, &te);
+  float m2, s2;
+  tsr_dataset_stats(&tr, &m2, &s2);
+  cr_assert_float_eq(m2, 0.0f, 1e-6f);
+  cr_assert_float_eq(s2, 1.0f, 1e-6f);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(te.x[i], want.x[i], "test feature %d: %g, want %g", i, te.x[i], want.x[i]);
+  cr_assert_float_eq(te.x[0], (10.0f - 4.5f) / sqrtf(5.25f), 1e-5f);
+  tsr_dataset_fini(&tr);
+  make_csv_set(&tr);
+  tsr_dataset_standardize(&tr, NULL);
+  cr_assert_float_eq(tr.x[0], (1.0f - 4.5f) / sqrtf(5.25f), 1e-6f);
+  tsr_dataset_fini(&tr);
+  make_csv_set(&tr);
+  cr_assert_eq(tsr_dataset_truncate(&te, 0), 0);
+  tsr_dataset_standardize(&tr, &te);
+  cr_assert_float_eq(tr.x[0], (1.0f - 4.5f) / sqrtf(5.25f), 1e-6f);
+  tsr_dataset_fini(&tr), tsr_dataset_fini(&te), tsr_dataset_fini(&want);
+}
+
 Test(data, normalize_constant_features_stays_finite) {
   const char *p = write_text("const.csv", "0,3,3\n1,3,3\n");
   tsr_dataset_t ds;

@@ -2,7 +2,8 @@
  * computes what the policy promises on its own, from replicas it trains
  * separately and plain MPI, and compares:
  *   test_mpi batch          P ranks x batch B with averaged gradients equal one process with the
- *                           global batch P B: plain SGD, SGD with momentum and decay, Adam
+ *                           global batch P B: plain SGD, SGD with momentum and decay, Adam;
+ *                           tsr_train scales the rate by P for batch SGD (lr_scaling)
  *   test_mpi epoch          epoch averaging equals the mean of separately trained replicas
  *   test_mpi every          every=K averages exactly at steps K, 2K (the mean of the replicas),
  *                           and not before (each rank still has its own replica at K - 1)
@@ -58,10 +59,7 @@ static void load(int64_t n) {
   }
   tsr_dataset_truncate(&train_set, n);
   tsr_dataset_truncate(&test_set, 2000);
-  float mean, std;
-  tsr_dataset_stats(&train_set, &mean, &std);
-  tsr_dataset_normalize(&train_set, mean, std);
-  tsr_dataset_normalize(&test_set, mean, std);
+  tsr_dataset_standardize(&train_set, &test_set);
 }
 
 static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
@@ -156,6 +154,7 @@ static bool replicas_equal(const float *w, int64_t n) {
 typedef struct {
   int epochs;
   bool deterministic, by_samples, shuffle;
+  tsr_lr_scaling_t lr_scaling;                                /* 0: AUTO */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx); /* rank 0 only */
   void *ctx;
 } run_t;
@@ -174,6 +173,7 @@ static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_train_opts_init(&o);
   o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
   o.shuffle = run.shuffle, o.on_epoch = run.on_epoch, o.ctx = run.ctx;
+  o.lr_scaling = run.lr_scaling;
   int rc = tsr_train(net, &train_set, NULL, &o, &err);
   CHECK(rc == 0, "tsr_train(%s): %s", policy, err.msg);
 }
@@ -241,6 +241,59 @@ static void batch_equals_one_process(const char *name, const tsr_optimizer_t *op
   tsr_net_destroy(&net);
 }
 
+/* A library user of tsr_train gets the linear scaling rule: with batch averaging and SGD the base
+ * rate is P times the net's (AUTO, LINEAR), with Adam or local SGD it stays the net's (AUTO), and
+ * NONE keeps it. A constant schedule takes every step at that rate, on every rank, and the epoch
+ * stats report it as lr_end; tsr_train_base_lr says it beforehand. */
+static void test_lr_scaling(void) {
+  static const struct {
+    const char *policy;
+    bool adam;
+    tsr_lr_scaling_t scaling;
+    bool scaled;
+  } cases[] = {{"batch", false, TSR_LR_SCALING_AUTO, true},
+               {"batch", false, TSR_LR_SCALING_LINEAR, true},
+               {"batch", false, TSR_LR_SCALING_NONE, false},
+               {"batch", true, TSR_LR_SCALING_AUTO, false},
+               {"every=2", false, TSR_LR_SCALING_AUTO, false},
+               {"every=2", false, TSR_LR_SCALING_LINEAR, true}};
+  static const char *const names[] = {"auto", "linear", "none"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tsr_net_opts_t no;
+    tsr_net_opts_init(&no);
+    no.opt.lr = 0.05f;
+    if (cases[i].adam) no.opt.kind = TSR_OPT_ADAM, no.opt.lr = 0.003f;
+    tsr_net_t *net = make_net_opt(32, &no.opt);
+    float want = cases[i].scaled ? no.opt.lr * (float)size : no.opt.lr;
+    tsr_sync_t sync;
+    tsr_sync_parse(&sync, cases[i].policy, NULL);
+    tsr_train_opts_t o;
+    tsr_train_opts_init(&o);
+    o.sync = &sync, o.lr_scaling = cases[i].scaling;
+    float told = tsr_train_base_lr(net, &o);
+    tsr_epoch_stats_t st = {0};
+    train_with(net, cases[i].policy,
+               (run_t){.epochs = 1,
+                       .shuffle = true,
+                       .lr_scaling = cases[i].scaling,
+                       .on_epoch = keep_stats,
+                       .ctx = &st});
+    const char *what = cases[i].adam ? "adam" : "sgd";
+    CHECK(told == want, "%s, %s, lr_scaling %s, %d ranks: tsr_train_base_lr %.9g, want %.9g",
+          cases[i].policy, what, names[cases[i].scaling], size, (double)told, (double)want);
+    CHECK(tsr_net_lr(net) == want, "%s, %s, lr_scaling %s, %d ranks: the rate used %.9g, want %.9g",
+          cases[i].policy, what, names[cases[i].scaling], size, (double)tsr_net_lr(net),
+          (double)want);
+    if (rank == 0)
+      CHECK(st.lr_end == (double)want,
+            "%s, %s, lr_scaling %s, %d ranks: lr_end %.9g, want %.9g (base %.9g%s)",
+            cases[i].policy, what, names[cases[i].scaling], size, st.lr_end, (double)want,
+            (double)no.opt.lr, cases[i].scaled ? " x ranks" : "");
+    tsr_net_destroy(&net);
+  }
+  if (rank == 0) printf("lr scaling: %zu cases checked\n", sizeof cases / sizeof cases[0]);
+}
+
 static void test_batch(void) {
   load(32 * size * 6);
   tsr_net_opts_t o;
@@ -254,6 +307,7 @@ static void test_batch(void) {
   batch_equals_one_process("sgd", &sgd, 1e-5);
   batch_equals_one_process("sgd momentum 0.9, decay 1e-3", &momentum, 1e-5);
   batch_equals_one_process("adam", &adam, 1e-4);
+  test_lr_scaling();
 }
 
 /* One epoch with epoch averaging == the mean of replicas trained alone on the same shards. */
@@ -469,7 +523,9 @@ static void test_uneven(void) {
   /* batch: step k of the run is one process's step on the concatenation, over ranks, of each
    * rank's rows of that step in the epoch's order; each rank's gradient counts by its samples. */
   tsr_net_t *net = make_net(B, 0.9f);
-  train(net, "batch", 1, false);
+  /* The rate of the one process below: no linear scaling by the ranks. */
+  train_with(net, "batch",
+             (run_t){.epochs = 1, .shuffle = true, .lr_scaling = TSR_LR_SCALING_NONE});
   int64_t n;
   float *w = params(net, &n);
   CHECK(replicas_equal(w, n), "batch: replicas differ at the end");

@@ -22,10 +22,7 @@ static void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
   int rc = tsr_dataset_load_dir(train, test, data_dir(), &err);
   if (rc) cr_skip_test("Fashion-MNIST not found (%s); install dataset-fashion-mnist", err.msg);
   cr_assert_eq(tsr_dataset_truncate(train, ntrain), 0);
-  float mean, std;
-  tsr_dataset_stats(train, &mean, &std);
-  tsr_dataset_normalize(train, mean, std);
-  tsr_dataset_normalize(test, mean, std);
+  tsr_dataset_standardize(train, test);
 }
 
 /* Loss on the first 256 samples of ds after `steps` SGD steps of batch 32

@@ -44,6 +44,13 @@ TSR_API int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n);
 TSR_API void tsr_dataset_stats(const tsr_dataset_t *ds, float *mean, float *std);
 TSR_API void tsr_dataset_normalize(tsr_dataset_t *ds, float mean, float std);
 
+/* Standardizes a training set and its test set the way tsr_train's callers
+ * should: the training set's mean and std (tsr_dataset_stats), applied to the
+ * training set and to test (tsr_dataset_normalize), so the test set is seen
+ * through the statistics the net was trained with, never its own. train and
+ * test are borrowed and changed in place; test may be NULL or empty. */
+TSR_API void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test);
+
 TSR_API void tsr_dataset_fini(tsr_dataset_t *ds);
 
 /* Writes epoch `epoch`'s sample order into order[0..n): a permutation of

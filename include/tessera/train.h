@@ -38,10 +38,21 @@ typedef enum {
   TSR_LR_COSINE
 } tsr_lr_schedule_t;
 
+/* Whether the base rate grows with the number of MPI ranks. Averaging gradients over P ranks
+ * makes one step of P times the batch; the linear scaling rule (Goyal et al. 2017) keeps the step
+ * size per sample, as PyTorch DDP users and Horovod's guide do by hand. Local SGD (every, epoch,
+ * async-epoch) steps with each rank's own batch and keeps the rate. */
+typedef enum {
+  TSR_LR_SCALING_AUTO,   /* LINEAR with TSR_SYNC_BATCH and SGD, else NONE */
+  TSR_LR_SCALING_LINEAR, /* the net's base rate times the ranks (when several train) */
+  TSR_LR_SCALING_NONE    /* the net's base rate as it is */
+} tsr_lr_scaling_t;
+
 typedef struct {
   int epochs;
   uint64_t seed;                 /* shuffling */
-  tsr_lr_schedule_t lr_schedule; /* around the net's optimizer lr */
+  tsr_lr_schedule_t lr_schedule; /* around the base rate, tsr_train_base_lr */
+  tsr_lr_scaling_t lr_scaling;   /* of the net's optimizer lr by the ranks */
   int window;                    /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
@@ -52,8 +63,14 @@ typedef struct {
   void *ctx;
 } tsr_train_opts_t;
 
-/* 10 epochs, seed 1, cosine learning-rate decay, window 8, shuffled. */
+/* 10 epochs, seed 1, cosine learning-rate decay, automatic rate scaling, window 8, shuffled. */
 TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
+
+/* The base learning rate tsr_train uses for net with opts on this run's ranks (call it after
+ * tsr_dist_start): the net's optimizer lr (tsr_net_base_lr), multiplied in float by
+ * tsr_dist_size() when opts->lr_scaling is, or for AUTO resolves to, LINEAR and several ranks
+ * train. The schedule runs around it; a constant schedule takes every step at it. */
+TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *opts);
 
 #define TSR_MAX_RANKS 1024
 
@@ -62,7 +79,9 @@ TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
  * last batch of an epoch may be short; every sample is used every epoch.
  * Under MPI (tsr_dist_start), every rank calls this with the same arguments:
  * each trains its replica on its shard of every epoch's shuffled order, the
- * replicas agree through opts->sync, and rank 0 evaluates and reports. */
+ * replicas agree through opts->sync, and rank 0 evaluates and reports. The
+ * rate is tsr_train_base_lr's (scaled by the ranks as opts->lr_scaling says)
+ * under opts->lr_schedule. */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

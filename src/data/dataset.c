@@ -178,6 +178,13 @@ void tsr_dataset_normalize(tsr_dataset_t *ds, float mean, float std) {
     ds->x[i] = (ds->x[i] - mean) * scale;
 }
 
+void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test) {
+  float mean, std;
+  tsr_dataset_stats(train, &mean, &std);
+  tsr_dataset_normalize(train, mean, std);
+  if (test) tsr_dataset_normalize(test, mean, std);
+}
+
 void tsr_dataset_fini(tsr_dataset_t *ds) {
   if (!ds) return;
   free(ds->x);

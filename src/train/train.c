@@ -12,8 +12,24 @@
 #include "nn/net_impl.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
-  *o = (tsr_train_opts_t){
-      .epochs = 10, .seed = 1, .lr_schedule = TSR_LR_COSINE, .window = 8, .shuffle = true};
+  *o = (tsr_train_opts_t){.epochs = 10,
+                          .seed = 1,
+                          .lr_schedule = TSR_LR_COSINE,
+                          .lr_scaling = TSR_LR_SCALING_AUTO,
+                          .window = 8,
+                          .shuffle = true};
+}
+
+float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
+  tsr_lr_scaling_t s = o->lr_scaling;
+  if (s == TSR_LR_SCALING_AUTO)
+    s = o->sync && o->sync->kind == TSR_SYNC_BATCH && net->opts.opt.kind == TSR_OPT_SGD
+            ? TSR_LR_SCALING_LINEAR
+            : TSR_LR_SCALING_NONE;
+  float lr = tsr_net_base_lr(net);
+  /* In float, as the rate is stored: what a caller who scaled the net's lr itself got. */
+  if (s == TSR_LR_SCALING_LINEAR && tsr_dist_size() > 1) lr *= (float)tsr_dist_size();
+  return lr;
 }
 
 static double now(void) {
@@ -70,6 +86,10 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
               const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
     return tsr_error_set(err, TSR_EINVAL, "epochs must be >= 0 and the window >= 1");
+  if ((unsigned)o->lr_scaling > TSR_LR_SCALING_NONE)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "lr_scaling %d: expected TSR_LR_SCALING_AUTO, _LINEAR or _NONE",
+                         (int)o->lr_scaling);
   if (train->n <= 0 || train->n > INT32_MAX)
     return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
                          (long long)train->n);
@@ -95,7 +115,8 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   int counts[TSR_MAX_RANKS];
   const int32_t *mine = idx + sh.lo[sh.rank];
   bool speaker = sh.rank == 0; /* rank 0 evaluates, reports and logs */
-  double base_lr = tsr_net_base_lr(net), total_steps = (double)sh.steps * o->epochs;
+  double base_lr = tsr_train_base_lr(net, o), total_steps = (double)sh.steps * o->epochs;
+  tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int64_t step = 0;
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);

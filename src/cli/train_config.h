@@ -1,0 +1,49 @@
+/* tessera train in three steps: the options are parsed into a configuration
+ * (train_parse.c), which the run (train_run.c) carries out through the
+ * library; tsr_cli_train (train_cmd.c) joins them. The configuration holds
+ * everything the options say and nothing computed from the data. */
+#ifndef TSR_CLI_TRAIN_CONFIG_H
+#define TSR_CLI_TRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tessera/tessera.h"
+
+typedef struct {
+  const char *data_dir;       /* --data, borrowed from argv */
+  const char *model;          /* --model: a shorthand for tsr_model_parse, or an INI file */
+  bool model_file;            /* --model names an INI file (ends in .ini) */
+  const char *log_path;       /* --log, NULL: no log */
+  const char *trace_path;     /* --trace, NULL: no timeline */
+  int64_t train_limit;        /* --train-limit, -1: every training sample */
+  int64_t test_limit;         /* --test-limit, -1: every test sample */
+  bool quiet;                 /* --quiet */
+  bool help;                  /* --help: print the usage and run nothing */
+  tsr_net_opts_t net;         /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
+  tsr_train_opts_t train;     /* epochs, schedule, --lr-scaling, window, seed; sync and callbacks
+                                 are the run's */
+  tsr_sync_t sync;            /* --sync, --sync-state, --weighting, --deterministic */
+  tsr_runtime_opts_t runtime; /* --sched, --workers, --mpi-progress, --no-priorities, --stats,
+                                 --trace */
+  /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may
+   * see (tsr_dist_start): borrowed. */
+  int argc;
+  char **argv;
+} tsr_cli_train_config_t;
+
+/* Fills cfg from `tessera train`'s arguments (argv[0] is "train"). Returns 0 when cfg is ready
+ * (cfg->help: only the usage was asked for), or 2, the command's exit status, after writing
+ * what is wrong with an option to stderr. */
+int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv);
+
+/* `tessera train --help`. */
+void tsr__cli_train_usage(FILE *out);
+
+/* Trains as cfg says, on every rank when started by mpirun: loads and standardizes the data,
+ * builds the net, trains, and reports (banner, a line per epoch, log, statistics, trace) on
+ * rank 0. Returns the command's exit status: 0, or 1 after writing the error to stderr. */
+int tsr__cli_train_run(const tsr_cli_train_config_t *cfg);
+
+#endif

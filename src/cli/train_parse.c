@@ -1,0 +1,309 @@
+/* tessera train's options: each one read into the configuration (train_config.h), checked
+ * where it is read, with a message naming the option and what it expects. Nothing here
+ * starts MPI or the runtime or reads a file. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/train_config.h"
+#include "tessera/tessera.h"
+
+void tsr__cli_train_usage(FILE *out) {
+  fprintf(out,
+          "usage: tessera train [options]\n\n"
+          "  --data DIR          dataset folder: IDX files (MNIST family, .gz or plain) or\n"
+          "                      train.csv/test.csv [%s]\n"
+          "  --model SPEC|FILE   mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
+          "                      maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
+          "                      or an INI\n"
+          "                      model file with one section per layer [mlp]\n"
+          "  --epochs N          epochs [10]\n"
+          "  --batch N           samples per step [64]\n"
+          "  --optimizer NAME    sgd or adam [sgd]\n"
+          "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
+          "  --lr-schedule S     cosine (decay to 0 over the run) or constant [cosine]\n"
+          "  --lr-scaling S      under mpirun, linear (--lr times the ranks, for the ranks'\n"
+          "                      larger combined batch) or none [linear for sgd with --sync\n"
+          "                      batch, else none]\n"
+          "  --momentum X        SGD momentum [0.9]\n"
+          "  --weight-decay X    L2 weight decay [0]\n"
+          "  --seed N            seed for initialization and shuffling [1]\n"
+          "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
+          "                      [chosen from the shapes]\n"
+          "  --sched NAME        StarPU scheduling policy [%s]; `tessera info --sched-list`\n"
+          "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --window N          training steps in flight at most [8]\n"
+          "  --train-limit N     use only the first N training samples\n"
+          "  --test-limit N      use only the first N test samples\n"
+          "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch [batch]\n"
+          "  --sync-state        average optimizer state with the weights (every, epoch)\n"
+          "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
+          "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
+          "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
+          "                      worker (that thread also runs a worker's tasks), or auto:\n"
+          "                      worker when the ranks' workers take every core [auto]\n"
+          "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
+          "  --no-priorities     every task priority 0 (default: critical path first)\n"
+          "  --stats             per-worker statistics at the end (and in the log)\n"
+          "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
+          "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
+          "  --quiet             no per-epoch lines\n"
+          "  --help              this text\n",
+          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
+}
+
+static int bad(const char *opt, const char *val, const char *want) {
+  fprintf(stderr, "tessera train: %s %s: expected %s (see tessera train --help)\n", opt, val, want);
+  return 2;
+}
+
+static int to_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int to_float(const char *s, double lo, double hi, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !isfinite(v) || v < lo || v > hi) return -1;
+  *out = (float)v;
+  return 0;
+}
+
+/* Index of s in names (NULL-terminated), or -1. */
+static int choice(const char *s, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(s, names[i]) == 0) return i;
+  return -1;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
+  enum {
+    O_DATA = 256,
+    O_MODEL,
+    O_EPOCHS,
+    O_BATCH,
+    O_OPT,
+    O_LR,
+    O_MOM,
+    O_WD,
+    O_SEED,
+    O_TILE,
+    O_SCHED,
+    O_WORKERS,
+    O_WINDOW,
+    O_TRAIN_LIMIT,
+    O_TEST_LIMIT,
+    O_LOG,
+    O_QUIET,
+    O_SCHEDULE,
+    O_SYNC,
+    O_SYNC_STATE,
+    O_WEIGHTING,
+    O_DETERMINISTIC,
+    O_NO_PRIO,
+    O_STATS,
+    O_TRACE,
+    O_MPI_PROGRESS,
+    O_LR_SCALING
+  };
+  static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
+                                           {"model", required_argument, 0, O_MODEL},
+                                           {"epochs", required_argument, 0, O_EPOCHS},
+                                           {"batch", required_argument, 0, O_BATCH},
+                                           {"optimizer", required_argument, 0, O_OPT},
+                                           {"lr", required_argument, 0, O_LR},
+                                           {"momentum", required_argument, 0, O_MOM},
+                                           {"weight-decay", required_argument, 0, O_WD},
+                                           {"seed", required_argument, 0, O_SEED},
+                                           {"tile", required_argument, 0, O_TILE},
+                                           {"sched", required_argument, 0, O_SCHED},
+                                           {"workers", required_argument, 0, O_WORKERS},
+                                           {"window", required_argument, 0, O_WINDOW},
+                                           {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
+                                           {"test-limit", required_argument, 0, O_TEST_LIMIT},
+                                           {"lr-schedule", required_argument, 0, O_SCHEDULE},
+                                           {"sync", required_argument, 0, O_SYNC},
+                                           {"sync-state", no_argument, 0, O_SYNC_STATE},
+                                           {"weighting", required_argument, 0, O_WEIGHTING},
+                                           {"deterministic", no_argument, 0, O_DETERMINISTIC},
+                                           {"log", required_argument, 0, O_LOG},
+                                           {"quiet", no_argument, 0, O_QUIET},
+                                           {"no-priorities", no_argument, 0, O_NO_PRIO},
+                                           {"stats", no_argument, 0, O_STATS},
+                                           {"trace", required_argument, 0, O_TRACE},
+                                           {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
+                                           {"lr-scaling", required_argument, 0, O_LR_SCALING},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+
+  *cfg = (tsr_cli_train_config_t){.data_dir = TSR_DEFAULT_DATA_DIR,
+                                  .model = "mlp",
+                                  .train_limit = -1,
+                                  .test_limit = -1,
+                                  .argc = argc,
+                                  .argv = argv};
+  tsr_net_opts_init(&cfg->net);
+  tsr_train_opts_init(&cfg->train);
+  tsr_runtime_opts_init(&cfg->runtime);
+  tsr_sync_parse(&cfg->sync, "batch", NULL);
+  tsr_errbuf_t err = {""};
+  bool lr_set = false;
+  long v;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_DATA: cfg->data_dir = optarg; break;
+    case O_MODEL: cfg->model = optarg; break;
+    case O_EPOCHS:
+      if (to_long(optarg, 0, 100000, &v)) return bad("--epochs", optarg, "an integer >= 0");
+      cfg->train.epochs = (int)v;
+      break;
+    case O_BATCH:
+      if (to_long(optarg, 1, 1 << 20, &v)) return bad("--batch", optarg, "an integer >= 1");
+      cfg->net.batch = (int)v;
+      break;
+    case O_OPT: {
+      static const char *const names[] = {"sgd", "adam", NULL};
+      static const tsr_optimizer_kind_t kinds[] = {TSR_OPT_SGD, TSR_OPT_ADAM};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--optimizer", optarg, "sgd or adam");
+      cfg->net.opt.kind = kinds[i];
+      break;
+    }
+    case O_LR:
+      if (to_float(optarg, 1e-12, 1e6, &cfg->net.opt.lr))
+        return bad("--lr", optarg, "a number > 0");
+      lr_set = true;
+      break;
+    case O_SYNC: {
+      bool state = cfg->sync.average_state, det = cfg->sync.deterministic,
+           by = cfg->sync.by_samples;
+      if (tsr_sync_parse(&cfg->sync, optarg, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 2;
+      }
+      cfg->sync.average_state = state, cfg->sync.deterministic = det, cfg->sync.by_samples = by;
+      break;
+    }
+    case O_SYNC_STATE: cfg->sync.average_state = true; break;
+    case O_DETERMINISTIC: cfg->sync.deterministic = true; break;
+    case O_WEIGHTING: {
+      static const char *const names[] = {"uniform", "samples", NULL};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--weighting", optarg, "uniform or samples");
+      cfg->sync.by_samples = i == 1;
+      break;
+    }
+    case O_SCHEDULE: {
+      static const char *const names[] = {"cosine", "constant", NULL};
+      static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--lr-schedule", optarg, "cosine or constant");
+      cfg->train.lr_schedule = kinds[i];
+      break;
+    }
+    case O_MOM:
+      if (to_float(optarg, 0, 0.999999, &cfg->net.opt.momentum))
+        return bad("--momentum", optarg, "a number in [0, 1)");
+      break;
+    case O_WD:
+      if (to_float(optarg, 0, 1e6, &cfg->net.opt.weight_decay))
+        return bad("--weight-decay", optarg, "a number >= 0");
+      break;
+    case O_SEED:
+      if (to_long(optarg, 0, 0x7fffffffL, &v)) return bad("--seed", optarg, "an integer >= 0");
+      cfg->net.seed = cfg->train.seed = (uint64_t)v;
+      break;
+    case O_TILE: {
+      long r, cc;
+      char *x = strchr(optarg, 'x');
+      if (x) {
+        *x = '\0';
+        int e1 = to_long(optarg, 1, 1 << 20, &r), e2 = to_long(x + 1, 1, 1 << 20, &cc);
+        *x = 'x';
+        if (e1 || e2) return bad("--tile", optarg, "N or RxC with positive integers");
+      } else if (to_long(optarg, 1, 1 << 20, &r)) {
+        return bad("--tile", optarg, "N or RxC with positive integers");
+      } else {
+        cc = r;
+      }
+      cfg->net.tile_rows = (int)r, cfg->net.tile_cols = (int)cc;
+      break;
+    }
+    case O_SCHED: cfg->runtime.sched = optarg; break;
+    case O_LR_SCALING: {
+      static const char *const names[] = {"none", "linear", NULL};
+      static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--lr-scaling", optarg, "linear or none");
+      cfg->train.lr_scaling = kinds[i];
+      break;
+    }
+    case O_MPI_PROGRESS: {
+      static const char *const names[] = {"auto", "thread", "worker", NULL};
+      static const tsr_mpi_progress_t kinds[] = {TSR_MPI_PROGRESS_AUTO, TSR_MPI_PROGRESS_THREAD,
+                                                 TSR_MPI_PROGRESS_WORKER};
+      int i = choice(optarg, names);
+      if (i < 0) return bad("--mpi-progress", optarg, "auto, thread or worker");
+      cfg->runtime.mpi_progress = kinds[i];
+      break;
+    }
+    case O_WORKERS:
+      if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
+      cfg->runtime.ncpus = (int)v;
+      break;
+    case O_WINDOW:
+      if (to_long(optarg, 1, 1 << 16, &v)) return bad("--window", optarg, "an integer >= 1");
+      cfg->train.window = (int)v;
+      break;
+    case O_TRAIN_LIMIT:
+      if (to_long(optarg, 1, 0x7fffffffL, &v))
+        return bad("--train-limit", optarg, "an integer >= 1");
+      cfg->train_limit = v;
+      break;
+    case O_TEST_LIMIT:
+      if (to_long(optarg, 0, 0x7fffffffL, &v))
+        return bad("--test-limit", optarg, "an integer >= 0");
+      cfg->test_limit = v;
+      break;
+    case O_LOG: cfg->log_path = optarg; break;
+    case O_QUIET: cfg->quiet = true; break;
+    case O_NO_PRIO: cfg->runtime.priorities = false; break;
+    case O_STATS: cfg->runtime.stats = true; break;
+    case O_TRACE:
+      if (!ends_with(optarg, ".json")) return bad("--trace", optarg, "a file name ending in .json");
+      cfg->trace_path = optarg, cfg->runtime.trace = true;
+      break;
+    case 'h': cfg->help = true; return 0;
+    default: return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tessera train: unexpected argument '%s' (see tessera train --help)\n",
+            argv[optind]);
+    return 2;
+  }
+  if (!lr_set && cfg->net.opt.kind == TSR_OPT_ADAM) cfg->net.opt.lr = 0.001f;
+  if (cfg->runtime.sched && !tsr_sched_known(cfg->runtime.sched)) {
+    fprintf(stderr, "tessera train: --sched %s: unknown policy; this StarPU offers:\n",
+            cfg->runtime.sched);
+    tsr_sched_list(stderr);
+    return 2;
+  }
+  cfg->model_file = ends_with(cfg->model, ".ini");
+  return 0;
+}

@@ -1,0 +1,223 @@
+/* tessera train's run: a configuration (train_config.h) carried out through the library on
+ * every rank under mpirun, printing one line per epoch (and a progress line while stderr is a
+ * terminal). Ranks agree on each start-up step so that one rank's failure stops all of them
+ * with its message, and rank 0 alone speaks afterwards. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/train_config.h"
+#include "tessera/tessera.h"
+
+/* What must be equal on every rank: the options and the data (sizes and a
+ * sample of values), so replicas never silently train different things. */
+static void describe_config(char *buf, size_t size, int argc, char **argv,
+                            const tsr_dataset_t *train, const tsr_dataset_t *test) {
+  double sum = 0;
+  for (int64_t i = 0; i < train->n * train->features; i += 997)
+    sum += train->x[i];
+  for (int64_t i = 0; i < train->n; i += 7)
+    sum += train->y[i];
+  int n = snprintf(buf, size, "data %lld/%lld x %lld, %d classes, checksum %.6g; options",
+                   (long long)train->n, (long long)test->n, (long long)train->features,
+                   train->classes, sum);
+  for (int i = 1; i < argc && n < (int)size; i++)
+    n += snprintf(buf + n, size - (size_t)n, " %s", argv[i]);
+}
+
+struct ctx {
+  tsr_log_t *log;
+  bool quiet, progress;
+  int64_t samples_per_batch; /* over all ranks */
+  int epochs;
+};
+
+static void on_progress(int epoch, int64_t batch, int64_t batches, double seconds, void *p) {
+  struct ctx *c = p;
+  if (!c->progress) return;
+  /* Training time only: evaluation at each epoch end comes on top. */
+  double eta =
+      seconds / (double)batch * (double)(batches - batch + (int64_t)(c->epochs - epoch) * batches);
+  fprintf(stderr, "\r  epoch %d/%d  batch %lld/%lld  %.0f samples/s  ETA %.0f s   ", epoch,
+          c->epochs, (long long)batch, (long long)batches,
+          (double)batch * (double)c->samples_per_batch / seconds, eta);
+}
+
+static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
+  struct ctx *c = p;
+  if (c->progress) fprintf(stderr, "\r%70s\r", "");
+  if (!c->quiet) {
+    printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
+           s->loss, 100 * s->train_accuracy);
+    if (!isnan(s->test_accuracy))
+      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
+    printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
+    fflush(stdout);
+  }
+  if (c->log && tsr_log_epoch(c->log, s) != 0) {
+    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+/* What a run holds from start-up to its end. */
+typedef struct {
+  const tsr_cli_train_config_t *cfg;
+  bool speaker;                /* rank 0: evaluates, prints and logs */
+  bool quiet;                  /* no banner or epoch lines: --quiet, or not rank 0 */
+  tsr_dataset_t train, test;   /* owned, standardized with the training statistics */
+  tsr_model_spec_t spec;       /* from --model */
+  tsr_net_opts_t net_opts;     /* cfg's, with the data's image geometry */
+  tsr_train_opts_t train_opts; /* cfg's, with the sync policy */
+  tsr_net_t *net;              /* owned */
+  tsr_log_t *log;              /* owned, rank 0 with --log */
+  bool started;                /* the runtime */
+  char desc[256], sync_text[32];
+  int tile_rows, tile_cols;
+  float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
+  tsr_errbuf_t err;
+} run_t;
+
+/* This rank's data, cut to the limits and standardized, and the model description. */
+static int load(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  int rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
+    rc = tsr_dataset_truncate(&r->train, cfg->train_limit);
+  if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
+    rc = tsr_dataset_truncate(&r->test, cfg->test_limit);
+  if (rc == 0) {
+    tsr_dataset_standardize(&r->train, &r->test);
+    rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err)
+                         : tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+  }
+  return rc;
+}
+
+/* Every rank: the data and model, the same configuration as rank 0, the runtime, the net. */
+static int start(run_t *r, int argc, char **argv) {
+  int rc = tsr_dist_agree(load(r), &r->err, &r->err);
+  if (rc == 0) {
+    char config[1024];
+    describe_config(config, sizeof config, argc, argv, &r->train, &r->test);
+    rc = tsr_dist_check_same(config, &r->err);
+  }
+  if (rc == 0) rc = tsr_dist_agree(tsr_runtime_init(&r->cfg->runtime, &r->err), &r->err, &r->err);
+  r->started = rc == 0;
+  if (r->train.height > 1) { /* image geometry known (IDX); else the net infers it */
+    r->net_opts.in_channels = r->train.channels;
+    r->net_opts.in_height = r->train.height;
+    r->net_opts.in_width = r->train.width;
+  }
+  if (rc == 0)
+    rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
+                                       &r->net_opts, &r->err),
+                        &r->err, &r->err);
+  return rc;
+}
+
+/* The banner, and the log opened on rank 0 (every rank learns whether it could be). */
+static int announce(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  const char *optimizer = cfg->net.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd";
+  snprintf(r->sync_text, sizeof r->sync_text, "none");
+  if (tsr_dist_size() > 1) tsr_sync_describe(&cfg->sync, r->sync_text, sizeof r->sync_text);
+  tsr_model_describe(&r->spec, (int)r->train.features, r->desc, sizeof r->desc);
+  tsr_net_tiles(r->net, &r->tile_rows, &r->tile_cols);
+  r->lr = tsr_train_base_lr(r->net, &r->train_opts);
+  if (!r->quiet) {
+    printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
+           "%s lr %g, tiles %dx%d, %d workers, scheduler %s",
+           r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n,
+           (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
+           r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
+    if (tsr_dist_size() > 1)
+      printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
+             r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
+    if (r->lr != cfg->net.opt.lr)
+      printf(", lr %g x %d ranks (--lr-scaling linear)", (double)cfg->net.opt.lr, tsr_dist_size());
+    printf("\n");
+  }
+  int rc = 0;
+  if (cfg->log_path && r->speaker) {
+    tsr_run_info_t run = {.model = r->desc,
+                          .sched = tsr_runtime_sched(),
+                          .optimizer = optimizer,
+                          .sync = r->sync_text,
+                          .mpi_progress = tsr_runtime_mpi_progress(),
+                          .batch = cfg->net.batch,
+                          .tile_rows = r->tile_rows,
+                          .tile_cols = r->tile_cols,
+                          .workers = tsr_runtime_ncpus(),
+                          .lr = r->lr,
+                          .seed = cfg->net.seed,
+                          .no_priorities = !cfg->runtime.priorities};
+    rc = tsr_log_open(&r->log, cfg->log_path, &run, &r->err);
+  }
+  return tsr_dist_agree(rc, &r->err, &r->err);
+}
+
+static int train(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  struct ctx cx = {r->log, r->quiet, !r->quiet && isatty(STDERR_FILENO),
+                   (int64_t)cfg->net.batch * tsr_dist_size(), cfg->train.epochs};
+  tsr_train_opts_t to = r->train_opts;
+  to.on_epoch = on_epoch, to.on_progress = on_progress, to.ctx = &cx;
+  int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
+  /* Past start-up the ranks' task graphs are tied together: a rank that
+   * fails mid-run stops them all rather than leaving them waiting. */
+  if (rc && tsr_dist_size() > 1) tsr_dist_abort(r->err.msg[0] ? r->err.msg : tsr_strerror(rc));
+  return rc;
+}
+
+/* --stats and --trace, once the runtime has stopped. Collective under MPI: every rank that
+ * trained takes part. */
+static int report(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  int rc = 0;
+  if (cfg->runtime.stats) {
+    tsr_run_stats_t st;
+    rc = tsr_runtime_stats(&st, &r->err);
+    if (rc == 0 && r->speaker) {
+      tsr_run_stats_print(stdout, &st);
+      if (r->log && tsr_log_stats(r->log, &st) != 0)
+        fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+    }
+    tsr_run_stats_fini(&st);
+    if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
+  }
+  if (rc == 0 && cfg->trace_path) {
+    rc = tsr_runtime_trace_write(cfg->trace_path, &r->err);
+    if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
+  }
+  return rc;
+}
+
+int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
+  int argc = cfg->argc;
+  char **argv = cfg->argv;
+  if (tsr_dist_start(&argc, &argv, false)) {
+    fprintf(stderr, "tessera train: cannot start MPI\n");
+    return 1;
+  }
+  run_t r = {.cfg = cfg, .speaker = tsr_dist_rank() == 0, .net_opts = cfg->net};
+  r.quiet = cfg->quiet || !r.speaker;
+  r.train_opts = cfg->train;
+  r.train_opts.sync = &cfg->sync;
+  int rc = start(&r, argc, argv);
+  if (rc == 0) rc = announce(&r);
+  if (rc == 0) rc = train(&r);
+  if (rc && r.speaker)
+    fprintf(stderr, "tessera train: %s\n", r.err.msg[0] ? r.err.msg : tsr_strerror(rc));
+  tsr_net_destroy(&r.net);
+  if (r.started) tsr_runtime_fini();
+  if (rc == 0) rc = report(&r);
+  tsr_log_close(&r.log);
+  tsr_dataset_fini(&r.train);
+  tsr_dataset_fini(&r.test);
+  tsr_dist_stop();
+  return rc ? 1 : 0;
+}
