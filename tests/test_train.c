@@ -122,6 +122,82 @@ static tsr_net_t *small_net(const tsr_dataset_t *ds, int batch) {
   return net;
 }
 
+/* The network's update is its optimizer's formula, step by step: w after a
+ * step equals the float64 formula applied to w before it and that step's
+ * gradient (tsr_net_grad_get), with the optimizer's state carried by the
+ * test from zero, the step count t from 1, and weight decay on weights only
+ * (parameter 0, the dense layer's W), not biases (parameter 1):
+ *   g' = g + wd w (weights) or g (biases)
+ *   SGD:  v = momentum v + g';  w -= lr v
+ *   Adam: m = b1 m + (1 - b1) g';  s = b2 s + (1 - b2) g'^2;
+ *         w -= lr (m / (1 - b1^t)) / (sqrt(s / (1 - b2^t)) + eps) */
+static void check_optimizer_steps(const tsr_optimizer_t *hp) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 64);
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "linear", train.classes, &err), 0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 16, o.tile_rows = 16, o.tile_cols = 4, o.opt = *hp;
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, (int)train.features, train.classes, &o, &err), 0, "%s",
+               err.msg);
+  cr_assert_eq(tsr_net_n_params(net), 2);
+  int64_t n = tsr_net_param_count(net), nw = train.features * train.classes;
+  float *before = malloc(sizeof(float) * (size_t)n), *after = malloc(sizeof(float) * (size_t)n);
+  float *g = malloc(sizeof(float) * (size_t)n);
+  double *m1 = calloc((size_t)n, sizeof(double)), *m2 = calloc((size_t)n, sizeof(double));
+  int32_t rows[16];
+  for (int t = 1; t <= 4; t++) {
+    for (int i = 0; i < 16; i++)
+      rows[i] = (int32_t)((t * 16 + i) % train.n);
+    cr_assert_eq(tsr_net_param_get(net, 0, before), 0);
+    cr_assert_eq(tsr_net_param_get(net, 1, before + nw), 0);
+    cr_assert_eq(tsr_net_train_step(net, &train, rows, 16, true), 0);
+    cr_assert_eq(tsr_net_param_get(net, 0, after), 0);
+    cr_assert_eq(tsr_net_param_get(net, 1, after + nw), 0);
+    cr_assert_eq(tsr_net_grad_get(net, 0, g), 0);
+    cr_assert_eq(tsr_net_grad_get(net, 1, g + nw), 0);
+    double worst = 0;
+    for (int64_t k = 0; k < n; k++) {
+      double w = before[k], gp = g[k] + (k < nw ? (double)hp->weight_decay * w : 0.0), want;
+      if (hp->kind == TSR_OPT_SGD) {
+        m1[k] = hp->momentum * m1[k] + gp;
+        want = w - hp->lr * m1[k];
+      } else {
+        m1[k] = hp->beta1 * m1[k] + (1 - hp->beta1) * gp;
+        m2[k] = hp->beta2 * m2[k] + (1 - hp->beta2) * gp * gp;
+        double mhat = m1[k] / (1 - pow(hp->beta1, t)), shat = m2[k] / (1 - pow(hp->beta2, t));
+        want = w - hp->lr * mhat / (sqrt(shat) + hp->eps);
+      }
+      /* In units of the step size: float rounding stayed below 4e-6 lr (Adam) and 2e-7 lr
+       * (SGD) over these 4 steps; a step count off by one moves w by about lr / 4. */
+      double d = fabs(after[k] - want) / (hp->lr + 1e-3 * fabs(want));
+      worst = d > worst ? d : worst;
+    }
+    cr_assert(worst <= 1e-3, "%s, step %d: weights vs the formula: max difference %g x lr",
+              hp->kind == TSR_OPT_ADAM ? "adam" : "sgd", t, worst);
+  }
+  free(before), free(after), free(g), free(m1), free(m2);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+Test(train, sgd_updates_follow_the_formula_step_by_step) {
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.opt.lr = 0.05f, o.opt.momentum = 0.9f, o.opt.weight_decay = 0.01f;
+  check_optimizer_steps(&o.opt);
+}
+
+Test(train, adam_updates_follow_the_formula_step_by_step) {
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.opt.kind = TSR_OPT_ADAM, o.opt.lr = 0.01f, o.opt.weight_decay = 0.01f;
+  check_optimizer_steps(&o.opt);
+}
+
 Test(train, epoch_orders_are_permutations_that_change_every_epoch) {
   enum { N = 1000 };
   int32_t *prev = malloc(sizeof(int32_t) * N), *cur = malloc(sizeof(int32_t) * N),

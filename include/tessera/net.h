@@ -63,6 +63,14 @@ TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_err
 /* Writes a one-line description, e.g. "784-512-512-10 (dense relu dense relu dense)". */
 TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
 
+/* How the learning rate moves over a run (tsr_train_opts_t.lr_schedule). */
+typedef enum {
+  TSR_LR_CONSTANT,
+  /* lr * (1 + cos(pi * t / T)) / 2 at step t = 0 .. T - 1 of the run (T: steps per epoch times
+   * epochs; under MPI a step is one of each rank's), decayed every step */
+  TSR_LR_COSINE
+} tsr_lr_schedule_t;
+
 typedef enum { TSR_OPT_SGD, TSR_OPT_ADAM } tsr_optimizer_kind_t;
 
 typedef struct {

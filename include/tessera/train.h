@@ -31,13 +31,6 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes rank 0 received */
 } tsr_epoch_stats_t;
 
-typedef enum {
-  TSR_LR_CONSTANT,
-  /* lr * (1 + cos(pi * t / T)) / 2 at step t = 0 .. T - 1 of the run (T: steps per epoch times
-   * epochs; under MPI a step is one of each rank's), decayed every step */
-  TSR_LR_COSINE
-} tsr_lr_schedule_t;
-
 /* Whether the base rate grows with the number of MPI ranks. Averaging gradients over P ranks
  * makes one step of P times the batch; the linear scaling rule (Goyal et al. 2017) keeps the step
  * size per sample, as PyTorch DDP users and Horovod's guide do by hand. Local SGD (every, epoch,

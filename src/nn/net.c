@@ -76,15 +76,10 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
 
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
                           int nb, bool decay) {
-  const tsr_optimizer_t *opt = &net->opts.opt;
-  bool s1 = opt->kind == TSR_OPT_ADAM || opt->momentum != 0.0f;
-  bool s2 = opt->kind == TSR_OPT_ADAM;
   p->decay = decay;
   TSR_TRY(tsr__net_tiles(&p->w, rows, cols, mb, nb));
   TSR_TRY(tsr__net_tiles(&p->g, rows, cols, mb, nb));
-  if (s1) TSR_TRY(tsr__net_tiles(&p->s1, rows, cols, mb, nb));
-  if (s2) TSR_TRY(tsr__net_tiles(&p->s2, rows, cols, mb, nb));
-  return 0;
+  return tsr__optim_add(net->optim, p->w, decay, &p->index);
 }
 
 int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last) {
@@ -94,12 +89,7 @@ int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last) {
 }
 
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *to) {
-  const tsr_optimizer_t *o = &net->opts.opt;
-  float wd = p->decay ? o->weight_decay : 0.0f;
-  if (o->kind == TSR_OPT_ADAM)
-    return tsr__tiles_adam(to, p->w, p->s1, p->s2, p->g, net->lr, o->beta1, o->beta2, o->eps, wd,
-                           net->step);
-  return tsr__tiles_sgd(to, p->w, p->s1, p->g, net->lr, o->momentum, wd);
+  return tsr__optim_update(net->optim, p->index, p->w, p->g, to);
 }
 
 static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o, void *ctx) {
@@ -237,13 +227,13 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   tsr_net_t *net = calloc(1, sizeof *net);
   if (!net) return TSR_ENOMEM;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
-  net->lr = opts->opt.lr;
   choose_tiles(spec, inputs, opts, &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 
   net->on_grad = (tsr_grad_hook_t){default_grad_hook, NULL};
   err_clear(err);
-  rc = create_layers(net, spec, &rng, err);
+  rc = tsr__optim_create(&net->optim, &opts->opt);
+  if (rc == 0) rc = create_layers(net, spec, &rng, err);
   if (rc == 0) rc = tsr__net_tiles(&net->x0, net->batch, inputs, net->mb, net->layers[0].in_nb);
   if (rc == 0) rc = tsr__net_tiles(&net->labels, net->batch, 1, net->mb, 1);
   int mt = (net->batch + net->mb - 1) / net->mb;
@@ -266,7 +256,6 @@ void tsr_net_destroy(tsr_net_t **np) {
     for (int k = 0; k < l->nparams; k++) {
       tsr_param_t *p = &l->params[k];
       tsr_tiles_destroy(&p->w), tsr_tiles_destroy(&p->g);
-      tsr_tiles_destroy(&p->s1), tsr_tiles_destroy(&p->s2);
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
     tsr_tiles_destroy(&l->scratch[0]), tsr_tiles_destroy(&l->scratch[1]);
@@ -276,6 +265,7 @@ void tsr_net_destroy(tsr_net_t **np) {
   tsr_tiles_destroy(&net->labels);
   tsr_tiles_destroy(&net->train_stats);
   tsr_tiles_destroy(&net->eval_stats);
+  tsr__optim_destroy(&net->optim);
   free(net);
   *np = NULL;
 }
@@ -285,7 +275,7 @@ int tsr_net_batch(const tsr_net_t *net) {
 }
 
 void tsr_net_set_lr(tsr_net_t *net, float lr) {
-  net->lr = lr;
+  tsr__optim_set_lr(net->optim, lr);
 }
 
 float tsr_net_base_lr(const tsr_net_t *net) {
@@ -293,7 +283,7 @@ float tsr_net_base_lr(const tsr_net_t *net) {
 }
 
 float tsr_net_lr(const tsr_net_t *net) {
-  return net->lr;
+  return tsr__optim_lr(net->optim);
 }
 
 void tsr_net_tiles(const tsr_net_t *net, int *tile_rows, int *tile_cols) {
@@ -335,7 +325,7 @@ static int forward(tsr_net_t *net, bool train) {
  * policy) as soon as their gradients are submitted, so updates overlap the
  * backward pass of the layers below. */
 static int backward(tsr_net_t *net, bool do_update) {
-  if (do_update) net->step++;
+  if (do_update) tsr__optim_next_step(net->optim);
   for (int i = net->n_layers - 1; i >= 0; i--) {
     tsr_layer_t *l = &net->layers[i];
     tsr_tiles_t *dx = i > 0 ? net->layers[i - 1].dy : net->dx0;

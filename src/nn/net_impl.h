@@ -9,16 +9,17 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "optim/optim.h"
 #include "rng.h"
 #include "runtime/task_opts.h"
 #include "tessera/net.h"
 #include "tessera/tiles.h"
 
-/* A trainable tensor and what the optimizer keeps for it. */
+/* A trainable tensor; its optimizer state belongs to the net's optimizer. */
 typedef struct {
-  tsr_tiles_t *w, *g;   /* value and gradient, same shape and tiling */
-  tsr_tiles_t *s1, *s2; /* SGD velocity or Adam first moment; Adam second moment; NULL unused */
-  bool decay;           /* weight decay applies (weights yes, biases no) */
+  tsr_tiles_t *w, *g; /* value and gradient, same shape and tiling */
+  bool decay;         /* weight decay applies (weights yes, biases no) */
+  int index;          /* the parameter's number in the net's optimizer (tsr__optim_state) */
 } tsr_param_t;
 
 typedef struct tsr_layer tsr_layer_t;
@@ -73,8 +74,7 @@ struct tsr_net {
   tsr_tiles_t *labels;      /* (batch, 1) */
   tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
   tsr_tiles_t *eval_stats;
-  int step;                /* optimizer steps taken (Adam's t) */
-  float lr;                /* current learning rate (opts.opt.lr is the base) */
+  tsr_optim_t *optim;      /* owned: step count, current rate, every parameter's state */
   uint64_t tasks_per_step; /* measured on the first training step */
   uint64_t submitted;      /* tasks submitted with the net's options (its own and its hooks') */
   int64_t step_label;      /* training step that tasks are labelled with (0: none) */

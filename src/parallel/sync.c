@@ -32,13 +32,18 @@
 
 typedef struct {
   tsr_param_t *p;
-  int nt;                                  /* tile columns, for home_of */
-  int *home;                               /* (mt, nt) home rank of each tile */
-  tsr_tiles_t **w, **s1, **s2, **g;        /* [size] replica views; NULL when not needed */
-  tsr_tiles_t *home_w, *home_s1, *home_s2; /* batch: each tile from its home's replica */
-  tsr_tiles_t *acc;                        /* distributed by home: the weighted sum */
-  tsr_tiles_t *global;                     /* async-epoch, distributed by home: the global copy */
-  tsr_tiles_t **snap; /* async-epoch: [size], distributed by home: each rank's fold */
+  int nt;    /* tile columns, for home_of */
+  int *home; /* (mt, nt) home rank of each tile */
+  /* [size] replica views of the weights and the gradient (batch only) */
+  tsr_tiles_t **w, **g;
+  /* optimizer state matrices with replica views (batch, or --sync-state), and those */
+  int nstate;
+  tsr_tiles_t **s[TSR_OPTIM_MAX_STATE];
+  /* batch: each tile of the weights and state from its home's replica */
+  tsr_tiles_t *home_w, *home_s[TSR_OPTIM_MAX_STATE];
+  tsr_tiles_t *acc;    /* distributed by home: the weighted sum */
+  tsr_tiles_t *global; /* async-epoch, distributed by home: the global copy */
+  tsr_tiles_t **snap;  /* async-epoch: [size], distributed by home: each rank's fold */
 } rparam_t;
 
 struct tsr_replicas {
@@ -150,15 +155,11 @@ static int broadcast(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, 
   return 0;
 }
 
-/* The optimizer update of tile (i, j), on its home, with the home's state. */
+/* The optimizer update of tile (i, j), on its home, with the home's state:
+ * the net's own optimizer, on the home's copies. */
 static int update_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j) {
-  const tsr_net_t *net = r->net;
-  const tsr_optimizer_t *hp = &net->opts.opt;
-  float wd = rp->p->decay ? hp->weight_decay : 0.0f;
-  if (hp->kind == TSR_OPT_ADAM)
-    return tsr__tile_adam(o, rp->home_w, rp->home_s1, rp->home_s2, rp->acc, i, j, net->lr,
-                          hp->beta1, hp->beta2, hp->eps, wd, net->step);
-  return tsr__tile_sgd(o, rp->home_w, rp->home_s1, rp->acc, i, j, net->lr, hp->momentum, wd);
+  return tsr__optim_update_tile(r->net->optim, rp->p->index, rp->home_w, rp->home_s, rp->acc, i, j,
+                                o);
 }
 
 /* batch: replaces the optimizer step of a parameter whose gradient was just submitted. */
@@ -200,15 +201,17 @@ static int average(tsr_replicas_t *r) {
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
-    tsr_tiles_t **sets[3] = {rp->w, r->sync.average_state ? rp->s1 : NULL,
-                             r->sync.average_state ? rp->s2 : NULL};
+    /* The weights, then with average_state each state matrix. */
+    tsr_tiles_t **sets[1 + TSR_OPTIM_MAX_STATE] = {rp->w};
+    int nsets = 1;
+    for (int k = 0; r->sync.average_state && k < rp->nstate; k++)
+      sets[nsets++] = rp->s[k];
     for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
       for (int j = 0; j < rp->nt && rc == 0; j++)
-        for (int s = 0; s < 3 && rc == 0; s++)
-          if (sets[s]) {
-            rc = reduce(&o, r, rp, sets[s], i, j);
-            if (rc == 0) rc = broadcast(&o, r, rp, rp->acc, sets[s], false, i, j);
-          }
+        for (int s = 0; s < nsets && rc == 0; s++) {
+          rc = reduce(&o, r, rp, sets[s], i, j);
+          if (rc == 0) rc = broadcast(&o, r, rp, rp->acc, sets[s], false, i, j);
+        }
   }
   memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
   return rc;
@@ -281,14 +284,16 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
   tsr_param_t *p = rp->p;
   TSR_TRY(assign_homes(r, rp, load));
   if (!(rp->w = replicas_of(r, p->w))) return TSR_ENOMEM;
-  if (p->s1 && state && !(rp->s1 = replicas_of(r, p->s1))) return TSR_ENOMEM;
-  if (p->s2 && state && !(rp->s2 = replicas_of(r, p->s2))) return TSR_ENOMEM;
+  rp->nstate = state ? tsr__optim_nstate(r->net->optim) : 0;
+  for (int k = 0; k < rp->nstate; k++)
+    if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
+      return TSR_ENOMEM;
   if (batch && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
   TSR_TRY(by_home(&rp->acc, rp));
   if (batch) {
     TSR_TRY(tsr__tiles_pick(&rp->home_w, rp->w, home_of, rp));
-    if (rp->s1) TSR_TRY(tsr__tiles_pick(&rp->home_s1, rp->s1, home_of, rp));
-    if (rp->s2) TSR_TRY(tsr__tiles_pick(&rp->home_s2, rp->s2, home_of, rp));
+    for (int k = 0; k < rp->nstate; k++)
+      TSR_TRY(tsr__tiles_pick(&rp->home_s[k], rp->s[k], home_of, rp));
   }
   if (r->sync.kind == TSR_SYNC_ASYNC_EPOCH) {
     TSR_TRY(by_home(&rp->global, rp));
@@ -301,9 +306,10 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
 
 static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   /* Views first: they borrow the replicas' and the distributed matrices' tiles. */
-  tsr_tiles_destroy(&rp->home_w), tsr_tiles_destroy(&rp->home_s1);
-  tsr_tiles_destroy(&rp->home_s2);
-  destroy_all(r, &rp->w), destroy_all(r, &rp->s1), destroy_all(r, &rp->s2);
+  tsr_tiles_destroy(&rp->home_w);
+  for (int k = 0; k < TSR_OPTIM_MAX_STATE; k++)
+    tsr_tiles_destroy(&rp->home_s[k]), destroy_all(r, &rp->s[k]);
+  destroy_all(r, &rp->w);
   destroy_all(r, &rp->g), destroy_all(r, &rp->snap);
   tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->global);
   free(rp->home);

@@ -115,7 +115,8 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   int counts[TSR_MAX_RANKS];
   const int32_t *mine = idx + sh.lo[sh.rank];
   bool speaker = sh.rank == 0; /* rank 0 evaluates, reports and logs */
-  double base_lr = tsr_train_base_lr(net, o), total_steps = (double)sh.steps * o->epochs;
+  double base_lr = tsr_train_base_lr(net, o);
+  int64_t total_steps = sh.steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int64_t step = 0;
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
@@ -125,9 +126,9 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       for (int q = 0; q < sh.ranks; q++)
         counts[q] = shard_take(&sh, q, k, b);
       if (rep) tsr__replicas_count(rep, counts);
-      if (o->lr_schedule == TSR_LR_COSINE) {
-        double t = (double)((e - 1) * sh.steps + k) / total_steps;
-        tsr_net_set_lr(net, (float)(base_lr * 0.5 * (1.0 + cos(M_PI * t))));
+      if (o->lr_schedule != TSR_LR_CONSTANT) {
+        int64_t t = (int64_t)((e - 1) * sh.steps + k);
+        tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
       }
       tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
       rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);

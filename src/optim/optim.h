@@ -1,0 +1,76 @@
+/* Optimizers. An optimizer object belongs to a network and owns what an
+ * update needs besides the parameter and its gradient: the hyper-parameters,
+ * the step count (Adam's t), the current learning rate, and the state of
+ * every parameter it updates (momentum, Adam's moments), as matrices shaped
+ * and tiled like the parameter. Each kind (SGD, Adam) is one file that says
+ * how many state matrices it keeps, their names and how one tile is updated;
+ * the network calls the update for its own parameters, and the
+ * synchronization code calls the same update on a parameter's home copies. */
+#ifndef TSR_OPTIM_OPTIM_H
+#define TSR_OPTIM_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/task_opts.h"
+#include "tessera/net.h"
+#include "tessera/tiles.h"
+
+#define TSR_OPTIM_MAX_STATE 2
+
+/* One kind of optimizer (sgd.c, adam.c). */
+typedef struct {
+  const char *name;
+  /* State matrices kept per parameter with these hyper-parameters (SGD
+   * without momentum keeps none), and their names (PyTorch's, for
+   * checkpoints). */
+  int (*nstate)(const tsr_optimizer_t *hp);
+  const char *state_names[TSR_OPTIM_MAX_STATE];
+  /* Submits the update of tile (i, j) of w from g at rate lr, step t
+   * (1-based) and weight decay wd, with state[0 .. nstate) of w's shape. */
+  int (*update_tile)(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
+                     tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
+                     const tsr_task_opts_t *o);
+} tsr_optim_kind_t;
+
+extern const tsr_optim_kind_t tsr__optim_sgd, tsr__optim_adam;
+
+typedef struct tsr_optim tsr_optim_t;
+
+/* An optimizer with hyper-parameters hp (copied), at step 0 and rate hp->lr. */
+int tsr__optim_create(tsr_optim_t **o, const tsr_optimizer_t *hp);
+/* Destroys it and every parameter's state. */
+void tsr__optim_destroy(tsr_optim_t **o);
+
+/* Registers a parameter: creates its state, zero, shaped and tiled like w
+ * (local matrices), and returns its index. decay: weight decay applies. */
+int tsr__optim_add(tsr_optim_t *o, const tsr_tiles_t *w, bool decay, int *index);
+
+const tsr_optim_kind_t *tsr__optim_kind(const tsr_optim_t *o);
+const tsr_optimizer_t *tsr__optim_hyper(const tsr_optim_t *o);
+/* State matrices per parameter, their names, and parameter param's k-th. */
+int tsr__optim_nstate(const tsr_optim_t *o);
+const char *tsr__optim_state_name(const tsr_optim_t *o, int k);
+tsr_tiles_t *tsr__optim_state(const tsr_optim_t *o, int param, int k);
+
+/* A new step begins: its updates use step count t + 1. */
+void tsr__optim_next_step(tsr_optim_t *o);
+int64_t tsr__optim_steps(const tsr_optim_t *o);
+void tsr__optim_set_lr(tsr_optim_t *o, float lr);
+float tsr__optim_lr(const tsr_optim_t *o);
+
+/* Submits the update of tile (i, j) of parameter param, stored in w, from
+ * g, with state (state[0 .. nstate), w's shape); w, state and g may be views
+ * of the parameter's copies on other ranks. */
+int tsr__optim_update_tile(const tsr_optim_t *o, int param, tsr_tiles_t *w,
+                           tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
+                           const tsr_task_opts_t *to);
+/* Submits the update of every tile of parameter param (w, its gradient g),
+ * with its own state. */
+int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr_tiles_t *g,
+                      const tsr_task_opts_t *to);
+
+/* The learning rate at step t (0-based) of a run of total steps, around base. */
+double tsr__lr_at(tsr_lr_schedule_t schedule, double base, int64_t t, int64_t total);
+
+#endif
