@@ -346,146 +346,85 @@ void tsr_run_stats_fini(tsr_run_stats_t *st) {
   st->nworkers = st->nbuses = 0;
 }
 
-void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
-  fprintf(out, "\nworker statistics (StarPU profiling)\n");
-  fprintf(out, "  %-4s %-22s %9s %9s %7s %7s %9s %9s\n", "rank", "worker", "seconds", "executing",
-          "idle", "overhd", "tasks", "tasks/s");
-  for (int i = 0; i < st->nworkers; i++) {
-    const tsr_worker_stats_t *w = &st->workers[i];
-    double pct = w->seconds > 0 ? 100.0 / w->seconds : 0;
-    fprintf(out, "  %-4d %-22s %9.3f %8.1f%% %6.1f%% %6.1f%% %9lld %9.0f\n", w->rank, w->name,
-            w->seconds, w->executing * pct, w->idle * pct, w->overhead * pct, (long long)w->tasks,
-            w->seconds > 0 ? (double)w->tasks / w->seconds : 0.0);
-  }
-  fprintf(out, "  tasks per codelet:");
-  for (int c = 0; c < st->ncodelets; c++) {
-    int64_t n = 0;
-    for (int i = 0; i < st->nworkers; i++)
-      n += st->workers[i].codelet_tasks[c];
-    fprintf(out, "%s %s %lld", c ? "," : "", st->codelets[c], (long long)n);
-  }
-  fprintf(out, "\n");
-  int64_t bytes = 0;
-  for (int b = 0; b < st->nbuses; b++) {
-    if (st->buses[b].transfers == 0) continue;
-    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers\n", st->buses[b].rank,
-            st->buses[b].src, st->buses[b].dst, 1e-6 * (double)st->buses[b].bytes,
-            st->buses[b].transfers);
-    bytes += st->buses[b].bytes;
-  }
-  if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");
-}
+struct tsr_trace {
+  snap_t *all; /* every rank's snapshot */
+  rec_t *recs; /* every rank's records, rank by rank */
+  int ranks;
+  double origin; /* the first event, on rank 0's clock */
+};
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20)
-      fprintf(f, "\\u%04x", *s);
-    else
-      fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
-/* Streams the events with fprintf rather than building a cJSON tree: a run
- * has millions of tasks, and every string written is a codelet, worker or
- * span name (escaped all the same). */
-int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
+int tsr__trace_collect(tsr_trace_t **out, tsr_errbuf_t *err) {
+  *out = NULL;
   if (!trace_on)
     return tsr_error_set(err, TSR_EINVAL, "tracing was not turned on (opts.trace, --trace)");
-  snap_t *all;
-  rec_t *rs;
-  int size, rc = gather(&all, &size, &rs, true);
+  tsr_trace_t *tr = calloc(1, sizeof *tr);
+  if (!tr) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the trace");
+  int rc = gather(&tr->all, &tr->ranks, &tr->recs, true);
   if (rc || tsr_dist_rank() != 0) {
-    if (!rc) free(all), free(rs);
+    tsr__trace_free(&tr);
     return rc ? tsr_error_set(err, rc, "cannot collect the trace: %s", tsr_strerror(rc)) : 0;
   }
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    free(all), free(rs);
-    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing", path);
-  }
-  double origin = INFINITY;
+  tr->origin = INFINITY;
   int64_t k = 0;
-  for (int r = 0; r < size; r++)
-    for (int64_t i = 0; i < all[r].nrecs; i++, k++)
-      origin = fmin(origin, rs[k].start + all[r].clock_offset);
-  if (!isfinite(origin)) origin = 0;
-  fprintf(f,
-          "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"tessera, StarPU task "
-          "profiling\",\"ranks\":%d,\"sched\":",
-          size);
-  json_string(f, tsr_runtime_sched());
-  fprintf(f, "},\"traceEvents\":[\n");
-  bool first = true;
-#define SEP() (first ? (first = false, "") : ",\n")
-  for (int r = 0; r < size; r++) {
-    fprintf(f,
-            "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
-            SEP(), r, r);
-    fprintf(
-        f,
-        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
-        r, r);
-    for (int w = 0; w < all[r].nworkers; w++) {
-      fprintf(f,
-              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
-              r, w);
-      json_string(f, all[r].wname[w]);
-      fprintf(f, "}}");
-    }
-    fprintf(f,
-            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1000,\"args\":{\"name\":"
-            "\"main thread (submission, waits, synchronization)\"}}",
-            r);
-  }
-  k = 0;
-  for (int r = 0; r < size; r++) {
-    const snap_t *s = &all[r];
-    for (int64_t i = 0; i < s->nrecs; i++, k++) {
-      const rec_t *e = &rs[k];
-      double ts = e->start + s->clock_offset - origin, dur = fmax(0.0, e->end - e->start);
-      if (e->worker < 0) {
-        fprintf(f, "%s{\"name\":", SEP());
-        json_string(f, e->label < (uint64_t)s->nspans ? s->spans[e->label] : "?");
-        fprintf(f,
-                ",\"cat\":\"sync\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":1000}",
-                ts, dur, r);
-        continue;
-      }
-      label_t l = unpack(e->label);
-      const char *cl = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
-      char name[96], tile[24] = "";
-      if (e->ti >= 0) snprintf(tile, sizeof tile, " t%d,%d", e->ti, e->tj);
-      if (l.batch > 0) /* batch 0: evaluation, start-up, epoch ends */
-        snprintf(name, sizeof name, "%s L%d b%lld%s", cl, l.layer, (long long)l.batch, tile);
-      else
-        snprintf(name, sizeof name, "%s L%d%s", cl, l.layer, tile);
-      fprintf(f, "%s{\"name\":", SEP());
-      json_string(f, name);
-      fprintf(f,
-              ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
-              "\"args\":{\"codelet\":",
-              l.mpi ? "mpi" : "task", ts, dur, r, e->worker);
-      json_string(f, cl);
-      fprintf(f, ",\"layer\":%d,\"batch\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s}}",
-              l.layer, (long long)l.batch, e->ti, e->tj, l.priority, l.mpi ? "true" : "false");
-    }
-  }
-#undef SEP
-  fprintf(f, "\n]}\n");
-  int ok = fclose(f) == 0;
-  int64_t dropped = 0;
-  for (int r = 0; r < size; r++)
-    dropped += all[r].dropped;
-  free(all), free(rs);
-  if (!ok) return tsr_error_set(err, TSR_EIO, "--trace %s: write failed", path);
-  if (dropped)
-    fprintf(stderr,
-            "tessera: the trace buffer was full: %lld tasks not recorded "
-            "(TSR_TRACE_CAPACITY raises it)\n",
-            (long long)dropped);
+  for (int r = 0; r < tr->ranks; r++)
+    for (int64_t i = 0; i < tr->all[r].nrecs; i++, k++)
+      tr->origin = fmin(tr->origin, tr->recs[k].start + tr->all[r].clock_offset);
+  if (!isfinite(tr->origin)) tr->origin = 0;
+  *out = tr;
   return 0;
+}
+
+void tsr__trace_free(tsr_trace_t **tp) {
+  if (!*tp) return;
+  free((*tp)->all), free((*tp)->recs), free(*tp);
+  *tp = NULL;
+}
+
+int tsr__trace_ranks(const tsr_trace_t *tr) {
+  return tr->ranks;
+}
+
+int tsr__trace_workers(const tsr_trace_t *tr, int rank) {
+  return tr->all[rank].nworkers;
+}
+
+const char *tsr__trace_worker_name(const tsr_trace_t *tr, int rank, int worker) {
+  return tr->all[rank].wname[worker];
+}
+
+int64_t tsr__trace_count(const tsr_trace_t *tr) {
+  int64_t n = 0;
+  for (int r = 0; r < tr->ranks; r++)
+    n += tr->all[r].nrecs;
+  return n;
+}
+
+int64_t tsr__trace_dropped(const tsr_trace_t *tr) {
+  int64_t n = 0;
+  for (int r = 0; r < tr->ranks; r++)
+    n += tr->all[r].dropped;
+  return n;
+}
+
+void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e) {
+  int r = 0;
+  int64_t i = k;
+  while (i >= tr->all[r].nrecs)
+    i -= tr->all[r++].nrecs;
+  const snap_t *s = &tr->all[r];
+  const rec_t *rec = &tr->recs[k];
+  *e = (tsr_trace_event_t){.rank = r,
+                           .worker = rec->worker,
+                           .ts = rec->start + s->clock_offset - tr->origin,
+                           .dur = fmax(0.0, rec->end - rec->start),
+                           .ti = rec->ti,
+                           .tj = rec->tj};
+  if (rec->worker < 0) {
+    e->span = true;
+    e->name = rec->label < (uint64_t)s->nspans ? s->spans[rec->label] : "?";
+    return;
+  }
+  label_t l = unpack(rec->label);
+  e->name = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
+  e->layer = l.layer, e->batch = l.batch, e->priority = l.priority, e->mpi = l.mpi;
 }

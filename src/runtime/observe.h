@@ -1,8 +1,10 @@
-/* Observation of a run: per-task records for timelines and per-worker
- * counters for statistics, filled by a task callback that task options
- * carry only while statistics or tracing are on, so a run without them
- * pays one untaken branch per task. No StarPU types here: the training loop
- * records its own waits (spans) through this header. */
+/* Observation of a run, the collection side: per-task records for timelines
+ * and per-worker counters for statistics, filled by a task callback that
+ * task options carry only while statistics or tracing are on, so a run
+ * without them pays one untaken branch per task; then gathered from every
+ * rank. The writers (the statistics table, the trace file) are in src/io/.
+ * No StarPU types here: the training loop records its own waits (spans)
+ * through this header. */
 #ifndef TSR_RUNTIME_OBSERVE_H
 #define TSR_RUNTIME_OBSERVE_H
 
@@ -10,6 +12,7 @@
 #include <stdint.h>
 
 #include "runtime/task_opts.h"
+#include "tessera/error.h"
 
 /* The observer tasks carry while statistics or tracing are on, else NULL
  * (tsr__task_opts_default installs it). */
@@ -18,6 +21,33 @@ const tsr_task_observer_t *tsr__observe_observer(void);
 /* Starts and stops observing (runtime start-up and shutdown). */
 int tsr__observe_start(bool stats, bool trace);
 void tsr__observe_snapshot(void); /* this rank's data, before StarPU stops */
+
+/* A run's recorded tasks and spans, collected from every rank on rank 0
+ * (tsr__trace_collect is collective under MPI, like tsr_runtime_stats, and
+ * leaves *tr NULL on other ranks). Writers live in src/io/trace.c. */
+typedef struct tsr_trace tsr_trace_t;
+
+typedef struct {
+  bool span;        /* a span of the main thread (a wait), else a task */
+  const char *name; /* the span's name or the task's codelet, owned by the trace */
+  int rank, worker; /* StarPU worker id (tasks) */
+  double ts, dur;   /* microseconds since the run's first event, on rank 0's clock */
+  int layer;        /* tasks: 1-based layer, 0 batch assembly */
+  int64_t batch;    /* tasks: training step, 0 none */
+  int ti, tj;       /* tasks: the tile written, -1 unknown */
+  int priority;
+  bool mpi; /* inserted by StarPU-MPI */
+} tsr_trace_event_t;
+
+int tsr__trace_collect(tsr_trace_t **tr, tsr_errbuf_t *err);
+void tsr__trace_free(tsr_trace_t **tr);
+int tsr__trace_ranks(const tsr_trace_t *tr);
+int tsr__trace_workers(const tsr_trace_t *tr, int rank);
+const char *tsr__trace_worker_name(const tsr_trace_t *tr, int rank, int worker);
+/* Events rank by rank, each rank's in record order; tasks not recorded. */
+int64_t tsr__trace_count(const tsr_trace_t *tr);
+void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e);
+int64_t tsr__trace_dropped(const tsr_trace_t *tr);
 
 /* Microseconds on StarPU's clock (the one task profiling uses). */
 double tsr__observe_now(void);

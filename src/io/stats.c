@@ -1,0 +1,35 @@
+/* The per-worker statistics table that --stats prints at the end of a run
+ * (the numbers come from src/runtime/observe.c). */
+#include <stdio.h>
+
+#include "tessera/runtime.h"
+
+void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
+  fprintf(out, "\nworker statistics (StarPU profiling)\n");
+  fprintf(out, "  %-4s %-22s %9s %9s %7s %7s %9s %9s\n", "rank", "worker", "seconds", "executing",
+          "idle", "overhd", "tasks", "tasks/s");
+  for (int i = 0; i < st->nworkers; i++) {
+    const tsr_worker_stats_t *w = &st->workers[i];
+    double pct = w->seconds > 0 ? 100.0 / w->seconds : 0;
+    fprintf(out, "  %-4d %-22s %9.3f %8.1f%% %6.1f%% %6.1f%% %9lld %9.0f\n", w->rank, w->name,
+            w->seconds, w->executing * pct, w->idle * pct, w->overhead * pct, (long long)w->tasks,
+            w->seconds > 0 ? (double)w->tasks / w->seconds : 0.0);
+  }
+  fprintf(out, "  tasks per codelet:");
+  for (int c = 0; c < st->ncodelets; c++) {
+    int64_t n = 0;
+    for (int i = 0; i < st->nworkers; i++)
+      n += st->workers[i].codelet_tasks[c];
+    fprintf(out, "%s %s %lld", c ? "," : "", st->codelets[c], (long long)n);
+  }
+  fprintf(out, "\n");
+  int64_t bytes = 0;
+  for (int b = 0; b < st->nbuses; b++) {
+    if (st->buses[b].transfers == 0) continue;
+    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers\n", st->buses[b].rank,
+            st->buses[b].src, st->buses[b].dst, 1e-6 * (double)st->buses[b].bytes,
+            st->buses[b].transfers);
+    bytes += st->buses[b].bytes;
+  }
+  if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");
+}

@@ -1,0 +1,109 @@
+/* The timeline file: a run's collected tasks and spans (src/runtime/
+ * observe.c) as Chrome trace-event JSON, which Perfetto and chrome://tracing
+ * open: a process per rank, a track per worker and one for the main thread. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "runtime/observe.h"
+#include "tessera/runtime.h"
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(f, "\\u%04x", *s);
+    else
+      fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+/* Streams the events with fprintf rather than building a cJSON tree: a run
+ * has millions of tasks, and every string written is a codelet, worker or
+ * span name (escaped all the same). */
+static bool write_trace(FILE *f, const tsr_trace_t *tr) {
+  int ranks = tsr__trace_ranks(tr);
+  fprintf(f,
+          "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"tessera, StarPU task "
+          "profiling\",\"ranks\":%d,\"sched\":",
+          ranks);
+  json_string(f, tsr_runtime_sched());
+  fprintf(f, "},\"traceEvents\":[\n");
+  bool first = true;
+#define SEP() (first ? (first = false, "") : ",\n")
+  for (int r = 0; r < ranks; r++) {
+    fprintf(f,
+            "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+            SEP(), r, r);
+    fprintf(
+        f,
+        ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
+        r, r);
+    for (int w = 0; w < tsr__trace_workers(tr, r); w++) {
+      fprintf(f,
+              ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":",
+              r, w);
+      json_string(f, tsr__trace_worker_name(tr, r, w));
+      fprintf(f, "}}");
+    }
+    fprintf(f,
+            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1000,\"args\":{\"name\":"
+            "\"main thread (submission, waits, synchronization)\"}}",
+            r);
+  }
+  int64_t n = tsr__trace_count(tr);
+  for (int64_t k = 0; k < n; k++) {
+    tsr_trace_event_t e;
+    tsr__trace_event(tr, k, &e);
+    if (e.span) {
+      fprintf(f, "%s{\"name\":", SEP());
+      json_string(f, e.name);
+      fprintf(f, ",\"cat\":\"sync\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":1000}",
+              e.ts, e.dur, e.rank);
+      continue;
+    }
+    char name[96], tile[24] = "";
+    if (e.ti >= 0) snprintf(tile, sizeof tile, " t%d,%d", e.ti, e.tj);
+    if (e.batch > 0) /* batch 0: evaluation, start-up, epoch ends */
+      snprintf(name, sizeof name, "%s L%d b%lld%s", e.name, e.layer, (long long)e.batch, tile);
+    else
+      snprintf(name, sizeof name, "%s L%d%s", e.name, e.layer, tile);
+    fprintf(f, "%s{\"name\":", SEP());
+    json_string(f, name);
+    fprintf(f,
+            ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+            "\"args\":{\"codelet\":",
+            e.mpi ? "mpi" : "task", e.ts, e.dur, e.rank, e.worker);
+    json_string(f, e.name);
+    fprintf(f, ",\"layer\":%d,\"batch\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s}}",
+            e.layer, (long long)e.batch, e.ti, e.tj, e.priority, e.mpi ? "true" : "false");
+  }
+#undef SEP
+  fprintf(f, "\n]}\n");
+  return !ferror(f);
+}
+
+int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
+  tsr_trace_t *tr;
+  int rc = tsr__trace_collect(&tr, err);
+  if (rc || !tr) return rc; /* ranks other than 0 end here */
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    tsr__trace_free(&tr);
+    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing", path);
+  }
+  bool ok = write_trace(f, tr);
+  ok = fclose(f) == 0 && ok;
+  int64_t dropped = tsr__trace_dropped(tr);
+  tsr__trace_free(&tr);
+  if (!ok) return tsr_error_set(err, TSR_EIO, "--trace %s: write failed", path);
+  if (dropped)
+    fprintf(stderr,
+            "tessera: the trace buffer was full: %lld tasks not recorded "
+            "(TSR_TRACE_CAPACITY raises it)\n",
+            (long long)dropped);
+  return 0;
+}
