@@ -1,4 +1,5 @@
-/* Adam update of one parameter tile with its two moment tiles. */
+/* Adam update of one parameter tile with its two moment tiles, or of a band
+ * of their rows (the chunk of a tile that --sync batch updates on its home). */
 #include "codelets.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
@@ -6,15 +7,18 @@
 struct adam_args {
   float lr, beta1, beta2, eps, wd;
   int t;
+  int r0; /* the band's first row in w, m1, m2; g holds the band */
 };
 
 /* buffers: w RW, m1 RW, m2 RW, g R */
 static void adam_cpu(void *buffers[], void *cl_arg) {
   const struct adam_args *a = cl_arg;
-  tsr__k_adam(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-              TSR_PTR(buffers[1]), TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
-              TSR_PTR(buffers[3]), TSR_LD(buffers[3]), a->lr, a->beta1, a->beta2, a->eps, a->wd,
-              a->t);
+  float *w = TSR_PTR(buffers[0]) + (long)a->r0 * TSR_LD(buffers[0]);
+  float *m1 = TSR_PTR(buffers[1]) + (long)a->r0 * TSR_LD(buffers[1]);
+  float *m2 = TSR_PTR(buffers[2]) + (long)a->r0 * TSR_LD(buffers[2]);
+  tsr__k_adam(TSR_ROWS(buffers[3]), TSR_COLS(buffers[3]), w, TSR_LD(buffers[0]), m1,
+              TSR_LD(buffers[1]), m2, TSR_LD(buffers[2]), TSR_PTR(buffers[3]), TSR_LD(buffers[3]),
+              a->lr, a->beta1, a->beta2, a->eps, a->wd, a->t);
 }
 
 static struct starpu_perfmodel adam_model = {
@@ -32,13 +36,16 @@ struct starpu_codelet tsr_cl_adam = {
 };
 
 int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
-                     starpu_data_handle_t m2, starpu_data_handle_t g, float lr, float beta1,
+                     starpu_data_handle_t m2, starpu_data_handle_t g, int r0, float lr, float beta1,
                      float beta2, float eps, float wd, int t) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
-  starpu_data_handle_t h[4] = {w, m1, m2, g};
-  for (int i = 1; i < 4; i++)
-    if (tsr__handle_rows(h[i]) != m || tsr__handle_cols(h[i]) != n) return TSR_ESHAPE;
+  for (int i = 1; i < 3; i++) {
+    starpu_data_handle_t s = i == 1 ? m1 : m2;
+    if (tsr__handle_rows(s) != m || tsr__handle_cols(s) != n) return TSR_ESHAPE;
+  }
+  if (tsr__handle_cols(g) != n || r0 < 0 || r0 + tsr__handle_rows(g) > m) return TSR_ESHAPE;
   if (t < 1) return TSR_EINVAL;
-  struct adam_args args = {lr, beta1, beta2, eps, wd, t};
+  struct adam_args args = {lr, beta1, beta2, eps, wd, t, r0};
+  starpu_data_handle_t h[4] = {w, m1, m2, g};
   return tsr__submit(o, &tsr_cl_adam, &args, sizeof args, 4, h);
 }

@@ -49,13 +49,21 @@ int tsr__insert_relu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, star
 int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
                              starpu_data_handle_t stats, starpu_data_handle_t logits,
                              starpu_data_handle_t labels, int nvalid, float scale);
-/* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. */
+/* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. g holds
+ * rows r0 .. r0 + rows(g) of w's gradient (the whole of it: r0 0 and g of
+ * w's shape), and only those rows of w and v are updated. */
 int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
-                    starpu_data_handle_t g, float lr, float momentum, float wd);
-/* PyTorch's Adam at step t (1-based). */
+                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd);
+/* PyTorch's Adam at step t (1-based); g holds rows r0 .. of w's gradient, as for SGD. */
 int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
-                     starpu_data_handle_t m2, starpu_data_handle_t g, float lr, float beta1,
+                     starpu_data_handle_t m2, starpu_data_handle_t g, int r0, float lr, float beta1,
                      float beta2, float eps, float wd, int t);
+/* dst (rows, n) = rows r0 .. r0 + rows of src: a band taken out of a tile. */
+int tsr__insert_band_get(const tsr_task_opts_t *o, starpu_data_handle_t dst,
+                         starpu_data_handle_t src, int r0);
+/* Rows r0 .. r0 + rows(src) of dst = src; dst's other rows are kept. */
+int tsr__insert_band_put(const tsr_task_opts_t *o, starpu_data_handle_t dst, int r0,
+                         starpu_data_handle_t src);
 int tsr__insert_fill(const tsr_task_opts_t *o, starpu_data_handle_t x, float value);
 int tsr__insert_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, starpu_data_handle_t src);
 /* y = alpha x + beta y (y only written when beta is 0) */

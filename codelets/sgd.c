@@ -1,20 +1,26 @@
-/* SGD update of one parameter tile: momentum and weight decay as in PyTorch.
- * Plain SGD (momentum 0) has no velocity tile, hence a second codelet. */
+/* SGD update of one parameter tile, or of a band of its rows (the chunk of a
+ * tile that --sync batch updates on its home): momentum and weight decay as
+ * in PyTorch. Plain SGD (momentum 0) has no velocity tile, hence a second
+ * codelet. */
 #include "codelets.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
 struct sgd_args {
   float lr, momentum, wd;
+  int r0; /* the band's first row in w and v; g holds the band */
 };
 
 /* buffers: w RW, g R, v RW (momentum only) */
 static void sgd_cpu(void *buffers[], void *cl_arg) {
   const struct sgd_args *a = cl_arg;
   bool mom = a->momentum != 0.0f;
-  tsr__k_sgd(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-             mom ? TSR_PTR(buffers[2]) : NULL, mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]),
-             TSR_LD(buffers[1]), a->lr, a->momentum, a->wd);
+  long off_w = (long)a->r0 * TSR_LD(buffers[0]);
+  long off_v = mom ? (long)a->r0 * TSR_LD(buffers[2]) : 0;
+  tsr__k_sgd(TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), TSR_PTR(buffers[0]) + off_w,
+             TSR_LD(buffers[0]), mom ? TSR_PTR(buffers[2]) + off_v : NULL,
+             mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]), TSR_LD(buffers[1]), a->lr,
+             a->momentum, a->wd);
 }
 
 static struct starpu_perfmodel sgd_model = {
@@ -41,12 +47,12 @@ struct starpu_codelet tsr_cl_sgd_momentum = {
 };
 
 int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
-                    starpu_data_handle_t g, float lr, float momentum, float wd) {
+                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
-  if (tsr__handle_rows(g) != m || tsr__handle_cols(g) != n) return TSR_ESHAPE;
+  if (tsr__handle_cols(g) != n || r0 < 0 || r0 + tsr__handle_rows(g) > m) return TSR_ESHAPE;
   if ((momentum != 0.0f) != (v != NULL)) return TSR_EINVAL;
   if (v && (tsr__handle_rows(v) != m || tsr__handle_cols(v) != n)) return TSR_ESHAPE;
-  struct sgd_args args = {lr, momentum, wd};
+  struct sgd_args args = {lr, momentum, wd, r0};
   starpu_data_handle_t h[3] = {w, g, v};
   return tsr__submit(o, v ? &tsr_cl_sgd_momentum : &tsr_cl_sgd, &args, sizeof args, v ? 3 : 2, h);
 }

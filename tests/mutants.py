@@ -60,9 +60,9 @@ MUTANTS = [
        "  if (test) tsr_dataset_normalize(test, mean, std);\n")],
      ["data", "cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
-     [("tsr__tile_axpby(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, rp->acc,",
-       "tsr__tile_axpby(o, (float)r->weights[r->size - 1 - q], x[r->size - 1 - q],\n"
-       "                              q == 0 ? 0.0f : 1.0f, rp->acc,")],
+     [("  for (int q = 0; q < r->size; q++)\n    if (at_home || q == r->rank)\n",
+       "  for (int q = r->size - 1; q >= 0; q--)\n    if (at_home || q == r->rank)\n"),
+      ("det && q == 0 ? 0.0f : 1.0f", "det && q == r->size - 1 ? 0.0f : 1.0f")],
      ["mpi-deterministic-3"]),
     ("weights-p-minus-1", "averaging weights 1/(P-1)", "src/parallel/sync.c",
      [(": 1.0 / r->size;", ": 1.0 / (r->size - 1);")], ["mpi-epoch-2"]),

@@ -19,6 +19,7 @@
  *                           replicas; every=K and async-epoch end equal and learn
  *   test_mpi tiles          a distributed matrix stores only this rank's tiles
  *   test_mpi twice          one net trained twice with batch sync (the hook is restored)
+ *   test_mpi bytes          batch sync moves ring-optimal bytes per rank (StarPU-MPI's count)
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -30,8 +31,11 @@
 #include <string.h>
 
 #include "parallel/replicas.h"
+#include "runtime/progress.h"
 #include "runtime/task_opts.h"
 #include "tile/ops.h"
+
+#include <starpu_mpi.h> /* StarPU-MPI's own count of the bytes it sent (test_bytes) */
 #include "tessera/tessera.h"
 
 static int passed, failed, rank, size;
@@ -62,6 +66,11 @@ static void load(int64_t n) {
   tsr_dataset_standardize(&train_set, &test_set);
 }
 
+/* Tiles of the nets below: several per parameter (several homes) by default;
+ * WHOLE makes each matrix one tile, so that averaging cuts tiles into bands. */
+#define WHOLE (1 << 20)
+static int tile_rows = 16, tile_cols = 16;
+
 static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
@@ -70,7 +79,7 @@ static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
   tsr_net_opts_init(&o);
   o.batch = batch, o.seed = 3;
   if (opt) o.opt = *opt;
-  o.tile_rows = 16, o.tile_cols = 16; /* several tiles per parameter: several home ranks */
+  o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
   if (tsr_net_create(&net, &spec, (int)train_set.features, train_set.classes, &o, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -307,6 +316,10 @@ static void test_batch(void) {
   batch_equals_one_process("sgd", &sgd, 1e-5);
   batch_equals_one_process("sgd momentum 0.9, decay 1e-3", &momentum, 1e-5);
   batch_equals_one_process("adam", &adam, 1e-4);
+  tile_rows = tile_cols = WHOLE;
+  batch_equals_one_process("sgd momentum 0.9, decay 1e-3, whole-matrix tiles", &momentum, 1e-5);
+  batch_equals_one_process("adam, whole-matrix tiles", &adam, 1e-4);
+  tile_rows = tile_cols = 16;
   test_lr_scaling();
 }
 
@@ -492,27 +505,32 @@ static void test_deterministic(void) {
     free(wa), free(wb);
     tsr_net_destroy(&a), tsr_net_destroy(&b);
   }
-  /* The contract: acc = w_0 x_0, then acc = w_q x_q + acc for q = 1 .. P-1, in float32. */
-  tsr_net_t *avg = make_net(32, 0.9f), *alone = make_net(32, 0.9f);
-  train(avg, "epoch", 1, true);
-  train(alone, "none", 1, true);
-  int64_t n;
-  float *w = params(avg, &n), *own = params(alone, &n), *all = gather_all(own, n);
-  float *want = malloc(sizeof(float) * (size_t)n), *rev = malloc(sizeof(float) * (size_t)n);
-  ordered_mean(all, n, false, want);
-  ordered_mean(all, n, true, rev);
-  int64_t off = 0;
-  for (int64_t i = 0; i < n; i++)
-    off += memcmp(&w[i], &want[i], sizeof(float)) != 0;
-  CHECK(off == 0,
-        "--deterministic epoch average: %lld of %lld weights differ from the float32 "
-        "sum in rank order",
-        (long long)off, (long long)n);
-  if (size >= 3)
-    CHECK(memcmp(want, rev, sizeof(float) * (size_t)n) != 0,
-          "the rank order must change some bits for the check to mean much");
-  free(w), free(own), free(all), free(want), free(rev);
-  tsr_net_destroy(&avg), tsr_net_destroy(&alone);
+  /* The contract: acc = w_0 x_0, then acc = w_q x_q + acc for q = 1 .. P-1, in float32, with
+   * whole tiles as chunks and with bands of whole-matrix tiles. */
+  for (int t = 0; t < 2; t++) {
+    tile_rows = tile_cols = t == 0 ? 16 : WHOLE;
+    tsr_net_t *avg = make_net(32, 0.9f), *alone = make_net(32, 0.9f);
+    train(avg, "epoch", 1, true);
+    train(alone, "none", 1, true);
+    int64_t n;
+    float *w = params(avg, &n), *own = params(alone, &n), *all = gather_all(own, n);
+    float *want = malloc(sizeof(float) * (size_t)n), *rev = malloc(sizeof(float) * (size_t)n);
+    ordered_mean(all, n, false, want);
+    ordered_mean(all, n, true, rev);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; i++)
+      off += memcmp(&w[i], &want[i], sizeof(float)) != 0;
+    CHECK(off == 0,
+          "--deterministic epoch average, %s tiles: %lld of %lld weights differ from the float32 "
+          "sum in rank order",
+          t == 0 ? "16x16" : "whole-matrix", (long long)off, (long long)n);
+    if (size >= 3)
+      CHECK(memcmp(want, rev, sizeof(float) * (size_t)n) != 0,
+            "the rank order must change some bits for the check to mean much");
+    free(w), free(own), free(all), free(want), free(rev);
+    tsr_net_destroy(&avg), tsr_net_destroy(&alone);
+  }
+  tile_rows = tile_cols = 16;
 }
 
 /* 1001 samples on 3 ranks: shards of 333, 334 and 334. */
@@ -631,6 +649,71 @@ static void test_tiles(void) {
   if (rank == 0) printf("tiles: each rank holds only its tiles of a %dx%d matrix\n", M, N);
 }
 
+/* Bytes this rank has sent to every other rank, as StarPU-MPI counted them
+ * (STARPU_COMM_STATS=1, set before the runtime starts). */
+static uint64_t bytes_sent_to_others(void) {
+  size_t amounts[TSR_MAX_RANKS] = {0};
+  starpu_mpi_comm_amounts_retrieve(amounts);
+  uint64_t total = 0;
+  for (int q = 0; q < size; q++)
+    if (q != rank) total += amounts[q];
+  return total;
+}
+
+/* --sync batch moves what a ring all-reduce would: per step every rank sends
+ * (and receives) about 2 (P - 1) / P |W| bytes, the busiest at most 1.1 x
+ * that; StarPU-MPI's own count of the bytes sent agrees with the engine's
+ * accounting within 5%, and the result is still one process's with the
+ * global batch. */
+static void bytes_with_tiles(int tr, int tc) {
+  enum { B = 16, STEPS = 3 };
+  tile_rows = tr, tile_cols = tc;
+  tsr_net_t *net = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "batch", false);
+  CHECK(tsr__progress_wait_all() == 0, "start-up transfers");
+  tsr_sync_stats_t st;
+  tsr__replicas_take_stats(rep, &st); /* counters from here on */
+  uint64_t before = bytes_sent_to_others();
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 0; k < STEPS; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
+  }
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  double measured = (double)(bytes_sent_to_others() - before) / STEPS;
+  tsr__replicas_take_stats(rep, &st);
+  double counted = (double)st.bytes_sent / STEPS, received = (double)st.bytes_received / STEPS;
+  double ring = 2.0 * (size - 1) / size * (double)tsr_net_param_count(net) * sizeof(float);
+  CHECK(fabs(measured - counted) <= 0.05 * counted,
+        "%dx%d tiles: bytes sent per step: StarPU-MPI counted %.0f, the engine %.0f", tr, tc,
+        measured, counted);
+  double busiest, busiest_in;
+  MPI_Allreduce(&measured, &busiest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&received, &busiest_in, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(busiest <= 1.1 * ring && busiest_in <= 1.1 * ring,
+        "%dx%d tiles: busiest rank sends %.0f and receives %.0f bytes per step, ring-optimal %.0f",
+        tr, tc, busiest, busiest_in, ring);
+  CHECK(measured >= 0.5 * ring, "this rank sent %.0f bytes per step, ring-optimal %.0f", measured,
+        ring);
+  if (rank == 0)
+    printf("bytes: %d ranks, %s tiles, per step: busiest rank sent %.0f, received %.0f; "
+           "ring-optimal %.0f (%.3f x)\n",
+           size, tr == WHOLE ? "whole-matrix" : "16x16", busiest, busiest_in, ring, busiest / ring);
+  tsr__replicas_destroy(&rep);
+  free(rows);
+  tsr_net_destroy(&net);
+}
+
+static void test_bytes(void) {
+  load(16 * size * 3);
+  bytes_with_tiles(16, 16);       /* many tiles: whole tiles are chunks enough */
+  bytes_with_tiles(WHOLE, WHOLE); /* one tile per matrix: chunks are bands of it */
+  tile_rows = tile_cols = 16;
+}
+
 /* The same net trained twice with --sync batch: the synchronization hook is
  * put back after each run, so a second run, and a plain step afterwards,
  * work (a plain step then updates with the net's own optimizer). */
@@ -653,15 +736,16 @@ static void test_twice(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted", "async",
-                                       "deterministic", "uneven", "tiles", "twice",    NULL};
+  static const char *const checks[] = {"batch", "epoch",         "every",  "weighted",
+                                       "async", "deterministic", "uneven", "tiles",
+                                       "twice", "bytes",         NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
   if (which < 0 || argc > 3 ||
       (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
     fprintf(stderr, "usage: mpirun -np P test_mpi "
-                    "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice "
+                    "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes "
                     "[thread|worker]\n");
     return 2;
   }
@@ -673,6 +757,7 @@ int main(int argc, char **argv) {
   if (argc == 3)
     ro.mpi_progress =
         strcmp(argv[2], "thread") == 0 ? TSR_MPI_PROGRESS_THREAD : TSR_MPI_PROGRESS_WORKER;
+  if (which == 9) setenv("STARPU_COMM_STATS", "1", 1);
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -690,7 +775,8 @@ int main(int argc, char **argv) {
   case 5: test_deterministic(); break;
   case 6: test_uneven(); break;
   case 7: test_tiles(); break;
-  default: test_twice(); break;
+  case 8: test_twice(); break;
+  default: test_bytes(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

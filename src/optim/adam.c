@@ -9,10 +9,10 @@ static int nstate(const tsr_optimizer_t *hp) {
 }
 
 static int update_tile(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
-                       tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
-                       const tsr_task_opts_t *o) {
-  return tsr__tile_adam(o, w, state[0], state[1], g, i, j, lr, hp->beta1, hp->beta2, hp->eps, wd,
-                        (int)t);
+                       tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
+                       int gi, int gj, const tsr_task_opts_t *o) {
+  return tsr__tile_adam(o, w, state[0], state[1], i, j, r0, g, gi, gj, lr, hp->beta1, hp->beta2,
+                        hp->eps, wd, (int)t);
 }
 
 const tsr_optim_kind_t tsr__optim_adam = {

@@ -105,11 +105,12 @@ float tsr__optim_lr(const tsr_optim_t *o) {
 }
 
 int tsr__optim_update_tile(const tsr_optim_t *o, int param, tsr_tiles_t *w,
-                           tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
-                           const tsr_task_opts_t *to) {
+                           tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
+                           int gi, int gj, const tsr_task_opts_t *to) {
   if (param < 0 || param >= o->nparams) return TSR_EINVAL;
   float wd = o->params[param].decay ? o->hp.weight_decay : 0.0f;
-  return o->kind->update_tile(&o->hp, o->lr, o->t, wd, w, state, g, i, j, to);
+  if (!state) state = o->params[param].state;
+  return o->kind->update_tile(&o->hp, o->lr, o->t, wd, w, state, i, j, r0, g, gi, gj, to);
 }
 
 int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr_tiles_t *g,
@@ -118,6 +119,6 @@ int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr
   tsr_tiles_t *const *state = o->params[param].state;
   for (int i = 0; i < tsr_tiles_mt(w); i++)
     for (int j = 0; j < tsr_tiles_nt(w); j++)
-      TSR_TRY(tsr__optim_update_tile(o, param, w, state, g, i, j, to));
+      TSR_TRY(tsr__optim_update_tile(o, param, w, state, i, j, 0, g, i, j, to));
   return 0;
 }

@@ -26,11 +26,12 @@ typedef struct {
    * checkpoints). */
   int (*nstate)(const tsr_optimizer_t *hp);
   const char *state_names[TSR_OPTIM_MAX_STATE];
-  /* Submits the update of tile (i, j) of w from g at rate lr, step t
-   * (1-based) and weight decay wd, with state[0 .. nstate) of w's shape. */
+  /* Submits the update of rows r0 .. of tile (i, j) of w, with state[0 ..
+   * nstate) tiled like w, from tile (gi, gj) of g holding those rows of the
+   * gradient, at rate lr, step t (1-based) and weight decay wd. */
   int (*update_tile)(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
-                     tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
-                     const tsr_task_opts_t *o);
+                     tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g, int gi,
+                     int gj, const tsr_task_opts_t *o);
 } tsr_optim_kind_t;
 
 extern const tsr_optim_kind_t tsr__optim_sgd, tsr__optim_adam;
@@ -59,12 +60,12 @@ int64_t tsr__optim_steps(const tsr_optim_t *o);
 void tsr__optim_set_lr(tsr_optim_t *o, float lr);
 float tsr__optim_lr(const tsr_optim_t *o);
 
-/* Submits the update of tile (i, j) of parameter param, stored in w, from
- * g, with state (state[0 .. nstate), w's shape); w, state and g may be views
- * of the parameter's copies on other ranks. */
+/* Submits the update of rows r0 .. of tile (i, j) of parameter param,
+ * stored in w, with state (NULL: the optimizer's own), from tile (gi, gj) of
+ * g holding those rows of the gradient (--sync batch: a band, on its home). */
 int tsr__optim_update_tile(const tsr_optim_t *o, int param, tsr_tiles_t *w,
-                           tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
-                           const tsr_task_opts_t *to);
+                           tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
+                           int gi, int gj, const tsr_task_opts_t *to);
 /* Submits the update of every tile of parameter param (w, its gradient g),
  * with its own state. */
 int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr_tiles_t *g,

@@ -8,10 +8,11 @@ static int nstate(const tsr_optimizer_t *hp) {
 }
 
 static int update_tile(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
-                       tsr_tiles_t *const *state, const tsr_tiles_t *g, int i, int j,
-                       const tsr_task_opts_t *o) {
+                       tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
+                       int gi, int gj, const tsr_task_opts_t *o) {
   (void)t;
-  return tsr__tile_sgd(o, w, nstate(hp) ? state[0] : NULL, g, i, j, lr, hp->momentum, wd);
+  return tsr__tile_sgd(o, w, nstate(hp) ? state[0] : NULL, i, j, r0, g, gi, gj, lr, hp->momentum,
+                       wd);
 }
 
 const tsr_optim_kind_t tsr__optim_sgd = {

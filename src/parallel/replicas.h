@@ -16,6 +16,8 @@ typedef struct {
   double seconds;          /* main-thread time in synchronization, waits included */
   uint64_t bytes_sent;     /* tile bytes this rank sent */
   uint64_t bytes_received; /* tile bytes this rank received */
+  int64_t messages_sent;   /* tiles (or chunks) sent, one message each */
+  int64_t messages_received;
 } tsr_sync_stats_t;
 
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and

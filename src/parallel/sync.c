@@ -1,24 +1,32 @@
-/* One averaging mechanism for every synchronization policy, on descriptors.
- * Each parameter tile has a home rank (homes balanced by bytes). For every
- * parameter matrix each rank makes a replica view per rank (its own matrix
- * for itself, handles without memory for the others), and matrices
- * distributed by home: acc, the weighted sum (and for async-epoch the global
- * copy and each rank's fold result). Averaging a tile is then two rounds of
- * StarPU-MPI tasks that every rank submits alike: the home accumulates each
- * rank's copy into acc (StarPU-MPI sends the copies to it), and each rank's
- * copy is overwritten from the home's result (StarPU-MPI sends it back).
- * Because it works tile by tile, the averaging of a layer starts while the
- * layers below are still in their backward pass.
+/* One averaging mechanism for every synchronization policy, on descriptors:
+ * a reduce-scatter then an all-gather, chunk by chunk.
  *
- * batch: the gradient is averaged every step, the optimizer runs once on the
- * home (its optimizer state is the only one used: sharded, ZeRO-1 style) and
- * the updated tile is what is broadcast. every=K, epoch=n: weights (and with
- * average_state the optimizer state) are averaged. async-epoch: each rank
- * folds itself into a global copy with a commutative task and continues
- * from its own fold's result.
+ * Each parameter's tiles are cut into bands of rows, the chunks, and every
+ * chunk has a home rank; homes are balanced by bytes over all chunks of all
+ * parameters, so every rank homes about 1/P of the model. To average a
+ * matrix X that every rank holds (the gradient under batch, the weights and
+ * with --sync-state the optimizer state otherwise), each rank copies its
+ * bands of X into its staging matrix (chunk-tiled, local), each home
+ * accumulates every rank's copy of its chunks into acc (StarPU-MPI sends
+ * them), and each rank's X gets the result back band by band. A rank then
+ * sends and receives about 2 (P - 1) / P |X| per averaging, the ring's
+ * optimum, instead of the (P - 1) |tile| a whole-tile home moved.
  *
- * Deterministic mode sums in rank order: acc = w_0 x_0, then acc = w_q x_q +
- * acc for q = 1 .. P-1 (tsr_sync_t.deterministic, tested bit for bit). */
+ * batch: the gradient is averaged every step, the optimizer updates each
+ * chunk once, on its home, with the home's state (sharded, ZeRO-1 style), and
+ * the updated band is what every rank gets back: the mathematics of one
+ * process with the global batch. Because it works tile by tile as the
+ * backward pass hands over each layer, a layer's averaging overlaps the
+ * backward pass of the layers below. every=K, epoch=n: weights are averaged.
+ * async-epoch: each rank folds its weights into a global copy (whole tiles,
+ * homed by tile) with a commutative task and continues from its own fold's
+ * result.
+ *
+ * Each rank submits only the tasks it takes part in (it runs them, or sends
+ * their input), so submission costs O(P) per chunk on the home and O(1)
+ * elsewhere. Deterministic mode sums in rank order: acc = w_0 x_0, then acc =
+ * w_q x_q + acc for q = 1 .. P-1 (tsr_sync_t.deterministic, tested bit for
+ * bit). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,20 +38,30 @@
 #include "tile/tiles_impl.h"
 #include "try.h"
 
+/* A chunk averages at least this many floats: below it, messages cost more
+ * than the balance they buy. */
+#define MIN_CHUNK_FLOATS 256
+/* The busiest rank may move this much more than the ring's optimum (plan_chunks). */
+#define BALANCE 1.05
+
 typedef struct {
   tsr_param_t *p;
-  int nt;    /* tile columns, for home_of */
-  int *home; /* (mt, nt) home rank of each tile */
-  /* [size] replica views of the weights and the gradient (batch only) */
-  tsr_tiles_t **w, **g;
-  /* optimizer state matrices with replica views (batch, or --sync-state), and those */
-  int nstate;
-  tsr_tiles_t **s[TSR_OPTIM_MAX_STATE];
-  /* batch: each tile of the weights and state from its home's replica */
-  tsr_tiles_t *home_w, *home_s[TSR_OPTIM_MAX_STATE];
-  tsr_tiles_t *acc;    /* distributed by home: the weighted sum */
-  tsr_tiles_t *global; /* async-epoch, distributed by home: the global copy */
-  tsr_tiles_t **snap;  /* async-epoch: [size], distributed by home: each rank's fold */
+  int nt;          /* tile columns (chunks share them) */
+  int k;           /* bands per tile row; chunk rows cr = mb / k */
+  int cr;          /* rows of a chunk (the last of a matrix may be shorter) */
+  int cmt;         /* chunk rows of the matrix: ceil(m / cr) */
+  int *chome;      /* (cmt, nt) home rank of each chunk */
+  int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
+  tsr_tiles_t **w; /* [size] replica views of the weights */
+  tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
+  int nstate;      /* --sync-state: optimizer state matrices averaged with the weights */
+  tsr_tiles_t **s[TSR_OPTIM_MAX_STATE]; /* [size] replica views of each */
+  tsr_tiles_t *stage;   /* k > 1: local, chunk-tiled: this rank's bands of what is averaged */
+  tsr_tiles_t **stages; /* k > 1: [size] replica views of stage */
+  tsr_tiles_t *acc;     /* chunk-tiled, distributed by chunk home: the weighted sum */
+  tsr_tiles_t *updated; /* batch, k > 1: chunk-tiled, by chunk home: the updated bands */
+  tsr_tiles_t *global;  /* async-epoch: tiled like w, by tile home: the global copy */
+  tsr_tiles_t **snap;   /* async-epoch: [size], by tile home: each rank's fold */
 } rparam_t;
 
 struct tsr_replicas {
@@ -66,7 +84,12 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int home_of(int i, int j, void *ctx) {
+static int chunk_home(int i, int j, void *ctx) {
+  const rparam_t *rp = ctx;
+  return rp->chome[i * rp->nt + j];
+}
+
+static int tile_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
   return rp->home[i * rp->nt + j];
 }
@@ -95,90 +118,115 @@ static void destroy_all(tsr_replicas_t *r, tsr_tiles_t ***v) {
   free(*v), *v = NULL;
 }
 
-/* Bytes of tile (i, j), and this rank's share of moving it: every rank's
- * copy to its home, and the home's copy to every rank. */
-static uint64_t tile_bytes(const tsr_tiles_t *t, int i, int j) {
-  return (uint64_t)tsr_tiles_tile_rows(t, i) * (uint64_t)tsr_tiles_tile_cols(t, j) * sizeof(float);
+/* Chunk (I, j): tile (I / k, j) of the parameter, rows from r0. */
+static void chunk_tile(const rparam_t *rp, int I, int *i, int *r0) {
+  *i = I / rp->k, *r0 = (I % rp->k) * rp->cr;
 }
 
-static void count_to_home(tsr_replicas_t *r, const rparam_t *rp, int i, int j) {
-  uint64_t bytes = tile_bytes(rp->acc, i, j);
-  if (r->rank == home_of(i, j, (void *)rp))
-    r->st.bytes_received += bytes * (uint64_t)(r->size - 1);
-  else
-    r->st.bytes_sent += bytes;
+static uint64_t chunk_bytes(const rparam_t *rp, int I, int j) {
+  return (uint64_t)tsr_tiles_tile_rows(rp->acc, I) * (uint64_t)tsr_tiles_tile_cols(rp->acc, j) *
+         sizeof(float);
 }
 
-static void count_from_home(tsr_replicas_t *r, const rparam_t *rp, int i, int j) {
-  uint64_t bytes = tile_bytes(rp->acc, i, j);
-  if (r->rank == home_of(i, j, (void *)rp))
-    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1);
-  else
-    r->st.bytes_received += bytes;
+/* Options of averaging tasks outside a step's backward pass: labelled and
+ * prioritized like layer 1's backward pass, since the next step's forward
+ * pass waits for them. */
+static tsr_task_opts_t layer_one_opts(const tsr_replicas_t *r) {
+  return tsr__net_task_opts(r->net, 1, true);
 }
 
-/* Options of averaging tasks outside a step's backward pass: through
- * StarPU-MPI, labelled and prioritized like layer 1's backward pass, since
- * the next step's forward pass waits for them. */
-static tsr_task_opts_t mpi_opts(const tsr_replicas_t *r) {
-  tsr_task_opts_t o = tsr__net_task_opts(r->net, 1, true);
-  o.mpi = true;
-  return o;
+static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
+  tsr_task_opts_t m = *o;
+  m.mpi = mpi;
+  return m;
 }
 
-/* Tile (i, j) of acc (on the home) = sum over ranks q of weights[q] x[q]; in
- * rank order in deterministic mode, else as the copies arrive (commutative
- * adds). */
-static int reduce(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t **x, int i,
-                  int j) {
-  if (r->sync.deterministic) {
-    for (int q = 0; q < r->size; q++)
-      TSR_TRY(tsr__tile_axpby(o, (float)r->weights[q], x[q], q == 0 ? 0.0f : 1.0f, rp->acc, i, j,
-                              false));
-  } else {
-    TSR_TRY(tsr__tile_fill(o, rp->acc, i, j, 0.0f));
-    for (int q = 0; q < r->size; q++)
-      TSR_TRY(tsr__tile_axpby(o, (float)r->weights[q], x[q], 1.0f, rp->acc, i, j, true));
+/* Reduce-scatter of one chunk: the home's acc (I, j) = sum over ranks q of
+ * weights[q] x_q, where x_q is rank q's band of X (x, this rank's own, and
+ * xs, every rank's views); in rank order in deterministic mode, else as the
+ * copies arrive (commutative adds). A band smaller than its tile is first
+ * copied into the stage matrix, so that only the band travels. */
+static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t *x,
+                        tsr_tiles_t **xs, int I, int j) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  int i, r0, home = chunk_home(I, j, rp);
+  chunk_tile(rp, I, &i, &r0);
+  if (rp->k > 1) {
+    TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
+    xs = rp->stages; /* chunk-tiled: chunk (I, j) is its tile (I, j) */
   }
-  count_to_home(r, rp, i, j);
-  return 0;
-}
-
-/* Tile (i, j) of y[q] = the same tile of src for every rank q (except the
- * home when skip_home: src is the home's own copy); src lives on the home. */
-static int broadcast(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t *src,
-                     tsr_tiles_t **y, bool skip_home, int i, int j) {
-  int home = home_of(i, j, rp);
+  bool det = r->sync.deterministic, at_home = r->rank == home;
+  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, rp->acc, I, j, 0.0f));
   for (int q = 0; q < r->size; q++)
-    if (!(skip_home && q == home)) TSR_TRY(tsr__tile_copy(o, y[q], src, i, j));
-  count_from_home(r, rp, i, j);
+    if (at_home || q == r->rank)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && q == 0 ? 0.0f : 1.0f,
+                              rp->acc, I, j, !det));
+  uint64_t bytes = chunk_bytes(rp, I, j);
+  if (at_home)
+    r->st.bytes_received += bytes * (uint64_t)(r->size - 1), r->st.messages_received += r->size - 1;
+  else
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
   return 0;
 }
 
-/* The optimizer update of tile (i, j), on its home, with the home's state:
- * the net's own optimizer, on the home's copies. */
-static int update_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j) {
-  return tsr__optim_update_tile(r->net->optim, rp->p->index, rp->home_w, rp->home_s, rp->acc, i, j,
-                                o);
+/* All-gather of one chunk: rows r0 .. of tile (i, j) of every rank's y_q =
+ * tile (si, sj) of src, which lives on the chunk's home; the home's own y
+ * too when with_home (the result of an average), else it has it already
+ * (batch). */
+static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                        const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
+                        int I, int j) {
+  tsr_task_opts_t mpi = with_mpi(o, true);
+  int i, r0, home = chunk_home(I, j, rp);
+  chunk_tile(rp, I, &i, &r0);
+  bool at_home = r->rank == home;
+  for (int q = 0; q < r->size; q++)
+    if ((q != home || with_home) && (at_home || q == r->rank))
+      TSR_TRY(tsr__tile_band_put(&mpi, y[q], i, j, r0, src, si, sj));
+  uint64_t bytes = chunk_bytes(rp, I, j);
+  if (at_home)
+    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1), r->st.messages_sent += r->size - 1;
+  else
+    r->st.bytes_received += bytes, r->st.messages_received++;
+  return 0;
 }
 
-/* batch: replaces the optimizer step of a parameter whose gradient was just submitted. */
+/* The chunks of tile (i, j), as chunk rows I0 .. I1 (exclusive). */
+static void chunks_of_tile(const rparam_t *rp, int i, int *I0, int *I1) {
+  *I0 = i * rp->k;
+  *I1 = *I0 + rp->k < rp->cmt ? *I0 + rp->k : rp->cmt;
+}
+
+/* batch: replaces the optimizer step of a parameter whose gradient was just
+ * submitted: per chunk, the reduce-scatter of the gradient, the optimizer on
+ * the chunk's home (the net's own optimizer on its own weights and state),
+ * and the updated band sent to every other rank. */
 static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *layer, void *ctx) {
-  (void)net;
   tsr_replicas_t *r = ctx;
   rparam_t *rp = NULL;
   for (int k = 0; k < r->nparams && !rp; k++)
     if (r->params[k].p == p) rp = &r->params[k];
   if (!rp) return TSR_EINVAL;
-  tsr_task_opts_t o = *layer;
-  o.mpi = true;
+  tsr_task_opts_t local = with_mpi(layer, false);
   double t0 = now();
   int rc = 0;
   for (int i = 0; i < tsr_tiles_mt(p->w) && rc == 0; i++)
     for (int j = 0; j < rp->nt && rc == 0; j++) {
-      rc = reduce(&o, r, rp, rp->g, i, j);
-      if (rc == 0) rc = update_on_home(&o, r, rp, i, j);
-      if (rc == 0) rc = broadcast(&o, r, rp, rp->home_w, rp->w, true, i, j);
+      int I0, I1;
+      chunks_of_tile(rp, i, &I0, &I1);
+      for (int I = I0; I < I1 && rc == 0; I++) {
+        int r0 = (I - I0) * rp->cr, home = chunk_home(I, j, rp);
+        rc = reduce_chunk(layer, r, rp, p->g, rp->g, I, j);
+        if (rc == 0 && r->rank == home)
+          rc = tsr__optim_update_tile(net->optim, p->index, p->w, NULL, i, j, r0, rp->acc, I, j,
+                                      &local);
+        /* A band travels from a chunk-tiled copy; a whole tile straight from the home's. */
+        if (rc == 0 && rp->k > 1 && r->rank == home)
+          rc = tsr__tile_band_get(&local, rp->updated, I, j, p->w, i, j, r0);
+        if (rc == 0)
+          rc = rp->k > 1 ? gather_chunk(layer, r, rp, rp->updated, I, j, rp->w, false, I, j)
+                         : gather_chunk(layer, r, rp, rp->w[home], i, j, rp->w, false, I, j);
+      }
     }
   r->st.seconds += now() - t0;
   return rc;
@@ -196,21 +244,23 @@ static void set_average_weights(tsr_replicas_t *r) {
 /* Every replica (and with average_state the optimizer state) becomes the
  * weighted mean of all. */
 static int average(tsr_replicas_t *r) {
-  tsr_task_opts_t o = mpi_opts(r);
+  tsr_task_opts_t o = layer_one_opts(r);
   set_average_weights(r);
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
-    /* The weights, then with average_state each state matrix. */
-    tsr_tiles_t **sets[1 + TSR_OPTIM_MAX_STATE] = {rp->w};
+    /* The weights, then with average_state each state matrix: this rank's own, and every
+     * rank's views. */
+    tsr_tiles_t *own[1 + TSR_OPTIM_MAX_STATE] = {rp->p->w};
+    tsr_tiles_t **views[1 + TSR_OPTIM_MAX_STATE] = {rp->w};
     int nsets = 1;
-    for (int k = 0; r->sync.average_state && k < rp->nstate; k++)
-      sets[nsets++] = rp->s[k];
-    for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
+    for (int s = 0; s < rp->nstate; s++, nsets++)
+      own[nsets] = tsr__optim_state(r->net->optim, rp->p->index, s), views[nsets] = rp->s[s];
+    for (int I = 0; I < rp->cmt && rc == 0; I++)
       for (int j = 0; j < rp->nt && rc == 0; j++)
         for (int s = 0; s < nsets && rc == 0; s++) {
-          rc = reduce(&o, r, rp, sets[s], i, j);
-          if (rc == 0) rc = broadcast(&o, r, rp, rp->acc, sets[s], false, i, j);
+          rc = reduce_chunk(&o, r, rp, own[s], views[s], I, j);
+          if (rc == 0) rc = gather_chunk(&o, r, rp, rp->acc, I, j, views[s], true, I, j);
         }
   }
   memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
@@ -221,7 +271,8 @@ static int average(tsr_replicas_t *r) {
  * folds of one tile are adjacent accesses to the global copy and commute
  * (in deterministic mode they apply in rank order instead). */
 static int fold_all(tsr_replicas_t *r) {
-  tsr_task_opts_t o = mpi_opts(r);
+  tsr_task_opts_t o = layer_one_opts(r);
+  o.mpi = true;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
@@ -231,7 +282,11 @@ static int fold_all(tsr_replicas_t *r) {
           rc = tsr__tile_fold(&o, rp->global, rp->snap[q], rp->w[q], i, j, !r->sync.deterministic);
           if (rc == 0) rc = tsr__tile_copy(&o, rp->w[q], rp->snap[q], i, j);
         }
-        count_to_home(r, rp, i, j), count_from_home(r, rp, i, j);
+        uint64_t bytes = (uint64_t)tsr_tiles_tile_rows(rp->p->w, i) *
+                         (uint64_t)tsr_tiles_tile_cols(rp->p->w, j) * sizeof(float);
+        int n = r->rank == tile_home(i, j, rp) ? r->size - 1 : 1;
+        r->st.bytes_sent += bytes * (uint64_t)n, r->st.bytes_received += bytes * (uint64_t)n;
+        r->st.messages_sent += n, r->st.messages_received += n;
       }
   }
   return rc;
@@ -239,7 +294,8 @@ static int fold_all(tsr_replicas_t *r) {
 
 /* Every replica starts from rank 0's weights; the async global copy from them too. */
 static int start_equal(tsr_replicas_t *r) {
-  tsr_task_opts_t o = mpi_opts(r);
+  tsr_task_opts_t o = layer_one_opts(r);
+  o.mpi = true;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
@@ -250,69 +306,176 @@ static int start_equal(tsr_replicas_t *r) {
   return rc;
 }
 
-/* The home of each tile of p: the rank with the fewest bytes homed so far,
- * so that averaging traffic and optimizer updates spread evenly (tile index
- * mod P would home every weight matrix of a net with one tile per matrix on
- * rank 0 and only the biases elsewhere). Every rank computes the same. */
-static int assign_homes(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
-  const tsr_tiles_t *w = rp->p->w;
-  int mt = tsr_tiles_mt(w);
-  rp->nt = tsr_tiles_nt(w);
-  rp->home = malloc(sizeof *rp->home * (size_t)mt * (size_t)rp->nt);
-  if (!rp->home) return TSR_ENOMEM;
-  for (int i = 0; i < mt; i++)
-    for (int j = 0; j < rp->nt; j++) {
-      int best = 0;
-      for (int q = 1; q < r->size; q++)
-        if (load[q] < load[best]) best = q;
-      load[best] += (uint64_t)tsr_tiles_tile_rows(w, i) * (uint64_t)tsr_tiles_tile_cols(w, j);
-      rp->home[i * rp->nt + j] = best;
+/* The number of bands per tile row of p: the divisor k of the tile rows mb
+ * whose bands come closest to (without exceeding, where the rows allow)
+ * target floats; bands must divide mb so that chunk tiles never straddle two
+ * tiles. */
+static int bands_per_tile(const tsr_tiles_t *w, int64_t target) {
+  int mb = tsr_tiles_mb(w), nb = tsr_tiles_nb(w);
+  int64_t want_rows = target / nb > 0 ? target / nb : 1;
+  for (int k = 1; k <= mb; k++)
+    if (mb % k == 0 && mb / k <= want_rows) return k;
+  return mb;
+}
+
+typedef struct {
+  int param, I, j;
+  uint64_t bytes;
+} chunk_t;
+
+/* Larger chunks first; the order in which they were listed breaks ties, so
+ * every rank sorts alike. */
+static int by_bytes(const void *a, const void *b) {
+  const chunk_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  if (x->param != y->param) return x->param - y->param;
+  return x->I != y->I ? x->I - y->I : x->j - y->j;
+}
+
+/* Cuts every parameter in chunks of at most target floats and gives each
+ * chunk a home: largest first, to the rank with the fewest bytes homed so
+ * far (every rank computes the same). Returns the most bytes any rank homes,
+ * or 0 when out of memory. */
+static uint64_t assign_chunks(tsr_replicas_t *r, int64_t target) {
+  int64_t nchunks = 0;
+  for (int k = 0; k < r->nparams; k++) {
+    rparam_t *rp = &r->params[k];
+    const tsr_tiles_t *w = rp->p->w;
+    rp->k = bands_per_tile(w, target);
+    rp->cr = tsr_tiles_mb(w) / rp->k;
+    rp->cmt = (int)((tsr_tiles_rows(w) + rp->cr - 1) / rp->cr);
+    free(rp->chome);
+    if (!(rp->chome = calloc((size_t)rp->cmt * (size_t)rp->nt, sizeof *rp->chome))) return 0;
+    nchunks += (int64_t)rp->cmt * rp->nt;
+  }
+  chunk_t *all = malloc(sizeof *all * (size_t)nchunks);
+  uint64_t *load = calloc((size_t)r->size, sizeof *load), busiest = 0;
+  if (!all || !load) {
+    free(all), free(load);
+    return 0;
+  }
+  int64_t n = 0;
+  for (int k = 0; k < r->nparams; k++) {
+    const rparam_t *rp = &r->params[k];
+    const tsr_tiles_t *w = rp->p->w;
+    for (int I = 0; I < rp->cmt; I++)
+      for (int j = 0; j < rp->nt; j++) {
+        int64_t rows = tsr_tiles_rows(w) - (int64_t)I * rp->cr;
+        all[n++] = (chunk_t){k, I, j,
+                             (uint64_t)(rows < rp->cr ? rows : rp->cr) *
+                                 (uint64_t)tsr_tiles_tile_cols(w, j) * sizeof(float)};
+      }
+  }
+  qsort(all, (size_t)n, sizeof *all, by_bytes);
+  for (int64_t c = 0; c < n; c++) {
+    int best = 0;
+    for (int q = 1; q < r->size; q++)
+      if (load[q] < load[best]) best = q;
+    load[best] += all[c].bytes;
+    busiest = load[best] > busiest ? load[best] : busiest;
+    rparam_t *rp = &r->params[all[c].param];
+    rp->chome[all[c].I * rp->nt + all[c].j] = best;
+  }
+  free(all), free(load);
+  return busiest;
+}
+
+/* The coarsest chunking under which the busiest rank sends at most BALANCE
+ * times the ring's 2 (P - 1) / P |W| per averaging: whole tiles first, then
+ * chunks of at most 1/P, 1/2P, 1/4P ... of the model, down to
+ * MIN_CHUNK_FLOATS. A rank sends |W| + (P - 2) x (the bytes it homes), so
+ * with 2 ranks any homes do, and with more the homes must be balanced;
+ * fewer chunks are fewer tasks, messages and staging copies. Also homes
+ * whole tiles, for async-epoch's fold. */
+static int plan_chunks(tsr_replicas_t *r) {
+  int64_t total = 0;
+  for (int k = 0; k < r->nparams; k++) {
+    rparam_t *rp = &r->params[k];
+    rp->nt = tsr_tiles_nt(rp->p->w);
+    total += tsr_tiles_rows(rp->p->w) * tsr_tiles_cols(rp->p->w);
+  }
+  double bytes = (double)total * sizeof(float), ring = 2.0 * (r->size - 1) / r->size * bytes;
+  for (int64_t target = INT64_MAX, level = 0;; level++) {
+    uint64_t busiest = assign_chunks(r, target);
+    if (!busiest) return TSR_ENOMEM;
+    if (bytes + (r->size - 2) * (double)busiest <= BALANCE * ring || target == MIN_CHUNK_FLOATS)
+      break;
+    target = total / ((int64_t)r->size << level);
+    if (target < MIN_CHUNK_FLOATS) target = MIN_CHUNK_FLOATS;
+  }
+  /* async-epoch's whole tiles: homed in order, to the lightest so far. */
+  uint64_t *load = calloc((size_t)r->size, sizeof *load);
+  if (!load) return TSR_ENOMEM;
+  for (int k = 0; k < r->nparams; k++) {
+    rparam_t *rp = &r->params[k];
+    const tsr_tiles_t *w = rp->p->w;
+    if (!(rp->home = calloc((size_t)tsr_tiles_mt(w) * (size_t)rp->nt, sizeof *rp->home))) {
+      free(load);
+      return TSR_ENOMEM;
     }
+    for (int i = 0; i < tsr_tiles_mt(w); i++)
+      for (int j = 0; j < rp->nt; j++) {
+        int best = 0;
+        for (int q = 1; q < r->size; q++)
+          if (load[q] < load[best]) best = q;
+        load[best] += (uint64_t)tsr_tiles_tile_rows(w, i) * (uint64_t)tsr_tiles_tile_cols(w, j);
+        rp->home[i * rp->nt + j] = best;
+      }
+  }
+  free(load);
   return 0;
 }
 
-/* A matrix shaped and tiled like p's weights, distributed by home. */
-static int by_home(tsr_tiles_t **t, rparam_t *rp) {
+/* A chunk-tiled matrix of p's shape, distributed by chunk home. */
+static int by_chunk_home(tsr_tiles_t **t, rparam_t *rp) {
   const tsr_tiles_t *w = rp->p->w;
-  return tsr_tiles_create_distributed(t, tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
-                                      tsr_tiles_nb(w), home_of, rp);
+  return tsr_tiles_create_distributed(t, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
+                                      tsr_tiles_nb(w), chunk_home, rp);
 }
 
-static int create_param(tsr_replicas_t *r, rparam_t *rp, uint64_t *load) {
-  bool batch = r->sync.kind == TSR_SYNC_BATCH;
-  bool state = batch || r->sync.average_state;
+/* A matrix tiled like p's weights, distributed by tile home (async-epoch). */
+static int by_tile_home(tsr_tiles_t **t, rparam_t *rp) {
+  const tsr_tiles_t *w = rp->p->w;
+  return tsr_tiles_create_distributed(t, tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
+                                      tsr_tiles_nb(w), tile_home, rp);
+}
+
+static int create_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_param_t *p = rp->p;
-  TSR_TRY(assign_homes(r, rp, load));
+  const tsr_tiles_t *w = p->w;
   if (!(rp->w = replicas_of(r, p->w))) return TSR_ENOMEM;
-  rp->nstate = state ? tsr__optim_nstate(r->net->optim) : 0;
+  rp->nstate = r->sync.average_state ? tsr__optim_nstate(r->net->optim) : 0;
   for (int k = 0; k < rp->nstate; k++)
     if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
       return TSR_ENOMEM;
-  if (batch && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
-  TSR_TRY(by_home(&rp->acc, rp));
-  if (batch) {
-    TSR_TRY(tsr__tiles_pick(&rp->home_w, rp->w, home_of, rp));
-    for (int k = 0; k < rp->nstate; k++)
-      TSR_TRY(tsr__tiles_pick(&rp->home_s[k], rp->s[k], home_of, rp));
+  bool batch = r->sync.kind == TSR_SYNC_BATCH;
+  if (rp->k > 1) {
+    TSR_TRY(tsr_tiles_create(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
+                             tsr_tiles_nb(w)));
+    if (!(rp->stages = replicas_of(r, rp->stage))) return TSR_ENOMEM;
+    if (batch) TSR_TRY(by_chunk_home(&rp->updated, rp));
+  } else if (batch && !(rp->g = replicas_of(r, p->g))) {
+    return TSR_ENOMEM;
   }
+  TSR_TRY(by_chunk_home(&rp->acc, rp));
   if (r->sync.kind == TSR_SYNC_ASYNC_EPOCH) {
-    TSR_TRY(by_home(&rp->global, rp));
+    TSR_TRY(by_tile_home(&rp->global, rp));
     if (!(rp->snap = calloc((size_t)r->size, sizeof *rp->snap))) return TSR_ENOMEM;
     for (int q = 0; q < r->size; q++)
-      TSR_TRY(by_home(&rp->snap[q], rp));
+      TSR_TRY(by_tile_home(&rp->snap[q], rp));
   }
   return 0;
 }
 
 static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
-  /* Views first: they borrow the replicas' and the distributed matrices' tiles. */
-  tsr_tiles_destroy(&rp->home_w);
+  /* Views first: they borrow the matrices' tiles. */
   for (int k = 0; k < TSR_OPTIM_MAX_STATE; k++)
-    tsr_tiles_destroy(&rp->home_s[k]), destroy_all(r, &rp->s[k]);
-  destroy_all(r, &rp->w);
-  destroy_all(r, &rp->g), destroy_all(r, &rp->snap);
-  tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->global);
-  free(rp->home);
+    destroy_all(r, &rp->s[k]);
+  destroy_all(r, &rp->w), destroy_all(r, &rp->g), destroy_all(r, &rp->stages);
+  destroy_all(r, &rp->snap);
+  tsr_tiles_destroy(&rp->stage), tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->updated);
+  tsr_tiles_destroy(&rp->global);
+  free(rp->chome), free(rp->home);
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
@@ -326,15 +489,14 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  uint64_t *load = calloc((size_t)r->size, sizeof *load); /* bytes homed on each rank */
-  int rc = r->weights && r->samples && r->params && load ? 0 : TSR_ENOMEM;
+  int rc = r->weights && r->samples && r->params ? 0 : TSR_ENOMEM;
   int k = 0;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
-    for (int m = 0; m < net->layers[l].nparams && rc == 0; m++, k++) {
+    for (int m = 0; m < net->layers[l].nparams; m++, k++)
       r->params[k].p = &net->layers[l].params[m];
-      rc = create_param(r, &r->params[k], load);
-    }
-  free(load);
+  if (rc == 0) rc = plan_chunks(r);
+  for (k = 0; k < r->nparams && rc == 0; k++)
+    rc = create_param(r, &r->params[k]);
   if (rc == 0 && !(r->stats = replicas_of(r, net->train_stats))) rc = TSR_ENOMEM;
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
@@ -421,7 +583,8 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
  * tasks (the same owner-computes mechanism as averaging), then read there;
  * each rank then clears its own. */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct) {
-  tsr_task_opts_t o = mpi_opts(r);
+  tsr_task_opts_t o = layer_one_opts(r);
+  o.mpi = true;
   int rc = 0;
   for (int q = 0; q < r->size && rc == 0; q++)
     rc = tsr__tiles_axpby(&o, 1.0f, r->stats[q], q == 0 ? 0.0f : 1.0f, r->stats_sum);

@@ -94,7 +94,7 @@ int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, con
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
       TSR_TRY(tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL,
-                              tsr__tile(g, i, j), lr, momentum, wd));
+                              tsr__tile(g, i, j), 0, lr, momentum, wd));
   return 0;
 }
 
@@ -105,7 +105,7 @@ int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, t
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
       TSR_TRY(tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
-                               tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t));
+                               tsr__tile(g, i, j), 0, lr, beta1, beta2, eps, wd, t));
   return 0;
 }
 
@@ -270,20 +270,32 @@ int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *s
                           commute);
 }
 
-int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
-                  int i, int j, float lr, float momentum, float wd) {
-  if (!same_tiling(w, g) || (v && !same_tiling(w, v)) || !tile_ok(w, i, j)) return TSR_ESHAPE;
-  return tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, i, j),
-                         lr, momentum, wd);
+int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, int i, int j, int r0,
+                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd) {
+  if ((v && !same_tiling(w, v)) || !tile_ok(w, i, j) || !tile_ok(g, gi, gj)) return TSR_ESHAPE;
+  return tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, gi, gj),
+                         r0, lr, momentum, wd);
 }
 
 int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
-                   const tsr_tiles_t *g, int i, int j, float lr, float beta1, float beta2,
-                   float eps, float wd, int t) {
-  if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2) || !tile_ok(w, i, j))
+                   int i, int j, int r0, const tsr_tiles_t *g, int gi, int gj, float lr,
+                   float beta1, float beta2, float eps, float wd, int t) {
+  if (!same_tiling(w, m1) || !same_tiling(w, m2) || !tile_ok(w, i, j) || !tile_ok(g, gi, gj))
     return TSR_ESHAPE;
   return tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
-                          tsr__tile(g, i, j), lr, beta1, beta2, eps, wd, t);
+                          tsr__tile(g, gi, gj), r0, lr, beta1, beta2, eps, wd, t);
+}
+
+int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int dj,
+                       const tsr_tiles_t *src, int i, int j, int r0) {
+  if (!tile_ok(dst, di, dj) || !tile_ok(src, i, j)) return TSR_ESHAPE;
+  return tsr__insert_band_get(o, tsr__tile(dst, di, dj), tsr__tile(src, i, j), r0);
+}
+
+int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0,
+                       const tsr_tiles_t *src, int si, int sj) {
+  if (!tile_ok(dst, i, j) || !tile_ok(src, si, sj)) return TSR_ESHAPE;
+  return tsr__insert_band_put(o, tsr__tile(dst, i, j), r0, tsr__tile(src, si, sj));
 }
 
 int tsr__tiles_wait(unsigned n_left) {

@@ -95,12 +95,21 @@ int tsr__tile_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x,
 /* global = (global + w) / 2, then snap = global, as one task (async-epoch). */
 int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *snap,
                    const tsr_tiles_t *w, int i, int j, bool commute);
-/* v is NULL when momentum is 0. */
-int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
-                  int i, int j, float lr, float momentum, float wd);
+/* The update of rows r0 .. r0 + rows of tile (i, j) of w (and of the
+ * optimizer state, tiled like w) from tile (gi, gj) of g, which holds those
+ * rows of the gradient: the whole tile (r0 0, g tiled like w) or a band of
+ * it (--sync batch, on the band's home). v is NULL when momentum is 0. */
+int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, int i, int j, int r0,
+                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd);
 int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
-                   const tsr_tiles_t *g, int i, int j, float lr, float beta1, float beta2,
-                   float eps, float wd, int t);
+                   int i, int j, int r0, const tsr_tiles_t *g, int gi, int gj, float lr,
+                   float beta1, float beta2, float eps, float wd, int t);
+/* Tile (di, dj) of dst = rows r0 .. of tile (i, j) of src; and back: rows
+ * r0 .. of tile (i, j) of dst = tile (si, sj) of src. */
+int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int dj,
+                       const tsr_tiles_t *src, int i, int j, int r0);
+int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0,
+                       const tsr_tiles_t *src, int si, int sj);
 
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
