@@ -12,7 +12,7 @@ TSR_EXTERN_C_BEGIN
 
 /* Who polls StarPU-MPI's transfers under mpirun (src/runtime/progress.h). */
 typedef enum {
-  TSR_MPI_PROGRESS_AUTO,   /* WORKER where this node's ranks give every core a worker, else
+  TSR_MPI_PROGRESS_AUTO,   /* WORKER wherever MPI allows it (MPI_THREAD_MULTIPLE), else
                               THREAD */
   TSR_MPI_PROGRESS_THREAD, /* StarPU-MPI's own thread, polling beside the workers */
   TSR_MPI_PROGRESS_WORKER, /* that thread runs the rank's first worker between polls */

@@ -44,7 +44,7 @@ void tsr__cli_train_usage(FILE *out) {
           "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
           "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
           "                      worker (that thread also runs a worker's tasks), or auto:\n"
-          "                      worker when the ranks' workers take every core [auto]\n"
+          "                      worker wherever MPI allows it [auto]\n"
           "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
           "  --no-priorities     every task priority 0 (default: critical path first)\n"
           "  --stats             per-worker statistics at the end (and in the log)\n"

@@ -14,12 +14,12 @@
 
 struct starpu_conf;
 
-/* Before starpu_mpi_init_conf: picks the mode for a rank that runs
- * conf->ncpus workers (-1: StarPU's default, which keeps a core free) on a
- * node shared by local_ranks ranks, and sets StarPU-MPI's environment.
- * Fails only when the worker mode is asked for and MPI cannot serve it. */
+/* Before starpu_mpi_init_conf: picks the mode (auto: the worker mode
+ * wherever MPI_THREAD_MULTIPLE allows it) for a rank whose workers conf
+ * places, and sets StarPU-MPI's environment. Fails only when the worker mode
+ * is asked for and MPI cannot serve it. */
 int tsr__progress_configure(tsr_mpi_progress_t mode, const struct starpu_conf *conf,
-                            int local_ranks, tsr_errbuf_t *err);
+                            tsr_errbuf_t *err);
 /* After starpu_mpi_init_conf: the keep-alive receive of the worker mode. */
 void tsr__progress_start(void);
 /* Before starpu_mpi_shutdown, once every task has run. */

@@ -158,8 +158,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   with_mpi = tsr_dist_active();
   if (with_mpi) {
     place_workers(&conf, ncpus);
-    int rc = tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf,
-                                     tsr_dist_local_size(), err);
+    int rc = tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf, err);
     if (rc) return rc;
   }
   int ret =
