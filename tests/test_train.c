@@ -455,3 +455,34 @@ Test(model, ini_errors_name_the_file_section_and_fix) {
   cr_assert_eq(tsr_model_load_ini(&s, "/nonexistent/model.ini", &err), TSR_EIO);
   cr_assert(strstr(err.msg, "/nonexistent/model.ini"));
 }
+
+/* Default tiles follow the workers of the process (README, "How a step
+ * runs"): one worker, whole 512-wide layers (1024-wide tiles); two workers,
+ * two 256-wide feature tiles per layer and one batch-row tile; four, the
+ * batch cut in two as well (StarPU runs 4 workers on this 2-core machine). */
+static void default_tiles(int workers, int *rows, int *cols) {
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  ro.ncpus = workers;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_runtime_init(&ro, &err), 0, "%s", err.msg);
+  tsr_model_spec_t spec;
+  cr_assert_eq(tsr_model_parse(&spec, "mlp", 10, &err), 0);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, 784, 10, &o, &err), 0, "%s", err.msg);
+  tsr_net_tiles(net, rows, cols);
+  tsr_net_destroy(&net);
+  tsr_runtime_fini();
+}
+
+Test(model, default_tiles_follow_the_workers) {
+  int rows, cols;
+  default_tiles(1, &rows, &cols);
+  cr_assert(rows == 64 && cols == 1024, "1 worker: %dx%d", rows, cols);
+  default_tiles(2, &rows, &cols);
+  cr_assert(rows == 64 && cols == 256, "2 workers: %dx%d", rows, cols);
+  default_tiles(4, &rows, &cols);
+  cr_assert(rows == 32 && cols == 256, "4 workers: %dx%d", rows, cols);
+}

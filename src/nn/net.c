@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "nn/layers.h"
-#include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
 #include "try.h"
@@ -35,11 +34,18 @@ static const tsr_layer_type_t *type_of(const tsr_model_spec_t *spec, int i) {
   return t;
 }
 
-/* Default tiles, from the training benchmark's sweeps (README): one
- * batch-row tile up to 512 samples, and feature tiles that cut the widest
- * layer into about two tiles per worker, between 256 and 1024 features. Fewer,
- * larger GEMM tasks let BLIS run near its peak; two per worker keep every
- * worker busy while the other waits on a dependency. */
+/* Default tiles, for this process's workers (under MPI, each rank's), from
+ * the training benchmark's sweeps (README). Feature tiles cut the widest
+ * layer into about two tiles per worker, between 256 and 1024 features:
+ * fewer, larger GEMM tasks let BLIS run near its peak, and two per worker
+ * keep every worker busy while another waits on a dependency. One worker
+ * gains nothing from more tasks: 1024 (2 ranks x 1 worker, --sync batch:
+ * 35k samples/s with 64x1024 against 27k with 64x256). Where the features
+ * give fewer tiles than workers, the batch is cut too: 4 ranks x 4 workers
+ * on a 16-core node trained 2x faster with 32x256 tiles than with 64x1024
+ * (issue 11). Batch-row tiles hold at most 512 samples. Averaging over MPI
+ * does not need large tiles: it moves chunks sized on their own
+ * (src/parallel/sync.c). */
 static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o, int *mb,
                          int *nb) {
   bool spatial = false;
@@ -51,14 +57,17 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
       widest = spec->layers[i].units;
   if (widest == 0) widest = inputs;
   int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
-  int cols = 256;
+  int cols = workers == 1 ? 1024 : 256;
   while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
     cols *= 2;
-  /* Replicas on several ranks move every parameter tile at each averaging
-   * (every step under batch sync), and each move costs a message's latency:
-   * fewer, larger tiles (measured in the README's distributed section). */
-  if (tsr_dist_size() > 1) cols = 1024;
-  *mb = o->tile_rows > 0 ? o->tile_rows : (o->batch <= 512 ? o->batch : 512);
+  int batch = o->batch <= 512 ? o->batch : 512;
+  int col_tiles = (widest + cols - 1) / cols;
+  if (col_tiles < workers) {
+    int cuts = (workers + col_tiles - 1) / col_tiles; /* batch-row tiles wanted */
+    batch = (batch + cuts - 1) / cuts;
+    batch = batch < 16 ? (o->batch < 16 ? o->batch : 16) : batch;
+  }
+  *mb = o->tile_rows > 0 ? o->tile_rows : batch;
   /* Convolutions are one task per batch-row tile (their activations are one
    * tile wide): cut the batch into one tile per worker. With the default CNN
    * at batch 64 on 2 workers, tiles of 32 rows trained 5% faster than 16 and
