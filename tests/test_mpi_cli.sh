@@ -84,13 +84,25 @@ for policy in batch every=4 epoch async-epoch; do
 done
 if /usr/bin/python3 - "$tmp/log.jsonl" "$tmp/worker.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: log"; cat "$tmp/log.jsonl"; fi
 import json, sys
-objs = [json.loads(l) for l in open(sys.argv[1])]
+lines = [json.loads(l) for l in open(sys.argv[1])]
+objs = [o for o in lines if "event" not in o]
 assert len(objs) == 2, "rank 0 alone writes one line per epoch"
 for o in objs:
     assert o["ranks"] == 2 and o["sync"] == "every=4", o
     assert o["bytes_sent"] > 0 and o["bytes_received"] > 0 and o["sync_seconds"] >= 0, o
+    assert o["messages_sent"] > 0 and o["messages_received"] > 0, o
     assert 0 < o["test_accuracy"] <= 1, o
     assert abs(o["lr"] - 0.01) < 1e-6, o
+# The last line: every rank's totals. What ranks send, ranks receive; rank 0's totals are the
+# sum of its epochs.
+ranks = lines[-1]
+assert ranks["event"] == "ranks" and [r["rank"] for r in ranks["ranks"]] == [0, 1], ranks
+rs = ranks["ranks"]
+for key in ("bytes", "messages"):
+    sent = sum(r[key + "_sent"] for r in rs)
+    assert sent > 0 and sent == sum(r[key + "_received"] for r in rs), (key, rs)
+    assert rs[0][key + "_sent"] == sum(o[key + "_sent"] for o in objs), (key, rs[0], objs)
+assert all(r["seconds"] > 0 and 0 <= r["sync_seconds"] <= r["seconds"] for r in rs), rs
 batch = json.loads(open(sys.argv[2]).readline())
 assert batch["sync"] == "batch" and abs(batch["lr"] - 0.02) < 1e-6, batch
 assert batch["mpi_progress"] == "worker", batch

@@ -55,6 +55,10 @@ TSR_API int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err);
 /* Every rank passes a description of its configuration; ranks that differ
  * from rank 0 are named in err and TSR_EINVAL returned on every rank. */
 TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
+/* Every rank passes `bytes` bytes; rank 0 receives them all in rank order
+ * in all (size x bytes; ignored elsewhere). Plain MPI, collective: for the
+ * end of a run, after its transfers (tsr_train's per-rank totals). */
+TSR_API int tsr_dist_gather(const void *mine, int bytes, void *all);
 /* Under MPI: prints msg (prefixed with the rank) and stops every rank with
  * exit status 1 (MPI_Abort). Without MPI it does nothing and returns. */
 TSR_API void tsr_dist_abort(const char *msg);

@@ -5,6 +5,7 @@
 #define TESSERA_LOG_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "tessera/error.h"
 #include "tessera/runtime.h"
@@ -35,6 +36,13 @@ TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
  * worker of each rank seconds, executing, idle, overhead, tasks and tasks
  * per codelet; bytes per bus; trace events recorded. */
 TSR_API int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st);
+/* Appends every rank's totals of the run (tsr_train_opts_t.on_ranks) as one
+ * object with "event": "ranks" and an array "ranks" of {rank, seconds,
+ * sync_seconds, bytes_sent, bytes_received, messages_sent,
+ * messages_received}. */
+TSR_API int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n);
+/* Prints the same as a table, with each rank's share of the bytes. */
+TSR_API void tsr_rank_stats_print(FILE *out, const tsr_rank_stats_t *ranks, int n);
 TSR_API void tsr_log_close(tsr_log_t **log);
 
 TSR_EXTERN_C_END

@@ -29,7 +29,20 @@ typedef struct {
   double sync_seconds;     /* rank 0's time in synchronization (waits included) */
   uint64_t bytes_sent;     /* tile bytes rank 0 sent for synchronization */
   uint64_t bytes_received; /* tile bytes rank 0 received */
+  int64_t messages_sent;   /* messages (tiles or chunks) rank 0 sent for synchronization */
+  int64_t messages_received;
 } tsr_epoch_stats_t;
+
+/* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
+ * that imbalance between ranks shows without a trace. */
+typedef struct {
+  int rank;
+  double seconds;      /* training time, evaluation excluded */
+  double sync_seconds; /* the main thread's time in synchronization: submitting it, and
+                          waiting at synchronization points */
+  uint64_t bytes_sent, bytes_received;      /* tile bytes moved for synchronization */
+  int64_t messages_sent, messages_received; /* messages (tiles or chunks) */
+} tsr_rank_stats_t;
 
 /* Whether the base rate grows with the number of MPI ranks. Averaging gradients over P ranks
  * makes one step of P times the batch; the linear scaling rule (Goyal et al. 2017) keeps the step
@@ -53,6 +66,9 @@ typedef struct {
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
   void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
+  /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,
+   * ranks[q] for rank q (n ranks). */
+  void (*on_ranks)(const tsr_rank_stats_t *ranks, int n, void *ctx);
   void *ctx;
 } tsr_train_opts_t;
 

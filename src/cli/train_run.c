@@ -29,7 +29,7 @@ static void describe_config(char *buf, size_t size, int argc, char **argv,
 
 struct ctx {
   tsr_log_t *log;
-  bool quiet, progress;
+  bool quiet, progress, stats;
   int64_t samples_per_batch; /* over all ranks */
   int epochs;
 };
@@ -61,6 +61,15 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
     return 1;
   }
   return 0;
+}
+
+/* Rank 0, after the last epoch under MPI: every rank's totals, to the log and
+ * with --stats to stdout. */
+static void on_ranks(const tsr_rank_stats_t *ranks, int n, void *p) {
+  struct ctx *c = p;
+  if (c->stats) tsr_rank_stats_print(stdout, ranks, n);
+  if (c->log && tsr_log_ranks(c->log, ranks, n) != 0)
+    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
 }
 
 /* What a run holds from start-up to its end. */
@@ -162,10 +171,14 @@ static int announce(run_t *r) {
 
 static int train(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  struct ctx cx = {r->log, r->quiet, !r->quiet && isatty(STDERR_FILENO),
-                   (int64_t)cfg->net.batch * tsr_dist_size(), cfg->train.epochs};
+  struct ctx cx = {r->log,
+                   r->quiet,
+                   !r->quiet && isatty(STDERR_FILENO),
+                   cfg->runtime.stats,
+                   (int64_t)cfg->net.batch * tsr_dist_size(),
+                   cfg->train.epochs};
   tsr_train_opts_t to = r->train_opts;
-  to.on_epoch = on_epoch, to.on_progress = on_progress, to.ctx = &cx;
+  to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
   int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
   /* Past start-up the ranks' task graphs are tied together: a rank that
    * fails mid-run stops them all rather than leaving them waiting. */

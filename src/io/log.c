@@ -70,6 +70,8 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   add_number(o, "sync_seconds", st->sync_seconds);
   cJSON_AddNumberToObject(o, "bytes_sent", (double)st->bytes_sent);
   cJSON_AddNumberToObject(o, "bytes_received", (double)st->bytes_received);
+  cJSON_AddNumberToObject(o, "messages_sent", (double)st->messages_sent);
+  cJSON_AddNumberToObject(o, "messages_received", (double)st->messages_received);
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);
@@ -124,6 +126,28 @@ int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
   }
   cJSON_AddNumberToObject(o, "trace_events", (double)st->trace_events);
   cJSON_AddNumberToObject(o, "trace_dropped", (double)st->trace_dropped);
+  return write_line(log, o);
+}
+
+int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddStringToObject(o, "event", "ranks");
+  cJSON_AddStringToObject(o, "sync", log->sync);
+  cJSON *rs = cJSON_AddArrayToObject(o, "ranks");
+  for (int q = 0; rs && q < n; q++) {
+    const tsr_rank_stats_t *r = &ranks[q];
+    cJSON *x = cJSON_CreateObject();
+    if (!x) break;
+    cJSON_AddNumberToObject(x, "rank", r->rank);
+    add_number(x, "seconds", r->seconds);
+    add_number(x, "sync_seconds", r->sync_seconds);
+    cJSON_AddNumberToObject(x, "bytes_sent", (double)r->bytes_sent);
+    cJSON_AddNumberToObject(x, "bytes_received", (double)r->bytes_received);
+    cJSON_AddNumberToObject(x, "messages_sent", (double)r->messages_sent);
+    cJSON_AddNumberToObject(x, "messages_received", (double)r->messages_received);
+    cJSON_AddItemToArray(rs, x);
+  }
   return write_line(log, o);
 }
 

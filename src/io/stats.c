@@ -1,7 +1,9 @@
-/* The per-worker statistics table that --stats prints at the end of a run
- * (the numbers come from src/runtime/observe.c). */
+/* The tables that --stats prints at the end of a run: per worker (the
+ * numbers come from src/runtime/observe.c) and, under MPI, per rank
+ * (tsr_train's totals). */
 #include <stdio.h>
 
+#include "tessera/log.h"
 #include "tessera/runtime.h"
 
 void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
@@ -32,4 +34,23 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
     bytes += st->buses[b].bytes;
   }
   if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");
+}
+
+void tsr_rank_stats_print(FILE *out, const tsr_rank_stats_t *ranks, int n) {
+  uint64_t most = 0, total = 0;
+  for (int q = 0; q < n; q++) {
+    total += ranks[q].bytes_sent;
+    most = ranks[q].bytes_sent > most ? ranks[q].bytes_sent : most;
+  }
+  fprintf(out, "\nranks (synchronization over the run)\n");
+  fprintf(out, "  %-4s %9s %9s %12s %12s %9s %9s\n", "rank", "seconds", "sync s", "MB sent",
+          "MB received", "msgs out", "msgs in");
+  for (int q = 0; q < n; q++) {
+    const tsr_rank_stats_t *r = &ranks[q];
+    fprintf(out, "  %-4d %9.2f %9.2f %12.2f %12.2f %9lld %9lld\n", r->rank, r->seconds,
+            r->sync_seconds, 1e-6 * (double)r->bytes_sent, 1e-6 * (double)r->bytes_received,
+            (long long)r->messages_sent, (long long)r->messages_received);
+  }
+  if (n > 0 && total > 0)
+    fprintf(out, "  the busiest rank sent %.3f x the mean\n", (double)most * n / (double)total);
 }

@@ -1,6 +1,7 @@
 /* Plain MPI for start-up and shutdown only: starting MPI before StarPU (so
  * that ranks can agree on their configuration and data before any task
- * runs), agreeing on errors, and stopping every rank when one fails. */
+ * runs), agreeing on errors, gathering a run's per-rank totals once it is
+ * over, and stopping every rank when one fails. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,16 @@ int tsr_dist_check_same(const char *config, tsr_errbuf_t *err) {
                        "ranks run different configurations: rank(s) %s differ from rank 0 (%s); "
                        "start every rank with the same options and data",
                        differ, expected);
+}
+
+int tsr_dist_gather(const void *mine, int bytes, void *all) {
+  if (!active || size == 1) {
+    memcpy(all, mine, (size_t)bytes);
+    return 0;
+  }
+  return MPI_Gather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS
+             ? 0
+             : TSR_ERUNTIME;
 }
 
 void tsr_dist_abort(const char *msg) {

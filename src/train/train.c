@@ -82,6 +82,17 @@ static int shard_take(const shards_t *sh, int q, int64_t k, int batch) {
   return left <= 0 ? 0 : left >= batch ? batch : (int)left;
 }
 
+/* Every rank's totals of the run on rank 0, for o->on_ranks. */
+static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o) {
+  int n = tsr_dist_size();
+  tsr_rank_stats_t *all = malloc(sizeof *all * (size_t)n);
+  if (!all) return TSR_ENOMEM;
+  int rc = tsr_dist_gather(mine, (int)sizeof *mine, all);
+  if (rc == 0 && tsr_dist_rank() == 0 && o->on_ranks) o->on_ranks(all, n, o->ctx);
+  free(all);
+  return rc;
+}
+
 int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
               const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
@@ -119,6 +130,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   int64_t total_steps = sh.steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int64_t step = 0;
+  tsr_rank_stats_t totals = {.rank = sh.rank}; /* this rank's totals (under MPI) */
   for (int e = 1; e <= o->epochs && rc == 0; e++) {
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
@@ -169,6 +181,10 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       tsr__replicas_take_stats(rep, &ss);
       st.sync_seconds = ss.seconds;
       st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
+      st.messages_sent = ss.messages_sent, st.messages_received = ss.messages_received;
+      totals.seconds += st.seconds, totals.sync_seconds += ss.seconds;
+      totals.bytes_sent += ss.bytes_sent, totals.bytes_received += ss.bytes_received;
+      totals.messages_sent += ss.messages_sent, totals.messages_received += ss.messages_received;
     }
     tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
@@ -179,6 +195,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc == 0 && speaker && o->on_epoch && o->on_epoch(&st, o->ctx) != 0 && !rep) break;
   }
   free(idx);
+  if (rc == 0 && rep) rc = report_ranks(&totals, o);
   tsr__replicas_destroy(&rep);
   if (rc) return tsr_error_set(err, rc, "training stopped: %s", tsr_strerror(rc));
   return 0;
