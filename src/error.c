@@ -13,6 +13,7 @@ const char *tsr_strerror(int code) {
   case TSR_EFORMAT: return "malformed file";
   case TSR_ESHAPE: return "shapes do not fit";
   case TSR_ERUNTIME: return "runtime error";
+  case TSR_ESTOPPED: return "stopped on request";
   default: return "unknown error";
   }
 }

@@ -486,3 +486,32 @@ Test(model, default_tiles_follow_the_workers) {
   default_tiles(4, &rows, &cols);
   cr_assert(rows == 32 && cols == 256, "4 workers: %dx%d", rows, cols);
 }
+
+/* tsr_model_to_ini writes a spec that the INI parser reads back to the same spec: the
+ * shorthands and a file using every key (checkpoints store models this way). */
+Test(model, ini_text_round_trip) {
+  tsr_errbuf_t err = {""};
+  const char *shorthands[] = {"mlp", "mlp:100,20,7", "cnn", "linear"};
+  char text[4096];
+  for (size_t i = 0; i < sizeof shorthands / sizeof *shorthands; i++) {
+    tsr_model_spec_t spec, back;
+    cr_assert_eq(tsr_model_parse(&spec, shorthands[i], 10, &err), 0);
+    cr_assert_eq(tsr_model_to_ini(&spec, text, sizeof text), 0);
+    cr_assert_eq(tsr_model_parse_ini_text(&back, text, "round trip", &err), 0, "%s: %s\n%s",
+                 shorthands[i], err.msg, text);
+    cr_assert(memcmp(&spec, &back, sizeof spec) == 0, "%s changed through\n%s", shorthands[i],
+              text);
+  }
+  const char *file = "[c]\ntype = conv\nfilters = 6\nkernel = 5x3\nstride = 2x1\n"
+                     "padding = 1x2\nin_channels = 1\nactivation = relu\n[p]\ntype = avgpool\n"
+                     "kernel = 2\nstride = 2\n[d]\ntype = dropout\nrate = 0.3\n[f]\ntype = "
+                     "flatten\n[h]\ntype = dense\nunits = 12\nin_features = 120\n[o]\ntype = "
+                     "dense\nunits = 10\n";
+  tsr_model_spec_t spec, back;
+  cr_assert_eq(tsr_model_parse_ini_text(&spec, file, "inline", &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_model_to_ini(&spec, text, sizeof text), 0);
+  cr_assert_eq(tsr_model_parse_ini_text(&back, text, "round trip", &err), 0, "%s\n%s", err.msg,
+               text);
+  cr_assert(memcmp(&spec, &back, sizeof spec) == 0, "changed through\n%s", text);
+  cr_assert_eq(tsr_model_to_ini(&spec, text, 16), TSR_EINVAL, "a short buffer must be said");
+}

@@ -10,14 +10,14 @@
 
 #include "tessera/tessera.h"
 
-static const char *data_dir(void) {
+static inline const char *data_dir(void) {
   const char *d = getenv("TSR_DATA_DIR");
   return d ? d : TSR_DEFAULT_DATA_DIR;
 }
 
 /* The first ntrain training images and the test set, standardized with the
  * training subset's statistics; skips the test without the dataset. */
-static void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
+static inline void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
   tsr_errbuf_t err = {""};
   int rc = tsr_dataset_load_dir(train, test, data_dir(), &err);
   if (rc) cr_skip_test("Fashion-MNIST not found (%s); install dataset-fashion-mnist", err.msg);
@@ -27,8 +27,8 @@ static void load(tsr_dataset_t *train, tsr_dataset_t *test, int64_t ntrain) {
 
 /* Loss on the first 256 samples of ds after `steps` SGD steps of batch 32
  * (fixed rows, seed 11) with tile_rows x tile_cols tiles. */
-static double loss_after_steps(const tsr_dataset_t *ds, const tsr_model_spec_t *spec, int steps,
-                               int tile_rows, int tile_cols) {
+static inline double loss_after_steps(const tsr_dataset_t *ds, const tsr_model_spec_t *spec,
+                                      int steps, int tile_rows, int tile_cols) {
   tsr_errbuf_t err = {""};
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);

@@ -53,6 +53,10 @@ TSR_API void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test);
 
 TSR_API void tsr_dataset_fini(tsr_dataset_t *ds);
 
+/* A short text that tells datasets apart ("60000 x 784, 10 classes, checksum ..."): what a
+ * checkpoint records of the data it was trained on. */
+TSR_API void tsr_dataset_fingerprint(const tsr_dataset_t *ds, char *buf, size_t size);
+
 /* Writes epoch `epoch`'s sample order into order[0..n): a permutation of
  * 0..n-1 that depends only on (seed, epoch), a different one for each epoch
  * (tsr_train visits epoch e, 1-based, in this order). Epoch 0 is 0..n-1. */

@@ -59,6 +59,8 @@ TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
  * in all (size x bytes; ignored elsewhere). Plain MPI, collective: for the
  * end of a run, after its transfers (tsr_train's per-rank totals). */
 TSR_API int tsr_dist_gather(const void *mine, int bytes, void *all);
+/* Whether any rank passes true (plain MPI, collective; mine without MPI). */
+TSR_API bool tsr_dist_any(bool mine);
 /* Under MPI: prints msg (prefixed with the rank) and stops every rank with
  * exit status 1 (MPI_Abort). Without MPI it does nothing and returns. */
 TSR_API void tsr_dist_abort(const char *msg);

@@ -12,12 +12,13 @@ TSR_EXTERN_C_BEGIN
 
 enum {
   TSR_OK = 0,
-  TSR_EINVAL = -1,  /* an argument or option is out of range */
-  TSR_ENOMEM = -2,  /* an allocation failed */
-  TSR_EIO = -3,     /* a file could not be opened, read or written */
-  TSR_EFORMAT = -4, /* a file's contents are malformed */
-  TSR_ESHAPE = -5,  /* shapes or tilings of operands do not fit */
-  TSR_ERUNTIME = -6 /* StarPU, MPI or BLIS refused to start or run */
+  TSR_EINVAL = -1,   /* an argument or option is out of range */
+  TSR_ENOMEM = -2,   /* an allocation failed */
+  TSR_EIO = -3,      /* a file could not be opened, read or written */
+  TSR_EFORMAT = -4,  /* a file's contents are malformed */
+  TSR_ESHAPE = -5,   /* shapes or tilings of operands do not fit */
+  TSR_ERUNTIME = -6, /* StarPU, MPI or BLIS refused to start or run */
+  TSR_ESTOPPED = -7  /* stopped on request (a signal) before the end */
 };
 
 /* A caller-owned buffer for a message that names the file, the field and the fix. */

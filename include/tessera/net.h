@@ -60,6 +60,14 @@ TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classe
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
  * optional `stride`. dropout: `rate = P`. Errors name the file, line and key. */
 TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
+/* An INI model file's text (name: for messages, as the file's path would be). */
+TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
+                                     tsr_errbuf_t *err);
+/* Writes spec as an INI model file that tsr_model_parse_ini_text (or
+ * tsr_model_load_ini) reads back to the same spec: one section per layer,
+ * every key that differs from its default. TSR_EINVAL when buf (size bytes)
+ * is too small. */
+TSR_API int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size);
 /* Writes a one-line description, e.g. "784-512-512-10 (dense relu dense relu dense)". */
 TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
 

@@ -9,5 +9,6 @@
 #include "tessera/net.h"
 #include "tessera/train.h"
 #include "tessera/log.h"
+#include "tessera/checkpoint.h"
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tessera/checkpoint.h"
 #include "tessera/data.h"
 #include "tessera/dist.h"
 #include "tessera/net.h"
@@ -69,6 +70,23 @@ typedef struct {
   /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,
    * ranks[q] for rank q (n ranks). */
   void (*on_ranks)(const tsr_rank_stats_t *ranks, int n, void *ctx);
+  /* Checkpoints (README, "Checkpoints"): with a path, written every checkpoint_every epochs
+   * (steps with checkpoint_in_steps), at the end, and when stopped; checkpoint_info (borrowed)
+   * says what the run is (model, data, standardization), tsr_train fills in where it stands.
+   * Under MPI rank 0 writes, at points where the replicas agree (batch: any; every=K: after
+   * an average; epoch=n: after its average; async-epoch: the end). */
+  const char *checkpoint_path;
+  int checkpoint_every;
+  bool checkpoint_in_steps;
+  const tsr_checkpoint_info_t *checkpoint_info;
+  /* Resuming: the first epoch to run (1-based; 0 or 1: from the start) and the steps of it
+   * already taken, from a loaded checkpoint (its epoch + 1 and step_in_epoch). */
+  int start_epoch;
+  int64_t start_step;
+  /* Polled after every step (one process) or at every epoch end (MPI, all ranks agreeing):
+   * when it returns true, training stops there, writes a checkpoint if asked, and tsr_train
+   * returns TSR_ESTOPPED. NULL: never. */
+  bool (*should_stop)(void *ctx);
   void *ctx;
 } tsr_train_opts_t;
 

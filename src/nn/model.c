@@ -290,3 +290,53 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
     n += snprintf(buf + n, (size_t)(size - n), "-%s", part);
   }
 }
+
+int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
+                             tsr_errbuf_t *err) {
+  memset(spec, 0, sizeof *spec);
+  struct ini_state st = {.spec = spec, .path = name, .err = err};
+  int line = ini_parse_string(text, on_key, &st);
+  if (st.rc == 0 && line > 0)
+    st.rc = tsr_error_set(err, TSR_EFORMAT,
+                          "%s:%d: not an INI line (expected [section] or key = value)", name, line);
+  if (st.rc == 0) st.rc = section_done(&st);
+  if (st.rc == 0 && spec->n_layers == 0)
+    st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", name);
+  if (st.rc) memset(spec, 0, sizeof *spec);
+  return st.rc;
+}
+
+/* Appends "key = value" for key k of layer l when its value is not the default (0). */
+static int write_key(const tsr_layer_key_t *k, const tsr_layer_spec_t *l, char *buf, size_t size) {
+  const char *at = (const char *)l;
+  int a = *(const int *)(at + k->field), b = k->field2 ? *(const int *)(at + k->field2) : 0;
+  switch (k->form) {
+  case TSR_KEY_COUNT: return a ? snprintf(buf, size, "%s = %d\n", k->name, a) : 0;
+  case TSR_KEY_SIZE:
+    if (!a) return 0;
+    return b ? snprintf(buf, size, "%s = %dx%d\n", k->name, a, b)
+             : snprintf(buf, size, "%s = %d\n", k->name, a);
+  case TSR_KEY_PADDING: return a || b ? snprintf(buf, size, "%s = %dx%d\n", k->name, a, b) : 0;
+  case TSR_KEY_PROBABILITY:
+    return snprintf(buf, size, "%s = %.9g\n", k->name, (double)*(const float *)(at + k->field));
+  case TSR_KEY_ACTIVATION: return 0; /* a ReLU is a layer of its own in a spec */
+  }
+  return 0;
+}
+
+int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size) {
+  size_t n = 0;
+  for (int i = 0; i < spec->n_layers; i++) {
+    const tsr_layer_spec_t *l = &spec->layers[i];
+    const tsr_layer_type_t *t = tsr__layer_type(l->kind);
+    if (!t) return TSR_EINVAL;
+    int w = snprintf(buf + n, n < size ? size - n : 0, "%s[layer%d]\ntype = %s\n", i ? "\n" : "",
+                     i + 1, t->name);
+    n += (size_t)(w > 0 ? w : 0);
+    for (int k = 0; t->keys && t->keys[k].name; k++) {
+      w = write_key(&t->keys[k], l, buf + n, n < size ? size - n : 0);
+      n += (size_t)(w > 0 ? w : 0);
+    }
+  }
+  return n < size ? 0 : TSR_EINVAL;
+}

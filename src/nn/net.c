@@ -236,6 +236,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   tsr_net_t *net = calloc(1, sizeof *net);
   if (!net) return TSR_ENOMEM;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
+  net->spec = *spec;
   choose_tiles(spec, inputs, opts, &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 

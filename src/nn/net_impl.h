@@ -68,6 +68,7 @@ typedef struct {
 struct tsr_net {
   int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
   tsr_net_opts_t opts;
+  tsr_model_spec_t spec; /* what the net was built from */
   int n_layers;
   tsr_layer_t layers[TSR_MAX_LAYERS];
   tsr_tiles_t *x0, *dx0;    /* (batch, inputs) input and, when kept, its gradient */

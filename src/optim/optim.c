@@ -92,6 +92,10 @@ void tsr__optim_next_step(tsr_optim_t *o) {
   o->t++;
 }
 
+void tsr__optim_set_steps(tsr_optim_t *o, int64_t steps) {
+  o->t = steps;
+}
+
 int64_t tsr__optim_steps(const tsr_optim_t *o) {
   return o->t;
 }

@@ -56,6 +56,8 @@ tsr_tiles_t *tsr__optim_state(const tsr_optim_t *o, int param, int k);
 
 /* A new step begins: its updates use step count t + 1. */
 void tsr__optim_next_step(tsr_optim_t *o);
+/* Sets the steps taken (a resumed run's). */
+void tsr__optim_set_steps(tsr_optim_t *o, int64_t steps);
 int64_t tsr__optim_steps(const tsr_optim_t *o);
 void tsr__optim_set_lr(tsr_optim_t *o, float lr);
 float tsr__optim_lr(const tsr_optim_t *o);

@@ -37,6 +37,13 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last);
 /* Sums every rank's training loss and correct counts onto rank 0 and clears
  * them. Every rank calls it; the sums are returned on rank 0 (0 elsewhere). */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct);
+/* Whether every replica holds the same weights now (batch: always; every=K,
+ * epoch=n: right after an average; async-epoch: after its final average). */
+bool tsr__replicas_agree(const tsr_replicas_t *r);
+/* batch: copies each chunk's optimizer state from its home to every rank,
+ * so that each rank holds the whole state (sharded during training), e.g.
+ * for a checkpoint. Other policies: nothing to do. */
+int tsr__replicas_share_state(tsr_replicas_t *r);
 /* Statistics since the last call, then reset. */
 void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
 

@@ -54,7 +54,8 @@ typedef struct {
   int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
   tsr_tiles_t **w; /* [size] replica views of the weights */
   tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
-  int nstate;      /* --sync-state: optimizer state matrices averaged with the weights */
+  int nstate;      /* optimizer state matrices with views (batch: shared for checkpoints;
+                      --sync-state: averaged with the weights) */
   tsr_tiles_t **s[TSR_OPTIM_MAX_STATE]; /* [size] replica views of each */
   tsr_tiles_t *stage;   /* k > 1: local, chunk-tiled: this rank's bands of what is averaged */
   tsr_tiles_t **stages; /* k > 1: [size] replica views of stage */
@@ -75,6 +76,7 @@ struct tsr_replicas {
   double *weights;          /* [size] weight of each rank in the next averaging */
   int64_t *samples;         /* [size] samples since the last averaging */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
+  bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
   tsr_sync_stats_t st;
 };
 
@@ -254,7 +256,7 @@ static int average(tsr_replicas_t *r) {
     tsr_tiles_t *own[1 + TSR_OPTIM_MAX_STATE] = {rp->p->w};
     tsr_tiles_t **views[1 + TSR_OPTIM_MAX_STATE] = {rp->w};
     int nsets = 1;
-    for (int s = 0; s < rp->nstate; s++, nsets++)
+    for (int s = 0; r->sync.average_state && s < rp->nstate; s++, nsets++)
       own[nsets] = tsr__optim_state(r->net->optim, rp->p->index, s), views[nsets] = rp->s[s];
     for (int I = 0; I < rp->cmt && rc == 0; I++)
       for (int j = 0; j < rp->nt && rc == 0; j++)
@@ -264,6 +266,7 @@ static int average(tsr_replicas_t *r) {
         }
   }
   memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
+  r->agreed = rc == 0;
   return rc;
 }
 
@@ -444,7 +447,8 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_param_t *p = rp->p;
   const tsr_tiles_t *w = p->w;
   if (!(rp->w = replicas_of(r, p->w))) return TSR_ENOMEM;
-  rp->nstate = r->sync.average_state ? tsr__optim_nstate(r->net->optim) : 0;
+  bool views = r->sync.average_state || r->sync.kind == TSR_SYNC_BATCH;
+  rp->nstate = views ? tsr__optim_nstate(r->net->optim) : 0;
   for (int k = 0; k < rp->nstate; k++)
     if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
       return TSR_ENOMEM;
@@ -509,8 +513,37 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (sync->kind == TSR_SYNC_BATCH)
     r->previous = tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r});
   memset(&r->st, 0, sizeof r->st);
+  r->agreed = true;
   *out = r;
   return 0;
+}
+
+bool tsr__replicas_agree(const tsr_replicas_t *r) {
+  return r->sync.kind == TSR_SYNC_BATCH || r->agreed;
+}
+
+int tsr__replicas_share_state(tsr_replicas_t *r) {
+  if (r->sync.kind != TSR_SYNC_BATCH) return 0;
+  tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
+  int rc = 0;
+  for (int p = 0; p < r->nparams && rc == 0; p++) {
+    rparam_t *rp = &r->params[p];
+    for (int s = 0; s < rp->nstate && rc == 0; s++) {
+      tsr_tiles_t *own = tsr__optim_state(r->net->optim, rp->p->index, s);
+      for (int I = 0; I < rp->cmt && rc == 0; I++)
+        for (int j = 0; j < rp->nt && rc == 0; j++) {
+          int i, r0, home = chunk_home(I, j, rp);
+          chunk_tile(rp, I, &i, &r0);
+          /* A band travels from a chunk-tiled copy; a whole tile straight from the home's. */
+          if (rp->k > 1 && r->rank == home)
+            rc = tsr__tile_band_get(&local, rp->updated, I, j, own, i, j, r0);
+          if (rc == 0)
+            rc = rp->k > 1 ? gather_chunk(&o, r, rp, rp->updated, I, j, rp->s[s], false, I, j)
+                           : gather_chunk(&o, r, rp, rp->s[s][home], i, j, rp->s[s], false, I, j);
+        }
+    }
+  }
+  return rc == 0 ? tsr__progress_wait_all() : rc;
 }
 
 void tsr__replicas_destroy(tsr_replicas_t **rp) {
@@ -528,6 +561,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
 }
 
 void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
+  r->agreed = false; /* a step without an average follows (batch: always agree) */
   int64_t total = 0;
   for (int q = 0; q < r->size; q++) {
     r->samples[q] += samples_per_rank[q];

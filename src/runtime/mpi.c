@@ -119,6 +119,13 @@ int tsr_dist_gather(const void *mine, int bytes, void *all) {
              : TSR_ERUNTIME;
 }
 
+bool tsr_dist_any(bool mine) {
+  if (!active || size == 1) return mine;
+  int in = mine, out = 0;
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  return out != 0;
+}
+
 void tsr_dist_abort(const char *msg) {
   if (!active) return;
   fprintf(stderr, "tessera (rank %d of %d): %s; stopping every rank\n", rank, size, msg);

@@ -82,6 +82,47 @@ static int shard_take(const shards_t *sh, int q, int64_t k, int batch) {
   return left <= 0 ? 0 : left >= batch ? batch : (int)left;
 }
 
+/* What writing a checkpoint needs from the loop. */
+typedef struct {
+  tsr_net_t *net;
+  tsr_replicas_t *rep;
+  const tsr_train_opts_t *o;
+  int64_t steps; /* per epoch */
+  int ranks;
+  float base_lr;
+  tsr_errbuf_t *err;
+  char where[64]; /* the last point reached ("epoch 2 step 31") */
+} checkpoint_t;
+
+/* Writes o->checkpoint_path (if set) with epoch epochs done and step steps
+ * of the next: on rank 0, once the replicas agree and hold the whole
+ * optimizer state, every rank learning whether it worked. Under MPI a point
+ * where replicas differ (local SGD between averages) is skipped: the next
+ * agreeing one writes. */
+static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
+  snprintf(cp->where, sizeof cp->where, step ? "epoch %d step %lld" : "epoch %d", epoch + !!step,
+           (long long)step);
+  if (!cp->o->checkpoint_path) return 0;
+  if (cp->rep && !tsr__replicas_agree(cp->rep)) return 0;
+  int rc = cp->rep ? tsr__replicas_share_state(cp->rep) : 0;
+  if (rc == 0) rc = tsr_net_wait(cp->net, 0);
+  tsr_checkpoint_info_t info = {0};
+  if (cp->o->checkpoint_info) info = *cp->o->checkpoint_info;
+  info.epoch = epoch, info.step_in_epoch = step, info.epochs = cp->o->epochs;
+  info.seed = cp->o->seed, info.lr_schedule = cp->o->lr_schedule, info.base_lr = cp->base_lr;
+  info.ranks = cp->ranks;
+  if (cp->o->sync && cp->ranks > 1)
+    tsr_sync_describe(cp->o->sync, info.sync, sizeof info.sync);
+  else
+    snprintf(info.sync, sizeof info.sync, "none");
+  tsr_errbuf_t mine = {""};
+  if (rc == 0 && tsr_dist_rank() == 0)
+    rc = tsr_checkpoint_save(cp->net, &info, cp->o->checkpoint_path, &mine);
+  if (cp->rep) return tsr_dist_agree(rc, &mine, cp->err);
+  if (rc && cp->err) *cp->err = mine;
+  return rc;
+}
+
 /* Every rank's totals of the run on rank 0, for o->on_ranks. */
 static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o) {
   int n = tsr_dist_size();
@@ -129,14 +170,18 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   double base_lr = tsr_train_base_lr(net, o);
   int64_t total_steps = sh.steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
-  int64_t step = 0;
+  int first = o->start_epoch > 1 ? o->start_epoch : 1;
+  int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
+  bool stopped = false;
   tsr_rank_stats_t totals = {.rank = sh.rank}; /* this rank's totals (under MPI) */
-  for (int e = 1; e <= o->epochs && rc == 0; e++) {
+  checkpoint_t cp = {net, rep, o, sh.steps, sh.ranks, (float)base_lr, err, ""};
+  for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
-    for (int64_t k = 0; k < sh.steps && rc == 0; k++) {
+    int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
+    for (; k < sh.steps && rc == 0 && !stopped; k++) {
       for (int q = 0; q < sh.ranks; q++)
-        counts[q] = shard_take(&sh, q, k, b);
+        seen += counts[q] = shard_take(&sh, q, k, b);
       if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule != TSR_LR_CONSTANT) {
         int64_t t = (int64_t)((e - 1) * sh.steps + k);
@@ -144,7 +189,8 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       }
       tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
       rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
-      if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, ++step);
+      if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
+      step++;
       if (rc == 0 && k >= o->window) {
         double w0 = tsr__observe_now();
         rc = tsr_net_wait(net, o->window);
@@ -154,9 +200,19 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
         last_progress = now();
         o->on_progress(e, k + 1, sh.steps, last_progress - t0, o->ctx);
       }
+      bool mid = k + 1 < sh.steps; /* the epoch end writes its own */
+      if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
+          step % o->checkpoint_every == 0)
+        rc = write_checkpoint(&cp, e - 1, k + 1);
+      /* One process stops after any step; ranks stop together at an epoch end. */
+      if (rc == 0 && mid && !rep && o->should_stop && o->should_stop(o->ctx)) {
+        stopped = true;
+        rc = write_checkpoint(&cp, e - 1, k + 1);
+      }
     }
+    if (rc || stopped) break;
     double s0 = tsr__observe_now();
-    if (rc == 0 && rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
+    if (rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
     if (rep) tsr__observe_span("epoch-end synchronization", s0, tsr__observe_now());
     if (rc) break;
     double loss_sum, correct; /* both wait for the epoch */
@@ -165,15 +221,16 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
              : tsr_net_take_stats(net, false, &loss_sum, &correct);
     tsr__observe_span(rep ? "epoch end: reduce stats" : "epoch end: wait", s0, tsr__observe_now());
     double t1 = now();
+    /* A resumed epoch reports the steps it ran. */
     tsr_epoch_stats_t st = {.epoch = e,
                             .epochs = o->epochs,
-                            .loss = loss_sum / (double)train->n,
-                            .train_accuracy = correct / (double)train->n,
+                            .loss = loss_sum / (double)seen,
+                            .train_accuracy = correct / (double)seen,
                             .test_loss = NAN,
                             .test_accuracy = NAN,
                             .seconds = t1 - t0,
-                            .samples = train->n,
-                            .samples_per_s = (double)train->n / (t1 - t0),
+                            .samples = seen,
+                            .samples_per_s = (double)seen / (t1 - t0),
                             .ranks = sh.ranks,
                             .lr_end = tsr_net_lr(net)};
     if (rep) {
@@ -193,10 +250,26 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
     st.eval_seconds = now() - t1;
     if (rc == 0 && speaker && o->on_epoch && o->on_epoch(&st, o->ctx) != 0 && !rep) break;
+    bool stop = o->should_stop && o->should_stop(o->ctx);
+    if (rep) stop = tsr_dist_any(stop);
+    bool due = e == o->epochs || stop ||
+               (!o->checkpoint_in_steps && o->checkpoint_every > 0 && e % o->checkpoint_every == 0);
+    if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
+    stopped = stop && e < o->epochs;
   }
   free(idx);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
   tsr__replicas_destroy(&rep);
+  if (rc == 0 && stopped) {
+    if (o->checkpoint_path)
+      return tsr_error_set(err, TSR_ESTOPPED,
+                           "stopped on request; the checkpoint %s holds %s: continue with --resume "
+                           "%s",
+                           o->checkpoint_path, cp.where, o->checkpoint_path);
+    return tsr_error_set(err, TSR_ESTOPPED, "stopped on request after %s (no checkpoint asked for)",
+                         cp.where);
+  }
+  if (rc && err && err->msg[0]) return rc; /* already said what went wrong */
   if (rc) return tsr_error_set(err, rc, "training stopped: %s", tsr_strerror(rc));
   return 0;
 }

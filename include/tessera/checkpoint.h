@@ -1,0 +1,63 @@
+/* Checkpoints: a network's parameters, its optimizer's state and where
+ * training stands, in one safetensors file (README, "Checkpoints").
+ *
+ * Tensors: `layers.<i>.<type>.weight` and `.bias` for the layer at position
+ * i (0-based) of the model description, and `optimizer.<parameter>.<state>`
+ * for the optimizer's state (PyTorch's names: momentum_buffer, exp_avg,
+ * exp_avg_sq). The metadata holds the model (as an INI model file), the
+ * input shape and standardization, the optimizer and its step count, where
+ * training stands (tsr_checkpoint_info_t), and a CRC-32 per tensor, checked
+ * on load. */
+#ifndef TESSERA_CHECKPOINT_H
+#define TESSERA_CHECKPOINT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tessera/error.h"
+#include "tessera/net.h"
+
+TSR_EXTERN_C_BEGIN
+
+typedef struct {
+  /* Where training stands. */
+  int epoch;             /* epochs completed */
+  int64_t step_in_epoch; /* steps of epoch + 1 already taken (0 at an epoch end) */
+  int epochs;            /* the epochs the run was asked for */
+  uint64_t seed;         /* of the epochs' sample orders */
+  tsr_lr_schedule_t lr_schedule;
+  float base_lr; /* the rate the schedule runs around (after scaling by the ranks) */
+  char sync[32]; /* the synchronization policy; "none" for one process */
+  int ranks;     /* ranks training when it was written */
+  /* What it was written for. */
+  char model[256];             /* tsr_model_describe of the net */
+  char data[128];              /* tsr_dataset_fingerprint of the training set, or "" */
+  float input_mean, input_std; /* the standardization the inputs got (tsr_dataset_stats) */
+  char version[16];            /* tessera's version that wrote it */
+} tsr_checkpoint_info_t;
+
+/* Writes net (its parameters, optimizer state and step count) and info to
+ * path atomically: a temporary file beside it, synced, renamed over it. It
+ * waits for the tasks that write the net. */
+TSR_API int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
+                                const char *path, tsr_errbuf_t *err);
+
+/* Loads path into net, refusing a checkpoint of another model, of another
+ * optimizer kind, or (when data is neither NULL nor "") of other data, with
+ * a message naming both. *info (may be NULL) receives where training stood. */
+TSR_API int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
+                                tsr_checkpoint_info_t *info, tsr_errbuf_t *err);
+
+/* What path was written for, without a network: the model, the inputs and
+ * classes, and net options (optimizer, input geometry, seed) to build one
+ * that tsr_checkpoint_load accepts. Any output may be NULL. */
+TSR_API int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info,
+                                tsr_model_spec_t *spec, tsr_net_opts_t *opts, int *inputs,
+                                int *classes, tsr_errbuf_t *err);
+
+/* Prints path's tensors (name, shape) and metadata, after checking the file. */
+TSR_API int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err);
+
+TSR_EXTERN_C_END
+
+#endif
