@@ -18,7 +18,7 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
-  clang-format g++)
+  clang-format g++ python3-numpy)
 if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
   packages+=(python3-torch python3-matplotlib gnuplot-nox)
 fi

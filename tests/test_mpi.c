@@ -20,6 +20,8 @@
  *   test_mpi tiles          a distributed matrix stores only this rank's tiles
  *   test_mpi twice          one net trained twice with batch sync (the hook is restored)
  *   test_mpi bytes          batch sync moves ring-optimal bytes per rank (StarPU-MPI's count)
+ *   test_mpi resume         a batch run stopped and resumed from its checkpoint ends bit for bit
+ *                           where an uninterrupted one does
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -649,6 +651,70 @@ static void test_tiles(void) {
   if (rank == 0) printf("tiles: each rank holds only its tiles of a %dx%d matrix\n", M, N);
 }
 
+static int stop_calls;
+
+/* Asked at every epoch end on every rank: stop at the first. */
+static bool stop_at_first(void *ctx) {
+  (void)ctx;
+  return ++stop_calls >= 1;
+}
+
+/* 3 epochs of --sync batch, deterministic; or stopped after epoch 1 with a
+ * checkpoint at path, then resumed in a fresh net: the final weights. */
+static float *batch_run(const char *path, bool interrupted, int64_t *n) {
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  sync.deterministic = true;
+  tsr_train_opts_t o;
+  tsr_train_opts_init(&o);
+  o.epochs = 3, o.sync = &sync, o.seed = 5;
+  tsr_checkpoint_info_t info = {0};
+  tsr_errbuf_t err = {""};
+  tsr_net_t *net = make_net(32, 0.9f);
+  if (interrupted) {
+    stop_calls = 0;
+    o.should_stop = stop_at_first, o.checkpoint_path = path, o.checkpoint_info = &info;
+    int rc = tsr_train(net, &train_set, NULL, &o, &err);
+    CHECK(rc == TSR_ESTOPPED, "stopped run: %d %s", rc, err.msg);
+    tsr_net_destroy(&net);
+    net = make_net(32, 0.9f);
+    tsr_checkpoint_info_t got;
+    CHECK(tsr_checkpoint_load(net, path, NULL, &got, &err) == 0, "load: %s", err.msg);
+    CHECK(got.epoch == 1 && got.ranks == size, "checkpoint at epoch %d of %d ranks", got.epoch,
+          got.ranks);
+    o.start_epoch = got.epoch + 1, o.start_step = got.step_in_epoch;
+    o.should_stop = NULL, o.checkpoint_path = NULL;
+  }
+  CHECK(tsr_train(net, &train_set, NULL, &o, &err) == 0, "train: %s", err.msg);
+  float *w = params(net, n);
+  tsr_net_destroy(&net);
+  return w;
+}
+
+/* A --sync batch run stopped after an epoch and resumed from its checkpoint
+ * ends bit for bit where an uninterrupted one does (the optimizer state,
+ * sharded by chunk home during training, was gathered for the checkpoint). */
+static void test_resume(void) {
+  load(32 * size * 4);
+  char path[128] = "";
+  if (rank == 0) {
+    char dir[64] = "/tmp/tessera-resume-XXXXXX";
+    if (mkdtemp(dir)) snprintf(path, sizeof path, "%s/c.safetensors", dir);
+  }
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  int64_t n;
+  float *whole = batch_run(path, false, &n), *resumed = batch_run(path, true, &n);
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++)
+    off += memcmp(&whole[i], &resumed[i], sizeof(float)) != 0;
+  CHECK(off == 0, "%lld of %lld weights differ between the resumed and the uninterrupted run",
+        (long long)off, (long long)n);
+  CHECK(replicas_equal(resumed, n), "replicas differ after resuming");
+  if (rank == 0)
+    printf("resume: stopped after epoch 1, resumed: %lld weights differ\n", (long long)off);
+  free(whole), free(resumed);
+}
+
 /* Bytes this rank has sent to every other rank, as StarPU-MPI counted them
  * (STARPU_COMM_STATS=1, set before the runtime starts). */
 static uint64_t bytes_sent_to_others(void) {
@@ -738,15 +804,16 @@ static void test_twice(void) {
 int main(int argc, char **argv) {
   static const char *const checks[] = {"batch", "epoch",         "every",  "weighted",
                                        "async", "deterministic", "uneven", "tiles",
-                                       "twice", "bytes",         NULL};
+                                       "twice", "bytes",         "resume", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
   if (which < 0 || argc > 3 ||
       (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
-    fprintf(stderr, "usage: mpirun -np P test_mpi "
-                    "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes "
-                    "[thread|worker]\n");
+    fprintf(stderr,
+            "usage: mpirun -np P test_mpi "
+            "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume "
+            "[thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -776,7 +843,8 @@ int main(int argc, char **argv) {
   case 6: test_uneven(); break;
   case 7: test_tiles(); break;
   case 8: test_twice(); break;
-  default: test_bytes(); break;
+  case 9: test_bytes(); break;
+  default: test_resume(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -114,6 +114,9 @@ TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_data
 
 /* Evaluates net on ds: mean loss and accuracy. */
 TSR_API int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy);
+/* The class net predicts for each sample of ds (the argmax of its logits, the
+ * first on ties, as the accuracy counts): predicted[0 .. ds->n). */
+TSR_API int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted);
 
 TSR_EXTERN_C_END
 

@@ -4,5 +4,7 @@
 
 int tsr_cli_train(int argc, char **argv);
 int tsr_cli_info(int argc, char **argv);
+int tsr_cli_eval(int argc, char **argv);
+int tsr_cli_inspect(int argc, char **argv);
 
 #endif

@@ -12,11 +12,15 @@
 #include "tessera/tessera.h"
 
 typedef struct {
-  const char *data_dir;       /* --data, borrowed from argv */
-  const char *model;          /* --model: a shorthand for tsr_model_parse, or an INI file */
-  bool model_file;            /* --model names an INI file (ends in .ini) */
-  const char *log_path;       /* --log, NULL: no log */
-  const char *trace_path;     /* --trace, NULL: no timeline */
+  const char *data_dir;   /* --data, borrowed from argv */
+  const char *model;      /* --model: a shorthand for tsr_model_parse, or an INI file */
+  bool model_file;        /* --model names an INI file (ends in .ini) */
+  const char *log_path;   /* --log, NULL: no log */
+  const char *trace_path; /* --trace, NULL: no timeline */
+  const char *checkpoint; /* --checkpoint, NULL: none */
+  int checkpoint_every;   /* --checkpoint-every N[epochs|steps] (default 1 epoch) */
+  bool checkpoint_in_steps;
+  const char *resume;         /* --resume, NULL: from the start */
   int64_t train_limit;        /* --train-limit, -1: every training sample */
   int64_t test_limit;         /* --test-limit, -1: every test sample */
   bool quiet;                 /* --quiet */

@@ -46,6 +46,11 @@ void tsr__cli_train_usage(FILE *out) {
           "                      worker (that thread also runs a worker's tasks), or auto:\n"
           "                      worker wherever MPI allows it [auto]\n"
           "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
+          "  --checkpoint FILE   write the network, optimizer state and training state\n"
+          "                      (safetensors) at every --checkpoint-every, at the end and\n"
+          "                      when stopped by SIGINT/SIGTERM\n"
+          "  --checkpoint-every N[epochs|steps]  how often [1 epoch]\n"
+          "  --resume FILE       continue a checkpoint's run: --epochs stays the total\n"
           "  --no-priorities     every task priority 0 (default: critical path first)\n"
           "  --stats             per-worker statistics at the end (and in the log)\n"
           "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
@@ -118,37 +123,44 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_STATS,
     O_TRACE,
     O_MPI_PROGRESS,
-    O_LR_SCALING
+    O_LR_SCALING,
+    O_CHECKPOINT,
+    O_CHECKPOINT_EVERY,
+    O_RESUME
   };
-  static const struct option longopts[] = {{"data", required_argument, 0, O_DATA},
-                                           {"model", required_argument, 0, O_MODEL},
-                                           {"epochs", required_argument, 0, O_EPOCHS},
-                                           {"batch", required_argument, 0, O_BATCH},
-                                           {"optimizer", required_argument, 0, O_OPT},
-                                           {"lr", required_argument, 0, O_LR},
-                                           {"momentum", required_argument, 0, O_MOM},
-                                           {"weight-decay", required_argument, 0, O_WD},
-                                           {"seed", required_argument, 0, O_SEED},
-                                           {"tile", required_argument, 0, O_TILE},
-                                           {"sched", required_argument, 0, O_SCHED},
-                                           {"workers", required_argument, 0, O_WORKERS},
-                                           {"window", required_argument, 0, O_WINDOW},
-                                           {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
-                                           {"test-limit", required_argument, 0, O_TEST_LIMIT},
-                                           {"lr-schedule", required_argument, 0, O_SCHEDULE},
-                                           {"sync", required_argument, 0, O_SYNC},
-                                           {"sync-state", no_argument, 0, O_SYNC_STATE},
-                                           {"weighting", required_argument, 0, O_WEIGHTING},
-                                           {"deterministic", no_argument, 0, O_DETERMINISTIC},
-                                           {"log", required_argument, 0, O_LOG},
-                                           {"quiet", no_argument, 0, O_QUIET},
-                                           {"no-priorities", no_argument, 0, O_NO_PRIO},
-                                           {"stats", no_argument, 0, O_STATS},
-                                           {"trace", required_argument, 0, O_TRACE},
-                                           {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
-                                           {"lr-scaling", required_argument, 0, O_LR_SCALING},
-                                           {"help", no_argument, 0, 'h'},
-                                           {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      {"data", required_argument, 0, O_DATA},
+      {"model", required_argument, 0, O_MODEL},
+      {"epochs", required_argument, 0, O_EPOCHS},
+      {"batch", required_argument, 0, O_BATCH},
+      {"optimizer", required_argument, 0, O_OPT},
+      {"lr", required_argument, 0, O_LR},
+      {"momentum", required_argument, 0, O_MOM},
+      {"weight-decay", required_argument, 0, O_WD},
+      {"seed", required_argument, 0, O_SEED},
+      {"tile", required_argument, 0, O_TILE},
+      {"sched", required_argument, 0, O_SCHED},
+      {"workers", required_argument, 0, O_WORKERS},
+      {"window", required_argument, 0, O_WINDOW},
+      {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
+      {"test-limit", required_argument, 0, O_TEST_LIMIT},
+      {"lr-schedule", required_argument, 0, O_SCHEDULE},
+      {"sync", required_argument, 0, O_SYNC},
+      {"sync-state", no_argument, 0, O_SYNC_STATE},
+      {"weighting", required_argument, 0, O_WEIGHTING},
+      {"deterministic", no_argument, 0, O_DETERMINISTIC},
+      {"log", required_argument, 0, O_LOG},
+      {"quiet", no_argument, 0, O_QUIET},
+      {"no-priorities", no_argument, 0, O_NO_PRIO},
+      {"stats", no_argument, 0, O_STATS},
+      {"trace", required_argument, 0, O_TRACE},
+      {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
+      {"lr-scaling", required_argument, 0, O_LR_SCALING},
+      {"checkpoint", required_argument, 0, O_CHECKPOINT},
+      {"checkpoint-every", required_argument, 0, O_CHECKPOINT_EVERY},
+      {"resume", required_argument, 0, O_RESUME},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
 
   *cfg = (tsr_cli_train_config_t){.data_dir = TSR_DEFAULT_DATA_DIR,
                                   .model = "mlp",
@@ -281,6 +293,19 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       cfg->test_limit = v;
       break;
     case O_LOG: cfg->log_path = optarg; break;
+    case O_CHECKPOINT: cfg->checkpoint = optarg; break;
+    case O_RESUME: cfg->resume = optarg; break;
+    case O_CHECKPOINT_EVERY: {
+      char *end;
+      errno = 0;
+      long n = strtol(optarg, &end, 10);
+      bool steps = strcmp(end, "steps") == 0 || strcmp(end, "step") == 0;
+      if (end == optarg || errno || n < 1 || n > 1L << 30 ||
+          !(steps || !*end || strcmp(end, "epochs") == 0 || strcmp(end, "epoch") == 0))
+        return bad("--checkpoint-every", optarg, "N, Nepochs or Nsteps with N >= 1");
+      cfg->checkpoint_every = (int)n, cfg->checkpoint_in_steps = steps;
+      break;
+    }
     case O_QUIET: cfg->quiet = true; break;
     case O_NO_PRIO: cfg->runtime.priorities = false; break;
     case O_STATS: cfg->runtime.stats = true; break;
@@ -305,5 +330,10 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     return 2;
   }
   cfg->model_file = ends_with(cfg->model, ".ini");
+  if (cfg->checkpoint_every && !cfg->checkpoint) {
+    fprintf(stderr, "tessera train: --checkpoint-every needs --checkpoint FILE\n");
+    return 2;
+  }
+  if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
   return 0;
 }

@@ -4,6 +4,7 @@
  * with its message, and rank 0 alone speaks afterwards. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,8 +88,38 @@ typedef struct {
   char desc[256], sync_text[32];
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
+  tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
+  tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
   tsr_errbuf_t err;
 } run_t;
+
+/* SIGINT/SIGTERM: the first asks training to stop (it finishes the tasks in
+ * flight, writes the checkpoint if one was asked for, and the command exits
+ * 128 + the signal); a second ends the process at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+  if (stop_signal) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  stop_signal = sig;
+}
+
+static bool should_stop(void *ctx) {
+  (void)ctx;
+  return stop_signal != 0;
+}
+
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
 
 /* This rank's data, cut to the limits and standardized, and the model description. */
 static int load(run_t *r) {
@@ -99,6 +130,9 @@ static int load(run_t *r) {
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
     rc = tsr_dataset_truncate(&r->test, cfg->test_limit);
   if (rc == 0) {
+    /* What a checkpoint records of the data: the raw training set, and the standardization. */
+    tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
+    tsr_dataset_stats(&r->train, &r->ckpt.input_mean, &r->ckpt.input_std);
     tsr_dataset_standardize(&r->train, &r->test);
     rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err)
                          : tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
@@ -121,10 +155,25 @@ static int start(run_t *r, int argc, char **argv) {
     r->net_opts.in_height = r->train.height;
     r->net_opts.in_width = r->train.width;
   }
+  /* A resumed run goes on with the checkpoint's seeds (sample orders, dropout masks). */
+  tsr_net_opts_t saved;
+  if (rc == 0 && r->cfg->resume)
+    rc = tsr_dist_agree(
+        tsr_checkpoint_read(r->cfg->resume, &r->resumed, NULL, &saved, NULL, NULL, &r->err),
+        &r->err, &r->err);
+  if (rc == 0 && r->cfg->resume)
+    r->net_opts.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
   if (rc == 0)
     rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
                                        &r->net_opts, &r->err),
                         &r->err, &r->err);
+  if (rc == 0 && r->cfg->resume) {
+    rc = tsr_dist_agree(
+        tsr_checkpoint_load(r->net, r->cfg->resume, r->ckpt.data, &r->resumed, &r->err), &r->err,
+        &r->err);
+    r->train_opts.start_epoch = r->resumed.epoch + 1;
+    r->train_opts.start_step = r->resumed.step_in_epoch;
+  }
   return rc;
 }
 
@@ -148,6 +197,9 @@ static int announce(run_t *r) {
              r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
     if (r->lr != cfg->net.opt.lr)
       printf(", lr %g x %d ranks (--lr-scaling linear)", (double)cfg->net.opt.lr, tsr_dist_size());
+    if (cfg->resume)
+      printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
+             r->resumed.step_in_epoch ? " and some steps" : "");
     printf("\n");
   }
   int rc = 0;
@@ -179,10 +231,22 @@ static int train(run_t *r) {
                    cfg->train.epochs};
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
+  to.should_stop = should_stop;
+  to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
+  to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
+  if (cfg->resume && r->resumed.epoch >= cfg->train.epochs) {
+    if (r->speaker)
+      printf("tessera train: %s already holds %d epochs; --epochs %d is the total, so there is "
+             "nothing to train\n",
+             cfg->resume, r->resumed.epoch, cfg->train.epochs);
+    return 0;
+  }
   int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
   /* Past start-up the ranks' task graphs are tied together: a rank that
-   * fails mid-run stops them all rather than leaving them waiting. */
-  if (rc && tsr_dist_size() > 1) tsr_dist_abort(r->err.msg[0] ? r->err.msg : tsr_strerror(rc));
+   * fails mid-run stops them all rather than leaving them waiting. (A stop on
+   * request is agreed by every rank.) */
+  if (rc && rc != TSR_ESTOPPED && tsr_dist_size() > 1)
+    tsr_dist_abort(r->err.msg[0] ? r->err.msg : tsr_strerror(rc));
   return rc;
 }
 
@@ -220,6 +284,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;
   r.train_opts.sync = &cfg->sync;
+  catch_signals();
   int rc = start(&r, argc, argv);
   if (rc == 0) rc = announce(&r);
   if (rc == 0) rc = train(&r);
@@ -232,5 +297,6 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
   tsr_dist_stop();
+  if (rc == TSR_ESTOPPED) return 128 + (stop_signal ? stop_signal : SIGINT);
   return rc ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +66,12 @@ static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
   }
   b->owned[b->n] = data;
   snprintf(b->names[b->n], sizeof b->names[0], "%s", name);
-  b->t[b->n] = (tsr_st_tensor_t){.name = b->names[b->n], .ndims = 2, .data = data};
-  b->t[b->n].shape[0] = rows, b->t[b->n].shape[1] = cols;
+  /* A bias (one row) is a vector, as frameworks store it. */
+  b->t[b->n] = (tsr_st_tensor_t){.name = b->names[b->n], .ndims = rows == 1 ? 1 : 2, .data = data};
+  if (rows == 1)
+    b->t[b->n].shape[0] = cols;
+  else
+    b->t[b->n].shape[0] = rows, b->t[b->n].shape[1] = cols;
   uLong crc = crc32(0L, (const Bytef *)data, (uInt)(sizeof(float) * (size_t)(rows * cols)));
   char key[160];
   snprintf(key, sizeof key, "crc32.%s", name);
@@ -262,9 +267,19 @@ static int load_tensor(const tsr_st_file_t *f, const char *path, const char *nam
   if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
   tsr_st_tensor_t x;
   tsr__st_tensor(f, i, &x);
-  if (x.ndims != 2 || x.shape[0] != tsr_tiles_rows(t) || x.shape[1] != tsr_tiles_cols(t))
-    return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s is not %lldx%lld", path, name,
-                         (long long)tsr_tiles_rows(t), (long long)tsr_tiles_cols(t));
+  bool vector = tsr_tiles_rows(t) == 1;
+  bool fits =
+      vector ? x.ndims == 1 && x.shape[0] == tsr_tiles_cols(t)
+             : x.ndims == 2 && x.shape[0] == tsr_tiles_rows(t) && x.shape[1] == tsr_tiles_cols(t);
+  if (!fits) {
+    char want[64];
+    if (vector)
+      snprintf(want, sizeof want, "[%lld]", (long long)tsr_tiles_cols(t));
+    else
+      snprintf(want, sizeof want, "[%lld, %lld]", (long long)tsr_tiles_rows(t),
+               (long long)tsr_tiles_cols(t));
+    return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s is not of shape %s", path, name, want);
+  }
   int rc = tsr_tiles_write(t, x.data);
   return rc ? tsr_error_set(err, rc, "%s: cannot set %s: %s", path, name, tsr_strerror(rc)) : 0;
 }

@@ -56,6 +56,32 @@ int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *
   return 0;
 }
 
+int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
+  int b = tsr_net_batch(net), classes = net->classes;
+  const tsr_tiles_t *logits = net->layers[net->n_layers - 1].y;
+  int32_t *idx = malloc(sizeof(int32_t) * (size_t)b);
+  float *z = malloc(sizeof(float) * (size_t)b * (size_t)classes);
+  int rc = idx && z ? 0 : TSR_ENOMEM;
+  for (int64_t s = 0; s < ds->n && rc == 0; s += b) {
+    int n = (int)(ds->n - s < b ? ds->n - s : b);
+    for (int i = 0; i < n; i++)
+      idx[i] = (int32_t)(s + i);
+    rc = tsr_net_eval_step(net, ds, idx, n);
+    if (rc == 0) rc = tsr_tiles_read(logits, z); /* waits for the step */
+    for (int i = 0; i < n && rc == 0; i++) {
+      const float *row = z + (size_t)i * (size_t)classes;
+      int best = 0;
+      for (int c = 1; c < classes; c++)
+        if (row[c] > row[best]) best = c;
+      predicted[s + i] = best;
+    }
+  }
+  double loss, correct;
+  if (rc == 0) rc = tsr_net_take_stats(net, true, &loss, &correct); /* clears the eval counters */
+  free(idx), free(z);
+  return rc;
+}
+
 /* This rank's part of an epoch: a contiguous slice of the shuffled order,
  * rank r taking [r N / P, (r + 1) N / P). Every rank takes the same number
  * of steps (the largest shard's), so all reach the same synchronization

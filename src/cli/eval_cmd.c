@@ -1,0 +1,183 @@
+/* tessera eval: a checkpoint's network on a test set (accuracy, per-class
+ * accuracy, confusion matrix); tessera inspect: a checkpoint's tensors and
+ * metadata. Both only parse options and call the library. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tessera/tessera.h"
+
+static void eval_usage(FILE *out) {
+  fprintf(out,
+          "usage: tessera eval --checkpoint FILE [options]\n\n"
+          "  --checkpoint FILE   a checkpoint written by tessera train --checkpoint\n"
+          "  --data DIR          dataset folder whose test set is evaluated [%s]\n"
+          "  --test-limit N      only the first N test samples\n"
+          "  --batch N           samples per evaluation step [256]\n"
+          "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --json              one JSON object instead of text\n"
+          "  --help              this text\n\n"
+          "The test set is standardized as the checkpoint's training data was.\n",
+          TSR_DEFAULT_DATA_DIR);
+}
+
+static int to_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Accuracy, loss, per-class accuracy and the confusion matrix (rows: true
+ * class, columns: predicted). */
+static void report(FILE *out, bool json, const char *path, const tsr_dataset_t *test,
+                   const int32_t *pred, int classes, double loss, double accuracy) {
+  int64_t *confusion = calloc((size_t)classes * (size_t)classes, sizeof *confusion);
+  if (!confusion) return;
+  for (int64_t i = 0; i < test->n; i++)
+    confusion[(int)test->y[i] * classes + pred[i]]++;
+  if (json) {
+    fprintf(out,
+            "{\"checkpoint\": \"%s\", \"samples\": %lld, \"accuracy\": %.6f, \"loss\": %.6f, "
+            "\"per_class\": [",
+            path, (long long)test->n, accuracy, loss);
+    for (int c = 0; c < classes; c++) {
+      int64_t row = 0;
+      for (int p = 0; p < classes; p++)
+        row += confusion[c * classes + p];
+      fprintf(out, "%s%.6f", c ? ", " : "",
+              row ? (double)confusion[c * classes + c] / (double)row : 0.0);
+    }
+    fprintf(out, "], \"confusion\": [");
+    for (int c = 0; c < classes; c++) {
+      fprintf(out, "%s[", c ? ", " : "");
+      for (int p = 0; p < classes; p++)
+        fprintf(out, "%s%lld", p ? ", " : "", (long long)confusion[c * classes + p]);
+      fprintf(out, "]");
+    }
+    fprintf(out, "]}\n");
+  } else {
+    fprintf(out, "%s: %lld test samples, accuracy %.2f%%, loss %.4f\n", path, (long long)test->n,
+            100 * accuracy, loss);
+    fprintf(out, "\nconfusion (rows: true class, columns: predicted)  accuracy\n      ");
+    for (int p = 0; p < classes; p++)
+      fprintf(out, "%6d", p);
+    fprintf(out, "\n");
+    for (int c = 0; c < classes; c++) {
+      int64_t row = 0;
+      fprintf(out, "  %3d ", c);
+      for (int p = 0; p < classes; p++)
+        fprintf(out, "%6lld", (long long)confusion[c * classes + p]),
+            row += confusion[c * classes + p];
+      fprintf(out, "   %6.2f%%\n",
+              row ? 100.0 * (double)confusion[c * classes + c] / (double)row : 0.0);
+    }
+  }
+  free(confusion);
+}
+
+int tsr_cli_eval(int argc, char **argv) {
+  static const struct option longopts[] = {{"checkpoint", required_argument, 0, 'c'},
+                                           {"data", required_argument, 0, 'd'},
+                                           {"test-limit", required_argument, 0, 'l'},
+                                           {"batch", required_argument, 0, 'b'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"json", no_argument, 0, 'j'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
+  const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR;
+  long limit = -1, batch = 256, workers = -1;
+  bool json = false;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'c': path = optarg; break;
+    case 'd': data = optarg; break;
+    case 'l':
+      if (to_long(optarg, 1, 0x7fffffffL, &limit)) {
+        fprintf(stderr, "tessera eval: --test-limit %s: expected an integer >= 1\n", optarg);
+        return 2;
+      }
+      break;
+    case 'b':
+      if (to_long(optarg, 1, 1 << 16, &batch)) {
+        fprintf(stderr, "tessera eval: --batch %s: expected an integer in 1..65536\n", optarg);
+        return 2;
+      }
+      break;
+    case 'w':
+      if (to_long(optarg, 1, 4096, &workers)) {
+        fprintf(stderr, "tessera eval: --workers %s: expected an integer >= 1\n", optarg);
+        return 2;
+      }
+      break;
+    case 'j': json = true; break;
+    case 'h': eval_usage(stdout); return 0;
+    default: return 2;
+    }
+  }
+  if (!path || optind < argc) {
+    fprintf(stderr, "tessera eval: %s (see tessera eval --help)\n",
+            path ? "unexpected argument" : "--checkpoint FILE is required");
+    return 2;
+  }
+  tsr_errbuf_t err = {""};
+  tsr_checkpoint_info_t info;
+  tsr_model_spec_t spec;
+  tsr_net_opts_t no;
+  int inputs, classes;
+  int rc = tsr_checkpoint_read(path, &info, &spec, &no, &inputs, &classes, &err);
+  tsr_dataset_t train = {0}, test = {0};
+  if (rc == 0) rc = tsr_dataset_load_dir(&train, &test, data, &err);
+  tsr_dataset_fini(&train); /* the test set is what counts */
+  if (rc == 0 && limit > 0 && limit < test.n) rc = tsr_dataset_truncate(&test, limit);
+  if (rc == 0 && (test.features != inputs || test.classes > classes || test.n == 0))
+    rc = tsr_error_set(&err, TSR_ESHAPE,
+                       "%s: %lld test samples of %lld features in %d classes; %s takes %d features "
+                       "and %d classes",
+                       data, (long long)test.n, (long long)test.features, test.classes, path,
+                       inputs, classes);
+  if (rc == 0) tsr_dataset_normalize(&test, info.input_mean, info.input_std);
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  ro.ncpus = (int)workers;
+  bool started = false;
+  if (rc == 0) started = (rc = tsr_runtime_init(&ro, &err)) == 0;
+  tsr_net_t *net = NULL;
+  no.batch = (int)batch;
+  if (rc == 0) rc = tsr_net_create(&net, &spec, inputs, classes, &no, &err);
+  if (rc == 0) rc = tsr_checkpoint_load(net, path, NULL, NULL, &err);
+  int32_t *pred = rc == 0 ? malloc(sizeof(int32_t) * (size_t)test.n) : NULL;
+  if (rc == 0 && !pred) rc = TSR_ENOMEM;
+  double loss = 0, accuracy = 0;
+  if (rc == 0) rc = tsr_evaluate(net, &test, &loss, &accuracy);
+  if (rc == 0) rc = tsr_predict(net, &test, pred);
+  if (rc == 0)
+    report(stdout, json, path, &test, pred, classes, loss, accuracy);
+  else
+    fprintf(stderr, "tessera eval: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+  free(pred);
+  tsr_net_destroy(&net);
+  if (started) tsr_runtime_fini();
+  tsr_dataset_fini(&test);
+  return rc ? 1 : 0;
+}
+
+int tsr_cli_inspect(int argc, char **argv) {
+  if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    FILE *out = argc == 2 ? stdout : stderr;
+    fprintf(out, "usage: tessera inspect FILE\n\n"
+                 "Checks a checkpoint (every tensor's checksum) and prints its tensors (name, "
+                 "shape)\nand metadata (model, training state).\n");
+    return argc == 2 ? 0 : 2;
+  }
+  tsr_errbuf_t err = {""};
+  int rc = tsr_checkpoint_print(stdout, argv[1], &err);
+  if (rc) fprintf(stderr, "tessera inspect: %s\n", err.msg);
+  return rc ? 1 : 0;
+}
