@@ -326,8 +326,13 @@ int tsr_runtime_stats(tsr_run_stats_t *st, tsr_errbuf_t *err) {
       tsr_worker_stats_t *o = &st->workers[st->nworkers++];
       o->rank = s->rank, o->worker = w;
       snprintf(o->name, sizeof o->name, "%s", s->wname[w]);
-      o->seconds = s->total[w], o->executing = s->exec[w], o->idle = s->sleep[w];
-      o->overhead = fmax(0.0, o->seconds - o->executing - o->idle);
+      /* StarPU measures the three times separately, and under an
+       * oversubscribed node executing + sleeping can exceed the total by a
+       * few microseconds: clamp so that the parts add up to the total. */
+      o->seconds = s->total[w];
+      o->executing = fmin(s->exec[w], o->seconds);
+      o->idle = fmin(s->sleep[w], o->seconds - o->executing);
+      o->overhead = o->seconds - o->executing - o->idle;
       o->tasks = s->executed[w];
       for (int c = 0; c < s->ncodelets; c++)
         if (s->counts[w][c]) o->codelet_tasks[name_index(st, s->codelets[c])] += s->counts[w][c];
