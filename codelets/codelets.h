@@ -77,6 +77,18 @@ int tsr__insert_axpby_mode(const tsr_task_opts_t *o, float alpha, starpu_data_ha
  * with commute, folds of different ranks apply in the order they arrive. */
 int tsr__insert_fold(const tsr_task_opts_t *o, starpu_data_handle_t global,
                      starpu_data_handle_t snap, starpu_data_handle_t w, bool commute);
+/* One outer-optimizer step (tsr__k_outer) on the anchor x with momentum u,
+ * pseudo-gradient x - mean; gamma: SlowMo's base rate. */
+int tsr__insert_outer(const tsr_task_opts_t *o, starpu_data_handle_t x, starpu_data_handle_t u,
+                      starpu_data_handle_t mean, bool nesterov, float lr, float momentum,
+                      float gamma);
+/* async-epoch with an outer optimizer: an outer step on global with momentum
+ * u and pseudo-gradient scale (snap - w), then snap = global, as one task;
+ * with commute, folds of different ranks apply in the order they arrive. */
+int tsr__insert_outer_fold(const tsr_task_opts_t *o, starpu_data_handle_t global,
+                           starpu_data_handle_t u, starpu_data_handle_t snap,
+                           starpu_data_handle_t w, float scale, bool nesterov, float lr,
+                           float momentum, float gamma, bool commute);
 int tsr__insert_scale(const tsr_task_opts_t *o, starpu_data_handle_t x, float alpha);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
  * rows is copied; src is borrowed and must stay valid until the task has run. */

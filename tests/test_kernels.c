@@ -5,6 +5,7 @@
  * out in float64, and max pooling's backward pass on tied maxima. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -132,6 +133,53 @@ Test(kernels, adam_first_step_moves_each_weight_by_lr) {
   cr_assert_float_eq(w[0], 1 - 0.01f, 1e-5);
   cr_assert_float_eq(w[1], 2 + 0.01f, 1e-5);
   cr_assert_float_eq(w[2], 3 - 0.01f, 1e-5);
+}
+
+/* The outer optimizers' step (tessera/dist.h) over three rounds against
+ * float64, with strides: d = scale (a - b);
+ *   slowmo:   u = beta u + d / gamma;  x -= alpha gamma u
+ *   nesterov: u = mu u + d;            x -= eta (d + mu u)
+ * and slowmo at gamma 0: x -= d, u untouched. */
+Test(kernels, outer_steps_follow_slowmo_and_nesterov_over_several_rounds) {
+  enum { M = 2, N = 2, LD = 3 };
+  const float a0[M * LD] = {1.0f, -2.0f, 9, 0.5f, 3.0f, 9};
+  for (int nesterov = 0; nesterov < 2; nesterov++) {
+    const float lr = nesterov ? 0.7f : 1.5f, mu = nesterov ? 0.9f : 0.5f, gamma = 0.1f;
+    const float scale = 0.5f;
+    float x[M * LD], u[M * LD] = {0}, b[M * LD];
+    double rx[M * N], ru[M * N] = {0};
+    memcpy(x, a0, sizeof x);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++)
+        x[i * LD + j] = a0[i * LD + j], rx[i * N + j] = a0[i * LD + j];
+    for (int round = 1; round <= 3; round++) {
+      for (int i = 0; i < M * LD; i++)
+        b[i] = 0.3f * (float)(i % 4) - 0.2f * (float)round;
+      float a[M * LD];
+      memcpy(a, x, sizeof a); /* a copy of x: d = scale (x - b) */
+      tsr__k_outer(M, N, x, LD, u, LD, a, LD, b, LD, scale, nesterov, lr, mu, gamma);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double d = scale * (rx[i * N + j] - b[i * LD + j]), *ux = &ru[i * N + j];
+          if (nesterov) {
+            *ux = mu * *ux + d;
+            rx[i * N + j] -= lr * (d + mu * *ux);
+          } else {
+            *ux = mu * *ux + d / gamma;
+            rx[i * N + j] -= lr * gamma * *ux;
+          }
+          cr_assert(fabs(x[i * LD + j] - rx[i * N + j]) <= 1e-5 * (1 + fabs(rx[i * N + j])),
+                    "%s round %d: x[%d][%d] = %.7g, want %.7g", nesterov ? "nesterov" : "slowmo",
+                    round, i, j, x[i * LD + j], rx[i * N + j]);
+          cr_assert(fabs(u[i * LD + j] - *ux) <= 1e-5 * (1 + fabs(*ux)), "%s round %d: u",
+                    nesterov ? "nesterov" : "slowmo", round);
+        }
+      cr_assert_eq(x[2], 9.0f, "padding written");
+    }
+  }
+  float x[2] = {1.0f, 2.0f}, u[2] = {5.0f, 5.0f}, b[2] = {0.0f, 4.0f}, a[2] = {1.0f, 2.0f};
+  tsr__k_outer(1, 2, x, 2, u, 2, a, 2, b, 2, 1.0f, false, 1.0f, 0.5f, 0.0f);
+  cr_assert(x[0] == 0.0f && x[1] == 4.0f && u[0] == 5.0f, "slowmo at gamma 0 steps to b");
 }
 
 Test(kernels, gather_copies_chosen_rows_and_zeroes_padding) {

@@ -14,16 +14,44 @@
 TSR_EXTERN_C_BEGIN
 
 typedef enum {
-  TSR_SYNC_NONE,       /* one process, or independent replicas */
-  TSR_SYNC_BATCH,      /* gradients averaged every batch; update on each tile's home rank */
-  TSR_SYNC_EVERY,      /* weights averaged every K batches (local SGD) */
-  TSR_SYNC_EPOCH,      /* weights averaged every n epochs, all ranks together */
-  TSR_SYNC_ASYNC_EPOCH /* at its epoch end each rank folds itself into a global copy */
+  TSR_SYNC_NONE,        /* one process, or independent replicas */
+  TSR_SYNC_BATCH,       /* gradients averaged every batch; update on each tile's home rank */
+  TSR_SYNC_EVERY,       /* weights averaged every K batches (local SGD) */
+  TSR_SYNC_EPOCH,       /* weights averaged every n epochs, all ranks together */
+  TSR_SYNC_ASYNC_EPOCH, /* at its epoch end each rank folds itself into a global copy */
+  TSR_SYNC_POST_LOCAL,  /* batch for the first `post_epochs` epochs, then every=K */
+  TSR_SYNC_HIER         /* the ranks of a node average every `group_every` steps, all every K */
 } tsr_sync_kind_t;
+
+/* What a weight average does with the mean x̄ of the replicas (every=K,
+ * epoch=n, post-local's local phase, hier's averages over all ranks). Each
+ * keeps an anchor x (the weights every rank last restarted from) and a
+ * momentum u, zero at the start, per parameter; with Δ = x - x̄:
+ *   slowmo (Wang et al., 2020), base rate γ (the optimizer's rate now):
+ *     u = β u + Δ / γ;  x = x - α γ u            (α: lr, β: momentum)
+ *   nesterov (DiLoCo, Douillard et al., 2023):
+ *     u = μ u + Δ;      x = x - η (Δ + μ u)      (η: lr, μ: momentum)
+ * and every replica restarts from the new x. With lr 1 and momentum 0 both
+ * are plain averaging. async-epoch: each rank's fold is one outer step on
+ * the global copy with that rank's share of a pseudo-gradient, Δ = (s - w) /
+ * P, where s is what the rank started its epoch from (its last fold's
+ * result) and w its weights now; it restarts from the global copy. */
+typedef enum { TSR_OUTER_NONE, TSR_OUTER_SLOWMO, TSR_OUTER_NESTEROV } tsr_outer_kind_t;
+
+typedef struct {
+  tsr_outer_kind_t kind;
+  float lr;       /* α or η; tsr_outer_init sets the kind's default (1.0, 0.7) */
+  float momentum; /* β or μ (0.5, 0.9) */
+} tsr_outer_t;
 
 typedef struct {
   tsr_sync_kind_t kind;
-  int every;          /* K for TSR_SYNC_EVERY, n for TSR_SYNC_EPOCH (>= 1) */
+  int every; /* K for EVERY, POST_LOCAL and HIER (steps between averages over all ranks), n for
+                EPOCH (>= 1) */
+  int post_epochs; /* POST_LOCAL: epochs of batch averaging before local SGD */
+  int group_every; /* HIER: steps between averages inside a group */
+  int group_size;  /* HIER: ranks per group, consecutive; 0: the ranks of one node */
+  tsr_outer_t outer;
   bool average_state; /* average optimizer state (momentum, Adam moments) with the weights */
   /* Sum contributions in rank order, in float32: acc = w_0 x_0, then acc = w_q x_q + acc for
    * q = 1 .. P-1 (async-epoch: the folds in rank order); bitwise-reproducible runs. Otherwise
@@ -32,10 +60,17 @@ typedef struct {
   bool by_samples; /* weight each rank by the samples it processed (else uniform) */
 } tsr_sync_t;
 
-/* Parses "batch", "every=K", "epoch", "epoch=n", "async-epoch", "none". */
+/* Parses "batch", "every=K", "epoch", "epoch=n", "async-epoch", "post-local:E,K",
+ * "hier:K1,K2", "hier:K1,K2,G" (groups of G consecutive ranks instead of nodes) and "none";
+ * the outer optimizer is none. */
 TSR_API int tsr_sync_parse(tsr_sync_t *sync, const char *text, tsr_errbuf_t *err);
-/* Writes the policy back as text ("every=8"). */
+/* Writes the policy back as text ("every=8", "every=8 slowmo(1,0.5)"). */
 TSR_API void tsr_sync_describe(const tsr_sync_t *sync, char *buf, int size);
+/* An outer optimizer by name ("none", "slowmo", "nesterov") with its default rate and momentum. */
+TSR_API int tsr_outer_init(tsr_outer_t *outer, const char *name, tsr_errbuf_t *err);
+/* Whether the policy can take an outer optimizer (it averages weights), and
+ * TSR_EINVAL with the reason in err when sync->outer is set on one that cannot. */
+TSR_API int tsr_sync_check(const tsr_sync_t *sync, tsr_errbuf_t *err);
 
 /* Starts MPI when this process was launched by mpirun (or when force is
  * set); a no-op otherwise. Returns 0 or TSR_ERUNTIME. */
@@ -59,6 +94,10 @@ TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
  * in all (size x bytes; ignored elsewhere). Plain MPI, collective: for the
  * end of a run, after its transfers (tsr_train's per-rank totals). */
 TSR_API int tsr_dist_gather(const void *mine, int bytes, void *all);
+/* Every rank's node: node_of[q] (size entries) numbers the node of rank q
+ * from 0 in order of the nodes' lowest ranks (MPI_COMM_TYPE_SHARED); returns
+ * the number of nodes. Collective; without MPI one node. */
+TSR_API int tsr_dist_nodes(int *node_of);
 /* Whether any rank passes true (plain MPI, collective; mine without MPI). */
 TSR_API bool tsr_dist_any(bool mine);
 /* Under MPI: prints msg (prefixed with the rank) and stops every rank with

@@ -54,6 +54,14 @@ void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2
                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
                  int t);
 
+/* One outer-optimizer step on x (m, n) with momentum u and pseudo-gradient
+ * d = scale (a - b), elementwise (a may be x itself):
+ *   slowmo:   u = momentum u + d / gamma; x -= lr gamma u   (gamma <= 0: x -= d, u kept)
+ *   nesterov: u = momentum u + d;         x -= lr (d + momentum u) */
+void tsr__k_outer(int m, int n, float *x, int ldx, float *u, int ldu, const float *a, int lda,
+                  const float *b, int ldb, float scale, bool nesterov, float lr, float momentum,
+                  float gamma);
+
 void tsr__k_fill(int m, int n, float *x, int ldx, float value);
 void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds);
 /* y (m, n) = alpha x + beta y; y is not read when beta is 0. */

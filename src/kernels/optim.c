@@ -39,3 +39,24 @@ void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2
     }
   }
 }
+
+void tsr__k_outer(int m, int n, float *x, int ldx, float *u, int ldu, const float *a, int lda,
+                  const float *b, int ldb, float scale, bool nesterov, float lr, float momentum,
+                  float gamma) {
+  for (int i = 0; i < m; i++) {
+    float *xr = x + (long)i * ldx, *ur = u + (long)i * ldu;
+    const float *ar = a + (long)i * lda, *br = b + (long)i * ldb;
+    for (int j = 0; j < n; j++) {
+      float d = scale * (ar[j] - br[j]);
+      if (nesterov) {
+        ur[j] = momentum * ur[j] + d;
+        xr[j] -= lr * (d + momentum * ur[j]);
+      } else if (gamma > 0.0f) {
+        ur[j] = momentum * ur[j] + d / gamma;
+        xr[j] -= lr * gamma * ur[j];
+      } else {
+        xr[j] -= d;
+      }
+    }
+  }
+}

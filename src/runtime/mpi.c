@@ -62,6 +62,27 @@ int tsr_dist_local_size(void) {
   return local_size;
 }
 
+int tsr_dist_nodes(int *node_of) {
+  if (!active) {
+    node_of[0] = 0;
+    return 1;
+  }
+  /* Each rank names its node by the lowest world rank on it. */
+  MPI_Comm node;
+  int lowest = rank, nodes = 0;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Allreduce(&rank, &lowest, 1, MPI_INT, MPI_MIN, node);
+    MPI_Comm_free(&node);
+  }
+  MPI_Allgather(&lowest, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD);
+  /* Renumbered 0, 1, ... in order of the lowest ranks: a node's lowest rank L <= q comes
+   * before q, so node_of[L] is already renumbered when q is. */
+  for (int q = 0; q < size; q++)
+    node_of[q] = node_of[q] == q ? nodes++ : node_of[node_of[q]];
+  return nodes;
+}
+
 int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err) {
   if (!active) {
     if (rc && err && mine && err != mine) *err = *mine;

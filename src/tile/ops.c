@@ -270,6 +270,25 @@ int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *s
                           commute);
 }
 
+int tsr__tile_outer(const tsr_task_opts_t *o, tsr_tiles_t *x, tsr_tiles_t *u,
+                    const tsr_tiles_t *mean, int i, int j, bool nesterov, float lr, float momentum,
+                    float gamma) {
+  if (!same_tiling(x, u) || !same_tiling(x, mean) || !tile_ok(x, i, j)) return TSR_ESHAPE;
+  return tsr__insert_outer(o, tsr__tile(x, i, j), tsr__tile(u, i, j), tsr__tile(mean, i, j),
+                           nesterov, lr, momentum, gamma);
+}
+
+int tsr__tile_outer_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *u,
+                         tsr_tiles_t *snap, const tsr_tiles_t *w, int i, int j, float scale,
+                         bool nesterov, float lr, float momentum, float gamma, bool commute) {
+  if (!same_tiling(global, u) || !same_tiling(global, snap) || !same_tiling(global, w) ||
+      !tile_ok(w, i, j))
+    return TSR_ESHAPE;
+  return tsr__insert_outer_fold(o, tsr__tile(global, i, j), tsr__tile(u, i, j),
+                                tsr__tile(snap, i, j), tsr__tile(w, i, j), scale, nesterov, lr,
+                                momentum, gamma, commute);
+}
+
 int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, int i, int j, int r0,
                   const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd) {
   if ((v && !same_tiling(w, v)) || !tile_ok(w, i, j) || !tile_ok(g, gi, gj)) return TSR_ESHAPE;

@@ -95,6 +95,16 @@ int tsr__tile_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x,
 /* global = (global + w) / 2, then snap = global, as one task (async-epoch). */
 int tsr__tile_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *snap,
                    const tsr_tiles_t *w, int i, int j, bool commute);
+/* One outer-optimizer step on tile (i, j) of the anchor x with momentum u
+ * (tiled like x), pseudo-gradient x - mean (tsr__insert_outer). */
+int tsr__tile_outer(const tsr_task_opts_t *o, tsr_tiles_t *x, tsr_tiles_t *u,
+                    const tsr_tiles_t *mean, int i, int j, bool nesterov, float lr, float momentum,
+                    float gamma);
+/* async-epoch's fold as an outer step: global stepped with pseudo-gradient
+ * scale (snap - w), then snap = global (tsr__insert_outer_fold). */
+int tsr__tile_outer_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tiles_t *u,
+                         tsr_tiles_t *snap, const tsr_tiles_t *w, int i, int j, float scale,
+                         bool nesterov, float lr, float momentum, float gamma, bool commute);
 /* The update of rows r0 .. r0 + rows of tile (i, j) of w (and of the
  * optimizer state, tiled like w) from tile (gi, gj) of g, which holds those
  * rows of the gradient: the whole tile (r0 0, g tiled like w) or a band of
