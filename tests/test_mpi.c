@@ -22,6 +22,13 @@
  *   test_mpi bytes          batch sync moves ring-optimal bytes per rank (StarPU-MPI's count)
  *   test_mpi resume         a batch run stopped and resumed from its checkpoint ends bit for bit
  *                           where an uninterrupted one does
+ *   test_mpi outer          outer optimizers (2 ranks): slowmo and nesterov on a hand-computed
+ *                           case; every=K with each equals its formula on the mean of replicas
+ *                           trained alone; async-epoch's folds as outer steps in rank order
+ *   test_mpi hier           hier:2,4,2 on 3 ranks: ranks 0 and 1 average at step 2, rank 2
+ *                           keeps its own replica, all three average at step 4
+ *   test_mpi postlocal      post-local:1,3: gradients averaged in epoch 1, then every=3 counted
+ *                           from the switch
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -165,6 +172,7 @@ static bool replicas_equal(const float *w, int64_t n) {
 typedef struct {
   int epochs;
   bool deterministic, by_samples, shuffle;
+  const char *outer;                                          /* NULL: none */
   tsr_lr_scaling_t lr_scaling;                                /* 0: AUTO */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx); /* rank 0 only */
   void *ctx;
@@ -180,6 +188,7 @@ static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_errbuf_t err = {""};
   tsr_sync_parse(&sync, policy, &err);
   sync.deterministic = run.deterministic, sync.by_samples = run.by_samples;
+  if (run.outer) tsr_outer_init(&sync.outer, run.outer, &err);
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
   o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
@@ -194,10 +203,12 @@ static void train(tsr_net_t *net, const char *policy, int epochs, bool determini
              (run_t){.epochs = epochs, .deterministic = deterministic, .shuffle = true});
 }
 
-static tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samples) {
+static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by_samples,
+                                     const char *outer) {
   tsr_sync_t sync;
   tsr_sync_parse(&sync, policy, NULL);
   sync.by_samples = by_samples;
+  if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
   if (tsr__replicas_create(&rep, net, &sync, &err)) {
@@ -205,6 +216,10 @@ static tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samp
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return rep;
+}
+
+static tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samples) {
+  return replicas_with(net, policy, by_samples, NULL);
 }
 
 /* Step k's global batch is rows[k P B ...], rank q's part of it rows[(k P + q) B ...]. */
@@ -267,6 +282,8 @@ static void test_lr_scaling(void) {
                {"batch", false, TSR_LR_SCALING_NONE, false},
                {"batch", true, TSR_LR_SCALING_AUTO, false},
                {"every=2", false, TSR_LR_SCALING_AUTO, false},
+               {"post-local:1,2", false, TSR_LR_SCALING_AUTO, true},
+               {"hier:2,4", false, TSR_LR_SCALING_AUTO, false},
                {"every=2", false, TSR_LR_SCALING_LINEAR, true}};
   static const char *const names[] = {"auto", "linear", "none"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -495,15 +512,21 @@ static void ordered_mean(const float *all, int64_t n, bool reversed, float *out)
 
 static void test_deterministic(void) {
   load(1000);
-  const char *policies[] = {"batch", "every=3", "async-epoch"};
-  for (int p = 0; p < 3; p++) {
+  static const struct {
+    const char *policy, *outer;
+  } runs[] = {{"batch", NULL},          {"every=3", NULL},        {"async-epoch", NULL},
+              {"post-local:1,3", NULL}, {"hier:2,3,2", NULL},     {"every=3", "slowmo"},
+              {"epoch", "nesterov"},    {"async-epoch", "slowmo"}};
+  for (size_t p = 0; p < sizeof runs / sizeof *runs; p++) {
     tsr_net_t *a = make_net(32, 0.9f), *b = make_net(32, 0.9f);
-    train(a, policies[p], 2, true);
-    train(b, policies[p], 2, true);
+    run_t run = {.epochs = 2, .deterministic = true, .shuffle = true, .outer = runs[p].outer};
+    train_with(a, runs[p].policy, run);
+    train_with(b, runs[p].policy, run);
     int64_t n;
     float *wa = params(a, &n), *wb = params(b, &n);
-    CHECK(memcmp(wa, wb, sizeof(float) * (size_t)n) == 0, "%s --deterministic: runs differ",
-          policies[p]);
+    CHECK(memcmp(wa, wb, sizeof(float) * (size_t)n) == 0,
+          "%s --outer %s --deterministic: runs differ", runs[p].policy,
+          runs[p].outer ? runs[p].outer : "none");
     free(wa), free(wb);
     tsr_net_destroy(&a), tsr_net_destroy(&b);
   }
@@ -801,10 +824,271 @@ static void test_twice(void) {
   tsr_net_destroy(&net);
 }
 
+/* Every weight of net set to v. */
+static void fill_params(tsr_net_t *net, float v) {
+  int64_t n = tsr_net_param_count(net);
+  float *all = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    all[i] = v;
+  set_params(net, all);
+  free(all);
+}
+
+/* The outer step on a hand-computed case, 2 ranks, base rate gamma 0.1: every weight of both
+ * replicas is 1 when the replicas are created (the anchor); rank 0 then holds 0.6 and rank 1
+ * 1.0 (mean 0.8, delta 0.2); after that average they hold 0.6 and 0.8 (mean 0.7).
+ *   slowmo, alpha 1, beta 0.5:  u = 0.2 / 0.1 = 2,  x = 1 - 0.1 * 2 = 0.8;
+ *                               delta 0.1, u = 1 + 1 = 2,  x = 0.8 - 0.1 * 2 = 0.6
+ *   nesterov, eta 0.7, mu 0.9:  u = 0.2,  x = 1 - 0.7 (0.2 + 0.18) = 0.734;
+ *                               delta 0.034, u = 0.214,  x = 0.734 - 0.7 (0.034 + 0.1926) =
+ *                               0.57538 */
+static void outer_by_hand(const char *outer, const double want[2]) {
+  tsr_net_t *net = make_net(16, 0);
+  tsr_net_set_lr(net, 0.1f);
+  fill_params(net, 1.0f);
+  tsr_replicas_t *rep = replicas_with(net, "every=1", false, outer);
+  static const float mine[2][2] = {{0.6f, 1.0f}, {0.6f, 0.8f}}, mean[2] = {0.8f, 0.7f};
+  int counts[TSR_MAX_RANKS] = {16, 16};
+  for (int round = 0; round < 2; round++) {
+    fill_params(net, mine[round][rank]);
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr__replicas_after_step(rep, round + 1) == 0, "--outer %s: average %d", outer,
+          round + 1);
+    int64_t n;
+    float *w = params(net, &n);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+      worst = fmax(worst, fabs(w[i] - want[round]) / want[round]);
+    CHECK(worst <= 2e-6, "--outer %s, average %d: weight %.7g, want %.7g (the plain mean: %g)",
+          outer, round + 1, (double)w[0], want[round], (double)mean[round]);
+    free(w);
+  }
+  tsr__replicas_destroy(&rep);
+  tsr_net_destroy(&net);
+}
+
+/* every=K with an outer optimizer through real training steps: at steps K and 2K the weights
+ * are the anchor stepped by the formula of tessera/dist.h (in double here) towards the mean of
+ * replicas trained alone, the momentum carried from K to 2K, the base rate the net's rate; at
+ * K - 1 each rank still has its own replica. */
+static void outer_training(const char *name) {
+  enum { B = 16, K = 3 };
+  load(B * size * 2 * K);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas_with(net, "every=3", false, name);
+  tsr_outer_t hp;
+  tsr_outer_init(&hp, name, NULL);
+  double gamma = tsr_net_lr(net);
+  int64_t n;
+  float *start = params(net, &n);
+  double *x = malloc(sizeof(double) * (size_t)n), *u = calloc((size_t)n, sizeof(double));
+  for (int64_t i = 0; i < n; i++)
+    x[i] = start[i];
+  int32_t *rows = batch_rows(B, 2 * K);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 1; k <= 2 * K; k++) {
+    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    if (k % K != 0 && k % K != K - 1) continue;
+    float *w = params(net, &n), *own = params(alone, &n);
+    if (k % K == 0) {
+      float *mean = weighted_mean(own, n, NULL), *want = malloc(sizeof(float) * (size_t)n);
+      for (int64_t i = 0; i < n; i++) {
+        double d = x[i] - mean[i];
+        if (hp.kind == TSR_OUTER_NESTEROV) {
+          u[i] = hp.momentum * u[i] + d;
+          x[i] -= hp.lr * (d + hp.momentum * u[i]);
+        } else {
+          u[i] = hp.momentum * u[i] + d / gamma;
+          x[i] -= hp.lr * gamma * u[i];
+        }
+        want[i] = (float)x[i];
+      }
+      double dist = max_rel_diff(w, want, n), apart = max_rel_diff(mean, want, n);
+      CHECK(dist <= 1e-5, "--outer %s, step %d: weights vs the outer step's formula: %g", name, k,
+            dist);
+      /* SlowMo's first step with alpha 1 lands on the mean (u was 0); later ones do not. */
+      if (k == 2 * K || hp.kind == TSR_OUTER_NESTEROV)
+        CHECK(apart > 1e-3, "--outer %s, step %d: the outer step must differ from the mean (%g)",
+              name, k, apart);
+      CHECK(replicas_equal(w, n), "--outer %s, step %d: replicas differ after averaging", name, k);
+      if (rank == 0)
+        printf("outer %s, step %d: max relative difference to the formula %.2e\n", name, k, dist);
+      set_params(alone, w); /* every replica restarts from the new anchor */
+      free(mean), free(want);
+    } else {
+      CHECK(max_rel_diff(w, own, n) <= 1e-6, "--outer %s, step %d: not this rank's own replica",
+            name, k);
+    }
+    free(w), free(own);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows), free(start), free(x), free(u);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+}
+
+/* async-epoch with slowmo, deterministic, unshuffled: at each epoch end, for q = 0, 1, ...:
+ * d = (s_q - w_q) / P, u = beta u + d / gamma, global -= alpha gamma u, and rank q goes on from
+ * global (s_q, where its next epoch starts); s_q and global start as the initial weights; at the
+ * end, the uniform average of the folds' results in rank order (float32, as test_async). */
+static void outer_async(void) {
+  enum { B = 32, STEPS = 3, EPOCHS = 2 };
+  load(B * STEPS * size);
+  tsr_net_t *net = make_net(B, 0.9f);
+  train_with(net, "async-epoch",
+             (run_t){.epochs = EPOCHS, .deterministic = true, .outer = "slowmo"});
+  tsr_net_t *alone = make_net(B, 0.9f);
+  tsr_outer_t hp;
+  tsr_outer_init(&hp, "slowmo", NULL);
+  double gamma = tsr_net_lr(alone);
+  int64_t n;
+  float *start = params(alone, &n), *snaps = malloc(sizeof(float) * (size_t)(n * size));
+  double *global = malloc(sizeof(double) * (size_t)n), *u = calloc((size_t)n, sizeof(double));
+  for (int64_t i = 0; i < n; i++)
+    global[i] = start[i];
+  for (int q = 0; q < size; q++)
+    memcpy(snaps + q * n, start, sizeof(float) * (size_t)n);
+  int32_t rows[B];
+  for (int e = 1; e <= EPOCHS; e++) {
+    for (int k = 0; k < STEPS; k++) {
+      for (int i = 0; i < B; i++)
+        rows[i] = (int32_t)(rank * B * STEPS + k * B + i);
+      tsr_net_train_step(alone, &train_set, rows, B, true);
+    }
+    float *own = params(alone, &n), *all = gather_all(own, n);
+    for (int q = 0; q < size; q++)
+      for (int64_t i = 0; i < n; i++) {
+        double d = ((double)snaps[q * n + i] - all[q * n + i]) / size;
+        u[i] = hp.momentum * u[i] + d / gamma;
+        global[i] -= hp.lr * gamma * u[i];
+        snaps[q * n + i] = (float)global[i];
+      }
+    set_params(alone, snaps + rank * n);
+    free(own), free(all);
+  }
+  float *want = malloc(sizeof(float) * (size_t)n), uniform = (float)(1.0 / size);
+  for (int64_t i = 0; i < n; i++) {
+    want[i] = uniform * snaps[i];
+    for (int q = 1; q < size; q++)
+      want[i] = uniform * snaps[q * n + i] + want[i];
+  }
+  float *w = params(net, &n);
+  tsr_net_t *plain = make_net(B, 0.9f);
+  train_with(plain, "async-epoch", (run_t){.epochs = EPOCHS, .deterministic = true});
+  float *folded = params(plain, &n);
+  double d = max_rel_diff(w, want, n), apart = max_rel_diff(folded, want, n);
+  CHECK(d <= 1e-5, "async-epoch --outer slowmo vs its folds in rank order: %g", d);
+  CHECK(apart > 1e-3, "the outer folds must differ from plain folds (%g)", apart);
+  if (rank == 0) printf("outer async: max relative difference to the folds %.2e\n", d);
+  free(start), free(snaps), free(global), free(u), free(want), free(w), free(folded);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone), tsr_net_destroy(&plain);
+}
+
+static void test_outer(void) {
+  CHECK(size == 2, "the hand-computed case is for 2 ranks (mpirun -np 2), not %d", size);
+  if (size != 2) return;
+  load(64);
+  outer_by_hand("slowmo", (const double[]){0.8, 0.6});
+  outer_by_hand("nesterov", (const double[]){0.734, 0.57538});
+  outer_training("slowmo");
+  outer_training("nesterov");
+  outer_async();
+}
+
+/* hier:2,4,2 on 3 ranks: groups {0, 1} and {2}. Step 2 averages inside the groups (rank 2's
+ * group has only itself), step 4 over all ranks; steps 1 and 3 nothing. */
+static void test_hier(void) {
+  CHECK(size == 3, "the groups here are for 3 ranks (mpirun -np 3), not %d", size);
+  if (size != 3) return;
+  enum { B = 16, STEPS = 4 };
+  load(B * size * STEPS);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "hier:2,4,2", false);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS] = {B, B, B};
+  static const double pair[TSR_MAX_RANKS] = {0.5, 0.5, 0.0};
+  for (int k = 1; k <= STEPS; k++) {
+    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    int64_t n;
+    float *w = params(net, &n), *own = params(alone, &n);
+    float *group = weighted_mean(own, n, pair), *all = weighted_mean(own, n, NULL);
+    const float *want = k == 4 ? all : k == 2 && rank < 2 ? group : own;
+    double d = max_rel_diff(w, want, n);
+    CHECK(d <= 1e-5, "hier:2,4,2, step %d, rank %d: %g off the %s", k, rank, d,
+          want == all     ? "mean of all"
+          : want == group ? "mean of ranks 0 and 1"
+                          : "own replica");
+    CHECK(replicas_equal(w, n) == (k == 4), "hier:2,4,2, step %d: replicas %s", k,
+          k == 4 ? "differ after the average over all ranks" : "agree before it");
+    set_params(alone, w);
+    free(w), free(own), free(group), free(all);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+}
+
+/* post-local:1,3, plain SGD (no optimizer state to carry): in epoch 1 (2 steps) gradients are
+ * averaged, so replicas agree after every step without a weight average; from epoch 2 each rank
+ * steps alone and every=3 counts from the switch: averages at steps 5 and 8, not at 3 or 6. */
+static void test_postlocal(void) {
+  enum { B = 16, STEPS = 8 };
+  load(B * size * STEPS);
+  tsr_net_t *net = make_net(B, 0), *alone = make_net(B, 0);
+  tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
+  for (int k = 1; k <= STEPS; k++) {
+    if (k == 3) {
+      CHECK(tsr__replicas_epoch_begin(rep, 2, 2) == 0, "epoch 2 begins");
+      int64_t n;
+      float *w = params(net, &n);
+      set_params(alone, w);
+      free(w);
+    }
+    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    int64_t n;
+    float *w = params(net, &n);
+    if (k <= 2) {
+      CHECK(replicas_equal(w, n), "post-local:1,3, step %d: batch phase, replicas differ", k);
+      free(w);
+      continue;
+    }
+    tsr_net_train_step(alone, &train_set, mine, B, true);
+    float *own = params(alone, &n), *mean = weighted_mean(own, n, NULL);
+    bool averaged = (k - 2) % 3 == 0;
+    double d = max_rel_diff(w, averaged ? mean : own, n);
+    CHECK(d <= 1e-5, "post-local:1,3, step %d: %g off the %s", k, d,
+          averaged ? "mean of the replicas" : "own replica");
+    CHECK(replicas_equal(w, n) == averaged, "post-local:1,3, step %d: replicas %s", k,
+          averaged ? "differ after an average" : "agree without one");
+    set_params(alone, w);
+    free(w), free(own), free(mean);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+}
+
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch", "epoch",         "every",  "weighted",
-                                       "async", "deterministic", "uneven", "tiles",
-                                       "twice", "bytes",         "resume", NULL};
+  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted",  "async",
+                                       "deterministic", "uneven", "tiles", "twice",     "bytes",
+                                       "resume",        "outer",  "hier",  "postlocal", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -812,8 +1096,8 @@ int main(int argc, char **argv) {
       (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
-            "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume "
-            "[thread|worker]\n");
+            "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
+            "outer|hier|postlocal [thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -844,7 +1128,10 @@ int main(int argc, char **argv) {
   case 7: test_tiles(); break;
   case 8: test_twice(); break;
   case 9: test_bytes(); break;
-  default: test_resume(); break;
+  case 10: test_resume(); break;
+  case 11: test_outer(); break;
+  case 12: test_hier(); break;
+  default: test_postlocal(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

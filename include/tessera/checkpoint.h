@@ -27,7 +27,7 @@ typedef struct {
   uint64_t seed;         /* of the epochs' sample orders */
   tsr_lr_schedule_t lr_schedule;
   float base_lr; /* the rate the schedule runs around (after scaling by the ranks) */
-  char sync[32]; /* the synchronization policy; "none" for one process */
+  char sync[64]; /* the synchronization policy; "none" for one process */
   int ranks;     /* ranks training when it was written */
   /* What it was written for. */
   char model[256];             /* tsr_model_describe of the net */

@@ -32,6 +32,8 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes rank 0 received */
   int64_t messages_sent;   /* messages (tiles or chunks) rank 0 sent for synchronization */
   int64_t messages_received;
+  int64_t averages;       /* weight averages over all ranks this epoch (async-epoch: folds) */
+  int64_t group_averages; /* hier: averages inside rank 0's group this epoch */
 } tsr_epoch_stats_t;
 
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
@@ -47,10 +49,11 @@ typedef struct {
 
 /* Whether the base rate grows with the number of MPI ranks. Averaging gradients over P ranks
  * makes one step of P times the batch; the linear scaling rule (Goyal et al. 2017) keeps the step
- * size per sample, as PyTorch DDP users and Horovod's guide do by hand. Local SGD (every, epoch,
- * async-epoch) steps with each rank's own batch and keeps the rate. */
+ * size per sample, as PyTorch DDP users and Horovod's guide do by hand; post-local SGD keeps
+ * that rate after it switches to local steps (Lin et al. 2020). Local SGD (every, epoch,
+ * async-epoch, hier) steps with each rank's own batch and keeps the rate. */
 typedef enum {
-  TSR_LR_SCALING_AUTO,   /* LINEAR with TSR_SYNC_BATCH and SGD, else NONE */
+  TSR_LR_SCALING_AUTO,   /* LINEAR with SGD under TSR_SYNC_BATCH or _POST_LOCAL, else NONE */
   TSR_LR_SCALING_LINEAR, /* the net's base rate times the ranks (when several train) */
   TSR_LR_SCALING_NONE    /* the net's base rate as it is */
 } tsr_lr_scaling_t;

@@ -38,7 +38,14 @@ void tsr__cli_train_usage(FILE *out) {
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
-          "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch [batch]\n"
+          "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
+          "                      post-local:E,K (batch for E epochs, then every=K) or\n"
+          "                      hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
+          "                      average every K1 steps, all ranks every K2) [batch]\n"
+          "  --outer NAME        what a weight average does with the mean: none (take it),\n"
+          "                      slowmo or nesterov (an outer optimizer step towards it) [none]\n"
+          "  --outer-lr X        the outer rate [1 for slowmo, 0.7 for nesterov]\n"
+          "  --outer-momentum X  the outer momentum [0.5 for slowmo, 0.9 for nesterov]\n"
           "  --sync-state        average optimizer state with the weights (every, epoch)\n"
           "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
           "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
@@ -126,7 +133,10 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_LR_SCALING,
     O_CHECKPOINT,
     O_CHECKPOINT_EVERY,
-    O_RESUME
+    O_RESUME,
+    O_OUTER,
+    O_OUTER_LR,
+    O_OUTER_MOM
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -159,6 +169,9 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"checkpoint", required_argument, 0, O_CHECKPOINT},
       {"checkpoint-every", required_argument, 0, O_CHECKPOINT_EVERY},
       {"resume", required_argument, 0, O_RESUME},
+      {"outer", required_argument, 0, O_OUTER},
+      {"outer-lr", required_argument, 0, O_OUTER_LR},
+      {"outer-momentum", required_argument, 0, O_OUTER_MOM},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -173,6 +186,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
   tsr_runtime_opts_init(&cfg->runtime);
   tsr_sync_parse(&cfg->sync, "batch", NULL);
   tsr_errbuf_t err = {""};
+  float outer_lr = -1, outer_momentum = -1; /* given with --outer-lr, --outer-momentum */
   bool lr_set = false;
   long v;
   int c;
@@ -202,15 +216,37 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       lr_set = true;
       break;
     case O_SYNC: {
-      bool state = cfg->sync.average_state, det = cfg->sync.deterministic,
-           by = cfg->sync.by_samples;
+      tsr_sync_t before = cfg->sync;
       if (tsr_sync_parse(&cfg->sync, optarg, &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return 2;
       }
-      cfg->sync.average_state = state, cfg->sync.deterministic = det, cfg->sync.by_samples = by;
+      cfg->sync.average_state = before.average_state, cfg->sync.outer = before.outer;
+      cfg->sync.deterministic = before.deterministic, cfg->sync.by_samples = before.by_samples;
       break;
     }
+    case O_OUTER: {
+      tsr_outer_t o;
+      if (tsr_outer_init(&o, optarg, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 2;
+      }
+      /* A rate or momentum given before the name stays. */
+      if (outer_lr > 0) o.lr = outer_lr;
+      if (outer_momentum >= 0) o.momentum = outer_momentum;
+      cfg->sync.outer = o;
+      break;
+    }
+    case O_OUTER_LR:
+      if (to_float(optarg, 1e-6f, 100.0f, &outer_lr))
+        return bad("--outer-lr", optarg, "a number in [1e-6, 100]");
+      cfg->sync.outer.lr = outer_lr;
+      break;
+    case O_OUTER_MOM:
+      if (to_float(optarg, 0, 0.999999f, &outer_momentum))
+        return bad("--outer-momentum", optarg, "a number in [0, 1)");
+      cfg->sync.outer.momentum = outer_momentum;
+      break;
     case O_SYNC_STATE: cfg->sync.average_state = true; break;
     case O_DETERMINISTIC: cfg->sync.deterministic = true; break;
     case O_WEIGHTING: {
@@ -335,5 +371,14 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
+  if ((outer_lr > 0 || outer_momentum >= 0) && cfg->sync.outer.kind == TSR_OUTER_NONE) {
+    fprintf(stderr, "tessera train: --outer-lr and --outer-momentum need --outer slowmo or "
+                    "--outer nesterov\n");
+    return 2;
+  }
+  if (tsr_sync_check(&cfg->sync, &err)) {
+    fprintf(stderr, "tessera train: %s\n", err.msg);
+    return 2;
+  }
   return 0;
 }

@@ -85,7 +85,7 @@ typedef struct {
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
   bool started;                /* the runtime */
-  char desc[256], sync_text[32];
+  char desc[256], sync_text[64];
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */

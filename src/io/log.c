@@ -12,7 +12,7 @@
 struct tsr_log {
   FILE *f;
   tsr_run_info_t run; /* strings copied below */
-  char model[256], sched[64], optimizer[32], sync[32], mpi_progress[16];
+  char model[256], sched[64], optimizer[32], sync[64], mpi_progress[16];
 };
 
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
@@ -72,6 +72,8 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "bytes_received", (double)st->bytes_received);
   cJSON_AddNumberToObject(o, "messages_sent", (double)st->messages_sent);
   cJSON_AddNumberToObject(o, "messages_received", (double)st->messages_received);
+  cJSON_AddNumberToObject(o, "averages", (double)st->averages);
+  cJSON_AddNumberToObject(o, "group_averages", (double)st->group_averages);
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);

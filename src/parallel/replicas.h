@@ -18,6 +18,8 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes this rank received */
   int64_t messages_sent;   /* tiles (or chunks) sent, one message each */
   int64_t messages_received;
+  int64_t averages;       /* averages over all ranks (async-epoch: fold rounds) */
+  int64_t group_averages; /* hier: averages inside this rank's group */
 } tsr_sync_stats_t;
 
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
@@ -30,6 +32,9 @@ void tsr__replicas_destroy(tsr_replicas_t **r);
 /* Samples every rank takes in the coming step (batch mode weighs gradients
  * by them) or since the last averaging (weight averaging by samples). */
 void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank);
+/* Called before each epoch's first step (epoch from 1) with the steps taken
+ * in the run so far: post-local switches to local SGD here. */
+int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done);
 /* Called after every step has been submitted; step counts from 1. */
 int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step);
 /* Called at every epoch end; last marks the final epoch. */

@@ -20,7 +20,15 @@
  * backward pass of the layers below. every=K, epoch=n: weights are averaged.
  * async-epoch: each rank folds its weights into a global copy (whole tiles,
  * homed by tile) with a commutative task and continues from its own fold's
- * result.
+ * result. post-local:E,K is batch for E epochs, then every=K. hier:K1,K2
+ * averages inside groups of ranks (a node's) every K1 steps, with the same
+ * mechanism restricted to the group and chunk homes inside it (each group
+ * its own acc), and over all ranks every K2.
+ *
+ * An outer optimizer (optim/outer.h) steps each chunk's anchor on the
+ * chunk's home, between the reduce-scatter and the all-gather, so ranks get
+ * the new anchor instead of the mean: no extra message. Under async-epoch
+ * the fold itself is the outer step.
  *
  * Each rank submits only the tasks it takes part in (it runs them, or sends
  * their input), so submission costs O(P) per chunk on the home and O(1)
@@ -32,6 +40,7 @@
 #include <time.h>
 
 #include "nn/net_impl.h"
+#include "optim/outer.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
@@ -44,8 +53,22 @@
 /* The busiest rank may move this much more than the ring's optimum (plan_chunks). */
 #define BALANCE 1.05
 
+/* Ranks that average together: all of them, or one group of hier:K1,K2. */
 typedef struct {
+  int n;
+  int *ranks; /* in rank order */
+} group_t;
+
+struct rparam;
+/* The rank_of context of a group's acc. */
+typedef struct {
+  const struct rparam *rp;
+  const group_t *g;
+} group_home_t;
+
+typedef struct rparam {
   tsr_param_t *p;
+  int index;       /* in the replicas' params, and in the outer state */
   int nt;          /* tile columns (chunks share them) */
   int k;           /* bands per tile row; chunk rows cr = mb / k */
   int cr;          /* rows of a chunk (the last of a matrix may be shorter) */
@@ -60,6 +83,8 @@ typedef struct {
   tsr_tiles_t *stage;   /* k > 1: local, chunk-tiled: this rank's bands of what is averaged */
   tsr_tiles_t **stages; /* k > 1: [size] replica views of stage */
   tsr_tiles_t *acc;     /* chunk-tiled, distributed by chunk home: the weighted sum */
+  tsr_tiles_t **gacc;   /* hier: [ngroups] like acc, each distributed by chunk home in its group */
+  group_home_t *gctx;   /* hier: [ngroups] */
   tsr_tiles_t *updated; /* batch, k > 1: chunk-tiled, by chunk home: the updated bands */
   tsr_tiles_t *global;  /* async-epoch: tiled like w, by tile home: the global copy */
   tsr_tiles_t **snap;   /* async-epoch: [size], by tile home: each rank's fold */
@@ -69,12 +94,20 @@ struct tsr_replicas {
   tsr_net_t *net;
   tsr_sync_t sync;
   int rank, size;
+  group_t all;     /* every rank */
+  int ngroups;     /* hier: groups, and this rank's */
+  group_t *groups; /* hier: [ngroups] */
+  int my_group;
+  bool batch;               /* gradients are averaged (batch, and post-local's first epochs) */
+  int64_t local_from;       /* post-local: the step at which local SGD began */
+  tsr_outer_state_t *outer; /* anchor and momentum of an outer optimizer; NULL: none */
   int nparams;
   rparam_t *params;
   tsr_tiles_t **stats;      /* [size] replica views of the training stats (mt, 2) */
   tsr_tiles_t *stats_sum;   /* on rank 0: the sums over ranks */
   double *weights;          /* [size] weight of each rank in the next averaging */
-  int64_t *samples;         /* [size] samples since the last averaging */
+  int64_t *samples;         /* [size] samples since the last averaging of all ranks */
+  int64_t *gsamples;        /* hier: [size] samples since the last averaging in the group */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
   bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
   tsr_sync_stats_t st;
@@ -89,6 +122,26 @@ static double now(void) {
 static int chunk_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
   return rp->chome[i * rp->nt + j];
+}
+
+/* Chunk (I, j)'s home among the ranks of g: its home over all ranks, folded
+ * onto g's members (over all ranks, its home). */
+static int home_in(const group_t *g, const rparam_t *rp, int I, int j) {
+  return g->ranks[rp->chome[I * rp->nt + j] % g->n];
+}
+
+static int group_chunk_home(int i, int j, void *ctx) {
+  const group_home_t *h = ctx;
+  return home_in(h->g, h->rp, i, j);
+}
+
+/* Averaging scopes: gi -1 is every rank, else group gi of hier:K1,K2. */
+static const group_t *group_of(const tsr_replicas_t *r, int gi) {
+  return gi < 0 ? &r->all : &r->groups[gi];
+}
+
+static tsr_tiles_t *acc_of(const rparam_t *rp, int gi) {
+  return gi < 0 ? rp->acc : rp->gacc[gi];
 }
 
 static int tile_home(int i, int j, void *ctx) {
@@ -143,51 +196,59 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
   return m;
 }
 
-/* Reduce-scatter of one chunk: the home's acc (I, j) = sum over ranks q of
- * weights[q] x_q, where x_q is rank q's band of X (x, this rank's own, and
- * xs, every rank's views); in rank order in deterministic mode, else as the
- * copies arrive (commutative adds). A band smaller than its tile is first
- * copied into the stage matrix, so that only the band travels. */
-static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t *x,
-                        tsr_tiles_t **xs, int I, int j) {
+/* Reduce-scatter of one chunk over the ranks q of scope gi (this rank is
+ * one): the home's acc (I, j) = sum of weights[q] x_q, where x_q is rank q's
+ * band of X (x, this rank's own, and xs, every rank's views); in rank order
+ * in deterministic mode, else as the copies arrive (commutative adds). A
+ * band smaller than its tile is first copied into the stage matrix, so that
+ * only the band travels. */
+static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
+                        tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  int i, r0, home = chunk_home(I, j, rp);
+  const group_t *g = group_of(r, gi);
+  tsr_tiles_t *acc = acc_of(rp, gi);
+  int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
   if (rp->k > 1) {
     TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
     xs = rp->stages; /* chunk-tiled: chunk (I, j) is its tile (I, j) */
   }
   bool det = r->sync.deterministic, at_home = r->rank == home;
-  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, rp->acc, I, j, 0.0f));
-  for (int q = 0; q < r->size; q++)
+  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, acc, I, j, 0.0f));
+  for (int t = 0; t < g->n; t++) {
+    int q = g->ranks[t];
     if (at_home || q == r->rank)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && q == 0 ? 0.0f : 1.0f,
-                              rp->acc, I, j, !det));
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, acc,
+                              I, j, !det));
+  }
   uint64_t bytes = chunk_bytes(rp, I, j);
   if (at_home)
-    r->st.bytes_received += bytes * (uint64_t)(r->size - 1), r->st.messages_received += r->size - 1;
+    r->st.bytes_received += bytes * (uint64_t)(g->n - 1), r->st.messages_received += g->n - 1;
   else
     r->st.bytes_sent += bytes, r->st.messages_sent++;
   return 0;
 }
 
-/* All-gather of one chunk: rows r0 .. of tile (i, j) of every rank's y_q =
- * tile (si, sj) of src, which lives on the chunk's home; the home's own y
- * too when with_home (the result of an average), else it has it already
- * (batch). */
-static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+/* All-gather of one chunk over scope gi: rows r0 .. of tile (i, j) of every
+ * member's y_q = tile (si, sj) of src, which lives on the chunk's home; the
+ * home's own y too when with_home (the result of an average), else it has it
+ * already (batch). */
+static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
                         const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                         int I, int j) {
   tsr_task_opts_t mpi = with_mpi(o, true);
-  int i, r0, home = chunk_home(I, j, rp);
+  const group_t *g = group_of(r, gi);
+  int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
   bool at_home = r->rank == home;
-  for (int q = 0; q < r->size; q++)
+  for (int t = 0; t < g->n; t++) {
+    int q = g->ranks[t];
     if ((q != home || with_home) && (at_home || q == r->rank))
       TSR_TRY(tsr__tile_band_put(&mpi, y[q], i, j, r0, src, si, sj));
+  }
   uint64_t bytes = chunk_bytes(rp, I, j);
   if (at_home)
-    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1), r->st.messages_sent += r->size - 1;
+    r->st.bytes_sent += bytes * (uint64_t)(g->n - 1), r->st.messages_sent += g->n - 1;
   else
     r->st.bytes_received += bytes, r->st.messages_received++;
   return 0;
@@ -218,7 +279,7 @@ static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *laye
       chunks_of_tile(rp, i, &I0, &I1);
       for (int I = I0; I < I1 && rc == 0; I++) {
         int r0 = (I - I0) * rp->cr, home = chunk_home(I, j, rp);
-        rc = reduce_chunk(layer, r, rp, p->g, rp->g, I, j);
+        rc = reduce_chunk(layer, r, rp, -1, p->g, rp->g, I, j);
         if (rc == 0 && r->rank == home)
           rc = tsr__optim_update_tile(net->optim, p->index, p->w, NULL, i, j, r0, rp->acc, I, j,
                                       &local);
@@ -226,30 +287,48 @@ static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *laye
         if (rc == 0 && rp->k > 1 && r->rank == home)
           rc = tsr__tile_band_get(&local, rp->updated, I, j, p->w, i, j, r0);
         if (rc == 0)
-          rc = rp->k > 1 ? gather_chunk(layer, r, rp, rp->updated, I, j, rp->w, false, I, j)
-                         : gather_chunk(layer, r, rp, rp->w[home], i, j, rp->w, false, I, j);
+          rc = rp->k > 1 ? gather_chunk(layer, r, rp, -1, rp->updated, I, j, rp->w, false, I, j)
+                         : gather_chunk(layer, r, rp, -1, rp->w[home], i, j, rp->w, false, I, j);
       }
     }
   r->st.seconds += now() - t0;
   return rc;
 }
 
-static void set_average_weights(tsr_replicas_t *r) {
+/* The weights of scope gi's members: by the samples each took since the
+ * scope last averaged, or uniform. */
+static void set_average_weights(tsr_replicas_t *r, int gi) {
+  const group_t *g = group_of(r, gi);
+  const int64_t *n = gi < 0 ? r->samples : r->gsamples;
   int64_t total = 0;
-  for (int q = 0; q < r->size; q++)
-    total += r->samples[q];
-  for (int q = 0; q < r->size; q++)
-    r->weights[q] =
-        r->sync.by_samples && total > 0 ? (double)r->samples[q] / (double)total : 1.0 / r->size;
+  for (int t = 0; t < g->n; t++)
+    total += n[g->ranks[t]];
+  for (int t = 0; t < g->n; t++) {
+    int q = g->ranks[t];
+    r->weights[q] = r->sync.by_samples && total > 0 ? (double)n[q] / (double)total : 1.0 / g->n;
+  }
 }
 
-/* Every replica (and with average_state the optimizer state) becomes the
- * weighted mean of all. */
-static int average(tsr_replicas_t *r) {
-  tsr_task_opts_t o = layer_one_opts(r);
-  set_average_weights(r);
+static void clear_samples(tsr_replicas_t *r, int gi) {
+  const group_t *g = group_of(r, gi);
+  for (int t = 0; t < g->n; t++) {
+    int q = g->ranks[t];
+    if (r->gsamples) r->gsamples[q] = 0;
+    if (gi < 0) r->samples[q] = 0;
+  }
+}
+
+/* The replicas of scope gi's members (and with average_state the optimizer
+ * state) become their weighted mean; with outer, the weights' mean is the
+ * outer optimizer's target instead, and every member restarts from its new
+ * anchor. */
+static int average(tsr_replicas_t *r, int gi, bool outer) {
+  const group_t *g = group_of(r, gi);
+  tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
+  float gamma = tsr__optim_lr(r->net->optim);
+  set_average_weights(r, gi);
   int rc = 0;
-  for (int k = 0; k < r->nparams && rc == 0; k++) {
+  for (int k = 0; k < r->nparams && rc == 0 && g->n > 1; k++) {
     rparam_t *rp = &r->params[k];
     /* The weights, then with average_state each state matrix: this rank's own, and every
      * rank's views. */
@@ -261,12 +340,21 @@ static int average(tsr_replicas_t *r) {
     for (int I = 0; I < rp->cmt && rc == 0; I++)
       for (int j = 0; j < rp->nt && rc == 0; j++)
         for (int s = 0; s < nsets && rc == 0; s++) {
-          rc = reduce_chunk(&o, r, rp, own[s], views[s], I, j);
-          if (rc == 0) rc = gather_chunk(&o, r, rp, rp->acc, I, j, views[s], true, I, j);
+          rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
+          const tsr_tiles_t *result = acc_of(rp, gi);
+          if (rc == 0 && s == 0 && outer) {
+            if (r->rank == home_in(g, rp, I, j))
+              rc = tsr__outer_step_tile(r->outer, k, I, j, result, gamma, &local);
+            result = tsr__outer_anchor(r->outer, k);
+          }
+          if (rc == 0) rc = gather_chunk(&o, r, rp, gi, result, I, j, views[s], true, I, j);
         }
   }
-  memset(r->samples, 0, sizeof *r->samples * (size_t)r->size);
-  r->agreed = rc == 0;
+  clear_samples(r, gi);
+  if (gi < 0)
+    r->agreed = rc == 0, r->st.averages++;
+  else if (g->n > 1)
+    r->st.group_averages++;
   return rc;
 }
 
@@ -276,13 +364,17 @@ static int average(tsr_replicas_t *r) {
 static int fold_all(tsr_replicas_t *r) {
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
+  float gamma = tsr__optim_lr(r->net->optim), share = 1.0f / (float)r->size;
+  bool commute = !r->sync.deterministic;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
     for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
       for (int j = 0; j < rp->nt && rc == 0; j++) {
         for (int q = 0; q < r->size && rc == 0; q++) {
-          rc = tsr__tile_fold(&o, rp->global, rp->snap[q], rp->w[q], i, j, !r->sync.deterministic);
+          rc = r->outer ? tsr__outer_fold_tile(r->outer, k, rp->global, rp->snap[q], rp->w[q], i, j,
+                                               share, gamma, commute, &o)
+                        : tsr__tile_fold(&o, rp->global, rp->snap[q], rp->w[q], i, j, commute);
           if (rc == 0) rc = tsr__tile_copy(&o, rp->w[q], rp->snap[q], i, j);
         }
         uint64_t bytes = (uint64_t)tsr_tiles_tile_rows(rp->p->w, i) *
@@ -292,10 +384,32 @@ static int fold_all(tsr_replicas_t *r) {
         r->st.messages_sent += n, r->st.messages_received += n;
       }
   }
+  r->st.averages++;
   return rc;
 }
 
-/* Every replica starts from rank 0's weights; the async global copy from them too. */
+/* The outer optimizer's anchors become the weights (equal on every rank
+ * now), each chunk at its home. */
+static int set_anchors(tsr_replicas_t *r) {
+  tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
+  int rc = 0;
+  for (int k = 0; r->outer && k < r->nparams && rc == 0; k++) {
+    rparam_t *rp = &r->params[k];
+    tsr_tiles_t *x = tsr__outer_anchor(r->outer, k);
+    for (int I = 0; x && I < rp->cmt && rc == 0; I++)
+      for (int j = 0; j < rp->nt && rc == 0; j++) {
+        int i, r0;
+        chunk_tile(rp, I, &i, &r0);
+        if (r->rank == chunk_home(I, j, rp))
+          rc = tsr__tile_band_get(&local, x, I, j, rp->p->w, i, j, r0);
+      }
+  }
+  return rc;
+}
+
+/* Every replica starts from rank 0's weights; the async global copy from
+ * them too, and with an outer optimizer each rank's fold start and the
+ * anchors. */
 static int start_equal(tsr_replicas_t *r) {
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
@@ -305,8 +419,10 @@ static int start_equal(tsr_replicas_t *r) {
     for (int q = 1; q < r->size && rc == 0; q++)
       rc = tsr__tiles_copy(&o, rp->w[q], rp->w[0]);
     if (rc == 0 && rp->global) rc = tsr__tiles_copy(&o, rp->global, rp->w[0]);
+    for (int q = 0; r->outer && rp->snap && q < r->size && rc == 0; q++)
+      rc = tsr__tiles_copy(&o, rp->snap[q], rp->w[0]);
   }
-  return rc;
+  return rc == 0 ? set_anchors(r) : rc;
 }
 
 /* The number of bands per tile row of p: the divisor k of the tile rows mb
@@ -447,12 +563,11 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_param_t *p = rp->p;
   const tsr_tiles_t *w = p->w;
   if (!(rp->w = replicas_of(r, p->w))) return TSR_ENOMEM;
-  bool views = r->sync.average_state || r->sync.kind == TSR_SYNC_BATCH;
-  rp->nstate = views ? tsr__optim_nstate(r->net->optim) : 0;
+  bool batch = r->batch; /* batch, or post-local's first phase */
+  rp->nstate = r->sync.average_state || batch ? tsr__optim_nstate(r->net->optim) : 0;
   for (int k = 0; k < rp->nstate; k++)
     if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
       return TSR_ENOMEM;
-  bool batch = r->sync.kind == TSR_SYNC_BATCH;
   if (rp->k > 1) {
     TSR_TRY(tsr_tiles_create(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
                              tsr_tiles_nb(w)));
@@ -462,12 +577,34 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     return TSR_ENOMEM;
   }
   TSR_TRY(by_chunk_home(&rp->acc, rp));
-  if (r->sync.kind == TSR_SYNC_ASYNC_EPOCH) {
+  if (r->ngroups > 0) {
+    /* Every rank creates every group's, in the same order: descriptors take their MPI tags in
+     * creation order. */
+    rp->gacc = calloc((size_t)r->ngroups, sizeof *rp->gacc);
+    rp->gctx = calloc((size_t)r->ngroups, sizeof *rp->gctx);
+    if (!rp->gacc || !rp->gctx) return TSR_ENOMEM;
+    for (int g = 0; g < r->ngroups; g++) {
+      rp->gctx[g] = (group_home_t){rp, &r->groups[g]};
+      TSR_TRY(tsr_tiles_create_distributed(&rp->gacc[g], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                           rp->cr, tsr_tiles_nb(w), group_chunk_home,
+                                           &rp->gctx[g]));
+    }
+  }
+  bool async = r->sync.kind == TSR_SYNC_ASYNC_EPOCH;
+  if (async) {
     TSR_TRY(by_tile_home(&rp->global, rp));
     if (!(rp->snap = calloc((size_t)r->size, sizeof *rp->snap))) return TSR_ENOMEM;
     for (int q = 0; q < r->size; q++)
       TSR_TRY(by_tile_home(&rp->snap[q], rp));
   }
+  /* The outer state: laid out like the averages (anchor and momentum by chunk home), or under
+   * async-epoch like the global copy (momentum only: the global copy is the anchor). */
+  if (r->outer && async)
+    TSR_TRY(tsr__outer_add(r->outer, rp->index, tsr_tiles_rows(w), tsr_tiles_cols(w),
+                           tsr_tiles_mb(w), tsr_tiles_nb(w), tile_home, rp, false));
+  else if (r->outer)
+    TSR_TRY(tsr__outer_add(r->outer, rp->index, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
+                           tsr_tiles_nb(w), chunk_home, rp, true));
   return 0;
 }
 
@@ -479,7 +616,35 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   destroy_all(r, &rp->snap);
   tsr_tiles_destroy(&rp->stage), tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->updated);
   tsr_tiles_destroy(&rp->global);
+  for (int g = 0; rp->gacc && g < r->ngroups; g++)
+    tsr_tiles_destroy(&rp->gacc[g]);
+  free(rp->gacc), free(rp->gctx);
   free(rp->chome), free(rp->home);
+}
+
+/* hier: groups of group_size consecutive ranks, or each node's ranks. */
+static int make_groups(tsr_replicas_t *r) {
+  int *group_of_rank = malloc(sizeof(int) * (size_t)r->size);
+  if (!group_of_rank) return TSR_ENOMEM;
+  int gs = r->sync.group_size;
+  if (gs > 0) {
+    r->ngroups = (r->size + gs - 1) / gs;
+    for (int q = 0; q < r->size; q++)
+      group_of_rank[q] = q / gs;
+  } else {
+    r->ngroups = tsr_dist_nodes(group_of_rank);
+  }
+  r->groups = calloc((size_t)r->ngroups, sizeof *r->groups);
+  int rc = r->groups ? 0 : TSR_ENOMEM;
+  for (int g = 0; g < r->ngroups && rc == 0; g++)
+    if (!(r->groups[g].ranks = malloc(sizeof(int) * (size_t)r->size))) rc = TSR_ENOMEM;
+  for (int q = 0; q < r->size && rc == 0; q++) {
+    group_t *g = &r->groups[group_of_rank[q]];
+    g->ranks[g->n++] = q;
+  }
+  r->my_group = group_of_rank[r->rank];
+  free(group_of_rank);
+  return rc;
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
@@ -489,15 +654,26 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (!r) return TSR_ENOMEM;
   r->net = net, r->sync = *sync;
   r->rank = tsr_dist_rank(), r->size = tsr_dist_size();
+  r->batch = sync->kind == TSR_SYNC_BATCH || sync->kind == TSR_SYNC_POST_LOCAL;
   r->weights = calloc((size_t)r->size, sizeof *r->weights);
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
+  r->all.n = r->size;
+  r->all.ranks = malloc(sizeof(int) * (size_t)r->size);
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  int rc = r->weights && r->samples && r->params ? 0 : TSR_ENOMEM;
+  int rc = r->weights && r->samples && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
+  for (int q = 0; q < r->size && rc == 0; q++)
+    r->all.ranks[q] = q;
+  if (rc == 0 && sync->kind == TSR_SYNC_HIER) {
+    rc = make_groups(r);
+    if (rc == 0 && !(r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples))) rc = TSR_ENOMEM;
+  }
+  if (rc == 0 && sync->outer.kind != TSR_OUTER_NONE)
+    rc = tsr__outer_create(&r->outer, &sync->outer, r->nparams);
   int k = 0;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
     for (int m = 0; m < net->layers[l].nparams; m++, k++)
-      r->params[k].p = &net->layers[l].params[m];
+      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k;
   if (rc == 0) rc = plan_chunks(r);
   for (k = 0; k < r->nparams && rc == 0; k++)
     rc = create_param(r, &r->params[k]);
@@ -510,8 +686,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
   }
-  if (sync->kind == TSR_SYNC_BATCH)
-    r->previous = tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r});
+  if (r->batch) r->previous = tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r});
   memset(&r->st, 0, sizeof r->st);
   r->agreed = true;
   *out = r;
@@ -519,11 +694,11 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
 }
 
 bool tsr__replicas_agree(const tsr_replicas_t *r) {
-  return r->sync.kind == TSR_SYNC_BATCH || r->agreed;
+  return r->batch || r->agreed;
 }
 
 int tsr__replicas_share_state(tsr_replicas_t *r) {
-  if (r->sync.kind != TSR_SYNC_BATCH) return 0;
+  if (!r->batch) return 0;
   tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
   int rc = 0;
   for (int p = 0; p < r->nparams && rc == 0; p++) {
@@ -538,8 +713,9 @@ int tsr__replicas_share_state(tsr_replicas_t *r) {
           if (rp->k > 1 && r->rank == home)
             rc = tsr__tile_band_get(&local, rp->updated, I, j, own, i, j, r0);
           if (rc == 0)
-            rc = rp->k > 1 ? gather_chunk(&o, r, rp, rp->updated, I, j, rp->s[s], false, I, j)
-                           : gather_chunk(&o, r, rp, rp->s[s][home], i, j, rp->s[s], false, I, j);
+            rc = rp->k > 1
+                     ? gather_chunk(&o, r, rp, -1, rp->updated, I, j, rp->s[s], false, I, j)
+                     : gather_chunk(&o, r, rp, -1, rp->s[s][home], i, j, rp->s[s], false, I, j);
         }
     }
   }
@@ -553,8 +729,12 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   if (r->previous.fn) tsr__net_set_grad_hook(r->net, r->previous);
   for (int k = 0; r->params && k < r->nparams; k++)
     destroy_param(r, &r->params[k]);
+  tsr__outer_destroy(&r->outer);
   destroy_all(r, &r->stats);
   tsr_tiles_destroy(&r->stats_sum);
+  for (int g = 0; r->groups && g < r->ngroups; g++)
+    free(r->groups[g].ranks);
+  free(r->groups), free(r->all.ranks), free(r->gsamples);
   free(r->params), free(r->weights), free(r->samples);
   free(r);
   *rp = NULL;
@@ -565,18 +745,51 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
   int64_t total = 0;
   for (int q = 0; q < r->size; q++) {
     r->samples[q] += samples_per_rank[q];
+    if (r->gsamples) r->gsamples[q] += samples_per_rank[q];
     total += samples_per_rank[q];
   }
   /* The global gradient is the mean over the global batch. */
-  if (r->sync.kind == TSR_SYNC_BATCH)
+  if (r->batch)
     for (int q = 0; q < r->size; q++)
       r->weights[q] = total > 0 ? (double)samples_per_rank[q] / (double)total : 0.0;
 }
 
-int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
-  if (r->sync.kind != TSR_SYNC_EVERY || step % r->sync.every != 0) return 0;
+int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) {
+  if (r->sync.kind != TSR_SYNC_POST_LOCAL || !r->batch || epoch <= r->sync.post_epochs) return 0;
+  /* Local SGD from here: every rank needs the whole optimizer state (sharded until now) and
+   * updates its own weights again. */
   double t0 = now();
-  int rc = average(r);
+  int rc = tsr__replicas_share_state(r);
+  tsr__net_set_grad_hook(r->net, r->previous);
+  r->previous = (tsr_grad_hook_t){0};
+  r->batch = false, r->agreed = true;
+  r->local_from = steps_done;
+  clear_samples(r, -1);
+  if (rc == 0) rc = set_anchors(r);
+  r->st.seconds += now() - t0;
+  return rc;
+}
+
+int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
+  int gi = -2; /* the scope to average now: -1 every rank, else a group; -2 none */
+  switch (r->sync.kind) {
+  case TSR_SYNC_EVERY:
+    if (step % r->sync.every == 0) gi = -1;
+    break;
+  case TSR_SYNC_POST_LOCAL:
+    if (!r->batch && (step - r->local_from) % r->sync.every == 0) gi = -1;
+    break;
+  case TSR_SYNC_HIER:
+    if (step % r->sync.every == 0)
+      gi = -1;
+    else if (step % r->sync.group_every == 0)
+      gi = r->my_group;
+    break;
+  default: break;
+  }
+  if (gi == -2) return 0;
+  double t0 = now();
+  int rc = average(r, gi, gi == -1 && r->outer);
   r->st.seconds += now() - t0;
   return rc;
 }
@@ -592,23 +805,25 @@ static bool nothing_since_average(const tsr_replicas_t *r) {
 int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
   double t0 = now();
   int rc = 0;
+  bool outer = r->outer != NULL;
   switch (r->sync.kind) {
   case TSR_SYNC_EPOCH:
-    if (epoch % r->sync.every == 0 || last) rc = average(r);
+    if (epoch % r->sync.every == 0 || last) rc = average(r, -1, outer);
     break;
   case TSR_SYNC_EVERY:
+  case TSR_SYNC_POST_LOCAL:
+  case TSR_SYNC_HIER:
     /* One model at the end, unless the last step averaged already (no samples since). */
-    if (last && !nothing_since_average(r)) rc = average(r);
+    if (last && !r->batch && !nothing_since_average(r)) rc = average(r, -1, outer);
     break;
   case TSR_SYNC_ASYNC_EPOCH:
     rc = fold_all(r);
-    if (rc == 0 && last) rc = average(r); /* a final uniform average */
+    if (rc == 0 && last) rc = average(r, -1, false); /* a final uniform average */
     break;
   default: break;
   }
   /* Epoch-end averaging is a synchronization point users see: wait for it. */
-  if (rc == 0 && r->sync.kind != TSR_SYNC_BATCH && r->sync.kind != TSR_SYNC_ASYNC_EPOCH)
-    rc = tsr__progress_wait_all();
+  if (rc == 0 && !r->batch && r->sync.kind != TSR_SYNC_ASYNC_EPOCH) rc = tsr__progress_wait_all();
   r->st.seconds += now() - t0;
   return rc;
 }

@@ -23,7 +23,8 @@ void tsr_train_opts_init(tsr_train_opts_t *o) {
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   tsr_lr_scaling_t s = o->lr_scaling;
   if (s == TSR_LR_SCALING_AUTO)
-    s = o->sync && o->sync->kind == TSR_SYNC_BATCH && net->opts.opt.kind == TSR_OPT_SGD
+    s = o->sync && (o->sync->kind == TSR_SYNC_BATCH || o->sync->kind == TSR_SYNC_POST_LOCAL) &&
+                net->opts.opt.kind == TSR_OPT_SGD
             ? TSR_LR_SCALING_LINEAR
             : TSR_LR_SCALING_NONE;
   float lr = tsr_net_base_lr(net);
@@ -171,6 +172,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (train->n <= 0 || train->n > INT32_MAX)
     return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
                          (long long)train->n);
+  if (o->sync && tsr_sync_check(o->sync, err)) return TSR_EINVAL;
   if (tsr_dist_size() > TSR_MAX_RANKS)
     return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
                          tsr_dist_size());
@@ -205,6 +207,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
+    if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
     for (; k < sh.steps && rc == 0 && !stopped; k++) {
       for (int q = 0; q < sh.ranks; q++)
         seen += counts[q] = shard_take(&sh, q, k, b);
@@ -265,6 +268,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       st.sync_seconds = ss.seconds;
       st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
       st.messages_sent = ss.messages_sent, st.messages_received = ss.messages_received;
+      st.averages = ss.averages, st.group_averages = ss.group_averages;
       totals.seconds += st.seconds, totals.sync_seconds += ss.seconds;
       totals.bytes_sent += ss.bytes_sent, totals.bytes_received += ss.bytes_received;
       totals.messages_sent += ss.messages_sent, totals.messages_received += ss.messages_received;
