@@ -108,5 +108,37 @@ assert batch["sync"] == "batch" and abs(batch["lr"] - 0.02) < 1e-6, batch
 assert batch["mpi_progress"] == "worker", batch
 PY
 
+# Issue 15: post-local and hier average at the steps they promise, counted from the log. 1280
+# samples on 2 ranks at batch 64 are 10 steps an epoch. post-local:1,3 averages gradients in
+# epoch 1 (no weight average), then weights at steps 13, 16, 19 | 22, 25, 28 and once at the end
+# (step 30 is not a multiple of 3 from the switch). hier:2,5 on one node: one group of both
+# ranks; all ranks at steps 5 and 10 of each epoch, the group at 2, 4, 6, 8.
+"${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 3 --sync post-local:1,3 \
+  --log "$tmp/post.jsonl" >/dev/null 2>&1
+"${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync hier:2,5 --outer slowmo \
+  --log "$tmp/hier.jsonl" >/dev/null 2>&1
+if /usr/bin/python3 - "$tmp/post.jsonl" "$tmp/hier.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: post-local/hier averages"; cat "$tmp/post.jsonl" "$tmp/hier.jsonl"; fi
+import json, sys
+def epochs(path):
+    return [o for o in map(json.loads, open(path)) if "event" not in o]
+post = epochs(sys.argv[1])
+assert [o["averages"] for o in post] == [0, 3, 4], [o["averages"] for o in post]
+assert all(o["sync"] == "post-local:1,3" and abs(o["lr"] - 0.02) < 1e-6 for o in post), post[0]
+# Gradients every step move far more than 3 or 4 weight averages (plus the optimizer state
+# shared once at the switch).
+assert post[0]["bytes_sent"] > 2 * post[1]["bytes_sent"] > 0, [o["bytes_sent"] for o in post]
+hier = epochs(sys.argv[2])
+assert [(o["averages"], o["group_averages"]) for o in hier] == [(2, 4), (2, 4)], hier
+assert hier[0]["sync"] == "hier:2,5 slowmo(1,0.5)", hier[0]["sync"]
+PY
+expect 2 "--outer slowmo needs a policy that averages weights" 30 -- \
+  "$tessera" train --sync batch --outer slowmo --epochs 1
+expect 2 "--outer-lr and --outer-momentum need --outer" 30 -- \
+  "$tessera" train --sync every=4 --outer-lr 2 --epochs 1
+expect 2 "--outer bogus: unknown; use none, slowmo or nesterov" 30 -- \
+  "$tessera" train --outer bogus
+expect 2 "--sync hier:0,4: the counts must be K1,K2" 30 -- "$tessera" train --sync hier:0,4
+expect 2 "--sync post-local:2: the counts must be E,K" 30 -- "$tessera" train --sync post-local:2
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -201,6 +201,9 @@ static int announce(run_t *r) {
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
     printf("\n");
+    if (cfg->resume && tsr_dist_size() > 1 && cfg->sync.outer.kind != TSR_OUTER_NONE)
+      fprintf(stderr, "tessera train: note: checkpoints hold the outer optimizer's anchor (the "
+                      "weights) but not its momentum, which restarts from zero\n");
   }
   int rc = 0;
   if (cfg->log_path && r->speaker) {
