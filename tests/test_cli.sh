@@ -11,12 +11,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect CODE PATTERN -- ARGS...: exit code CODE and stderr+stdout matching PATTERN.
+# expect CODE PATTERN -- ARGS...: exit code CODE and stderr+stdout matching PATTERN, within 30 s
+# (timeout's 124 otherwise).
 expect() {
   local code=$1 pattern=$2
   shift 3
   local out rc
-  out=$("$tessera" "$@" 2>&1)
+  out=$(timeout 30 "$tessera" "$@" 2>&1)
   rc=$?
   if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
     passed=$((passed + 1))
@@ -43,8 +44,19 @@ expect 2 "unexpected argument 'extra'" -- train extra
 expect 2 "unknown policy" -- train --sched nosuch
 expect 2 "  lws +locality" -- train --sched nosuch
 expect 1 "/nonexistent" -- train --data /nonexistent --epochs 1
-expect 1 "--model 'mlp:0'" -- train --model mlp:0 --epochs 1 --data "$data"
-expect 1 "$tmp/missing.ini: cannot open" -- train --model "$tmp/missing.ini" --data "$data"
+# Option values are checked before the data loads (a missing folder would exit 1): exit 2.
+for m in mlp:0 mlp:-5 mlp:5, mlp: resnet; do
+  expect 2 "--model '$m'" -- train --model "$m" --data /nonexistent
+done
+expect 2 "--sched modular-heteroprio-heft: this policy deadlocks" -- \
+  train --sched modular-heteroprio-heft --data /nonexistent
+# A model file is a file (exit 1), read before the data: a folder and a named pipe are refused
+# (a pipe used to block forever).
+expect 1 "$tmp/missing.ini: cannot open" -- train --model "$tmp/missing.ini" --data /nonexistent
+mkdir "$tmp/folder.ini"
+expect 1 "folder.ini: is a folder, not a model file" -- train --model "$tmp/folder.ini" --data "$data"
+mkfifo "$tmp/pipe.ini"
+expect 1 "pipe.ini: is not a regular file" -- train --model "$tmp/pipe.ini"
 expect 0 "scheduler" -- info
 expect 0 "lws" -- info --sched-list
 

@@ -49,6 +49,9 @@ TSR_API const char *tsr_runtime_mpi_progress(void);
 /* Whether name is a scheduling policy the installed StarPU offers or a
  * program registered. */
 TSR_API bool tsr_sched_known(const char *name);
+/* Why policy name cannot train with this StarPU (modular-heteroprio-heft deadlocks in 1.3), or
+ * NULL when it can; tsr_runtime_init refuses such a policy with this reason. */
+TSR_API const char *tsr_sched_broken(const char *name);
 /* Writes the installed and registered policies, one "name  description" per line. */
 TSR_API void tsr_sched_list(FILE *out);
 /* Makes a program's own policy selectable by its name (opts.sched, --sched).

@@ -1,6 +1,6 @@
 /* tessera train's options: each one read into the configuration (train_config.h), checked
- * where it is read, with a message naming the option and what it expects. Nothing here
- * starts MPI or the runtime or reads a file. */
+ * where it is read, with a message naming the option and what it expects, so that a bad value
+ * exits 2 before any data loads. Nothing here starts MPI or the runtime or reads a file. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -329,11 +329,25 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     tsr_sched_list(stderr);
     return 2;
   }
+  const char *broken = cfg->runtime.sched ? tsr_sched_broken(cfg->runtime.sched) : NULL;
+  if (broken) {
+    fprintf(stderr,
+            "tessera train: --sched %s: this policy %s; choose another (%s is the default)\n",
+            cfg->runtime.sched, broken, TSR_DEFAULT_SCHED);
+    return 2;
+  }
   cfg->model_file = ends_with(cfg->model, ".ini");
   if (cfg->checkpoint_every && !cfg->checkpoint) {
     fprintf(stderr, "tessera train: --checkpoint-every needs --checkpoint FILE\n");
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
+  /* A shorthand is checked here, with a stand-in for the classes the data will give; a model file
+   * is read by the run, before the data (a file's problems exit 1). */
+  tsr_model_spec_t spec;
+  if (!cfg->model_file && tsr_model_parse(&spec, cfg->model, 2, &err)) {
+    fprintf(stderr, "tessera train: %s\n", err.msg);
+    return 2;
+  }
   return 0;
 }

@@ -121,10 +121,12 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* This rank's data, cut to the limits and standardized, and the model description. */
+/* The model description (a model file first: it fails faster than the data loads), and this
+ * rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  int rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err) : 0;
+  if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
   if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
     rc = tsr_dataset_truncate(&r->train, cfg->train_limit);
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
@@ -134,8 +136,7 @@ static int load(run_t *r) {
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
     tsr_dataset_stats(&r->train, &r->ckpt.input_mean, &r->ckpt.input_std);
     tsr_dataset_standardize(&r->train, &r->test);
-    rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err)
-                         : tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   }
   return rc;
 }
