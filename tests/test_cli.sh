@@ -34,8 +34,11 @@ expect 0 "usage: tessera <command>" -- --help
 expect 2 "unknown command 'trian'" -- trian
 expect 2 "usage:" --
 expect 2 "--epochs abc: expected an integer" -- train --epochs abc
-expect 2 "--batch 0: expected an integer >= 1" -- train --batch 0
-expect 2 "--lr -1: expected a number > 0" -- train --lr -1
+expect 2 "--batch 0: expected an integer from 1" -- train --batch 0
+expect 2 "--lr -1: expected a number from" -- train --lr -1
+# 0 epochs would train nothing: refused, and a message states the range it checks.
+expect 2 "--epochs 0: expected an integer from 1 to 100000" -- train --epochs 0
+expect 2 "--batch 2000000: expected an integer from 1 to 1048576" -- train --batch 2000000
 expect 2 "--momentum 1.5" -- train --momentum 1.5
 expect 2 "--optimizer rmsprop: expected sgd or adam" -- train --optimizer rmsprop
 expect 2 "--tile 0x4" -- train --tile 0x4
@@ -84,6 +87,9 @@ expect 0 "epoch 20/20" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 
   --batch 16 --log "$tmp/csv.jsonl"
 check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
   "test_accuracy>0.95" "train_accuracy>0.95" "loss<0.3"
+# StarPU takes at most 4 CPU workers per process (Debian's build): more is said aloud.
+expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
+  --model linear --epochs 1 --workers 999
 
 # The test set is standardized with the training set's mean and deviation. The
 # class is the sign of the only feature; the training set is symmetric about 0

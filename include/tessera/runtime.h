@@ -42,6 +42,7 @@ TSR_API int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err);
 TSR_API void tsr_runtime_fini(void);
 
 TSR_API int tsr_runtime_ncpus(void);         /* CPU workers StarPU runs */
+TSR_API int tsr_runtime_max_ncpus(void);     /* at most this many per process (STARPU_MAXCPUS) */
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 /* "thread" or "worker" under MPI once started, else "none". */
 TSR_API const char *tsr_runtime_mpi_progress(void);

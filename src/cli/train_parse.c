@@ -20,7 +20,7 @@ void tsr__cli_train_usage(FILE *out) {
           "                      maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
           "                      or an INI\n"
           "                      model file with one section per layer [mlp]\n"
-          "  --epochs N          epochs [10]\n"
+          "  --epochs N          epochs, 1 or more [10]\n"
           "  --batch N           samples per step [64]\n"
           "  --optimizer NAME    sgd or adam [sgd]\n"
           "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
@@ -181,11 +181,14 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     case O_DATA: cfg->data_dir = optarg; break;
     case O_MODEL: cfg->model = optarg; break;
     case O_EPOCHS:
-      if (to_long(optarg, 0, 100000, &v)) return bad("--epochs", optarg, "an integer >= 0");
+      /* 0 would train nothing and say nothing of it. */
+      if (to_long(optarg, 1, 100000, &v))
+        return bad("--epochs", optarg, "an integer from 1 to 100000");
       cfg->train.epochs = (int)v;
       break;
     case O_BATCH:
-      if (to_long(optarg, 1, 1 << 20, &v)) return bad("--batch", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 1 << 20, &v))
+        return bad("--batch", optarg, "an integer from 1 to 1048576");
       cfg->net.batch = (int)v;
       break;
     case O_OPT: {
@@ -198,7 +201,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     }
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &cfg->net.opt.lr))
-        return bad("--lr", optarg, "a number > 0");
+        return bad("--lr", optarg, "a number from 1e-12 to 1e6");
       lr_set = true;
       break;
     case O_SYNC: {
@@ -234,10 +237,11 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       break;
     case O_WD:
       if (to_float(optarg, 0, 1e6, &cfg->net.opt.weight_decay))
-        return bad("--weight-decay", optarg, "a number >= 0");
+        return bad("--weight-decay", optarg, "a number from 0 to 1e6");
       break;
     case O_SEED:
-      if (to_long(optarg, 0, 0x7fffffffL, &v)) return bad("--seed", optarg, "an integer >= 0");
+      if (to_long(optarg, 0, 0x7fffffffL, &v))
+        return bad("--seed", optarg, "an integer from 0 to 2147483647");
       cfg->net.seed = cfg->train.seed = (uint64_t)v;
       break;
     case O_TILE: {
@@ -247,9 +251,9 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
         *x = '\0';
         int e1 = to_long(optarg, 1, 1 << 20, &r), e2 = to_long(x + 1, 1, 1 << 20, &cc);
         *x = 'x';
-        if (e1 || e2) return bad("--tile", optarg, "N or RxC with positive integers");
+        if (e1 || e2) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
       } else if (to_long(optarg, 1, 1 << 20, &r)) {
-        return bad("--tile", optarg, "N or RxC with positive integers");
+        return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
       } else {
         cc = r;
       }
@@ -275,21 +279,23 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       break;
     }
     case O_WORKERS:
-      if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 4096, &v))
+        return bad("--workers", optarg, "an integer from 1 to 4096");
       cfg->runtime.ncpus = (int)v;
       break;
     case O_WINDOW:
-      if (to_long(optarg, 1, 1 << 16, &v)) return bad("--window", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 1 << 16, &v))
+        return bad("--window", optarg, "an integer from 1 to 65536");
       cfg->train.window = (int)v;
       break;
     case O_TRAIN_LIMIT:
       if (to_long(optarg, 1, 0x7fffffffL, &v))
-        return bad("--train-limit", optarg, "an integer >= 1");
+        return bad("--train-limit", optarg, "an integer from 1 to 2147483647");
       cfg->train_limit = v;
       break;
     case O_TEST_LIMIT:
       if (to_long(optarg, 0, 0x7fffffffL, &v))
-        return bad("--test-limit", optarg, "an integer >= 0");
+        return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
       break;
     case O_LOG: cfg->log_path = optarg; break;

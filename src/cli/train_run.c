@@ -187,6 +187,15 @@ static int announce(run_t *r) {
   tsr_model_describe(&r->spec, (int)r->train.features, r->desc, sizeof r->desc);
   tsr_net_tiles(r->net, &r->tile_rows, &r->tile_cols);
   r->lr = tsr_train_base_lr(r->net, &r->train_opts);
+  /* StarPU takes at most tsr_runtime_max_ncpus() workers, and STARPU_NCPU overrides the
+   * configuration: what runs is said when it is not what was asked. */
+  if (r->speaker && cfg->runtime.ncpus > 0 && tsr_runtime_ncpus() != cfg->runtime.ncpus)
+    fprintf(stderr,
+            "tessera train: warning: --workers %d: StarPU runs %d CPU workers (at most %d per "
+            "process with this StarPU; STARPU_NCPU, when set, overrides --workers)%s\n",
+            cfg->runtime.ncpus, tsr_runtime_ncpus(), tsr_runtime_max_ncpus(),
+            cfg->runtime.ncpus > tsr_runtime_max_ncpus() ? "; more cores: run several MPI ranks"
+                                                         : "");
   if (!r->quiet) {
     printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
            "%s lr %g, tiles %dx%d, %d workers, scheduler %s",

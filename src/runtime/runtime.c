@@ -199,6 +199,10 @@ int tsr_runtime_ncpus(void) {
   return started ? (int)starpu_cpu_worker_get_count() : 0;
 }
 
+int tsr_runtime_max_ncpus(void) {
+  return STARPU_MAXCPUS;
+}
+
 const char *tsr_runtime_sched(void) {
   return sched_in_use;
 }
