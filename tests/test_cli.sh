@@ -129,6 +129,32 @@ fail() {
   echo "FAIL: $*"
 }
 
+# A full disk: a log line that cannot be written stops the run after that epoch (exit 1, the file
+# and the error named). /dev/full is always full; under `ulimit -f 1` (SIGXFSZ ignored, so writes
+# fail with EFBIG) a file fills at 1 KiB, part way through epoch 2's line: that part is taken
+# back, and the log holds epoch 1's line, whole.
+out=$(timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log /dev/full 2>&1)
+rc=$?
+if [[ $rc == 1 ]] && grep -q "log /dev/full: cannot write epoch 1's line: No space left" <<<"$out" &&
+  ! grep -q "^epoch 2/3" <<<"$out"; then
+  pass
+else
+  fail "--log /dev/full: exit $rc: $out"
+fi
+out=$(
+  trap '' XFSZ
+  ulimit -f 1
+  timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log "$tmp/cut.jsonl" 2>&1
+)
+rc=$?
+if [[ $rc == 1 ]] && grep -q "cannot write epoch 2's line: File too large" <<<"$out" &&
+  /usr/bin/python3 -c 'import json, sys; assert [json.loads(l)["epoch"] for l in open(sys.argv[1])] == [1]' \
+    "$tmp/cut.jsonl"; then
+  pass
+else
+  fail "--log on a disk that fills during epoch 2's line: exit $rc: $out; log: $(cat "$tmp/cut.jsonl")"
+fi
+
 if [[ -d $data ]]; then
   # stdout is line-buffered: into a file, the banner shows while the first epoch still runs (the
   # CNN on 60,000 images: the banner after about 1.5 s, the epoch's line after about 13 s here).

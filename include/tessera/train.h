@@ -63,7 +63,10 @@ typedef struct {
   int window;                    /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
-  /* Called on the main thread after each epoch; a non-zero return stops training. */
+  /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
+   * training: tsr_train returns it (a positive value as TSR_EINVAL) and leaves err as the
+   * callback may have filled it, e.g. with why a log line could not be written. Under MPI only
+   * rank 0 stops: its caller stops the others (tsr_dist_abort), as after any error there. */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
   void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
@@ -108,7 +111,10 @@ TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *op
  * each trains its replica on its shard of every epoch's shuffled order, the
  * replicas agree through opts->sync, and rank 0 evaluates and reports. The
  * rate is tsr_train_base_lr's (scaled by the ranks as opts->lr_scaling says)
- * under opts->lr_schedule. */
+ * under opts->lr_schedule. Under MPI an error may be this rank's alone (rank
+ * 0's on_epoch, a failed step): the other ranks keep waiting for it, so the
+ * caller stops them all with tsr_dist_abort (the replicas, whose release is
+ * collective, are not released then). */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

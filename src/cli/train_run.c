@@ -30,10 +30,19 @@ static void describe_config(char *buf, size_t size, int argc, char **argv,
 
 struct ctx {
   tsr_log_t *log;
+  const char *log_path;
   bool quiet, progress, stats;
   int64_t samples_per_batch; /* over all ranks */
   int epochs;
+  tsr_errbuf_t *err; /* why a callback failed (the run's, which tsr_train leaves as it is) */
+  int failed;        /* on_ranks could not write the log: a TSR_E* code */
 };
+
+/* A log line that could not be written ends the run: the message says which file and why. */
+static int log_failed(struct ctx *c, const char *what) {
+  return tsr_error_set(c->err, TSR_EIO, "--log %s: cannot write %s: %s", c->log_path, what,
+                       strerror(errno));
+}
 
 static void on_progress(int epoch, int64_t batch, int64_t batches, double seconds, void *p) {
   struct ctx *c = p;
@@ -58,8 +67,9 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
     fflush(stdout);
   }
   if (c->log && tsr_log_epoch(c->log, s) != 0) {
-    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
-    return 1;
+    char what[48];
+    snprintf(what, sizeof what, "epoch %d's line", s->epoch);
+    return log_failed(c, what);
   }
   return 0;
 }
@@ -69,8 +79,7 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
 static void on_ranks(const tsr_rank_stats_t *ranks, int n, void *p) {
   struct ctx *c = p;
   if (c->stats) tsr_rank_stats_print(stdout, ranks, n);
-  if (c->log && tsr_log_ranks(c->log, ranks, n) != 0)
-    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+  if (c->log && tsr_log_ranks(c->log, ranks, n) != 0) c->failed = log_failed(c, "the ranks' line");
 }
 
 /* What a run holds from start-up to its end. */
@@ -233,12 +242,14 @@ static int announce(run_t *r) {
 
 static int train(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  struct ctx cx = {r->log,
-                   r->quiet,
-                   !r->quiet && isatty(STDERR_FILENO),
-                   cfg->runtime.stats,
-                   (int64_t)cfg->net.batch * tsr_dist_size(),
-                   cfg->train.epochs};
+  struct ctx cx = {.log = r->log,
+                   .log_path = cfg->log_path,
+                   .quiet = r->quiet,
+                   .progress = !r->quiet && isatty(STDERR_FILENO),
+                   .stats = cfg->runtime.stats,
+                   .samples_per_batch = (int64_t)cfg->net.batch * tsr_dist_size(),
+                   .epochs = cfg->train.epochs,
+                   .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
   to.should_stop = should_stop;
@@ -252,6 +263,7 @@ static int train(run_t *r) {
     return 0;
   }
   int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
+  if (rc == 0) rc = cx.failed;
   /* Past start-up the ranks' task graphs are tied together: a rank that
    * fails mid-run stops them all rather than leaving them waiting. (A stop on
    * request is agreed by every rank.) */
@@ -264,23 +276,26 @@ static int train(run_t *r) {
  * trained takes part. */
 static int report(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int rc = 0;
+  int rc = 0, log_rc = 0; /* a collective step failed; rank 0 could not write the log */
   if (cfg->runtime.stats) {
     tsr_run_stats_t st;
     rc = tsr_runtime_stats(&st, &r->err);
     if (rc == 0 && r->speaker) {
       tsr_run_stats_print(stdout, &st);
-      if (r->log && tsr_log_stats(r->log, &st) != 0)
-        fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+      if (r->log && tsr_log_stats(r->log, &st) != 0) {
+        log_rc = TSR_EIO;
+        fprintf(stderr, "tessera train: --log %s: cannot write the statistics' line: %s\n",
+                cfg->log_path, strerror(errno));
+      }
     }
     tsr_run_stats_fini(&st);
     if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
   }
-  if (rc == 0 && cfg->trace_path) {
+  if (rc == 0 && cfg->trace_path) { /* collective: every rank, whatever the log did */
     rc = tsr_runtime_trace_write(cfg->trace_path, &r->err);
     if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
   }
-  return rc;
+  return rc ? rc : log_rc;
 }
 
 int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
