@@ -120,6 +120,17 @@ if [[ -d $data ]]; then
   expect 0 "conv3x3/32p1x1" -- train --model cnn --epochs 2 --train-limit 512 --test-limit 128 \
     --log "$tmp/cnn.jsonl"
   check_log "CNN on Fashion-MNIST" "$tmp/cnn.jsonl" 2 "test_accuracy>0.3"
+  # A diverging run (lr 1e6: the loss is NaN in epoch 1) stops after that epoch with exit 3 and
+  # a message naming the epoch; the log writes the NaN as "nan", distinct from null, which means
+  # no test set (--test-limit 0). It used to print 'loss -nan' every epoch and exit 0.
+  expect 3 "training diverged in epoch 1 \(steps 1 to 8\): the mean training loss is nan" -- \
+    train --lr 1e6 --epochs 3 --train-limit 500 --test-limit 0 --log "$tmp/nan.jsonl"
+  if /usr/bin/python3 - "$tmp/nan.jsonl" <<'PY'; then pass; else fail "NaN in the log: $(cat "$tmp/nan.jsonl")"; fi
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [o["epoch"] for o in lines] == [1], lines
+assert lines[0]["loss"] == "nan" and lines[0]["test_loss"] is None, lines[0]
+PY
 fi
 
 # pass / fail NAME [DETAIL...]: count a check done by hand.

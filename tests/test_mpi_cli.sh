@@ -53,6 +53,12 @@ if grep -q "^epoch 2/3" <<<"$last"; then
   failed=$((failed + 1))
   echo "FAIL: --log /dev/full under mpirun: epoch 2 ran"
 fi
+# A diverging run stops every rank after the epoch whose loss is NaN, with exit 3 (gradient and
+# weight averaging both used to train every epoch on NaN and exit 0).
+for policy in batch epoch; do
+  expect 3 "training diverged in epoch 1" 60 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" \
+    --epochs 3 --lr 1e6 --sync "$policy"
+done
 expect 0 "epoch 2/2" 120 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync every=4 --log "$tmp/log.jsonl"
 # Either progress mode trains the same model: the same loss and accuracy, digit for digit.

@@ -19,7 +19,7 @@ typedef struct {
   int epochs;
   double loss;           /* mean training loss over the epoch */
   double train_accuracy; /* fraction of training samples predicted right during the epoch */
-  double test_loss;      /* NaN when there is no test set */
+  double test_loss;      /* NaN when there is no test set (test_samples 0) */
   double test_accuracy;
   double seconds; /* training time of the epoch (evaluation excluded) */
   double eval_seconds;
@@ -32,6 +32,9 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes rank 0 received */
   int64_t messages_sent;   /* messages (tiles or chunks) rank 0 sent for synchronization */
   int64_t messages_received;
+  int64_t test_samples; /* samples evaluated: 0 when there is no test set (test_loss and
+                           test_accuracy are NaN then; with a test set, a NaN test_loss means
+                           the net diverged) */
 } tsr_epoch_stats_t;
 
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
@@ -111,10 +114,13 @@ TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *op
  * each trains its replica on its shard of every epoch's shuffled order, the
  * replicas agree through opts->sync, and rank 0 evaluates and reports. The
  * rate is tsr_train_base_lr's (scaled by the ranks as opts->lr_scaling says)
- * under opts->lr_schedule. Under MPI an error may be this rank's alone (rank
- * 0's on_epoch, a failed step): the other ranks keep waiting for it, so the
- * caller stops them all with tsr_dist_abort (the replicas, whose release is
- * collective, are not released then). */
+ * under opts->lr_schedule. An epoch whose mean training loss, or test loss, is
+ * not a finite number stops the run after its on_epoch call with
+ * TSR_EDIVERGED: NaN weights stay NaN, so no later epoch could recover. Under
+ * MPI an error may be this rank's alone (rank 0 evaluates and decides
+ * divergence, and runs on_epoch; a failed step): the other ranks keep waiting
+ * for it, so the caller stops them all with tsr_dist_abort (the replicas,
+ * whose release is collective, are not released then). */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

@@ -47,7 +47,9 @@ void tsr__cli_train_usage(FILE *out);
 
 /* Trains as cfg says, on every rank when started by mpirun: loads and standardizes the data,
  * builds the net, trains, and reports (banner, a line per epoch, log, statistics, trace) on
- * rank 0. Returns the command's exit status: 0, or 1 after writing the error to stderr. */
+ * rank 0. Returns the command's exit status: 0; 3 when training diverged (a loss that is not a
+ * finite number); 1 after any other error; each after writing the error to stderr. Under MPI a
+ * rank that fails once training started stops every rank with that status (MPI_Abort). */
 int tsr__cli_train_run(const tsr_cli_train_config_t *cfg);
 
 #endif

@@ -55,14 +55,19 @@ static void on_progress(int epoch, int64_t batch, int64_t batches, double second
           (double)batch * (double)c->samples_per_batch / seconds, eta);
 }
 
+/* v, but a NaN without its sign: printf shows "nan", as the log and messages do, not "-nan". */
+static double fabs_nan(double v) {
+  return isnan(v) ? fabs(v) : v;
+}
+
 static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
   struct ctx *c = p;
   if (c->progress) fprintf(stderr, "\r%70s\r", "");
   if (!c->quiet) {
     printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
-           s->loss, 100 * s->train_accuracy);
-    if (!isnan(s->test_accuracy))
-      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
+           fabs_nan(s->loss), 100 * s->train_accuracy);
+    if (s->test_samples > 0)
+      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, fabs_nan(s->test_loss));
     printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
     fflush(stdout);
   }
@@ -268,7 +273,8 @@ static int train(run_t *r) {
    * fails mid-run stops them all rather than leaving them waiting. (A stop on
    * request is agreed by every rank.) */
   if (rc && rc != TSR_ESTOPPED && tsr_dist_size() > 1)
-    tsr_dist_abort(r->err.msg[0] ? r->err.msg : tsr_strerror(rc));
+    tsr_dist_abort_status(r->err.msg[0] ? r->err.msg : tsr_strerror(rc),
+                          rc == TSR_EDIVERGED ? 3 : 1);
   return rc;
 }
 
@@ -323,5 +329,5 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_dataset_fini(&r.test);
   tsr_dist_stop();
   if (rc == TSR_ESTOPPED) return 128 + (stop_signal ? stop_signal : SIGINT);
-  return rc ? 1 : 0;
+  return rc == TSR_EDIVERGED ? 3 : rc ? 1 : 0;
 }

@@ -1,5 +1,7 @@
-/* JSON Lines metrics log written with cJSON. Non-finite numbers (no test set)
- * are written as null, since JSON has no NaN. Each line is formatted in memory
+/* JSON Lines metrics log written with cJSON. JSON has no NaN or infinity: a
+ * number that is not finite (a diverged loss) is written as the string "nan",
+ * "inf" or "-inf", and null means a value that does not exist (test metrics
+ * without a test set). Each line is formatted in memory
  * and written whole: a line that cannot be written entirely (a full disk) is
  * cut off again, so the file never ends in half an object. */
 #include <cjson/cJSON.h>
@@ -44,6 +46,14 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, t
 static void add_number(cJSON *o, const char *key, double v) {
   if (isfinite(v))
     cJSON_AddNumberToObject(o, key, v);
+  else
+    cJSON_AddStringToObject(o, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+/* A number, or null when it does not exist. */
+static void add_optional(cJSON *o, const char *key, bool exists, double v) {
+  if (exists)
+    add_number(o, key, v);
   else
     cJSON_AddNullToObject(o, key);
 }
@@ -91,8 +101,8 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "epoch", st->epoch);
   add_number(o, "loss", st->loss);
   add_number(o, "train_accuracy", st->train_accuracy);
-  add_number(o, "test_loss", st->test_loss);
-  add_number(o, "test_accuracy", st->test_accuracy);
+  add_optional(o, "test_loss", st->test_samples > 0, st->test_loss);
+  add_optional(o, "test_accuracy", st->test_samples > 0, st->test_accuracy);
   add_number(o, "seconds", st->seconds);
   add_number(o, "eval_seconds", st->eval_seconds);
   add_number(o, "samples_per_s", st->samples_per_s);
