@@ -29,6 +29,13 @@ expect() {
   fi
 }
 
+# pass / fail NAME [DETAIL...]: count a check done by hand.
+pass() { passed=$((passed + 1)); }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*"
+}
+
 expect 0 "usage: tessera train" -- train --help
 expect 0 "usage: tessera <command>" -- --help
 expect 2 "unknown command 'trian'" -- trian
@@ -133,13 +140,6 @@ assert lines[0]["loss"] == "nan" and lines[0]["test_loss"] is None, lines[0]
 PY
 fi
 
-# pass / fail NAME [DETAIL...]: count a check done by hand.
-pass() { passed=$((passed + 1)); }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
-
 # A full disk: a log line that cannot be written stops the run after that epoch (exit 1, the file
 # and the error named). /dev/full is always full; under `ulimit -f 1` (SIGXFSZ ignored, so writes
 # fail with EFBIG) a file fills at 1 KiB, part way through epoch 2's line: that part is taken
@@ -164,6 +164,27 @@ if [[ $rc == 1 ]] && grep -q "cannot write epoch 2's line: File too large" <<<"$
   pass
 else
   fail "--log on a disk that fills during epoch 2's line: exit $rc: $out; log: $(cat "$tmp/cut.jsonl")"
+fi
+
+# Output files are checked before anything loads (--data /nonexistent would exit 1 naming the
+# folder): a path that cannot be created exits 1 with the option, the file and the reason. The
+# trace used to be opened only after training, and a cut one stayed, with only "write failed".
+expect 1 "--trace /proc/x/y.json: cannot create: No such file or directory" -- \
+  train --data /nonexistent --trace /proc/x/y.json
+expect 1 "--log $tmp/no/log.jsonl: cannot create: No such file" -- \
+  train --data /nonexistent --log "$tmp/no/log.jsonl"
+expect 1 "--log $tmp: is a folder" -- train --data /nonexistent --log "$tmp"
+out=$(
+  trap '' XFSZ
+  ulimit -f 4 # the CSV run's trace is about 6 KiB
+  timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 1 --trace "$tmp/cut.json" 2>&1
+)
+rc=$?
+if [[ $rc == 1 && ! -e $tmp/cut.json ]] &&
+  grep -q "trace $tmp/cut.json: cannot write: File too large; the partial file was removed" <<<"$out"; then
+  pass
+else
+  fail "--trace on a disk that fills: exit $rc: $out; $(ls -l "$tmp/cut.json" 2>&1)"
 fi
 
 if [[ -d $data ]]; then

@@ -45,6 +45,9 @@ expect 1 "rank 1: .*model" 60 -- \
 expect 2 "--batch 0" 60 -- \
   "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
   -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
+# Rank 0 writes the trace: a path it cannot create stops every rank before training.
+expect 1 "rank 0: --trace /proc/x/y.json: cannot create" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --trace /proc/x/y.json
 # A log line that cannot be written (a full disk) stops every rank after that epoch, with rank 0's
 # message and a non-zero exit; it used to be ignored, and every epoch ran.
 expect 1 "log /dev/full: cannot write epoch 1's line: No space left on device" 60 -- \

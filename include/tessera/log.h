@@ -27,6 +27,13 @@ typedef struct {
 
 typedef struct tsr_log tsr_log_t;
 
+/* Checks, before a run spends any time, that an output file it will write at
+ * some point (what names the option, e.g. "--log") can be created: path is
+ * opened for writing, created if missing and then removed again, an existing
+ * file's contents left as they are. A folder is refused; a path that exists
+ * and is not a regular file (a pipe, /dev/stdout) is accepted unopened. */
+TSR_API int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err);
+
 /* Opens (creates or truncates) path for writing; *log is owned by the caller. */
 TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run,
                          tsr_errbuf_t *err);

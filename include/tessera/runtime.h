@@ -106,7 +106,10 @@ TSR_API void tsr_run_stats_fini(tsr_run_stats_t *st);
 TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
 /* Writes the recorded tasks as a Chrome trace-event JSON file (Perfetto,
  * chrome://tracing): one track per worker per rank, a track per rank for
- * the main thread's waits and synchronization points. Needs opts.trace. */
+ * the main thread's waits and synchronization points. Needs opts.trace. A
+ * file that cannot be written whole (a full disk) is removed, and err names
+ * it with the system's reason. tsr_output_check (log.h) tells beforehand
+ * whether path can be created. */
 TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
 
 /* Prints what the engine will run on: hwloc topology, StarPU workers and

@@ -135,11 +135,15 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* The model description (a model file first: it fails faster than the data loads), and this
- * rank's data, cut to the limits and standardized. */
+/* The output files checked, the model description (a model file first: it fails faster than the
+ * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err) : 0;
+  /* Rank 0 writes the log and the trace: a path it cannot create fails now, not after training. */
+  int rc = r->speaker && cfg->log_path ? tsr_output_check(cfg->log_path, "--log", &r->err) : 0;
+  if (rc == 0 && r->speaker && cfg->trace_path)
+    rc = tsr_output_check(cfg->trace_path, "--trace", &r->err);
+  if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
   if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
     rc = tsr_dataset_truncate(&r->train, cfg->train_limit);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tessera/log.h"
@@ -21,6 +22,20 @@ struct tsr_log {
   tsr_run_info_t run; /* strings copied below */
   char model[256], sched[64], optimizer[32], sync[32], mpi_progress[16];
 };
+
+int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err) {
+  struct stat st;
+  bool existed = stat(path, &st) == 0;
+  if (existed && S_ISDIR(st.st_mode))
+    return tsr_error_set(err, TSR_EIO, "%s %s: is a folder; give a file name", what, path);
+  if (existed && !S_ISREG(st.st_mode)) return 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return tsr_error_set(err, TSR_EIO, "%s %s: cannot create: %s", what, path, strerror(errno));
+  close(fd);
+  if (!existed) unlink(path);
+  return 0;
+}
 
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
   *out = NULL;
