@@ -166,6 +166,25 @@ else
   fail "--log on a disk that fills during epoch 2's line: exit $rc: $out; log: $(cat "$tmp/cut.jsonl")"
 fi
 
+# A stray label (200 in a 10-class IDX set) used to build a 201-class model silently: classes
+# inferred from the labels that have no training sample are warned about, and --classes 10 makes
+# the label an error naming the sample.
+/usr/bin/python3 - "$tmp/idx200" <<'PY'
+import os, struct, sys
+os.mkdir(sys.argv[1])
+for name, labels in (("train", [i % 10 for i in range(40)] + [200]), ("t10k", list(range(10)))):
+    with open(os.path.join(sys.argv[1], name + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, len(labels), 2, 2))
+        f.write(bytes((l * 37 + i) % 256 for i, l in enumerate(labels) for _ in range(4)))
+    with open(os.path.join(sys.argv[1], name + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+PY
+expect 0 "warning: the training labels go up to 200, so the model has 201 classes, but 190 of them \
+have no training sample \(10 to 199\)" -- train --data "$tmp/idx200" --model linear --epochs 1
+expect 1 "--classes 10: the training set in .*: sample 41 has label 200, but there are 10 classes" \
+  -- train --data "$tmp/idx200" --model linear --epochs 1 --classes 10
+expect 2 "--classes 1: expected an integer from 2" -- train --classes 1
+
 # Output files are checked before anything loads (--data /nonexistent would exit 1 naming the
 # folder): a path that cannot be created exits 1 with the option, the file and the reason. The
 # trace used to be opened only after training, and a cut one stayed, with only "write failed".

@@ -23,6 +23,7 @@ typedef struct {
   const char *resume;         /* --resume, NULL: from the start */
   int64_t train_limit;        /* --train-limit, -1: every training sample */
   int64_t test_limit;         /* --test-limit, -1: every test sample */
+  int classes;                /* --classes, 0: 1 + the largest training label */
   bool quiet;                 /* --quiet */
   bool help;                  /* --help: print the usage and run nothing */
   tsr_net_opts_t net;         /* batch, tiles, seed, optimizer (lr as asked, before scaling) */

@@ -38,6 +38,8 @@ void tsr__cli_train_usage(FILE *out) {
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
+          "  --classes N         classes (labels 0 to N-1; a label >= N is an error)\n"
+          "                      [1 + the largest training label]\n"
           "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch [batch]\n"
           "  --sync-state        average optimizer state with the weights (every, epoch)\n"
           "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
@@ -126,7 +128,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_LR_SCALING,
     O_CHECKPOINT,
     O_CHECKPOINT_EVERY,
-    O_RESUME
+    O_RESUME,
+    O_CLASSES
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -159,6 +162,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"checkpoint", required_argument, 0, O_CHECKPOINT},
       {"checkpoint-every", required_argument, 0, O_CHECKPOINT_EVERY},
       {"resume", required_argument, 0, O_RESUME},
+      {"classes", required_argument, 0, O_CLASSES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -297,6 +301,11 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       if (to_long(optarg, 0, 0x7fffffffL, &v))
         return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
+      break;
+    case O_CLASSES:
+      if (to_long(optarg, 2, 1 << 24, &v))
+        return bad("--classes", optarg, "an integer from 2 to 16777216");
+      cfg->classes = (int)v;
       break;
     case O_LOG: cfg->log_path = optarg; break;
     case O_CHECKPOINT: cfg->checkpoint = optarg; break;

@@ -3,9 +3,11 @@
  * terminal). Ranks agree on each start-up step so that one rank's failure stops all of them
  * with its message, and rank 0 alone speaks afterwards. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -135,6 +137,35 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
+/* Classes inferred from the largest label that have no training sample: a stray label (200 in a
+ * 10-class set) silently builds a far larger output layer. Said with the empty ranges. */
+static void warn_empty_classes(const tsr_dataset_t *train) {
+  int64_t *counts = malloc(sizeof *counts * (size_t)train->classes);
+  if (!counts) return;
+  tsr_dataset_class_counts(train, counts);
+  char ranges[160] = "";
+  int empty = 0, n = 0, shown = 0;
+  for (int c = 0; c < train->classes; c++) {
+    if (counts[c]) continue;
+    int last = c;
+    while (last + 1 < train->classes && !counts[last + 1])
+      last++;
+    empty += last - c + 1;
+    if (shown++ < 4 && n < (int)sizeof ranges)
+      n += last > c ? snprintf(ranges + n, sizeof ranges - (size_t)n, "%s%d to %d", n ? ", " : "",
+                               c, last)
+                    : snprintf(ranges + n, sizeof ranges - (size_t)n, "%s%d", n ? ", " : "", c);
+    c = last;
+  }
+  if (empty)
+    fprintf(stderr,
+            "tessera train: warning: the training labels go up to %d, so the model has %d "
+            "classes, but %d of them have no training sample (%s%s); if a label is wrong, "
+            "--classes N makes every label >= N an error\n",
+            train->classes - 1, train->classes, empty, ranges, shown > 4 ? ", ..." : "");
+  free(counts);
+}
+
 /* The output files checked, the model description (a model file first: it fails faster than the
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
@@ -145,6 +176,15 @@ static int load(run_t *r) {
     rc = tsr_output_check(cfg->trace_path, "--trace", &r->err);
   if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  if (rc == 0 && cfg->classes) { /* before --train-limit: every label of the files is checked */
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "--classes %d: the training set in %s", cfg->classes,
+             cfg->data_dir);
+    rc = tsr_dataset_set_classes(&r->train, cfg->classes, what, &r->err);
+    snprintf(what, sizeof what, "--classes %d: the test set in %s", cfg->classes, cfg->data_dir);
+    if (rc == 0) rc = tsr_dataset_set_classes(&r->test, cfg->classes, what, &r->err);
+  }
+  if (rc == 0 && !cfg->classes && r->speaker) warn_empty_classes(&r->train);
   if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
     rc = tsr_dataset_truncate(&r->train, cfg->train_limit);
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
