@@ -98,6 +98,38 @@ check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
 expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
   --model linear --epochs 1 --workers 999
 
+# The network's memory is estimated before it is built and checked against what is available
+# (here the address-space limit, ulimit -v, so the check does not depend on the machine's RAM): a
+# CSV of 10^6 columns with --model cnn used to grow to 24 GB until the kernel killed it, and
+# --batch 1048576 took 12 GB. Both are refused at once with the estimate and a way out; a batch
+# larger than the training set is said aloud.
+mkdir "$tmp/wide"
+/usr/bin/python3 -c 'import sys; row = ",0" * 10**6 + "\n"; open(sys.argv[1], "w").write("0" + row + "1" + row)' \
+  "$tmp/wide/train.csv"
+cp "$tmp/wide/train.csv" "$tmp/wide/test.csv"
+memory_expect() {
+  local code=$1 pattern=$2 out rc
+  shift 2
+  out=$(
+    ulimit -v 8000000
+    timeout 30 "$tessera" "$@" 2>&1
+  )
+  rc=$?
+  # -z: the pattern may span the warning line and the error line.
+  if [[ $rc == "$code" ]] && grep -qzE -- "$pattern" <<<"$out"; then
+    pass
+  else
+    fail "$* under ulimit -v: exit $rc: $out"
+  fi
+}
+memory_expect 1 "the network needs about [0-9.]+ GB of memory \(.*activations [0-9.]+ GB for a batch \
+of 64.*\), more than the [0-9.]+ GB available \(the address-space limit, ulimit -v\); lower --batch \
+\(--batch [0-9]+ needs about" train --data "$tmp/wide" --model cnn --epochs 1
+memory_expect 1 "even --batch 1 needs about [0-9.]+ GB: choose a smaller model" \
+  train --data "$tmp/wide" --model mlp:100000,100000 --epochs 1
+memory_expect 1 "warning: --batch 1048576 is more than the [0-9]+ training samples.*activations \
+[0-9.]+ GB for a batch of 1048576" train --data "$tmp/csv" --model mlp --epochs 1 --batch 1048576
+
 # The test set is standardized with the training set's mean and deviation. The
 # class is the sign of the only feature; the training set is symmetric about 0
 # (mean 0, std 7.4), the test set all class 1 at 4..11.5 (its own mean 7.75).

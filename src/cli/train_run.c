@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli/train_config.h"
@@ -199,6 +200,119 @@ static int load(run_t *r) {
   return rc;
 }
 
+/* A number from a "Key:   N kB" line of a /proc file, in bytes; -1 when missing. */
+static int64_t proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  size_t n = strlen(key);
+  while (kb < 0 && fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0 && sscanf(line + n, " %lld", &kb) != 1) kb = -1;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* The first number in a file (a cgroup's memory.max, memory.current); -1 when none ("max"). */
+static int64_t file_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long long v;
+  int ok = fscanf(f, "%lld", &v) == 1;
+  fclose(f);
+  return ok ? (int64_t)v : -1;
+}
+
+/* Bytes this process can still allocate as far as the system says, and where that comes from:
+ * the smallest of the kernel's MemAvailable and the cgroup's limit less its use, shared by the
+ * ranks mpirun started on this node, and the address-space limit (ulimit -v) less what is
+ * mapped. -1 when nothing says. */
+static int64_t memory_available(const char **source) {
+  int64_t avail = proc_kb("/proc/meminfo", "MemAvailable:");
+  *source = "MemAvailable in /proc/meminfo";
+  int64_t max = file_number("/sys/fs/cgroup/memory.max");
+  int64_t used = file_number("/sys/fs/cgroup/memory.current");
+  if (max > 0 && used >= 0 && (avail < 0 || max - used < avail))
+    avail = max - used, *source = "the cgroup's memory.max";
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int ranks = local ? atoi(local) : 1;
+  if (avail > 0 && ranks > 1) avail /= ranks;
+  struct rlimit rl;
+  int64_t mapped = proc_kb("/proc/self/status", "VmSize:");
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && mapped >= 0 &&
+      (avail < 0 || (int64_t)rl.rlim_cur - mapped < avail)) {
+    avail = (int64_t)rl.rlim_cur - mapped, *source = "the address-space limit, ulimit -v";
+    if (avail < 0) avail = 0;
+  }
+  return avail;
+}
+
+/* bytes as "12.3 GB", "45.6 MB" or "7.8 kB" (powers of 1000). */
+static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
+  double b = (double)bytes;
+  if (b >= 1e9)
+    snprintf(buf, size, "%.1f GB", b / 1e9);
+  else if (b >= 1e6)
+    snprintf(buf, size, "%.1f MB", b / 1e6);
+  else
+    snprintf(buf, size, "%.1f kB", b / 1e3);
+  return buf;
+}
+
+/* The net's memory, estimated before it is built, against what the machine has left: more is
+ * refused with the estimate's parts and the largest --batch that fits (activations grow with
+ * the batch; a wide input with a CNN can need more than any batch allows); more than half is
+ * said aloud. A CSV of 10^6 columns with --model cnn used to grow until the kernel killed it. */
+static int check_memory(run_t *r) {
+  /* Each rank's step takes --batch of its shard; a larger batch only pads every step. */
+  int64_t shard = (r->train.n + tsr_dist_size() - 1) / tsr_dist_size();
+  if (r->speaker && r->net_opts.batch > shard)
+    fprintf(stderr,
+            "tessera train: warning: --batch %d is more than the %lld training samples of %s: "
+            "every step is padded to %d rows; --batch %lld takes the same steps in less memory\n",
+            r->net_opts.batch, (long long)shard, tsr_dist_size() > 1 ? "a rank" : "the run",
+            r->net_opts.batch, (long long)shard);
+  tsr_net_memory_t m;
+  int rc = tsr_net_estimate(&m, &r->spec, (int)r->train.features, r->train.classes, &r->net_opts,
+                            &r->err);
+  const char *source;
+  int64_t avail = memory_available(&source);
+  if (rc || avail < 0 || m.total <= avail / 2) return rc;
+  char total[32], free_[32], act[32], params[32], opt[32], work[32];
+  show_bytes(total, sizeof total, m.total);
+  show_bytes(free_, sizeof free_, avail);
+  if (m.total <= avail) {
+    if (r->speaker)
+      fprintf(stderr,
+              "tessera train: warning: the network will take about %s of memory, more than half "
+              "of the %s available (%s); a lower --batch takes less\n",
+              total, free_, source);
+    return 0;
+  }
+  tsr_net_opts_t o = r->net_opts;
+  tsr_net_memory_t fit = m;
+  while (o.batch > 1 && fit.total > avail) {
+    o.batch /= 2;
+    if (tsr_net_estimate(&fit, &r->spec, (int)r->train.features, r->train.classes, &o, NULL)) break;
+  }
+  char way[160], fit_total[32];
+  if (fit.total <= avail)
+    snprintf(way, sizeof way, "lower --batch (--batch %d needs about %s) or choose a smaller model",
+             o.batch, show_bytes(fit_total, sizeof fit_total, fit.total));
+  else
+    snprintf(way, sizeof way,
+             "even --batch 1 needs about %s: choose a smaller model, or fewer input features",
+             show_bytes(fit_total, sizeof fit_total, fit.total));
+  return tsr_error_set(&r->err, TSR_ENOMEM,
+                       "the network needs about %s of memory (parameters and gradients %s, "
+                       "optimizer state %s, activations %s for a batch of %d, workspace %s), more "
+                       "than the %s available (%s); %s",
+                       total, show_bytes(params, sizeof params, m.params + m.grads),
+                       show_bytes(opt, sizeof opt, m.optimizer),
+                       show_bytes(act, sizeof act, m.activations), r->net_opts.batch,
+                       show_bytes(work, sizeof work, m.workspace), free_, source, way);
+}
+
 /* Every rank: the data and model, the same configuration as rank 0, the runtime, the net. */
 static int start(run_t *r, int argc, char **argv) {
   int rc = tsr_dist_agree(load(r), &r->err, &r->err);
@@ -222,6 +336,7 @@ static int start(run_t *r, int argc, char **argv) {
         &r->err, &r->err);
   if (rc == 0 && r->cfg->resume)
     r->net_opts.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
+  if (rc == 0) rc = tsr_dist_agree(check_memory(r), &r->err, &r->err);
   if (rc == 0)
     rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
                                        &r->net_opts, &r->err),
