@@ -247,15 +247,17 @@ static int64_t memory_available(const char **source) {
   return avail;
 }
 
-/* bytes as "12.3 GB", "45.6 MB" or "7.8 kB" (powers of 1000). */
+/* bytes as "12.3 GB", "45.6 MB", "7.8 kB" (powers of 1000) or "0 bytes". */
 static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
   double b = (double)bytes;
   if (b >= 1e9)
     snprintf(buf, size, "%.1f GB", b / 1e9);
   else if (b >= 1e6)
     snprintf(buf, size, "%.1f MB", b / 1e6);
-  else
+  else if (b >= 1e3)
     snprintf(buf, size, "%.1f kB", b / 1e3);
+  else
+    snprintf(buf, size, "%lld bytes", (long long)bytes);
   return buf;
 }
 
