@@ -417,6 +417,40 @@ Test(train, a_failing_epoch_callback_stops_the_run_with_its_error) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
+/* The memory estimate counts what tsr_net_create builds: the parameters of the built net (an
+ * MLP and the CNN), one optimizer state for SGD with momentum and two for Adam, and for the MLP
+ * each layer's output and its gradient plus the input batch and its labels, in floats. */
+Test(train, the_memory_estimate_counts_what_the_net_builds) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 64);
+  const char *models[] = {"mlp:32", "cnn"};
+  for (int k = 0; k < 2; k++)
+    for (int adam = 0; adam < 2; adam++) {
+      tsr_model_spec_t spec;
+      tsr_errbuf_t err = {""};
+      cr_assert_eq(tsr_model_parse(&spec, models[k], train.classes, &err), 0, "%s", err.msg);
+      tsr_net_opts_t o;
+      tsr_net_opts_init(&o);
+      o.batch = 16, o.opt.kind = adam ? TSR_OPT_ADAM : TSR_OPT_SGD;
+      tsr_net_memory_t m;
+      cr_assert_eq(tsr_net_estimate(&m, &spec, (int)train.features, train.classes, &o, &err), 0,
+                   "%s", err.msg);
+      tsr_net_t *net;
+      cr_assert_eq(tsr_net_create(&net, &spec, (int)train.features, train.classes, &o, &err), 0,
+                   "%s", err.msg);
+      int64_t params = 4 * tsr_net_param_count(net);
+      cr_assert_eq(m.params, params, "%s: %lld bytes of parameters estimated, %lld built",
+                   models[k], (long long)m.params, (long long)params);
+      cr_assert_eq(m.grads, params);
+      cr_assert_eq(m.optimizer, (adam ? 2 : 1) * params);
+      if (k == 0)
+        cr_assert_eq(m.activations, 4 * 16 * (train.features + 1 + 2 * (32 + train.classes)));
+      cr_assert_eq(m.total, m.params + m.grads + m.optimizer + m.activations + m.workspace);
+      tsr_net_destroy(&net);
+    }
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
 Test(train, rejects_a_last_layer_that_does_not_fit_the_classes) {
   tsr_model_spec_t spec = {1, {{.kind = TSR_LAYER_DENSE, .units = 7}}};
   tsr_net_opts_t o;
