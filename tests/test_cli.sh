@@ -225,6 +225,8 @@ expect 1 "--trace /proc/x/y.json: cannot create: No such file or directory" -- \
 expect 1 "--log $tmp/no/log.jsonl: cannot create: No such file" -- \
   train --data /nonexistent --log "$tmp/no/log.jsonl"
 expect 1 "--log $tmp: is a folder" -- train --data /nonexistent --log "$tmp"
+expect 1 "--checkpoint /proc/x/y.st: cannot create: No such file" -- \
+  train --data /nonexistent --checkpoint /proc/x/y.st
 out=$(
   trap '' XFSZ
   ulimit -f 4 # the CSV run's trace is about 6 KiB

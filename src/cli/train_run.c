@@ -171,10 +171,15 @@ static void warn_empty_classes(const tsr_dataset_t *train) {
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  /* Rank 0 writes the log and the trace: a path it cannot create fails now, not after training. */
+  /* Rank 0 writes the log, the trace and checkpoints: a path it cannot create fails now, not after
+   * training. */
   int rc = r->speaker && cfg->log_path ? tsr_output_check(cfg->log_path, "--log", &r->err) : 0;
   if (rc == 0 && r->speaker && cfg->trace_path)
     rc = tsr_output_check(cfg->trace_path, "--trace", &r->err);
+  /* The checkpoint too: it is written beside itself and renamed, so its folder must take a new
+   * file; found out at the first checkpoint, an epoch was lost. */
+  if (rc == 0 && r->speaker && cfg->checkpoint)
+    rc = tsr_output_check(cfg->checkpoint, "--checkpoint", &r->err);
   if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
   if (rc == 0 && cfg->classes) { /* before --train-limit: every label of the files is checked */
