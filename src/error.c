@@ -14,6 +14,7 @@ const char *tsr_strerror(int code) {
   case TSR_ESHAPE: return "shapes do not fit";
   case TSR_ERUNTIME: return "runtime error";
   case TSR_ESTOPPED: return "stopped on request";
+  case TSR_EDIVERGED: return "training diverged";
   default: return "unknown error";
   }
 }

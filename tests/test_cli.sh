@@ -11,12 +11,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect CODE PATTERN -- ARGS...: exit code CODE and stderr+stdout matching PATTERN.
+# expect CODE PATTERN -- ARGS...: exit code CODE and stderr+stdout matching PATTERN, within 30 s
+# (timeout's 124 otherwise).
 expect() {
   local code=$1 pattern=$2
   shift 3
   local out rc
-  out=$("$tessera" "$@" 2>&1)
+  out=$(timeout 30 "$tessera" "$@" 2>&1)
   rc=$?
   if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
     passed=$((passed + 1))
@@ -28,13 +29,23 @@ expect() {
   fi
 }
 
+# pass / fail NAME [DETAIL...]: count a check done by hand.
+pass() { passed=$((passed + 1)); }
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*"
+}
+
 expect 0 "usage: tessera train" -- train --help
 expect 0 "usage: tessera <command>" -- --help
 expect 2 "unknown command 'trian'" -- trian
 expect 2 "usage:" --
 expect 2 "--epochs abc: expected an integer" -- train --epochs abc
-expect 2 "--batch 0: expected an integer >= 1" -- train --batch 0
-expect 2 "--lr -1: expected a number > 0" -- train --lr -1
+expect 2 "--batch 0: expected an integer from 1" -- train --batch 0
+expect 2 "--lr -1: expected a number from" -- train --lr -1
+# 0 epochs would train nothing: refused, and a message states the range it checks.
+expect 2 "--epochs 0: expected an integer from 1 to 100000" -- train --epochs 0
+expect 2 "--batch 2000000: expected an integer from 1 to 1048576" -- train --batch 2000000
 expect 2 "--momentum 1.5" -- train --momentum 1.5
 expect 2 "--optimizer rmsprop: expected sgd or adam" -- train --optimizer rmsprop
 expect 2 "--tile 0x4" -- train --tile 0x4
@@ -43,8 +54,19 @@ expect 2 "unexpected argument 'extra'" -- train extra
 expect 2 "unknown policy" -- train --sched nosuch
 expect 2 "  lws +locality" -- train --sched nosuch
 expect 1 "/nonexistent" -- train --data /nonexistent --epochs 1
-expect 1 "--model 'mlp:0'" -- train --model mlp:0 --epochs 1 --data "$data"
-expect 1 "$tmp/missing.ini: cannot open" -- train --model "$tmp/missing.ini" --data "$data"
+# Option values are checked before the data loads (a missing folder would exit 1): exit 2.
+for m in mlp:0 mlp:-5 mlp:5, mlp: resnet; do
+  expect 2 "--model '$m'" -- train --model "$m" --data /nonexistent
+done
+expect 2 "--sched modular-heteroprio-heft: this policy deadlocks" -- \
+  train --sched modular-heteroprio-heft --data /nonexistent
+# A model file is a file (exit 1), read before the data: a folder and a named pipe are refused
+# (a pipe used to block forever).
+expect 1 "$tmp/missing.ini: cannot open" -- train --model "$tmp/missing.ini" --data /nonexistent
+mkdir "$tmp/folder.ini"
+expect 1 "folder.ini: is a folder, not a model file" -- train --model "$tmp/folder.ini" --data "$data"
+mkfifo "$tmp/pipe.ini"
+expect 1 "pipe.ini: is not a regular file" -- train --model "$tmp/pipe.ini"
 expect 0 "scheduler" -- info
 expect 0 "lws" -- info --sched-list
 
@@ -72,6 +94,41 @@ expect 0 "epoch 20/20" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 
   --batch 16 --log "$tmp/csv.jsonl"
 check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
   "test_accuracy>0.95" "train_accuracy>0.95" "loss<0.3"
+# StarPU takes at most 4 CPU workers per process (Debian's build): more is said aloud.
+expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
+  --model linear --epochs 1 --workers 999
+
+# The network's memory is estimated before it is built and checked against what is available
+# (here the address-space limit, ulimit -v, so the check does not depend on the machine's RAM): a
+# CSV of 10^6 columns with --model cnn used to grow to 24 GB until the kernel killed it, and
+# --batch 1048576 took 12 GB. Both are refused at once with the estimate and a way out; a batch
+# larger than the training set is said aloud.
+mkdir "$tmp/wide"
+/usr/bin/python3 -c 'import sys; row = ",0" * 10**6 + "\n"; open(sys.argv[1], "w").write("0" + row + "1" + row)' \
+  "$tmp/wide/train.csv"
+cp "$tmp/wide/train.csv" "$tmp/wide/test.csv"
+memory_expect() {
+  local code=$1 pattern=$2 out rc
+  shift 2
+  out=$(
+    ulimit -v 8000000
+    timeout 30 "$tessera" "$@" 2>&1
+  )
+  rc=$?
+  # -z: the pattern may span the warning line and the error line.
+  if [[ $rc == "$code" ]] && grep -qzE -- "$pattern" <<<"$out"; then
+    pass
+  else
+    fail "$* under ulimit -v: exit $rc: $out"
+  fi
+}
+memory_expect 1 "the network needs about [0-9.]+ GB of memory \(.*activations [0-9.]+ GB for a batch \
+of 64.*\), more than the [0-9.]+ GB available \(the address-space limit, ulimit -v\); lower --batch \
+\(--batch [0-9]+ needs about" train --data "$tmp/wide" --model cnn --epochs 1
+memory_expect 1 "even --batch 1 needs about [0-9.]+ GB: choose a smaller model" \
+  train --data "$tmp/wide" --model mlp:100000,100000 --epochs 1
+memory_expect 1 "warning: --batch 1048576 is more than the [0-9]+ training samples.*activations \
+[0-9.]+ GB for a batch of 1048576" train --data "$tmp/csv" --model mlp --epochs 1 --batch 1048576
 
 # The test set is standardized with the training set's mean and deviation. The
 # class is the sign of the only feature; the training set is symmetric about 0
@@ -102,6 +159,103 @@ if [[ -d $data ]]; then
   expect 0 "conv3x3/32p1x1" -- train --model cnn --epochs 2 --train-limit 512 --test-limit 128 \
     --log "$tmp/cnn.jsonl"
   check_log "CNN on Fashion-MNIST" "$tmp/cnn.jsonl" 2 "test_accuracy>0.3"
+  # A diverging run (lr 1e6: the loss is NaN in epoch 1) stops after that epoch with exit 3 and
+  # a message naming the epoch; the log writes the NaN as "nan", distinct from null, which means
+  # no test set (--test-limit 0). It used to print 'loss -nan' every epoch and exit 0.
+  expect 3 "training diverged in epoch 1 \(steps 1 to 8\): the mean training loss is nan" -- \
+    train --lr 1e6 --epochs 3 --train-limit 500 --test-limit 0 --log "$tmp/nan.jsonl"
+  if /usr/bin/python3 - "$tmp/nan.jsonl" <<'PY'; then pass; else fail "NaN in the log: $(cat "$tmp/nan.jsonl")"; fi
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [o["epoch"] for o in lines] == [1], lines
+assert lines[0]["loss"] == "nan" and lines[0]["test_loss"] is None, lines[0]
+PY
+fi
+
+# A full disk: a log line that cannot be written stops the run after that epoch (exit 1, the file
+# and the error named). /dev/full is always full; under `ulimit -f 1` (SIGXFSZ ignored, so writes
+# fail with EFBIG) a file fills at 1 KiB, part way through epoch 2's line: that part is taken
+# back, and the log holds epoch 1's line, whole.
+out=$(timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log /dev/full 2>&1)
+rc=$?
+if [[ $rc == 1 ]] && grep -q "log /dev/full: cannot write epoch 1's line: No space left" <<<"$out" &&
+  ! grep -q "^epoch 2/3" <<<"$out"; then
+  pass
+else
+  fail "--log /dev/full: exit $rc: $out"
+fi
+out=$(
+  trap '' XFSZ
+  ulimit -f 1
+  timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log "$tmp/cut.jsonl" 2>&1
+)
+rc=$?
+if [[ $rc == 1 ]] && grep -q "cannot write epoch 2's line: File too large" <<<"$out" &&
+  /usr/bin/python3 -c 'import json, sys; assert [json.loads(l)["epoch"] for l in open(sys.argv[1])] == [1]' \
+    "$tmp/cut.jsonl"; then
+  pass
+else
+  fail "--log on a disk that fills during epoch 2's line: exit $rc: $out; log: $(cat "$tmp/cut.jsonl")"
+fi
+
+# A stray label (200 in a 10-class IDX set) used to build a 201-class model silently: classes
+# inferred from the labels that have no training sample are warned about, and --classes 10 makes
+# the label an error naming the sample.
+/usr/bin/python3 - "$tmp/idx200" <<'PY'
+import os, struct, sys
+os.mkdir(sys.argv[1])
+for name, labels in (("train", [i % 10 for i in range(40)] + [200]), ("t10k", list(range(10)))):
+    with open(os.path.join(sys.argv[1], name + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, len(labels), 2, 2))
+        f.write(bytes((l * 37 + i) % 256 for i, l in enumerate(labels) for _ in range(4)))
+    with open(os.path.join(sys.argv[1], name + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+PY
+expect 0 "warning: the training labels go up to 200, so the model has 201 classes, but 190 of them \
+have no training sample \(10 to 199\)" -- train --data "$tmp/idx200" --model linear --epochs 1
+expect 1 "--classes 10: the training set in .*: sample 41 has label 200, but there are 10 classes" \
+  -- train --data "$tmp/idx200" --model linear --epochs 1 --classes 10
+expect 2 "--classes 1: expected an integer from 2" -- train --classes 1
+
+# Output files are checked before anything loads (--data /nonexistent would exit 1 naming the
+# folder): a path that cannot be created exits 1 with the option, the file and the reason. The
+# trace used to be opened only after training, and a cut one stayed, with only "write failed".
+expect 1 "--trace /proc/x/y.json: cannot create: No such file or directory" -- \
+  train --data /nonexistent --trace /proc/x/y.json
+expect 1 "--log $tmp/no/log.jsonl: cannot create: No such file" -- \
+  train --data /nonexistent --log "$tmp/no/log.jsonl"
+expect 1 "--log $tmp: is a folder" -- train --data /nonexistent --log "$tmp"
+expect 1 "--checkpoint /proc/x/y.st: cannot create: No such file" -- \
+  train --data /nonexistent --checkpoint /proc/x/y.st
+out=$(
+  trap '' XFSZ
+  ulimit -f 4 # the CSV run's trace is about 6 KiB
+  timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 1 --trace "$tmp/cut.json" 2>&1
+)
+rc=$?
+if [[ $rc == 1 && ! -e $tmp/cut.json ]] &&
+  grep -q "trace $tmp/cut.json: cannot write: File too large; the partial file was removed" <<<"$out"; then
+  pass
+else
+  fail "--trace on a disk that fills: exit $rc: $out; $(ls -l "$tmp/cut.json" 2>&1)"
+fi
+
+if [[ -d $data ]]; then
+  # stdout is line-buffered: into a file, the banner shows while the first epoch still runs (the
+  # CNN on 60,000 images: the banner after about 1.5 s, the epoch's line after about 13 s here).
+  "$tessera" train --model cnn --epochs 1 --data "$data" >"$tmp/banner.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    grep -q "^tessera: model" "$tmp/banner.out" && break
+    sleep 0.1
+  done
+  if grep -q "^tessera: model" "$tmp/banner.out" && ! grep -q "^epoch" "$tmp/banner.out"; then
+    pass
+  else
+    fail "banner not in a file 10 s into the run: $(head -c 300 "$tmp/banner.out")"
+  fi
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
 fi
 
 echo "$passed passed, $failed failed"

@@ -209,6 +209,30 @@ Test(data, idx_label_255_gives_256_classes) {
   tsr_dataset_fini(&ds);
 }
 
+/* A stray label makes classes that have no sample (255 above: 253 empty); counting says so, and
+ * setting the classes refuses a label at or above them, naming the sample and the label. */
+Test(data, class_counts_and_set_classes) {
+  const char *im = good_images("im", 0);
+  unsigned char lab[8 + N] = {0, 0, 8, 1, 0, 0, 0, N, 255, 0, 254};
+  const char *lb = write_file("lb", lab, sizeof lab);
+  tsr_dataset_t ds;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_idx(&ds, im, lb, &err), 0, "%s", err.msg);
+  int64_t counts[256];
+  tsr_dataset_class_counts(&ds, counts);
+  int empty = 0;
+  for (int c = 0; c < 256; c++)
+    empty += counts[c] == 0;
+  cr_assert(counts[255] == 1 && counts[254] == 1 && counts[0] == N - 2 && empty == 253);
+  cr_assert_eq(tsr_dataset_set_classes(&ds, 10, "the set", &err), TSR_EFORMAT);
+  cr_assert_str_eq(err.msg, "the set: sample 1 has label 255, but there are 10 classes (labels 0 "
+                            "to 9)");
+  cr_assert_eq(ds.classes, 256, "a refused count leaves the classes as they were");
+  cr_assert_eq(tsr_dataset_set_classes(&ds, 300, "the set", &err), 0);
+  cr_assert_eq(ds.classes, 300);
+  tsr_dataset_fini(&ds);
+}
+
 /* ---- IDX: bad files ---- */
 
 Test(data, idx_truncated_images) {

@@ -13,7 +13,7 @@ mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
 common=(--workers 1 --train-limit 1280 --test-limit 500 --data "$data")
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect CODE PATTERN SECONDS -- COMMAND...
+# expect CODE PATTERN SECONDS -- COMMAND...; the output stays in $last.
 expect() {
   local code=$1 pattern=$2 limit=$3
   shift 4
@@ -21,6 +21,7 @@ expect() {
   start=$(date +%s)
   out=$(timeout "$limit" "$@" 2>&1)
   rc=$?
+  last=$out
   local took=$(($(date +%s) - start))
   if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
     passed=$((passed + 1))
@@ -44,6 +45,27 @@ expect 1 "rank 1: .*model" 60 -- \
 expect 2 "--batch 0" 60 -- \
   "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
   -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
+# Rank 0 writes the trace: a path it cannot create stops every rank before training.
+expect 1 "rank 0: --trace /proc/x/y.json: cannot create" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --trace /proc/x/y.json
+# A log line that cannot be written (a full disk) stops every rank after that epoch, with rank 0's
+# message and a non-zero exit; it used to be ignored, and every epoch ran.
+expect 1 "log /dev/full: cannot write epoch 1's line: No space left on device" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 3 --log /dev/full
+if grep -q "^epoch 2/3" <<<"$last"; then
+  failed=$((failed + 1))
+  echo "FAIL: --log /dev/full under mpirun: epoch 2 ran"
+fi
+# A diverging run stops every rank after the epoch whose loss is NaN, with exit 3 (gradient and
+# weight averaging both used to train every epoch on NaN and exit 0).
+for policy in batch epoch; do
+  expect 3 "training diverged in epoch 1" 60 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" \
+    --epochs 3 --lr 1e6 --sync "$policy"
+done
+# A network no machine has memory for (mlp:200000,200000: about 480 GB of parameters, gradients
+# and momentum) is refused on every rank before it is built, with the estimate.
+expect 1 "the network needs about [0-9.]+ GB of memory.*even --batch 1 needs about" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --model mlp:200000,200000
 expect 0 "epoch 2/2" 120 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync every=4 --log "$tmp/log.jsonl"
 # Either progress mode trains the same model: the same loss and accuracy, digit for digit.

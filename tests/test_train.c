@@ -366,6 +366,91 @@ Test(train, reported_test_metrics_equal_a_separate_evaluation) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
+/* A loss that is not a finite number stops the run after its epoch's line (NaN weights stay
+ * NaN: no later epoch could recover) with TSR_EDIVERGED and a message naming the epoch and its
+ * steps. One NaN in the output layer's bias makes epoch 1's loss NaN (in a hidden layer the
+ * ReLU would turn it into 0). */
+Test(train, a_nan_loss_stops_the_run_after_its_epoch) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 200);
+  tsr_net_t *net = small_net(&train, 32);
+  int bias = tsr_net_n_params(net) - 1;
+  int64_t rows, cols;
+  cr_assert_eq(tsr_net_param_info(net, bias, &rows, &cols), 0);
+  float *b = malloc(sizeof(float) * (size_t)(rows * cols));
+  cr_assert_eq(tsr_net_param_get(net, bias, b), 0);
+  b[0] = NAN;
+  cr_assert_eq(tsr_net_param_set(net, bias, b), 0);
+  free(b);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  epochs_t got = {0};
+  to.epochs = 3, to.on_epoch = keep_epoch, to.ctx = &got;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_train(net, &train, &test, &to, &err), TSR_EDIVERGED, "%s", err.msg);
+  cr_assert_eq(got.n, 1, "epochs reported: %d", got.n);
+  cr_assert(isnan(got.s[0].loss) && got.s[0].test_samples == test.n);
+  cr_assert(strstr(err.msg, "epoch 1 (steps 1 to 7)") && strstr(err.msg, "loss is nan"), "%s",
+            err.msg);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* on_epoch's failure stops the run with its code; err stays as the callback filled it. */
+static int fail_epoch_2(const tsr_epoch_stats_t *s, void *ctx) {
+  if (s->epoch < 2) return 0;
+  tsr_error_set(ctx, TSR_EIO, "epoch %d's line could not be written", s->epoch);
+  return TSR_EIO;
+}
+
+Test(train, a_failing_epoch_callback_stops_the_run_with_its_error) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 200);
+  tsr_net_t *net = small_net(&train, 32);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  tsr_errbuf_t err = {""};
+  to.epochs = 4, to.on_epoch = fail_epoch_2, to.ctx = &err;
+  cr_assert_eq(tsr_train(net, &train, &test, &to, &err), TSR_EIO, "%s", err.msg);
+  cr_assert_str_eq(err.msg, "epoch 2's line could not be written");
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* The memory estimate counts what tsr_net_create builds: the parameters of the built net (an
+ * MLP and the CNN), one optimizer state for SGD with momentum and two for Adam, and for the MLP
+ * each layer's output and its gradient plus the input batch and its labels, in floats. */
+Test(train, the_memory_estimate_counts_what_the_net_builds) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 64);
+  const char *models[] = {"mlp:32", "cnn"};
+  for (int k = 0; k < 2; k++)
+    for (int adam = 0; adam < 2; adam++) {
+      tsr_model_spec_t spec;
+      tsr_errbuf_t err = {""};
+      cr_assert_eq(tsr_model_parse(&spec, models[k], train.classes, &err), 0, "%s", err.msg);
+      tsr_net_opts_t o;
+      tsr_net_opts_init(&o);
+      o.batch = 16, o.opt.kind = adam ? TSR_OPT_ADAM : TSR_OPT_SGD;
+      tsr_net_memory_t m;
+      cr_assert_eq(tsr_net_estimate(&m, &spec, (int)train.features, train.classes, &o, &err), 0,
+                   "%s", err.msg);
+      tsr_net_t *net;
+      cr_assert_eq(tsr_net_create(&net, &spec, (int)train.features, train.classes, &o, &err), 0,
+                   "%s", err.msg);
+      int64_t params = 4 * tsr_net_param_count(net);
+      cr_assert_eq(m.params, params, "%s: %lld bytes of parameters estimated, %lld built",
+                   models[k], (long long)m.params, (long long)params);
+      cr_assert_eq(m.grads, params);
+      cr_assert_eq(m.optimizer, (adam ? 2 : 1) * params);
+      if (k == 0)
+        cr_assert_eq(m.activations, 4 * 16 * (train.features + 1 + 2 * (32 + train.classes)));
+      cr_assert_eq(m.total, m.params + m.grads + m.optimizer + m.activations + m.workspace);
+      tsr_net_destroy(&net);
+    }
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
 Test(train, rejects_a_last_layer_that_does_not_fit_the_classes) {
   tsr_model_spec_t spec = {1, {{.kind = TSR_LAYER_DENSE, .units = 7}}};
   tsr_net_opts_t o;

@@ -15,7 +15,7 @@ TSR_EXTERN_C_BEGIN
 typedef struct {
   int64_t n;                   /* number of samples */
   int64_t features;            /* columns per sample (784 for 28x28 images) */
-  int classes;                 /* 1 + largest label */
+  int classes;                 /* 1 + largest label, or as set by tsr_dataset_set_classes */
   int channels, height, width; /* image geometry where known (1, 28, 28), else (1, 1, features) */
   float *x;                    /* (n, features) row-major, owned */
   float *y;                    /* (n, 1) labels as exact small integers in float, owned */
@@ -35,6 +35,15 @@ TSR_API int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf
  * names (train-images-idx3-ubyte[.gz], ...) or train.csv / test.csv. */
 TSR_API int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *dir,
                                  tsr_errbuf_t *err);
+
+/* Sets the number of classes to `classes` (>= 2), after checking that every
+ * label is below it: a label that is not is an error naming ds (`what`, e.g.
+ * "the training set"), the sample and the label. */
+TSR_API int tsr_dataset_set_classes(tsr_dataset_t *ds, int classes, const char *what,
+                                    tsr_errbuf_t *err);
+
+/* Samples per class: counts[c] for c in 0 .. ds->classes - 1 (caller's array). */
+TSR_API void tsr_dataset_class_counts(const tsr_dataset_t *ds, int64_t *counts);
 
 /* Keeps the first n samples (n <= ds->n). */
 TSR_API int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n);

@@ -103,6 +103,8 @@ TSR_API bool tsr_dist_any(bool mine);
 /* Under MPI: prints msg (prefixed with the rank) and stops every rank with
  * exit status 1 (MPI_Abort). Without MPI it does nothing and returns. */
 TSR_API void tsr_dist_abort(const char *msg);
+/* The same with another exit status (mpirun exits with it). */
+TSR_API void tsr_dist_abort_status(const char *msg, int status);
 /* Finalizes MPI if tsr_dist_start started it. */
 TSR_API void tsr_dist_stop(void);
 

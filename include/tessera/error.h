@@ -18,7 +18,8 @@ enum {
   TSR_EFORMAT = -4,  /* a file's contents are malformed */
   TSR_ESHAPE = -5,   /* shapes or tilings of operands do not fit */
   TSR_ERUNTIME = -6, /* StarPU, MPI or BLIS refused to start or run */
-  TSR_ESTOPPED = -7  /* stopped on request (a signal) before the end */
+  TSR_ESTOPPED = -7, /* stopped on request (a signal) before the end */
+  TSR_EDIVERGED = -8 /* training diverged: a loss that is not a finite number */
 };
 
 /* A caller-owned buffer for a message that names the file, the field and the fix. */

@@ -27,10 +27,20 @@ typedef struct {
 
 typedef struct tsr_log tsr_log_t;
 
-/* Opens (truncates) path for writing; *log is owned by the caller. */
+/* Checks, before a run spends any time, that an output file it will write at
+ * some point (what names the option, e.g. "--log") can be created: path is
+ * opened for writing, created if missing and then removed again, an existing
+ * file's contents left as they are. A folder is refused; a path that exists
+ * and is not a regular file (a pipe, /dev/stdout) is accepted unopened. */
+TSR_API int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err);
+
+/* Opens (creates or truncates) path for writing; *log is owned by the caller. */
 TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run,
                          tsr_errbuf_t *err);
-/* Appends one line and flushes it, so a crashed run keeps its epochs. */
+/* Appends one line, written whole straight to the file, so a crashed run
+ * keeps its epochs. A line that cannot be written entirely (a full disk) is
+ * cut off again so that no half line stays, and TSR_EIO returned with errno
+ * saying why; the same holds for every line below. */
 TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
 /* Appends the run's statistics as one object with "event": "stats": per
  * worker of each rank seconds, executing, idle, overhead, tasks and tasks

@@ -112,6 +112,28 @@ TSR_API int tsr_net_create(tsr_net_t **net, const tsr_model_spec_t *spec, int in
                            const tsr_net_opts_t *opts, tsr_errbuf_t *err);
 TSR_API void tsr_net_destroy(tsr_net_t **net);
 
+/* What a network would hold in memory, in bytes, as tsr_net_create would
+ * build it (the same tiles, for this process's workers): known before
+ * anything is allocated, so that a model or a batch that cannot fit is
+ * refused with the numbers instead of running the machine out of memory. */
+typedef struct {
+  int64_t params;      /* weights and biases */
+  int64_t grads;       /* their gradients */
+  int64_t optimizer;   /* optimizer state (SGD momentum; Adam's two moments) */
+  int64_t activations; /* each layer's output and its gradient for one batch, the input batch
+                        * and its labels, per-batch-tile weight-gradient partials: all grow with
+                        * the batch */
+  int64_t workspace;   /* the workers' scratch (the lowered input of a convolution) */
+  int64_t total;
+} tsr_net_memory_t;
+
+/* Fills *mem for tsr_net_create(spec, inputs, classes, opts) without
+ * building anything; a spec that tsr_net_create would refuse is refused the
+ * same way. The runtime should be started (tiles depend on its workers).
+ * Synchronization under MPI adds its own buffers, not counted here. */
+TSR_API int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int inputs,
+                             int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+
 /* Samples per step the network was built for. */
 TSR_API int tsr_net_batch(const tsr_net_t *net);
 /* Learning rate for the steps submitted from now on (schedules). */

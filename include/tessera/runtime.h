@@ -42,6 +42,7 @@ TSR_API int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err);
 TSR_API void tsr_runtime_fini(void);
 
 TSR_API int tsr_runtime_ncpus(void);         /* CPU workers StarPU runs */
+TSR_API int tsr_runtime_max_ncpus(void);     /* at most this many per process (STARPU_MAXCPUS) */
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 /* "thread" or "worker" under MPI once started, else "none". */
 TSR_API const char *tsr_runtime_mpi_progress(void);
@@ -49,6 +50,9 @@ TSR_API const char *tsr_runtime_mpi_progress(void);
 /* Whether name is a scheduling policy the installed StarPU offers or a
  * program registered. */
 TSR_API bool tsr_sched_known(const char *name);
+/* Why policy name cannot train with this StarPU (modular-heteroprio-heft deadlocks in 1.3), or
+ * NULL when it can; tsr_runtime_init refuses such a policy with this reason. */
+TSR_API const char *tsr_sched_broken(const char *name);
 /* Writes the installed and registered policies, one "name  description" per line. */
 TSR_API void tsr_sched_list(FILE *out);
 /* Makes a program's own policy selectable by its name (opts.sched, --sched).
@@ -102,7 +106,10 @@ TSR_API void tsr_run_stats_fini(tsr_run_stats_t *st);
 TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
 /* Writes the recorded tasks as a Chrome trace-event JSON file (Perfetto,
  * chrome://tracing): one track per worker per rank, a track per rank for
- * the main thread's waits and synchronization points. Needs opts.trace. */
+ * the main thread's waits and synchronization points. Needs opts.trace. A
+ * file that cannot be written whole (a full disk) is removed, and err names
+ * it with the system's reason. tsr_output_check (log.h) tells beforehand
+ * whether path can be created. */
 TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
 
 /* Prints what the engine will run on: hwloc topology, StarPU workers and

@@ -19,7 +19,7 @@ typedef struct {
   int epochs;
   double loss;           /* mean training loss over the epoch */
   double train_accuracy; /* fraction of training samples predicted right during the epoch */
-  double test_loss;      /* NaN when there is no test set */
+  double test_loss;      /* NaN when there is no test set (test_samples 0) */
   double test_accuracy;
   double seconds; /* training time of the epoch (evaluation excluded) */
   double eval_seconds;
@@ -34,6 +34,9 @@ typedef struct {
   int64_t messages_received;
   int64_t averages;       /* weight averages over all ranks this epoch (async-epoch: folds) */
   int64_t group_averages; /* hier: averages inside rank 0's group this epoch */
+  int64_t test_samples;   /* samples evaluated: 0 when there is no test set (test_loss and
+                             test_accuracy are NaN then; with a test set, a NaN test_loss means
+                             the net diverged) */
 } tsr_epoch_stats_t;
 
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
@@ -66,7 +69,10 @@ typedef struct {
   int window;                    /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
-  /* Called on the main thread after each epoch; a non-zero return stops training. */
+  /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
+   * training: tsr_train returns it (a positive value as TSR_EINVAL) and leaves err as the
+   * callback may have filled it, e.g. with why a log line could not be written. Under MPI only
+   * rank 0 stops: its caller stops the others (tsr_dist_abort), as after any error there. */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
   void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
@@ -111,7 +117,13 @@ TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *op
  * each trains its replica on its shard of every epoch's shuffled order, the
  * replicas agree through opts->sync, and rank 0 evaluates and reports. The
  * rate is tsr_train_base_lr's (scaled by the ranks as opts->lr_scaling says)
- * under opts->lr_schedule. */
+ * under opts->lr_schedule. An epoch whose mean training loss, or test loss, is
+ * not a finite number stops the run after its on_epoch call with
+ * TSR_EDIVERGED: NaN weights stay NaN, so no later epoch could recover. Under
+ * MPI an error may be this rank's alone (rank 0 evaluates and decides
+ * divergence, and runs on_epoch; a failed step): the other ranks keep waiting
+ * for it, so the caller stops them all with tsr_dist_abort (the replicas,
+ * whose release is collective, are not released then). */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

@@ -15,6 +15,9 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  /* Line by line even into a file or a pipe: the banner and each epoch's line show as soon as they
+   * are printed, not when a buffer fills or the run ends. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -23,6 +23,7 @@ typedef struct {
   const char *resume;         /* --resume, NULL: from the start */
   int64_t train_limit;        /* --train-limit, -1: every training sample */
   int64_t test_limit;         /* --test-limit, -1: every test sample */
+  int classes;                /* --classes, 0: 1 + the largest training label */
   bool quiet;                 /* --quiet */
   bool help;                  /* --help: print the usage and run nothing */
   tsr_net_opts_t net;         /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
@@ -47,7 +48,9 @@ void tsr__cli_train_usage(FILE *out);
 
 /* Trains as cfg says, on every rank when started by mpirun: loads and standardizes the data,
  * builds the net, trains, and reports (banner, a line per epoch, log, statistics, trace) on
- * rank 0. Returns the command's exit status: 0, or 1 after writing the error to stderr. */
+ * rank 0. Returns the command's exit status: 0; 3 when training diverged (a loss that is not a
+ * finite number); 1 after any other error; each after writing the error to stderr. Under MPI a
+ * rank that fails once training started stops every rank with that status (MPI_Abort). */
 int tsr__cli_train_run(const tsr_cli_train_config_t *cfg);
 
 #endif

@@ -1,6 +1,6 @@
 /* tessera train's options: each one read into the configuration (train_config.h), checked
- * where it is read, with a message naming the option and what it expects. Nothing here
- * starts MPI or the runtime or reads a file. */
+ * where it is read, with a message naming the option and what it expects, so that a bad value
+ * exits 2 before any data loads. Nothing here starts MPI or the runtime or reads a file. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -20,7 +20,7 @@ void tsr__cli_train_usage(FILE *out) {
           "                      maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
           "                      or an INI\n"
           "                      model file with one section per layer [mlp]\n"
-          "  --epochs N          epochs [10]\n"
+          "  --epochs N          epochs, 1 or more [10]\n"
           "  --batch N           samples per step [64]\n"
           "  --optimizer NAME    sgd or adam [sgd]\n"
           "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
@@ -38,6 +38,8 @@ void tsr__cli_train_usage(FILE *out) {
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
+          "  --classes N         classes (labels 0 to N-1; a label >= N is an error)\n"
+          "                      [1 + the largest training label]\n"
           "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
           "                      post-local:E,K (batch for E epochs, then every=K) or\n"
           "                      hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
@@ -136,7 +138,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_RESUME,
     O_OUTER,
     O_OUTER_LR,
-    O_OUTER_MOM
+    O_OUTER_MOM,
+    O_CLASSES
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -172,6 +175,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"outer", required_argument, 0, O_OUTER},
       {"outer-lr", required_argument, 0, O_OUTER_LR},
       {"outer-momentum", required_argument, 0, O_OUTER_MOM},
+      {"classes", required_argument, 0, O_CLASSES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -195,11 +199,14 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     case O_DATA: cfg->data_dir = optarg; break;
     case O_MODEL: cfg->model = optarg; break;
     case O_EPOCHS:
-      if (to_long(optarg, 0, 100000, &v)) return bad("--epochs", optarg, "an integer >= 0");
+      /* 0 would train nothing and say nothing of it. */
+      if (to_long(optarg, 1, 100000, &v))
+        return bad("--epochs", optarg, "an integer from 1 to 100000");
       cfg->train.epochs = (int)v;
       break;
     case O_BATCH:
-      if (to_long(optarg, 1, 1 << 20, &v)) return bad("--batch", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 1 << 20, &v))
+        return bad("--batch", optarg, "an integer from 1 to 1048576");
       cfg->net.batch = (int)v;
       break;
     case O_OPT: {
@@ -212,7 +219,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     }
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &cfg->net.opt.lr))
-        return bad("--lr", optarg, "a number > 0");
+        return bad("--lr", optarg, "a number from 1e-12 to 1e6");
       lr_set = true;
       break;
     case O_SYNC: {
@@ -270,10 +277,11 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       break;
     case O_WD:
       if (to_float(optarg, 0, 1e6, &cfg->net.opt.weight_decay))
-        return bad("--weight-decay", optarg, "a number >= 0");
+        return bad("--weight-decay", optarg, "a number from 0 to 1e6");
       break;
     case O_SEED:
-      if (to_long(optarg, 0, 0x7fffffffL, &v)) return bad("--seed", optarg, "an integer >= 0");
+      if (to_long(optarg, 0, 0x7fffffffL, &v))
+        return bad("--seed", optarg, "an integer from 0 to 2147483647");
       cfg->net.seed = cfg->train.seed = (uint64_t)v;
       break;
     case O_TILE: {
@@ -283,9 +291,9 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
         *x = '\0';
         int e1 = to_long(optarg, 1, 1 << 20, &r), e2 = to_long(x + 1, 1, 1 << 20, &cc);
         *x = 'x';
-        if (e1 || e2) return bad("--tile", optarg, "N or RxC with positive integers");
+        if (e1 || e2) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
       } else if (to_long(optarg, 1, 1 << 20, &r)) {
-        return bad("--tile", optarg, "N or RxC with positive integers");
+        return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
       } else {
         cc = r;
       }
@@ -311,22 +319,29 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       break;
     }
     case O_WORKERS:
-      if (to_long(optarg, 1, 4096, &v)) return bad("--workers", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 4096, &v))
+        return bad("--workers", optarg, "an integer from 1 to 4096");
       cfg->runtime.ncpus = (int)v;
       break;
     case O_WINDOW:
-      if (to_long(optarg, 1, 1 << 16, &v)) return bad("--window", optarg, "an integer >= 1");
+      if (to_long(optarg, 1, 1 << 16, &v))
+        return bad("--window", optarg, "an integer from 1 to 65536");
       cfg->train.window = (int)v;
       break;
     case O_TRAIN_LIMIT:
       if (to_long(optarg, 1, 0x7fffffffL, &v))
-        return bad("--train-limit", optarg, "an integer >= 1");
+        return bad("--train-limit", optarg, "an integer from 1 to 2147483647");
       cfg->train_limit = v;
       break;
     case O_TEST_LIMIT:
       if (to_long(optarg, 0, 0x7fffffffL, &v))
-        return bad("--test-limit", optarg, "an integer >= 0");
+        return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
+      break;
+    case O_CLASSES:
+      if (to_long(optarg, 2, 1 << 24, &v))
+        return bad("--classes", optarg, "an integer from 2 to 16777216");
+      cfg->classes = (int)v;
       break;
     case O_LOG: cfg->log_path = optarg; break;
     case O_CHECKPOINT: cfg->checkpoint = optarg; break;
@@ -365,6 +380,13 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     tsr_sched_list(stderr);
     return 2;
   }
+  const char *broken = cfg->runtime.sched ? tsr_sched_broken(cfg->runtime.sched) : NULL;
+  if (broken) {
+    fprintf(stderr,
+            "tessera train: --sched %s: this policy %s; choose another (%s is the default)\n",
+            cfg->runtime.sched, broken, TSR_DEFAULT_SCHED);
+    return 2;
+  }
   cfg->model_file = ends_with(cfg->model, ".ini");
   if (cfg->checkpoint_every && !cfg->checkpoint) {
     fprintf(stderr, "tessera train: --checkpoint-every needs --checkpoint FILE\n");
@@ -377,6 +399,13 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     return 2;
   }
   if (tsr_sync_check(&cfg->sync, &err)) {
+    fprintf(stderr, "tessera train: %s\n", err.msg);
+    return 2;
+  }
+  /* A shorthand is checked here, with a stand-in for the classes the data will give; a model file
+   * is read by the run, before the data (a file's problems exit 1). */
+  tsr_model_spec_t spec;
+  if (!cfg->model_file && tsr_model_parse(&spec, cfg->model, 2, &err)) {
     fprintf(stderr, "tessera train: %s\n", err.msg);
     return 2;
   }

@@ -3,10 +3,13 @@
  * terminal). Ranks agree on each start-up step so that one rank's failure stops all of them
  * with its message, and rank 0 alone speaks afterwards. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli/train_config.h"
@@ -30,10 +33,19 @@ static void describe_config(char *buf, size_t size, int argc, char **argv,
 
 struct ctx {
   tsr_log_t *log;
+  const char *log_path;
   bool quiet, progress, stats;
   int64_t samples_per_batch; /* over all ranks */
   int epochs;
+  tsr_errbuf_t *err; /* why a callback failed (the run's, which tsr_train leaves as it is) */
+  int failed;        /* on_ranks could not write the log: a TSR_E* code */
 };
+
+/* A log line that could not be written ends the run: the message says which file and why. */
+static int log_failed(struct ctx *c, const char *what) {
+  return tsr_error_set(c->err, TSR_EIO, "--log %s: cannot write %s: %s", c->log_path, what,
+                       strerror(errno));
+}
 
 static void on_progress(int epoch, int64_t batch, int64_t batches, double seconds, void *p) {
   struct ctx *c = p;
@@ -46,20 +58,26 @@ static void on_progress(int epoch, int64_t batch, int64_t batches, double second
           (double)batch * (double)c->samples_per_batch / seconds, eta);
 }
 
+/* v, but a NaN without its sign: printf shows "nan", as the log and messages do, not "-nan". */
+static double fabs_nan(double v) {
+  return isnan(v) ? fabs(v) : v;
+}
+
 static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
   struct ctx *c = p;
   if (c->progress) fprintf(stderr, "\r%70s\r", "");
   if (!c->quiet) {
     printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
-           s->loss, 100 * s->train_accuracy);
-    if (!isnan(s->test_accuracy))
-      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, s->test_loss);
+           fabs_nan(s->loss), 100 * s->train_accuracy);
+    if (s->test_samples > 0)
+      printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, fabs_nan(s->test_loss));
     printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
     fflush(stdout);
   }
   if (c->log && tsr_log_epoch(c->log, s) != 0) {
-    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
-    return 1;
+    char what[48];
+    snprintf(what, sizeof what, "epoch %d's line", s->epoch);
+    return log_failed(c, what);
   }
   return 0;
 }
@@ -69,8 +87,7 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
 static void on_ranks(const tsr_rank_stats_t *ranks, int n, void *p) {
   struct ctx *c = p;
   if (c->stats) tsr_rank_stats_print(stdout, ranks, n);
-  if (c->log && tsr_log_ranks(c->log, ranks, n) != 0)
-    fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+  if (c->log && tsr_log_ranks(c->log, ranks, n) != 0) c->failed = log_failed(c, "the ranks' line");
 }
 
 /* What a run holds from start-up to its end. */
@@ -121,10 +138,59 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* This rank's data, cut to the limits and standardized, and the model description. */
+/* Classes inferred from the largest label that have no training sample: a stray label (200 in a
+ * 10-class set) silently builds a far larger output layer. Said with the empty ranges. */
+static void warn_empty_classes(const tsr_dataset_t *train) {
+  int64_t *counts = malloc(sizeof *counts * (size_t)train->classes);
+  if (!counts) return;
+  tsr_dataset_class_counts(train, counts);
+  char ranges[160] = "";
+  int empty = 0, n = 0, shown = 0;
+  for (int c = 0; c < train->classes; c++) {
+    if (counts[c]) continue;
+    int last = c;
+    while (last + 1 < train->classes && !counts[last + 1])
+      last++;
+    empty += last - c + 1;
+    if (shown++ < 4 && n < (int)sizeof ranges)
+      n += last > c ? snprintf(ranges + n, sizeof ranges - (size_t)n, "%s%d to %d", n ? ", " : "",
+                               c, last)
+                    : snprintf(ranges + n, sizeof ranges - (size_t)n, "%s%d", n ? ", " : "", c);
+    c = last;
+  }
+  if (empty)
+    fprintf(stderr,
+            "tessera train: warning: the training labels go up to %d, so the model has %d "
+            "classes, but %d of them have no training sample (%s%s); if a label is wrong, "
+            "--classes N makes every label >= N an error\n",
+            train->classes - 1, train->classes, empty, ranges, shown > 4 ? ", ..." : "");
+  free(counts);
+}
+
+/* The output files checked, the model description (a model file first: it fails faster than the
+ * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  /* Rank 0 writes the log, the trace and checkpoints: a path it cannot create fails now, not after
+   * training. */
+  int rc = r->speaker && cfg->log_path ? tsr_output_check(cfg->log_path, "--log", &r->err) : 0;
+  if (rc == 0 && r->speaker && cfg->trace_path)
+    rc = tsr_output_check(cfg->trace_path, "--trace", &r->err);
+  /* The checkpoint too: it is written beside itself and renamed, so its folder must take a new
+   * file; found out at the first checkpoint, an epoch was lost. */
+  if (rc == 0 && r->speaker && cfg->checkpoint)
+    rc = tsr_output_check(cfg->checkpoint, "--checkpoint", &r->err);
+  if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
+  if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  if (rc == 0 && cfg->classes) { /* before --train-limit: every label of the files is checked */
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof what, "--classes %d: the training set in %s", cfg->classes,
+             cfg->data_dir);
+    rc = tsr_dataset_set_classes(&r->train, cfg->classes, what, &r->err);
+    snprintf(what, sizeof what, "--classes %d: the test set in %s", cfg->classes, cfg->data_dir);
+    if (rc == 0) rc = tsr_dataset_set_classes(&r->test, cfg->classes, what, &r->err);
+  }
+  if (rc == 0 && !cfg->classes && r->speaker) warn_empty_classes(&r->train);
   if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
     rc = tsr_dataset_truncate(&r->train, cfg->train_limit);
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
@@ -134,10 +200,124 @@ static int load(run_t *r) {
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
     tsr_dataset_stats(&r->train, &r->ckpt.input_mean, &r->ckpt.input_std);
     tsr_dataset_standardize(&r->train, &r->test);
-    rc = cfg->model_file ? tsr_model_load_ini(&r->spec, cfg->model, &r->err)
-                         : tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   }
   return rc;
+}
+
+/* A number from a "Key:   N kB" line of a /proc file, in bytes; -1 when missing. */
+static int64_t proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  size_t n = strlen(key);
+  while (kb < 0 && fgets(line, sizeof line, f))
+    if (strncmp(line, key, n) == 0 && sscanf(line + n, " %lld", &kb) != 1) kb = -1;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* The first number in a file (a cgroup's memory.max, memory.current); -1 when none ("max"). */
+static int64_t file_number(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long long v;
+  int ok = fscanf(f, "%lld", &v) == 1;
+  fclose(f);
+  return ok ? (int64_t)v : -1;
+}
+
+/* Bytes this process can still allocate as far as the system says, and where that comes from:
+ * the smallest of the kernel's MemAvailable and the cgroup's limit less its use, shared by the
+ * ranks mpirun started on this node, and the address-space limit (ulimit -v) less what is
+ * mapped. -1 when nothing says. */
+static int64_t memory_available(const char **source) {
+  int64_t avail = proc_kb("/proc/meminfo", "MemAvailable:");
+  *source = "MemAvailable in /proc/meminfo";
+  int64_t max = file_number("/sys/fs/cgroup/memory.max");
+  int64_t used = file_number("/sys/fs/cgroup/memory.current");
+  if (max > 0 && used >= 0 && (avail < 0 || max - used < avail))
+    avail = max - used, *source = "the cgroup's memory.max";
+  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  int ranks = local ? atoi(local) : 1;
+  if (avail > 0 && ranks > 1) avail /= ranks;
+  struct rlimit rl;
+  int64_t mapped = proc_kb("/proc/self/status", "VmSize:");
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && mapped >= 0 &&
+      (avail < 0 || (int64_t)rl.rlim_cur - mapped < avail)) {
+    avail = (int64_t)rl.rlim_cur - mapped, *source = "the address-space limit, ulimit -v";
+    if (avail < 0) avail = 0;
+  }
+  return avail;
+}
+
+/* bytes as "12.3 GB", "45.6 MB", "7.8 kB" (powers of 1000) or "0 bytes". */
+static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
+  double b = (double)bytes;
+  if (b >= 1e9)
+    snprintf(buf, size, "%.1f GB", b / 1e9);
+  else if (b >= 1e6)
+    snprintf(buf, size, "%.1f MB", b / 1e6);
+  else if (b >= 1e3)
+    snprintf(buf, size, "%.1f kB", b / 1e3);
+  else
+    snprintf(buf, size, "%lld bytes", (long long)bytes);
+  return buf;
+}
+
+/* The net's memory, estimated before it is built, against what the machine has left: more is
+ * refused with the estimate's parts and the largest --batch that fits (activations grow with
+ * the batch; a wide input with a CNN can need more than any batch allows); more than half is
+ * said aloud. A CSV of 10^6 columns with --model cnn used to grow until the kernel killed it. */
+static int check_memory(run_t *r) {
+  /* Each rank's step takes --batch of its shard; a larger batch only pads every step. */
+  int64_t shard = (r->train.n + tsr_dist_size() - 1) / tsr_dist_size();
+  if (r->speaker && r->net_opts.batch > shard)
+    fprintf(stderr,
+            "tessera train: warning: --batch %d is more than the %lld training samples of %s: "
+            "every step is padded to %d rows; --batch %lld takes the same steps in less memory\n",
+            r->net_opts.batch, (long long)shard, tsr_dist_size() > 1 ? "a rank" : "the run",
+            r->net_opts.batch, (long long)shard);
+  tsr_net_memory_t m;
+  int rc = tsr_net_estimate(&m, &r->spec, (int)r->train.features, r->train.classes, &r->net_opts,
+                            &r->err);
+  const char *source;
+  int64_t avail = memory_available(&source);
+  if (rc || avail < 0 || m.total <= avail / 2) return rc;
+  char total[32], free_[32], act[32], params[32], opt[32], work[32];
+  show_bytes(total, sizeof total, m.total);
+  show_bytes(free_, sizeof free_, avail);
+  if (m.total <= avail) {
+    if (r->speaker)
+      fprintf(stderr,
+              "tessera train: warning: the network will take about %s of memory, more than half "
+              "of the %s available (%s); a lower --batch takes less\n",
+              total, free_, source);
+    return 0;
+  }
+  tsr_net_opts_t o = r->net_opts;
+  tsr_net_memory_t fit = m;
+  while (o.batch > 1 && fit.total > avail) {
+    o.batch /= 2;
+    if (tsr_net_estimate(&fit, &r->spec, (int)r->train.features, r->train.classes, &o, NULL)) break;
+  }
+  char way[160], fit_total[32];
+  if (fit.total <= avail)
+    snprintf(way, sizeof way, "lower --batch (--batch %d needs about %s) or choose a smaller model",
+             o.batch, show_bytes(fit_total, sizeof fit_total, fit.total));
+  else
+    snprintf(way, sizeof way,
+             "even --batch 1 needs about %s: choose a smaller model, or fewer input features",
+             show_bytes(fit_total, sizeof fit_total, fit.total));
+  return tsr_error_set(&r->err, TSR_ENOMEM,
+                       "the network needs about %s of memory (parameters and gradients %s, "
+                       "optimizer state %s, activations %s for a batch of %d, workspace %s), more "
+                       "than the %s available (%s); %s",
+                       total, show_bytes(params, sizeof params, m.params + m.grads),
+                       show_bytes(opt, sizeof opt, m.optimizer),
+                       show_bytes(act, sizeof act, m.activations), r->net_opts.batch,
+                       show_bytes(work, sizeof work, m.workspace), free_, source, way);
 }
 
 /* Every rank: the data and model, the same configuration as rank 0, the runtime, the net. */
@@ -163,6 +343,7 @@ static int start(run_t *r, int argc, char **argv) {
         &r->err, &r->err);
   if (rc == 0 && r->cfg->resume)
     r->net_opts.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
+  if (rc == 0) rc = tsr_dist_agree(check_memory(r), &r->err, &r->err);
   if (rc == 0)
     rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
                                        &r->net_opts, &r->err),
@@ -186,6 +367,15 @@ static int announce(run_t *r) {
   tsr_model_describe(&r->spec, (int)r->train.features, r->desc, sizeof r->desc);
   tsr_net_tiles(r->net, &r->tile_rows, &r->tile_cols);
   r->lr = tsr_train_base_lr(r->net, &r->train_opts);
+  /* StarPU takes at most tsr_runtime_max_ncpus() workers, and STARPU_NCPU overrides the
+   * configuration: what runs is said when it is not what was asked. */
+  if (r->speaker && cfg->runtime.ncpus > 0 && tsr_runtime_ncpus() != cfg->runtime.ncpus)
+    fprintf(stderr,
+            "tessera train: warning: --workers %d: StarPU runs %d CPU workers (at most %d per "
+            "process with this StarPU; STARPU_NCPU, when set, overrides --workers)%s\n",
+            cfg->runtime.ncpus, tsr_runtime_ncpus(), tsr_runtime_max_ncpus(),
+            cfg->runtime.ncpus > tsr_runtime_max_ncpus() ? "; more cores: run several MPI ranks"
+                                                         : "");
   if (!r->quiet) {
     printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
            "%s lr %g, tiles %dx%d, %d workers, scheduler %s",
@@ -226,12 +416,14 @@ static int announce(run_t *r) {
 
 static int train(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  struct ctx cx = {r->log,
-                   r->quiet,
-                   !r->quiet && isatty(STDERR_FILENO),
-                   cfg->runtime.stats,
-                   (int64_t)cfg->net.batch * tsr_dist_size(),
-                   cfg->train.epochs};
+  struct ctx cx = {.log = r->log,
+                   .log_path = cfg->log_path,
+                   .quiet = r->quiet,
+                   .progress = !r->quiet && isatty(STDERR_FILENO),
+                   .stats = cfg->runtime.stats,
+                   .samples_per_batch = (int64_t)cfg->net.batch * tsr_dist_size(),
+                   .epochs = cfg->train.epochs,
+                   .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
   to.should_stop = should_stop;
@@ -245,11 +437,13 @@ static int train(run_t *r) {
     return 0;
   }
   int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
+  if (rc == 0) rc = cx.failed;
   /* Past start-up the ranks' task graphs are tied together: a rank that
    * fails mid-run stops them all rather than leaving them waiting. (A stop on
    * request is agreed by every rank.) */
   if (rc && rc != TSR_ESTOPPED && tsr_dist_size() > 1)
-    tsr_dist_abort(r->err.msg[0] ? r->err.msg : tsr_strerror(rc));
+    tsr_dist_abort_status(r->err.msg[0] ? r->err.msg : tsr_strerror(rc),
+                          rc == TSR_EDIVERGED ? 3 : 1);
   return rc;
 }
 
@@ -257,23 +451,26 @@ static int train(run_t *r) {
  * trained takes part. */
 static int report(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int rc = 0;
+  int rc = 0, log_rc = 0; /* a collective step failed; rank 0 could not write the log */
   if (cfg->runtime.stats) {
     tsr_run_stats_t st;
     rc = tsr_runtime_stats(&st, &r->err);
     if (rc == 0 && r->speaker) {
       tsr_run_stats_print(stdout, &st);
-      if (r->log && tsr_log_stats(r->log, &st) != 0)
-        fprintf(stderr, "tessera train: cannot write the log: %s\n", strerror(errno));
+      if (r->log && tsr_log_stats(r->log, &st) != 0) {
+        log_rc = TSR_EIO;
+        fprintf(stderr, "tessera train: --log %s: cannot write the statistics' line: %s\n",
+                cfg->log_path, strerror(errno));
+      }
     }
     tsr_run_stats_fini(&st);
     if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
   }
-  if (rc == 0 && cfg->trace_path) {
+  if (rc == 0 && cfg->trace_path) { /* collective: every rank, whatever the log did */
     rc = tsr_runtime_trace_write(cfg->trace_path, &r->err);
     if (rc && r->speaker) fprintf(stderr, "tessera train: %s\n", r->err.msg);
   }
-  return rc;
+  return rc ? rc : log_rc;
 }
 
 int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
@@ -301,5 +498,5 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_dataset_fini(&r.test);
   tsr_dist_stop();
   if (rc == TSR_ESTOPPED) return 128 + (stop_signal ? stop_signal : SIGINT);
-  return rc ? 1 : 0;
+  return rc == TSR_EDIVERGED ? 3 : rc ? 1 : 0;
 }

@@ -134,6 +134,26 @@ fail:
   return rc;
 }
 
+int tsr_dataset_set_classes(tsr_dataset_t *ds, int classes, const char *what, tsr_errbuf_t *err) {
+  if (classes < 2) return tsr_error_set(err, TSR_EINVAL, "at least 2 classes (got %d)", classes);
+  for (int64_t i = 0; i < ds->n; i++)
+    if (ds->y[i] >= (float)classes)
+      return tsr_error_set(err, TSR_EFORMAT,
+                           "%s: sample %lld has label %.0f, but there are %d classes (labels 0 to "
+                           "%d)",
+                           what, (long long)i + 1, (double)ds->y[i], classes, classes - 1);
+  ds->classes = classes;
+  return 0;
+}
+
+void tsr_dataset_class_counts(const tsr_dataset_t *ds, int64_t *counts) {
+  memset(counts, 0, sizeof *counts * (size_t)ds->classes);
+  for (int64_t i = 0; i < ds->n; i++) {
+    int c = (int)ds->y[i];
+    if (c >= 0 && c < ds->classes) counts[c]++;
+  }
+}
+
 int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n) {
   if (!ds || n < 0 || n > ds->n) return TSR_EINVAL;
   /* classes stays: a subset that lacks the largest label must still build

@@ -1,26 +1,48 @@
-/* JSON Lines metrics log written with cJSON. Non-finite numbers (no test set)
- * are written as null, since JSON has no NaN. */
+/* JSON Lines metrics log written with cJSON. JSON has no NaN or infinity: a
+ * number that is not finite (a diverged loss) is written as the string "nan",
+ * "inf" or "-inf", and null means a value that does not exist (test metrics
+ * without a test set). Each line is formatted in memory
+ * and written whole: a line that cannot be written entirely (a full disk) is
+ * cut off again, so the file never ends in half an object. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tessera/log.h"
 
 struct tsr_log {
-  FILE *f;
+  int fd;
+  off_t end;          /* bytes of whole lines written: where a failed line is cut back to */
   tsr_run_info_t run; /* strings copied below */
   char model[256], sched[64], optimizer[32], sync[64], mpi_progress[16];
 };
+
+int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err) {
+  struct stat st;
+  bool existed = stat(path, &st) == 0;
+  if (existed && S_ISDIR(st.st_mode))
+    return tsr_error_set(err, TSR_EIO, "%s %s: is a folder; give a file name", what, path);
+  if (existed && !S_ISREG(st.st_mode)) return 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return tsr_error_set(err, TSR_EIO, "%s %s: cannot create: %s", what, path, strerror(errno));
+  close(fd);
+  if (!existed) unlink(path);
+  return 0;
+}
 
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
   *out = NULL;
   tsr_log_t *log = calloc(1, sizeof *log);
   if (!log) return TSR_ENOMEM;
-  log->f = fopen(path, "w");
-  if (!log->f) {
+  log->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (log->fd < 0) {
     int e = errno;
     free(log);
     return tsr_error_set(err, TSR_EIO, "--log %s: cannot open for writing: %s", path, strerror(e));
@@ -40,17 +62,52 @@ static void add_number(cJSON *o, const char *key, double v) {
   if (isfinite(v))
     cJSON_AddNumberToObject(o, key, v);
   else
+    cJSON_AddStringToObject(o, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+/* A number, or null when it does not exist. */
+static void add_optional(cJSON *o, const char *key, bool exists, double v) {
+  if (exists)
+    add_number(o, key, v);
+  else
     cJSON_AddNullToObject(o, key);
 }
 
-/* Writes o as one line and flushes it; takes o. */
+/* Writes o as one line, straight to the file; takes o. A line written in part
+ * is cut off again (where the file can be truncated), leaving errno as the
+ * write failed. */
 static int write_line(tsr_log_t *log, cJSON *o) {
-  char *line = cJSON_PrintUnformatted(o);
+  char *text = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
-  if (!line) return TSR_ENOMEM;
-  int ok = fprintf(log->f, "%s\n", line) > 0 && fflush(log->f) == 0;
-  cJSON_free(line);
-  return ok ? 0 : TSR_EIO;
+  if (!text) return TSR_ENOMEM;
+  size_t len = strlen(text);
+  char *line = malloc(len + 1);
+  if (!line) {
+    cJSON_free(text);
+    return TSR_ENOMEM;
+  }
+  memcpy(line, text, len);
+  line[len++] = '\n';
+  cJSON_free(text);
+  size_t done = 0;
+  while (done < len) { /* one write, unless a pipe or a signal takes part of it */
+    ssize_t k = write(log->fd, line + done, len - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = ENOSPC;
+      break;
+    }
+    done += (size_t)k;
+  }
+  free(line);
+  if (done == len) {
+    log->end += (off_t)len;
+    return 0;
+  }
+  int e = errno;
+  if (done > 0 && ftruncate(log->fd, log->end) == 0) lseek(log->fd, log->end, SEEK_SET);
+  errno = e;
+  return TSR_EIO;
 }
 
 int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
@@ -59,8 +116,8 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "epoch", st->epoch);
   add_number(o, "loss", st->loss);
   add_number(o, "train_accuracy", st->train_accuracy);
-  add_number(o, "test_loss", st->test_loss);
-  add_number(o, "test_accuracy", st->test_accuracy);
+  add_optional(o, "test_loss", st->test_samples > 0, st->test_loss);
+  add_optional(o, "test_accuracy", st->test_samples > 0, st->test_accuracy);
   add_number(o, "seconds", st->seconds);
   add_number(o, "eval_seconds", st->eval_seconds);
   add_number(o, "samples_per_s", st->samples_per_s);
@@ -155,7 +212,7 @@ int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n) {
 
 void tsr_log_close(tsr_log_t **lp) {
   if (!*lp) return;
-  fclose((*lp)->f);
+  close((*lp)->fd);
   free(*lp);
   *lp = NULL;
 }

@@ -1,9 +1,13 @@
 /* The timeline file: a run's collected tasks and spans (src/runtime/
  * observe.c) as Chrome trace-event JSON, which Perfetto and chrome://tracing
  * open: a process per rank, a track per worker and one for the main thread. */
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "runtime/observe.h"
 #include "tessera/runtime.h"
@@ -92,14 +96,25 @@ int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
   if (rc || !tr) return rc; /* ranks other than 0 end here */
   FILE *f = fopen(path, "w");
   if (!f) {
+    int e = errno;
     tsr__trace_free(&tr);
-    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing", path);
+    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing: %s", path,
+                         strerror(e));
   }
+  struct stat st;
+  bool regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+  errno = 0;
   bool ok = write_trace(f, tr);
-  ok = fclose(f) == 0 && ok;
+  int e = ok ? 0 : errno; /* the write that failed */
+  if (fclose(f) != 0 && ok) ok = false, e = errno;
   int64_t dropped = tsr__trace_dropped(tr);
   tsr__trace_free(&tr);
-  if (!ok) return tsr_error_set(err, TSR_EIO, "--trace %s: write failed", path);
+  if (!ok) {
+    /* A cut trace is not JSON: nothing is better. Only a regular file, never /dev/full. */
+    bool removed = regular && unlink(path) == 0;
+    return tsr_error_set(err, TSR_EIO, "--trace %s: cannot write: %s%s", path,
+                         strerror(e ? e : EIO), removed ? "; the partial file was removed" : "");
+  }
   if (dropped)
     fprintf(stderr,
             "tessera: the trace buffer was full: %lld tasks not recorded "

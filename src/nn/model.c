@@ -4,10 +4,13 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "nn/layers.h"
 #include "tessera/net.h"
@@ -261,9 +264,27 @@ static int on_key(void *user, const char *section, const char *name, const char 
 
 int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err) {
   memset(spec, 0, sizeof *spec);
-  FILE *f = fopen(path, "r");
-  if (!f)
+  /* Opened without blocking, so that a named pipe is refused rather than waited on forever. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     return tsr_error_set(err, TSR_EIO, "%s: cannot open model file: %s", path, strerror(errno));
+  struct stat sb;
+  const char *bad = fstat(fd, &sb) != 0   ? strerror(errno)
+                    : S_ISDIR(sb.st_mode) ? "is a folder, not a model file"
+                    : !S_ISREG(sb.st_mode)
+                        ? "is not a regular file (a named pipe, a device or a socket)"
+                        : NULL;
+  if (bad) {
+    close(fd);
+    return tsr_error_set(err, TSR_EIO, "%s: %s; a model is read from a regular INI file", path,
+                         bad);
+  }
+  FILE *f = fdopen(fd, "r");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return tsr_error_set(err, TSR_EIO, "%s: cannot open model file: %s", path, strerror(e));
+  }
   struct ini_state st = {.spec = spec, .path = path, .err = err};
   int line = ini_parse_file(f, on_key, &st);
   fclose(f);

@@ -258,6 +258,58 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   return 0;
 }
 
+/* What create_layers and tsr_net_create allocate, followed layer by layer through the same
+ * shape checks, as floats. The kinds with parameters are named here (dense, conv): the registry
+ * says nothing of sizes, and these two are the only ones. */
+int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int inputs, int classes,
+                     const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
+  memset(mem, 0, sizeof *mem);
+  TSR_TRY(check_spec(spec, inputs, classes, err));
+  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
+    return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
+  int mb, nb;
+  choose_tiles(spec, inputs, opts, &mb, &nb);
+  tsr_optim_t *optim;
+  TSR_TRY(tsr__optim_create(&optim, &opts->opt));
+  int nstate = tsr__optim_nstate(optim);
+  tsr__optim_destroy(&optim);
+  tsr_conv_geom_t g;
+  TSR_TRY(input_geometry(opts, inputs, &g, err));
+  int64_t batch = opts->batch, mt = (batch + mb - 1) / mb;
+  int64_t params = 0, activations = batch * inputs + batch, workspace = 0;
+  bool fusable = false; /* the last layer built is dense or conv, without a ReLU yet */
+  for (int i = 0; i < spec->n_layers; i++) {
+    const tsr_layer_spec_t *s = &spec->layers[i];
+    const tsr_layer_type_t *t = type_of(spec, i);
+    if (t->is_relu && fusable) {
+      fusable = false;
+      continue;
+    }
+    tsr_layer_site_t at = {.index = i + 1, .last = i == spec->n_layers - 1, .shown = g, .err = err};
+    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
+    TSR_TRY(t->shape(s, &io, &at));
+    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
+    if (!t->create) continue;
+    int64_t fin = (int64_t)io.c * io.h * io.w, fout = (int64_t)io.oc * io.oh * io.ow;
+    activations += 2 * batch * fout; /* y and dy */
+    fusable = s->kind == TSR_LAYER_DENSE || s->kind == TSR_LAYER_CONV;
+    if (s->kind == TSR_LAYER_DENSE) params += fin * fout + fout;
+    if (s->kind == TSR_LAYER_CONV) {
+      int64_t fan_in = (int64_t)io.kh * io.kw * io.c;
+      params += fan_in * io.oc + io.oc;
+      activations += (mt - 1) * (fan_in * io.oc + io.oc); /* per-tile gradient partials */
+      int64_t work = (int64_t)tsr__k_conv_work(&io, mb);
+      if (work > workspace) workspace = work;
+    }
+  }
+  int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
+  int64_t f = (int64_t)sizeof(float);
+  mem->params = f * params, mem->grads = f * params, mem->optimizer = f * nstate * params;
+  mem->activations = f * activations, mem->workspace = f * workers * workspace;
+  mem->total = mem->params + mem->grads + mem->optimizer + mem->activations + mem->workspace;
+  return 0;
+}
+
 void tsr_net_destroy(tsr_net_t **np) {
   tsr_net_t *net = *np;
   if (!net) return;

@@ -147,11 +147,15 @@ bool tsr_dist_any(bool mine) {
   return out != 0;
 }
 
-void tsr_dist_abort(const char *msg) {
+void tsr_dist_abort_status(const char *msg, int status) {
   if (!active) return;
   fprintf(stderr, "tessera (rank %d of %d): %s; stopping every rank\n", rank, size, msg);
   fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+void tsr_dist_abort(const char *msg) {
+  tsr_dist_abort_status(msg, 1);
 }
 
 void tsr_dist_stop(void) {

@@ -68,8 +68,7 @@ int tsr_sched_register(const void *policy) {
   return 0;
 }
 
-/* Policies this StarPU offers that cannot train here, and why. */
-static const char *broken_reason(const char *name) {
+const char *tsr_sched_broken(const char *name) {
   if (STARPU_MAJOR_VERSION == 1 && STARPU_MINOR_VERSION == 3 &&
       strcmp(name, "modular-heteroprio-heft") == 0)
     return "deadlocks inside StarPU 1.3's scheduler component (a worker waits on a scheduler "
@@ -85,7 +84,7 @@ void tsr_sched_list(FILE *out) {
   struct starpu_sched_policy **p = starpu_sched_get_predefined_policies();
   for (; *p; p++)
     fprintf(out, "  %-16s %s%s\n", (*p)->policy_name, (*p)->policy_description,
-            broken_reason((*p)->policy_name) ? " (does not work with this StarPU)" : "");
+            tsr_sched_broken((*p)->policy_name) ? " (does not work with this StarPU)" : "");
   for (int i = 0; i < nregistered; i++)
     fprintf(out, "  %-16s %s (registered by this program)\n", registered[i]->policy_name,
             registered[i]->policy_description ? registered[i]->policy_description : "");
@@ -136,7 +135,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
     return tsr_error_set(err, TSR_EINVAL,
                          "STARPU_SCHED=%s is set and would override policy '%s'; unset it",
                          getenv("STARPU_SCHED"), sched);
-  const char *broken = broken_reason(sched);
+  const char *broken = tsr_sched_broken(sched);
   if (broken)
     return tsr_error_set(err, TSR_EINVAL,
                          "scheduling policy '%s' %s; choose another (lws is the default)", sched,
@@ -198,6 +197,10 @@ void tsr_runtime_fini(void) {
 
 int tsr_runtime_ncpus(void) {
   return started ? (int)starpu_cpu_worker_get_count() : 0;
+}
+
+int tsr_runtime_max_ncpus(void) {
+  return STARPU_MAXCPUS;
 }
 
 const char *tsr_runtime_sched(void) {

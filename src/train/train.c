@@ -33,6 +33,11 @@ float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   return lr;
 }
 
+/* A value that is not a finite number, as the log writes it. */
+static const char *nonfinite_text(double v) {
+  return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -201,6 +206,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   int first = o->start_epoch > 1 ? o->start_epoch : 1;
   int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
   bool stopped = false;
+  bool told = false;                           /* err says why training stopped */
   tsr_rank_stats_t totals = {.rank = sh.rank}; /* this rank's totals (under MPI) */
   checkpoint_t cp = {net, rep, o, sh.steps, sh.ranks, (float)base_lr, err, ""};
   for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
@@ -275,11 +281,29 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     }
     tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
-    if (rc == 0 && speaker && test && test->n > 0)
+    if (rc == 0 && speaker && test && test->n > 0) {
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
+      st.test_samples = test->n;
+    }
     if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
     st.eval_seconds = now() - t1;
-    if (rc == 0 && speaker && o->on_epoch && o->on_epoch(&st, o->ctx) != 0 && !rep) break;
+    if (rc == 0 && speaker && o->on_epoch && (rc = o->on_epoch(&st, o->ctx)) != 0) {
+      told = true; /* the callback says why, in err if it wants to */
+      if (rc > 0) rc = TSR_EINVAL;
+    }
+    /* Checked once the epoch's line is out, from the sums the epoch end reads anyway: which
+     * step went first would cost a wait per step. */
+    bool train_bad = !isfinite(st.loss), test_bad = st.test_samples > 0 && !isfinite(st.test_loss);
+    if (rc == 0 && speaker && (train_bad || test_bad)) {
+      rc = tsr_error_set(
+          err, TSR_EDIVERGED,
+          "training diverged in epoch %d (steps %lld to %lld): the mean %s loss is "
+          "%s: weights or activations overflowed (a lower learning rate usually helps)",
+          e, (long long)((e - 1) * sh.steps + 1), (long long)(e * sh.steps),
+          train_bad ? "training" : "test", nonfinite_text(train_bad ? st.loss : st.test_loss));
+      told = true;
+    }
+    if (rc) break; /* under MPI this rank's alone, maybe: its caller stops the others */
     bool stop = o->should_stop && o->should_stop(o->ctx);
     if (rep) stop = tsr_dist_any(stop);
     bool due = e == o->epochs || stop ||
@@ -289,7 +313,9 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   }
   free(idx);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
-  tsr__replicas_destroy(&rep);
+  /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
+   * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */
+  if (rc == 0 || !rep) tsr__replicas_destroy(&rep);
   if (rc == 0 && stopped) {
     if (o->checkpoint_path)
       return tsr_error_set(err, TSR_ESTOPPED,
@@ -299,7 +325,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     return tsr_error_set(err, TSR_ESTOPPED, "stopped on request after %s (no checkpoint asked for)",
                          cp.where);
   }
-  if (rc && err && err->msg[0]) return rc; /* already said what went wrong */
+  if (rc && (told || (err && err->msg[0]))) return rc; /* already said what went wrong */
   if (rc) return tsr_error_set(err, rc, "training stopped: %s", tsr_strerror(rc));
   return 0;
 }
