@@ -1,28 +1,42 @@
 #!/usr/bin/python3
-"""Compares tessera's data-parallel synchronization policies (`train --sync`).
+"""Compares tessera's data-parallel synchronization policies and outer optimizers.
 
-Trains the same model on the same data with the same seed and epochs once per
-policy (default batch, every=8, epoch, async-epoch), each as
-`mpirun -np RANKS ... tessera train --workers 1 --sync POLICY --log DIR/POLICY.jsonl`,
-plus the reference the policies are judged against, `single`: one process
-without mpirun on RANKS x WORKERS workers, the batch of one rank. Then from the
-rank-0 logs it writes
+Trains the same model on the same data once per configuration and seed, each as
+`mpirun -np RANKS ... tessera train --workers W --sync POLICY [--outer NAME]
+--seed S --log DIR/CONFIG.sS.jsonl`. A configuration is POLICY or POLICY+OUTER
+(`every=8+nesterov`); OUTER may carry its rate and momentum
+(`epoch+slowmo:2,0.5`: --outer slowmo --outer-lr 2 --outer-momentum 0.5).
+`single` is one process without mpirun on RANKS x W workers, the batch of one
+rank. From the rank-0 logs it writes
 
-  DIR/sync.csv  one row per policy and epoch: policy, epoch, wall_time_s
-                (cumulative seconds + eval_seconds), seconds, test_accuracy,
-                loss, samples_per_s, sync_seconds, bytes_sent, bytes_received
-  DIR/sync.png  test accuracy vs epoch and vs wall time, one line per policy
-                (matplotlib, else gnuplot)
+  DIR/runs.csv     one row per configuration, seed and epoch: measured time
+                   (cumulative training seconds, evaluation excluded as in the
+                   modelled times), compute seconds (the
+                   epoch's seconds less its synchronization seconds), test
+                   accuracy, loss, bytes and messages of the busiest rank, the
+                   averages done, and the modelled time at each network
+  DIR/summary.csv  one row per configuration: final accuracy (mean and spread
+                   over seeds), points against the first configuration (the
+                   reference, batch by default), time to --target measured and
+                   modelled, MB and messages per epoch of the busiest rank
+  DIR/summary.md   the same as a Markdown table, with the command line
+  DIR/sync.png     test accuracy (mean over seeds) against epochs, measured
+                   time and modelled time at the slowest network
 
-and prints a table: final accuracy, wall time to reach --target accuracy,
-mean epoch time, mean samples/s (across ranks), mean sync seconds and MB sent
-per epoch, and each policy's final accuracy against `single`'s. Fields a log
-lacks (a run without MPI) count as NaN, or as 0 in the wall time.
+The modelled time shows what the trade-off would be on a cluster rather than
+on loopback: per epoch, compute + messages x latency + bytes / bandwidth, with
+bytes and messages those of the busiest rank (the larger of sent and
+received, both directions of a full-duplex link at once) and no overlap of
+communication with computation (pessimistic for batch, which overlaps its
+reductions with the backward pass). --networks names each network as
+GBITS:LATENCY_US (default 1 Gb/s, 50 us; 10 Gb/s, 5 us; 100 Gb/s, 2 us). The compute time
+is measured on this machine with this machine's ranks.
 
-  /usr/bin/python3 benchmarks/compare_sync.py                    # 2 ranks, 10 epochs
-  /usr/bin/python3 benchmarks/compare_sync.py --epochs 3 --policies batch,epoch -- --train-limit 20000
-  /usr/bin/python3 benchmarks/compare_sync.py --dry-run          # print the commands
-  /usr/bin/python3 benchmarks/compare_sync.py --no-run --out DIR # re-plot the logs in DIR
+  /usr/bin/python3 benchmarks/compare_sync.py                     # the default study, MLP
+  /usr/bin/python3 benchmarks/compare_sync.py --seeds 1 --epochs 15 --out DIR -- --model cnn
+  /usr/bin/python3 benchmarks/compare_sync.py --configs batch,epoch+nesterov --seeds 1,2
+  /usr/bin/python3 benchmarks/compare_sync.py --dry-run           # print the commands
+  /usr/bin/python3 benchmarks/compare_sync.py --no-run --out DIR  # re-read the logs in DIR
 """
 import argparse
 import csv
@@ -32,28 +46,55 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COLUMNS = ["policy", "epoch", "wall_time_s", "seconds", "test_accuracy", "loss",
-           "samples_per_s", "sync_seconds", "bytes_sent", "bytes_received"]
+DEFAULT_CONFIGS = ("batch,every=8,every=8+slowmo,every=8+nesterov,epoch,epoch+slowmo,"
+                   "epoch+nesterov,async-epoch,async-epoch+slowmo,post-local:2,8,hier:2,8")
 NAN = float("nan")
 
 
-def log_path(out, policy):
-    return os.path.join(out, re.sub(r"[^A-Za-z0-9_.-]", "-", policy) + ".jsonl")
+def split_configs(text):
+    """Configurations from a comma-separated list; a comma followed by a digit continues the
+    previous one (post-local:2,8, slowmo:2,0.5)."""
+    out = []
+    for part in text.split(","):
+        if out and re.match(r"^\d", part):
+            out[-1] += "," + part
+        elif part:
+            out.append(part)
+    return out
 
 
-def command(args, policy):
-    if policy == "single":
-        return ([args.tessera, "train", "--workers", str(args.ranks * args.workers),
-                 "--epochs", str(args.epochs), "--seed", str(args.seed),
-                 "--log", log_path(args.out, policy)] + args.extra)
+def parse_config(config):
+    """(policy, outer name or None, [extra tessera arguments])."""
+    policy, _, outer = config.partition("+")
+    if not outer:
+        return policy, None, []
+    name, _, values = outer.partition(":")
+    args = ["--outer", name]
+    if values:
+        lr, _, momentum = values.partition(",")
+        args += ["--outer-lr", lr] + (["--outer-momentum", momentum] if momentum else [])
+    return policy, name, args
+
+
+def log_path(out, config, seed):
+    return os.path.join(out, "%s.s%d.jsonl" % (re.sub(r"[^A-Za-z0-9_.-]", "-", config), seed))
+
+
+def command(args, config, seed):
+    common = ["--epochs", str(args.epochs), "--seed", str(seed),
+              "--log", log_path(args.out, config, seed)]
+    if config == "single":
+        return [args.tessera, "train", "--workers", str(args.ranks * args.workers)] + common + \
+            args.extra
+    policy, _, outer = parse_config(config)
     return (["mpirun", "-np", str(args.ranks), "--oversubscribe", "--allow-run-as-root",
              "-x", "STARPU_SILENT=1", args.tessera, "train", "--workers", str(args.workers),
-             "--sync", policy, "--epochs", str(args.epochs), "--seed", str(args.seed),
-             "--log", log_path(args.out, policy)] + args.extra)
+             "--sync", policy] + outer + common + args.extra)
 
 
 def number(record, key):
@@ -61,155 +102,281 @@ def number(record, key):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else NAN
 
 
-def read_log(path, policy):
-    """The rows of sync.csv for one policy's JSONL log."""
-    rows, wall = [], 0.0
+def parse_networks(text):
+    nets = []
+    for item in text.split(","):
+        gbits, _, lat = item.partition(":")
+        nets.append((float(gbits), float(lat or 0)))
+    return nets
+
+
+def net_name(gbits, _lat):
+    return "%g Gb/s" % gbits
+
+
+def read_log(path, networks):
+    """The epochs of one run's log, with the busiest rank's traffic and the modelled times."""
+    epochs, ranks = [], None
     with open(path) as f:
         for line in f:
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            wall += sum(0.0 if math.isnan(v) else v
-                        for v in (number(r, "seconds"), number(r, "eval_seconds")))
-            row = {k: number(r, k) for k in COLUMNS[3:]}
-            rows.append({"policy": policy, "epoch": int(r["epoch"]),
-                         "wall_time_s": round(wall, 4), **row})
+            if line.strip():
+                r = json.loads(line)
+                if r.get("event") == "ranks":
+                    ranks = r["ranks"]
+                elif "epoch" in r and "event" not in r:
+                    epochs.append(r)
+    # The epoch lines carry rank 0's traffic; the final line every rank's totals: scale rank 0's
+    # figures by the busiest rank's share (chunk homes keep them within a few percent).
+    scale_bytes = scale_msgs = 1.0
+    if ranks:
+        def busiest(key):
+            return max(max(q[key + "_sent"], q[key + "_received"]) for q in ranks)
+        r0 = ranks[0]
+        b0 = max(r0["bytes_sent"], r0["bytes_received"])
+        m0 = max(r0["messages_sent"], r0["messages_received"])
+        scale_bytes = busiest("bytes") / b0 if b0 else 1.0
+        scale_msgs = busiest("messages") / m0 if m0 else 1.0
+    rows, wall, modelled = [], 0.0, [0.0] * len(networks)
+    for r in epochs:
+        seconds = number(r, "seconds")
+        sync_s = number(r, "sync_seconds")
+        compute = seconds - (0.0 if math.isnan(sync_s) else sync_s)
+        byts = max(number(r, "bytes_sent"), number(r, "bytes_received")) * scale_bytes
+        msgs = max(number(r, "messages_sent"), number(r, "messages_received")) * scale_msgs
+        if math.isnan(byts):
+            byts, msgs = 0.0, 0.0
+        wall += seconds
+        row = {"epoch": int(r["epoch"]), "wall_time_s": wall, "seconds": seconds,
+               "compute_s": compute, "test_accuracy": number(r, "test_accuracy"),
+               "loss": number(r, "loss"), "busiest_bytes": byts, "busiest_messages": msgs,
+               "averages": number(r, "averages"), "sync": r.get("sync", "none")}
+        for k, (gbits, lat) in enumerate(networks):
+            modelled[k] += compute + msgs * lat * 1e-6 + byts * 8 / (gbits * 1e9)
+            row["model_%s" % net_name(gbits, lat)] = modelled[k]
+        rows.append(row)
     return rows
 
 
-def mean(values):
+def time_to(rows, target, key):
+    for r in rows:
+        if r["test_accuracy"] >= target:
+            return r[key]
+    return NAN
+
+
+def stats(values):
     values = [v for v in values if not math.isnan(v)]
-    return sum(values) / len(values) if values else NAN
+    if not values:
+        return NAN, NAN
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def summary(policy, rows, target):
-    reached = [r["wall_time_s"] for r in rows if r["test_accuracy"] >= target]
-    def fmt(value, spec):
-        return "-" if math.isnan(value) else format(value, spec)
-
-    return [policy, fmt(rows[-1]["test_accuracy"], ".2%"),
-            fmt(reached[0], ".1f") if reached else "-",
-            fmt(mean([r["seconds"] for r in rows]), ".2f"),
-            fmt(mean([r["samples_per_s"] for r in rows]), ",.0f"),
-            fmt(mean([r["sync_seconds"] for r in rows]), ".3f"),
-            fmt(mean([r["bytes_sent"] for r in rows]) / 1e6, ".1f")]
+def fmt(value, spec, none="-"):
+    return none if value is None or math.isnan(value) else format(value, spec)
 
 
-def plot_matplotlib(runs, png):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for policy, rows in runs.items():
-        acc = [r["test_accuracy"] for r in rows]
-        a.plot([r["epoch"] for r in rows], acc, marker="o", label=policy)
-        b.plot([r["wall_time_s"] for r in rows], acc, marker="o", label=policy)
-    for ax, xlabel in ((a, "epoch"), (b, "wall time (s)")):
+def summarize(config, runs, target, networks, reference):
+    """One summary row: runs maps seed to that run's rows."""
+    finals = [rows[-1]["test_accuracy"] for rows in runs.values()]
+    acc, spread = stats(finals)
+    row = {"config": config, "seeds": len(runs), "epochs": max(len(r) for r in runs.values()),
+           "final_accuracy": acc, "spread": spread,
+           "min": min(finals), "max": max(finals),
+           "points_vs_reference": (acc - reference) * 100 if reference is not None else NAN}
+    keys = [("measured", "wall_time_s")] + [
+        (net_name(*n), "model_" + net_name(*n)) for n in networks]
+    for label, key in keys:
+        times = [time_to(rows, target, key) for rows in runs.values()]
+        reached = [t for t in times if not math.isnan(t)]
+        row["to_target_" + label] = statistics.mean(reached) if len(reached) == len(times) else NAN
+        row["reached_" + label] = "%d/%d" % (len(reached), len(times))
+        row["total_" + label] = statistics.mean(rows[-1][key] for rows in runs.values())
+    every = [r for rows in runs.values() for r in rows]
+    row["epoch_s"] = statistics.mean(r["seconds"] for r in every)
+    row["compute_s"] = statistics.mean(r["compute_s"] for r in every)
+    row["MB_per_epoch"] = statistics.mean(r["busiest_bytes"] for r in every) / 1e6
+    row["messages_per_epoch"] = statistics.mean(r["busiest_messages"] for r in every)
+    return row
+
+
+def mean_curve(runs, key):
+    """(x, accuracy) averaged over seeds, epoch by epoch, as far as every seed got."""
+    n = min(len(rows) for rows in runs.values())
+    xs = [statistics.mean(rows[e][key] for rows in runs.values()) for e in range(n)]
+    ys = [statistics.mean(rows[e]["test_accuracy"] for rows in runs.values()) for e in range(n)]
+    return xs, ys
+
+
+def plot(all_runs, png, networks, title):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("compare_sync: no matplotlib: no %s" % png, file=sys.stderr)
+        return
+    slow = "model_" + net_name(*min(networks))
+    panels = [("epoch", "epoch"), ("wall_time_s", "measured time (s), this machine"),
+              (slow, "modelled time (s) at %s" % net_name(*min(networks)))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.8))
+    for config, runs in all_runs.items():
+        style = "--" if "+" in config else "-"
+        for ax, (key, _) in zip(axes, panels):
+            xs, ys = mean_curve(runs, key)
+            ax.plot(xs, [100 * y for y in ys], style, marker=".", label=config)
+    for ax, (_, xlabel) in zip(axes, panels):
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("test accuracy (%), mean over seeds")
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("tessera data-parallel synchronization policies")
+    lo = min(100 * r["test_accuracy"] for runs in all_runs.values() for rows in runs.values()
+             for r in rows[len(rows) // 3:])
+    for ax in axes:
+        ax.set_ylim(max(lo - 1, 0), None)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-
-
-def plot_gnuplot(runs, png):
-    cairo = subprocess.run(["gnuplot", "-e", "set terminal pngcairo"], capture_output=True)
-    term = "pngcairo" if cairo.returncode == 0 else "png"
-    lines = [f"set terminal {term} size 1100,420", f"set output {json.dumps(png)}",
-             "set key bottom right", "set grid", "set ylabel 'test accuracy'",
-             "set multiplot layout 1,2 title 'tessera data-parallel synchronization policies'"]
-    for xcol, xlabel in (("epoch", "epoch"), ("wall_time_s", "wall time (s)")):
-        lines.append(f"set xlabel '{xlabel}'")
-        lines.append("plot " + ", ".join(f"'-' using 1:2 with linespoints title {json.dumps(p)}"
-                                         for p in runs))
-        for rows in runs.values():
-            lines += [f"{r[xcol]} {r['test_accuracy']}" for r in rows] + ["e"]
-    lines.append("unset multiplot")
-    subprocess.run(["gnuplot"], input="\n".join(lines) + "\n", text=True, check=True)
+    fig.savefig(png, dpi=100)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 usage="%(prog)s [options] [-- extra tessera train args]")
-    p.add_argument("--policies", default="single,batch,every=8,epoch,async-epoch",
-                   help="policies to run; single: one process, the reference "
-                        "[single,batch,every=8,epoch,async-epoch]")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="POLICY or POLICY+OUTER[:LR[,MOMENTUM]], comma-separated; the first "
+                        "is the reference; single: one process [%(default)s]")
+    p.add_argument("--seeds", default="1,2,3", help="seeds [1,2,3]")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks [2]")
     p.add_argument("--workers", type=int, default=1, help="StarPU CPU workers per rank [1]")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--target", type=float, default=0.88, help="accuracy to time [0.88]")
+    p.add_argument("--networks", default="1:50,10:5,100:2",
+                   help="modelled networks, GBITS:LATENCY_US, comma-separated [%(default)s]")
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"), metavar="PATH")
     p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "sync"),
                    metavar="DIR")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--no-run", action="store_true", help="only read the logs already in DIR")
+    p.add_argument("--keep", action="store_true", help="do not rerun a run whose log is complete")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
-    policies = [s for s in args.policies.split(",") if s]
-    if not policies or args.epochs < 1 or args.ranks < 1 or args.workers < 1:
-        p.error("--policies must name a policy; --epochs, --ranks, --workers must be positive")
+    configs = split_configs(args.configs)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+        networks = parse_networks(args.networks)
+    except ValueError as e:
+        p.error("--seeds and --networks take numbers: %s" % e)
+    if not configs or not seeds or args.epochs < 1 or args.ranks < 1 or args.workers < 1:
+        p.error("--configs and --seeds must name something; --epochs, --ranks, --workers must "
+                "be positive")
 
     if args.dry_run:
-        for policy in policies:
-            print(shlex.join(command(args, policy)))
+        for config in configs:
+            for seed in seeds:
+                print(shlex.join(command(args, config, seed)))
         return 0
     os.makedirs(args.out, exist_ok=True)
     failed = []
     if not args.no_run:
-        for policy in policies:
-            cmd = command(args, policy)
-            print(f"== {policy}: {shlex.join(cmd)}", flush=True)
-            if os.path.exists(log_path(args.out, policy)):
-                os.remove(log_path(args.out, policy))
-            rc = subprocess.run(cmd).returncode
-            if rc != 0:
-                print(f"compare_sync: {policy}: exit status {rc}", file=sys.stderr)
-                failed.append(policy)
+        total, done = len(configs) * len(seeds), 0
+        for config in configs:
+            for seed in seeds:
+                done += 1
+                path = log_path(args.out, config, seed)
+                if args.keep and os.path.exists(path) and \
+                        len(read_log(path, networks)) == args.epochs:
+                    continue
+                cmd = command(args, config, seed)
+                print("== [%d/%d] %s seed %d: %s" % (done, total, config, seed, shlex.join(cmd)),
+                      flush=True)
+                if os.path.exists(path):
+                    os.remove(path)
+                rc = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
+                if rc != 0:
+                    print("compare_sync: %s seed %d: exit status %d" % (config, seed, rc),
+                          file=sys.stderr)
+                    failed.append((config, seed))
 
-    runs = {}
-    for policy in policies:
-        path = log_path(args.out, policy)
-        if os.path.exists(path):
-            runs[policy] = read_log(path, policy)
-        if not runs.get(policy):
-            print(f"compare_sync: {policy}: no epochs in {path}", file=sys.stderr)
-            runs.pop(policy, None)
-    if not runs:
+    all_runs = {}
+    for config in configs:
+        runs = {}
+        for seed in seeds:
+            path = log_path(args.out, config, seed)
+            rows = read_log(path, networks) if os.path.exists(path) else []
+            if rows:
+                runs[seed] = rows
+            else:
+                print("compare_sync: %s seed %d: no epochs in %s" % (config, seed, path),
+                      file=sys.stderr)
+        if runs:
+            all_runs[config] = runs
+    if not all_runs:
         return 1
 
-    with open(os.path.join(args.out, "sync.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
+    model_keys = ["model_" + net_name(*n) for n in networks]
+    with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
+        cols = ["config", "seed", "epoch", "sync", "wall_time_s", "seconds", "compute_s",
+                "test_accuracy", "loss", "busiest_bytes", "busiest_messages", "averages"]
+        w = csv.DictWriter(f, cols + model_keys)
         w.writeheader()
-        for rows in runs.values():
-            w.writerows(rows)
-    png = os.path.join(args.out, "sync.png")
-    try:
-        plot_matplotlib(runs, png)
-    except ImportError:
-        if shutil.which("gnuplot"):
-            plot_gnuplot(runs, png)
-        else:
-            print("compare_sync: no matplotlib and no gnuplot: no sync.png", file=sys.stderr)
+        for config, runs in all_runs.items():
+            for seed, rows in runs.items():
+                for r in rows:
+                    w.writerow({"config": config, "seed": seed, **r})
 
-    head = ["policy", "final acc", f"time to {args.target:.1%} (s)", "epoch s",
-            "samples/s", "sync s/epoch", "MB sent/epoch"]
-    table = [head] + [summary(policy, rows, args.target) for policy, rows in runs.items()]
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    for r in table:
+    ref_config = configs[0] if configs[0] in all_runs else None
+    reference = stats([rows[-1]["test_accuracy"]
+                       for rows in all_runs[ref_config].values()])[0] if ref_config else None
+    summary = [summarize(c, runs, args.target, networks, reference)
+               for c, runs in all_runs.items()]
+    with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, list(summary[0].keys()))
+        w.writeheader()
+        w.writerows(summary)
+
+    labels = ["measured"] + [net_name(*n) for n in networks]
+    head = (["config", "final accuracy", "vs %s" % (ref_config or "-")] +
+            ["to %.1f%%, %s (s)" % (100 * args.target, label) for label in labels] +
+            ["%d epochs, %s (s)" % (args.epochs, label) for label in labels] +
+            ["compute s/epoch", "MB/epoch", "messages/epoch"])
+    table = []
+    for s in summary:
+        acc = "%.2f%%" % (100 * s["final_accuracy"])
+        if s["seeds"] > 1:
+            acc += " ± %.2f" % (100 * s["spread"])
+        cells = [s["config"], acc, fmt(s["points_vs_reference"], "+.2f")]
+        for label in labels:
+            t = s["to_target_" + label]
+            cells.append(fmt(t, ".1f", "never (%s)" % s["reached_" + label])
+                         if math.isnan(t) else fmt(t, ".1f"))
+        cells += [fmt(s["total_" + label], ".1f") for label in labels]
+        cells += [fmt(s["compute_s"], ".2f"), fmt(s["MB_per_epoch"], ".1f"),
+                  fmt(s["messages_per_epoch"], ",.0f")]
+        table.append(cells)
+    widths = [max(len(r[i]) for r in [head] + table) for i in range(len(head))]
+    for r in [head] + table:
         print("  ".join(c.ljust(wd) if i == 0 else c.rjust(wd)
                         for i, (c, wd) in enumerate(zip(r, widths))))
-    if "single" in runs:
-        ref = runs["single"][-1]["test_accuracy"]
-        for policy, rows in runs.items():
-            if policy != "single":
-                diff = (rows[-1]["test_accuracy"] - ref) * 100
-                print(f"{policy}: {diff:+.2f} points against one process")
-    print(f"wrote {os.path.join(args.out, 'sync.csv')} and {png}")
+    extra = " ".join(shlex.quote(a) for a in args.extra)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write("Measured with `benchmarks/compare_sync.py --configs %s --seeds %s --epochs %d "
+                "--ranks %d --workers %d --target %g --networks %s%s`; accuracy: mean ± "
+                "standard deviation over seeds; modelled: compute + messages x latency + bytes / "
+                "bandwidth, busiest rank, no overlap.\n\n"
+                % (",".join(configs), ",".join(map(str, seeds)), args.epochs, args.ranks,
+                   args.workers, args.target, args.networks, (" -- " + extra) if extra else ""))
+        f.write("| " + " | ".join(head) + " |\n")
+        f.write("|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|\n")
+        for r in table:
+            f.write("| " + " | ".join(r) + " |\n")
+    title = "tessera: synchronization policies and outer optimizers, %d ranks%s" % (
+        args.ranks, (", " + " ".join(args.extra)) if args.extra else ", default MLP")
+    plot(all_runs, os.path.join(args.out, "sync.png"), networks, title)
+    print("wrote runs.csv, summary.csv, summary.md and sync.png in %s" % args.out)
+    if failed:
+        print("compare_sync: failed runs: %s" % ", ".join("%s seed %d" % f for f in failed),
+              file=sys.stderr)
     return 1 if failed else 0
 
 
