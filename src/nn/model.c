@@ -1,8 +1,8 @@
 /* Model descriptions: the CLI shorthand ("mlp:512,512") and INI model files
  * with one section per layer, whose types, keys and descriptions come from
  * the layer registry (layers.h). Model files and model text in memory
- * (tsr__model_load_ini_mem, for the fuzzer in tests/fuzz/) go through the same
- * parser, on a stdio stream. */
+ * (tsr_model_parse_ini_text for checkpoints, tsr__model_load_ini_mem for the
+ * fuzzer in tests/fuzz/) go through the same parser, on a stdio stream. */
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -337,17 +337,7 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
 
 int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                              tsr_errbuf_t *err) {
-  memset(spec, 0, sizeof *spec);
-  struct ini_state st = {.spec = spec, .path = name, .err = err};
-  int line = ini_parse_string(text, on_key, &st);
-  if (st.rc == 0 && line > 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT,
-                          "%s:%d: not an INI line (expected [section] or key = value)", name, line);
-  if (st.rc == 0) st.rc = section_done(&st);
-  if (st.rc == 0 && spec->n_layers == 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", name);
-  if (st.rc) memset(spec, 0, sizeof *spec);
-  return st.rc;
+  return tsr__model_load_ini_mem(spec, text, strlen(text), name, err);
 }
 
 /* Appends "key = value" for key k of layer l when its value is not the default (0). */
