@@ -20,25 +20,49 @@ int tsr__handle_cols(starpu_data_handle_t h) {
   return (int)starpu_matrix_get_nx(h);
 }
 
-/* StarPU-MPI's owner-computes insert; the args copy is freed by StarPU. */
+/* StarPU-MPI's owner-computes submission in its two halves: build posts the
+ * transfers the task needs and makes the task only on the rank that runs it
+ * (NULL on the others); post_build posts what goes back. The argument struct
+ * is copied only once the task exists, for StarPU to free with it. Copied
+ * before and handed over with STARPU_CL_ARGS, the copy would leak on every
+ * rank that does not run the task (StarPU-MPI never builds a task there, so
+ * nothing frees it): one copy per task and rank, growing with the steps.
+ * Both halves get the same arguments, as StarPU-MPI requires; the priority is
+ * among them because it also orders the transfers. */
 static int submit_mpi(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
                       size_t args_size, int nhandles, const starpu_data_handle_t *handles) {
-  void *copy = NULL;
-  if (args_size > 0) {
-    copy = malloc(args_size);
-    if (!copy) return TSR_ENOMEM;
-    memcpy(copy, args, args_size);
+  int rc = 0;
+  struct starpu_task *task = starpu_mpi_task_build(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles,
+                                                   nhandles, STARPU_PRIORITY, o->priority, 0);
+  if (task) {
+    if (args_size > 0) {
+      void *copy = malloc(args_size);
+      if (copy) {
+        memcpy(copy, args, args_size);
+        task->cl_arg = copy;
+        task->cl_arg_size = args_size;
+        task->cl_arg_free = 1;
+      } else {
+        rc = TSR_ENOMEM;
+      }
+    }
+    if (o->observer) {
+      task->callback_func = o->observer->done;
+      task->callback_arg = o->observer->arg(cl, o);
+    }
+    task->callback_arg_free = 0; /* build sets it; ours is a label, not memory */
+    /* -ENODEV: no worker can run this codelet; the task was not taken. */
+    if (rc == 0 && starpu_task_submit(task) != 0) rc = TSR_ERUNTIME;
+    if (rc != 0) {
+      task->destroy = 0;
+      starpu_task_destroy(task);
+    }
   }
-  int ret = o->observer
-                ? starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
-                                         STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY,
-                                         o->priority, STARPU_CALLBACK_WITH_ARG_NFREE,
-                                         o->observer->done, o->observer->arg(cl, o), 0)
-                : starpu_mpi_task_insert(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
-                                         STARPU_CL_ARGS, copy, args_size, STARPU_PRIORITY,
-                                         o->priority, 0);
+  int post = starpu_mpi_task_post_build(MPI_COMM_WORLD, cl, STARPU_DATA_ARRAY, handles, nhandles,
+                                        STARPU_PRIORITY, o->priority, 0);
   if (o->submitted) (*o->submitted)++;
-  return ret == 0 ? 0 : TSR_ERUNTIME;
+  if (rc == 0 && post != 0) rc = TSR_ERUNTIME;
+  return rc;
 }
 
 int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,

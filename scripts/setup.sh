@@ -9,6 +9,9 @@
 #   CI=true              configure with -Dwerror_ci=true (warnings are errors)
 #   TSR_BUILD_DIR=DIR    build folder, absolute or relative to the repository
 #                        (default: build)
+#   TSR_MESON_OPTIONS="-Dx=y ..."  meson options the build folder must have (set
+#                        when it is configured, applied when it was configured
+#                        without them), e.g. scripts/run-sanitized.sh's
 #   TSR_SETUP_DRY_RUN=1  say what would be installed and run, change nothing
 set -euo pipefail
 
@@ -16,9 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${TSR_BUILD_DIR:-build}
 dry_run=${TSR_SETUP_DRY_RUN:-0}
 
+# clang and libclang-rt-dev (its runtimes, libFuzzer's included) build tests/fuzz/.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
-  clang-format g++ python3-numpy)
+  clang-format g++ python3-numpy clang libclang-rt-dev)
 if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
   packages+=(python3-torch python3-matplotlib gnuplot-nox)
 fi
@@ -70,15 +74,27 @@ install_packages() {
 }
 
 configure() {
-  local opts=()
+  local opts=() extra=()
   [[ ${CI:-} == true ]] && opts+=(-Dwerror_ci=true)
+  read -r -a extra <<<"${TSR_MESON_OPTIONS:-}"
   # A failed `meson setup` leaves no coredata, so this also retries those.
   if [[ ! -f $build_dir/meson-private/coredata.dat ]]; then
     say "configuring $build_dir"
-    run meson setup "$build_dir" "${opts[@]}"
-  elif ((${#opts[@]} > 0)) && ! meson configure "$build_dir" | grep -Eq '^\s*werror_ci\s+true\b'; then
+    run meson setup "$build_dir" "${opts[@]}" "${extra[@]}"
+    return
+  fi
+  if ((${#opts[@]} > 0)) && ! meson configure "$build_dir" | grep -Eq '^\s*werror_ci\s+true\b'; then
     # A build folder configured before CI turned warnings into errors.
     run meson configure "$build_dir" "${opts[@]}"
+  fi
+  if ((${#extra[@]} > 0)); then
+    # Only the options the folder lacks: a folder that has them all is left as it is.
+    local current o missing=()
+    current=$(meson configure "$build_dir" | awk '{ print "-D" $1 "=" $2 }')
+    for o in "${extra[@]}"; do
+      grep -qxF -- "$o" <<<"$current" || missing+=("$o")
+    done
+    ((${#missing[@]} == 0)) || run meson configure "$build_dir" "${missing[@]}"
   fi
 }
 

@@ -14,3 +14,12 @@ check_log() {
     echo "FAIL: $name: $out"
   fi
 }
+
+# Arguments that give every mpirun rank the sanitizers' options when they are set (a build with
+# -Dsanitize=true run by scripts/run-sanitized.sh): mpirun passes on what -x names, so ranks read
+# the same leak suppressions as everything else. Empty otherwise.
+mpi_env=()
+for _v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
+  [[ -n ${!_v-} ]] && mpi_env+=(-x "$_v")
+done
+unset _v

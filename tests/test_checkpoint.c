@@ -171,6 +171,24 @@ static tsr_checkpoint_info_t info_for(const tsr_dataset_t *ds, const tsr_net_t *
   return info;
 }
 
+/* A safetensors file of another format version: refused with the version it has, read before
+ * the file is closed (the fuzzer found the message reading freed memory). */
+Test(safetensors, refuses_another_checkpoint_format_naming_it) {
+  float x[2] = {1, 2};
+  tsr_st_tensor_t t = {.name = "x", .ndims = 1, .shape = {2}, .data = x};
+  tsr_st_meta_t m = {"format", "tessera-checkpoint/0"};
+  tsr_errbuf_t err = {""};
+  const char *p = path_of("old.safetensors");
+  cr_assert_eq(tsr__st_write(p, &t, 1, &m, 1, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_checkpoint_read(p, NULL, NULL, NULL, NULL, NULL, &err), TSR_EFORMAT);
+  cr_assert(strstr(err.msg, "format tessera-checkpoint/0, want"), "%s", err.msg);
+  FILE *out = fopen("/dev/null", "w");
+  cr_assert_not_null(out);
+  cr_assert_eq(tsr_checkpoint_print(out, p, &err), TSR_EFORMAT);
+  fclose(out);
+  cr_assert(strstr(err.msg, "format tessera-checkpoint/0, want"), "%s", err.msg);
+}
+
 Test(checkpoint, round_trip_then_the_same_next_step) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 200);

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <malloc.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,23 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/csv.h"
+#include "data/idx.h"
 #include "tessera/data.h"
+
+/* Under AddressSanitizer (-Dsanitize=true) malloc is the sanitizer's, which
+ * glibc's statistics do not see: heap_in_use asks the sanitizer instead. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TSR_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TSR_TEST_ASAN 1
+#endif
+#endif
+#ifdef TSR_TEST_ASAN
+/* From <sanitizer/allocator_interface.h>, which GCC does not install. */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 static char tmp[64];
 
@@ -493,6 +510,71 @@ Test(data, csv_empty) {
   expect_csv_fail(path_of("missing.csv"), NULL);
 }
 
+/* ---- from memory: the parsers the fuzzers drive (tests/fuzz/) are the file loaders' ---- */
+
+static void assert_same_set(const tsr_dataset_t *a, const tsr_dataset_t *b) {
+  cr_assert(a->n == b->n && a->features == b->features && a->classes == b->classes &&
+            a->channels == b->channels && a->height == b->height && a->width == b->width);
+  cr_assert_eq(memcmp(a->x, b->x, (size_t)a->n * (size_t)a->features * sizeof(float)), 0);
+  cr_assert_eq(memcmp(a->y, b->y, (size_t)a->n * sizeof(float)), 0);
+}
+
+Test(data, idx_from_memory_as_from_files) {
+  size_t ilen, llen;
+  unsigned char *im = idx_images(0x803, N, ROWS, COLS, N * ROWS * COLS, &ilen);
+  unsigned char *lb = idx_labels(0x801, N, N, &llen);
+  const char *ip = write_file("mem-images", im, ilen), *lp = write_file("mem-labels", lb, llen);
+  tsr_dataset_t f, m;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_idx(&f, ip, lp, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr__dataset_load_idx_mem(&m, im, ilen, lb, llen, &err), 0, "%s", err.msg);
+  assert_same_set(&f, &m);
+  tsr_dataset_fini(&f);
+  tsr_dataset_fini(&m);
+
+  /* Bad buffers get the file loader's messages, naming the buffer. */
+  struct {
+    size_t ilen, llen;
+    bool swap;
+    const char *name, *what;
+  } bad[] = {{ilen, llen - 1, false, "<labels>", "truncated"},
+             {ilen, llen, true, "<images>", "swapped"},
+             {0, llen, false, "<images>", "empty"},
+             {ilen, 0, false, "<labels>", "empty"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    memset(&m, 0xab, sizeof m);
+    int rc = bad[i].swap ? tsr__dataset_load_idx_mem(&m, lb, llen, im, ilen, &err)
+                         : tsr__dataset_load_idx_mem(&m, im, bad[i].ilen, lb, bad[i].llen, &err);
+    cr_assert_eq(rc, TSR_EFORMAT, "case %zu: %s", i, err.msg);
+    assert_msg(&err, bad[i].name, bad[i].what);
+    assert_zeroed(&m);
+  }
+  free(im);
+  free(lb);
+}
+
+Test(data, csv_from_memory_as_from_files) {
+  /* No final newline: the text ends where the buffer does. */
+  const char *text = "label,a,b\n0,1,2\r\n\n2, 0.5 ,-3e2";
+  tsr_dataset_t f, m;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_csv(&f, write_text("mem.csv", text), &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr__dataset_load_csv_mem(&m, text, strlen(text), "text.csv", &err), 0, "%s",
+               err.msg);
+  assert_same_set(&f, &m);
+  tsr_dataset_fini(&f);
+  tsr_dataset_fini(&m);
+
+  memset(&m, 0xab, sizeof m);
+  cr_assert_eq(tsr__dataset_load_csv_mem(&m, "", 0, "text.csv", &err), TSR_EFORMAT);
+  assert_msg(&err, "text.csv", "empty");
+  assert_zeroed(&m);
+  cr_assert_eq(tsr__dataset_load_csv_mem(&m, "0,1\n1,x", 7, "text.csv", &err), TSR_EFORMAT);
+  assert_msg(&err, "text.csv", "line 2, column 2");
+  cr_assert_eq(tsr__dataset_load_csv_mem(&m, "0,1\n1,\0", 7, "text.csv", &err), TSR_EFORMAT);
+  assert_msg(&err, "text.csv", "NUL");
+}
+
 /* ---- folders ---- */
 
 Test(data, dir_csv) {
@@ -576,10 +658,14 @@ Test(data, dir_test_has_more_classes) {
 
 /* Heap bytes in use: glibc's allocated arena chunks plus its mmapped blocks
  * (large allocations, such as a dataset's features, are often mmapped, and
- * uordblks alone would miss them). */
+ * uordblks alone would miss them), or what the sanitizer's allocator holds. */
 static long long heap_in_use(void) {
+#ifdef TSR_TEST_ASAN
+  return (long long)__sanitizer_get_current_allocated_bytes();
+#else
   struct mallinfo2 mi = mallinfo2();
   return (long long)mi.uordblks + (long long)mi.hblkhd;
+#endif
 }
 
 Test(data, dir_bad_test_file_frees_train) {

@@ -9,9 +9,9 @@ tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
 common=(--workers 1 --train-limit 1280 --test-limit 500 --data "$data")
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 
 # expect CODE PATTERN SECONDS -- COMMAND...; the output stays in $last.
 expect() {

@@ -19,7 +19,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ref=$here/reference.txt
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 [[ -d $data ]] || { echo "SKIP: no dataset at $data"; exit 77; }
-mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2)
+. "$here/lib.sh"
+mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}" -np 2)
 
 # The digits of every epoch line: "epoch 1/2  loss 0.4412  train 84.14%  test 85.04% (loss 0.4044)".
 digits() {

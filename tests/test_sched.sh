@@ -79,7 +79,8 @@ PY
 }
 
 if [[ $mode == mpi ]]; then
-  mpirun=(mpirun -np 2 --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
+  mpirun=(mpirun -np 2 --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT
+    "${mpi_env[@]}")
   check "mpi trace run" "${mpirun[@]}" "$tessera" train --workers 1 "${short[@]}" --stats \
     --trace "$tmp/mpi.json" --log "$tmp/mpi.jsonl"
   check "mpi trace valid, both ranks merged" validate_trace "$tmp/mpi.json" "$tmp/mpi.jsonl" 2

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/model.h"
 #include "tessera/tessera.h"
 
 #include "training.h"
@@ -503,6 +504,12 @@ Test(model, ini_file) {
   tsr_model_describe(&s, 784, buf, sizeof buf);
   cr_assert_str_eq(buf, "784-512-relu-256-relu-10");
   remove(path);
+  /* The same text from memory, without its last newline. */
+  const char *text =
+      "[d]\ntype = dense\nunits = 7\nactivation = relu\n[out]\ntype = dense\nunits = 3";
+  cr_assert_eq(tsr__model_load_ini_mem(&s, text, strlen(text), "text.ini", &err), 0, "%s", err.msg);
+  tsr_model_describe(&s, 5, buf, sizeof buf);
+  cr_assert_str_eq(buf, "5-7-relu-3");
 }
 
 Test(model, ini_errors_name_the_file_section_and_fix) {
@@ -534,6 +541,13 @@ Test(model, ini_errors_name_the_file_section_and_fix) {
     cr_assert(strstr(err.msg, path) && strstr(err.msg, cases[i].expect), "case %zu: '%s'", i,
               err.msg);
     remove(path);
+    /* The same text from memory (the fuzzer's way in, tests/fuzz/): the same message. */
+    tsr_errbuf_t merr = {""};
+    cr_assert_neq(
+        tsr__model_load_ini_mem(&s, cases[i].text, strlen(cases[i].text), "text.ini", &merr), 0,
+        "case %zu accepted from memory", i);
+    cr_assert(strstr(merr.msg, "text.ini") && strstr(merr.msg, cases[i].expect),
+              "case %zu from memory: '%s'", i, merr.msg);
   }
   tsr_model_spec_t s;
   tsr_errbuf_t err = {""};

@@ -3,7 +3,9 @@
  * a header (its first field is not a number). CSV is written by hand and by
  * scripts, so every row is checked for its column count and every field for
  * being a finite number, and errors give the file, line and column. Features
- * are stored as read: scaling is the caller's choice (tsr_dataset_normalize). */
+ * are stored as read: scaling is the caller's choice (tsr_dataset_normalize).
+ * Files and byte buffers (tsr__dataset_load_csv_mem, for the fuzzer in
+ * tests/fuzz/) go through the same parser, on a stdio stream. */
 
 #include <errno.h>
 #include <float.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/csv.h"
 #include "tessera/data.h"
 
 /* Labels travel as float; above 2^24 they would no longer be exact. */
@@ -92,14 +95,12 @@ static int64_t csv_columns(const char *s) {
   return n;
 }
 
-int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err) {
-  if (!ds || !path)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "tsr_dataset_load_csv: dataset and path must not be NULL");
+/* Parses the CSV text read from fp (borrowed; NULL reads as an empty file)
+ * into ds; path names it in messages. */
+static int csv_load(tsr_dataset_t *ds, FILE *fp, const char *path, tsr_errbuf_t *err) {
   memset(ds, 0, sizeof *ds);
 
   csv_ctx_t c = {.path = path, .line = 0, .err = err};
-  FILE *fp = NULL;
   char *line = NULL;
   size_t line_cap = 0;
   float *x = NULL, *y = NULL;
@@ -112,14 +113,9 @@ int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err)
     rc = tsr_error_set(err, TSR_ENOMEM, "%s: cannot create the C locale for parsing numbers", path);
     goto out;
   }
-  fp = fopen(path, "r");
-  if (!fp) {
-    rc = tsr_error_set(err, TSR_EIO, "%s: cannot open the CSV file: %s", path, strerror(errno));
-    goto out;
-  }
 
   ssize_t len;
-  while ((len = getline(&line, &line_cap, fp)) >= 0) {
+  while (fp && (len = getline(&line, &line_cap, fp)) >= 0) {
     c.line++;
     if ((size_t)len != strlen(line)) {
       rc = tsr_error_set(err, TSR_EFORMAT,
@@ -183,7 +179,7 @@ int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err)
     if ((rc = csv_row(&c, line, features, &y[n], &x[n * features], &max_label)) < 0) goto out;
     n++;
   }
-  if (ferror(fp)) {
+  if (fp && ferror(fp)) {
     rc = tsr_error_set(err, TSR_EIO, "%s: cannot read the CSV file: %s", path, strerror(errno));
     goto out;
   }
@@ -209,10 +205,38 @@ int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err)
   ds->y = y;
   x = y = NULL;
 out:
-  if (fp) fclose(fp);
   if (c.c_locale != (locale_t)0) freelocale(c.c_locale);
   free(line);
   free(x);
   free(y);
+  return rc;
+}
+
+int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err) {
+  if (!ds || !path)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "tsr_dataset_load_csv: dataset and path must not be NULL");
+  memset(ds, 0, sizeof *ds);
+  FILE *fp = fopen(path, "r");
+  if (!fp)
+    return tsr_error_set(err, TSR_EIO, "%s: cannot open the CSV file: %s", path, strerror(errno));
+  int rc = csv_load(ds, fp, path, err);
+  fclose(fp);
+  return rc;
+}
+
+int tsr__dataset_load_csv_mem(tsr_dataset_t *ds, const void *text, size_t len, const char *name,
+                              tsr_errbuf_t *err) {
+  if (!ds || (!text && len) || !name)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "tsr__dataset_load_csv_mem: dataset, text and name must not be NULL");
+  memset(ds, 0, sizeof *ds);
+  /* fmemopen refuses a size of 0: an empty text reads as no stream at all. */
+  FILE *fp = len ? fmemopen((void *)text, len, "r") : NULL;
+  if (len && !fp)
+    return tsr_error_set(err, TSR_ENOMEM, "%s: cannot open the text as a stream: %s", name,
+                         strerror(errno));
+  int rc = csv_load(ds, fp, name, err);
+  if (fp) fclose(fp);
   return rc;
 }

@@ -3,10 +3,15 @@
  * each plain or gzip. These files come from downloads that can be cut short or
  * mixed up, so every header field and the exact data length are checked, and
  * no buffer is sized from a header alone: a lying header costs at most the
- * file's real size in memory before it is rejected as truncated. */
+ * file's real size in memory before it is rejected as truncated.
+ *
+ * One parser reads files (through zlib, which passes plain files through) and
+ * byte buffers (tsr__dataset_load_idx_mem, for the fuzzer in tests/fuzz/):
+ * only where the bytes come from differs. */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/idx.h"
 #include "tessera/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, rank 3 */
@@ -27,9 +33,12 @@
 #define IDX_FIRST_ALLOC ((size_t)1 << 20)
 
 typedef struct {
-  const char *path; /* borrowed */
+  const char *path; /* borrowed: the file, or the buffer's name in messages */
   const char *what; /* "images" or "labels", for messages */
+  bool in_memory;   /* the bytes are mem's, else the file's through gz */
   gzFile gz;
+  const unsigned char *mem; /* borrowed */
+  size_t mem_len, mem_at;
   int rank;
   uint32_t dims[3];
   size_t header_bytes; /* 4 + 4 * rank */
@@ -42,7 +51,7 @@ static uint32_t be32(const unsigned char *b) {
 /* A gzip file is reported in decompressed bytes, so say so: otherwise
  * "holds 1000 bytes" would contradict what ls shows. */
 static const char *idx_unit_note(const idx_file_t *f) {
-  return gzdirect(f->gz) ? "" : " (after decompression)";
+  return !f->gz || gzdirect(f->gz) ? "" : " (after decompression)";
 }
 
 /* Reads up to n bytes, stopping early only at the end of the file. zlib hides
@@ -51,6 +60,13 @@ static const char *idx_unit_note(const idx_file_t *f) {
 static int idx_read(idx_file_t *f, void *buf, size_t n, size_t *got, tsr_errbuf_t *err) {
   unsigned char *p = buf;
   *got = 0;
+  if (f->in_memory) {
+    size_t left = f->mem_len - f->mem_at;
+    *got = n < left ? n : left;
+    if (*got > 0) memcpy(p, f->mem + f->mem_at, *got);
+    f->mem_at += *got;
+    return 0;
+  }
   while (*got < n) {
     size_t want = n - *got < IDX_READ_CHUNK ? n - *got : IDX_READ_CHUNK;
     int r = gzread(f->gz, p + *got, (unsigned)want);
@@ -80,15 +96,9 @@ static int idx_read(idx_file_t *f, void *buf, size_t n, size_t *got, tsr_errbuf_
   return 0;
 }
 
-/* Opens an IDX file and reads and checks its header (magic and dimensions,
- * not their values, which the caller judges). */
-static int idx_open(idx_file_t *f, const char *path, const char *what, int rank, uint32_t magic,
-                    uint32_t other_magic, const char *other_what, tsr_errbuf_t *err) {
-  f->path = path;
-  f->what = what;
-  f->rank = rank;
-  f->header_bytes = 4 + 4 * (size_t)rank;
-
+/* Opens f->path for idx_read: zlib reads gzip and passes plain files through. */
+static int idx_open_file(idx_file_t *f, tsr_errbuf_t *err) {
+  const char *path = f->path, *what = f->what;
   /* open() first so errno is reliably the cause (gzopen may clobber it). */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -105,6 +115,21 @@ static int idx_open(idx_file_t *f, const char *path, const char *what, int rank,
     return tsr_error_set(err, TSR_ENOMEM, "%s: out of memory opening the file", path);
   }
   gzbuffer(f->gz, 1u << 17); /* larger than the 8 KiB default: fewer syscalls on 47 MB */
+  return 0;
+}
+
+/* Opens the file f->path, unless f reads a buffer, and reads and checks its
+ * header (magic and dimensions, not their values, which the caller judges). */
+static int idx_open(idx_file_t *f, const char *what, int rank, uint32_t magic, uint32_t other_magic,
+                    const char *other_what, tsr_errbuf_t *err) {
+  const char *path = f->path;
+  f->what = what;
+  f->rank = rank;
+  f->header_bytes = 4 + 4 * (size_t)rank;
+  if (!f->in_memory) {
+    int rc = idx_open_file(f, err);
+    if (rc < 0) return rc;
+  }
 
   unsigned char hdr[16];
   size_t got;
@@ -199,23 +224,19 @@ fail:
   return rc;
 }
 
-int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path, const char *labels_path,
-                         tsr_errbuf_t *err) {
-  if (!ds || !images_path || !labels_path)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "tsr_dataset_load_idx: dataset and paths must not be NULL");
+/* Loads the pair im (images) and lb (labels), files or buffers: both headers
+ * first, so a count mismatch is found before 47 MB are read. */
+static int idx_load(tsr_dataset_t *ds, idx_file_t *im, idx_file_t *lb, tsr_errbuf_t *err) {
   memset(ds, 0, sizeof *ds);
-
-  idx_file_t im = {0}, lb = {0};
+  const char *images_path = im->path, *labels_path = lb->path;
   unsigned char *pix = NULL, *lab = NULL;
   float *x = NULL, *y = NULL;
   char says[96];
   int rc;
 
-  /* Both headers first, so a count mismatch is found before 47 MB are read. */
-  rc = idx_open(&im, images_path, "images", 3, IDX_MAGIC_IMAGES, IDX_MAGIC_LABELS, "labels", err);
+  rc = idx_open(im, "images", 3, IDX_MAGIC_IMAGES, IDX_MAGIC_LABELS, "labels", err);
   if (rc < 0) goto out;
-  uint32_t count = im.dims[0], rows = im.dims[1], cols = im.dims[2];
+  uint32_t count = im->dims[0], rows = im->dims[1], cols = im->dims[2];
   if (count == 0 || count > IDX_MAX_COUNT || rows == 0 || rows > IDX_MAX_SIDE || cols == 0 ||
       cols > IDX_MAX_SIDE) {
     rc = tsr_error_set(err, TSR_EFORMAT,
@@ -235,9 +256,9 @@ int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path, const char 
     goto out;
   }
 
-  rc = idx_open(&lb, labels_path, "labels", 1, IDX_MAGIC_LABELS, IDX_MAGIC_IMAGES, "images", err);
+  rc = idx_open(lb, "labels", 1, IDX_MAGIC_LABELS, IDX_MAGIC_IMAGES, "images", err);
   if (rc < 0) goto out;
-  uint32_t nlabels = lb.dims[0];
+  uint32_t nlabels = lb->dims[0];
   if (nlabels == 0 || nlabels > IDX_MAX_COUNT) {
     rc = tsr_error_set(err, TSR_EFORMAT,
                        "%s: absurd dimensions: header says %u labels; expected 1 to %u",
@@ -253,9 +274,9 @@ int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path, const char 
   }
 
   snprintf(says, sizeof says, "%u images of %ux%u", count, rows, cols);
-  if ((rc = idx_read_data(&im, (size_t)total, says, &pix, err)) < 0) goto out;
+  if ((rc = idx_read_data(im, (size_t)total, says, &pix, err)) < 0) goto out;
   snprintf(says, sizeof says, "%u labels", nlabels);
-  if ((rc = idx_read_data(&lb, nlabels, says, &lab, err)) < 0) goto out;
+  if ((rc = idx_read_data(lb, nlabels, says, &lab, err)) < 0) goto out;
 
   x = malloc((size_t)total * sizeof *x);
   y = malloc((size_t)count * sizeof *y);
@@ -285,11 +306,30 @@ int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path, const char 
   x = y = NULL;
   rc = 0;
 out:
-  idx_close(&im);
-  idx_close(&lb);
+  idx_close(im);
+  idx_close(lb);
   free(pix);
   free(lab);
   free(x);
   free(y);
   return rc;
+}
+
+int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path, const char *labels_path,
+                         tsr_errbuf_t *err) {
+  if (!ds || !images_path || !labels_path)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "tsr_dataset_load_idx: dataset and paths must not be NULL");
+  idx_file_t im = {.path = images_path}, lb = {.path = labels_path};
+  return idx_load(ds, &im, &lb, err);
+}
+
+int tsr__dataset_load_idx_mem(tsr_dataset_t *ds, const void *images, size_t images_len,
+                              const void *labels, size_t labels_len, tsr_errbuf_t *err) {
+  if (!ds || (!images && images_len) || (!labels && labels_len))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "tsr__dataset_load_idx_mem: dataset and buffers must not be NULL");
+  idx_file_t im = {.path = "<images>", .in_memory = true, .mem = images, .mem_len = images_len},
+             lb = {.path = "<labels>", .in_memory = true, .mem = labels, .mem_len = labels_len};
+  return idx_load(ds, &im, &lb, err);
 }

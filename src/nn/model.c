@@ -1,6 +1,8 @@
 /* Model descriptions: the CLI shorthand ("mlp:512,512") and INI model files
  * with one section per layer, whose types, keys and descriptions come from
- * the layer registry (layers.h). */
+ * the layer registry (layers.h). Model files and model text in memory
+ * (tsr_model_parse_ini_text for checkpoints, tsr__model_load_ini_mem for the
+ * fuzzer in tests/fuzz/) go through the same parser, on a stdio stream. */
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "nn/layers.h"
+#include "nn/model.h"
 #include "tessera/net.h"
 
 static int add_layer(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units) {
@@ -262,6 +265,21 @@ static int on_key(void *user, const char *section, const char *name, const char 
   return st->rc == 0;
 }
 
+/* Reads the model text of f (borrowed; NULL reads as an empty file) into
+ * spec; path names it in messages. */
+static int model_load(tsr_model_spec_t *spec, FILE *f, const char *path, tsr_errbuf_t *err) {
+  struct ini_state st = {.spec = spec, .path = path, .err = err};
+  int line = f ? ini_parse_file(f, on_key, &st) : 0;
+  if (st.rc == 0 && line > 0)
+    st.rc = tsr_error_set(err, TSR_EFORMAT,
+                          "%s:%d: not an INI line (expected [section] or key = value)", path, line);
+  if (st.rc == 0) st.rc = section_done(&st);
+  if (st.rc == 0 && spec->n_layers == 0)
+    st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", path);
+  if (st.rc) memset(spec, 0, sizeof *spec);
+  return st.rc;
+}
+
 int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err) {
   memset(spec, 0, sizeof *spec);
   /* Opened without blocking, so that a named pipe is refused rather than waited on forever. */
@@ -285,17 +303,22 @@ int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *e
     close(fd);
     return tsr_error_set(err, TSR_EIO, "%s: cannot open model file: %s", path, strerror(e));
   }
-  struct ini_state st = {.spec = spec, .path = path, .err = err};
-  int line = ini_parse_file(f, on_key, &st);
+  int rc = model_load(spec, f, path, err);
   fclose(f);
-  if (st.rc == 0 && line > 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT,
-                          "%s:%d: not an INI line (expected [section] or key = value)", path, line);
-  if (st.rc == 0) st.rc = section_done(&st);
-  if (st.rc == 0 && spec->n_layers == 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", path);
-  if (st.rc) memset(spec, 0, sizeof *spec);
-  return st.rc;
+  return rc;
+}
+
+int tsr__model_load_ini_mem(tsr_model_spec_t *spec, const void *text, size_t len, const char *name,
+                            tsr_errbuf_t *err) {
+  memset(spec, 0, sizeof *spec);
+  /* fmemopen refuses a size of 0: an empty text reads as no stream at all. */
+  FILE *f = len ? fmemopen((void *)text, len, "r") : NULL;
+  if (len && !f)
+    return tsr_error_set(err, TSR_ENOMEM, "%s: cannot open the text as a stream: %s", name,
+                         strerror(errno));
+  int rc = model_load(spec, f, name, err);
+  if (f) fclose(f);
+  return rc;
 }
 
 void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size) {
@@ -314,17 +337,7 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
 
 int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                              tsr_errbuf_t *err) {
-  memset(spec, 0, sizeof *spec);
-  struct ini_state st = {.spec = spec, .path = name, .err = err};
-  int line = ini_parse_string(text, on_key, &st);
-  if (st.rc == 0 && line > 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT,
-                          "%s:%d: not an INI line (expected [section] or key = value)", name, line);
-  if (st.rc == 0) st.rc = section_done(&st);
-  if (st.rc == 0 && spec->n_layers == 0)
-    st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", name);
-  if (st.rc) memset(spec, 0, sizeof *spec);
-  return st.rc;
+  return tsr__model_load_ini_mem(spec, text, strlen(text), name, err);
 }
 
 /* Appends "key = value" for key k of layer l when its value is not the default (0). */

@@ -201,11 +201,12 @@ static int open_checked(tsr_st_file_t **out, const char *path, tsr_errbuf_t *err
   if (rc) return rc;
   const char *format = tsr__st_meta(f, "format");
   if (!format || strcmp(format, FORMAT) != 0) {
+    /* The message first: format points into f. */
+    rc = tsr_error_set(err, TSR_EFORMAT,
+                       "%s: a safetensors file, but not a tessera checkpoint (format %s, want %s)",
+                       path, format ? format : "missing", FORMAT);
     tsr__st_close(&f);
-    return tsr_error_set(
-        err, TSR_EFORMAT,
-        "%s: a safetensors file, but not a tessera checkpoint (format %s, want %s)", path,
-        format ? format : "missing", FORMAT);
+    return rc;
   }
   for (int i = 0; i < tsr__st_count(f) && rc == 0; i++) {
     tsr_st_tensor_t t;
