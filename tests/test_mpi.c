@@ -230,6 +230,17 @@ static int32_t *batch_rows(int B, int steps) {
   return rows;
 }
 
+/* Step k (from 1) of both the synchronized net (then its replicas' after-step) and the
+ * replica trained alone, on this rank's part of the step's rows (batch_rows). */
+static void step_pair(tsr_replicas_t *rep, tsr_net_t *net, tsr_net_t *alone, const int32_t *rows,
+                      int B, int k, const int *counts) {
+  const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+  tsr__replicas_count(rep, counts);
+  CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
+  CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+  CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+}
+
 /* P ranks x batch B, gradients averaged == 1 process x batch P B, for any optimizer: the
  * average is the gradient of the global batch and the update runs once, on the tile's home. */
 static void batch_equals_one_process(const char *name, const tsr_optimizer_t *opt, double tol) {
@@ -374,11 +385,7 @@ static void test_every(void) {
   for (int q = 0; q < size; q++)
     counts[q] = B;
   for (int k = 1; k <= 2 * K; k++) {
-    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
-    tsr__replicas_count(rep, counts);
-    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
-    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
-    CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    step_pair(rep, net, alone, rows, B, k, counts);
     if (k % K != 0 && k % K != K - 1) continue;
     int64_t n;
     float *w = params(net, &n), *own = params(alone, &n);
@@ -889,11 +896,7 @@ static void outer_training(const char *name) {
   for (int q = 0; q < size; q++)
     counts[q] = B;
   for (int k = 1; k <= 2 * K; k++) {
-    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
-    tsr__replicas_count(rep, counts);
-    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
-    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
-    CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    step_pair(rep, net, alone, rows, B, k, counts);
     if (k % K != 0 && k % K != K - 1) continue;
     float *w = params(net, &n), *own = params(alone, &n);
     if (k % K == 0) {
@@ -1013,11 +1016,7 @@ static void test_hier(void) {
   int counts[TSR_MAX_RANKS] = {B, B, B};
   static const double pair[TSR_MAX_RANKS] = {0.5, 0.5, 0.0};
   for (int k = 1; k <= STEPS; k++) {
-    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
-    tsr__replicas_count(rep, counts);
-    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
-    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
-    CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    step_pair(rep, net, alone, rows, B, k, counts);
     int64_t n;
     float *w = params(net, &n), *own = params(alone, &n);
     float *group = weighted_mean(own, n, pair), *all = weighted_mean(own, n, NULL);

@@ -3,7 +3,8 @@
 # fails the test, with LeakSanitizer's report (the allocating stack). Leaks inside Open MPI,
 # PMIx, hwloc and StarPU are suppressed by library (tests/lsan.supp). Runs that cover the
 # synchronization code: --sync batch (tasks every rank submits but one runs) with statistics
-# and a trace (the observer's callbacks), and --sync epoch.
+# and a trace (the observer's callbacks), --sync epoch, and the policies and outer optimizers of
+# issue 15.
 #
 # A normal build gets the standalone LeakSanitizer runtime that GCC ships (liblsan) preloaded
 # into each rank: no rebuild, a few seconds a run. A -Dsanitize=true build has the leak checker
@@ -56,5 +57,9 @@ run() {
 
 run "batch, stats and trace" --sync batch --stats --trace "$tmp/trace.json" --log "$tmp/b.jsonl"
 run "epoch" --sync epoch --log "$tmp/e.jsonl"
+# The outer optimizer's state, the switch of post-local, hier's group accumulators.
+run "post-local with an outer optimizer" --sync post-local:1,2 --outer nesterov
+run "hier with outer steps" --sync hier:2,3 --outer slowmo
+run "async-epoch with outer folds" --sync async-epoch --outer slowmo
 echo "$passed passed, $failed failed"
 ((failed == 0))
