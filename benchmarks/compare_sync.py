@@ -219,11 +219,13 @@ def plot(all_runs, png, networks, title):
     panels = [("epoch", "epoch"), ("wall_time_s", "measured time (s), this machine"),
               (slow, "modelled time (s) at %s" % net_name(*min(networks)))]
     fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.8))
-    for config, runs in all_runs.items():
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: no two configurations alike
+    for n, (config, runs) in enumerate(all_runs.items()):
         style = "--" if "+" in config else "-"
         for ax, (key, _) in zip(axes, panels):
             xs, ys = mean_curve(runs, key)
-            ax.plot(xs, [100 * y for y in ys], style, marker=".", label=config)
+            ax.plot(xs, [100 * y for y in ys], style, marker=".", label=config,
+                    color=colors[(2 * n) % 20 + (2 * n) // 20 % 2])
     for ax, (_, xlabel) in zip(axes, panels):
         ax.set_xlabel(xlabel)
         ax.set_ylabel("test accuracy (%), mean over seeds")
