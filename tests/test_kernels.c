@@ -126,6 +126,27 @@ Test(kernels, sgd_momentum_and_weight_decay_follow_pytorch) {
   cr_assert_float_eq(w[1], -2.0f - 0.1f * v1, 1e-6);
 }
 
+/* A momentum buffer whose gradient stays 0 decays to 0 without passing
+ * through subnormal floats (they take a slow path in every later operation):
+ * 1e-37 halves to 5e-38, 2.5e-38, 1.25e-38 (all normal), then would be
+ * 6.25e-39, subnormal, and is 0 instead. Adam's moments and the outer
+ * momentum likewise. */
+Test(kernels, momentum_buffers_never_become_subnormal) {
+  float w = 1.0f, v = 1e-37f, g = 0.0f, m1 = 1e-37f, m2 = 1e-37f;
+  for (int step = 1; step <= 4; step++) {
+    tsr__k_sgd(1, 1, &w, 1, &v, 1, &g, 1, 0.1f, 0.5f, 0.0f);
+    tsr__k_adam(1, 1, &w, 1, &m1, 1, &m2, 1, &g, 1, 0.1f, 0.5f, 0.5f, 1e-8f, 0.0f, step);
+    cr_assert(fpclassify(v) != FP_SUBNORMAL && fpclassify(m1) != FP_SUBNORMAL &&
+                  fpclassify(m2) != FP_SUBNORMAL,
+              "step %d: v %g, m1 %g, m2 %g", step, v, m1, m2);
+    cr_assert(step < 4 ? v > 0.0f : v == 0.0f, "step %d: v = %g", step, v);
+  }
+  float x = 1.0f, u = 1e-37f, a = 1.0f, b = 1.0f;
+  for (int round = 1; round <= 4; round++)
+    tsr__k_outer(1, 1, &x, 1, &u, 1, &a, 1, &b, 1, 1.0f, true, 0.7f, 0.5f, 0.0f);
+  cr_assert(u == 0.0f && x == 1.0f, "outer momentum %g", u);
+}
+
 Test(kernels, adam_first_step_moves_each_weight_by_lr) {
   float w[3] = {1, 2, 3}, m1[3] = {0}, m2[3] = {0}, g[3] = {0.5f, -0.25f, 4.0f};
   tsr__k_adam(1, 3, w, 3, m1, 3, m2, 3, g, 3, 0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
