@@ -727,9 +727,11 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   if (!r) return;
   if (tsr_dist_active()) tsr__progress_wait_all();
   if (r->previous.fn) tsr__net_set_grad_hook(r->net, r->previous);
+  /* The outer state first: destroying a distributed matrix asks its rank_of, which reads the
+   * chunk homes destroy_param frees. */
+  tsr__outer_destroy(&r->outer);
   for (int k = 0; r->params && k < r->nparams; k++)
     destroy_param(r, &r->params[k]);
-  tsr__outer_destroy(&r->outer);
   destroy_all(r, &r->stats);
   tsr_tiles_destroy(&r->stats_sum);
   for (int g = 0; r->groups && g < r->ngroups; g++)
