@@ -63,7 +63,9 @@ static int passed, failed, rank, size;
 
 static tsr_dataset_t train_set, test_set;
 
+/* Loads the data anew (a check may call it more than once). */
 static void load(int64_t n) {
+  tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);
   tsr_errbuf_t err = {""};
   const char *dir = getenv("TSR_DATA_DIR") ? getenv("TSR_DATA_DIR") : TSR_DEFAULT_DATA_DIR;
   if (tsr_dataset_load_dir(&train_set, &test_set, dir, &err)) {
