@@ -461,6 +461,18 @@ static void test_weighted(void) {
   tsr_net_destroy(&net), tsr_net_destroy(&alone);
 }
 
+/* One unshuffled epoch of net alone on this rank's shard of batch steps x b samples (rank q
+ * takes rows q b steps ...), as tsr_train runs it without shuffling. */
+static void shard_epoch(tsr_net_t *net, int b, int steps) {
+  int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
+  for (int k = 0; k < steps; k++) {
+    for (int i = 0; i < b; i++)
+      rows[i] = (int32_t)(rank * b * steps + k * b + i);
+    tsr_net_train_step(net, &train_set, rows, b, true);
+  }
+  free(rows);
+}
+
 /* async-epoch, deterministic, unshuffled: at each epoch end, for q = 0, 1, ...: global =
  * 0.5 w_q + 0.5 global (float32, as the fold computes it), and rank q goes on from that
  * result; global starts as rank 0's initial weights; after the last epoch, the uniform average
@@ -475,13 +487,8 @@ static void test_async(void) {
   int64_t n;
   float *global = params(alone, &n), *snaps = malloc(sizeof(float) * (size_t)(n * size));
   float *trained = NULL; /* the replicas' weights before the last folds */
-  int32_t rows[B];
   for (int e = 1; e <= EPOCHS; e++) {
-    for (int k = 0; k < STEPS; k++) {
-      for (int i = 0; i < B; i++)
-        rows[i] = (int32_t)(rank * B * STEPS + k * B + i);
-      tsr_net_train_step(alone, &train_set, rows, B, true);
-    }
+    shard_epoch(alone, B, STEPS);
     float *own = params(alone, &n), *all = gather_all(own, n);
     for (int q = 0; q < size; q++)
       for (int64_t i = 0; i < n; i++)
@@ -958,13 +965,8 @@ static void outer_async(void) {
     global[i] = start[i];
   for (int q = 0; q < size; q++)
     memcpy(snaps + q * n, start, sizeof(float) * (size_t)n);
-  int32_t rows[B];
   for (int e = 1; e <= EPOCHS; e++) {
-    for (int k = 0; k < STEPS; k++) {
-      for (int i = 0; i < B; i++)
-        rows[i] = (int32_t)(rank * B * STEPS + k * B + i);
-      tsr_net_train_step(alone, &train_set, rows, B, true);
-    }
+    shard_epoch(alone, B, STEPS);
     float *own = params(alone, &n), *all = gather_all(own, n);
     for (int q = 0; q < size; q++)
       for (int64_t i = 0; i < n; i++) {

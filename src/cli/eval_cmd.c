@@ -1,7 +1,6 @@
 /* tessera eval: a checkpoint's network on a test set (accuracy, per-class
  * accuracy, confusion matrix); tessera inspect: a checkpoint's tensors and
  * metadata. Both only parse options and call the library. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,15 +21,6 @@ static void eval_usage(FILE *out) {
           "  --help              this text\n\n"
           "The test set is standardized as the checkpoint's training data was.\n",
           TSR_DEFAULT_DATA_DIR);
-}
-
-static int to_long(const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
 }
 
 /* Accuracy, loss, per-class accuracy and the confusion matrix (rows: true
@@ -99,19 +89,19 @@ int tsr_cli_eval(int argc, char **argv) {
     case 'c': path = optarg; break;
     case 'd': data = optarg; break;
     case 'l':
-      if (to_long(optarg, 1, 0x7fffffffL, &limit)) {
+      if (tsr__cli_to_long(optarg, 1, 0x7fffffffL, &limit)) {
         fprintf(stderr, "tessera eval: --test-limit %s: expected an integer >= 1\n", optarg);
         return 2;
       }
       break;
     case 'b':
-      if (to_long(optarg, 1, 1 << 16, &batch)) {
+      if (tsr__cli_to_long(optarg, 1, 1 << 16, &batch)) {
         fprintf(stderr, "tessera eval: --batch %s: expected an integer in 1..65536\n", optarg);
         return 2;
       }
       break;
     case 'w':
-      if (to_long(optarg, 1, 4096, &workers)) {
+      if (tsr__cli_to_long(optarg, 1, 4096, &workers)) {
         fprintf(stderr, "tessera eval: --workers %s: expected an integer >= 1\n", optarg);
         return 2;
       }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "cli/train_config.h"
 #include "tessera/tessera.h"
 
@@ -74,7 +75,7 @@ static int bad(const char *opt, const char *val, const char *want) {
   return 2;
 }
 
-static int to_long(const char *s, long lo, long hi, long *out) {
+int tsr__cli_to_long(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
@@ -200,12 +201,12 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     case O_MODEL: cfg->model = optarg; break;
     case O_EPOCHS:
       /* 0 would train nothing and say nothing of it. */
-      if (to_long(optarg, 1, 100000, &v))
+      if (tsr__cli_to_long(optarg, 1, 100000, &v))
         return bad("--epochs", optarg, "an integer from 1 to 100000");
       cfg->train.epochs = (int)v;
       break;
     case O_BATCH:
-      if (to_long(optarg, 1, 1 << 20, &v))
+      if (tsr__cli_to_long(optarg, 1, 1 << 20, &v))
         return bad("--batch", optarg, "an integer from 1 to 1048576");
       cfg->net.batch = (int)v;
       break;
@@ -280,7 +281,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
         return bad("--weight-decay", optarg, "a number from 0 to 1e6");
       break;
     case O_SEED:
-      if (to_long(optarg, 0, 0x7fffffffL, &v))
+      if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
         return bad("--seed", optarg, "an integer from 0 to 2147483647");
       cfg->net.seed = cfg->train.seed = (uint64_t)v;
       break;
@@ -289,10 +290,11 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       char *x = strchr(optarg, 'x');
       if (x) {
         *x = '\0';
-        int e1 = to_long(optarg, 1, 1 << 20, &r), e2 = to_long(x + 1, 1, 1 << 20, &cc);
+        int e1 = tsr__cli_to_long(optarg, 1, 1 << 20, &r),
+            e2 = tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
         *x = 'x';
         if (e1 || e2) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
-      } else if (to_long(optarg, 1, 1 << 20, &r)) {
+      } else if (tsr__cli_to_long(optarg, 1, 1 << 20, &r)) {
         return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
       } else {
         cc = r;
@@ -319,27 +321,27 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       break;
     }
     case O_WORKERS:
-      if (to_long(optarg, 1, 4096, &v))
+      if (tsr__cli_to_long(optarg, 1, 4096, &v))
         return bad("--workers", optarg, "an integer from 1 to 4096");
       cfg->runtime.ncpus = (int)v;
       break;
     case O_WINDOW:
-      if (to_long(optarg, 1, 1 << 16, &v))
+      if (tsr__cli_to_long(optarg, 1, 1 << 16, &v))
         return bad("--window", optarg, "an integer from 1 to 65536");
       cfg->train.window = (int)v;
       break;
     case O_TRAIN_LIMIT:
-      if (to_long(optarg, 1, 0x7fffffffL, &v))
+      if (tsr__cli_to_long(optarg, 1, 0x7fffffffL, &v))
         return bad("--train-limit", optarg, "an integer from 1 to 2147483647");
       cfg->train_limit = v;
       break;
     case O_TEST_LIMIT:
-      if (to_long(optarg, 0, 0x7fffffffL, &v))
+      if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
         return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
       break;
     case O_CLASSES:
-      if (to_long(optarg, 2, 1 << 24, &v))
+      if (tsr__cli_to_long(optarg, 2, 1 << 24, &v))
         return bad("--classes", optarg, "an integer from 2 to 16777216");
       cfg->classes = (int)v;
       break;
