@@ -88,17 +88,23 @@ static void remember(const tsr_machine_t *m, const char *key, double v) {
   if (f) fprintf(f, "%s %.6g\n", key, v), fclose(f);
 }
 
-/* Seconds per call of fn, repeated for at least 20 ms after one warm-up call. */
+/* Seconds per call: the best of 5 rounds of at least 5 ms each, after one
+ * warm-up call, so that time the OS gives other processes on a shared
+ * machine counts as little as it can. */
 #define TIME_IT(seconds, call)                                                                     \
   do {                                                                                             \
     call;                                                                                          \
-    int reps_ = 0;                                                                                 \
-    double t0_ = now(), t_;                                                                        \
-    do {                                                                                           \
-      call;                                                                                        \
-      reps_++;                                                                                     \
-    } while ((t_ = now() - t0_) < 0.02 || reps_ < 3);                                              \
-    (seconds) = t_ / reps_;                                                                        \
+    double best_ = 1e30;                                                                           \
+    for (int round_ = 0; round_ < 5; round_++) {                                                   \
+      int reps_ = 0;                                                                               \
+      double t0_ = now(), t_;                                                                      \
+      do {                                                                                         \
+        call;                                                                                      \
+        reps_++;                                                                                   \
+      } while ((t_ = now() - t0_) < 0.005);                                                        \
+      if (t_ / reps_ < best_) best_ = t_ / reps_;                                                  \
+    }                                                                                              \
+    (seconds) = best_;                                                                             \
   } while (0)
 
 static float *buffer(size_t n) {
