@@ -7,7 +7,9 @@ grids other than 1xP with `--grid`, when this build has it) for --epochs
 epochs on --samples training images, takes the measured time per step from
 the rank-0 log (the last epoch's training seconds over its steps: the first
 epoch, with StarPU's start and its calibration, is the warm-up), and runs
-`tessera plan --json` for the same configuration on this machine (kernel
+`tessera plan --json` for the same configuration on this machine (all plans
+first, so that the kernel timings of a first plan never share the cores with
+the script's own training runs) (kernel
 rates timed here, alpha and beta from `tessera plan --calibrate` when it has
 been run). It writes
 
@@ -136,19 +138,28 @@ def main():
     args = ap.parse_args()
     grid_ok = has_grid(args.tessera)
     rows = []
+    configs = [c for c in default_configs() if not args.only or args.only in "%s %s %s b%d" % c]
+    # Predictions first: the first plan of a shape times its kernels here, which must not share
+    # the cores with this script's own training runs.
+    predicted = {}
+    for cfg in configs:
+        try:
+            predicted[cfg] = predict(args, cfg)
+        except subprocess.CalledProcessError as e:
+            predicted[cfg] = e
     with tempfile.TemporaryDirectory() as tmp:
-        for cfg in default_configs():
+        for cfg in configs:
             name = "%s %s %s b%d" % cfg
-            if args.only and args.only not in name:
-                continue
             if cfg[1].split("x")[0] != "1" and not grid_ok:
                 rows.append({"config": name, "model": cfg[0], "grid": cfg[1], "sync": cfg[2],
                              "batch": cfg[3], "status": "not measurable (no --grid)"})
                 print("%-28s not measurable (no --grid)" % name, flush=True)
                 continue
             try:
+                p = predicted[cfg]
+                if isinstance(p, Exception):
+                    raise p
                 m = measure(args, cfg, tmp)
-                p = predict(args, cfg)
             except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
                 rows.append({"config": name, "model": cfg[0], "grid": cfg[1], "sync": cfg[2],
                              "batch": cfg[3], "status": "failed: %s" % str(e)[:200]})
