@@ -137,6 +137,7 @@ def main():
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
     grid_ok = has_grid(args.tessera)
+    load_before = os.getloadavg()[0]
     rows = []
     configs = [c for c in default_configs() if not args.only or args.only in "%s %s %s b%d" % c]
     # Predictions first: the first plan of a shape times its kernels here, which must not share
@@ -201,7 +202,10 @@ def main():
                          (r["config"], r["predicted_ms"], r["measured_ms"], 100 * r["error"],
                           r["predicted_bytes_epoch"], r["logged_bytes_epoch"]))
     lines += ["", "%d configurations measured: median absolute error %.1f%%, largest %.1f%% "
-              "(targets: median <= 20%%, none over 35%%)." % (len(ok), 100 * med, 100 * worst)]
+              "(targets: median <= 20%%, none over 35%%)." % (len(ok), 100 * med, 100 * worst),
+              "", "Load average at the start %.1f and at the end %.1f on %d cores: above the cores, "
+              "other processes shared them and the times are not a validation." %
+              (load_before, os.getloadavg()[0], os.cpu_count())]
     text = "\n".join(lines) + "\n"
     open(os.path.join(args.out, "summary.md"), "w").write(text)
     print()
