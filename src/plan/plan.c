@@ -82,11 +82,10 @@ static double task(compute_t *c, double flops, double rate, double bytes) {
   return t;
 }
 
-static double gemm_task(compute_t *c, bool ta, bool tb, int rows, int cols, int inner,
-                        double rate) {
+/* A GEMM tile task: reads its two operands, reads and writes its output. */
+static double gemm_task(compute_t *c, int rows, int cols, int inner, double rate) {
   double bytes = 4.0 * ((double)rows * inner + (double)inner * cols + 2.0 * rows * cols);
   return task(c, tsr__plan_gemm_flops(rows, cols, inner), rate, bytes);
-  (void)ta, (void)tb;
 }
 
 /* An update of n floats: reads w, g and the state, writes w and the state. */
@@ -105,19 +104,18 @@ static double dense_compute(compute_t *c, const tsr_layout_layer_t *l, int index
   double r_fwd = tsr__plan_gemm_rate(c->m, false, false, mb, nb, kb);
   double r_dx = tsr__plan_gemm_rate(c->m, false, true, mb, kb, nb);
   double r_dw = tsr__plan_gemm_rate(c->m, true, false, kb, nb, mb);
-  double fwd_chain = 0, before = c->work;
+  double fwd_chain = 0;
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j++) {
       if (j % c->pr != 0) continue; /* row 0's tile columns */
       int m = tsize(c->batch, mb, i), n = tsize(l->fout, nb, j);
       double ch = 0;
       for (int k = 0; k < kt; k++)
-        ch += gemm_task(c, false, false, m, n, tsize(l->fin, kb, k), r_fwd);
+        ch += gemm_task(c, m, n, tsize(l->fin, kb, k), r_fwd);
       ch += task(c, 0, 1, 4.0 * (2.0 * m * n + n)); /* bias (and ReLU) */
       if (ch > fwd_chain) fwd_chain = ch;
     }
-  double fwd_work = c->work - before;
-  before = c->work;
+  double before = c->work;
   double relu_chain = 0, dx_chain = 0, dw_chain = 0;
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j += c->pr) {
@@ -129,16 +127,16 @@ static double dense_compute(compute_t *c, const tsr_layout_layer_t *l, int index
       for (int k = 0; k < kt; k++) {
         double ch = 0;
         for (int j = 0; j < nt; j += c->pr)
-          ch += gemm_task(c, false, true, tsize(c->batch, mb, i), tsize(l->fin, kb, k),
-                          tsize(l->fout, nb, j), r_dx);
+          ch += gemm_task(c, tsize(c->batch, mb, i), tsize(l->fin, kb, k), tsize(l->fout, nb, j),
+                          r_dx);
         if (ch > dx_chain) dx_chain = ch;
       }
   for (int k = 0; k < kt; k++)
     for (int j = 0; j < nt; j += c->pr) {
       double ch = 0;
       for (int i = 0; i < mt; i++)
-        ch += gemm_task(c, true, false, tsize(l->fin, kb, k), tsize(l->fout, nb, j),
-                        tsize(c->batch, mb, i), r_dw);
+        ch +=
+            gemm_task(c, tsize(l->fin, kb, k), tsize(l->fout, nb, j), tsize(c->batch, mb, i), r_dw);
       if (ch > dw_chain) dw_chain = ch;
     }
   double upd = 0;
@@ -150,7 +148,6 @@ static double dense_compute(compute_t *c, const tsr_layout_layer_t *l, int index
     update_task(c, tsize(l->fout, nb, j));
   }
   c->bwd[index] = c->work - before;
-  (void)fwd_work;
   return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
 }
 
