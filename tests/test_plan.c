@@ -237,3 +237,40 @@ Test(plan, cluster_files) {
   cr_expect(strstr(err.msg, "gflops_per_core") != NULL, "%s", err.msg);
   unlink(p);
 }
+
+Test(plan, grid_count_matches_the_grid_branchs_example) {
+  /* The grid README's example: MLP 784-64-32-10 in 16x16 tiles, batch 16, 2x1. Each row sends
+   * 5 tiles of 1 KB per step: layer 2 (4 input tiles, both rows own output) 2 forward and 2
+   * partials backward; the logits (row 0 only) row 1's input tile forward, or row 0's partial
+   * of tile 1 backward. */
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:64,32", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 2, o.pr = 2, o.pc = 1, o.batch = 16, o.tile_rows = 16, o.tile_cols = 16;
+  tsr_machine_t m = round_machine();
+  tsr_plan_row_t r;
+  int n;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &r, 1, &n, &err), 0, "%s", err.msg);
+  cr_expect_eq(r.grid_bytes_step, 5 * 1024.0);
+  cr_expect_eq(r.grid_messages_step, 5);
+}
+
+Test(plan, grid_caps_the_feature_tile_at_the_widest_layer_over_pr) {
+  /* mlp:512,512 on one worker picks 1024-wide tiles: one tile column, nothing for row 1.
+   * Under 2x1 the tile is capped at 512 / 2 = 256, as tessera train --grid does. */
+  tsr_plan_row_t r;
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:512,512", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 2, o.pr = 2, o.pc = 1;
+  tsr_machine_t m = round_machine();
+  int n;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &r, 1, &n, &err), 0, "%s", err.msg);
+  cr_expect_eq(r.tile_cols, 256);
+  cr_expect_eq(r.tile_rows, 64);
+  cr_expect(r.grid_bytes_step > 0);
+}

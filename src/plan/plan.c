@@ -8,8 +8,8 @@
  * row; the logits (one tile wide) are on row 0. Forward, a row receives each
  * input tile of a dense layer it does not own, once, if it owns an output
  * tile of that layer; backward, each row owning output tiles sends its
- * partial input gradient of each input tile to that tile's owner (to row 0,
- * then to every row, when the input is replicated). Across columns, row p
+ * partial input gradient of each input tile k to that tile's owner (to row
+ * k mod Pr, then from there to every row, when the input is replicated). Across columns, row p
  * averages its slice of the parameters with row p of every other column, as
  * src/parallel/sync.c averages whole replicas today.
  *
@@ -275,11 +275,11 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
       for (int i = 0; i < mt && l->has_dx; i++)
         for (int t = 0; t < kt; t++) {
           double bytes = 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t);
-          int o = in_repl ? 0 : t % pr;
+          int o = t % pr; /* replicated input: the sum is made there, then sent to every row */
           for (int p = 0; p < owners; p++) /* backward: partial input gradients to the owner */
             if (p != o) send(g, p, o, bytes, true);
-          for (int p = 1; p < pr && in_repl; p++) /* replicated input: and back to every row */
-            send(g, 0, p, bytes, false);
+          for (int p = 0; p < pr && in_repl; p++)
+            if (p != o) send(g, o, p, bytes, false);
         }
       phase_end(g, m);
       in_repl = false;
@@ -349,6 +349,34 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 
 /* ---- One configuration ------------------------------------------------- */
 
+/* Under a grid, `tessera train --grid` caps the automatic feature tile at the
+ * widest layer / Pr so that every row owns a tile column (the grid branch's
+ * choose_tiles, from tsr_net_opts_t.grid_rows). Until that field is here,
+ * the same rule, as explicit tiles in *no: true when they changed. */
+static bool grid_tiles(const tsr_net_layout_t *lay, const tsr_plan_opts_t *o, int pr, int workers,
+                       tsr_net_opts_t *no) {
+  if (pr < 2 || o->tile_cols > 0) return false;
+  int widest = 0;
+  bool spatial = false;
+  for (int k = 0; k < lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &lay->layers[k];
+    spatial |= l->whole_samples;
+    if (l->kind == TSR_LAYER_DENSE && k < lay->n_layers - 1 && l->fout > widest) widest = l->fout;
+  }
+  if (widest == 0) widest = o->inputs;
+  int cap = (widest + pr - 1) / pr;
+  if (lay->nb <= cap) return false;
+  int batch = o->batch <= 512 ? o->batch : 512, col_tiles = (widest + cap - 1) / cap;
+  if (col_tiles < workers) {
+    int cuts = (workers + col_tiles - 1) / col_tiles;
+    batch = (batch + cuts - 1) / cuts;
+    batch = batch < 16 ? (o->batch < 16 ? o->batch : 16) : batch;
+  }
+  no->tile_cols = cap;
+  no->tile_rows = o->tile_rows > 0 ? o->tile_rows : spatial ? lay->mb : batch;
+  return true;
+}
+
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
                     int pr, int pc, tsr_plan_sync_t sync, int every, tsr_plan_row_t *row,
                     tsr_errbuf_t *err) {
@@ -370,6 +398,8 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   tsr_net_layout_t *lay = malloc(sizeof *lay);
   if (!lay) return TSR_ENOMEM;
   int rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
+  if (rc == 0 && grid_tiles(lay, o, pr, workers, &no))
+    rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
   if (rc) {
     free(lay);
     return rc;
@@ -470,8 +500,11 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
                        : l->fout;
     if (l->whole_samples || pr == 1) owned = l->fout;
     acts += 4.0 * 2 * o->batch * owned;
-    if (pr > 1 && l->kind == TSR_LAYER_DENSE && k > 0 && !lay->layers[k - 1].whole_samples)
-      acts += 4.0 * o->batch * (l->fin - (double)l->fin / pr);
+    /* Under a grid a dense layer keeps a gathered copy of a spread input and a partial input
+     * gradient (tessera train --grid's scratch). */
+    bool in_spread = k > 0 && !lay->layers[k - 1].whole_samples;
+    if (pr > 1 && l->kind == TSR_LAYER_DENSE && (in_spread || l->has_dx))
+      acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
   }
   row->memory_bytes = slice * (2 + o->nstate) + acts +
                       (pc > 1 ? slice / pc * (sync == TSR_PLAN_SYNC_BATCH ? 2 : 1) : 0);
