@@ -2,7 +2,7 @@
 """check_layering.py SOURCE_ROOT: the include graph follows the layering of the README.
 
 Folders in the chain kernels -> codelets -> tile -> optim -> nn -> parallel ->
-train -> cli include only folders before them, plus runtime, io and data,
+train -> plan -> cli include only folders before them, plus runtime, io and data,
 which sit below whoever needs them (runtime may use kernels: it makes BLIS
 single-threaded; io may use runtime: it writes what runtime collects). Public
 headers (tessera/...) and the shared one-file helpers in src/ (rng.h, try.h)
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-CHAIN = ["kernels", "codelets", "tile", "optim", "nn", "parallel", "train", "cli"]
+CHAIN = ["kernels", "codelets", "tile", "optim", "nn", "parallel", "train", "plan", "cli"]
 BELOW = {"runtime": {"kernels", "runtime"}, "io": {"runtime", "io"}, "data": {"data"}}
 STARPU_OK = {"codelets", "tile", "parallel", "runtime"}
 

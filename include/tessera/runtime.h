@@ -61,6 +61,11 @@ TSR_API void tsr_sched_list(FILE *out);
  * policy_name must not be a predefined policy's name. At most 8. */
 TSR_API int tsr_sched_register(const void *policy);
 
+/* Under mpirun with exactly 2 ranks, after tsr_runtime_init: the mean round
+ * trip in seconds of `bytes` between ranks 0 and 1 through StarPU-MPI over
+ * `rounds` exchanges (after 3 warm-up ones). Both ranks call it. */
+TSR_API int tsr_runtime_pingpong(int bytes, int rounds, double *seconds, tsr_errbuf_t *err);
+
 /* Observation of a run (opts.stats, opts.trace). Counters start at
  * tsr_runtime_init; tsr_runtime_fini keeps a snapshot of this rank's. Under
  * MPI both calls below are collective and use plain MPI: call them on every

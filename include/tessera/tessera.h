@@ -10,5 +10,6 @@
 #include "tessera/train.h"
 #include "tessera/log.h"
 #include "tessera/checkpoint.h"
+#include "tessera/plan.h"
 
 #endif

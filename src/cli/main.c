@@ -10,7 +10,8 @@ static void usage(FILE *out) {
                "  train   train a network (default: MLP 784-512-512-10 on Fashion-MNIST)\n"
                "  eval    evaluate a checkpoint on a test set (accuracy, confusion matrix)\n"
                "  inspect list a checkpoint's tensors and metadata\n"
-               "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n\n"
+               "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n"
+               "  plan    predict step and epoch times, bytes and memory per rank for P ranks\n\n"
                "`tessera <command> --help` describes a command's options.\n");
 }
 
@@ -26,6 +27,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "info") == 0) return tsr_cli_info(argc - 1, argv + 1);
   if (strcmp(argv[1], "eval") == 0) return tsr_cli_eval(argc - 1, argv + 1);
   if (strcmp(argv[1], "inspect") == 0) return tsr_cli_inspect(argc - 1, argv + 1);
+  if (strcmp(argv[1], "plan") == 0) return tsr_cli_plan(argc - 1, argv + 1);
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(stdout);

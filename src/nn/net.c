@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/layout.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
 #include "try.h"
@@ -46,8 +47,8 @@ static const tsr_layer_type_t *type_of(const tsr_model_spec_t *spec, int i) {
  * (issue 11). Batch-row tiles hold at most 512 samples. Averaging over MPI
  * does not need large tiles: it moves chunks sized on their own
  * (src/parallel/sync.c). */
-static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o, int *mb,
-                         int *nb) {
+static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o,
+                         int workers, int *mb, int *nb) {
   bool spatial = false;
   for (int i = 0; i < spec->n_layers; i++)
     spatial |= type_of(spec, i)->whole_samples;
@@ -56,7 +57,6 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
     if (type_of(spec, i)->cuts_features && spec->layers[i].units > widest)
       widest = spec->layers[i].units;
   if (widest == 0) widest = inputs;
-  int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
   int cols = workers == 1 ? 1024 : 256;
   while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
     cols *= 2;
@@ -77,6 +77,11 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
     *mb = rows < 8 ? (o->batch < 8 ? o->batch : 8) : rows > 512 ? 512 : rows;
   }
   *nb = o->tile_cols > 0 ? o->tile_cols : cols;
+}
+
+/* This process's CPU workers, at least 1. */
+static int this_workers(void) {
+  return tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
 }
 
 int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
@@ -237,7 +242,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   if (!net) return TSR_ENOMEM;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
   net->spec = *spec;
-  choose_tiles(spec, inputs, opts, &net->mb, &net->nb);
+  choose_tiles(spec, inputs, opts, this_workers(), &net->mb, &net->nb);
   tsr_rng_t rng = {opts->seed};
 
   net->on_grad = (tsr_grad_hook_t){default_grad_hook, NULL};
@@ -268,7 +273,7 @@ int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int in
   if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
     return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
   int mb, nb;
-  choose_tiles(spec, inputs, opts, &mb, &nb);
+  choose_tiles(spec, inputs, opts, this_workers(), &mb, &nb);
   tsr_optim_t *optim;
   TSR_TRY(tsr__optim_create(&optim, &opts->opt));
   int nstate = tsr__optim_nstate(optim);
@@ -488,4 +493,49 @@ int tsr_net_keep_input_grad(tsr_net_t *net) {
 
 int tsr_net_input_grad_get(const tsr_net_t *net, float *dst) {
   return net->dx0 ? tsr_tiles_read(net->dx0, dst) : TSR_EINVAL;
+}
+
+int tsr__net_layout(tsr_net_layout_t *out, const tsr_model_spec_t *spec, int inputs, int classes,
+                    const tsr_net_opts_t *opts, int workers, tsr_errbuf_t *err) {
+  memset(out, 0, sizeof *out);
+  TSR_TRY(check_spec(spec, inputs, classes, err));
+  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0 || workers <= 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "batch and workers must be positive and tile sizes non-negative");
+  choose_tiles(spec, inputs, opts, workers, &out->mb, &out->nb);
+  tsr_conv_geom_t g;
+  TSR_TRY(input_geometry(opts, inputs, &g, err));
+  /* create_layers' walk, recording instead of creating. */
+  int fin = inputs, nb = whole_rows_from(spec, 0) ? inputs : out->nb;
+  for (int i = 0; i < spec->n_layers; i++) {
+    const tsr_layer_spec_t *s = &spec->layers[i];
+    const tsr_layer_type_t *t = type_of(spec, i);
+    bool last = i == spec->n_layers - 1;
+    tsr_layout_layer_t *prev = out->n_layers > 0 ? &out->layers[out->n_layers - 1] : NULL;
+    if (t->is_relu && prev && (prev->kind == TSR_LAYER_DENSE || prev->kind == TSR_LAYER_CONV) &&
+        !prev->relu) {
+      prev->relu = true;
+      continue;
+    }
+    tsr_layer_site_t at = {.index = i + 1, .last = last, .shown = g, .err = err};
+    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
+    TSR_TRY(t->shape(s, &io, &at));
+    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
+    if (!t->create) continue;
+    tsr_layout_layer_t *l = &out->layers[out->n_layers++];
+    int fout = io.oc * io.oh * io.ow;
+    bool whole_out = last || whole_rows_from(spec, i + 1);
+    *l = (tsr_layout_layer_t){.kind = s->kind,
+                              .fin = fin,
+                              .fout = fout,
+                              .in_nb = nb,
+                              .whole_samples = t->whole_samples,
+                              .has_dx =
+                                  out->n_layers > 1, /* backward(): every layer but the first */
+                              .geom = io};
+    /* As each type's create sets out_nb (dense.c, conv.c, pool.c, dropout.c). */
+    l->out_nb = t->whole_samples ? fout : t->elementwise ? nb : whole_out ? fout : out->nb;
+    fin = fout, nb = l->out_nb;
+  }
+  return 0;
 }

@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""Predictions of `tessera plan` for big clusters, as a Markdown table.
+
+For each cluster description, model, node count and batch per replica it runs
+`tessera plan --json --cluster FILE --ranks NODES x RANKS_PER_NODE` (every grid
+shape, policies batch, every=8 and epoch) and reports seconds per epoch of
+pure data parallelism with batch averaging (1xP batch), the best grid with
+batch averaging (the Pr x Pc that Gholami et al. predict can beat both ends),
+pure data parallelism with epoch averaging (1xP epoch), and which is fastest.
+Writes OUT/table.md and OUT/plans.csv and prints the table.
+
+  /usr/bin/python3 benchmarks/plan_table.py                  # the README's table
+  /usr/bin/python3 benchmarks/plan_table.py --nodes 16,64 --batches 64
+"""
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {"mlp4096": "mlp:4096,4096", "cnn": "cnn"}
+
+
+def ranks_per_node(path):
+    for line in open(path):
+        k, _, v = line.partition("=")
+        if k.strip() == "ranks_per_node":
+            return int(v.split(";")[0])
+    return 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
+    ap.add_argument("--clusters", default="ib100,eth10")
+    ap.add_argument("--models", default="mlp4096,cnn")
+    ap.add_argument("--nodes", default="16,64,1024")
+    ap.add_argument("--batches", default="32,128,512", help="samples per step of one replica")
+    ap.add_argument("--samples", type=int, default=10_000_000,
+                    help="samples per epoch (default 10 M: 1024 nodes still take steps)")
+    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "plan"))
+    args = ap.parse_args()
+    rows = []
+    for cl in args.clusters.split(","):
+        path = os.path.join(REPO, "benchmarks", "clusters", cl + ".ini")
+        rpn = ranks_per_node(path)
+        for model in args.models.split(","):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                for batch in (int(b) for b in args.batches.split(",")):
+                    cmd = [args.tessera, "plan", "--json", "--cluster", path, "--model", MODELS[model],
+                           "--ranks", str(nodes * rpn), "--batch", str(batch),
+                           "--samples", str(args.samples)]
+                    plans = json.loads(subprocess.run(cmd, capture_output=True, text=True,
+                                                      check=True).stdout)["plans"]
+                    dp = next(p for p in plans if p["pr"] == 1 and p["sync"] == "batch")
+                    dpe = next(p for p in plans if p["pr"] == 1 and p["sync"] == "epoch")
+                    grid = min((p for p in plans if p["sync"] == "batch"), key=lambda p: p["epoch_s"])
+                    best = min(plans, key=lambda p: p["epoch_s"])
+                    rows.append({"cluster": cl, "model": model, "nodes": nodes, "ranks": nodes * rpn,
+                                 "batch": batch, "dp_batch_s": dp["epoch_s"],
+                                 "best_grid": grid["grid"], "grid_batch_s": grid["epoch_s"],
+                                 "dp_epoch_s": dpe["epoch_s"],
+                                 "best": "%s %s" % (best["grid"], best["sync"]), "best_s": best["epoch_s"],
+                                 "dp_batch_step_ms": 1e3 * dp["step_s"],
+                                 "grid_step_ms": 1e3 * grid["step_s"]})
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "plans.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    cmdline = " ".join(shlex.quote(a) for a in ["/usr/bin/python3", os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+    lines = ["`%s` (%d samples per epoch; seconds per epoch)" % (cmdline, args.samples), "",
+             "| cluster | model | nodes (ranks) | batch per replica | 1xP batch | best grid, batch | 1xP epoch | fastest |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        g = "%s %.2f" % (r["best_grid"], r["grid_batch_s"])
+        if r["grid_batch_s"] < r["dp_batch_s"] * 0.99:
+            g = "**%s**" % g
+        e = "%.2f" % r["dp_epoch_s"]
+        if r["dp_epoch_s"] < r["dp_batch_s"] * 0.99:
+            e = "**%s**" % e
+        lines.append("| %s | %s | %d (%d) | %d | %.2f | %s | %s | %s |" %
+                     (r["cluster"], r["model"], r["nodes"], r["ranks"], r["batch"], r["dp_batch_s"], g, e,
+                      r["best"]))
+    text = "\n".join(lines) + "\n"
+    open(os.path.join(args.out, "table.md"), "w").write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""Checks `tessera plan` against measured runs on this machine.
+
+For each configuration (model, grid PrxPc, sync policy, batch per replica) it
+trains with `tessera train` (one process for 1x1, `mpirun -np P` otherwise;
+grids other than 1xP with `--grid`, when this build has it) for --epochs
+epochs on --samples training images, takes the measured time per step from
+the rank-0 log (the last epoch's training seconds over its steps: the first
+epoch, with StarPU's start and its calibration, is the warm-up), and runs
+`tessera plan --json` for the same configuration on this machine (all plans
+first, so that the kernel timings of a first plan never share the cores with
+the script's own training runs) (kernel
+rates timed here, alpha and beta from `tessera plan --calibrate` when it has
+been run). It writes
+
+  OUT/runs.csv     one row per configuration: predicted and measured seconds
+                   per step, the error, predicted and logged bytes per epoch
+  OUT/summary.md   the same as a Markdown table, the median and largest
+                   absolute error, and the command line
+  OUT/plan.png     predicted against measured time per step (log-log)
+
+and prints the table. Grids the build cannot run are listed as "not measurable
+(no --grid)" and left out of the errors.
+
+  /usr/bin/python3 benchmarks/validate_plan.py                  # the 14 default configurations
+  /usr/bin/python3 benchmarks/validate_plan.py --only mlp512     # those whose name contains it
+  /usr/bin/python3 benchmarks/validate_plan.py --dry-run         # print the commands
+"""
+import argparse
+import csv
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn"}
+# Training images per configuration: enough steps for a steady epoch, a few seconds a run here.
+SAMPLES = {"mlp512": 12800, "mlp4096": 4096, "cnn": 4096}
+
+
+def default_configs():
+    """(model, grid, sync, batch): 1x1 for every model and batch, 1x2 with batch and epoch
+    averaging, and 2x1 (model parallelism) where --grid exists."""
+    out = []
+    for model in ("mlp512", "mlp4096", "cnn"):
+        for batch in (64, 512):
+            out.append((model, "1x1", "batch", batch))
+    for model, batch in (("mlp512", 64), ("mlp512", 512), ("mlp4096", 512), ("cnn", 64)):
+        for sync in ("batch", "epoch"):
+            out.append((model, "1x2", sync, batch))
+    for model, batch in (("mlp512", 64), ("mlp4096", 512), ("cnn", 64)):
+        out.append((model, "2x1", "batch", batch))
+    return out
+
+
+def env():
+    e = dict(os.environ)
+    e.setdefault("STARPU_SILENT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return e
+
+
+def has_grid(tessera):
+    out = subprocess.run([tessera, "train", "--help"], capture_output=True, text=True).stdout
+    return "--grid" in out
+
+
+def train_cmd(args, model, grid, sync, batch, log):
+    pr, pc = (int(x) for x in grid.split("x"))
+    ranks = pr * pc
+    cmd = [args.tessera, "train", "--model", MODELS[model], "--batch", str(batch),
+           "--epochs", str(args.epochs), "--train-limit", str(args.samples or SAMPLES[model]),
+           "--test-limit", "100", "--quiet", "--log", log]
+    if ranks > 1:
+        cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
+               "-x", "STARPU_SILENT"] + cmd + ["--sync", sync]
+        if pr > 1:
+            cmd += ["--grid", grid]
+    return cmd
+
+
+def plan_cmd(args, model, grid, sync, batch):
+    pr, pc = (int(x) for x in grid.split("x"))
+    cmd = [args.tessera, "plan", "--json", "--model", MODELS[model], "--batch", str(batch),
+           "--ranks", str(pr * pc), "--grid", grid, "--sync", sync,
+           "--samples", str(args.samples or SAMPLES[model])]
+    if args.cluster:
+        cmd += ["--cluster", args.cluster]
+    return cmd
+
+
+def measure(args, cfg, tmp):
+    model, grid, sync, batch = cfg
+    log = os.path.join(tmp, "%s-%s-%s-%d.jsonl" % cfg)
+    cmd = train_cmd(args, model, grid, sync, batch, log)
+    if args.dry_run:
+        print(" ".join(shlex.quote(c) for c in cmd))
+        return None
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=1200)
+    if r.returncode != 0:
+        raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), r.returncode, r.stderr[-500:]))
+    lines = [json.loads(l) for l in open(log)]
+    epochs = [l for l in lines if "epoch" in l]
+    last = epochs[-1]
+    samples = args.samples or SAMPLES[model]
+    pr, pc = (int(x) for x in grid.split("x"))
+    shard = -(-samples // pc)
+    steps = -(-shard // batch)
+    return {"seconds_step": last["seconds"] / steps, "bytes_epoch": last.get("bytes_sent", 0),
+            "steps": steps}
+
+
+def predict(args, cfg):
+    cmd = plan_cmd(args, *cfg)
+    if args.dry_run:
+        print(" ".join(shlex.quote(c) for c in cmd))
+        return None
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), check=True)
+    p = json.loads(r.stdout)["plans"][0]
+    return {"seconds_step": p["epoch_s"] / p["steps_per_epoch"], "bytes_epoch": p["sync_bytes_epoch"],
+            "compute_s": p["compute_s"], "sync_s": p["exposed_sync_s"] + p["average_s"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
+    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "plan"))
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=0, help="training images (default: per model)")
+    ap.add_argument("--cluster", help="predict with this machine file instead of measuring here")
+    ap.add_argument("--only", help="only configurations whose name contains this")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    grid_ok = has_grid(args.tessera)
+    load_before = os.getloadavg()[0]
+    rows = []
+    configs = [c for c in default_configs() if not args.only or args.only in "%s %s %s b%d" % c]
+    # Predictions first: the first plan of a shape times its kernels here, which must not share
+    # the cores with this script's own training runs.
+    predicted = {}
+    for cfg in configs:
+        try:
+            predicted[cfg] = predict(args, cfg)
+        except subprocess.CalledProcessError as e:
+            predicted[cfg] = e
+    with tempfile.TemporaryDirectory() as tmp:
+        for cfg in configs:
+            name = "%s %s %s b%d" % cfg
+            if cfg[1].split("x")[0] != "1" and not grid_ok:
+                rows.append({"config": name, "model": cfg[0], "grid": cfg[1], "sync": cfg[2],
+                             "batch": cfg[3], "status": "not measurable (no --grid)"})
+                print("%-28s not measurable (no --grid)" % name, flush=True)
+                continue
+            try:
+                p = predicted[cfg]
+                if isinstance(p, Exception):
+                    raise p
+                m = measure(args, cfg, tmp)
+            except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+                rows.append({"config": name, "model": cfg[0], "grid": cfg[1], "sync": cfg[2],
+                             "batch": cfg[3], "status": "failed: %s" % str(e)[:200]})
+                print("%-28s failed: %s" % (name, e), flush=True)
+                continue
+            if args.dry_run:
+                continue
+            err = (p["seconds_step"] - m["seconds_step"]) / m["seconds_step"]
+            row = {"config": name, "model": cfg[0], "grid": cfg[1], "sync": cfg[2], "batch": cfg[3],
+                   "status": "ok", "predicted_ms": 1e3 * p["seconds_step"],
+                   "measured_ms": 1e3 * m["seconds_step"], "error": err,
+                   "predicted_bytes_epoch": p["bytes_epoch"], "logged_bytes_epoch": m["bytes_epoch"]}
+            rows.append(row)
+            print("%-28s predicted %8.3f ms  measured %8.3f ms  error %+6.1f%%" %
+                  (name, row["predicted_ms"], row["measured_ms"], 100 * err), flush=True)
+    if args.dry_run:
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    keys = ["config", "model", "grid", "sync", "batch", "status", "predicted_ms", "measured_ms",
+            "error", "predicted_bytes_epoch", "logged_bytes_epoch"]
+    with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in keys})
+    ok = [r for r in rows if r["status"] == "ok"]
+    errs = [abs(r["error"]) for r in ok]
+    med = statistics.median(errs) if errs else float("nan")
+    worst = max(errs) if errs else float("nan")
+    lines = ["# tessera plan against measured runs", "",
+             "`%s`" % " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
+             "", "| configuration | predicted ms/step | measured ms/step | error | bytes/epoch planned | logged |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append("| %s | %s | | | | |" % (r["config"], r["status"]))
+        else:
+            lines.append("| %s | %.3f | %.3f | %+.1f%% | %.0f | %.0f |" %
+                         (r["config"], r["predicted_ms"], r["measured_ms"], 100 * r["error"],
+                          r["predicted_bytes_epoch"], r["logged_bytes_epoch"]))
+    lines += ["", "%d configurations measured: median absolute error %.1f%%, largest %.1f%% "
+              "(targets: median <= 20%%, none over 35%%)." % (len(ok), 100 * med, 100 * worst),
+              "", "Load average at the start %.1f and at the end %.1f on %d cores: above the cores, "
+              "other processes shared them and the times are not a validation." %
+              (load_before, os.getloadavg()[0], os.cpu_count())]
+    text = "\n".join(lines) + "\n"
+    open(os.path.join(args.out, "summary.md"), "w").write(text)
+    print()
+    print(text)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 6))
+        for model, mark in (("mlp512", "o"), ("mlp4096", "s"), ("cnn", "^")):
+            pts = [r for r in ok if r["model"] == model]
+            ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
+                       marker=mark, label=model)
+        if ok:
+            lo = min(min(r["measured_ms"], r["predicted_ms"]) for r in ok) / 1.5
+            hi = max(max(r["measured_ms"], r["predicted_ms"]) for r in ok) * 1.5
+            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
+            ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.8, label="±20%")
+            ax.plot([lo, hi], [lo / 1.2, hi / 1.2], "k:", lw=0.8)
+        ax.set_xscale("log"), ax.set_yscale("log")
+        ax.set_xlabel("measured ms per step"), ax.set_ylabel("predicted ms per step")
+        ax.set_title("tessera plan: median |error| %.1f%%, max %.1f%%" % (100 * med, 100 * worst))
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(args.out, "plan.png"), dpi=110)
+    except ImportError:
+        print("matplotlib missing: no plot")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

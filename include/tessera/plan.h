@@ -1,0 +1,129 @@
+/* The planner: an analytical model of a training step and epoch on P ranks
+ * arranged as a Pr x Pc grid (Pr cuts the dense layers' output features,
+ * Pc the batch), under a synchronization policy, on a machine that is
+ * measured here or described in an INI file (README, "Planning").
+ *
+ * Compute is counted task by task from the tiles a run would use (a roofline
+ * per task: max(flops / rate, bytes / memory bandwidth) plus the task's
+ * overhead), scheduled over a rank's workers as max(work / workers, critical
+ * path). Communication is counted tile by tile and message by message, as
+ * the grid design and src/parallel/sync.c send them, and costed with alpha
+ * (seconds per message), beta (seconds per byte) and gamma (seconds per byte
+ * reduced). Nothing here starts StarPU or MPI. */
+#ifndef TESSERA_PLAN_H
+#define TESSERA_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/error.h"
+#include "tessera/net.h"
+
+TSR_EXTERN_C_BEGIN
+
+/* A machine: nodes of identical cores joined by one network. */
+typedef struct {
+  char name[64];
+  char source[1024];    /* where the figures come from, for the output */
+  int nodes;            /* nodes available (0: unbounded; a plan for more ranks is warned) */
+  int cores_per_node;   /* cores per node */
+  int ranks_per_node;   /* ranks started on a node */
+  int workers;          /* CPU workers per rank (StarPU 1.3 runs at most 4) */
+  double gemm_gflops;   /* one worker's GEMM rate on large tiles, GFLOP/s */
+  double conv_gflops;   /* one worker's convolution rate, GFLOP/s (0: gemm_gflops) */
+  double mem_gbs;       /* one worker's memory bandwidth for memory-bound tasks, GB/s */
+  double alpha;         /* seconds per message */
+  double beta;          /* seconds per byte (1 / bandwidth) */
+  double gamma;         /* seconds per byte reduced (summing received data) */
+  double task_overhead; /* seconds a task costs besides its kernel (StarPU) */
+  bool measure_kernels; /* time each GEMM / convolution tile shape on this machine (cached) */
+  char cache[512];      /* measure_kernels: the file measured rates are cached in ("" none) */
+} tsr_machine_t;
+
+/* The machine this process runs on: its cores, kernel rates measured on
+ * demand, and alpha and beta from the calibration file `calibration` when it
+ * exists (written by tsr_plan_calibrate_save), else documented defaults for
+ * this machine class (loopback through StarPU-MPI in worker mode, README);
+ * *calibrated says which. Borrowed strings; cache may be NULL (no cache). */
+TSR_API int tsr_machine_here(tsr_machine_t *m, const char *calibration, const char *cache,
+                             bool *calibrated, tsr_errbuf_t *err);
+/* A machine described in an INI file (section [cluster]; keys in the
+ * README: nodes, cores_per_node, ranks_per_node, workers, gflops_per_core,
+ * conv_gflops, mem_gbs, latency_us, bandwidth_gbits, gamma_gbs,
+ * task_overhead_us). Unknown keys and bad values are errors naming the file,
+ * line and key. */
+TSR_API int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err);
+
+typedef enum {
+  TSR_PLAN_SYNC_BATCH, /* gradients averaged every step */
+  TSR_PLAN_SYNC_EVERY, /* weights averaged every K steps */
+  TSR_PLAN_SYNC_EPOCH  /* weights averaged every n epochs */
+} tsr_plan_sync_t;
+
+typedef struct {
+  int inputs, classes;  /* features of a sample and classes (784, 10 for Fashion-MNIST) */
+  int64_t samples;      /* training samples per epoch */
+  int batch;            /* samples per step of one replica (a grid column), as train's --batch */
+  int ranks;            /* P */
+  int pr, pc;           /* the grid; 0 and 0: every shape Pr x Pc = P */
+  bool all_policies;    /* compare batch, every=8 and epoch instead of `sync` */
+  tsr_plan_sync_t sync; /* with every: K steps; with epoch: n epochs */
+  int every;            /* K or n (1 or more) */
+  int nstate;           /* optimizer state matrices per parameter: 1 SGD momentum, 2 Adam */
+  int tile_rows, tile_cols;             /* as train's --tile (0: chosen) */
+  int in_channels, in_height, in_width; /* input sample shape; 0s: as the network infers it */
+} tsr_plan_opts_t;
+
+/* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
+ * 1 rank, every grid shape, batch averaging, SGD with momentum. */
+TSR_API void tsr_plan_opts_init(tsr_plan_opts_t *o);
+
+/* One prediction: a grid and a policy. Times are seconds; bytes and
+ * messages are those the busiest rank sends. */
+typedef struct {
+  int pr, pc;
+  tsr_plan_sync_t sync;
+  int every;
+  int tile_rows, tile_cols; /* the tiles a rank would use */
+  int64_t steps_per_epoch;
+  double flops_step;      /* one rank's flops per step */
+  double compute_s;       /* one rank's compute per step (roofline tasks over its workers) */
+  double grid_s;          /* per step: all-gathers and reduce-scatters inside a grid column */
+  double sync_s;          /* per step: the averaging across columns, before overlap */
+  double exposed_sync_s;  /* per step: the part of sync_s the backward pass does not hide */
+  double step_s;          /* per step: compute + grid + exposed sync */
+  double average_s;       /* one weight average (every, epoch) */
+  double epoch_s;         /* steps x step_s + the epoch's weight averages */
+  double grid_bytes_step; /* bytes sent inside the column per step */
+  double grid_messages_step;
+  double sync_bytes_step; /* bytes sent for averaging per step (batch) or per average */
+  double sync_messages_step;
+  double
+      sync_bytes_epoch; /* bytes sent for averaging per epoch (what the log's bytes_sent counts) */
+  double sync_messages_epoch;
+  double bytes_epoch;  /* all bytes sent per epoch: grid and averaging */
+  double memory_bytes; /* per rank: parameters, gradients, optimizer state, activations,
+                        * averaging buffers */
+  bool best;           /* the recommended choice: fewest seconds per epoch */
+} tsr_plan_row_t;
+
+/* Predicts every configuration opts asks for (a grid shape and policy each;
+ * every divisor pair of P when pr and pc are 0, the three policies with
+ * all_policies), into rows (at most max_rows, caller-owned); *n_rows says how
+ * many. Errors: a model that does not fit the inputs (named as
+ * tsr_net_create names it), a grid whose Pr x Pc is not P. */
+TSR_API int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts,
+                         const tsr_machine_t *m, tsr_plan_row_t *rows, int max_rows, int *n_rows,
+                         tsr_errbuf_t *err);
+
+/* "batch", "every=K", "epoch" or "epoch=n" into buf. */
+TSR_API void tsr_plan_sync_name(tsr_plan_sync_t sync, int every, char *buf, int size);
+
+/* Under mpirun with 2 ranks (StarPU-MPI started by tsr_runtime_init):
+ * alpha and beta from a StarPU-MPI ping-pong between ranks 0 and 1, and this
+ * node's kernel rates, saved by rank 0 to `path` for tsr_machine_here. */
+TSR_API int tsr_plan_calibrate_save(const char *path, tsr_errbuf_t *err);
+
+TSR_EXTERN_C_END
+
+#endif

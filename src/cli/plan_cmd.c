@@ -1,0 +1,363 @@
+/* tessera plan: options -> tsr_plan_run -> a table or JSON; --calibrate
+ * measures this machine's alpha and beta under mpirun -np 2. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tessera/dist.h"
+#include "tessera/plan.h"
+#include "tessera/runtime.h"
+
+#define MAX_ROWS 4096
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: tessera plan [options]\n"
+          "       mpirun -np 2 tessera plan --calibrate\n\n"
+          "Predicts the time per step and per epoch, the bytes and the memory per rank of\n"
+          "training on P ranks as a Pr x Pc grid (Pr cuts the dense layers' features, Pc the\n"
+          "batch) under a synchronization policy; without --grid it compares every grid\n"
+          "shape of P, without --sync the policies batch, every=8 and epoch.\n\n"
+          "  --model SPEC|FILE   as tessera train's [mlp]\n"
+          "  --batch N           samples per step of one replica (a grid column), as\n"
+          "                      tessera train's --batch [64]\n"
+          "  --ranks P           MPI ranks [1]\n"
+          "  --grid PrxPc        one grid shape (Pr x Pc = P) [every shape]\n"
+          "  --sync POLICY       batch, every=K, epoch or epoch=n [batch, every=8, epoch]\n"
+          "  --cluster FILE.ini  a described machine (benchmarks/clusters/) [this one]\n"
+          "  --optimizer NAME    sgd or adam: optimizer state per parameter [sgd]\n"
+          "  --samples N         training samples per epoch [60000]\n"
+          "  --inputs N          features of a sample [784]\n"
+          "  --classes N         classes [10]\n"
+          "  --tile N | RxC      as tessera train's [chosen from the shapes]\n"
+          "  --workers N         CPU workers per rank [the machine's]\n"
+          "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
+          "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
+          "                      ping-pong and write them to the calibration file\n"
+          "  --json              JSON instead of a table\n"
+          "  --help              this text\n");
+}
+
+static int bad(const char *opt, const char *val, const char *want) {
+  fprintf(stderr, "tessera plan: %s %s: expected %s (see tessera plan --help)\n", opt, val, want);
+  return 2;
+}
+
+/* $STARPU_HOME/name, or ~/.starpu/name (where StarPU keeps its own calibration). */
+static void starpu_home_file(char *buf, size_t size, const char *name) {
+  const char *home = getenv("STARPU_HOME");
+  if (home && *home)
+    snprintf(buf, size, "%s/%s", home, name);
+  else
+    snprintf(buf, size, "%s/.starpu/%s", getenv("HOME") ? getenv("HOME") : ".", name);
+}
+
+static int calibrate(int argc, char **argv, const char *path) {
+  if (tsr_dist_start(&argc, &argv, true)) {
+    fprintf(stderr, "tessera plan: cannot start MPI\n");
+    return 1;
+  }
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  ro.ncpus = 1;
+  tsr_errbuf_t err = {""};
+  int rc = tsr_dist_size() == 2 ? 0 : TSR_EINVAL;
+  if (rc)
+    tsr_error_set(&err, rc, "--calibrate needs 2 ranks: mpirun -np 2 tessera plan --calibrate");
+  bool started = false;
+  if (rc == 0) started = (rc = tsr_runtime_init(&ro, &err)) == 0;
+  if (rc == 0) rc = tsr_plan_calibrate_save(path, &err);
+  if (started) tsr_runtime_fini();
+  if (tsr_dist_rank() == 0) {
+    if (rc)
+      fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+    else
+      printf("tessera plan: alpha and beta measured, written to %s\n", path);
+  }
+  tsr_dist_stop();
+  return rc == TSR_EINVAL ? 2 : rc ? 1 : 0;
+}
+
+static const char *mb(double bytes, char *buf) {
+  sprintf(buf, bytes < 1e5 ? "%.3f" : "%.1f", bytes / 1e6);
+  return buf;
+}
+
+static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t *o,
+                        const char *model, const tsr_machine_t *m) {
+  printf("tessera plan: %s, batch %d per replica, %d ranks, %lld samples per epoch\n", model,
+         o->batch, o->ranks, (long long)o->samples);
+  printf("machine: %s (%s)\n\n", m->name, m->source);
+  printf("| grid | sync | tiles | step ms | epoch s | compute ms | grid ms | sync ms (exposed) "
+         "| MB sent per step | MB sent per epoch | memory MB per rank | |\n"
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (int i = 0; i < n; i++) {
+    const tsr_plan_row_t *r = &rows[i];
+    char sync[32], a[32], b[32], c[32];
+    tsr_plan_sync_name(r->sync, r->every, sync, sizeof sync);
+    double per_step =
+        r->grid_bytes_step + (r->sync == TSR_PLAN_SYNC_BATCH ? r->sync_bytes_step : 0);
+    printf("| %dx%d | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | %s |\n",
+           r->pr, r->pc, sync, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
+           r->compute_s * 1e3, r->grid_s * 1e3,
+           (r->sync == TSR_PLAN_SYNC_BATCH ? r->sync_s : r->average_s) * 1e3,
+           r->exposed_sync_s * 1e3, mb(per_step, a), mb(r->bytes_epoch, b), mb(r->memory_bytes, c),
+           r->best ? "**best**" : "");
+  }
+}
+
+static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t *o,
+                       const char *model, const tsr_machine_t *m) {
+  cJSON *root = cJSON_CreateObject(), *list = cJSON_CreateArray();
+  cJSON_AddStringToObject(root, "model", model);
+  cJSON_AddNumberToObject(root, "batch", o->batch);
+  cJSON_AddNumberToObject(root, "ranks", o->ranks);
+  cJSON_AddNumberToObject(root, "samples", (double)o->samples);
+  cJSON *mj = cJSON_AddObjectToObject(root, "machine");
+  cJSON_AddStringToObject(mj, "name", m->name);
+  cJSON_AddStringToObject(mj, "source", m->source);
+  cJSON_AddNumberToObject(mj, "cores_per_node", m->cores_per_node);
+  cJSON_AddNumberToObject(mj, "ranks_per_node", m->ranks_per_node);
+  cJSON_AddNumberToObject(mj, "gemm_gflops", m->gemm_gflops);
+  cJSON_AddNumberToObject(mj, "mem_gbs", m->mem_gbs);
+  cJSON_AddNumberToObject(mj, "alpha_s", m->alpha);
+  cJSON_AddNumberToObject(mj, "beta_s_per_byte", m->beta);
+  cJSON_AddNumberToObject(mj, "gamma_s_per_byte", m->gamma);
+  for (int i = 0; i < n; i++) {
+    const tsr_plan_row_t *r = &rows[i];
+    cJSON *x = cJSON_CreateObject();
+    char sync[32], grid[32];
+    tsr_plan_sync_name(r->sync, r->every, sync, sizeof sync);
+    snprintf(grid, sizeof grid, "%dx%d", r->pr, r->pc);
+    cJSON_AddStringToObject(x, "grid", grid);
+    cJSON_AddNumberToObject(x, "pr", r->pr);
+    cJSON_AddNumberToObject(x, "pc", r->pc);
+    cJSON_AddStringToObject(x, "sync", sync);
+    cJSON_AddNumberToObject(x, "tile_rows", r->tile_rows);
+    cJSON_AddNumberToObject(x, "tile_cols", r->tile_cols);
+    cJSON_AddNumberToObject(x, "steps_per_epoch", (double)r->steps_per_epoch);
+    cJSON_AddNumberToObject(x, "flops_step", r->flops_step);
+    cJSON_AddNumberToObject(x, "compute_s", r->compute_s);
+    cJSON_AddNumberToObject(x, "grid_s", r->grid_s);
+    cJSON_AddNumberToObject(x, "sync_s", r->sync_s);
+    cJSON_AddNumberToObject(x, "exposed_sync_s", r->exposed_sync_s);
+    cJSON_AddNumberToObject(x, "average_s", r->average_s);
+    cJSON_AddNumberToObject(x, "step_s", r->step_s);
+    cJSON_AddNumberToObject(x, "epoch_s", r->epoch_s);
+    cJSON_AddNumberToObject(x, "grid_bytes_step", r->grid_bytes_step);
+    cJSON_AddNumberToObject(x, "grid_messages_step", r->grid_messages_step);
+    cJSON_AddNumberToObject(x, "sync_bytes_step", r->sync_bytes_step);
+    cJSON_AddNumberToObject(x, "sync_messages_step", r->sync_messages_step);
+    cJSON_AddNumberToObject(x, "sync_bytes_epoch", r->sync_bytes_epoch);
+    cJSON_AddNumberToObject(x, "sync_messages_epoch", r->sync_messages_epoch);
+    cJSON_AddNumberToObject(x, "bytes_epoch", r->bytes_epoch);
+    cJSON_AddNumberToObject(x, "memory_bytes", r->memory_bytes);
+    cJSON_AddBoolToObject(x, "best", r->best);
+    cJSON_AddItemToArray(list, x);
+  }
+  cJSON_AddItemToObject(root, "plans", list);
+  char *text = cJSON_Print(root);
+  if (text) puts(text);
+  free(text);
+  cJSON_Delete(root);
+}
+
+int tsr_cli_plan(int argc, char **argv) {
+  enum {
+    O_MODEL = 256,
+    O_BATCH,
+    O_RANKS,
+    O_GRID,
+    O_SYNC,
+    O_CLUSTER,
+    O_OPT,
+    O_SAMPLES,
+    O_INPUTS,
+    O_CLASSES,
+    O_TILE,
+    O_WORKERS,
+    O_MACHINE,
+    O_CALIBRATE,
+    O_JSON,
+    O_HELP
+  };
+  static const struct option longopts[] = {{"model", required_argument, 0, O_MODEL},
+                                           {"batch", required_argument, 0, O_BATCH},
+                                           {"ranks", required_argument, 0, O_RANKS},
+                                           {"grid", required_argument, 0, O_GRID},
+                                           {"sync", required_argument, 0, O_SYNC},
+                                           {"cluster", required_argument, 0, O_CLUSTER},
+                                           {"optimizer", required_argument, 0, O_OPT},
+                                           {"samples", required_argument, 0, O_SAMPLES},
+                                           {"inputs", required_argument, 0, O_INPUTS},
+                                           {"classes", required_argument, 0, O_CLASSES},
+                                           {"tile", required_argument, 0, O_TILE},
+                                           {"workers", required_argument, 0, O_WORKERS},
+                                           {"machine", required_argument, 0, O_MACHINE},
+                                           {"calibrate", no_argument, 0, O_CALIBRATE},
+                                           {"json", no_argument, 0, O_JSON},
+                                           {"help", no_argument, 0, O_HELP},
+                                           {0, 0, 0, 0}};
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.all_policies = true;
+  const char *model = "mlp", *cluster = NULL;
+  char machine_path[1024], cache_path[1024];
+  starpu_home_file(machine_path, sizeof machine_path, "tessera-machine.ini");
+  starpu_home_file(cache_path, sizeof cache_path, "tessera-plan-rates.txt");
+  bool json = false, do_calibrate = false;
+  int workers = 0;
+  long v;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_MODEL: model = optarg; break;
+    case O_BATCH:
+      if (tsr__cli_to_long(optarg, 1, 1 << 20, &v))
+        return bad("--batch", optarg, "an integer from 1 to 1048576");
+      o.batch = (int)v;
+      break;
+    case O_RANKS:
+      if (tsr__cli_to_long(optarg, 1, 1 << 20, &v))
+        return bad("--ranks", optarg, "an integer from 1 to 1048576");
+      o.ranks = (int)v;
+      break;
+    case O_GRID: {
+      long r, cc;
+      char *x = strchr(optarg, 'x');
+      if (!x) return bad("--grid", optarg, "PrxPc, e.g. 2x4 (Pr x Pc = --ranks)");
+      *x = '\0';
+      int e1 = tsr__cli_to_long(optarg, 1, 1 << 20, &r),
+          e2 = tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
+      *x = 'x';
+      if (e1 || e2) return bad("--grid", optarg, "PrxPc, e.g. 2x4 (Pr x Pc = --ranks)");
+      o.pr = (int)r, o.pc = (int)cc;
+      break;
+    }
+    case O_SYNC:
+      o.all_policies = false;
+      if (strcmp(optarg, "batch") == 0)
+        o.sync = TSR_PLAN_SYNC_BATCH, o.every = 1;
+      else if (strcmp(optarg, "epoch") == 0)
+        o.sync = TSR_PLAN_SYNC_EPOCH, o.every = 1;
+      else if (strncmp(optarg, "every=", 6) == 0 && !tsr__cli_to_long(optarg + 6, 1, 1 << 20, &v))
+        o.sync = TSR_PLAN_SYNC_EVERY, o.every = (int)v;
+      else if (strncmp(optarg, "epoch=", 6) == 0 && !tsr__cli_to_long(optarg + 6, 1, 1 << 20, &v))
+        o.sync = TSR_PLAN_SYNC_EPOCH, o.every = (int)v;
+      else
+        return bad("--sync", optarg, "batch, every=K, epoch or epoch=n");
+      break;
+    case O_CLUSTER: cluster = optarg; break;
+    case O_OPT:
+      if (strcmp(optarg, "sgd") == 0)
+        o.nstate = 1;
+      else if (strcmp(optarg, "adam") == 0)
+        o.nstate = 2;
+      else
+        return bad("--optimizer", optarg, "sgd or adam");
+      break;
+    case O_SAMPLES:
+      if (tsr__cli_to_long(optarg, 1, 1L << 40, &v))
+        return bad("--samples", optarg, "an integer from 1 to 2^40");
+      o.samples = v;
+      break;
+    case O_INPUTS:
+      if (tsr__cli_to_long(optarg, 1, 1 << 24, &v))
+        return bad("--inputs", optarg, "an integer from 1 to 16777216");
+      o.inputs = (int)v;
+      break;
+    case O_CLASSES:
+      if (tsr__cli_to_long(optarg, 2, 1 << 20, &v))
+        return bad("--classes", optarg, "an integer from 2 to 1048576");
+      o.classes = (int)v;
+      break;
+    case O_TILE: {
+      long r, cc;
+      char *x = strchr(optarg, 'x');
+      int e = 0;
+      if (x) {
+        *x = '\0';
+        e = tsr__cli_to_long(optarg, 1, 1 << 20, &r) || tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
+        *x = 'x';
+      } else {
+        e = tsr__cli_to_long(optarg, 1, 1 << 20, &r), cc = r;
+      }
+      if (e) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
+      o.tile_rows = (int)r, o.tile_cols = (int)cc;
+      break;
+    }
+    case O_WORKERS:
+      if (tsr__cli_to_long(optarg, 1, 4096, &v))
+        return bad("--workers", optarg, "an integer from 1 to 4096");
+      workers = (int)v;
+      break;
+    case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
+    case O_CALIBRATE: do_calibrate = true; break;
+    case O_JSON: json = true; break;
+    case O_HELP: usage(stdout); return 0;
+    default:
+      fprintf(stderr, "tessera plan: unknown or incomplete option '%s' (see tessera plan --help)\n",
+              argv[optind - 1]);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tessera plan: unexpected argument '%s' (see tessera plan --help)\n",
+            argv[optind]);
+    return 2;
+  }
+  if (do_calibrate) return calibrate(argc, argv, machine_path);
+  if ((o.pr || o.pc) && o.pr * o.pc != o.ranks) {
+    fprintf(stderr, "tessera plan: --grid %dx%d: Pr x Pc is %d, but --ranks is %d\n", o.pr, o.pc,
+            o.pr * o.pc, o.ranks);
+    return 2;
+  }
+  tsr_errbuf_t err = {""};
+  tsr_model_spec_t spec;
+  size_t len = strlen(model);
+  int rc = len > 4 && strcmp(model + len - 4, ".ini") == 0
+               ? tsr_model_load_ini(&spec, model, &err)
+               : tsr_model_parse(&spec, model, o.classes, &err);
+  if (rc) {
+    fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+    return rc == TSR_EINVAL && !(len > 4 && strcmp(model + len - 4, ".ini") == 0) ? 2 : 1;
+  }
+  tsr_machine_t m;
+  bool calibrated = true;
+  rc = cluster ? tsr_machine_load_ini(&m, cluster, &err)
+               : tsr_machine_here(&m, machine_path, cache_path, &calibrated, &err);
+  if (rc) {
+    fprintf(stderr, "tessera plan: %s\n", err.msg);
+    return 1;
+  }
+  if (!calibrated && !json)
+    fprintf(stderr,
+            "tessera plan: no calibration at %s: alpha and beta are this machine class's "
+            "defaults (run `mpirun -np 2 tessera plan --calibrate` to measure them)\n",
+            machine_path);
+  if (workers) m.workers = workers;
+  if (m.nodes > 0 && m.ranks_per_node > 0 && o.ranks > m.nodes * m.ranks_per_node && !json)
+    fprintf(stderr,
+            "tessera plan: %d ranks need more than the %d nodes of %s; predicted as if "
+            "they were there\n",
+            o.ranks, m.nodes, m.name);
+  tsr_plan_row_t *rows = calloc(MAX_ROWS, sizeof *rows);
+  int n = 0;
+  if (!rows) return 1;
+  rc = tsr_plan_run(&spec, &o, &m, rows, MAX_ROWS, &n, &err);
+  if (rc) {
+    fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+    free(rows);
+    return 1;
+  }
+  if (json)
+    print_json(rows, n, &o, model, &m);
+  else
+    print_table(rows, n, &o, model, &m);
+  free(rows);
+  return 0;
+}

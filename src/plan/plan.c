@@ -1,0 +1,674 @@
+/* The planner's model of a step: tasks and transfers counted tile by tile
+ * from the layout a run would build (nn/layout.h), costed on a machine.
+ *
+ * The grid (README, "Grids"): rank q is row p = q % Pr of column c = q / Pr.
+ * A column is one replica training on its own batch. Inside it, a dense
+ * layer's output tile column j (W (:, j), bias (0, j), y (:, j), dy (:, j))
+ * belongs to row j mod Pr; convolutions and pooling are replicated on every
+ * row; the logits (one tile wide) are on row 0. Forward, a row receives each
+ * input tile of a dense layer it does not own, once, if it owns an output
+ * tile of that layer; backward, each row owning output tiles sends its
+ * partial input gradient of each input tile k to that tile's owner (to row
+ * k mod Pr, then from there to every row, when the input is replicated). Across columns, row p
+ * averages its slice of the parameters with row p of every other column, as
+ * src/parallel/sync.c averages whole replicas today.
+ *
+ * Compute and bytes are those of row 0, the busiest (it owns tile column 0 of
+ * every dense layer, the logits and the loss). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/layout.h"
+#include "plan/plan_impl.h"
+#include "try.h"
+
+void tsr_plan_opts_init(tsr_plan_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->inputs = 784, o->classes = 10, o->samples = 60000;
+  o->batch = 64, o->ranks = 1;
+  o->sync = TSR_PLAN_SYNC_BATCH, o->every = 1;
+  o->nstate = 1;
+}
+
+void tsr_plan_sync_name(tsr_plan_sync_t sync, int every, char *buf, int size) {
+  if (sync == TSR_PLAN_SYNC_BATCH)
+    snprintf(buf, (size_t)size, "batch");
+  else if (sync == TSR_PLAN_SYNC_EVERY)
+    snprintf(buf, (size_t)size, "every=%d", every);
+  else if (every > 1)
+    snprintf(buf, (size_t)size, "epoch=%d", every);
+  else
+    snprintf(buf, (size_t)size, "epoch");
+}
+
+double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k) {
+  return 2.0 * (double)m * (double)n * (double)k;
+}
+
+static int ntiles(int64_t n, int b) {
+  return (int)((n + b - 1) / b);
+}
+
+/* Size of tile i of a dimension n cut in b. */
+static int tsize(int64_t n, int b, int i) {
+  int64_t r = n - (int64_t)i * b;
+  return (int)(r < b ? r : b);
+}
+
+static int imin(int a, int b) {
+  return a < b ? a : b;
+}
+
+/* ---- Compute ---------------------------------------------------------- */
+
+typedef struct {
+  const tsr_machine_t *m;
+  const tsr_net_layout_t *lay;
+  int batch, mb, pr, pc, nstate, classes, inputs, workers;
+  bool sharded_update;        /* batch averaging: each chunk's update runs once, on its home */
+  double work, flops;         /* one worker's seconds of tasks, and their flops, per step */
+  double chain;               /* critical path per step */
+  double bwd[TSR_MAX_LAYERS]; /* seconds of each layer's backward pass on the rank */
+} compute_t;
+
+/* One task: its overhead plus the roofline bound of its kernel. */
+static double task(compute_t *c, double flops, double rate, double bytes) {
+  double t = bytes / (c->m->mem_gbs * 1e9);
+  if (flops > 0 && flops / rate > t) t = flops / rate;
+  t += c->m->task_overhead;
+  c->work += t, c->flops += flops;
+  return t;
+}
+
+/* A GEMM tile task: reads its two operands, reads and writes its output. */
+static double gemm_task(compute_t *c, int rows, int cols, int inner, double rate) {
+  double bytes = 4.0 * ((double)rows * inner + (double)inner * cols + 2.0 * rows * cols);
+  return task(c, tsr__plan_gemm_flops(rows, cols, inner), rate, bytes);
+}
+
+/* An update of n floats: reads w, g and the state, writes w and the state. */
+static double update_task(compute_t *c, double n) {
+  double t = task(c, 0, 1, 4.0 * n * (3 + 2 * c->nstate));
+  if (c->sharded_update) { /* on the chunk's home only: 1/Pc of the tiles per rank */
+    c->work -= t * (1.0 - 1.0 / c->pc);
+    t /= c->pc;
+  }
+  return t;
+}
+
+static double dense_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
+  int kb = imin(l->in_nb, l->fin), nb = imin(l->out_nb, l->fout), mb = c->mb;
+  int mt = ntiles(c->batch, mb), kt = ntiles(l->fin, kb), nt = ntiles(l->fout, nb);
+  double r_fwd = tsr__plan_gemm_rate(c->m, false, false, mb, nb, kb);
+  double r_dx = tsr__plan_gemm_rate(c->m, false, true, mb, kb, nb);
+  double r_dw = tsr__plan_gemm_rate(c->m, true, false, kb, nb, mb);
+  double fwd_chain = 0;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < nt; j++) {
+      if (j % c->pr != 0) continue; /* row 0's tile columns */
+      int m = tsize(c->batch, mb, i), n = tsize(l->fout, nb, j);
+      double ch = 0;
+      for (int k = 0; k < kt; k++)
+        ch += gemm_task(c, m, n, tsize(l->fin, kb, k), r_fwd);
+      ch += task(c, 0, 1, 4.0 * (2.0 * m * n + n)); /* bias (and ReLU) */
+      if (ch > fwd_chain) fwd_chain = ch;
+    }
+  double before = c->work;
+  double relu_chain = 0, dx_chain = 0, dw_chain = 0;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < nt; j += c->pr) {
+      int m = tsize(c->batch, mb, i), n = tsize(l->fout, nb, j);
+      if (l->relu) relu_chain = task(c, 0, 1, 4.0 * 3 * m * n);
+    }
+  if (l->has_dx)
+    for (int i = 0; i < mt; i++)
+      for (int k = 0; k < kt; k++) {
+        double ch = 0;
+        for (int j = 0; j < nt; j += c->pr)
+          ch += gemm_task(c, tsize(c->batch, mb, i), tsize(l->fin, kb, k), tsize(l->fout, nb, j),
+                          r_dx);
+        if (ch > dx_chain) dx_chain = ch;
+      }
+  for (int k = 0; k < kt; k++)
+    for (int j = 0; j < nt; j += c->pr) {
+      double ch = 0;
+      for (int i = 0; i < mt; i++)
+        ch +=
+            gemm_task(c, tsize(l->fin, kb, k), tsize(l->fout, nb, j), tsize(c->batch, mb, i), r_dw);
+      if (ch > dw_chain) dw_chain = ch;
+    }
+  double upd = 0;
+  for (int j = 0; j < nt; j += c->pr) {
+    for (int i = 0; i < mt; i++)
+      task(c, 0, 1, 4.0 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j)); /* bias gradient */
+    for (int k = 0; k < kt; k++)
+      upd = update_task(c, (double)tsize(l->fin, kb, k) * tsize(l->fout, nb, j));
+    update_task(c, tsize(l->fout, nb, j));
+  }
+  c->bwd[index] = c->work - before;
+  return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
+}
+
+static double conv_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
+  const tsr_conv_geom_t *g = &l->geom;
+  int mb = c->mb, mt = ntiles(c->batch, mb);
+  double per_sample =
+      tsr__plan_gemm_flops((int64_t)g->oh * g->ow, g->oc, (int64_t)g->kh * g->kw * g->c);
+  double r_fwd = tsr__plan_conv_rate(c->m, g, mb, 0), r_dx = tsr__plan_conv_rate(c->m, g, mb, 1),
+         r_dw = tsr__plan_conv_rate(c->m, g, mb, 2);
+  double chain = 0, before = c->work;
+  for (int i = 0; i < mt; i++) {
+    int m = tsize(c->batch, mb, i);
+    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double t = task(c, per_sample * m, r_fwd, bytes);
+    if (i == 0) chain += t;
+  }
+  before = c->work;
+  double bchain = 0;
+  for (int i = 0; i < mt; i++) {
+    int m = tsize(c->batch, mb, i);
+    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double t = 0;
+    if (l->has_dx) t = task(c, per_sample * m, r_dx, bytes);
+    double f = task(c, per_sample * m, r_dw, bytes);
+    if (i == 0) bchain = l->has_dx ? t : f;
+  }
+  double fan = (double)g->kh * g->kw * g->c * g->oc + g->oc;
+  for (int i = 1; i < mt; i++) /* the pairwise tree of per-tile gradients */
+    task(c, 0, 1, 4.0 * 3 * fan);
+  update_task(c, fan);
+  c->bwd[index] = c->work - before;
+  return chain + bchain;
+}
+
+/* Pooling, dropout, a ReLU that is not fused: memory-bound, per tile. */
+static double pass_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
+  int mb = c->mb, mt = ntiles(c->batch, mb), nb = imin(l->out_nb, l->fout);
+  int nt = l->whole_samples ? 1 : ntiles(l->fout, nb);
+  double chain = 0, before = c->work;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < nt; j++) {
+      if (!l->whole_samples && j % c->pr != 0) continue;
+      int m = tsize(c->batch, mb, i);
+      double in = l->whole_samples ? l->fin : tsize(l->fin, nb, j);
+      double out = l->whole_samples ? l->fout : tsize(l->fout, nb, j);
+      double t = task(c, 0, 1, 4.0 * m * (in + out));
+      double b = l->has_dx ? task(c, 0, 1, 4.0 * m * (2 * in + 2 * out)) : 0;
+      if (i == 0 && j == 0) chain += t + b;
+    }
+  c->bwd[index] = (c->work - before) / 2;
+  return chain;
+}
+
+static void compute_step(compute_t *c) {
+  int mb = c->mb, mt = ntiles(c->batch, mb);
+  double chain = 0;
+  for (int i = 0; i < mt; i++) /* batch assembly: rows gathered from the data set */
+    chain = task(c, 0, 1, 4.0 * 2 * tsize(c->batch, mb, i) * (c->inputs + 1.0));
+  for (int k = 0; k < c->lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &c->lay->layers[k];
+    if (l->kind == TSR_LAYER_DENSE)
+      chain += dense_compute(c, l, k);
+    else if (l->kind == TSR_LAYER_CONV)
+      chain += conv_compute(c, l, k);
+    else
+      chain += pass_compute(c, l, k);
+  }
+  for (int i = 0; i < mt; i++) { /* softmax and cross-entropy, on row 0 */
+    double t = task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * c->classes);
+    if (i == 0) chain += t;
+  }
+  c->chain = chain;
+}
+
+/* ---- Transfers inside a grid column ----------------------------------- */
+
+typedef struct {
+  int pr;
+  double *sent, *recv, *msent, *mrecv, *reduced; /* [pr] this phase */
+  double seconds, bytes_max, messages_max;       /* totals per step */
+  double *total_sent, *total_msgs;               /* [pr] per step */
+} grid_t;
+
+static void send(grid_t *g, int from, int to, double bytes, bool reduce) {
+  g->sent[from] += bytes, g->msent[from] += 1;
+  g->recv[to] += bytes, g->mrecv[to] += 1;
+  if (reduce) g->reduced[to] += bytes;
+}
+
+/* Ends a phase (a layer's all-gather or reduce-scatter): the slowest row's
+ * time, every row transferring at once. */
+static void phase_end(grid_t *g, const tsr_machine_t *m) {
+  double worst = 0;
+  for (int p = 0; p < g->pr; p++) {
+    double msgs = g->msent[p] > g->mrecv[p] ? g->msent[p] : g->mrecv[p];
+    double bytes = g->sent[p] > g->recv[p] ? g->sent[p] : g->recv[p];
+    double t = msgs * m->alpha + bytes * m->beta + g->reduced[p] * m->gamma;
+    if (t > worst) worst = t;
+    g->total_sent[p] += g->sent[p], g->total_msgs[p] += g->msent[p];
+    g->sent[p] = g->recv[p] = g->msent[p] = g->mrecv[p] = g->reduced[p] = 0;
+  }
+  g->seconds += worst;
+}
+
+/* Per layer, where its output lives: replicated on every row, or tile
+ * column j on row j mod Pr. */
+static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
+                      const tsr_machine_t *m) {
+  int pr = g->pr, mt = ntiles(batch, mb);
+  bool in_repl = true; /* the input batch: every row loads it */
+  for (int k = 0; k < lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &lay->layers[k];
+    int kb = imin(l->in_nb, l->fin), kt = ntiles(l->fin, kb);
+    if (l->kind == TSR_LAYER_DENSE) {
+      int nt = ntiles(l->fout, imin(l->out_nb, l->fout)), owners = imin(nt, pr);
+      for (int i = 0; i < mt; i++)
+        for (int t = 0; t < kt; t++) {
+          double bytes = 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t);
+          int o = t % pr;
+          for (int p = 0; p < owners && !in_repl; p++) /* forward: all-gather */
+            if (p != o) send(g, o, p, bytes, false);
+        }
+      phase_end(g, m);
+      for (int i = 0; i < mt && l->has_dx; i++)
+        for (int t = 0; t < kt; t++) {
+          double bytes = 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t);
+          int o = t % pr; /* replicated input: the sum is made there, then sent to every row */
+          for (int p = 0; p < owners; p++) /* backward: partial input gradients to the owner */
+            if (p != o) send(g, p, o, bytes, true);
+          for (int p = 0; p < pr && in_repl; p++)
+            if (p != o) send(g, o, p, bytes, false);
+        }
+      phase_end(g, m);
+      in_repl = false;
+    } else if (l->whole_samples) {
+      for (int i = 0; i < mt && !in_repl; i++)
+        for (int t = 0; t < kt; t++)
+          for (int p = 0; p < pr; p++)
+            if (p != t % pr)
+              send(g, t % pr, p, 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t), false);
+      phase_end(g, m);
+      in_repl = true;
+    }
+  }
+  for (int p = 0; p < pr; p++) {
+    if (g->total_sent[p] > g->bytes_max) g->bytes_max = g->total_sent[p];
+    if (g->total_msgs[p] > g->messages_max) g->messages_max = g->total_msgs[p];
+  }
+}
+
+/* ---- Averaging across columns ------------------------------------------ */
+
+/* Row 0's slice of every parameter: a dense layer's tile columns j with
+ * j mod Pr = 0 (as separate matrices when Pr > 1), a convolution whole. */
+static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int *n,
+                      double *layer_bytes) {
+  int cap = 16, cnt = 0;
+  tsr__plan_param_t *ps = malloc(sizeof *ps * (size_t)cap);
+  if (!ps) return TSR_ENOMEM;
+  for (int k = 0; k < lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &lay->layers[k];
+    tsr__plan_param_t add[2];
+    layer_bytes[k] = 0;
+    if (l->kind == TSR_LAYER_CONV) {
+      int fan = l->geom.kh * l->geom.kw * l->geom.c;
+      add[0] = (tsr__plan_param_t){fan, l->geom.oc, fan, l->geom.oc};
+      add[1] = (tsr__plan_param_t){1, l->geom.oc, 1, l->geom.oc};
+    } else if (l->kind != TSR_LAYER_DENSE) {
+      continue;
+    }
+    int nb = l->kind == TSR_LAYER_DENSE ? imin(l->out_nb, l->fout) : 0;
+    int kb = l->kind == TSR_LAYER_DENSE ? imin(l->in_nb, l->fin) : 0;
+    int nt = l->kind == TSR_LAYER_DENSE ? ntiles(l->fout, nb) : 1;
+    for (int j = 0; j < nt; j += pr) {
+      if (l->kind == TSR_LAYER_DENSE) {
+        int64_t cols = pr == 1 ? l->fout : tsize(l->fout, nb, j);
+        add[0] = (tsr__plan_param_t){l->fin, cols, kb, imin(nb, (int)cols)};
+        add[1] = (tsr__plan_param_t){1, cols, 1, imin(nb, (int)cols)};
+      }
+      for (int a = 0; a < 2; a++) {
+        if (cnt == cap) {
+          tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap *= 2));
+          if (!more) {
+            free(ps);
+            return TSR_ENOMEM;
+          }
+          ps = more;
+        }
+        ps[cnt++] = add[a];
+        layer_bytes[k] += 4.0 * (double)add[a].rows * (double)add[a].cols;
+      }
+      if (l->kind == TSR_LAYER_DENSE && pr == 1) break;
+    }
+  }
+  *out = ps, *n = cnt;
+  return 0;
+}
+
+/* ---- One configuration ------------------------------------------------- */
+
+/* Under a grid, `tessera train --grid` caps the automatic feature tile at the
+ * widest layer / Pr so that every row owns a tile column (the grid branch's
+ * choose_tiles, from tsr_net_opts_t.grid_rows). Until that field is here,
+ * the same rule, as explicit tiles in *no: true when they changed. */
+static bool grid_tiles(const tsr_net_layout_t *lay, const tsr_plan_opts_t *o, int pr, int workers,
+                       tsr_net_opts_t *no) {
+  if (pr < 2 || o->tile_cols > 0) return false;
+  int widest = 0;
+  bool spatial = false;
+  for (int k = 0; k < lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &lay->layers[k];
+    spatial |= l->whole_samples;
+    if (l->kind == TSR_LAYER_DENSE && k < lay->n_layers - 1 && l->fout > widest) widest = l->fout;
+  }
+  if (widest == 0) widest = o->inputs;
+  int cap = (widest + pr - 1) / pr;
+  if (lay->nb <= cap) return false;
+  int batch = o->batch <= 512 ? o->batch : 512, col_tiles = (widest + cap - 1) / cap;
+  if (col_tiles < workers) {
+    int cuts = (workers + col_tiles - 1) / col_tiles;
+    batch = (batch + cuts - 1) / cuts;
+    batch = batch < 16 ? (o->batch < 16 ? o->batch : 16) : batch;
+  }
+  no->tile_cols = cap;
+  no->tile_rows = o->tile_rows > 0 ? o->tile_rows : spatial ? lay->mb : batch;
+  return true;
+}
+
+static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
+                    int pr, int pc, tsr_plan_sync_t sync, int every, tsr_plan_row_t *row,
+                    tsr_errbuf_t *err) {
+  int ranks = pr * pc;
+  /* Ranks on a node share its cores: each takes its share of workers (at
+   * most 4), and more threads than cores slow every one down. */
+  int per_node = m->ranks_per_node > 0 ? m->ranks_per_node : ranks;
+  if (per_node > ranks) per_node = ranks;
+  int workers = m->workers > 0 ? m->workers : m->cores_per_node / per_node;
+  if (workers > 4) workers = 4;
+  if (workers < 1) workers = 1;
+  double oversubscribed = (double)per_node * workers / m->cores_per_node;
+  if (oversubscribed < 1) oversubscribed = 1;
+
+  tsr_net_opts_t no;
+  tsr_net_opts_init(&no);
+  no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
+  no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
+  tsr_net_layout_t *lay = malloc(sizeof *lay);
+  if (!lay) return TSR_ENOMEM;
+  int rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
+  if (rc == 0 && grid_tiles(lay, o, pr, workers, &no))
+    rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
+  if (rc) {
+    free(lay);
+    return rc;
+  }
+  memset(row, 0, sizeof *row);
+  row->pr = pr, row->pc = pc, row->sync = sync, row->every = every;
+  row->tile_rows = lay->mb, row->tile_cols = lay->nb;
+  int64_t shard = (o->samples + pc - 1) / pc;
+  row->steps_per_epoch = (shard + o->batch - 1) / o->batch;
+
+  compute_t c = {.m = m,
+                 .lay = lay,
+                 .batch = o->batch,
+                 .mb = imin(lay->mb, o->batch),
+                 .pr = pr,
+                 .pc = pc,
+                 .nstate = o->nstate,
+                 .classes = o->classes,
+                 .inputs = o->inputs,
+                 .workers = workers,
+                 .sharded_update = sync == TSR_PLAN_SYNC_BATCH && pc > 1};
+  compute_step(&c);
+  double spread = c.work / workers;
+  row->compute_s = oversubscribed * (spread > c.chain ? spread : c.chain);
+  row->flops_step = c.flops;
+
+  /* Inside the column. */
+  grid_t g = {.pr = pr};
+  double *buf = calloc((size_t)pr * 7, sizeof *buf);
+  if (!buf) {
+    free(lay);
+    return TSR_ENOMEM;
+  }
+  g.sent = buf, g.recv = buf + pr, g.msent = buf + 2 * pr, g.mrecv = buf + 3 * pr;
+  g.reduced = buf + 4 * pr, g.total_sent = buf + 5 * pr, g.total_msgs = buf + 6 * pr;
+  if (pr > 1) grid_step(&g, lay, o->batch, c.mb, m);
+  free(buf);
+  row->grid_s = g.seconds, row->grid_bytes_step = g.bytes_max;
+  row->grid_messages_step = g.messages_max;
+
+  /* Across columns. */
+  tsr__plan_param_t *ps = NULL;
+  int nps = 0;
+  double layer_bytes[TSR_MAX_LAYERS] = {0}, slice = 0;
+  rc = row0_slice(lay, pr, &ps, &nps, layer_bytes);
+  tsr__plan_average_t a = {0};
+  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, &a);
+  free(ps);
+  if (rc) {
+    free(lay);
+    return rc;
+  }
+  for (int k = 0; k < lay->n_layers; k++)
+    slice += layer_bytes[k];
+  double avg_s = pc > 1 ? tsr__plan_average_seconds(&a, m) : 0;
+  row->average_s = sync == TSR_PLAN_SYNC_BATCH ? 0 : avg_s;
+  row->sync_bytes_step = a.sent_max, row->sync_messages_step = a.messages_max;
+  double steps = (double)row->steps_per_epoch, averages;
+  if (sync == TSR_PLAN_SYNC_BATCH) {
+    row->sync_s = avg_s;
+    /* Layer l's averaging starts when its backward pass ends and overlaps
+     * the backward pass of the layers below; averagings queue on the link. */
+    double bwd_total = 0;
+    for (int k = 0; k < lay->n_layers; k++)
+      bwd_total += c.bwd[k];
+    double scale = bwd_total > 0 ? row->compute_s * (bwd_total / c.work) / bwd_total : 0;
+    double t = 0, link = 0;
+    for (int k = lay->n_layers - 1; k >= 0; k--) {
+      t += c.bwd[k] * scale;
+      double share = slice > 0 ? layer_bytes[k] / slice : 0;
+      if (share > 0) link = (link > t ? link : t) + avg_s * share;
+    }
+    row->exposed_sync_s = link > t ? link - t : 0;
+    averages = steps;
+  } else if (sync == TSR_PLAN_SYNC_EVERY) {
+    averages = steps / every;
+  } else {
+    averages = 1.0 / every;
+  }
+  if (pc == 1) averages = 0;
+  row->step_s = row->compute_s + row->grid_s + row->exposed_sync_s;
+  row->epoch_s = steps * row->step_s + (sync == TSR_PLAN_SYNC_BATCH ? 0 : averages * avg_s);
+  row->sync_bytes_epoch = averages * a.sent_rank0;
+  row->sync_messages_epoch = averages * a.messages_rank0;
+  row->bytes_epoch = steps * row->grid_bytes_step + averages * a.sent_max;
+
+  /* Memory: row 0's parameters with gradient and state, its activations
+   * (owned tiles, replicated layers whole, remote inputs held until the
+   * backward pass), and the averaging's sums (its chunks; batch: and their
+   * updated copies). */
+  double acts = 4.0 * o->batch * (o->inputs + 1.0);
+  for (int k = 0; k < lay->n_layers; k++) {
+    const tsr_layout_layer_t *l = &lay->layers[k];
+    int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
+    double owned = l->kind == TSR_LAYER_DENSE || (!l->whole_samples && k > 0 &&
+                                                  lay->layers[k - 1].kind == TSR_LAYER_DENSE)
+                       ? (double)l->fout * ntiles(nt, pr) / nt
+                       : l->fout;
+    if (l->whole_samples || pr == 1) owned = l->fout;
+    acts += 4.0 * 2 * o->batch * owned;
+    /* Under a grid a dense layer keeps a gathered copy of a spread input and a partial input
+     * gradient (tessera train --grid's scratch). */
+    bool in_spread = k > 0 && !lay->layers[k - 1].whole_samples;
+    if (pr > 1 && l->kind == TSR_LAYER_DENSE && (in_spread || l->has_dx))
+      acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
+  }
+  row->memory_bytes = slice * (2 + o->nstate) + acts +
+                      (pc > 1 ? slice / pc * (sync == TSR_PLAN_SYNC_BATCH ? 2 : 1) : 0);
+  free(lay);
+  return 0;
+}
+
+int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, const tsr_machine_t *m,
+                 tsr_plan_row_t *rows, int max_rows, int *n_rows, tsr_errbuf_t *err) {
+  *n_rows = 0;
+  if (opts->ranks < 1 || opts->batch < 1 || opts->samples < 1 || opts->every < 1)
+    return tsr_error_set(err, TSR_EINVAL, "ranks, batch, samples and the policy's K must be >= 1");
+  if ((opts->pr || opts->pc) && opts->pr * opts->pc != opts->ranks)
+    return tsr_error_set(err, TSR_EINVAL, "grid %dx%d has %d ranks, not %d: Pr x Pc must be P",
+                         opts->pr, opts->pc, opts->pr * opts->pc, opts->ranks);
+  if (m->cores_per_node < 1 || !(m->gemm_gflops > 0) || !(m->mem_gbs > 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "machine '%s': cores, GFLOP/s and memory bandwidth "
+                         "must be positive",
+                         m->name);
+  tsr_plan_sync_t syncs[3] = {opts->sync, 0, 0};
+  int everys[3] = {opts->every, 0, 0}, nsync = 1;
+  if (opts->all_policies) {
+    syncs[0] = TSR_PLAN_SYNC_BATCH, syncs[1] = TSR_PLAN_SYNC_EVERY, syncs[2] = TSR_PLAN_SYNC_EPOCH;
+    everys[0] = 1, everys[1] = 8, everys[2] = 1, nsync = 3;
+  }
+  int best = -1;
+  for (int pr = 1; pr <= opts->ranks; pr++) {
+    if (opts->ranks % pr) continue;
+    if (opts->pr && pr != opts->pr) continue;
+    for (int s = 0; s < nsync; s++) {
+      if (*n_rows >= max_rows)
+        return tsr_error_set(err, TSR_EINVAL, "more than %d plans", max_rows);
+      tsr_plan_row_t *r = &rows[*n_rows];
+      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, syncs[s], everys[s], r, err));
+      if (best < 0 || r->epoch_s < rows[best].epoch_s) best = *n_rows;
+      (*n_rows)++;
+    }
+  }
+  if (best >= 0) rows[best].best = true;
+  return 0;
+}
+
+/* ---- Averaging: sync.c's chunks and homes ------------------------------ */
+
+#define MIN_CHUNK_FLOATS 256 /* as sync.c */
+#define BALANCE 1.05
+
+typedef struct {
+  int param, I, j;
+  uint64_t bytes;
+} chunk_t;
+
+static int by_bytes(const void *a, const void *b) {
+  const chunk_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  if (x->param != y->param) return x->param - y->param;
+  return x->I != y->I ? x->I - y->I : x->j - y->j;
+}
+
+/* sync.c's bands_per_tile. */
+static int bands(int mb, int nb, int64_t target) {
+  int64_t want_rows = target / nb > 0 ? target / nb : 1;
+  for (int k = 1; k <= mb; k++)
+    if (mb % k == 0 && mb / k <= want_rows) return k;
+  return mb;
+}
+
+/* A min-heap of ranks by (load, rank): the lightest rank, the lowest first
+ * among equals, as sync.c's linear scan picks it. */
+typedef struct {
+  uint64_t load;
+  int rank;
+} slot_t;
+
+static bool lighter(const slot_t *a, const slot_t *b) {
+  return a->load != b->load ? a->load < b->load : a->rank < b->rank;
+}
+
+static void sift_down(slot_t *h, int n, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, s = i;
+    if (l < n && lighter(&h[l], &h[s])) s = l;
+    if (r < n && lighter(&h[r], &h[s])) s = r;
+    if (s == i) return;
+    slot_t t = h[i];
+    h[i] = h[s], h[s] = t, i = s;
+  }
+}
+
+int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out) {
+  memset(out, 0, sizeof *out);
+  int64_t total = 0;
+  for (int k = 0; k < n; k++)
+    total += params[k].rows * params[k].cols;
+  out->bytes = 4.0 * (double)total;
+  if (ranks < 2 || total == 0) return 0;
+  double bytes = out->bytes, ring = 2.0 * (ranks - 1) / ranks * bytes;
+  uint64_t *load = calloc((size_t)ranks, sizeof *load);
+  int64_t *count = calloc((size_t)ranks, sizeof *count);
+  slot_t *heap = malloc(sizeof *heap * (size_t)ranks);
+  chunk_t *all = NULL;
+  int rc = load && count && heap ? 0 : TSR_ENOMEM;
+  int *ks = malloc(sizeof *ks * (size_t)n); /* bands per tile row of each parameter */
+  if (!ks) rc = TSR_ENOMEM;
+  for (int64_t target = INT64_MAX, level = 0; rc == 0; level++) {
+    int64_t nchunks = 0;
+    for (int k = 0; k < n; k++) {
+      int mb = (int)(params[k].mb < params[k].rows ? params[k].mb : params[k].rows);
+      int nb = (int)(params[k].nb < params[k].cols ? params[k].nb : params[k].cols);
+      ks[k] = bands(mb, nb, target);
+      int cr = mb / ks[k];
+      nchunks += ((params[k].rows + cr - 1) / cr) * ntiles(params[k].cols, nb);
+    }
+    free(all);
+    if (!(all = malloc(sizeof *all * (size_t)nchunks))) {
+      rc = TSR_ENOMEM;
+      break;
+    }
+    int64_t c = 0;
+    for (int k = 0; k < n; k++) {
+      int mb = (int)(params[k].mb < params[k].rows ? params[k].mb : params[k].rows);
+      int nb = (int)(params[k].nb < params[k].cols ? params[k].nb : params[k].cols);
+      int cr = mb / ks[k], cmt = (int)((params[k].rows + cr - 1) / cr),
+          nt = ntiles(params[k].cols, nb);
+      for (int I = 0; I < cmt; I++)
+        for (int j = 0; j < nt; j++)
+          all[c++] = (chunk_t){k, I, j,
+                               (uint64_t)tsize(params[k].rows, cr, I) *
+                                   (uint64_t)tsize(params[k].cols, nb, j) * 4u};
+    }
+    qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+    for (int q = 0; q < ranks; q++)
+      heap[q] = (slot_t){0, q}, load[q] = 0, count[q] = 0;
+    uint64_t busiest = 0;
+    for (int64_t i = 0; i < nchunks; i++) {
+      int q = heap[0].rank;
+      load[q] += all[i].bytes, count[q]++;
+      heap[0].load = load[q];
+      sift_down(heap, ranks, 0);
+      if (load[q] > busiest) busiest = load[q];
+    }
+    if (bytes + (ranks - 2) * (double)busiest <= BALANCE * ring || target == MIN_CHUNK_FLOATS) {
+      /* A rank sends each chunk it does not home once and each it homes to
+       * every other rank; it receives as much. */
+      out->chunks = nchunks;
+      for (int q = 0; q < ranks; q++) {
+        double sent = bytes + (ranks - 2) * (double)load[q];
+        double msgs = (double)(nchunks - count[q]) + (double)(ranks - 1) * count[q];
+        if (sent > out->sent_max) out->sent_max = sent;
+        if (msgs > out->messages_max) out->messages_max = msgs;
+        double red = (double)(ranks - 1) * load[q];
+        if (red > out->reduced_max) out->reduced_max = red;
+        if (q == 0) out->sent_rank0 = sent, out->messages_rank0 = msgs;
+      }
+      break;
+    }
+    target = total / ((int64_t)ranks << level);
+    if (target < MIN_CHUNK_FLOATS) target = MIN_CHUNK_FLOATS;
+  }
+  free(all), free(ks), free(load), free(count), free(heap);
+  return rc;
+}
+
+double tsr__plan_average_seconds(const tsr__plan_average_t *a, const tsr_machine_t *m) {
+  return a->messages_max * m->alpha + a->sent_max * m->beta + a->reduced_max * m->gamma;
+}

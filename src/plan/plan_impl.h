@@ -1,0 +1,48 @@
+/* The planner's insides, shared by its files (plan.c: the model; machine.c:
+ * machines and measured kernel rates) and its tests. No StarPU, no MPI. */
+#ifndef TSR_PLAN_IMPL_H
+#define TSR_PLAN_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "tessera/plan.h"
+
+/* One parameter matrix as averaging sees it: rows x cols floats in mb x nb
+ * tiles (mb, nb as given to tsr_tiles_create: clamped to the matrix). */
+typedef struct {
+  int64_t rows, cols;
+  int mb, nb;
+} tsr__plan_param_t;
+
+/* What one averaging of a set of parameters over P ranks moves
+ * (src/parallel/sync.c: a reduce-scatter into each chunk's home, then an
+ * all-gather from it), for the busiest rank and for rank 0. */
+typedef struct {
+  int64_t chunks;      /* chunks over all parameters */
+  double bytes;        /* the parameters' bytes */
+  double sent_max;     /* bytes the busiest rank sends (it receives as many) */
+  double messages_max; /* messages it sends (and receives) */
+  double reduced_max;  /* bytes it adds into its chunks' sums */
+  double sent_rank0, messages_rank0;
+} tsr__plan_average_t;
+
+/* Chunks and homes exactly as sync.c's plan_chunks and assign_chunks
+ * choose them, then the bytes and messages each rank moves. */
+int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out);
+
+/* Seconds of one averaging costed with m's alpha, beta and gamma. */
+double tsr__plan_average_seconds(const tsr__plan_average_t *a, const tsr_machine_t *m);
+
+/* 2 m n k: the flops of a GEMM (m, k) x (k, n). */
+double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k);
+
+/* One worker's rate in flop/s on a GEMM tile of this shape, or on a
+ * convolution task of geometry g over n samples (which: 0 forward, 1 input
+ * gradient, 2 filter gradient): measured on this machine when
+ * m->measure_kernels (cached in m->cache), else the described rate. */
+double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, int cols, int inner);
+double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, int which);
+
+#endif

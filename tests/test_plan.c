@@ -1,0 +1,276 @@
+/* The planner on hand-computed cases: GEMM flops, what one averaging moves
+ * (sync.c's reduce-scatter and all-gather) against the ring optimum, the
+ * grid's transfers counted tile by tile, the grid reducing to pure data and
+ * pure model parallelism at its ends, the layout of the CNN, and cluster
+ * files. No StarPU: machines are described, never measured. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "nn/layout.h"
+#include "plan/plan_impl.h"
+#include "tessera/plan.h"
+
+/* Round numbers: 10 GFLOP/s, 10 GB/s, alpha 1 us, beta 1 ns per byte, no gamma. */
+static tsr_machine_t round_machine(void) {
+  tsr_machine_t m = {.name = "round",
+                     .nodes = 0,
+                     .cores_per_node = 1,
+                     .ranks_per_node = 1,
+                     .workers = 1,
+                     .gemm_gflops = 10,
+                     .mem_gbs = 10,
+                     .alpha = 1e-6,
+                     .beta = 1e-9,
+                     .gamma = 0,
+                     .task_overhead = 0};
+  return m;
+}
+
+static void plan(const char *model, int ranks, int pr, int pc, tsr_plan_sync_t sync, int tile,
+                 tsr_plan_row_t *row) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, model, 10, &err), 0, "%s", err.msg);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = ranks, o.pr = pr, o.pc = pc, o.sync = sync, o.every = 1;
+  o.samples = 6400, o.tile_rows = tile ? 64 : 0, o.tile_cols = tile;
+  tsr_machine_t m = round_machine();
+  int n = 0;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, row, 1, &n, &err), 0, "%s", err.msg);
+  cr_assert_eq(n, 1);
+}
+
+Test(plan, gemm_flops_are_2mnk) {
+  cr_expect_eq(tsr__plan_gemm_flops(64, 512, 784), 2.0 * 64 * 512 * 784);
+  cr_expect_eq(tsr__plan_gemm_flops(1, 1, 1), 2.0);
+}
+
+Test(plan, two_ranks_send_the_model_once_per_average) {
+  /* One 784 x 512 tile on 2 ranks: one chunk, homed on rank 0; rank 1 sends it (reduce),
+   * rank 0 sends the result back (gather): each sends |W| in one message. */
+  tsr__plan_param_t p = {784, 512, 784, 512};
+  tsr__plan_average_t a;
+  cr_assert_eq(tsr__plan_average(&p, 1, 2, &a), 0);
+  cr_expect_eq(a.chunks, 1);
+  cr_expect_eq(a.sent_max, 784.0 * 512 * 4);
+  cr_expect_eq(a.sent_rank0, 784.0 * 512 * 4);
+  cr_expect_eq(a.messages_max, 1);
+}
+
+Test(plan, four_ranks_move_the_ring_optimum) {
+  /* 16 tiles of 256 x 256 on 4 ranks: 4 tiles homed per rank, so each rank sends its 12
+   * other tiles once and its 4 to 3 ranks: 24 messages, |W| + 2 |W| / 4 = 2 (P - 1) / P |W|,
+   * which the ring all-reduce also moves; at alpha 1 us and beta 1 ns/B: 24 us + 6.29 ms. */
+  tsr__plan_param_t p = {1024, 1024, 256, 256};
+  tsr__plan_average_t a;
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, &a), 0);
+  double w = 1024.0 * 1024 * 4;
+  cr_expect_eq(a.chunks, 16);
+  cr_expect_eq(a.sent_max, 2.0 * 3 / 4 * w);
+  cr_expect_eq(a.messages_max, 24);
+  cr_expect_eq(a.reduced_max, 3 * w / 4);
+  tsr_machine_t m = round_machine();
+  cr_expect_float_eq(tsr__plan_average_seconds(&a, &m), 24e-6 + 1.5 * w * 1e-9, 1e-12);
+}
+
+Test(plan, three_ranks_cut_a_tile_into_bands) {
+  /* One 300 x 256 tile on 3 ranks: whole, its home would send 2 |W| > 1.05 x 4/3 |W|, so sync.c
+   * cuts it for 1/3 of the model each: bands of 100 rows (the divisor of 300 nearest 76800 / 3
+   * floats / 256 columns), one homed per rank: |W| + |W| / 3 sent, 2 + 2 messages. */
+  tsr__plan_param_t p = {300, 256, 300, 256};
+  tsr__plan_average_t a;
+  cr_assert_eq(tsr__plan_average(&p, 1, 3, &a), 0);
+  double w = 300.0 * 256 * 4;
+  cr_expect_eq(a.chunks, 3);
+  cr_expect_float_eq(a.sent_max, w + w / 3, 1e-6);
+  cr_expect_eq(a.messages_max, 4);
+}
+
+Test(plan, one_rank_moves_nothing) {
+  tsr_plan_row_t r;
+  plan("mlp:512,512", 1, 1, 1, TSR_PLAN_SYNC_BATCH, 0, &r);
+  cr_expect_eq(r.grid_bytes_step, 0);
+  cr_expect_eq(r.sync_bytes_epoch, 0);
+  cr_expect_eq(r.exposed_sync_s, 0);
+  cr_expect_eq(r.steps_per_epoch, 100); /* 6400 / 64 */
+}
+
+Test(plan, pure_data_parallelism_has_no_grid_transfers) {
+  tsr_plan_row_t r;
+  plan("mlp:512,512", 4, 1, 4, TSR_PLAN_SYNC_BATCH, 256, &r);
+  cr_expect_eq(r.grid_bytes_step, 0);
+  cr_expect_eq(r.grid_s, 0);
+  /* Every parameter, 784 x 512 + 512 + 512 x 512 + 512 + 512 x 10 + 10 floats, averaged every
+   * step at the ring optimum (16x16 tiles balance on 4 ranks within 5%). */
+  double w = 4.0 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+  cr_expect(r.sync_bytes_step >= 1.5 * w && r.sync_bytes_step <= 1.05 * 1.5 * w, "%g vs %g",
+            r.sync_bytes_step, 1.5 * w);
+  cr_expect_eq(r.steps_per_epoch, 25); /* 6400 / 4 ranks / 64 */
+}
+
+Test(plan, pure_model_parallelism_has_no_averaging) {
+  tsr_plan_row_t r;
+  plan("mlp:512,512", 2, 2, 1, TSR_PLAN_SYNC_BATCH, 256, &r);
+  cr_expect_eq(r.sync_bytes_step, 0);
+  cr_expect_eq(r.sync_bytes_epoch, 0);
+  cr_expect_eq(r.exposed_sync_s, 0);
+  /* 64 x 256 tiles, 2 rows; row 0 owns feature tiles 0, row 1 tiles 1:
+   * forward, layer 2's input tile k goes to the row that lacks it (64 x 256 x 4 B each way),
+   * and row 1's tile to row 0 for the logits; backward, layer 3's partial for tile 1 goes to
+   * row 1, and layer 2's partials cross both ways. Layer 1's input is the batch: nothing.
+   * Each row sends 3 tiles: 196,608 bytes in 3 messages. */
+  cr_expect_eq(r.grid_bytes_step, 3 * 64 * 256 * 4.0);
+  cr_expect_eq(r.grid_messages_step, 3);
+  cr_expect_eq(r.steps_per_epoch, 100);
+}
+
+Test(plan, a_grid_splits_the_dense_work) {
+  tsr_plan_row_t one, two;
+  plan("mlp:512,512", 1, 1, 1, TSR_PLAN_SYNC_BATCH, 256, &one);
+  plan("mlp:512,512", 2, 2, 1, TSR_PLAN_SYNC_BATCH, 256, &two);
+  /* Row 0 computes half of each hidden layer's tiles and all of the logits: per step
+   * 2 x 64 (784 x 256 + 512 x 256 + 512 x 10) x 3 passes, less the first layer's input gradient
+   * (784 x 256, not computed). */
+  double half = 2.0 * 64 * (784 * 256 + 512 * 256 + 512 * 10) * 3 - 2.0 * 64 * 784 * 256;
+  double all = 2.0 * 64 * (784 * 512 + 512 * 512 + 512 * 10) * 3 - 2.0 * 64 * 784 * 512;
+  cr_expect_float_eq(two.flops_step, half, 1);
+  cr_expect_float_eq(one.flops_step, all, 1);
+}
+
+Test(plan, epoch_averaging_sends_once_per_epoch) {
+  tsr_plan_row_t b, e;
+  plan("mlp:512,512", 2, 1, 2, TSR_PLAN_SYNC_BATCH, 0, &b);
+  plan("mlp:512,512", 2, 1, 2, TSR_PLAN_SYNC_EPOCH, 0, &e);
+  double w = 4.0 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
+  cr_expect_eq(e.sync_bytes_epoch, w);
+  cr_expect_eq(b.sync_bytes_epoch, 50 * w); /* 6400 / 2 / 64 steps */
+  cr_expect(e.epoch_s < b.epoch_s);
+}
+
+Test(plan, grid_must_match_the_ranks) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 6, o.pr = 4, o.pc = 2;
+  tsr_machine_t m = round_machine();
+  tsr_plan_row_t rows[4];
+  int n;
+  cr_expect_eq(tsr_plan_run(&spec, &o, &m, rows, 4, &n, &err), TSR_EINVAL);
+  cr_expect(strstr(err.msg, "4x2") != NULL, "%s", err.msg);
+}
+
+Test(plan, every_grid_shape_and_policy) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 12, o.all_policies = true;
+  tsr_machine_t m = round_machine();
+  tsr_plan_row_t rows[64];
+  int n, best = 0;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, rows, 64, &n, &err), 0, "%s", err.msg);
+  cr_expect_eq(n, 6 * 3); /* 1x12 2x6 3x4 4x3 6x2 12x1, three policies each */
+  for (int i = 0; i < n; i++) {
+    cr_expect_eq(rows[i].pr * rows[i].pc, 12);
+    best += rows[i].best;
+    for (int k = 0; k < n; k++)
+      if (rows[i].best) cr_expect(rows[i].epoch_s <= rows[k].epoch_s);
+  }
+  cr_expect_eq(best, 1);
+}
+
+Test(plan, cnn_layout_is_whole_samples_then_dense) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "cnn", 10, &err), 0);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  tsr_net_layout_t lay;
+  cr_assert_eq(tsr__net_layout(&lay, &spec, 784, 10, &o, 2, &err), 0, "%s", err.msg);
+  /* conv+relu, pool, conv+relu, pool, dense+relu, dense: flatten builds nothing. */
+  cr_assert_eq(lay.n_layers, 6);
+  cr_expect_eq(lay.mb, 32); /* one batch-row tile per worker */
+  cr_expect(lay.layers[0].whole_samples && lay.layers[0].relu && !lay.layers[0].has_dx);
+  cr_expect_eq(lay.layers[3].fout, 7 * 7 * 64);
+  cr_expect_eq(lay.layers[4].kind, TSR_LAYER_DENSE);
+  cr_expect_eq(lay.layers[4].in_nb, 3136); /* whole samples after a convolution */
+  cr_expect_eq(lay.layers[5].out_nb, 10);
+  cr_expect(lay.layers[5].has_dx);
+}
+
+static const char *write_tmp(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/tsr-plan-XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+Test(plan, cluster_files) {
+  tsr_machine_t m;
+  tsr_errbuf_t err = {""};
+  const char *p = write_tmp("[cluster]\nname = ib\nnodes = 64\ncores_per_node = 32\n"
+                            "gflops_per_core = 50\nmem_gbs = 8\nlatency_us = 2\n"
+                            "bandwidth_gbits = 100\n");
+  cr_assert_eq(tsr_machine_load_ini(&m, p, &err), 0, "%s", err.msg);
+  cr_expect_str_eq(m.name, "ib");
+  cr_expect_eq(m.ranks_per_node, 8); /* 4 workers a rank: StarPU's cap */
+  cr_expect_float_eq(m.alpha, 2e-6, 1e-15);
+  cr_expect_float_eq(m.beta, 8.0 / 100e9, 1e-18);
+  unlink(p);
+  p = write_tmp("[cluster]\ncores_per_node = 32\nlatency = 2\n");
+  cr_expect_eq(tsr_machine_load_ini(&m, p, &err), TSR_EFORMAT);
+  cr_expect(strstr(err.msg, "unknown key 'latency'") != NULL, "%s", err.msg);
+  unlink(p);
+  p = write_tmp("[cluster]\ncores_per_node = 32\nmem_gbs = 8\nbandwidth_gbits = 10\n");
+  cr_expect_eq(tsr_machine_load_ini(&m, p, &err), TSR_EFORMAT);
+  cr_expect(strstr(err.msg, "gflops_per_core") != NULL, "%s", err.msg);
+  unlink(p);
+}
+
+Test(plan, grid_count_matches_the_grid_branchs_example) {
+  /* The grid README's example: MLP 784-64-32-10 in 16x16 tiles, batch 16, 2x1. Each row sends
+   * 5 tiles of 1 KB per step: layer 2 (4 input tiles, both rows own output) 2 forward and 2
+   * partials backward; the logits (row 0 only) row 1's input tile forward, or row 0's partial
+   * of tile 1 backward. */
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:64,32", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 2, o.pr = 2, o.pc = 1, o.batch = 16, o.tile_rows = 16, o.tile_cols = 16;
+  tsr_machine_t m = round_machine();
+  tsr_plan_row_t r;
+  int n;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &r, 1, &n, &err), 0, "%s", err.msg);
+  cr_expect_eq(r.grid_bytes_step, 5 * 1024.0);
+  cr_expect_eq(r.grid_messages_step, 5);
+}
+
+Test(plan, grid_caps_the_feature_tile_at_the_widest_layer_over_pr) {
+  /* mlp:512,512 on one worker picks 1024-wide tiles: one tile column, nothing for row 1.
+   * Under 2x1 the tile is capped at 512 / 2 = 256, as tessera train --grid does. */
+  tsr_plan_row_t r;
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:512,512", 10, &err), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 2, o.pr = 2, o.pc = 1;
+  tsr_machine_t m = round_machine();
+  int n;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &r, 1, &n, &err), 0, "%s", err.msg);
+  cr_expect_eq(r.tile_cols, 256);
+  cr_expect_eq(r.tile_rows, 64);
+  cr_expect(r.grid_bytes_step > 0);
+}

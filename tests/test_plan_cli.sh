@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# tessera plan as a user meets it: bad options exit 2 naming the option, a
+# described cluster plans for 1024 nodes, and the planner's count of the bytes
+# and messages a rank sends for averaging matches what real runs under mpirun
+# log (bytes_sent, messages_sent of every rank, per epoch) within 5%, for
+# batch, every=K and epoch averaging, 2 and 3 ranks, the MLP and the CNN.
+# Usage: test_plan_cli.sh PATH/TO/tessera
+set -u
+tessera=$1
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# expect CODE PATTERN -- COMMAND...
+expect() {
+  local code=$1 pattern=$2 out rc
+  shift 3
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $* -> exit $rc (want $code, /$pattern/):"
+    echo "$out" | head -5
+  fi
+}
+
+expect 2 "--ranks 0" -- "$tessera" plan --ranks 0
+expect 2 "--grid 3" -- "$tessera" plan --ranks 4 --grid 3
+expect 2 "--grid 2x3: Pr x Pc is 6, but --ranks is 4" -- "$tessera" plan --ranks 4 --grid 2x3
+expect 2 "--sync often" -- "$tessera" plan --sync often
+expect 2 "--optimizer" -- "$tessera" plan --optimizer lbfgs
+expect 2 "unknown or incomplete option '--frobnicate'" -- "$tessera" plan --frobnicate
+expect 2 "--model 'mlpx'" -- "$tessera" plan --model mlpx
+expect 1 "nosuch.ini: cannot open" -- "$tessera" plan --cluster "$tmp/nosuch.ini"
+expect 0 "\| 1x8192 \| batch" -- "$tessera" plan --cluster "$src/benchmarks/clusters/eth10.ini" \
+  --ranks 8192 --model mlp:4096,4096 --batch 128
+expect 0 "\*\*best\*\*" -- "$tessera" plan --cluster "$src/benchmarks/clusters/ib100.ini" \
+  --ranks 64 --model cnn
+
+# measured RANKS SYNC MODEL SAMPLES: a real run's logged bytes and messages against the plan.
+mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
+measured() {
+  local ranks=$1 sync=$2 model=$3 samples=$4 log="$tmp/run.jsonl"
+  rm -f "$log"
+  if ! timeout 120 "${mpi[@]}" -np "$ranks" "$tessera" train --workers 1 --quiet --epochs 2 \
+    --model "$model" --sync "$sync" --batch 32 --train-limit "$samples" --test-limit 100 \
+    --data "$data" --log "$log" >"$tmp/out" 2>&1; then
+    failed=$((failed + 1))
+    echo "FAIL: training $ranks ranks --sync $sync --model $model:"
+    head -5 "$tmp/out"
+    return
+  fi
+  if ! "$tessera" plan --workers 1 --ranks "$ranks" --grid "1x$ranks" --sync "$sync" \
+    --model "$model" --batch 32 --samples "$samples" --json >"$tmp/plan.json" 2>"$tmp/out"; then
+    failed=$((failed + 1))
+    echo "FAIL: tessera plan for $ranks ranks --sync $sync:"
+    head -5 "$tmp/out"
+    return
+  fi
+  if out=$(/usr/bin/python3 - "$log" "$tmp/plan.json" "$ranks" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+plan = json.load(open(sys.argv[2]))["plans"][0]
+ranks = int(sys.argv[3])
+epochs = [l for l in lines if "epoch" in l]
+per_rank = next(l for l in lines if l.get("event") == "ranks")["ranks"]
+bad = []
+# Rank 0 per epoch (the epoch lines), and the busiest rank over the run.
+for l in epochs:
+    for key, want in (("bytes_sent", plan["sync_bytes_epoch"]), ("messages_sent", plan["sync_messages_epoch"])):
+        if abs(l[key] - want) > 0.05 * want:
+            bad.append("epoch %d %s: logged %d, planned %.0f" % (l["epoch"], key, l[key], want))
+busiest = max(r["bytes_sent"] for r in per_rank) / len(epochs)
+want = plan["bytes_epoch"]
+if abs(busiest - want) > 0.05 * want:
+    bad.append("busiest rank: %.0f bytes per epoch, planned %.0f" % (busiest, want))
+print("; ".join(bad) if bad else "rank 0 %d bytes per epoch, planned %.0f" % (epochs[0]["bytes_sent"], plan["sync_bytes_epoch"]))
+sys.exit(1 if bad else 0)
+PY
+  ); then
+    passed=$((passed + 1))
+    echo "ok: $ranks ranks --sync $sync --model $model: $out"
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $ranks ranks --sync $sync --model $model: $out"
+  fi
+}
+
+measured 2 batch mlp:64 1280
+measured 2 every=4 mlp:64 1280
+measured 2 epoch mlp:64 1280
+measured 3 batch mlp:128,64 1536
+measured 2 batch cnn 256
+
+echo "plan-cli: $passed passed, $failed failed"
+[[ $failed == 0 ]]
