@@ -55,8 +55,7 @@ int tsr__optim_add(tsr_optim_t *o, const tsr_tiles_t *w, bool decay, int *index)
   param_state_t *p = &o->params[o->nparams];
   *p = (param_state_t){.decay = decay};
   for (int k = 0; k < o->nstate; k++) {
-    int rc = tsr_tiles_create(&p->state[k], tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
-                              tsr_tiles_nb(w));
+    int rc = tsr_tiles_create_like(&p->state[k], w); /* a grid's slice like its weights */
     if (rc) {
       while (k-- > 0)
         tsr_tiles_destroy(&p->state[k]);

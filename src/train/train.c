@@ -29,7 +29,9 @@ float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
             : TSR_LR_SCALING_NONE;
   float lr = tsr_net_base_lr(net);
   /* In float, as the rate is stored: what a caller who scaled the net's lr itself got. */
-  if (s == TSR_LR_SCALING_LINEAR && tsr_dist_size() > 1) lr *= (float)tsr_dist_size();
+  /* Replicas: ranks, or under --grid PrxPc the Pc grid columns. */
+  int replicas = tsr_dist_size() / tsr_net_grid_rows(net);
+  if (s == TSR_LR_SCALING_LINEAR && replicas > 1) lr *= (float)replicas;
   return lr;
 }
 
@@ -91,15 +93,17 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
 /* This rank's part of an epoch: a contiguous slice of the shuffled order,
  * rank r taking [r N / P, (r + 1) N / P). Every rank takes the same number
  * of steps (the largest shard's), so all reach the same synchronization
- * points; a rank whose shard is used up takes empty steps. */
+ * points; a rank whose shard is used up takes empty steps. Under --grid
+ * PrxPc the shards are the Pc grid columns' (ranks and rank below count
+ * columns), and every rank of a column takes its column's. */
 typedef struct {
   int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
   int ranks, rank;
   int64_t steps;
 } shards_t;
 
-static void make_shards(shards_t *sh, int64_t n, int batch) {
-  sh->ranks = tsr_dist_size(), sh->rank = tsr_dist_rank();
+static void make_shards(shards_t *sh, int64_t n, int batch, int grid_rows) {
+  sh->ranks = tsr_dist_size() / grid_rows, sh->rank = tsr_dist_rank() / grid_rows;
   int64_t largest = 0;
   for (int q = 0; q <= sh->ranks; q++)
     sh->lo[q] = n * q / sh->ranks;
@@ -181,12 +185,16 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (tsr_dist_size() > TSR_MAX_RANKS)
     return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
                          tsr_dist_size());
-  int b = tsr_net_batch(net);
+  int b = tsr_net_batch(net), pr = tsr_net_grid_rows(net), size = tsr_dist_size();
+  if (pr > 1 && o->checkpoint_path)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "checkpoints are not written under --grid yet (each rank holds a slice "
+                         "of the weights): drop --checkpoint or use --grid 1xP");
   shards_t sh;
-  make_shards(&sh, train->n, b);
+  make_shards(&sh, train->n, b, pr);
   tsr_replicas_t *rep = NULL;
   int rc = 0;
-  if (sh.ranks > 1) {
+  if (size > 1) {
     tsr_sync_t none = {.kind = TSR_SYNC_NONE};
     rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, err);
     if (rc) return rc;
@@ -199,31 +207,34 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
 
   int counts[TSR_MAX_RANKS];
   const int32_t *mine = idx + sh.lo[sh.rank];
-  bool speaker = sh.rank == 0; /* rank 0 evaluates, reports and logs */
+  bool speaker = tsr_dist_rank() == 0; /* rank 0 reports and logs */
+  bool evaluator = sh.rank == 0;       /* its grid column evaluates (rank 0 alone without) */
   double base_lr = tsr_train_base_lr(net, o);
   int64_t total_steps = sh.steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int first = o->start_epoch > 1 ? o->start_epoch : 1;
   int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
   bool stopped = false;
-  bool told = false;                           /* err says why training stopped */
-  tsr_rank_stats_t totals = {.rank = sh.rank}; /* this rank's totals (under MPI) */
-  checkpoint_t cp = {net, rep, o, sh.steps, sh.ranks, (float)base_lr, err, ""};
+  bool told = false;                                   /* err says why training stopped */
+  tsr_rank_stats_t totals = {.rank = tsr_dist_rank()}; /* this rank's totals (under MPI) */
+  checkpoint_t cp = {net, rep, o, sh.steps, size, (float)base_lr, err, ""};
   for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
     if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
     for (; k < sh.steps && rc == 0 && !stopped; k++) {
-      for (int q = 0; q < sh.ranks; q++)
-        seen += counts[q] = shard_take(&sh, q, k, b);
+      for (int q = 0; q < size; q++) {
+        counts[q] = shard_take(&sh, q / pr, k, b);
+        if (q % pr == 0) seen += counts[q];
+      }
       if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule != TSR_LR_CONSTANT) {
         int64_t t = (int64_t)((e - 1) * sh.steps + k);
         tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
       }
       tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
-      rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
+      rc = tsr_net_train_step(net, train, mine + k * b, counts[tsr_dist_rank()], true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
       step++;
       if (rc == 0 && k >= o->window) {
@@ -266,7 +277,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .seconds = t1 - t0,
                             .samples = seen,
                             .samples_per_s = (double)seen / (t1 - t0),
-                            .ranks = sh.ranks,
+                            .ranks = size,
                             .lr_end = tsr_net_lr(net)};
     if (rep) {
       tsr_sync_stats_t ss;
@@ -281,7 +292,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     }
     tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
-    if (rc == 0 && speaker && test && test->n > 0) {
+    if (rc == 0 && evaluator && test && test->n > 0) {
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
       st.test_samples = test->n;
     }
