@@ -8,6 +8,7 @@
 
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
+#include "tessera/runtime.h"
 #include "tessera/train.h"
 #include "nn/net_impl.h"
 
@@ -159,6 +160,42 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   return rc;
 }
 
+/* Under a grid, every rank's transfers of the epoch on rank 0 (all[size], ignored elsewhere):
+ * the grid's since *grid_seen (moved on), the synchronization's ss, StarPU-MPI's own count
+ * since *measured_seen (moved on; [size]) split by the peer's grid column. Collective. */
+static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_traffic_t *grid_seen,
+                         uint64_t *measured_seen, tsr_rank_traffic_t *all) {
+  int me = tsr_dist_rank(), size = tsr_dist_size(), pr = tsr_net_grid_rows(net);
+  tsr_rank_traffic_t now_ = {.rank = me};
+  tsr_net_grid_traffic(net, &now_.grid_bytes_sent, &now_.grid_bytes_received,
+                       &now_.grid_messages_sent, &now_.grid_messages_received);
+  tsr_rank_traffic_t mine = {
+      .rank = me,
+      .grid_bytes_sent = now_.grid_bytes_sent - grid_seen->grid_bytes_sent,
+      .grid_bytes_received = now_.grid_bytes_received - grid_seen->grid_bytes_received,
+      .grid_messages_sent = now_.grid_messages_sent - grid_seen->grid_messages_sent,
+      .grid_messages_received = now_.grid_messages_received - grid_seen->grid_messages_received,
+      .sync_bytes_sent = ss->bytes_sent,
+      .sync_bytes_received = ss->bytes_received,
+      .sync_messages_sent = ss->messages_sent,
+      .sync_messages_received = ss->messages_received};
+  *grid_seen = now_;
+  uint64_t *sent = malloc(sizeof(uint64_t) * (size_t)size);
+  if (!sent) return TSR_ENOMEM;
+  tsr_runtime_bytes_sent(sent);
+  for (int q = 0; q < size; q++) {
+    uint64_t d = sent[q] - measured_seen[q];
+    measured_seen[q] = sent[q];
+    if (q == me) continue;
+    if (q / pr == me / pr)
+      mine.measured_sent_inside += d;
+    else
+      mine.measured_sent_across += d;
+  }
+  free(sent);
+  return tsr_dist_gather(&mine, (int)sizeof mine, all);
+}
+
 /* Every rank's totals of the run on rank 0, for o->on_ranks. */
 static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o) {
   int n = tsr_dist_size();
@@ -200,7 +237,17 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc) return rc;
   }
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
+  /* Under a grid: each epoch's transfers per rank (on rank 0), and what was counted so far. */
+  tsr_rank_traffic_t *traffic = NULL, grid_seen = {0};
+  uint64_t *measured_seen = NULL;
+  if (pr > 1) {
+    traffic = calloc((size_t)size, sizeof *traffic);
+    measured_seen = calloc((size_t)size, sizeof *measured_seen);
+    if (traffic && measured_seen) tsr_runtime_bytes_sent(measured_seen);
+    if (!traffic || !measured_seen) free(idx), idx = NULL;
+  }
   if (!idx) {
+    free(traffic), free(measured_seen);
     tsr__replicas_destroy(&rep);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
   }
@@ -278,7 +325,10 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .samples = seen,
                             .samples_per_s = (double)seen / (t1 - t0),
                             .ranks = size,
+                            .grid_rows = pr,
+                            .grid_cols = size / pr,
                             .lr_end = tsr_net_lr(net)};
+    tsr_sync_stats_t sync_seen = {0};
     if (rep) {
       tsr_sync_stats_t ss;
       tsr__replicas_take_stats(rep, &ss);
@@ -289,6 +339,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       totals.seconds += st.seconds, totals.sync_seconds += ss.seconds;
       totals.bytes_sent += ss.bytes_sent, totals.bytes_received += ss.bytes_received;
       totals.messages_sent += ss.messages_sent, totals.messages_received += ss.messages_received;
+      sync_seen = ss;
     }
     tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
@@ -298,6 +349,9 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     }
     if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
     st.eval_seconds = now() - t1;
+    /* Grid: the epoch's transfers per rank, its evaluation's (column 0) included. */
+    if (traffic && rc == 0) rc = epoch_traffic(net, &sync_seen, &grid_seen, measured_seen, traffic);
+    if (traffic) st.per_rank = traffic;
     if (rc == 0 && speaker && o->on_epoch && (rc = o->on_epoch(&st, o->ctx)) != 0) {
       told = true; /* the callback says why, in err if it wants to */
       if (rc > 0) rc = TSR_EINVAL;
@@ -322,7 +376,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
     stopped = stop && e < o->epochs;
   }
-  free(idx);
+  free(idx), free(traffic), free(measured_seen);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */
