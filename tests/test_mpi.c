@@ -818,12 +818,24 @@ static void bytes_with_tiles(int tr, int tc) {
   tsr_net_destroy(&net);
 }
 
-/* The grid net: mlp:64,32 (784-64-32-10) in 16-row x 16-feature tiles, so that each dense
- * layer has several column tiles to spread over a column's Pr ranks. */
-static tsr_net_t *make_grid_net(int batch, int grid_rows) {
+/* A CNN small enough for seconds: conv 3x3 4 (padded) - ReLU - maxpool 2 - dense 32 - ReLU -
+ * dense 10; the convolution is replicated in a grid column, the dense layers spread. */
+static const char grid_cnn[] = "[conv]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+                               "activation = relu\n[pool]\ntype = maxpool\nkernel = 2\n"
+                               "[hidden]\ntype = dense\nunits = 32\nactivation = relu\n"
+                               "[output]\ntype = dense\nunits = 10\n";
+
+/* The grid nets: mlp:64,32 (784-64-32-10), or grid_cnn, in 16-row x 16-feature tiles, so
+ * that each dense layer has several column tiles to spread over a column's Pr ranks. */
+static tsr_net_t *make_grid_net(int batch, int grid_rows, bool cnn) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  tsr_model_parse(&spec, "mlp:64,32", train_set.classes, &err);
+  int rc = cnn ? tsr_model_parse_ini_text(&spec, grid_cnn, "grid_cnn", &err)
+               : tsr_model_parse(&spec, "mlp:64,32", train_set.classes, &err);
+  if (rc) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.batch = batch, o.seed = 3, o.opt.lr = 0.05f, o.opt.momentum = 0.9f;
@@ -837,19 +849,24 @@ static tsr_net_t *make_grid_net(int batch, int grid_rows) {
 }
 
 /* All parameters of a grid net, whole, on every rank: each rank's own tiles, summed over ranks
- * and divided by the columns (each column holds the model once). */
+ * and divided by the copies (each column holds a dense layer once, each rank a convolution). */
 static float *grid_params(tsr_net_t *net, int columns, int64_t *count) {
   int64_t total = tsr_net_param_count(net), off = 0;
   float *mine = calloc((size_t)total, sizeof(float)), *all = malloc(sizeof(float) * (size_t)total);
+  float *copies = malloc(sizeof(float) * (size_t)total);
   for (int l = 0; l < net->n_layers; l++)
     for (int k = 0; k < net->layers[l].nparams; k++) {
       const tsr_tiles_t *w = net->layers[l].params[k].w;
       CHECK(tsr_tiles_read_owned(w, mine + off) == 0, "read layer %d parameter %d", l + 1, k);
-      off += tsr_tiles_rows(w) * tsr_tiles_cols(w);
+      int64_t n = tsr_tiles_rows(w) * tsr_tiles_cols(w);
+      for (int64_t i = 0; i < n; i++)
+        copies[off + i] = (float)(net->layers[l].split ? columns : size);
+      off += n;
     }
   MPI_Allreduce(mine, all, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   for (int64_t i = 0; i < total; i++)
-    all[i] /= (float)columns;
+    all[i] /= copies[i];
+  free(copies);
   free(mine);
   *count = total;
   return all;
@@ -867,10 +884,11 @@ static void bytes_by_peer(int grid_rows, uint64_t *inside, uint64_t *across) {
 
 /* --grid PrxPc with --sync batch: Pc columns of batch B each equal one process with the global
  * batch Pc B, step by step. */
-static void grid_equals_one_process(int pr) {
+static void grid_equals_one_process(int pr, bool cnn) {
   enum { B = 16, STEPS = 20, BYTE_STEPS = 3 };
   int pc = size / pr, column = rank / pr;
-  tsr_net_t *net = make_grid_net(B, pr);
+  const char *model = cnn ? "cnn" : "mlp";
+  tsr_net_t *net = make_grid_net(B, pr, cnn);
   tsr_replicas_t *rep = replicas(net, "batch", false);
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
@@ -881,9 +899,10 @@ static void grid_equals_one_process(int pr) {
     tsr__replicas_count(rep, counts);
     /* Column c takes part c of the step's global batch (rows of Pc B). */
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * pc + column) * B, B, true) == 0,
-          "%dx%d: step %d", pr, pc, k + 1);
+          "%s %dx%d: step %d", model, pr, pc, k + 1);
     double correct;
-    CHECK(tsr__replicas_reduce_stats(rep, &loss[k], &correct) == 0, "%dx%d: stats", pr, pc);
+    CHECK(tsr__replicas_reduce_stats(rep, &loss[k], &correct) == 0, "%s %dx%d: stats", model, pr,
+          pc);
   }
   /* Bytes: a few more steps, without the statistics' transfers. */
   CHECK(tsr__progress_wait_all() == 0, "wait");
@@ -906,29 +925,33 @@ static void grid_equals_one_process(int pr) {
   double inside = (double)(in1 - in0), counted = (double)(sent1 - sent0);
   double across = (double)(across1 - across0), synced = (double)st.bytes_sent;
   CHECK(fabs(inside - counted) <= 0.05 * counted + 1,
-        "%dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the engine %.0f", pr, pc,
-        inside, counted);
+        "%s %dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the engine %.0f", model, pr,
+        pc, inside, counted);
   CHECK(fabs(across - synced) <= 0.05 * synced + 1,
-        "%dx%d: bytes sent across grid columns: StarPU-MPI %.0f, the engine %.0f", pr, pc, across,
-        synced);
-  if (pr > 1 && rank == 0) CHECK(counted > 0, "%dx%d: row 0 must send inside its column", pr, pc);
-  if (pc > 1) CHECK(synced > 0, "%dx%d: every rank averages its slice across columns", pr, pc);
-  /* Memory: each matrix's tiles on this rank are its 1/Pr share within one column tile. */
+        "%s %dx%d: bytes sent across grid columns: StarPU-MPI %.0f, the engine %.0f", model, pr, pc,
+        across, synced);
+  if (pr > 1 && rank == 0)
+    CHECK(counted > 0, "%s %dx%d: row 0 must send inside its column", model, pr, pc);
+  if (pc > 1)
+    CHECK(synced > 0, "%s %dx%d: every rank averages its slice across columns", model, pr, pc);
+  /* Memory: each dense matrix's tiles on this rank are its 1/Pr share within one column tile. */
   for (int l = 0; l < net->n_layers; l++)
     for (int k = 0; k < net->layers[l].nparams; k++) {
       const tsr_tiles_t *w = net->layers[l].params[k].w;
       double whole = (double)(tsr_tiles_rows(w) * tsr_tiles_cols(w)) * sizeof(float);
       double tile = (double)tsr_tiles_rows(w) * tsr_tiles_nb(w) * sizeof(float);
       double here = (double)tsr_tiles_local_bytes(w);
-      CHECK(fabs(here - whole / pr) <= tile,
-            "%dx%d: layer %d parameter %d: %.0f bytes here, |W|/Pr = %.0f (tile column %.0f)", pr,
-            pc, l + 1, k, here, whole / pr, tile);
+      /* Convolutions stay whole on every rank of the column. */
+      double share = net->layers[l].split ? whole / pr : whole;
+      CHECK(fabs(here - share) <= tile,
+            "%s %dx%d: layer %d parameter %d: %.0f bytes here, want %.0f (tile column %.0f)", model,
+            pr, pc, l + 1, k, here, share, tile);
     }
   tsr__replicas_destroy(&rep);
   int64_t n;
   float *w = grid_params(net, pc, &n);
   if (rank == 0) {
-    tsr_net_t *one = make_grid_net(B * pc, 1), *start = make_grid_net(B * pc, 1);
+    tsr_net_t *one = make_grid_net(B * pc, 1, cnn), *start = make_grid_net(B * pc, 1, cnn);
     double worst = 0;
     for (int k = 0; k < STEPS; k++) {
       tsr_net_train_step(one, &train_set, rows + k * pc * B, B * pc, true);
@@ -937,18 +960,20 @@ static void grid_equals_one_process(int pr) {
       double d = fabs(loss[k] - ref) / fabs(ref);
       worst = d > worst ? d : worst;
     }
-    CHECK(worst <= 1e-5, "%dx%d: losses over %d steps vs one process with batch %d: %g", pr, pc,
-          STEPS, B * pc, worst);
+    CHECK(worst <= 1e-5, "%s %dx%d: losses over %d steps vs one process with batch %d: %g", model,
+          pr, pc, STEPS, B * pc, worst);
     for (int k = 0; k < BYTE_STEPS; k++) /* the byte count's steps */
       tsr_net_train_step(one, &train_set, rows + k * pc * B, B * pc, true);
     int64_t m;
     float *ref = params(one, &m), *w0 = params(start, &m);
     double d = max_rel_diff(w, ref, n), moved = max_rel_diff(w0, ref, n);
-    CHECK(d <= 1e-4, "%dx%d: weights after %d steps vs one process: %g", pr, pc, STEPS, d);
-    CHECK(moved > 1e-2, "%dx%d: training must move the weights (%g)", pr, pc, moved);
-    printf("grid %dx%d: losses within %.2e of one process (batch %d, %d steps), then weights %.2e; "
-           "rank 0 sent %.0f bytes per step inside its column, %.0f across\n",
-           pr, pc, worst, B * pc, STEPS, d, counted / BYTE_STEPS, synced / BYTE_STEPS);
+    CHECK(d <= 1e-4, "%s %dx%d: weights after %d steps vs one process: %g", model, pr, pc, STEPS,
+          d);
+    CHECK(moved > 1e-2, "%s %dx%d: training must move the weights (%g)", model, pr, pc, moved);
+    printf(
+        "grid %s %dx%d: losses within %.2e of one process (batch %d, %d steps), then weights %.2e; "
+        "rank 0 sent %.0f bytes per step inside its column, %.0f across\n",
+        model, pr, pc, worst, B * pc, STEPS, d, counted / BYTE_STEPS, synced / BYTE_STEPS);
     free(ref), free(w0);
     tsr_net_destroy(&one), tsr_net_destroy(&start);
   }
@@ -959,8 +984,9 @@ static void grid_equals_one_process(int pr) {
 /* Every grid shape of the ranks: 1xP (data parallel), Px1 (model parallel) and 2x2. */
 static void test_grid(void) {
   load(16 * size * 20);
-  for (int pr = 1; pr <= size; pr++)
-    if (size % pr == 0 && (pr == 1 || pr == size || pr == 2)) grid_equals_one_process(pr);
+  for (int cnn = 0; cnn < 2; cnn++)
+    for (int pr = 1; pr <= size; pr++)
+      if (size % pr == 0 && (pr == 1 || pr == size || pr == 2)) grid_equals_one_process(pr, cnn);
 }
 
 static void test_bytes(void) {

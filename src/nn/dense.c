@@ -34,7 +34,7 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, 
     int n = net->grid_rows;
     if (dx)
       TSR_TRY(tsr__tiles_spread_gemm_nt(&critical, l->dy, l->params[0].w, l->partials, n, dx,
-                                        &net->traffic));
+                                        l->dx_sums, &net->traffic));
     TSR_TRY(tsr__tiles_spread_gemm_tn(o, x, l->gathered, n, l->dy, l->params[0].g));
     return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
   }

@@ -107,18 +107,22 @@ int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, in
   return tsr_tiles_create(t, m, n, mb, nb);
 }
 
-int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split) {
-  if (!in_split) return 0; /* a per-node input: nothing to gather */
+int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx) {
+  if (!in_split && !need_dx) return 0; /* a per-node input, no gradient below */
   int n = net->grid_rows;
   l->gathered = calloc((size_t)n, sizeof *l->gathered);
   l->partials = calloc((size_t)n, sizeof *l->partials);
   if (!l->gathered || !l->partials) return TSR_ENOMEM;
   for (int p = 0; p < n; p++) {
-    TSR_TRY(tsr_tiles_create_distributed(&l->gathered[p], net->batch, l->fin, net->mb, l->in_nb,
-                                         grid_slot_rank, &net->grid_slot[p]));
+    if (in_split)
+      TSR_TRY(tsr_tiles_create_distributed(&l->gathered[p], net->batch, l->fin, net->mb, l->in_nb,
+                                           grid_slot_rank, &net->grid_slot[p]));
     TSR_TRY(tsr_tiles_create_distributed(&l->partials[p], net->batch, l->fin, net->mb, l->in_nb,
                                          grid_slot_rank, &net->grid_slot[p]));
   }
+  if (!in_split)
+    TSR_TRY(tsr_tiles_create_distributed(&l->dx_sums, net->batch, l->fin, net->mb, l->in_nb,
+                                         grid_column_rank, net));
   return 0;
 }
 
@@ -274,7 +278,8 @@ static int create_layers(tsr_net_t *net, const tsr_model_spec_t *spec, tsr_rng_t
                            "use --grid 1xP for this model",
                            i + 1, t->name);
     TSR_TRY(t->create(net, l, &at));
-    if (net->split_out && t->cuts_features) TSR_TRY(tsr__net_grid_scratch(net, l, in_split));
+    if (net->split_out && t->cuts_features)
+      TSR_TRY(tsr__net_grid_scratch(net, l, in_split, net->n_layers > 1));
     net->split_out = false;
     fin = l->fout, nb = l->out_nb;
   }
@@ -402,6 +407,7 @@ void tsr_net_destroy(tsr_net_t **np) {
     for (int p = 0; l->gathered && p < net->grid_rows; p++)
       tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
     free(l->gathered), free(l->partials);
+    tsr_tiles_destroy(&l->dx_sums);
   }
   tsr_tiles_destroy(&net->x0);
   tsr_tiles_destroy(&net->dx0);

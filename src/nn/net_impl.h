@@ -58,6 +58,8 @@ struct tsr_layer {
   bool split;             /* grid: y's column tiles (and a dense layer's) spread over the column */
   tsr_tiles_t **gathered; /* grid, dense: [grid_rows] (batch, fin) per rank: input tiles gathered */
   tsr_tiles_t **partials; /* grid, dense: [grid_rows] (batch, fin) per rank: input-gradient sums */
+  tsr_tiles_t *dx_sums;   /* grid, dense over a replicated layer: (batch, fin) spread by column
+                           * tile, the input gradient before every rank of the column gets it */
 };
 
 /* What happens to a parameter once its gradient has been submitted: the
@@ -96,10 +98,11 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
  * column tile when the layer being built spreads its output (net->split_out),
  * per-node under a grid otherwise, else local. */
 int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
-/* Grid, a dense layer spreading its output whose input is spread too
- * (in_split): creates l->gathered and l->partials, one (batch, fin) matrix
- * per rank of the column, each allocated on its rank only. */
-int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split);
+/* Grid, a dense layer spreading its output: with a spread input (in_split)
+ * creates l->gathered and l->partials, one (batch, fin) matrix per rank of
+ * the column, each allocated on its rank only; with a per-node input whose
+ * gradient a layer below needs (need_dx), l->partials and l->dx_sums. */
+int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx);
 /* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
                           int nb, bool decay);

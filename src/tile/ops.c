@@ -9,6 +9,8 @@
 #include "codelets.h"
 #include "tile/tiles_impl.h"
 
+#include <starpu_mpi.h>
+
 /* Under StarPU-MPI (o->mpi) only distributed tiles have an owner that
  * computes: a task that writes a local or per-node matrix (every rank holds
  * its own: a grid column's input batch, replicated layers) runs where it is
@@ -446,14 +448,38 @@ int tsr__tiles_spread_gemm_tn(const tsr_task_opts_t *o, const tsr_tiles_t *x,
   return 0;
 }
 
+/* Tile (i, k) of sums, the input gradient reduced on its owner, to every
+ * other rank of the column (ranks: the n slots' owners), then into each
+ * rank's own per-node dx. */
+static int share_tile(const tsr_task_opts_t *o, tsr_tiles_t *dx, tsr_tiles_t *sums,
+                      tsr_tiles_t *const *slots, int n, int i, int k, tsr_traffic_t *tr) {
+  starpu_data_handle_t h = tsr__tile(sums, i, k);
+  int from = tsr_tiles_rank_of(sums, i, k), me = tsr_dist_rank();
+  bool mine = false;
+  for (int p = 0; p < n; p++) {
+    int to = tsr_tiles_rank_of(slots[p], 0, 0);
+    mine |= to == me;
+    if (to == from) continue;
+    count_transfer(tr, from, to, h);
+    if (me == to || me == from)
+      starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, to, NULL, NULL);
+  }
+  if (!mine) return 0;
+  tsr_task_opts_t local = *o;
+  local.mpi = false;
+  return tsr__insert_copy(&local, tsr__tile(dx, i, k), h);
+}
+
 int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                               tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
-                              tsr_traffic_t *tr) {
+                              tsr_tiles_t *sums, tsr_traffic_t *tr) {
   if (!dims_agree(dy, 0, dx, 0) || !dims_agree(w, 0, dx, 1) || !dims_agree(dy, 1, w, 1))
     return TSR_ESHAPE;
-  if (dx->kind == TSR_TILES_LOCAL || !partials) return TSR_EINVAL; /* spread dx only */
+  bool per_node = dx->kind == TSR_TILES_LOCAL;
+  if (!partials || (per_node && !sums) || (sums && !same_tiling(sums, dx))) return TSR_EINVAL;
   for (int p = 0; p < n; p++)
     if (!same_tiling(partials[p], dx)) return TSR_ESHAPE;
+  tsr_tiles_t *target = per_node ? sums : dx;
   /* Each rank's partial sum over its own columns j: dy and W never travel. */
   for (int p = 0; p < n; p++) {
     int owner = tsr_tiles_rank_of(partials[p], 0, 0);
@@ -468,22 +494,24 @@ int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, c
         }
       }
   }
-  /* The partials summed on dx's owner, in slot order: one message per other rank with columns. */
+  /* The partials summed on dx's owner, in slot order: one message per other rank with columns;
+   * a per-node dx is summed in sums, then sent to every other rank of the column. */
   for (int i = 0; i < dx->mt; i++)
     for (int k = 0; k < dx->nt; k++) {
       bool first = true;
-      int to = tsr_tiles_rank_of(dx, i, k);
+      int to = tsr_tiles_rank_of(target, i, k);
       for (int p = 0; p < n; p++) {
         int owner = tsr_tiles_rank_of(partials[p], 0, 0);
         if (!owns_columns(w, owner)) continue;
         starpu_data_handle_t h = tsr__tile(partials[p], i, k);
         count_transfer(tr, owner, to, h);
         if (first)
-          TSR_TRY(tsr__insert_copy(o, tsr__tile(dx, i, k), h));
+          TSR_TRY(tsr__insert_copy(o, tsr__tile(target, i, k), h));
         else
-          TSR_TRY(tsr__insert_axpby(o, 1.0f, h, 1.0f, tsr__tile(dx, i, k)));
+          TSR_TRY(tsr__insert_axpby(o, 1.0f, h, 1.0f, tsr__tile(target, i, k)));
         first = false;
       }
+      if (per_node) TSR_TRY(share_tile(o, dx, sums, partials, n, i, k, tr));
     }
   return 0;
 }

@@ -147,13 +147,17 @@ int tsr__tiles_spread_gemm(const tsr_task_opts_t *o, const tsr_tiles_t *x,
 int tsr__tiles_spread_gemm_tn(const tsr_task_opts_t *o, const tsr_tiles_t *x,
                               tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *dy,
                               tsr_tiles_t *dw);
-/* dx = dy w^T for a spread dx: each rank with columns of w sums dy (i, j)
- * w (k, j)^T over its own j into partials[its slot] (i, k), and dx (i, k)'s
- * owner adds the partials in slot order: one tile-sized message per (i, k)
- * and per other rank with columns (the reduce-scatter inside the column). */
+/* dx = dy w^T: each rank with columns of w sums dy (i, j) w (k, j)^T over
+ * its own j into partials[its slot] (i, k), and the owner of dx (i, k) adds
+ * the partials in slot order: one tile-sized message per (i, k) and per
+ * other rank with columns (the reduce-scatter inside the column). A
+ * per-node dx (the layer below is replicated: a convolution's output) is
+ * summed in sums (tiled like dx, spread like it would be) and each tile
+ * then sent to every other rank of the column (reduce, then broadcast);
+ * sums is NULL for a spread dx. */
 int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                               tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
-                              tsr_traffic_t *tr);
+                              tsr_tiles_t *sums, tsr_traffic_t *tr);
 
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
