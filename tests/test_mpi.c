@@ -33,7 +33,9 @@
  *                           batch: 20 steps follow one process's losses with the global batch
  *                           (1e-5 relative) and end at its weights; each rank stores |W|/Pr of
  *                           every matrix within one column tile; StarPU-MPI's count of the bytes
- *                           sent inside a grid column and across columns matches the engine's
+ *                           sent inside a grid column and across columns matches the engine's;
+ *                           the CNN likewise; on 4 ranks, 2x2 --sync epoch ends at the mean of
+ *                           the columns' replicas trained alone
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -981,12 +983,48 @@ static void grid_equals_one_process(int pr, bool cnn) {
   tsr_net_destroy(&net);
 }
 
+/* --grid PrxPc with --sync epoch: one epoch ends at the mean of the columns' replicas trained
+ * alone (--sync none), each rank averaging its slice with its grid row. */
+static void grid_epoch_is_mean(int pr) {
+  int pc = size / pr;
+  tsr_net_t *avg = make_grid_net(16, pr, false), *alone = make_grid_net(16, pr, false);
+  train(avg, "epoch", 1, false);
+  train(alone, "none", 1, false);
+  int64_t n;
+  float *w = grid_params(avg, pc, &n), *mean = grid_params(alone, pc, &n);
+  double d = max_rel_diff(w, mean, n);
+  CHECK(d <= 1e-5, "mlp %dx%d, epoch: weights vs the mean of the columns' replicas: %g", pr, pc, d);
+  /* The columns' replicas differ from their mean, else the check says little. */
+  float *own = calloc((size_t)n, sizeof(float));
+  int64_t off = 0;
+  for (int l = 0; l < alone->n_layers; l++)
+    for (int k = 0; k < alone->layers[l].nparams; k++) {
+      const tsr_tiles_t *t = alone->layers[l].params[k].w;
+      tsr_tiles_read_owned(t, own + off);
+      off += tsr_tiles_rows(t) * tsr_tiles_cols(t);
+    }
+  double spread = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (own[i] != 0.0f) {
+      double e = fabs((double)own[i] - mean[i]) / (1e-3 + fabs((double)mean[i]));
+      spread = e > spread ? e : spread;
+    }
+  CHECK(spread > 1e-3, "mlp %dx%d: a column's replica should differ from the mean (%g)", pr, pc,
+        spread);
+  if (rank == 0)
+    printf("grid mlp %dx%d, --sync epoch: %.2e from the mean of the columns' replicas\n", pr, pc,
+           d);
+  free(w), free(mean), free(own);
+  tsr_net_destroy(&avg), tsr_net_destroy(&alone);
+}
+
 /* Every grid shape of the ranks: 1xP (data parallel), Px1 (model parallel) and 2x2. */
 static void test_grid(void) {
   load(16 * size * 20);
   for (int cnn = 0; cnn < 2; cnn++)
     for (int pr = 1; pr <= size; pr++)
       if (size % pr == 0 && (pr == 1 || pr == size || pr == 2)) grid_equals_one_process(pr, cnn);
+  if (size % 2 == 0 && size > 2) grid_epoch_is_mean(2);
 }
 
 static void test_bytes(void) {
