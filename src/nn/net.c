@@ -62,8 +62,8 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
   while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
     cols *= 2;
   /* A grid column's Pr ranks share the widest layer's column tiles: at least one each. */
-  int rows = o->grid_rows > 1 ? o->grid_rows : 1;
-  if (cols > (widest + rows - 1) / rows) cols = (widest + rows - 1) / rows;
+  int rows = o->grid_rows;
+  if (rows > 1 && cols > (widest + rows - 1) / rows) cols = (widest + rows - 1) / rows;
   int batch = o->batch <= 512 ? o->batch : 512;
   int col_tiles = (widest + cols - 1) / cols;
   if (col_tiles < workers) {
