@@ -73,7 +73,7 @@ MUTANTS = [
        "tsr__k_axpby(m, n, 1.0f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.0f,")],
      ["mpi-async-2"]),
     ("lr-unscaled", "tsr_train ignores the linear scaling rule under --sync batch",
-     "src/train/train.c", [("lr *= (float)tsr_dist_size();", "lr *= 1.0f;")],
+     "src/train/train.c", [("lr *= (float)replicas;", "lr *= 1.0f;")],
      ["mpi-batch-2", "mpi-cli"]),
     # Issue 15: outer optimizers, post-local and hierarchical averaging.
     ("slowmo-no-gamma", "SlowMo's anchor step without the base rate", "src/kernels/optim.c",
