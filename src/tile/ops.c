@@ -467,7 +467,10 @@ static int share_tile(const tsr_task_opts_t *o, tsr_tiles_t *dx, tsr_tiles_t *su
   if (!mine) return 0;
   tsr_task_opts_t local = *o;
   local.mpi = false;
-  return tsr__insert_copy(&local, tsr__tile(dx, i, k), h);
+  TSR_TRY(tsr__insert_copy(&local, tsr__tile(dx, i, k), h));
+  /* The received copy is not kept past its use: memory stays the rank's own tiles. */
+  if (me != from) starpu_data_invalidate_submit(h);
+  return 0;
 }
 
 int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,

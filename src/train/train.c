@@ -8,6 +8,7 @@
 
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
+#include "runtime/progress.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
 #include "nn/net_impl.h"
@@ -182,6 +183,9 @@ static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_tr
   *grid_seen = now_;
   uint64_t *sent = malloc(sizeof(uint64_t) * (size_t)size);
   if (!sent) return TSR_ENOMEM;
+  /* What the epoch submitted has been sent (evaluation's sends on column 0 are never waited for
+   * otherwise), so StarPU-MPI's count covers the same transfers. */
+  int rc = tsr__progress_wait_all();
   tsr_runtime_bytes_sent(sent);
   for (int q = 0; q < size; q++) {
     uint64_t d = sent[q] - measured_seen[q];
@@ -193,7 +197,7 @@ static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_tr
       mine.measured_sent_across += d;
   }
   free(sent);
-  return tsr_dist_gather(&mine, (int)sizeof mine, all);
+  return rc ? rc : tsr_dist_gather(&mine, (int)sizeof mine, all);
 }
 
 /* Every rank's totals of the run on rank 0, for o->on_ranks. */
