@@ -164,12 +164,12 @@ expect 2 "--sync post-local:2: the counts must be E,K" 30 -- "$tessera" train --
 
 # --grid PrxPc: bad values exit 2 naming the option; a grid run learns, evaluates and logs each
 # rank's transfers, and StarPU-MPI's own count of the bytes inside a grid column equals the
-# engine's; checkpoints are refused under a grid.
+# engine's; checkpoints and the policies a grid does not support are refused before loading.
 expect 2 "--grid 2y1: expected PrxPc" 30 -- "$tessera" train --grid 2y1
 expect 2 "--grid 0x2: expected PrxPc" 30 -- "$tessera" train --grid 0x2
 expect 2 "--grid 2x2: Pr x Pc = 4 must equal the MPI ranks \(2\)" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2
-expect 1 "checkpoints are not written under --grid" 60 -- \
+expect 2 "--grid 2x1: --checkpoint and --resume .* not supported under a grid" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x1 \
   --checkpoint "$tmp/grid.safetensors"
 expect 0 "2 ranks as a 2x1 grid" 120 -- env STARPU_COMM_STATS=1 "${mpi[@]}" -x STARPU_COMM_STATS \

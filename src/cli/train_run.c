@@ -501,6 +501,27 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     tsr_dist_stop();
     return 2;
   }
+  /* What a grid does not support yet is refused before anything loads (tsr_train and the
+   * replicas would refuse it too, later). */
+  const tsr_sync_t *sy = &cfg->sync;
+  bool grid = cfg->net.grid_rows > 1, across = grid && tsr_dist_size() > cfg->net.grid_rows;
+  const char *unsupported = NULL;
+  if (grid && (cfg->checkpoint || cfg->resume))
+    unsupported = "--checkpoint and --resume (each rank holds a slice of the weights)";
+  else if (across && (sy->kind == TSR_SYNC_ASYNC_EPOCH || sy->kind == TSR_SYNC_HIER ||
+                      sy->kind == TSR_SYNC_POST_LOCAL))
+    unsupported = "--sync async-epoch, hier and post-local";
+  else if (across && sy->outer.kind != TSR_OUTER_NONE)
+    unsupported = "--outer";
+  if (unsupported) {
+    if (tsr_dist_rank() == 0)
+      fprintf(stderr,
+              "tessera train: --grid %dx%d: %s are not supported under a grid yet; use --sync "
+              "batch, every=K or epoch without them, or --grid 1x%d\n",
+              cfg->net.grid_rows, cfg->grid_cols, unsupported, tsr_dist_size());
+    tsr_dist_stop();
+    return 2;
+  }
   run_t r = {.cfg = cfg, .speaker = tsr_dist_rank() == 0, .net_opts = cfg->net};
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;

@@ -684,7 +684,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int pr = tsr_net_grid_rows(net);
   bool refused = sync->kind == TSR_SYNC_ASYNC_EPOCH || sync->kind == TSR_SYNC_HIER ||
                  sync->kind == TSR_SYNC_POST_LOCAL || sync->outer.kind != TSR_OUTER_NONE;
-  if (pr > 1 && refused)
+  if (pr > 1 && pr < tsr_dist_size() && refused)
     return tsr_error_set(err, TSR_EINVAL,
                          "--grid with %d rows averages each rank's slice with its grid row; "
                          "--sync async-epoch, hier, post-local and --outer are not supported "
