@@ -90,6 +90,12 @@ MUTANTS = [
      ["mpi-postlocal-2"]),
     ("hier-group-all", "hier's group averages go over all ranks", "src/parallel/sync.c",
      [("gi = r->my_group;", "gi = -1;")], ["mpi-hier-3"]),
+    # Issue 12: --grid PrxPc.
+    ("grid-no-gather", "a grid layer never gathers the input tiles other rows own",
+     "src/tile/ops.c", [("if (from == owner) continue;", "continue;")], ["mpi-grid-2"]),
+    ("grid-row-weights", "weight averages across grid columns weigh each rank 1/P, not 1/Pc",
+     "src/parallel/sync.c", [("if (gi < 0) r->weights[q] *= r->grid_rows;", "")],
+     ["mpi-grid-4"]),
 ]
 
 
