@@ -33,7 +33,8 @@
  *                           batch: 20 steps follow one process's losses with the global batch
  *                           (1e-5 relative) and end at its weights; each rank stores |W|/Pr of
  *                           every matrix within one column tile; StarPU-MPI's count of the bytes
- *                           sent inside a grid column and across columns matches the engine's;
+ *                           sent inside a grid column matches the README's formula and the
+ *                           engine's count, across columns the engine's;
  *                           the CNN likewise; on 4 ranks, 2x2 --sync epoch ends at the mean of
  *                           the columns' replicas trained alone
  * An optional second argument, thread or worker, says who makes StarPU-MPI
@@ -884,6 +885,33 @@ static void bytes_by_peer(int grid_rows, uint64_t *inside, uint64_t *across) {
     if (q != rank) *(q / grid_rows == rank / grid_rows ? inside : across) += amounts[q];
 }
 
+/* The bytes this rank sends inside its grid column per training step, by the README's formula
+ * (what `tessera plan` predicts), from the net's tilings alone: per spread dense layer above
+ * another layer, input tile (i, k) on row k mod Pr, O the rows 0 .. min(NT, Pr) - 1 owning
+ * output tiles; a spread input goes from its row to each other row of O (forward) and a partial
+ * comes back from each (backward); below a replicated input, partials go to row k mod Pr,
+ * which then sends the sum to every other row. */
+static double formula_sent(tsr_net_t *net, int pr) {
+  int me = rank % pr;
+  double bytes = 0;
+  for (int l = 1; l < net->n_layers; l++) {
+    const tsr_layer_t *layer = &net->layers[l];
+    if (!layer->split || layer->nparams == 0) continue;
+    const tsr_tiles_t *w = layer->params[0].w, *y = layer->y;
+    int kt = tsr_tiles_mt(w), nt = tsr_tiles_nt(w), o = nt < pr ? nt : pr;
+    bool spread_in = net->layers[l - 1].split;
+    for (int i = 0; i < tsr_tiles_mt(y); i++)
+      for (int k = 0; k < kt; k++) {
+        double tile = 4.0 * tsr_tiles_tile_rows(y, i) * tsr_tiles_tile_rows(w, k);
+        int home = k % pr, others = o - (home < o ? 1 : 0);
+        if (spread_in && me == home) bytes += others * tile;    /* forward all-gather */
+        if (me != home && me < o) bytes += tile;                /* backward partial */
+        if (!spread_in && me == home) bytes += (pr - 1) * tile; /* the sum to every row */
+      }
+  }
+  return bytes;
+}
+
 /* --grid PrxPc with --sync batch: Pc columns of batch B each equal one process with the global
  * batch Pc B, step by step. */
 static void grid_equals_one_process(int pr, bool cnn) {
@@ -926,6 +954,10 @@ static void grid_equals_one_process(int pr, bool cnn) {
   tsr__replicas_take_stats(rep, &st);
   double inside = (double)(in1 - in0), counted = (double)(sent1 - sent0);
   double across = (double)(across1 - across0), synced = (double)st.bytes_sent;
+  double formula = formula_sent(net, pr) * BYTE_STEPS;
+  CHECK(fabs(inside - formula) <= 0.05 * formula + 1,
+        "%s %dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the README's formula %.0f",
+        model, pr, pc, inside, formula);
   CHECK(fabs(inside - counted) <= 0.05 * counted + 1,
         "%s %dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the engine %.0f", model, pr,
         pc, inside, counted);
