@@ -981,6 +981,16 @@ static void grid_equals_one_process(int pr, bool cnn) {
             "%s %dx%d: layer %d parameter %d: %.0f bytes here, want %.0f (tile column %.0f)", model,
             pr, pc, l + 1, k, here, share, tile);
     }
+  /* The memory estimate counts the busiest rank's parameters: row 0's (the logits are there). */
+  tsr_net_memory_t m;
+  tsr_errbuf_t err = {""};
+  CHECK(tsr_net_estimate(&m, &net->spec, (int)train_set.features, train_set.classes, &net->opts,
+                         &err) == 0,
+        "estimate: %s", err.msg);
+  int64_t stored = tsr_net_param_local_bytes(net);
+  CHECK(rank % pr == 0 ? m.params == stored : m.params >= stored,
+        "%s %dx%d: %lld parameter bytes estimated, %lld stored here (row %d)", model, pr, pc,
+        (long long)m.params, (long long)stored, rank % pr);
   tsr__replicas_destroy(&rep);
   int64_t n;
   float *w = grid_params(net, pc, &n);

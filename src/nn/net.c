@@ -361,6 +361,11 @@ int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int in
   int64_t batch = opts->batch, mt = (batch + mb - 1) / mb;
   int64_t params = 0, activations = batch * inputs + batch, workspace = 0;
   bool fusable = false; /* the last layer built is dense or conv, without a ReLU yet */
+  /* A grid: the busiest rank of a column holds its share of each spread layer's columns (the
+   * logits whole, on row 0), and gathered inputs and partial input gradients. */
+  int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
+  bool split_in = false, built = false;
+  int64_t share_in = 0;
   for (int i = 0; i < spec->n_layers; i++) {
     const tsr_layer_spec_t *s = &spec->layers[i];
     const tsr_layer_type_t *t = type_of(spec, i);
@@ -374,9 +379,17 @@ int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int in
     g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
     if (!t->create) continue;
     int64_t fin = (int64_t)io.c * io.h * io.w, fout = (int64_t)io.oc * io.oh * io.ow;
-    activations += 2 * batch * fout; /* y and dy */
+    bool split = pr > 1 && (t->cuts_features || (t->elementwise && split_in));
+    int64_t share = split && !t->cuts_features ? share_in : fout; /* columns held here */
+    if (split && t->cuts_features) {
+      int64_t onb = at.last ? fout : nb, nt = (fout + onb - 1) / onb;
+      share = (nt + pr - 1) / pr * onb < fout ? (nt + pr - 1) / pr * onb : fout;
+      if (split_in || built) activations += 2 * batch * fin; /* gathered, partials */
+    }
+    activations += 2 * batch * share; /* y and dy */
     fusable = s->kind == TSR_LAYER_DENSE || s->kind == TSR_LAYER_CONV;
-    if (s->kind == TSR_LAYER_DENSE) params += fin * fout + fout;
+    if (s->kind == TSR_LAYER_DENSE) params += fin * share + share;
+    split_in = split, share_in = share, built = true;
     if (s->kind == TSR_LAYER_CONV) {
       int64_t fan_in = (int64_t)io.kh * io.kw * io.c;
       params += fan_in * io.oc + io.oc;
