@@ -73,7 +73,7 @@ MUTANTS = [
        "tsr__k_axpby(m, n, 1.0f, TSR_PTR(buffers[2]), TSR_LD(buffers[2]), 0.0f,")],
      ["mpi-async-2"]),
     ("lr-unscaled", "tsr_train ignores the linear scaling rule under --sync batch",
-     "src/train/train.c", [("lr *= (float)tsr_dist_size();", "lr *= 1.0f;")],
+     "src/train/train.c", [("lr *= (float)replicas;", "lr *= 1.0f;")],
      ["mpi-batch-2", "mpi-cli"]),
     # Issue 15: outer optimizers, post-local and hierarchical averaging.
     ("slowmo-no-gamma", "SlowMo's anchor step without the base rate", "src/kernels/optim.c",
@@ -90,6 +90,12 @@ MUTANTS = [
      ["mpi-postlocal-2"]),
     ("hier-group-all", "hier's group averages go over all ranks", "src/parallel/sync.c",
      [("gi = r->my_group;", "gi = -1;")], ["mpi-hier-3"]),
+    # Issue 12: --grid PrxPc.
+    ("grid-no-gather", "a grid layer never gathers the input tiles other rows own",
+     "src/tile/ops.c", [("if (from == owner) continue;", "continue;")], ["mpi-grid-2"]),
+    ("grid-row-weights", "weight averages across grid columns weigh each rank 1/P, not 1/Pc",
+     "src/parallel/sync.c", [("if (gi < 0) r->weights[q] *= r->grid_rows;", "")],
+     ["mpi-grid-4"]),
 ]
 
 

@@ -29,6 +29,15 @@
  *                           keeps its own replica, all three average at step 4
  *   test_mpi postlocal      post-local:1,3: gradients averaged in epoch 1, then every=3 counted
  *                           from the switch
+ *   test_mpi grid           every grid PrxPc of the ranks (1xP, Px1, 2x2), MLP with --sync
+ *                           batch: 20 steps follow one process's losses with the global batch
+ *                           (1e-5 relative) and end at its weights; each rank stores |W|/Pr of
+ *                           every matrix within one column tile; StarPU-MPI's count of the bytes
+ *                           sent inside a grid column matches the README's formula and the
+ *                           engine's count, across columns the engine's;
+ *                           the CNN likewise; on 4 ranks, 2x2 --sync epoch ends at the mean of
+ *                           the columns' replicas trained alone, and whole-matrix tiles (bands)
+ *                           still equal one process
  * An optional second argument, thread or worker, says who makes StarPU-MPI
  * progress (tsr_mpi_progress_t); the default is auto.
  * Prints "N passed, M failed" and exits non-zero on a failure. The test may
@@ -39,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/net_impl.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "runtime/task_opts.h"
@@ -812,6 +822,264 @@ static void bytes_with_tiles(int tr, int tc) {
   tsr_net_destroy(&net);
 }
 
+/* A CNN small enough for seconds: conv 3x3 4 (padded) - ReLU - maxpool 2 - dense 32 - ReLU -
+ * dense 10; the convolution is replicated in a grid column, the dense layers spread. */
+static const char grid_cnn[] = "[conv]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+                               "activation = relu\n[pool]\ntype = maxpool\nkernel = 2\n"
+                               "[hidden]\ntype = dense\nunits = 32\nactivation = relu\n"
+                               "[output]\ntype = dense\nunits = 10\n";
+
+/* The grid nets: mlp:64,32 (784-64-32-10), or grid_cnn, in tile_rows x tile_cols tiles (16 x
+ * 16 unless a check says otherwise), so that each dense layer has several column tiles to
+ * spread over a column's Pr ranks. */
+static tsr_net_t *make_grid_net(int batch, int grid_rows, bool cnn) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  int rc = cnn ? tsr_model_parse_ini_text(&spec, grid_cnn, "grid_cnn", &err)
+               : tsr_model_parse(&spec, "mlp:64,32", train_set.classes, &err);
+  if (rc) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = batch, o.seed = 3, o.opt.lr = 0.05f, o.opt.momentum = 0.9f;
+  o.tile_rows = tile_rows, o.tile_cols = tile_cols, o.grid_rows = grid_rows;
+  tsr_net_t *net = NULL;
+  if (tsr_net_create(&net, &spec, (int)train_set.features, train_set.classes, &o, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return net;
+}
+
+/* All parameters of a grid net, whole, on every rank: each rank's own tiles, summed over ranks
+ * and divided by the copies (each column holds a dense layer once, each rank a convolution). */
+static float *grid_params(tsr_net_t *net, int columns, int64_t *count) {
+  int64_t total = tsr_net_param_count(net), off = 0;
+  float *mine = calloc((size_t)total, sizeof(float)), *all = malloc(sizeof(float) * (size_t)total);
+  float *copies = malloc(sizeof(float) * (size_t)total);
+  for (int l = 0; l < net->n_layers; l++)
+    for (int k = 0; k < net->layers[l].nparams; k++) {
+      const tsr_tiles_t *w = net->layers[l].params[k].w;
+      CHECK(tsr_tiles_read_owned(w, mine + off) == 0, "read layer %d parameter %d", l + 1, k);
+      int64_t n = tsr_tiles_rows(w) * tsr_tiles_cols(w);
+      for (int64_t i = 0; i < n; i++)
+        copies[off + i] = (float)(net->layers[l].split ? columns : size);
+      off += n;
+    }
+  MPI_Allreduce(mine, all, (int)total, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int64_t i = 0; i < total; i++)
+    all[i] /= copies[i];
+  free(copies);
+  free(mine);
+  *count = total;
+  return all;
+}
+
+/* Bytes this rank has sent, as StarPU-MPI counted them, to the other ranks of its grid column
+ * (inside) and to the ranks of other columns (across). */
+static void bytes_by_peer(int grid_rows, uint64_t *inside, uint64_t *across) {
+  size_t amounts[TSR_MAX_RANKS] = {0};
+  starpu_mpi_comm_amounts_retrieve(amounts);
+  *inside = *across = 0;
+  for (int q = 0; q < size; q++)
+    if (q != rank) *(q / grid_rows == rank / grid_rows ? inside : across) += amounts[q];
+}
+
+/* The bytes this rank sends inside its grid column per training step, by the README's formula
+ * (what `tessera plan` predicts), from the net's tilings alone: per spread dense layer above
+ * another layer, input tile (i, k) on row k mod Pr, O the rows 0 .. min(NT, Pr) - 1 owning
+ * output tiles; a spread input goes from its row to each other row of O (forward) and a partial
+ * comes back from each (backward); below a replicated input, partials go to row k mod Pr,
+ * which then sends the sum to every other row. */
+static double formula_sent(tsr_net_t *net, int pr) {
+  int me = rank % pr;
+  double bytes = 0;
+  for (int l = 1; l < net->n_layers; l++) {
+    const tsr_layer_t *layer = &net->layers[l];
+    if (!layer->split || layer->nparams == 0) continue;
+    const tsr_tiles_t *w = layer->params[0].w, *y = layer->y;
+    int kt = tsr_tiles_mt(w), nt = tsr_tiles_nt(w), o = nt < pr ? nt : pr;
+    bool spread_in = net->layers[l - 1].split;
+    for (int i = 0; i < tsr_tiles_mt(y); i++)
+      for (int k = 0; k < kt; k++) {
+        double tile = 4.0 * tsr_tiles_tile_rows(y, i) * tsr_tiles_tile_rows(w, k);
+        int home = k % pr, others = o - (home < o ? 1 : 0);
+        if (spread_in && me == home) bytes += others * tile;    /* forward all-gather */
+        if (me != home && me < o) bytes += tile;                /* backward partial */
+        if (!spread_in && me == home) bytes += (pr - 1) * tile; /* the sum to every row */
+      }
+  }
+  return bytes;
+}
+
+/* --grid PrxPc with --sync batch: Pc columns of batch B each equal one process with the global
+ * batch Pc B, step by step. */
+static void grid_equals_one_process(int pr, bool cnn) {
+  enum { B = 16, STEPS = 20, BYTE_STEPS = 3 };
+  int pc = size / pr, column = rank / pr;
+  const char *model = cnn ? "cnn" : "mlp";
+  tsr_net_t *net = make_grid_net(B, pr, cnn);
+  tsr_replicas_t *rep = replicas(net, "batch", false);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  double loss[STEPS];
+  for (int k = 0; k < STEPS; k++) {
+    tsr__replicas_count(rep, counts);
+    /* Column c takes part c of the step's global batch (rows of Pc B). */
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * pc + column) * B, B, true) == 0,
+          "%s %dx%d: step %d", model, pr, pc, k + 1);
+    double correct;
+    CHECK(tsr__replicas_reduce_stats(rep, &loss[k], &correct) == 0, "%s %dx%d: stats", model, pr,
+          pc);
+  }
+  /* Bytes: a few more steps, without the statistics' transfers. */
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  tsr_sync_stats_t st;
+  tsr__replicas_take_stats(rep, &st);
+  uint64_t in0, across0, in1, across1, sent0, sent1, recv;
+  int64_t msgs, msgr;
+  bytes_by_peer(pr, &in0, &across0);
+  tsr_net_grid_traffic(net, &sent0, &recv, &msgs, &msgr);
+  for (int k = 0; k < BYTE_STEPS; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * pc + column) * B, B, true) == 0, "step");
+  }
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  bytes_by_peer(pr, &in1, &across1);
+  tsr_net_grid_traffic(net, &sent1, &recv, &msgs, &msgr);
+  tsr__replicas_take_stats(rep, &st);
+  double inside = (double)(in1 - in0), counted = (double)(sent1 - sent0);
+  double across = (double)(across1 - across0), synced = (double)st.bytes_sent;
+  double formula = formula_sent(net, pr) * BYTE_STEPS;
+  CHECK(fabs(inside - formula) <= 0.05 * formula + 1,
+        "%s %dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the README's formula %.0f",
+        model, pr, pc, inside, formula);
+  CHECK(fabs(inside - counted) <= 0.05 * counted + 1,
+        "%s %dx%d: bytes sent inside the grid column: StarPU-MPI %.0f, the engine %.0f", model, pr,
+        pc, inside, counted);
+  CHECK(fabs(across - synced) <= 0.05 * synced + 1,
+        "%s %dx%d: bytes sent across grid columns: StarPU-MPI %.0f, the engine %.0f", model, pr, pc,
+        across, synced);
+  /* Not vacuous: row 0 sends inside its column where the formula says so, and every rank that
+   * stores a slice averages it across columns. */
+  if (pr > 1 && rank == 0 && formula > 0)
+    CHECK(counted > 0, "%s %dx%d: row 0 must send inside its column", model, pr, pc);
+  if (pc > 1 && tsr_net_param_local_bytes(net) > 0)
+    CHECK(synced > 0, "%s %dx%d: every rank averages its slice across columns", model, pr, pc);
+  /* Memory: each dense matrix's tiles on this rank are its 1/Pr share within one column tile. */
+  for (int l = 0; l < net->n_layers; l++)
+    for (int k = 0; k < net->layers[l].nparams; k++) {
+      const tsr_tiles_t *w = net->layers[l].params[k].w;
+      double whole = (double)(tsr_tiles_rows(w) * tsr_tiles_cols(w)) * sizeof(float);
+      double tile = (double)tsr_tiles_rows(w) * tsr_tiles_nb(w) * sizeof(float);
+      double here = (double)tsr_tiles_local_bytes(w);
+      /* Convolutions stay whole on every rank of the column. */
+      double share = net->layers[l].split ? whole / pr : whole;
+      CHECK(fabs(here - share) <= tile,
+            "%s %dx%d: layer %d parameter %d: %.0f bytes here, want %.0f (tile column %.0f)", model,
+            pr, pc, l + 1, k, here, share, tile);
+    }
+  /* The memory estimate counts the busiest rank's parameters: row 0's (the logits are there). */
+  tsr_net_memory_t m;
+  tsr_errbuf_t err = {""};
+  CHECK(tsr_net_estimate(&m, &net->spec, (int)train_set.features, train_set.classes, &net->opts,
+                         &err) == 0,
+        "estimate: %s", err.msg);
+  int64_t stored = tsr_net_param_local_bytes(net);
+  CHECK(rank % pr == 0 ? m.params == stored : m.params >= stored,
+        "%s %dx%d: %lld parameter bytes estimated, %lld stored here (row %d)", model, pr, pc,
+        (long long)m.params, (long long)stored, rank % pr);
+  tsr__replicas_destroy(&rep);
+  int64_t n;
+  float *w = grid_params(net, pc, &n);
+  if (rank == 0) {
+    tsr_net_t *one = make_grid_net(B * pc, 1, cnn), *start = make_grid_net(B * pc, 1, cnn);
+    double worst = 0;
+    for (int k = 0; k < STEPS; k++) {
+      tsr_net_train_step(one, &train_set, rows + k * pc * B, B * pc, true);
+      double ref, correct;
+      tsr_net_take_stats(one, false, &ref, &correct);
+      double d = fabs(loss[k] - ref) / fabs(ref);
+      worst = d > worst ? d : worst;
+    }
+    CHECK(worst <= 1e-5, "%s %dx%d: losses over %d steps vs one process with batch %d: %g", model,
+          pr, pc, STEPS, B * pc, worst);
+    for (int k = 0; k < BYTE_STEPS; k++) /* the byte count's steps */
+      tsr_net_train_step(one, &train_set, rows + k * pc * B, B * pc, true);
+    int64_t m;
+    float *ref = params(one, &m), *w0 = params(start, &m);
+    double d = max_rel_diff(w, ref, n), moved = max_rel_diff(w0, ref, n);
+    CHECK(d <= 1e-4, "%s %dx%d: weights after %d steps vs one process: %g", model, pr, pc, STEPS,
+          d);
+    CHECK(moved > 1e-2, "%s %dx%d: training must move the weights (%g)", model, pr, pc, moved);
+    printf(
+        "grid %s %dx%d: losses within %.2e of one process (batch %d, %d steps), then weights %.2e; "
+        "rank 0 sent %.0f bytes per step inside its column, %.0f across\n",
+        model, pr, pc, worst, B * pc, STEPS, d, counted / BYTE_STEPS, synced / BYTE_STEPS);
+    free(ref), free(w0);
+    tsr_net_destroy(&one), tsr_net_destroy(&start);
+  }
+  free(w), free(rows);
+  tsr_net_destroy(&net);
+}
+
+/* --grid PrxPc with --sync epoch: one epoch ends at the mean of the columns' replicas trained
+ * alone (--sync none), each rank averaging its slice with its grid row. */
+static void grid_epoch_is_mean(int pr) {
+  int pc = size / pr;
+  tsr_net_t *avg = make_grid_net(16, pr, false), *alone = make_grid_net(16, pr, false);
+  train(avg, "epoch", 1, false);
+  train(alone, "none", 1, false);
+  int64_t n;
+  float *w = grid_params(avg, pc, &n), *mean = grid_params(alone, pc, &n);
+  double d = max_rel_diff(w, mean, n);
+  CHECK(d <= 1e-5, "mlp %dx%d, epoch: weights vs the mean of the columns' replicas: %g", pr, pc, d);
+  /* The columns' replicas differ from their mean, else the check says little. */
+  float *own = calloc((size_t)n, sizeof(float));
+  int64_t off = 0;
+  for (int l = 0; l < alone->n_layers; l++)
+    for (int k = 0; k < alone->layers[l].nparams; k++) {
+      const tsr_tiles_t *t = alone->layers[l].params[k].w;
+      tsr_tiles_read_owned(t, own + off);
+      off += tsr_tiles_rows(t) * tsr_tiles_cols(t);
+    }
+  double spread = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (own[i] != 0.0f) {
+      double e = fabs((double)own[i] - mean[i]) / (1e-3 + fabs((double)mean[i]));
+      spread = e > spread ? e : spread;
+    }
+  CHECK(spread > 1e-3, "mlp %dx%d: a column's replica should differ from the mean (%g)", pr, pc,
+        spread);
+  if (rank == 0)
+    printf("grid mlp %dx%d, --sync epoch: %.2e from the mean of the columns' replicas\n", pr, pc,
+           d);
+  free(w), free(mean), free(own);
+  tsr_net_destroy(&avg), tsr_net_destroy(&alone);
+}
+
+/* Every grid shape of the ranks: 1xP (data parallel), Px1 (model parallel) and 2x2. */
+static void test_grid(void) {
+  load(16 * size * 20);
+  for (int cnn = 0; cnn < 2; cnn++)
+    for (int pr = 1; pr <= size; pr++)
+      if (size % pr == 0 && (pr == 1 || pr == size || pr == 2)) grid_equals_one_process(pr, cnn);
+  if (size % 2 == 0 && size > 2) grid_epoch_is_mean(2);
+  /* Whole-matrix tiles: everything on row 0, and the averaging cuts tiles into bands (staged
+   * like the weights). */
+  if (size == 4) {
+    tile_rows = tile_cols = WHOLE;
+    grid_equals_one_process(2, false);
+    tile_rows = tile_cols = 16;
+  }
+}
+
 static void test_bytes(void) {
   load(16 * size * 3);
   bytes_with_tiles(16, 16);       /* many tiles: whole tiles are chunks enough */
@@ -1089,9 +1357,9 @@ static void test_postlocal(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted",  "async",
-                                       "deterministic", "uneven", "tiles", "twice",     "bytes",
-                                       "resume",        "outer",  "hier",  "postlocal", NULL};
+  static const char *const checks[] = {
+      "batch", "epoch", "every",  "weighted", "async", "deterministic", "uneven", "tiles",
+      "twice", "bytes", "resume", "outer",    "hier",  "postlocal",     "grid",   NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1100,7 +1368,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal [thread|worker]\n");
+            "outer|hier|postlocal|grid [thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -1111,7 +1379,7 @@ int main(int argc, char **argv) {
   if (argc == 3)
     ro.mpi_progress =
         strcmp(argv[2], "thread") == 0 ? TSR_MPI_PROGRESS_THREAD : TSR_MPI_PROGRESS_WORKER;
-  if (which == 9) setenv("STARPU_COMM_STATS", "1", 1);
+  if (which == 9 || which == 14) setenv("STARPU_COMM_STATS", "1", 1);
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -1134,7 +1402,8 @@ int main(int argc, char **argv) {
   case 10: test_resume(); break;
   case 11: test_outer(); break;
   case 12: test_hier(); break;
-  default: test_postlocal(); break;
+  case 13: test_postlocal(); break;
+  default: test_grid(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

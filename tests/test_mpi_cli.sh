@@ -162,5 +162,30 @@ expect 2 "--outer bogus: unknown; use none, slowmo or nesterov" 30 -- \
 expect 2 "--sync hier:0,4: the counts must be K1,K2" 30 -- "$tessera" train --sync hier:0,4
 expect 2 "--sync post-local:2: the counts must be E,K" 30 -- "$tessera" train --sync post-local:2
 
+# --grid PrxPc: bad values exit 2 naming the option; a grid run learns, evaluates and logs each
+# rank's transfers, and StarPU-MPI's own count of the bytes inside a grid column equals the
+# engine's; checkpoints and the policies a grid does not support are refused before loading.
+expect 2 "--grid 2y1: expected PrxPc" 30 -- "$tessera" train --grid 2y1
+expect 2 "--grid 0x2: expected PrxPc" 30 -- "$tessera" train --grid 0x2
+expect 2 "--grid 2x2: Pr x Pc = 4 must equal the MPI ranks \(2\)" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2
+expect 2 "--grid 2x1: --checkpoint and --resume .* not supported under a grid" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x1 \
+  --checkpoint "$tmp/grid.safetensors"
+expect 0 "2 ranks as a 2x1 grid" 120 -- env STARPU_COMM_STATS=1 "${mpi[@]}" -x STARPU_COMM_STATS \
+  -np 2 "$tessera" train --workers 1 --data "$data" --model cnn --train-limit 512 \
+  --test-limit 200 --epochs 1 --grid 2x1 --log "$tmp/grid.jsonl"
+check_log "CNN --grid 2x1" "$tmp/grid.jsonl" 1 ranks=2 "test_accuracy>0.2"
+if /usr/bin/python3 - "$tmp/grid.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: grid log"; cat "$tmp/grid.jsonl"; fi
+import json, sys
+o = json.loads(open(sys.argv[1]).readline())
+assert o["grid"] == "2x1" and [r["rank"] for r in o["per_rank"]] == [0, 1], o
+for r in o["per_rank"]:
+    assert r["grid_bytes_sent"] > 0 and r["grid_messages_sent"] > 0, r
+    assert r["measured_sent_inside"] == r["grid_bytes_sent"], r
+sent = sum(r["grid_bytes_sent"] for r in o["per_rank"])
+assert sent == sum(r["grid_bytes_received"] for r in o["per_rank"]), o["per_rank"]
+PY
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -98,6 +98,12 @@ typedef struct {
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;
   tsr_optimizer_t opt;
+  /* Pr of a --grid PrxPc run under MPI (0 or 1: none). Rank q sits in grid column q / Pr, row
+   * q % Pr; the Pr ranks of a column hold one replica between them: a dense layer's column tile
+   * j (of W, the bias, y and dy) lives on the column's row j mod Pr, while convolutions,
+   * pooling and the input batch are replicated on every rank of the column. Every rank of a
+   * column calls every function of the net alike; the ranks must be a multiple of Pr. */
+  int grid_rows;
 } tsr_net_opts_t;
 
 /* batch 64, SGD lr 0.01 momentum 0.9, seed 1, tiles chosen automatically. */
@@ -111,6 +117,16 @@ typedef struct tsr_net tsr_net_t;
 TSR_API int tsr_net_create(tsr_net_t **net, const tsr_model_spec_t *spec, int inputs, int classes,
                            const tsr_net_opts_t *opts, tsr_errbuf_t *err);
 TSR_API void tsr_net_destroy(tsr_net_t **net);
+
+/* The grid's Pr (1 without a grid) and the grid transfers inside this rank's grid column so
+ * far (the forward all-gathers and the backward reduce-scatters of its dense layers), as this
+ * rank sent and received them: bytes and messages, counted from the tiles' owners. */
+TSR_API int tsr_net_grid_rows(const tsr_net_t *net);
+TSR_API void tsr_net_grid_traffic(const tsr_net_t *net, uint64_t *bytes_sent,
+                                  uint64_t *bytes_received, int64_t *messages_sent,
+                                  int64_t *messages_received);
+/* Bytes of parameter tiles (weights and biases) this process stores. */
+TSR_API int64_t tsr_net_param_local_bytes(const tsr_net_t *net);
 
 /* What a network would hold in memory, in bytes, as tsr_net_create would
  * build it (the same tiles, for this process's workers): known before

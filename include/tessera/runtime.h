@@ -46,6 +46,10 @@ TSR_API int tsr_runtime_max_ncpus(void);     /* at most this many per process (S
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 /* "thread" or "worker" under MPI once started, else "none". */
 TSR_API const char *tsr_runtime_mpi_progress(void);
+/* The bytes StarPU-MPI has sent from this rank to each rank q so far, into to_rank[q]
+ * (tsr_dist_size() entries): its own count, kept when STARPU_COMM_STATS=1 was set before the
+ * runtime started; false (and zeros) otherwise. */
+TSR_API bool tsr_runtime_bytes_sent(uint64_t *to_rank);
 
 /* Whether name is a scheduling policy the installed StarPU offers or a
  * program registered. */

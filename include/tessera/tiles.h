@@ -33,6 +33,14 @@ TSR_API int tsr_tiles_create(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int 
  * matrices, after tsr_runtime_init. This rank's tiles are zero-filled. */
 TSR_API int tsr_tiles_create_distributed(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb,
                                          tsr_rank_of_fn rank_of, void *ctx);
+/* Creates a local m x n matrix that every rank holds its own value of, known
+ * to StarPU-MPI as per-node data (STARPU_MPI_PER_NODE): tasks that write
+ * distributed tiles may read it without any transfer (a grid column's input
+ * batch, replicated layers' activations). Without MPI, a local matrix. */
+TSR_API int tsr_tiles_create_per_node(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
+/* Creates a zero-filled matrix of src's shape, tiling and distribution
+ * (local, per-node or distributed by the same rank_of). */
+TSR_API int tsr_tiles_create_like(tsr_tiles_t **t, const tsr_tiles_t *src);
 /* Unregisters every tile (waiting for the tasks that use it) and frees it. */
 TSR_API void tsr_tiles_destroy(tsr_tiles_t **t);
 
@@ -60,6 +68,10 @@ TSR_API int tsr_tiles_remote_handles(const tsr_tiles_t *t);
  * Every tile must be on this process (TSR_EINVAL otherwise). */
 TSR_API int tsr_tiles_read(const tsr_tiles_t *t, float *dst);
 TSR_API int tsr_tiles_write(tsr_tiles_t *t, const float *src);
+/* The same for the tiles this process owns only, the others of dst and src
+ * untouched: with a distributed matrix each rank reads or writes its part. */
+TSR_API int tsr_tiles_read_owned(const tsr_tiles_t *t, float *dst);
+TSR_API int tsr_tiles_write_owned(tsr_tiles_t *t, const float *src);
 /* Copies tile (i, j), which must be on this process, to dst (tile rows,
  * tile cols) row-major, waiting for the tasks that write it. */
 TSR_API int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst);

@@ -14,6 +14,20 @@
 
 TSR_EXTERN_C_BEGIN
 
+/* One rank's transfers in an epoch under --grid PrxPc: the grid's own inside the rank's grid
+ * column (forward all-gathers and backward reduce-scatters of the dense layers, counted from
+ * the tiles' owners), the synchronization's across columns (as tsr_epoch_stats_t counts it),
+ * and what StarPU-MPI itself sent to the ranks of the column and to the other columns (0
+ * unless STARPU_COMM_STATS=1; it also holds the loss statistics sent to rank 0). */
+typedef struct {
+  int rank;
+  uint64_t grid_bytes_sent, grid_bytes_received;
+  int64_t grid_messages_sent, grid_messages_received;
+  uint64_t sync_bytes_sent, sync_bytes_received;
+  int64_t sync_messages_sent, sync_messages_received;
+  uint64_t measured_sent_inside, measured_sent_across;
+} tsr_rank_traffic_t;
+
 typedef struct {
   int epoch; /* 1-based */
   int epochs;
@@ -32,11 +46,14 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes rank 0 received */
   int64_t messages_sent;   /* messages (tiles or chunks) rank 0 sent for synchronization */
   int64_t messages_received;
-  int64_t averages;       /* weight averages over all ranks this epoch (async-epoch: folds) */
-  int64_t group_averages; /* hier: averages inside rank 0's group this epoch */
-  int64_t test_samples;   /* samples evaluated: 0 when there is no test set (test_loss and
-                             test_accuracy are NaN then; with a test set, a NaN test_loss means
-                             the net diverged) */
+  int64_t averages;         /* weight averages over all ranks this epoch (async-epoch: folds) */
+  int64_t group_averages;   /* hier: averages inside rank 0's group this epoch */
+  int64_t test_samples;     /* samples evaluated: 0 when there is no test set (test_loss and
+                               test_accuracy are NaN then; with a test set, a NaN test_loss means
+                               the net diverged) */
+  int grid_rows, grid_cols; /* --grid PrxPc (1 x ranks without) */
+  const tsr_rank_traffic_t *per_rank; /* under a grid, [ranks] on rank 0: each rank's
+                                         transfers this epoch; NULL otherwise */
 } tsr_epoch_stats_t;
 
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so

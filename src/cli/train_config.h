@@ -24,6 +24,7 @@ typedef struct {
   int64_t train_limit;        /* --train-limit, -1: every training sample */
   int64_t test_limit;         /* --test-limit, -1: every test sample */
   int classes;                /* --classes, 0: 1 + the largest training label */
+  int grid_cols;              /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
   bool quiet;                 /* --quiet */
   bool help;                  /* --help: print the usage and run nothing */
   tsr_net_opts_t net;         /* batch, tiles, seed, optimizer (lr as asked, before scaling) */

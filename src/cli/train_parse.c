@@ -52,6 +52,10 @@ void tsr__cli_train_usage(FILE *out) {
           "  --sync-state        average optimizer state with the weights (every, epoch)\n"
           "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
           "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
+          "  --grid PrxPc        under mpirun with Pr x Pc ranks: each grid column of Pr\n"
+          "                      consecutive ranks holds one replica, its dense layers'\n"
+          "                      feature tiles spread over them; the Pc columns split the\n"
+          "                      batch and --sync averages across them [1xP]\n"
           "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
           "                      worker (that thread also runs a worker's tasks), or auto:\n"
           "                      worker wherever MPI allows it [auto]\n"
@@ -140,7 +144,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_OUTER,
     O_OUTER_LR,
     O_OUTER_MOM,
-    O_CLASSES
+    O_CLASSES,
+    O_GRID
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -177,6 +182,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"outer-lr", required_argument, 0, O_OUTER_LR},
       {"outer-momentum", required_argument, 0, O_OUTER_MOM},
       {"classes", required_argument, 0, O_CLASSES},
+      {"grid", required_argument, 0, O_GRID},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -345,6 +351,21 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
         return bad("--classes", optarg, "an integer from 2 to 16777216");
       cfg->classes = (int)v;
       break;
+    case O_GRID: {
+      long pr, pc;
+      char *x = strchr(optarg, 'x');
+      if (!x)
+        return bad("--grid", optarg,
+                   "PrxPc, e.g. 2x4 (Pr ranks split each layer, Pc split the batch)");
+      *x = '\0';
+      int e1 = tsr__cli_to_long(optarg, 1, TSR_MAX_RANKS, &pr),
+          e2 = tsr__cli_to_long(x + 1, 1, TSR_MAX_RANKS, &pc);
+      *x = 'x';
+      if (e1 || e2)
+        return bad("--grid", optarg, "PrxPc with integers Pr, Pc from 1 to 1024, e.g. 2x4");
+      cfg->net.grid_rows = (int)pr, cfg->grid_cols = (int)pc;
+      break;
+    }
     case O_LOG: cfg->log_path = optarg; break;
     case O_CHECKPOINT: cfg->checkpoint = optarg; break;
     case O_RESUME: cfg->resume = optarg; break;

@@ -266,13 +266,18 @@ static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
   return buf;
 }
 
+/* Replicas of the model that split the data: the ranks, or --grid's Pc columns. */
+static int replicas(const tsr_cli_train_config_t *cfg) {
+  return tsr_dist_size() / (cfg->net.grid_rows > 1 ? cfg->net.grid_rows : 1);
+}
+
 /* The net's memory, estimated before it is built, against what the machine has left: more is
  * refused with the estimate's parts and the largest --batch that fits (activations grow with
  * the batch; a wide input with a CNN can need more than any batch allows); more than half is
  * said aloud. A CSV of 10^6 columns with --model cnn used to grow until the kernel killed it. */
 static int check_memory(run_t *r) {
   /* Each rank's step takes --batch of its shard; a larger batch only pads every step. */
-  int64_t shard = (r->train.n + tsr_dist_size() - 1) / tsr_dist_size();
+  int64_t shard = (r->train.n + replicas(r->cfg) - 1) / replicas(r->cfg);
   if (r->speaker && r->net_opts.batch > shard)
     fprintf(stderr,
             "tessera train: warning: --batch %d is more than the %lld training samples of %s: "
@@ -382,11 +387,17 @@ static int announce(run_t *r) {
            r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n,
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
-    if (tsr_dist_size() > 1)
+    if (tsr_dist_size() > 1 && cfg->net.grid_rows > 1)
+      printf(", %d ranks as a %dx%d grid (sync %s across columns, MPI progress: %s), batch %d "
+             "per grid column",
+             tsr_dist_size(), cfg->net.grid_rows, replicas(cfg), r->sync_text,
+             tsr_runtime_mpi_progress(), cfg->net.batch);
+    else if (tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
     if (r->lr != cfg->net.opt.lr)
-      printf(", lr %g x %d ranks (--lr-scaling linear)", (double)cfg->net.opt.lr, tsr_dist_size());
+      printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, replicas(cfg),
+             cfg->net.grid_rows > 1 ? "grid columns" : "ranks");
     if (cfg->resume)
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
@@ -421,7 +432,7 @@ static int train(run_t *r) {
                    .quiet = r->quiet,
                    .progress = !r->quiet && isatty(STDERR_FILENO),
                    .stats = cfg->runtime.stats,
-                   .samples_per_batch = (int64_t)cfg->net.batch * tsr_dist_size(),
+                   .samples_per_batch = (int64_t)cfg->net.batch * replicas(cfg),
                    .epochs = cfg->train.epochs,
                    .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
@@ -479,6 +490,37 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   if (tsr_dist_start(&argc, &argv, false)) {
     fprintf(stderr, "tessera train: cannot start MPI\n");
     return 1;
+  }
+  if (cfg->grid_cols > 0 && cfg->net.grid_rows * cfg->grid_cols != tsr_dist_size()) {
+    if (tsr_dist_rank() == 0)
+      fprintf(stderr,
+              "tessera train: --grid %dx%d: Pr x Pc = %d must equal the MPI ranks (%d); start "
+              "mpirun -np %d, or pick Pr and Pc whose product is %d\n",
+              cfg->net.grid_rows, cfg->grid_cols, cfg->net.grid_rows * cfg->grid_cols,
+              tsr_dist_size(), cfg->net.grid_rows * cfg->grid_cols, tsr_dist_size());
+    tsr_dist_stop();
+    return 2;
+  }
+  /* What a grid does not support yet is refused before anything loads (tsr_train and the
+   * replicas would refuse it too, later). */
+  const tsr_sync_t *sy = &cfg->sync;
+  bool grid = cfg->net.grid_rows > 1, across = grid && tsr_dist_size() > cfg->net.grid_rows;
+  const char *unsupported = NULL;
+  if (grid && (cfg->checkpoint || cfg->resume))
+    unsupported = "--checkpoint and --resume (each rank holds a slice of the weights)";
+  else if (across && (sy->kind == TSR_SYNC_ASYNC_EPOCH || sy->kind == TSR_SYNC_HIER ||
+                      sy->kind == TSR_SYNC_POST_LOCAL))
+    unsupported = "--sync async-epoch, hier and post-local";
+  else if (across && sy->outer.kind != TSR_OUTER_NONE)
+    unsupported = "--outer";
+  if (unsupported) {
+    if (tsr_dist_rank() == 0)
+      fprintf(stderr,
+              "tessera train: --grid %dx%d: %s are not supported under a grid yet; use --sync "
+              "batch, every=K or epoch without them, or --grid 1x%d\n",
+              cfg->net.grid_rows, cfg->grid_cols, unsupported, tsr_dist_size());
+    tsr_dist_stop();
+    return 2;
   }
   run_t r = {.cfg = cfg, .speaker = tsr_dist_rank() == 0, .net_opts = cfg->net};
   r.quiet = cfg->quiet || !r.speaker;

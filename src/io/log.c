@@ -131,6 +131,30 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddNumberToObject(o, "messages_received", (double)st->messages_received);
   cJSON_AddNumberToObject(o, "averages", (double)st->averages);
   cJSON_AddNumberToObject(o, "group_averages", (double)st->group_averages);
+  if (st->per_rank) {
+    /* --grid: each rank's transfers inside its grid column and across columns. */
+    char grid[32];
+    snprintf(grid, sizeof grid, "%dx%d", st->grid_rows, st->grid_cols);
+    cJSON_AddStringToObject(o, "grid", grid);
+    cJSON *rs = cJSON_AddArrayToObject(o, "per_rank");
+    for (int q = 0; rs && q < st->ranks; q++) {
+      const tsr_rank_traffic_t *r = &st->per_rank[q];
+      cJSON *x = cJSON_CreateObject();
+      if (!x) break;
+      cJSON_AddNumberToObject(x, "rank", r->rank);
+      cJSON_AddNumberToObject(x, "grid_bytes_sent", (double)r->grid_bytes_sent);
+      cJSON_AddNumberToObject(x, "grid_bytes_received", (double)r->grid_bytes_received);
+      cJSON_AddNumberToObject(x, "grid_messages_sent", (double)r->grid_messages_sent);
+      cJSON_AddNumberToObject(x, "grid_messages_received", (double)r->grid_messages_received);
+      cJSON_AddNumberToObject(x, "sync_bytes_sent", (double)r->sync_bytes_sent);
+      cJSON_AddNumberToObject(x, "sync_bytes_received", (double)r->sync_bytes_received);
+      cJSON_AddNumberToObject(x, "sync_messages_sent", (double)r->sync_messages_sent);
+      cJSON_AddNumberToObject(x, "sync_messages_received", (double)r->sync_messages_received);
+      cJSON_AddNumberToObject(x, "measured_sent_inside", (double)r->measured_sent_inside);
+      cJSON_AddNumberToObject(x, "measured_sent_across", (double)r->measured_sent_across);
+      cJSON_AddItemToArray(rs, x);
+    }
+  }
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);

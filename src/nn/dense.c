@@ -9,9 +9,17 @@
 #include "tile/ops.h"
 #include "try.h"
 
+/* Under a grid (l->split) each rank of the column computes its own column
+ * tiles, from the input tiles it gathers once per step (src/tile/ops.h). */
 static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
                          const tsr_task_opts_t *o) {
-  (void)net, (void)train;
+  (void)train;
+  if (l->split) {
+    int n = net->grid_rows;
+    TSR_TRY(tsr__tiles_spread_gather(o, x, l->gathered, n, l->params[0].w, &net->traffic));
+    TSR_TRY(tsr__tiles_spread_gemm(o, x, l->gathered, n, l->params[0].w, l->y));
+    return tsr__tiles_bias_add(o, l->y, l->params[1].w, l->relu);
+  }
   TSR_TRY(tsr__tiles_gemm(o, false, false, 1.0f, x, l->params[0].w, 0.0f, l->y));
   return tsr__tiles_bias_add(o, l->y, l->params[1].w, l->relu);
 }
@@ -20,9 +28,16 @@ static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, b
  * waits for it, while the weight gradient has slack until the update. */
 static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
                           const tsr_task_opts_t *o) {
-  (void)net;
   if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
   tsr_task_opts_t critical = tsr__net_critical(o);
+  if (l->split) {
+    int n = net->grid_rows;
+    if (dx)
+      TSR_TRY(tsr__tiles_spread_gemm_nt(&critical, l->dy, l->params[0].w, l->partials, n, dx,
+                                        l->dx_sums, &net->traffic));
+    TSR_TRY(tsr__tiles_spread_gemm_tn(o, x, l->gathered, n, l->dy, l->params[0].g));
+    return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
+  }
   if (dx) TSR_TRY(tsr__tiles_gemm(&critical, false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx));
   TSR_TRY(tsr__tiles_gemm(o, true, false, 1.0f, x, l->dy, 0.0f, l->params[0].g));
   return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
@@ -38,7 +53,7 @@ int tsr__init_he_uniform(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
   double bound = sqrt(6.0 / fin);
   for (size_t k = 0; k < n; k++)
     v[k] = (float)((2.0 * tsr__rng_uniform(rng) - 1.0) * bound);
-  int rc = tsr_tiles_write(w, v);
+  int rc = tsr_tiles_write_owned(w, v); /* under a grid, this rank's tiles */
   free(v);
   return rc;
 }

@@ -14,6 +14,7 @@
 
 #include "nn/layers.h"
 #include "nn/layout.h"
+#include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
 #include "try.h"
@@ -60,6 +61,9 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
   int cols = workers == 1 ? 1024 : 256;
   while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
     cols *= 2;
+  /* A grid column's Pr ranks share the widest layer's column tiles: at least one each. */
+  int rows = o->grid_rows;
+  if (rows > 1 && cols > (widest + rows - 1) / rows) cols = (widest + rows - 1) / rows;
   int batch = o->batch <= 512 ? o->batch : 512;
   int col_tiles = (widest + cols - 1) / cols;
   if (col_tiles < workers) {
@@ -88,18 +92,63 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
   return tsr_tiles_create(t, m, n, mb, nb);
 }
 
+/* Grid ownership: column tile j on the column's row j mod Pr (the logits, one tile wide, and
+ * the per-batch-tile statistics on row 0); a one-rank matrix's tiles on the rank its context
+ * names (net->grid_slot[p]). */
+static int grid_column_rank(int i, int j, void *ctx) {
+  (void)i;
+  const tsr_net_t *net = ctx;
+  return net->grid_slot[j % net->grid_rows];
+}
+
+static int grid_slot_rank(int i, int j, void *ctx) {
+  (void)i, (void)j;
+  return *(const int *)ctx;
+}
+
+int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
+  if (net->split_out) return tsr_tiles_create_distributed(t, m, n, mb, nb, grid_column_rank, net);
+  if (net->grid_rows > 1) return tsr_tiles_create_per_node(t, m, n, mb, nb);
+  return tsr_tiles_create(t, m, n, mb, nb);
+}
+
+int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx) {
+  if (!in_split && !need_dx) return 0; /* a per-node input, no gradient below */
+  int n = net->grid_rows;
+  l->gathered = calloc((size_t)n, sizeof *l->gathered);
+  l->partials = calloc((size_t)n, sizeof *l->partials);
+  if (!l->gathered || !l->partials) return TSR_ENOMEM;
+  for (int p = 0; p < n; p++) {
+    if (in_split)
+      TSR_TRY(tsr_tiles_create_distributed(&l->gathered[p], net->batch, l->fin, net->mb, l->in_nb,
+                                           grid_slot_rank, &net->grid_slot[p]));
+    TSR_TRY(tsr_tiles_create_distributed(&l->partials[p], net->batch, l->fin, net->mb, l->in_nb,
+                                         grid_slot_rank, &net->grid_slot[p]));
+  }
+  if (!in_split)
+    TSR_TRY(tsr_tiles_create_distributed(&l->dx_sums, net->batch, l->fin, net->mb, l->in_nb,
+                                         grid_column_rank, net));
+  return 0;
+}
+
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
                           int nb, bool decay) {
   p->decay = decay;
-  TSR_TRY(tsr__net_tiles(&p->w, rows, cols, mb, nb));
-  TSR_TRY(tsr__net_tiles(&p->g, rows, cols, mb, nb));
+  if (net->split_out) {
+    TSR_TRY(tsr_tiles_create_distributed(&p->w, rows, cols, mb, nb, grid_column_rank, net));
+    TSR_TRY(tsr_tiles_create_like(&p->g, p->w));
+  } else {
+    TSR_TRY(tsr__net_tiles(&p->w, rows, cols, mb, nb));
+    TSR_TRY(tsr__net_tiles(&p->g, rows, cols, mb, nb));
+  }
   return tsr__optim_add(net->optim, p->w, decay, &p->index);
 }
 
 int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last) {
   int onb = last ? l->fout : l->out_nb;
-  TSR_TRY(tsr__net_tiles(&l->y, net->batch, l->fout, net->mb, onb));
-  return tsr__net_tiles(&l->dy, net->batch, l->fout, net->mb, onb);
+  l->split = net->split_out;
+  TSR_TRY(tsr__net_act_tiles(net, &l->y, net->batch, l->fout, net->mb, onb));
+  return tsr__net_act_tiles(net, &l->dy, net->batch, l->fout, net->mb, onb);
 }
 
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *to) {
@@ -122,6 +171,7 @@ tsr_task_opts_t tsr__net_task_opts(const tsr_net_t *net, int layer, bool backwar
   o.layer = layer, o.batch = net->step_label;
   o.priority = tsr__task_priority(!backward ? 0 : layer <= 1 ? 2 : 1);
   o.submitted = (uint64_t *)&net->submitted; /* a counter, not the net's state */
+  o.mpi = net->grid_rows > 1;                /* spread tiles are computed by their owners */
   return o;
 }
 
@@ -221,7 +271,21 @@ static int create_layers(tsr_net_t *net, const tsr_model_spec_t *spec, tsr_rng_t
     if (!t->create) continue;
     tsr_layer_t *l = &net->layers[net->n_layers++];
     l->fin = fin, l->in_nb = nb, l->spec = *s, l->index = i + 1, l->geom = io;
+    /* Grid: dense layers spread their output columns, element-wise layers keep their input's
+     * layout, the rest stay replicated in the column. */
+    bool in_split = net->n_layers > 1 && net->layers[net->n_layers - 2].split;
+    net->split_out = net->grid_rows > 1 && (t->cuts_features || (t->elementwise && in_split));
+    if (in_split && !net->split_out)
+      return tsr_error_set(err, TSR_EINVAL,
+                           "layer %d (%s): under --grid, a layer after a dense layer must be dense "
+                           "or element-wise (convolutions and pooling are replicated in a grid "
+                           "column and take the input batch or another convolution's output); "
+                           "use --grid 1xP for this model",
+                           i + 1, t->name);
     TSR_TRY(t->create(net, l, &at));
+    if (net->split_out && t->cuts_features)
+      TSR_TRY(tsr__net_grid_scratch(net, l, in_split, net->n_layers > 1));
+    net->split_out = false;
     fin = l->fout, nb = l->out_nb;
   }
   return 0;
@@ -238,8 +302,22 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
       opts->opt.weight_decay < 0.0f)
     return tsr_error_set(err, TSR_EINVAL,
                          "optimizer: lr must be > 0, momentum in [0, 1), weight decay >= 0");
+  int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
+  if (pr > 1 && (!tsr_dist_active() || tsr_dist_size() % pr != 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "a grid with %d rows needs a multiple of %d MPI ranks (running %d); start "
+                         "Pr x Pc ranks with mpirun",
+                         pr, pr, tsr_dist_size());
   tsr_net_t *net = calloc(1, sizeof *net);
   if (!net) return TSR_ENOMEM;
+  net->grid_rows = pr;
+  net->grid_slot = malloc(sizeof(int) * (size_t)pr);
+  if (!net->grid_slot) {
+    free(net);
+    return TSR_ENOMEM;
+  }
+  for (int p = 0; p < pr; p++)
+    net->grid_slot[p] = tsr_dist_rank() / pr * pr + p;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
   net->spec = *spec;
   choose_tiles(spec, inputs, opts, this_workers(), &net->mb, &net->nb);
@@ -249,11 +327,16 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   err_clear(err);
   rc = tsr__optim_create(&net->optim, &opts->opt);
   if (rc == 0) rc = create_layers(net, spec, &rng, err);
-  if (rc == 0) rc = tsr__net_tiles(&net->x0, net->batch, inputs, net->mb, net->layers[0].in_nb);
-  if (rc == 0) rc = tsr__net_tiles(&net->labels, net->batch, 1, net->mb, 1);
+  /* Grid: every rank of a column loads the batch (per-node); the loss task runs with the
+   * logits, on row 0, which holds the statistics. */
+  if (rc == 0)
+    rc = tsr__net_act_tiles(net, &net->x0, net->batch, inputs, net->mb, net->layers[0].in_nb);
+  if (rc == 0) rc = tsr__net_act_tiles(net, &net->labels, net->batch, 1, net->mb, 1);
   int mt = (net->batch + net->mb - 1) / net->mb;
-  if (rc == 0) rc = tsr__net_tiles(&net->train_stats, mt, 2, 1, 2);
-  if (rc == 0) rc = tsr__net_tiles(&net->eval_stats, mt, 2, 1, 2);
+  net->split_out = pr > 1;
+  if (rc == 0) rc = tsr__net_act_tiles(net, &net->train_stats, mt, 2, 1, 2);
+  if (rc == 0) rc = tsr__net_act_tiles(net, &net->eval_stats, mt, 2, 1, 2);
+  net->split_out = false;
   if (rc) {
     tsr_net_destroy(&net);
     if (err && err->msg[0]) return rc; /* a layer said what does not fit */
@@ -283,6 +366,11 @@ int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int in
   int64_t batch = opts->batch, mt = (batch + mb - 1) / mb;
   int64_t params = 0, activations = batch * inputs + batch, workspace = 0;
   bool fusable = false; /* the last layer built is dense or conv, without a ReLU yet */
+  /* A grid: the busiest rank of a column holds its share of each spread layer's columns (the
+   * logits whole, on row 0), and gathered inputs and partial input gradients. */
+  int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
+  bool split_in = false, built = false;
+  int64_t share_in = 0;
   for (int i = 0; i < spec->n_layers; i++) {
     const tsr_layer_spec_t *s = &spec->layers[i];
     const tsr_layer_type_t *t = type_of(spec, i);
@@ -296,9 +384,17 @@ int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int in
     g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
     if (!t->create) continue;
     int64_t fin = (int64_t)io.c * io.h * io.w, fout = (int64_t)io.oc * io.oh * io.ow;
-    activations += 2 * batch * fout; /* y and dy */
+    bool split = pr > 1 && (t->cuts_features || (t->elementwise && split_in));
+    int64_t share = split && !t->cuts_features ? share_in : fout; /* columns held here */
+    if (split && t->cuts_features) {
+      int64_t onb = at.last ? fout : nb, nt = (fout + onb - 1) / onb;
+      share = (nt + pr - 1) / pr * onb < fout ? (nt + pr - 1) / pr * onb : fout;
+      if (split_in || built) activations += 2 * batch * fin; /* gathered, partials */
+    }
+    activations += 2 * batch * share; /* y and dy */
     fusable = s->kind == TSR_LAYER_DENSE || s->kind == TSR_LAYER_CONV;
-    if (s->kind == TSR_LAYER_DENSE) params += fin * fout + fout;
+    if (s->kind == TSR_LAYER_DENSE) params += fin * share + share;
+    split_in = split, share_in = share, built = true;
     if (s->kind == TSR_LAYER_CONV) {
       int64_t fan_in = (int64_t)io.kh * io.kw * io.c;
       params += fan_in * io.oc + io.oc;
@@ -326,6 +422,10 @@ void tsr_net_destroy(tsr_net_t **np) {
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
     tsr_tiles_destroy(&l->scratch[0]), tsr_tiles_destroy(&l->scratch[1]);
+    for (int p = 0; l->gathered && p < net->grid_rows; p++)
+      tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
+    free(l->gathered), free(l->partials);
+    tsr_tiles_destroy(&l->dx_sums);
   }
   tsr_tiles_destroy(&net->x0);
   tsr_tiles_destroy(&net->dx0);
@@ -333,6 +433,7 @@ void tsr_net_destroy(tsr_net_t **np) {
   tsr_tiles_destroy(&net->train_stats);
   tsr_tiles_destroy(&net->eval_stats);
   tsr__optim_destroy(&net->optim);
+  free(net->grid_slot);
   free(net);
   *np = NULL;
 }
@@ -438,7 +539,10 @@ int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *corr
   float buf[2 * 64];
   float *v = mt <= 64 ? buf : malloc(sizeof(float) * 2 * (size_t)mt);
   if (!v) return TSR_ENOMEM;
-  int rc = tsr_tiles_read(s, v);
+  /* Grid: the column's row 0 holds the counts; the other rows read 0. */
+  bool here = tsr_tiles_is_local(s, 0, 0);
+  if (!here) memset(v, 0, sizeof(float) * 2 * (size_t)mt);
+  int rc = here ? tsr_tiles_read(s, v) : 0;
   *loss_sum = 0, *correct = 0;
   for (int i = 0; rc == 0 && i < mt; i++)
     *loss_sum += v[2 * i], *correct += v[2 * i + 1];
@@ -455,6 +559,25 @@ static tsr_param_t *param(const tsr_net_t *net, int index) {
     index -= l->nparams;
   }
   return NULL;
+}
+
+int tsr_net_grid_rows(const tsr_net_t *net) {
+  return net->grid_rows;
+}
+
+void tsr_net_grid_traffic(const tsr_net_t *net, uint64_t *bytes_sent, uint64_t *bytes_received,
+                          int64_t *messages_sent, int64_t *messages_received) {
+  *bytes_sent = net->traffic.bytes_sent, *bytes_received = net->traffic.bytes_received;
+  *messages_sent = net->traffic.messages_sent;
+  *messages_received = net->traffic.messages_received;
+}
+
+int64_t tsr_net_param_local_bytes(const tsr_net_t *net) {
+  int64_t n = 0;
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nparams; k++)
+      n += tsr_tiles_local_bytes(net->layers[i].params[k].w);
+  return n;
 }
 
 int tsr_net_n_params(const tsr_net_t *net) {

@@ -12,6 +12,7 @@
 #include "optim/optim.h"
 #include "rng.h"
 #include "runtime/task_opts.h"
+#include "tile/ops.h"
 #include "tessera/net.h"
 #include "tessera/tiles.h"
 
@@ -54,6 +55,11 @@ struct tsr_layer {
   int nparams;
   tsr_param_t params[TSR_LAYER_MAX_PARAMS]; /* dense: W (fin, fout), b (1, fout) */
   tsr_tiles_t *y, *dy;                      /* (batch, fout) output and its gradient */
+  bool split;             /* grid: y's column tiles (and a dense layer's) spread over the column */
+  tsr_tiles_t **gathered; /* grid, dense: [grid_rows] (batch, fin) per rank: input tiles gathered */
+  tsr_tiles_t **partials; /* grid, dense: [grid_rows] (batch, fin) per rank: input-gradient sums */
+  tsr_tiles_t *dx_sums;   /* grid, dense over a replicated layer: (batch, fin) spread by column
+                           * tile, the input gradient before every rank of the column gets it */
 };
 
 /* What happens to a parameter once its gradient has been submitted: the
@@ -80,10 +86,23 @@ struct tsr_net {
   uint64_t submitted;      /* tasks submitted with the net's options (its own and its hooks') */
   int64_t step_label;      /* training step that tasks are labelled with (0: none) */
   tsr_grad_hook_t on_grad; /* the optimizer step unless a sync policy installed its own */
+  int grid_rows;           /* Pr (1: no grid) */
+  int *grid_slot;          /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
+  bool split_out;          /* while building: the layer being created spreads its output */
+  tsr_traffic_t traffic;   /* grid transfers inside the column so far */
 };
 
 /* Creates a local tiled matrix (every rank's replica is its own). */
 int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
+/* Creates a layer's activation-sized matrix: spread over the grid column by
+ * column tile when the layer being built spreads its output (net->split_out),
+ * per-node under a grid otherwise, else local. */
+int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
+/* Grid, a dense layer spreading its output: with a spread input (in_split)
+ * creates l->gathered and l->partials, one (batch, fin) matrix per rank of
+ * the column, each allocated on its rank only; with a per-node input whose
+ * gradient a layer below needs (need_dx), l->partials and l->dx_sums. */
+int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx);
 /* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
 int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
                           int nb, bool decay);

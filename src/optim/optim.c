@@ -55,8 +55,7 @@ int tsr__optim_add(tsr_optim_t *o, const tsr_tiles_t *w, bool decay, int *index)
   param_state_t *p = &o->params[o->nparams];
   *p = (param_state_t){.decay = decay};
   for (int k = 0; k < o->nstate; k++) {
-    int rc = tsr_tiles_create(&p->state[k], tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
-                              tsr_tiles_nb(w));
+    int rc = tsr_tiles_create_like(&p->state[k], w); /* a grid's slice like its weights */
     if (rc) {
       while (k-- > 0)
         tsr_tiles_destroy(&p->state[k]);
@@ -121,8 +120,11 @@ int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr
                       const tsr_task_opts_t *to) {
   if (param < 0 || param >= o->nparams) return TSR_EINVAL;
   tsr_tiles_t *const *state = o->params[param].state;
+  /* A parameter unknown to StarPU-MPI (a grid's replicated layer) updates where it is. */
+  tsr_task_opts_t here = *to;
+  if (tsr_tiles_tag(w, 0, 0) < 0) here.mpi = false;
   for (int i = 0; i < tsr_tiles_mt(w); i++)
     for (int j = 0; j < tsr_tiles_nt(w); j++)
-      TSR_TRY(tsr__optim_update_tile(o, param, w, state, i, j, 0, g, i, j, to));
+      TSR_TRY(tsr__optim_update_tile(o, param, w, state, i, j, 0, g, i, j, &here));
   return 0;
 }

@@ -60,6 +60,7 @@ typedef struct {
 } group_t;
 
 struct rparam;
+struct tsr_replicas;
 /* The rank_of context of a group's acc. */
 typedef struct {
   const struct rparam *rp;
@@ -67,6 +68,7 @@ typedef struct {
 } group_home_t;
 
 typedef struct rparam {
+  const struct tsr_replicas *r;
   tsr_param_t *p;
   int index;       /* in the replicas' params, and in the outer state */
   int nt;          /* tile columns (chunks share them) */
@@ -95,6 +97,8 @@ struct tsr_replicas {
   tsr_sync_t sync;
   int rank, size;
   group_t all;     /* every rank */
+  int grid_rows;   /* Pr of --grid PrxPc (1: none): a replica is a grid column of Pr ranks */
+  group_t *rows;   /* grid: [grid_rows] the ranks of each grid row, one per column */
   int ngroups;     /* hier: groups, and this rank's */
   group_t *groups; /* hier: [ngroups] */
   int my_group;
@@ -119,9 +123,32 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Averaging scopes: gi -1 is every rank, else group gi of hier:K1,K2. */
+static const group_t *group_of(const tsr_replicas_t *r, int gi) {
+  return gi < 0 ? &r->all : &r->groups[gi];
+}
+
+/* The ranks that average chunks of column tile j of rp in scope gi: under a
+ * grid (gi -1), the grid row holding that column in every grid column (a
+ * replicated parameter: this rank's row), else gi's. */
+static const group_t *scope(const tsr_replicas_t *r, const rparam_t *rp, int gi, int j) {
+  if (gi >= 0 || r->grid_rows == 1) return group_of(r, gi);
+  return &r->rows[tsr_tiles_rank_of(rp->p->w, 0, j) % r->grid_rows];
+}
+
+static bool member(const group_t *g, int rank) {
+  for (int t = 0; t < g->n; t++)
+    if (g->ranks[t] == rank) return true;
+  return false;
+}
+
+/* Chunk (i, j)'s home: over all ranks, or under a grid in its scope. */
 static int chunk_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
-  return rp->chome[i * rp->nt + j];
+  int home = rp->chome[i * rp->nt + j];
+  if (rp->r->grid_rows == 1) return home;
+  const group_t *g = scope(rp->r, rp, -1, j);
+  return g->ranks[home % g->n];
 }
 
 /* Chunk (I, j)'s home among the ranks of g: its home over all ranks, folded
@@ -133,11 +160,6 @@ static int home_in(const group_t *g, const rparam_t *rp, int I, int j) {
 static int group_chunk_home(int i, int j, void *ctx) {
   const group_home_t *h = ctx;
   return home_in(h->g, h->rp, i, j);
-}
-
-/* Averaging scopes: gi -1 is every rank, else group gi of hier:K1,K2. */
-static const group_t *group_of(const tsr_replicas_t *r, int gi) {
-  return gi < 0 ? &r->all : &r->groups[gi];
 }
 
 static tsr_tiles_t *acc_of(const rparam_t *rp, int gi) {
@@ -205,7 +227,8 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
 static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
                         tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  const group_t *g = group_of(r, gi);
+  const group_t *g = scope(r, rp, gi, j);
+  if (!member(g, r->rank)) return 0; /* grid: another row's column */
   tsr_tiles_t *acc = acc_of(rp, gi);
   int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
@@ -237,7 +260,8 @@ static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
                         const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                         int I, int j) {
   tsr_task_opts_t mpi = with_mpi(o, true);
-  const group_t *g = group_of(r, gi);
+  const group_t *g = scope(r, rp, gi, j);
+  if (!member(g, r->rank)) return 0; /* grid: another row's column */
   int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
   bool at_home = r->rank == home;
@@ -306,6 +330,8 @@ static void set_average_weights(tsr_replicas_t *r, int gi) {
   for (int t = 0; t < g->n; t++) {
     int q = g->ranks[t];
     r->weights[q] = r->sync.by_samples && total > 0 ? (double)n[q] / (double)total : 1.0 / g->n;
+    /* Grid: each column's Pr ranks took its samples; a chunk averages over one row. */
+    if (gi < 0) r->weights[q] *= r->grid_rows;
   }
 }
 
@@ -569,8 +595,13 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
       return TSR_ENOMEM;
   if (rp->k > 1) {
-    TSR_TRY(tsr_tiles_create(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
-                             tsr_tiles_nb(w)));
+    /* A grid's slice stages its own columns only, on their rank. */
+    if (w->kind == TSR_TILES_DISTRIBUTED)
+      TSR_TRY(tsr_tiles_create_distributed(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
+                                           tsr_tiles_nb(w), w->rank_of, w->rank_ctx));
+    else
+      TSR_TRY(tsr_tiles_create(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
+                               tsr_tiles_nb(w)));
     if (!(rp->stages = replicas_of(r, rp->stage))) return TSR_ENOMEM;
     if (batch) TSR_TRY(by_chunk_home(&rp->updated, rp));
   } else if (batch && !(rp->g = replicas_of(r, p->g))) {
@@ -650,10 +681,23 @@ static int make_groups(tsr_replicas_t *r) {
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
                          tsr_errbuf_t *err) {
   *out = NULL;
+  int pr = tsr_net_grid_rows(net);
+  bool refused = sync->kind == TSR_SYNC_ASYNC_EPOCH || sync->kind == TSR_SYNC_HIER ||
+                 sync->kind == TSR_SYNC_POST_LOCAL || sync->outer.kind != TSR_OUTER_NONE;
+  if (pr > 1 && pr < tsr_dist_size() && refused)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--grid with %d rows averages each rank's slice with its grid row; "
+                         "--sync async-epoch, hier, post-local and --outer are not supported "
+                         "there yet: use --sync batch, every=K or epoch, or --grid 1xP",
+                         pr);
   tsr_replicas_t *r = calloc(1, sizeof *r);
   if (!r) return TSR_ENOMEM;
   r->net = net, r->sync = *sync;
   r->rank = tsr_dist_rank(), r->size = tsr_dist_size();
+  r->grid_rows = pr;
+  /* One grid column (Px1): one replica, nothing to average. */
+  if (pr == r->size) r->sync.kind = TSR_SYNC_NONE;
+  sync = &r->sync;
   r->batch = sync->kind == TSR_SYNC_BATCH || sync->kind == TSR_SYNC_POST_LOCAL;
   r->weights = calloc((size_t)r->size, sizeof *r->weights);
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
@@ -664,6 +708,12 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int rc = r->weights && r->samples && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
   for (int q = 0; q < r->size && rc == 0; q++)
     r->all.ranks[q] = q;
+  if (rc == 0 && !(r->rows = calloc((size_t)pr, sizeof *r->rows))) rc = TSR_ENOMEM;
+  for (int p = 0; p < pr && rc == 0; p++) {
+    if (!(r->rows[p].ranks = malloc(sizeof(int) * (size_t)(r->size / pr)))) rc = TSR_ENOMEM;
+    for (int q = p; rc == 0 && q < r->size; q += pr)
+      r->rows[p].ranks[r->rows[p].n++] = q;
+  }
   if (rc == 0 && sync->kind == TSR_SYNC_HIER) {
     rc = make_groups(r);
     if (rc == 0 && !(r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples))) rc = TSR_ENOMEM;
@@ -673,7 +723,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int k = 0;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
     for (int m = 0; m < net->layers[l].nparams; m++, k++)
-      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k;
+      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k, r->params[k].r = r;
   if (rc == 0) rc = plan_chunks(r);
   for (k = 0; k < r->nparams && rc == 0; k++)
     rc = create_param(r, &r->params[k]);
@@ -681,7 +731,8 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
                                       rank_zero, NULL);
-  if (rc == 0) rc = start_equal(r);
+  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
+  if (rc == 0 && pr == 1) rc = start_equal(r);
   if (rc) {
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
@@ -736,6 +787,9 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   tsr_tiles_destroy(&r->stats_sum);
   for (int g = 0; r->groups && g < r->ngroups; g++)
     free(r->groups[g].ranks);
+  for (int p = 0; r->rows && p < r->grid_rows; p++)
+    free(r->rows[p].ranks);
+  free(r->rows);
   free(r->groups), free(r->all.ranks), free(r->gsamples);
   free(r->params), free(r->weights), free(r->samples);
   free(r);
@@ -753,7 +807,7 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
   /* The global gradient is the mean over the global batch. */
   if (r->batch)
     for (int q = 0; q < r->size; q++)
-      r->weights[q] = total > 0 ? (double)samples_per_rank[q] / (double)total : 0.0;
+      r->weights[q] = total > 0 ? (double)samples_per_rank[q] * r->grid_rows / (double)total : 0.0;
 }
 
 int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) {
@@ -837,7 +891,8 @@ int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct)
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
   int rc = 0;
-  for (int q = 0; q < r->size && rc == 0; q++)
+  /* Grid: row 0 of each column holds its column's counts. */
+  for (int q = 0; q < r->size && rc == 0; q += r->grid_rows)
     rc = tsr__tiles_axpby(&o, 1.0f, r->stats[q], q == 0 ? 0.0f : 1.0f, r->stats_sum);
   double mine_loss, mine_correct;
   if (rc == 0) rc = tsr_net_take_stats(r->net, false, &mine_loss, &mine_correct);

@@ -349,34 +349,6 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 
 /* ---- One configuration ------------------------------------------------- */
 
-/* Under a grid, `tessera train --grid` caps the automatic feature tile at the
- * widest layer / Pr so that every row owns a tile column (the grid branch's
- * choose_tiles, from tsr_net_opts_t.grid_rows). Until that field is here,
- * the same rule, as explicit tiles in *no: true when they changed. */
-static bool grid_tiles(const tsr_net_layout_t *lay, const tsr_plan_opts_t *o, int pr, int workers,
-                       tsr_net_opts_t *no) {
-  if (pr < 2 || o->tile_cols > 0) return false;
-  int widest = 0;
-  bool spatial = false;
-  for (int k = 0; k < lay->n_layers; k++) {
-    const tsr_layout_layer_t *l = &lay->layers[k];
-    spatial |= l->whole_samples;
-    if (l->kind == TSR_LAYER_DENSE && k < lay->n_layers - 1 && l->fout > widest) widest = l->fout;
-  }
-  if (widest == 0) widest = o->inputs;
-  int cap = (widest + pr - 1) / pr;
-  if (lay->nb <= cap) return false;
-  int batch = o->batch <= 512 ? o->batch : 512, col_tiles = (widest + cap - 1) / cap;
-  if (col_tiles < workers) {
-    int cuts = (workers + col_tiles - 1) / col_tiles;
-    batch = (batch + cuts - 1) / cuts;
-    batch = batch < 16 ? (o->batch < 16 ? o->batch : 16) : batch;
-  }
-  no->tile_cols = cap;
-  no->tile_rows = o->tile_rows > 0 ? o->tile_rows : spatial ? lay->mb : batch;
-  return true;
-}
-
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
                     int pr, int pc, tsr_plan_sync_t sync, int every, tsr_plan_row_t *row,
                     tsr_errbuf_t *err) {
@@ -395,11 +367,10 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   tsr_net_opts_init(&no);
   no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
   no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
+  no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
   tsr_net_layout_t *lay = malloc(sizeof *lay);
   if (!lay) return TSR_ENOMEM;
   int rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
-  if (rc == 0 && grid_tiles(lay, o, pr, workers, &no))
-    rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
   if (rc) {
     free(lay);
     return rc;

@@ -207,6 +207,21 @@ const char *tsr_runtime_sched(void) {
   return sched_in_use;
 }
 
+bool tsr_runtime_bytes_sent(uint64_t *to_rank) {
+  int n = tsr_dist_size();
+  for (int q = 0; q < n; q++)
+    to_rank[q] = 0;
+  const char *on = getenv("STARPU_COMM_STATS");
+  if (!started || !with_mpi || !on || atoi(on) == 0) return false;
+  size_t *amounts = calloc((size_t)n, sizeof *amounts);
+  if (!amounts) return false;
+  starpu_mpi_comm_amounts_retrieve(amounts);
+  for (int q = 0; q < n; q++)
+    to_rank[q] = amounts[q];
+  free(amounts);
+  return true;
+}
+
 const char *tsr_runtime_mpi_progress(void) {
   if (!started || !with_mpi) return "none";
   return tsr__progress_in_worker() ? "worker" : "thread";

@@ -1,10 +1,28 @@
 /* Tiled operations: loops over tiles that call the codelets' insert helpers.
  * Tiling agreement is checked up front so that a mismatch never leaves half
  * an operation submitted. */
+#include <assert.h>
+
 #include "tile/ops.h"
+#include "tessera/dist.h"
 #include "try.h"
 #include "codelets.h"
 #include "tile/tiles_impl.h"
+
+#include <starpu_mpi.h>
+
+/* Under StarPU-MPI (o->mpi) only distributed tiles have an owner that
+ * computes: a task that writes a local or per-node matrix (every rank holds
+ * its own: a grid column's input batch, replicated layers) runs where it is
+ * submitted, reading data that is here. */
+static tsr_task_opts_t route(const tsr_task_opts_t *o, const tsr_tiles_t *out) {
+  tsr_task_opts_t r = *o;
+  if (out->kind == TSR_TILES_LOCAL) r.mpi = false;
+  return r;
+}
+#define ROUTE(o, out)                                                                              \
+  tsr_task_opts_t routed_ = route(o, out);                                                         \
+  o = &routed_
 
 static bool same_tiling(const tsr_tiles_t *a, const tsr_tiles_t *b) {
   return a->m == b->m && a->n == b->n && a->mb == b->mb && a->nb == b->nb;
@@ -19,6 +37,7 @@ static bool dims_agree(const tsr_tiles_t *x, int da, const tsr_tiles_t *y, int d
 
 int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
                     const tsr_tiles_t *b, float beta, tsr_tiles_t *c) {
+  ROUTE(o, c);
   /* op(a) rows are a's dim (ta ? 1 : 0), op(a) cols the other; same for b. */
   if (!dims_agree(a, ta ? 1 : 0, c, 0) || !dims_agree(b, tb ? 0 : 1, c, 1) ||
       !dims_agree(a, ta ? 0 : 1, b, tb ? 1 : 0))
@@ -36,6 +55,7 @@ int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, con
 }
 
 int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {
+  ROUTE(o, y);
   if (b->m != 1 || !dims_agree(b, 1, y, 1)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
@@ -44,6 +64,7 @@ int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
 }
 
 int tsr__tiles_bias_grad(const tsr_task_opts_t *o, tsr_tiles_t *db, const tsr_tiles_t *dy) {
+  ROUTE(o, db);
   if (db->m != 1 || !dims_agree(db, 1, dy, 1)) return TSR_ESHAPE;
   for (int j = 0; j < dy->nt; j++)
     for (int i = 0; i < dy->mt; i++)
@@ -53,6 +74,7 @@ int tsr__tiles_bias_grad(const tsr_task_opts_t *o, tsr_tiles_t *db, const tsr_ti
 }
 
 int tsr__tiles_relu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x) {
+  ROUTE(o, y);
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
@@ -62,6 +84,7 @@ int tsr__tiles_relu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
 
 int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
                         const tsr_tiles_t *y) {
+  ROUTE(o, dx);
   if (!same_tiling(dx, dy) || !same_tiling(dx, y)) return TSR_ESHAPE;
   for (int i = 0; i < dx->mt; i++)
     for (int j = 0; j < dx->nt; j++)
@@ -73,6 +96,7 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
                             float scale) {
+  ROUTE(o, stats);
   if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
       stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
       (dlogits && !same_tiling(dlogits, logits)))
@@ -90,6 +114,7 @@ int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_
 
 int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
                    float lr, float momentum, float wd) {
+  ROUTE(o, w);
   if (!same_tiling(w, g) || (v && !same_tiling(w, v))) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
@@ -101,6 +126,7 @@ int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, con
 int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
                     const tsr_tiles_t *g, float lr, float beta1, float beta2, float eps, float wd,
                     int t) {
+  ROUTE(o, w);
   if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2)) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
@@ -110,6 +136,7 @@ int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, t
 }
 
 int tsr__tiles_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, float value) {
+  ROUTE(o, x);
   for (int i = 0; i < x->mt; i++)
     for (int j = 0; j < x->nt; j++)
       TSR_TRY(tsr__insert_fill(o, tsr__tile(x, i, j), value));
@@ -117,6 +144,7 @@ int tsr__tiles_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, float value) {
 }
 
 int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src) {
+  ROUTE(o, dst);
   if (!same_tiling(dst, src)) return TSR_ESHAPE;
   for (int i = 0; i < dst->mt; i++)
     for (int j = 0; j < dst->nt; j++)
@@ -126,6 +154,7 @@ int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_
 
 int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
                      tsr_tiles_t *y) {
+  ROUTE(o, y);
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
@@ -134,6 +163,7 @@ int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x
 }
 
 int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha) {
+  ROUTE(o, x);
   for (int i = 0; i < x->mt; i++)
     for (int j = 0; j < x->nt; j++)
       TSR_TRY(tsr__insert_scale(o, tsr__tile(x, i, j), alpha));
@@ -142,6 +172,7 @@ int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha) {
 
 int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src, int64_t lds,
                       const int32_t *rows, int64_t nvalid) {
+  ROUTE(o, dst);
   if (nvalid < 0 || nvalid > dst->m || dst->n > lds) return TSR_ESHAPE;
   for (int i = 0; i < dst->mt; i++) {
     int64_t row0 = (int64_t)i * dst->mb;
@@ -167,6 +198,7 @@ static bool one_tile(const tsr_tiles_t *t, int64_t m, int64_t n) {
 int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
                         const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_conv_geom_t *g,
                         bool relu) {
+  ROUTE(o, y);
   if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
       !one_tile(b, 1, g->oc))
     return TSR_ESHAPE;
@@ -178,6 +210,7 @@ int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
 
 int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
                              const tsr_tiles_t *w, const tsr_conv_geom_t *g) {
+  ROUTE(o, dx);
   if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc)) return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
     TSR_TRY(tsr__insert_conv_bwd_data(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
@@ -188,6 +221,7 @@ int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const ts
 int tsr__tiles_conv_bwd_filter(const tsr_task_opts_t *o, tsr_tiles_t *dw, tsr_tiles_t *db,
                                tsr_tiles_t *pw, tsr_tiles_t *pb, const tsr_tiles_t *x,
                                const tsr_tiles_t *dy, const tsr_conv_geom_t *g) {
+  ROUTE(o, dw);
   int64_t k = (int64_t)g->kh * g->kw * g->c;
   if (!whole_rows(x, dy) || !one_tile(dw, k, g->oc) || !one_tile(db, 1, g->oc)) return TSR_ESHAPE;
   bool tree = pw && pb && dy->mt > 1;
@@ -214,6 +248,7 @@ int tsr__tiles_conv_bwd_filter(const tsr_task_opts_t *o, tsr_tiles_t *dw, tsr_ti
 
 int tsr__tiles_pool_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
                         const tsr_conv_geom_t *g, bool max) {
+  ROUTE(o, y);
   if (!whole_rows(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     TSR_TRY(tsr__insert_pool_fwd(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), g, max));
@@ -223,6 +258,7 @@ int tsr__tiles_pool_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
 int tsr__tiles_pool_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
                         const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_conv_geom_t *g,
                         bool max, bool relu) {
+  ROUTE(o, dx);
   if (!whole_rows(dx, dy) || (max && (!x || !y || !same_tiling(x, dx) || !same_tiling(y, dy))))
     return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
@@ -234,6 +270,7 @@ int tsr__tiles_pool_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 
 int tsr__tiles_dropout(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
                        uint64_t seed, float rate) {
+  ROUTE(o, y);
   if (!same_tiling(x, y)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
@@ -319,4 +356,165 @@ int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j,
 
 int tsr__tiles_wait(unsigned n_left) {
   return starpu_task_wait_for_n_submitted(n_left) == 0 ? 0 : TSR_ERUNTIME;
+}
+
+/* Grid layers: a dense layer's output column tiles spread over the ranks of
+ * a grid column (src/nn/net.c), with the transfers of Gholami et al.'s
+ * formulation made explicit rather than left to owner-computes, which
+ * (StarPU-MPI's cache being off, src/runtime/runtime.c) would send an input
+ * tile once per task that reads it, and W tiles for the input gradient. */
+
+/* Counts one tile transfer from rank `from` to rank `to` on this rank. */
+static void count_transfer(tsr_traffic_t *tr, int from, int to, starpu_data_handle_t h) {
+  if (!tr || from == to) return;
+  uint64_t bytes = (uint64_t)tsr__handle_rows(h) * (uint64_t)tsr__handle_cols(h) * sizeof(float);
+  int me = tsr_dist_rank();
+  if (me == from) tr->bytes_sent += bytes, tr->messages_sent++;
+  if (me == to) tr->bytes_received += bytes, tr->messages_received++;
+}
+
+/* The slot of the n one-rank matrices that belongs to rank owner; -1 if none. */
+static int slot_of(tsr_tiles_t *const *slots, int n, int owner) {
+  for (int p = 0; p < n; p++)
+    if (tsr_tiles_rank_of(slots[p], 0, 0) == owner) return p;
+  return -1;
+}
+
+/* Whether rank owner holds a column tile of w. */
+static bool owns_columns(const tsr_tiles_t *w, int owner) {
+  for (int j = 0; j < w->nt; j++)
+    if (tsr_tiles_rank_of(w, 0, j) == owner) return true;
+  return false;
+}
+
+/* Tile (i, k) of the input x as rank owner reads it: x's own (a per-node
+ * input, or owner's tile) or owner's gathered copy. */
+static starpu_data_handle_t input_tile(const tsr_tiles_t *x, tsr_tiles_t *const *gathered, int n,
+                                       int owner, int i, int k) {
+  if (x->kind == TSR_TILES_LOCAL || tsr_tiles_rank_of(x, i, k) == owner) return tsr__tile(x, i, k);
+  int p = slot_of(gathered, n, owner);
+  assert(p >= 0);
+  return tsr__tile(gathered[p], i, k);
+}
+
+int tsr__tiles_spread_gather(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                             tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *w,
+                             tsr_traffic_t *tr) {
+  if (x->kind == TSR_TILES_LOCAL) return 0;
+  for (int p = 0; p < n; p++)
+    if (!same_tiling(gathered[p], x)) return TSR_ESHAPE;
+  for (int p = 0; p < n; p++) {
+    int owner = tsr_tiles_rank_of(gathered[p], 0, 0);
+    if (!owns_columns(w, owner)) continue;
+    for (int i = 0; i < x->mt; i++)
+      for (int k = 0; k < x->nt; k++) {
+        int from = tsr_tiles_rank_of(x, i, k);
+        if (from == owner) continue;
+        starpu_data_handle_t h = tsr__tile(x, i, k);
+        count_transfer(tr, from, owner, h);
+        TSR_TRY(tsr__insert_copy(o, tsr__tile(gathered[p], i, k), h));
+      }
+  }
+  return 0;
+}
+
+int tsr__tiles_spread_gemm(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                           tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *w,
+                           tsr_tiles_t *y) {
+  if (!dims_agree(x, 0, y, 0) || !dims_agree(w, 1, y, 1) || !dims_agree(x, 1, w, 0))
+    return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++) {
+      int owner = tsr_tiles_rank_of(y, i, j);
+      for (int k = 0; k < x->nt; k++)
+        TSR_TRY(tsr__insert_gemm(o, false, false, 1.0f, input_tile(x, gathered, n, owner, i, k),
+                                 tsr__tile(w, k, j), k == 0 ? 0.0f : 1.0f, tsr__tile(y, i, j)));
+    }
+  return 0;
+}
+
+int tsr__tiles_spread_gemm_tn(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                              tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *dy,
+                              tsr_tiles_t *dw) {
+  if (!dims_agree(x, 1, dw, 0) || !dims_agree(dy, 1, dw, 1) || !dims_agree(x, 0, dy, 0))
+    return TSR_ESHAPE;
+  for (int k = 0; k < dw->mt; k++)
+    for (int j = 0; j < dw->nt; j++) {
+      int owner = tsr_tiles_rank_of(dw, k, j);
+      for (int i = 0; i < x->mt; i++)
+        TSR_TRY(tsr__insert_gemm(o, true, false, 1.0f, input_tile(x, gathered, n, owner, i, k),
+                                 tsr__tile(dy, i, j), i == 0 ? 0.0f : 1.0f, tsr__tile(dw, k, j)));
+    }
+  return 0;
+}
+
+/* Tile (i, k) of sums, the input gradient reduced on its owner, to every
+ * other rank of the column (ranks: the n slots' owners), then into each
+ * rank's own per-node dx. */
+static int share_tile(const tsr_task_opts_t *o, tsr_tiles_t *dx, tsr_tiles_t *sums,
+                      tsr_tiles_t *const *slots, int n, int i, int k, tsr_traffic_t *tr) {
+  starpu_data_handle_t h = tsr__tile(sums, i, k);
+  int from = tsr_tiles_rank_of(sums, i, k), me = tsr_dist_rank();
+  bool mine = false;
+  for (int p = 0; p < n; p++) {
+    int to = tsr_tiles_rank_of(slots[p], 0, 0);
+    mine |= to == me;
+    if (to == from) continue;
+    count_transfer(tr, from, to, h);
+    if (me == to || me == from)
+      starpu_mpi_get_data_on_node_detached(MPI_COMM_WORLD, h, to, NULL, NULL);
+  }
+  if (!mine) return 0;
+  tsr_task_opts_t local = *o;
+  local.mpi = false;
+  TSR_TRY(tsr__insert_copy(&local, tsr__tile(dx, i, k), h));
+  /* The received copy is not kept past its use: memory stays the rank's own tiles. */
+  if (me != from) starpu_data_invalidate_submit(h);
+  return 0;
+}
+
+int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                              tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
+                              tsr_tiles_t *sums, tsr_traffic_t *tr) {
+  if (!dims_agree(dy, 0, dx, 0) || !dims_agree(w, 0, dx, 1) || !dims_agree(dy, 1, w, 1))
+    return TSR_ESHAPE;
+  bool per_node = dx->kind == TSR_TILES_LOCAL;
+  if (!partials || (per_node && !sums) || (sums && !same_tiling(sums, dx))) return TSR_EINVAL;
+  for (int p = 0; p < n; p++)
+    if (!same_tiling(partials[p], dx)) return TSR_ESHAPE;
+  tsr_tiles_t *target = per_node ? sums : dx;
+  /* Each rank's partial sum over its own columns j: dy and W never travel. */
+  for (int p = 0; p < n; p++) {
+    int owner = tsr_tiles_rank_of(partials[p], 0, 0);
+    for (int i = 0; i < dx->mt; i++)
+      for (int k = 0; k < dx->nt; k++) {
+        bool first = true;
+        for (int j = 0; j < w->nt; j++) {
+          if (tsr_tiles_rank_of(w, k, j) != owner) continue;
+          TSR_TRY(tsr__insert_gemm(o, false, true, 1.0f, tsr__tile(dy, i, j), tsr__tile(w, k, j),
+                                   first ? 0.0f : 1.0f, tsr__tile(partials[p], i, k)));
+          first = false;
+        }
+      }
+  }
+  /* The partials summed on dx's owner, in slot order: one message per other rank with columns;
+   * a per-node dx is summed in sums, then sent to every other rank of the column. */
+  for (int i = 0; i < dx->mt; i++)
+    for (int k = 0; k < dx->nt; k++) {
+      bool first = true;
+      int to = tsr_tiles_rank_of(target, i, k);
+      for (int p = 0; p < n; p++) {
+        int owner = tsr_tiles_rank_of(partials[p], 0, 0);
+        if (!owns_columns(w, owner)) continue;
+        starpu_data_handle_t h = tsr__tile(partials[p], i, k);
+        count_transfer(tr, owner, to, h);
+        if (first)
+          TSR_TRY(tsr__insert_copy(o, tsr__tile(target, i, k), h));
+        else
+          TSR_TRY(tsr__insert_axpby(o, 1.0f, h, 1.0f, tsr__tile(target, i, k)));
+        first = false;
+      }
+      if (per_node) TSR_TRY(share_tile(o, dx, sums, partials, n, i, k, tr));
+    }
+  return 0;
 }

@@ -121,6 +121,44 @@ int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int d
 int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0,
                        const tsr_tiles_t *src, int si, int sj);
 
+/* Grid layers: a dense layer y (M, N) = x (M, K) W (K, N) whose column tiles
+ * j (of W, y, dy and the bias) live on the ranks of a grid column, each on
+ * rank_of(0, j) (src/nn/net.c). Each rank computes its own columns. The
+ * input x is either per-node (every rank has it: no transfer) or spread the
+ * same way as the previous layer's output; n one-rank matrices tiled like x
+ * (every tile of matrix p on one rank, one matrix per rank of the column)
+ * hold, per rank, the copies it gathers and the partial input gradients it
+ * sends. Transfers are counted for this rank in tr (may be NULL). */
+typedef struct {
+  uint64_t bytes_sent, bytes_received;
+  int64_t messages_sent, messages_received;
+} tsr_traffic_t;
+/* The forward all-gather inside the column: each rank with columns of w
+ * receives every tile (i, k) of a spread x that another rank owns, once,
+ * into its gathered matrix. Nothing for a per-node x. */
+int tsr__tiles_spread_gather(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                             tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *w,
+                             tsr_traffic_t *tr);
+/* y = x w, each tile of y on its owner from x's tiles as gathered there. */
+int tsr__tiles_spread_gemm(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                           tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *w,
+                           tsr_tiles_t *y);
+/* dw = x^T dy, local to each column's owner (x as gathered there). */
+int tsr__tiles_spread_gemm_tn(const tsr_task_opts_t *o, const tsr_tiles_t *x,
+                              tsr_tiles_t *const *gathered, int n, const tsr_tiles_t *dy,
+                              tsr_tiles_t *dw);
+/* dx = dy w^T: each rank with columns of w sums dy (i, j) w (k, j)^T over
+ * its own j into partials[its slot] (i, k), and the owner of dx (i, k) adds
+ * the partials in slot order: one tile-sized message per (i, k) and per
+ * other rank with columns (the reduce-scatter inside the column). A
+ * per-node dx (the layer below is replicated: a convolution's output) is
+ * summed in sums (tiled like dx, spread like it would be) and each tile
+ * then sent to every other rank of the column (reduce, then broadcast);
+ * sums is NULL for a spread dx. */
+int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                              tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
+                              tsr_tiles_t *sums, tsr_traffic_t *tr);
+
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);

@@ -82,6 +82,27 @@ int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb) {
   return 0;
 }
 
+int tsr_tiles_create_per_node(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb) {
+  TSR_TRY(tsr_tiles_create(out, m, n, mb, nb));
+  tsr_tiles_t *t = *out;
+  if (!tsr__runtime_mpi()) return 0;
+  t->tag_space = tsr__tag_space(), t->per_node = true;
+  for (int i = 0; i < t->mt; i++)
+    for (int j = 0; j < t->nt; j++)
+      starpu_mpi_data_register(t->handles[(long)i * t->nt + j],
+                               tsr__tag(t->tag_space, (int64_t)i * t->nt + j), STARPU_MPI_PER_NODE);
+  return 0;
+}
+
+int tsr_tiles_create_like(tsr_tiles_t **out, const tsr_tiles_t *src) {
+  if (src->kind == TSR_TILES_DISTRIBUTED)
+    return tsr_tiles_create_distributed(out, src->m, src->n, src->mb, src->nb, src->rank_of,
+                                        src->rank_ctx);
+  if (src->kind == TSR_TILES_LOCAL && src->per_node)
+    return tsr_tiles_create_per_node(out, src->m, src->n, src->mb, src->nb);
+  return tsr_tiles_create(out, src->m, src->n, src->mb, src->nb);
+}
+
 int tsr_tiles_create_distributed(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb,
                                  tsr_rank_of_fn rank_of, void *ctx) {
   if (!rank_of) return TSR_EINVAL;
@@ -127,7 +148,10 @@ static int replica_rank(int i, int j, void *ctx) {
 }
 
 int tsr__tiles_replica(tsr_tiles_t **out, tsr_tiles_t *base, int rank) {
-  if (base->kind != TSR_TILES_LOCAL || rank < 0 || rank >= tsr_dist_size()) return TSR_EINVAL;
+  bool distributed = base->kind == TSR_TILES_DISTRIBUTED;
+  if ((base->kind != TSR_TILES_LOCAL && !distributed) || base->per_node || rank < 0 ||
+      rank >= tsr_dist_size())
+    return TSR_EINVAL;
   tsr_tiles_t *t;
   int rc = alloc_descriptor(&t, TSR_TILES_REPLICA, base->m, base->n, base->mb, base->nb);
   if (rc) return rc;
@@ -137,6 +161,7 @@ int tsr__tiles_replica(tsr_tiles_t **out, tsr_tiles_t *base, int rank) {
   if (rank == t->rank)
     for (int i = 0; i < t->mt; i++)
       for (int j = 0; j < t->nt; j++) {
+        if (distributed && !tsr_tiles_is_local(base, i, j)) continue;
         starpu_data_handle_t h = base->handles[(long)i * t->nt + j];
         t->handles[(long)i * t->nt + j] = h; /* borrowed */
         register_mpi(t, h, i, j, rank);
@@ -285,6 +310,25 @@ static int transfer(const tsr_tiles_t *t, float *host, bool to_host) {
       TSR_TRY(transfer_tile(t, i, j, corner, t->n, to_host));
     }
   return 0;
+}
+
+/* The tiles this process owns, to or from a dense (m, n) host array. */
+static int transfer_owned(const tsr_tiles_t *t, float *host, bool to_host) {
+  for (int i = 0; i < t->mt; i++)
+    for (int j = 0; j < t->nt; j++) {
+      if (!tsr_tiles_is_local(t, i, j)) continue;
+      float *corner = host + (int64_t)i * t->mb * t->n + (int64_t)j * t->nb;
+      TSR_TRY(transfer_tile(t, i, j, corner, t->n, to_host));
+    }
+  return 0;
+}
+
+int tsr_tiles_read_owned(const tsr_tiles_t *t, float *dst) {
+  return transfer_owned(t, dst, true);
+}
+
+int tsr_tiles_write_owned(tsr_tiles_t *t, const float *src) {
+  return transfer_owned(t, (float *)src, false);
 }
 
 int tsr_tiles_read(const tsr_tiles_t *t, float *dst) {

@@ -25,6 +25,7 @@ struct tsr_tiles {
   void *rank_ctx;         /* borrowed */
   int owner;              /* LOCAL: this rank; REPLICA: the rank whose copy it is */
   int64_t tag_space;      /* 0: not registered with StarPU-MPI */
+  bool per_node;          /* LOCAL: registered as STARPU_MPI_PER_NODE (every rank its own) */
   float *data;            /* LOCAL: (m, n) row-major, 64-byte aligned, owned; tiles view it */
   float **blocks;         /* DISTRIBUTED: (mt, nt) local tiles' own blocks, NULL elsewhere */
   starpu_data_handle_t *handles; /* (mt, nt); NULL until first use for another rank's tile */
@@ -47,7 +48,9 @@ static inline starpu_data_handle_t tsr__tile(const tsr_tiles_t *t, int i, int j)
  * replica of a network's parameter): tiles owned by rank, registered with
  * StarPU-MPI under the view's own tags (on rank, base's handles; elsewhere
  * handles without memory). base must outlive the view, and every rank makes
- * the same views in the same order. */
+ * the same views in the same order. base may also be distributed (a grid
+ * column's slice of a parameter): on rank the view then has base's tiles
+ * that are rank's own, and only those may be used. */
 int tsr__tiles_replica(tsr_tiles_t **v, tsr_tiles_t *base, int rank);
 /* A view whose tile (i, j) is tile (i, j) of sources[rank_of(i, j)]: e.g.
  * every tile taken from its home rank's replica. sources (one per rank, all

@@ -8,6 +8,8 @@
 
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
+#include "runtime/progress.h"
+#include "tessera/runtime.h"
 #include "tessera/train.h"
 #include "nn/net_impl.h"
 
@@ -29,7 +31,9 @@ float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
             : TSR_LR_SCALING_NONE;
   float lr = tsr_net_base_lr(net);
   /* In float, as the rate is stored: what a caller who scaled the net's lr itself got. */
-  if (s == TSR_LR_SCALING_LINEAR && tsr_dist_size() > 1) lr *= (float)tsr_dist_size();
+  /* Replicas: ranks, or under --grid PrxPc the Pc grid columns. */
+  int replicas = tsr_dist_size() / tsr_net_grid_rows(net);
+  if (s == TSR_LR_SCALING_LINEAR && replicas > 1) lr *= (float)replicas;
   return lr;
 }
 
@@ -91,15 +95,17 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
 /* This rank's part of an epoch: a contiguous slice of the shuffled order,
  * rank r taking [r N / P, (r + 1) N / P). Every rank takes the same number
  * of steps (the largest shard's), so all reach the same synchronization
- * points; a rank whose shard is used up takes empty steps. */
+ * points; a rank whose shard is used up takes empty steps. Under --grid
+ * PrxPc the shards are the Pc grid columns' (ranks and rank below count
+ * columns), and every rank of a column takes its column's. */
 typedef struct {
   int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
   int ranks, rank;
   int64_t steps;
 } shards_t;
 
-static void make_shards(shards_t *sh, int64_t n, int batch) {
-  sh->ranks = tsr_dist_size(), sh->rank = tsr_dist_rank();
+static void make_shards(shards_t *sh, int64_t n, int batch, int grid_rows) {
+  sh->ranks = tsr_dist_size() / grid_rows, sh->rank = tsr_dist_rank() / grid_rows;
   int64_t largest = 0;
   for (int q = 0; q <= sh->ranks; q++)
     sh->lo[q] = n * q / sh->ranks;
@@ -155,6 +161,45 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   return rc;
 }
 
+/* Under a grid, every rank's transfers of the epoch on rank 0 (all[size], ignored elsewhere):
+ * the grid's since *grid_seen (moved on), the synchronization's ss, StarPU-MPI's own count
+ * since *measured_seen (moved on; [size]) split by the peer's grid column. Collective. */
+static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_traffic_t *grid_seen,
+                         uint64_t *measured_seen, tsr_rank_traffic_t *all) {
+  int me = tsr_dist_rank(), size = tsr_dist_size(), pr = tsr_net_grid_rows(net);
+  tsr_rank_traffic_t now_ = {.rank = me};
+  tsr_net_grid_traffic(net, &now_.grid_bytes_sent, &now_.grid_bytes_received,
+                       &now_.grid_messages_sent, &now_.grid_messages_received);
+  tsr_rank_traffic_t mine = {
+      .rank = me,
+      .grid_bytes_sent = now_.grid_bytes_sent - grid_seen->grid_bytes_sent,
+      .grid_bytes_received = now_.grid_bytes_received - grid_seen->grid_bytes_received,
+      .grid_messages_sent = now_.grid_messages_sent - grid_seen->grid_messages_sent,
+      .grid_messages_received = now_.grid_messages_received - grid_seen->grid_messages_received,
+      .sync_bytes_sent = ss->bytes_sent,
+      .sync_bytes_received = ss->bytes_received,
+      .sync_messages_sent = ss->messages_sent,
+      .sync_messages_received = ss->messages_received};
+  *grid_seen = now_;
+  uint64_t *sent = malloc(sizeof(uint64_t) * (size_t)size);
+  if (!sent) return TSR_ENOMEM;
+  /* What the epoch submitted has been sent (evaluation's sends on column 0 are never waited for
+   * otherwise), so StarPU-MPI's count covers the same transfers. */
+  int rc = tsr__progress_wait_all();
+  tsr_runtime_bytes_sent(sent);
+  for (int q = 0; q < size; q++) {
+    uint64_t d = sent[q] - measured_seen[q];
+    measured_seen[q] = sent[q];
+    if (q == me) continue;
+    if (q / pr == me / pr)
+      mine.measured_sent_inside += d;
+    else
+      mine.measured_sent_across += d;
+  }
+  free(sent);
+  return rc ? rc : tsr_dist_gather(&mine, (int)sizeof mine, all);
+}
+
 /* Every rank's totals of the run on rank 0, for o->on_ranks. */
 static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o) {
   int n = tsr_dist_size();
@@ -181,49 +226,66 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (tsr_dist_size() > TSR_MAX_RANKS)
     return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
                          tsr_dist_size());
-  int b = tsr_net_batch(net);
+  int b = tsr_net_batch(net), pr = tsr_net_grid_rows(net), size = tsr_dist_size();
+  if (pr > 1 && o->checkpoint_path)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "checkpoints are not written under --grid yet (each rank holds a slice "
+                         "of the weights): drop --checkpoint or use --grid 1xP");
   shards_t sh;
-  make_shards(&sh, train->n, b);
+  make_shards(&sh, train->n, b, pr);
   tsr_replicas_t *rep = NULL;
   int rc = 0;
-  if (sh.ranks > 1) {
+  if (size > 1) {
     tsr_sync_t none = {.kind = TSR_SYNC_NONE};
     rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, err);
     if (rc) return rc;
   }
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
+  /* Under a grid: each epoch's transfers per rank (on rank 0), and what was counted so far. */
+  tsr_rank_traffic_t *traffic = NULL, grid_seen = {0};
+  uint64_t *measured_seen = NULL;
+  if (pr > 1) {
+    traffic = calloc((size_t)size, sizeof *traffic);
+    measured_seen = calloc((size_t)size, sizeof *measured_seen);
+    if (traffic && measured_seen) tsr_runtime_bytes_sent(measured_seen);
+    if (!traffic || !measured_seen) free(idx), idx = NULL;
+  }
   if (!idx) {
+    free(traffic), free(measured_seen);
     tsr__replicas_destroy(&rep);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
   }
 
   int counts[TSR_MAX_RANKS];
   const int32_t *mine = idx + sh.lo[sh.rank];
-  bool speaker = sh.rank == 0; /* rank 0 evaluates, reports and logs */
+  bool speaker = tsr_dist_rank() == 0; /* rank 0 reports and logs */
+  bool evaluator = sh.rank == 0;       /* its grid column evaluates (rank 0 alone without) */
   double base_lr = tsr_train_base_lr(net, o);
   int64_t total_steps = sh.steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int first = o->start_epoch > 1 ? o->start_epoch : 1;
   int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
   bool stopped = false;
-  bool told = false;                           /* err says why training stopped */
-  tsr_rank_stats_t totals = {.rank = sh.rank}; /* this rank's totals (under MPI) */
-  checkpoint_t cp = {net, rep, o, sh.steps, sh.ranks, (float)base_lr, err, ""};
+  bool told = false;                                   /* err says why training stopped */
+  tsr_rank_stats_t totals = {.rank = tsr_dist_rank()}; /* this rank's totals (under MPI) */
+  checkpoint_t cp = {net, rep, o, sh.steps, size, (float)base_lr, err, ""};
   for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
     if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
     for (; k < sh.steps && rc == 0 && !stopped; k++) {
-      for (int q = 0; q < sh.ranks; q++)
-        seen += counts[q] = shard_take(&sh, q, k, b);
+      for (int q = 0; q < size; q++) {
+        counts[q] = shard_take(&sh, q / pr, k, b);
+        if (q % pr == 0) seen += counts[q];
+      }
       if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule != TSR_LR_CONSTANT) {
         int64_t t = (int64_t)((e - 1) * sh.steps + k);
         tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
       }
       tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
-      rc = tsr_net_train_step(net, train, mine + k * b, counts[sh.rank], true);
+      rc = tsr_net_train_step(net, train, mine + k * b, counts[tsr_dist_rank()], true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
       step++;
       if (rc == 0 && k >= o->window) {
@@ -266,8 +328,11 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .seconds = t1 - t0,
                             .samples = seen,
                             .samples_per_s = (double)seen / (t1 - t0),
-                            .ranks = sh.ranks,
+                            .ranks = size,
+                            .grid_rows = pr,
+                            .grid_cols = size / pr,
                             .lr_end = tsr_net_lr(net)};
+    tsr_sync_stats_t sync_seen = {0};
     if (rep) {
       tsr_sync_stats_t ss;
       tsr__replicas_take_stats(rep, &ss);
@@ -278,15 +343,19 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       totals.seconds += st.seconds, totals.sync_seconds += ss.seconds;
       totals.bytes_sent += ss.bytes_sent, totals.bytes_received += ss.bytes_received;
       totals.messages_sent += ss.messages_sent, totals.messages_received += ss.messages_received;
+      sync_seen = ss;
     }
     tsr__net_label_step(net, 0);
     s0 = tsr__observe_now();
-    if (rc == 0 && speaker && test && test->n > 0) {
+    if (rc == 0 && evaluator && test && test->n > 0) {
       rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
       st.test_samples = test->n;
     }
     if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
     st.eval_seconds = now() - t1;
+    /* Grid: the epoch's transfers per rank, its evaluation's (column 0) included. */
+    if (traffic && rc == 0) rc = epoch_traffic(net, &sync_seen, &grid_seen, measured_seen, traffic);
+    if (traffic) st.per_rank = traffic;
     if (rc == 0 && speaker && o->on_epoch && (rc = o->on_epoch(&st, o->ctx)) != 0) {
       told = true; /* the callback says why, in err if it wants to */
       if (rc > 0) rc = TSR_EINVAL;
@@ -311,7 +380,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
     stopped = stop && e < o->epochs;
   }
-  free(idx);
+  free(idx), free(traffic), free(measured_seen);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */
