@@ -1,0 +1,176 @@
+/* OpenCL C versions of the kernels in src/kernels/, one work-item per
+ * element unless said otherwise. Built once per device when the runtime
+ * starts (codelets/opencl.c), embedded in the library as a string.
+ *
+ * Every tile is row-major with a leading dimension, as on the CPU: a matrix
+ * argument is (buffer, offset, ld), the offset in floats from the buffer's
+ * start (StarPU hands out sub-buffers as buffer + offset). 2-D kernels run
+ * over (columns, rows): get_global_id(0) is the column j, (1) the row i. */
+
+#define AT(p, o, ld, i, j) (p)[(o) + (long)(i) * (ld) + (j)]
+
+static inline float flush(float x) {
+  return fabs(x) < FLT_MIN ? 0.0f : x;
+}
+
+__kernel void tsr_fill(int m, int n, __global float *x, int xo, int ldx, float value) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i < m && j < n) AT(x, xo, ldx, i, j) = value;
+}
+
+__kernel void tsr_copy(int m, int n, __global float *d, int dof, int ldd, __global const float *s,
+                       int so, int lds) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i < m && j < n) AT(d, dof, ldd, i, j) = AT(s, so, lds, i, j);
+}
+
+/* y = alpha x + beta y; y is not read when beta is 0 (it may hold garbage). */
+__kernel void tsr_axpby(int m, int n, float alpha, __global const float *x, int xo, int ldx,
+                        float beta, __global float *y, int yo, int ldy) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float v = alpha * AT(x, xo, ldx, i, j);
+  AT(y, yo, ldy, i, j) = beta == 0.0f ? v : v + beta * AT(y, yo, ldy, i, j);
+}
+
+__kernel void tsr_scale(int m, int n, float alpha, __global float *x, int xo, int ldx) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i < m && j < n) AT(x, xo, ldx, i, j) *= alpha;
+}
+
+/* y (m, n) += b (1, n), then max(y, 0) when relu is set. */
+__kernel void tsr_bias_add(int m, int n, __global float *y, int yo, int ldy,
+                           __global const float *b, int bo, int relu) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float v = AT(y, yo, ldy, i, j) + b[bo + j];
+  AT(y, yo, ldy, i, j) = relu ? fmax(v, 0.0f) : v;
+}
+
+/* db (1, n) = beta db + column sums of dy (m, n): one work-item per column,
+ * rows summed in order as on the CPU. */
+__kernel void tsr_bias_grad(int m, int n, __global float *db, int dbo, __global const float *dy,
+                            int dyo, int lddy, float beta) {
+  int j = get_global_id(0);
+  if (j >= n) return;
+  float s = beta == 0.0f ? 0.0f : beta * db[dbo + j];
+  for (int i = 0; i < m; i++)
+    s += AT(dy, dyo, lddy, i, j);
+  db[dbo + j] = s;
+}
+
+__kernel void tsr_relu_fwd(int m, int n, __global float *y, int yo, int ldy,
+                           __global const float *x, int xo, int ldx) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i < m && j < n) AT(y, yo, ldy, i, j) = fmax(AT(x, xo, ldx, i, j), 0.0f);
+}
+
+/* dx = dy where y > 0, else 0; dx may be dy. */
+__kernel void tsr_relu_bwd(int m, int n, __global float *dx, int dxo, int lddx,
+                           __global const float *dy, int dyo, int lddy, __global const float *y,
+                           int yo, int ldy) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float g = AT(dy, dyo, lddy, i, j);
+  AT(dx, dxo, lddx, i, j) = AT(y, yo, ldy, i, j) > 0.0f ? g : 0.0f;
+}
+
+/* Softmax + cross-entropy over the rows of z (m, n), labels (m, 1) as
+ * floats. One work-group: each work-item takes rows lid, lid + size, ...,
+ * writes their gradient (when has_d) and keeps its loss and correct counts
+ * in local memory; work-item 0 adds the group's totals to stats (1, 2). */
+__kernel void tsr_softmax_xent(int m, int n, __global float *d, int dof, int ldd, int has_d,
+                               __global const float *z, int zo, int ldz,
+                               __global const float *labels, int lo, int ldl, int nvalid,
+                               float scale, __global float *stats, int so,
+                               __local float *part) {
+  int lid = get_local_id(0), size = get_local_size(0);
+  float loss = 0.0f, correct = 0.0f;
+  for (int i = lid; i < m; i += size) {
+    if (i >= nvalid) {
+      if (has_d)
+        for (int j = 0; j < n; j++)
+          AT(d, dof, ldd, i, j) = 0.0f;
+      continue;
+    }
+    int label = (int)labels[lo + (long)i * ldl];
+    int arg = 0;
+    float zmax = AT(z, zo, ldz, i, 0);
+    for (int j = 1; j < n; j++) {
+      float v = AT(z, zo, ldz, i, j);
+      if (v > zmax) zmax = v, arg = j;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++)
+      sum += exp(AT(z, zo, ldz, i, j) - zmax);
+    loss += log(sum) - (AT(z, zo, ldz, i, label) - zmax);
+    correct += arg == label ? 1.0f : 0.0f;
+    if (has_d) {
+      float inv = 1.0f / sum;
+      for (int j = 0; j < n; j++)
+        AT(d, dof, ldd, i, j) = scale * exp(AT(z, zo, ldz, i, j) - zmax) * inv;
+      AT(d, dof, ldd, i, label) -= scale;
+    }
+  }
+  part[2 * lid] = loss;
+  part[2 * lid + 1] = correct;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid != 0) return;
+  for (int k = 1; k < size; k++)
+    loss += part[2 * k], correct += part[2 * k + 1];
+  stats[so] += loss;
+  stats[so + 1] += correct;
+}
+
+/* PyTorch's SGD: g' = g + wd w; v = momentum v + g'; w -= lr v (v unused
+ * when momentum is 0). w and v start at the band's first row already. */
+__kernel void tsr_sgd(int m, int n, __global float *w, int wo, int ldw, __global float *v, int vo,
+                      int ldv, __global const float *g, int go, int ldg, float lr, float momentum,
+                      float wd) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float wj = AT(w, wo, ldw, i, j), gj = AT(g, go, ldg, i, j);
+  if (momentum == 0.0f) {
+    AT(w, wo, ldw, i, j) = wj - lr * (gj + wd * wj);
+    return;
+  }
+  float vj = flush(momentum * AT(v, vo, ldv, i, j) + gj + wd * wj);
+  AT(v, vo, ldv, i, j) = vj;
+  AT(w, wo, ldw, i, j) = wj - lr * vj;
+}
+
+/* PyTorch's Adam with L2 weight decay; c1, c2: the bias corrections
+ * 1 / (1 - beta^t), computed on the host as the CPU kernel does. */
+__kernel void tsr_adam(int m, int n, __global float *w, int wo, int ldw, __global float *m1,
+                       int m1o, int ldm1, __global float *m2, int m2o, int ldm2,
+                       __global const float *g, int go, int ldg, float lr, float beta1,
+                       float beta2, float eps, float wd, float c1, float c2) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float wj = AT(w, wo, ldw, i, j);
+  float gj = AT(g, go, ldg, i, j) + wd * wj;
+  float a = flush(beta1 * AT(m1, m1o, ldm1, i, j) + (1.0f - beta1) * gj);
+  float b = flush(beta2 * AT(m2, m2o, ldm2, i, j) + (1.0f - beta2) * gj * gj);
+  AT(m1, m1o, ldm1, i, j) = a;
+  AT(m2, m2o, ldm2, i, j) = b;
+  AT(w, wo, ldw, i, j) = wj - lr * (a * c1) / (sqrt(b * c2) + eps);
+}
+
+/* The dropout mask of src/kernels/dropout.c: a hash of (seed, row, col). */
+static inline ulong mix(ulong z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
+  return z ^ (z >> 31);
+}
+
+__kernel void tsr_dropout(int m, int n, __global float *y, int yo, int ldy,
+                          __global const float *x, int xo, int ldx, ulong seed, long row0,
+                          long col0, float rate) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+  ulong rs = mix(seed + 0x9e3779b97f4a7c15UL * (ulong)(row0 + i + 1));
+  ulong h = mix(rs + 0xd1b54a32d192ed03UL * (ulong)(col0 + j + 1));
+  float u = (float)(h >> 40) * 0x1.0p-24f;
+  AT(y, yo, ldy, i, j) = u >= rate ? AT(x, xo, ldx, i, j) * scale : 0.0f;
+}
