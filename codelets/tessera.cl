@@ -52,7 +52,7 @@ __kernel void tsr_bias_add(int m, int n, __global float *y, int yo, int ldy,
 __kernel void tsr_bias_grad(int m, int n, __global float *db, int dbo, __global const float *dy,
                             int dyo, int lddy, float beta) {
   int j = get_global_id(0);
-  if (j >= n) return;
+  if (j >= n || get_global_id(1) != 0) return; /* launched as one row of work-groups */
   float s = beta == 0.0f ? 0.0f : beta * db[dbo + j];
   for (int i = 0; i < m; i++)
     s += AT(dy, dyo, lddy, i, j);
