@@ -37,6 +37,9 @@ typedef struct {
 
 /* The policy that measured fastest for training on small nodes (README). */
 #define TSR_DEFAULT_SCHED "lws"
+/* The default with OpenCL devices asked for (opts.opencl): it places each task where the
+ * performance models predict it finishes first, transfers counted. */
+#define TSR_DEVICES_SCHED "dmda"
 
 TSR_API void tsr_runtime_opts_init(tsr_runtime_opts_t *opts);
 

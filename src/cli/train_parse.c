@@ -34,8 +34,13 @@ void tsr__cli_train_usage(FILE *out) {
           "  --seed N            seed for initialization and shuffling [1]\n"
           "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
           "                      [chosen from the shapes]\n"
-          "  --sched NAME        StarPU scheduling policy [%s]; `tessera info --sched-list`\n"
+          "  --sched NAME        StarPU scheduling policy [%s, or %s with --devices\n"
+          "                      opencl[:N]]; `tessera info --sched-list`\n"
           "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --devices D         OpenCL devices beside the CPU workers: opencl (every one\n"
+          "                      StarPU finds, at least one), opencl:N (exactly N) or none\n"
+          "                      [what StarPU finds; CPU devices such as PoCL need\n"
+          "                      STARPU_OPENCL_ON_CPUS=1]\n"
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
@@ -67,7 +72,7 @@ void tsr__cli_train_usage(FILE *out) {
           "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
           "  --quiet             no per-epoch lines\n"
           "  --help              this text\n",
-          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
+          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED, TSR_DEVICES_SCHED);
 }
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -140,7 +145,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_OUTER,
     O_OUTER_LR,
     O_OUTER_MOM,
-    O_CLASSES
+    O_CLASSES,
+    O_DEVICES
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -177,6 +183,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"outer-lr", required_argument, 0, O_OUTER_LR},
       {"outer-momentum", required_argument, 0, O_OUTER_MOM},
       {"classes", required_argument, 0, O_CLASSES},
+      {"devices", required_argument, 0, O_DEVICES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -339,6 +346,18 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
         return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
+      break;
+    case O_DEVICES:
+      if (tsr_runtime_parse_devices(optarg, &cfg->runtime.opencl))
+        return bad("--devices", optarg, "opencl, opencl:N (N from 1 to 64) or none");
+      if (cfg->runtime.opencl != 0 && !tsr_runtime_opencl_built()) {
+        fprintf(stderr,
+                "tessera train: --devices %s: this tessera is built without OpenCL; install "
+                "ocl-icd-opencl-dev and libclblast-dev and rebuild (meson -Dopencl=enabled), "
+                "or use --devices none\n",
+                optarg);
+        return 2;
+      }
       break;
     case O_CLASSES:
       if (tsr__cli_to_long(optarg, 2, 1 << 24, &v))

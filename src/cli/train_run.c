@@ -382,6 +382,7 @@ static int announce(run_t *r) {
            r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n,
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
+    if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
     if (tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);

@@ -2,6 +2,7 @@
  * numbers come from src/runtime/observe.c) and, under MPI, per rank
  * (tsr_train's totals). */
 #include <stdio.h>
+#include <string.h>
 
 #include "tessera/log.h"
 #include "tessera/runtime.h"
@@ -17,6 +18,28 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
             w->seconds, w->executing * pct, w->idle * pct, w->overhead * pct, (long long)w->tasks,
             w->seconds > 0 ? (double)w->tasks / w->seconds : 0.0);
   }
+  /* Per kind of worker (CPU, OpenCL, CUDA: the first word of StarPU's worker names), so a
+   * run with devices shows at a glance what ran where. */
+  char kinds[4][16] = {{0}};
+  int64_t kind_tasks[4] = {0};
+  int nkinds = 0;
+  for (int i = 0; i < st->nworkers; i++) {
+    char kind[16];
+    snprintf(kind, sizeof kind, "%.*s", (int)strcspn(st->workers[i].name, " "),
+             st->workers[i].name);
+    int k = 0;
+    while (k < nkinds && strcmp(kinds[k], kind) != 0)
+      k++;
+    if (k == nkinds) {
+      if (nkinds == 4) continue;
+      snprintf(kinds[nkinds++], sizeof kinds[0], "%s", kind);
+    }
+    kind_tasks[k] += st->workers[i].tasks;
+  }
+  fprintf(out, "  tasks per worker kind:");
+  for (int k = 0; k < nkinds; k++)
+    fprintf(out, "%s %s %lld", k ? "," : "", kinds[k], (long long)kind_tasks[k]);
+  fprintf(out, "\n");
   fprintf(out, "  tasks per codelet:");
   for (int c = 0; c < st->ncodelets; c++) {
     int64_t n = 0;

@@ -201,7 +201,12 @@ static void place_workers(struct starpu_conf *conf, int ncpus) {
 
 int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (started) return tsr_error_set(err, TSR_EINVAL, "the runtime is already started");
-  const char *sched = opts && opts->sched ? opts->sched : TSR_DEFAULT_SCHED;
+  /* With OpenCL devices asked for by name, a policy that uses the performance models to
+   * split work between CPU workers and devices (lws ignores them). */
+  int opencl_asked = opts ? opts->opencl : TSR_OPENCL_AUTO;
+  const char *sched = opts && opts->sched                                  ? opts->sched
+                      : opencl_asked > 0 || opencl_asked == TSR_OPENCL_ALL ? TSR_DEVICES_SCHED
+                                                                           : TSR_DEFAULT_SCHED;
   if (!tsr_sched_known(sched))
     return tsr_error_set(err, TSR_EINVAL,
                          "unknown scheduling policy '%s'; `tessera info --sched-list` lists the "
