@@ -31,11 +31,17 @@ static const char *const kernel_names[TSR_CLK_COUNT] = {
     [TSR_CLK_SGD] = "tsr_sgd",
     [TSR_CLK_ADAM] = "tsr_adam",
     [TSR_CLK_DROPOUT] = "tsr_dropout",
+    [TSR_CLK_IM2COL] = "tsr_im2col",
+    [TSR_CLK_COL2IM] = "tsr_col2im",
+    [TSR_CLK_POOL_FWD] = "tsr_pool_fwd",
+    [TSR_CLK_POOL_BWD] = "tsr_pool_bwd",
 };
 
 static struct starpu_opencl_program program;
 static bool built;
 static cl_kernel kernels[STARPU_MAXOPENCLDEVS][TSR_CLK_COUNT];
+static cl_mem scratch[STARPU_MAXOPENCLDEVS][2];
+static size_t scratch_floats[STARPU_MAXOPENCLDEVS][2];
 
 void tsr__cl_check(cl_int status, const char *what) {
   if (status != CL_SUCCESS) STARPU_OPENCL_REPORT_ERROR_WITH_MSG(what, status);
@@ -94,6 +100,21 @@ void tsr__cl_run_group(tsr_clk_t k, size_t local, int nargs, const tsr_cl_arg_t 
                 kernel_names[k]);
 }
 
+cl_mem tsr__cl_scratch(int slot, size_t floats) {
+  int d = devid();
+  if (scratch_floats[d][slot] < floats) {
+    /* OpenCL frees a released buffer only once the commands using it finished. */
+    if (scratch[d][slot]) clReleaseMemObject(scratch[d][slot]);
+    cl_context ctx;
+    starpu_opencl_get_context(d, &ctx);
+    cl_int st;
+    scratch[d][slot] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, floats * sizeof(float), NULL, &st);
+    tsr__cl_check(st, "allocating device scratch memory for a convolution");
+    scratch_floats[d][slot] = floats;
+  }
+  return scratch[d][slot];
+}
+
 void tsr__cl_copy(int m, int n, cl_mem dst, int dof, int ldd, cl_mem src, int so, int lds) {
   tsr__cl_run2d(TSR_CLK_COPY, m, n, 8,
                 (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(dst), TSR_CL_ARG(dof),
@@ -147,6 +168,11 @@ static void release(void) {
   for (int d = 0; d < STARPU_MAXOPENCLDEVS; d++)
     for (int k = 0; k < TSR_CLK_COUNT; k++)
       if (kernels[d][k]) clReleaseKernel(kernels[d][k]), kernels[d][k] = NULL;
+  for (int d = 0; d < STARPU_MAXOPENCLDEVS; d++)
+    for (int s = 0; s < 2; s++) {
+      if (scratch[d][s]) clReleaseMemObject(scratch[d][s]);
+      scratch[d][s] = NULL, scratch_floats[d][s] = 0;
+    }
   starpu_opencl_unload_opencl(&program);
   /* CLBlast caches programs per context; the contexts die with StarPU. */
   CLBlastClearCache();

@@ -44,6 +44,10 @@ typedef enum {
   TSR_CLK_SGD,
   TSR_CLK_ADAM,
   TSR_CLK_DROPOUT,
+  TSR_CLK_IM2COL,
+  TSR_CLK_COL2IM,
+  TSR_CLK_POOL_FWD,
+  TSR_CLK_POOL_BWD,
   TSR_CLK_COUNT
 } tsr_clk_t;
 
@@ -65,6 +69,11 @@ void tsr__cl_run_group(tsr_clk_t k, size_t local, int nargs, const tsr_cl_arg_t 
 cl_command_queue tsr__cl_queue(void);
 /* Aborts with what failed when status is not CL_SUCCESS. */
 void tsr__cl_check(cl_int status, const char *what);
+
+/* Device scratch memory of the calling worker's device: slot 0 or 1, at
+ * least `floats` floats, valid until the next call with the same slot on that
+ * device (the queue is in order, so later tasks never overwrite it early). */
+cl_mem tsr__cl_scratch(int slot, size_t floats);
 
 /* dst (m, n) = src, both (buffer, offset in floats, ld). */
 void tsr__cl_copy(int m, int n, cl_mem dst, int dof, int ldd, cl_mem src, int so, int lds);

@@ -174,3 +174,114 @@ __kernel void tsr_dropout(int m, int n, __global float *y, int yo, int ldy,
   float u = (float)(h >> 40) * 0x1.0p-24f;
   AT(y, yo, ldy, i, j) = u >= rate ? AT(x, xo, ldx, i, j) * scale : 0.0f;
 }
+
+/* Convolution and pooling geometry: tsr_conv_geom_t's twelve ints, in order. */
+typedef struct {
+  int c, h, w;
+  int oc, oh, ow;
+  int kh, kw, sh, sw, ph, pw;
+} geom_t;
+
+/* col (n oh ow, kh kw c), contiguous: every output pixel's receptive field
+ * of x (n, h w c), zero over the padding. Over (kh kw c, n oh ow). */
+__kernel void tsr_im2col(geom_t g, int n, __global float *col, __global const float *x, int xo,
+                         int ldx) {
+  int kk = get_global_id(0), r = get_global_id(1);
+  int k = g.kh * g.kw * g.c, p = g.oh * g.ow;
+  if (kk >= k || r >= n * p) return;
+  int s = r / p, oy = r % p / g.ow, ox = r % p % g.ow;
+  int ky = kk / (g.kw * g.c), kx = kk / g.c % g.kw, q = kk % g.c;
+  int iy = oy * g.sh - g.ph + ky, ix = ox * g.sw - g.pw + kx;
+  float v = 0.0f;
+  if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+    v = x[xo + (long)s * ldx + ((long)iy * g.w + ix) * g.c + q];
+  col[(long)r * k + kk] = v;
+}
+
+/* dx (n, h w c) = the adjoint of im2col applied to dcol (n oh ow, kh kw c):
+ * each input element gathers the patch entries that read it (no two
+ * work-items write the same element). Over (h w c, n). */
+__kernel void tsr_col2im(geom_t g, int n, __global float *dx, int dxo, int lddx,
+                         __global const float *dcol) {
+  int t = get_global_id(0), s = get_global_id(1);
+  if (t >= g.h * g.w * g.c || s >= n) return;
+  int k = g.kh * g.kw * g.c, p = g.oh * g.ow;
+  int iy = t / (g.w * g.c), ix = t / g.c % g.w, q = t % g.c;
+  float sum = 0.0f;
+  for (int ky = 0; ky < g.kh; ky++) {
+    int ty = iy + g.ph - ky;
+    if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
+    for (int kx = 0; kx < g.kw; kx++) {
+      int tx = ix + g.pw - kx;
+      if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
+      long r = (long)s * p + (long)(ty / g.sh) * g.ow + tx / g.sw;
+      sum += dcol[r * k + ((long)ky * g.kw + kx) * g.c + q];
+    }
+  }
+  dx[dxo + (long)s * lddx + t] = sum;
+}
+
+/* y (n, oh ow c) = max (or mean) of x (n, h w c) over each window, in the
+ * CPU kernel's order. Over (oh ow c, n). */
+__kernel void tsr_pool_fwd(geom_t g, int max, int n, __global float *y, int yo, int ldy,
+                           __global const float *x, int xo, int ldx) {
+  int t = get_global_id(0), s = get_global_id(1);
+  if (t >= g.oh * g.ow * g.c || s >= n) return;
+  int oy = t / (g.ow * g.c), ox = t / g.c % g.ow, q = t % g.c;
+  __global const float *first =
+      x + xo + (long)s * ldx + ((long)oy * g.sh * g.w + (long)ox * g.sw) * g.c + q;
+  float v = first[0];
+  for (int ky = 0; ky < g.kh; ky++)
+    for (int kx = 0; kx < g.kw; kx++) {
+      if (ky == 0 && kx == 0) continue;
+      float xi = first[((long)ky * g.w + kx) * g.c];
+      v = max ? (xi > v ? xi : v) : v + xi;
+    }
+  y[yo + (long)s * ldy + t] = max ? v : v * (1.0f / (float)(g.kh * g.kw));
+}
+
+/* dx (n, h w c) from dy (n, oh ow c), gathered per input element over the
+ * windows that contain it. Max: an element takes a window's gradient when it
+ * is the window's first input equal to the output (and, with relu, that
+ * output is positive); mean: every element takes 1 / (kh kw) of it. Over
+ * (h w c, n). */
+__kernel void tsr_pool_bwd(geom_t g, int max, int relu, int n, __global float *dx, int dxo,
+                           int lddx, __global const float *dy, int dyo, int lddy,
+                           __global const float *x, int xo, int ldx, __global const float *y,
+                           int yo, int ldy) {
+  int t = get_global_id(0), s = get_global_id(1);
+  if (t >= g.h * g.w * g.c || s >= n) return;
+  int iy = t / (g.w * g.c), ix = t / g.c % g.w, q = t % g.c;
+  const float inv = 1.0f / (float)(g.kh * g.kw);
+  __global const float *dys = dy + dyo + (long)s * lddy;
+  float sum = 0.0f;
+  for (int ky = 0; ky < g.kh; ky++) {
+    int ty = iy - ky;
+    if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
+    int oy = ty / g.sh;
+    for (int kx = 0; kx < g.kw; kx++) {
+      int tx = ix - kx;
+      if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
+      int ox = tx / g.sw;
+      long out = ((long)oy * g.ow + ox) * g.c + q;
+      if (!max) {
+        sum += inv * dys[out];
+        continue;
+      }
+      float ym = y[yo + (long)s * ldy + out];
+      if (relu && !(ym > 0.0f)) continue;
+      /* Is (ky, kx) the first position of the window holding the maximum? */
+      __global const float *first =
+          x + xo + (long)s * ldx + ((long)oy * g.sh * g.w + (long)ox * g.sw) * g.c + q;
+      bool earlier = false;
+      for (int a = 0; a <= ky && !earlier; a++)
+        for (int b = 0; b < (a == ky ? kx : g.kw); b++)
+          if (first[((long)a * g.w + b) * g.c] == ym) {
+            earlier = true;
+            break;
+          }
+      if (!earlier && first[((long)ky * g.w + kx) * g.c] == ym) sum += dys[out];
+    }
+  }
+  dx[dxo + (long)s * lddx + t] = sum;
+}

@@ -283,6 +283,79 @@ Test(opencl, dropout_same_mask) {
   operand_check(&x, "dropout in place", REL, 0);
 }
 
+static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                            int pw) {
+  return (tsr_conv_geom_t){.c = c,
+                           .h = h,
+                           .w = w,
+                           .oc = oc,
+                           .oh = (h + 2 * ph - kh) / sh + 1,
+                           .ow = (w + 2 * pw - kw) / sw + 1,
+                           .kh = kh,
+                           .kw = kw,
+                           .sh = sh,
+                           .sw = sw,
+                           .ph = ph,
+                           .pw = pw};
+}
+
+static const float CONV_REL = 1e-4f, CONV_ABS = 1e-5f;
+
+/* Edge tiles (rows not contiguous: the packed paths) and whole handles (one
+ * GEMM straight into the output), strided and padded windows. */
+Test(opencl, convolution_forward_and_backward) {
+  const tsr_conv_geom_t cases[] = {geom(3, 7, 5, 6, 3, 2, 2, 1, 1, 0),
+                                   geom(2, 6, 6, 4, 3, 3, 1, 1, 1, 1),
+                                   geom(4, 5, 4, 3, 1, 1, 1, 1, 0, 0)};
+  for (int t = 0; t < 3; t++)
+    for (int whole = 0; whole < 2; whole++) {
+      const tsr_conv_geom_t *g = &cases[t];
+      int n = 5, in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc, k = g->kh * g->kw * g->c;
+      operand_t y, x, w, b, dx, dw, db;
+      operand_init(&y, n, out, whole, 30, -1, 1, false);
+      operand_init(&x, n, in, whole, 31, -1, 1, false);
+      operand_init(&w, k, g->oc, whole, 32, -1, 1, false);
+      operand_init(&b, 1, g->oc, whole, 33, -1, 1, false);
+      operand_init(&dx, n, in, whole, 34, -1, 1, false);
+      operand_init(&dw, k, g->oc, whole, 35, -1, 1, false);
+      operand_init(&db, 1, g->oc, whole, 36, -1, 1, false);
+      BOTH(tsr__insert_conv_fwd(&o, y.tile[s], x.tile[s], w.tile[s], b.tile[s], g, t == 1));
+      BOTH(tsr__insert_conv_bwd_data(&o, dx.tile[s], y.tile[s], w.tile[s], g));
+      BOTH(tsr__insert_conv_bwd_filter(&o, dw.tile[s], db.tile[s], x.tile[s], y.tile[s], g,
+                                       whole ? 0.0f : 1.0f));
+      operand_check(&y, "conv_fwd y", CONV_REL, CONV_ABS);
+      operand_check(&dx, "conv_bwd_data dx", CONV_REL, CONV_ABS);
+      operand_check(&dw, "conv_bwd_filter dw", CONV_REL, CONV_ABS);
+      operand_check(&db, "conv_bwd_filter db", CONV_REL, CONV_ABS);
+      operand_check(&x, "conv x", 0, 0);
+      operand_check(&w, "conv w", 0, 0);
+      operand_check(&b, "conv b", 0, 0);
+    }
+}
+
+Test(opencl, pooling_max_mean_and_fused_relu) {
+  const tsr_conv_geom_t cases[] = {geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0),
+                                   geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0)};
+  for (int t = 0; t < 2; t++)
+    for (int mode = 0; mode < 3; mode++) { /* max, max with relu, mean */
+      const tsr_conv_geom_t *g = &cases[t];
+      bool max = mode < 2, relu = mode == 1;
+      int n = 4, in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
+      operand_t y, x, dx, dy;
+      operand_init(&y, n, out, false, 40, -1, 1, false);
+      operand_init(&x, n, in, false, 41, -1, 1, false);
+      operand_init(&dx, n, in, false, 42, -1, 1, false);
+      operand_init(&dy, n, out, false, 43, -1, 1, false);
+      BOTH(tsr__insert_pool_fwd(&o, y.tile[s], x.tile[s], g, max));
+      BOTH(tsr__insert_pool_bwd(&o, dx.tile[s], dy.tile[s], max ? x.tile[s] : NULL,
+                                max ? y.tile[s] : NULL, g, max, relu));
+      operand_check(&y, "pool_fwd y", max ? 0 : REL, max ? 0 : ABS);
+      operand_check(&dx, "pool_bwd dx", REL, ABS);
+      operand_check(&x, "pool x", 0, 0);
+      operand_check(&dy, "pool dy", 0, 0);
+    }
+}
+
 /* Skips the whole program (exit 77) where there is nothing to test, saying why. */
 static const char *why_skip(void) {
 #ifndef TSR_HAVE_OPENCL
