@@ -35,6 +35,7 @@ static const char *const kernel_names[TSR_CLK_COUNT] = {
     [TSR_CLK_COL2IM] = "tsr_col2im",
     [TSR_CLK_POOL_FWD] = "tsr_pool_fwd",
     [TSR_CLK_POOL_BWD] = "tsr_pool_bwd",
+    [TSR_CLK_OUTER] = "tsr_outer",
 };
 
 static struct starpu_opencl_program program;

@@ -48,6 +48,7 @@ typedef enum {
   TSR_CLK_COL2IM,
   TSR_CLK_POOL_FWD,
   TSR_CLK_POOL_BWD,
+  TSR_CLK_OUTER,
   TSR_CLK_COUNT
 } tsr_clk_t;
 

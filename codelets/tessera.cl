@@ -285,3 +285,24 @@ __kernel void tsr_pool_bwd(geom_t g, int max, int relu, int n, __global float *d
   }
   dx[dxo + (long)s * lddx + t] = sum;
 }
+
+/* One outer-optimizer step (tsr__k_outer): d = scale (a - b), a may be x. */
+__kernel void tsr_outer(int m, int n, __global float *x, int xo, int ldx, __global float *u,
+                        int uo, int ldu, __global const float *a, int ao, int lda,
+                        __global const float *b, int bo, int ldb, float scale, int nesterov,
+                        float lr, float momentum, float gamma) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float d = scale * (AT(a, ao, lda, i, j) - AT(b, bo, ldb, i, j));
+  if (nesterov) {
+    float uj = flush(momentum * AT(u, uo, ldu, i, j) + d);
+    AT(u, uo, ldu, i, j) = uj;
+    AT(x, xo, ldx, i, j) -= lr * (d + momentum * uj);
+  } else if (gamma > 0.0f) {
+    float uj = flush(momentum * AT(u, uo, ldu, i, j) + d / gamma);
+    AT(u, uo, ldu, i, j) = uj;
+    AT(x, xo, ldx, i, j) -= lr * gamma * uj;
+  } else {
+    AT(x, xo, ldx, i, j) -= d;
+  }
+}

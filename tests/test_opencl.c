@@ -283,6 +283,41 @@ Test(opencl, dropout_same_mask) {
   operand_check(&x, "dropout in place", REL, 0);
 }
 
+Test(opencl, fold_and_outer_optimizers) {
+  for (int commute = 0; commute < 2; commute++) {
+    operand_t g, snap, w;
+    operand_init(&g, 6, 7, false, 50, -1, 1, false);
+    operand_init(&snap, 6, 7, false, 51, -1, 1, false);
+    operand_init(&w, 6, 7, false, 52, -1, 1, false);
+    BOTH(tsr__insert_fold(&o, g.tile[s], snap.tile[s], w.tile[s], commute));
+    operand_check(&g, "fold global", REL, ABS);
+    operand_check(&snap, "fold snapshot", REL, ABS);
+    operand_check(&w, "fold w", 0, 0);
+  }
+  /* slowmo (gamma > 0), plain averaging (gamma 0), nesterov */
+  const struct {
+    bool nesterov;
+    float gamma;
+  } kinds[] = {{false, 0.5f}, {false, 0.0f}, {true, 0.0f}};
+  for (int k = 0; k < 3; k++) {
+    operand_t x, u, mean, snap, w;
+    operand_init(&x, 5, 6, false, 53, -1, 1, false);
+    operand_init(&u, 5, 6, false, 54, -1, 1, false);
+    operand_init(&mean, 5, 6, false, 55, -1, 1, false);
+    operand_init(&snap, 5, 6, false, 56, -1, 1, false);
+    operand_init(&w, 5, 6, false, 57, -1, 1, false);
+    BOTH(tsr__insert_outer(&o, x.tile[s], u.tile[s], mean.tile[s], kinds[k].nesterov, 0.7f, 0.9f,
+                           kinds[k].gamma));
+    BOTH(tsr__insert_outer_fold(&o, x.tile[s], u.tile[s], snap.tile[s], w.tile[s], 0.5f,
+                                kinds[k].nesterov, 0.7f, 0.9f, kinds[k].gamma, k == 1));
+    operand_check(&x, "outer x", REL, ABS);
+    operand_check(&u, "outer u", REL, ABS);
+    operand_check(&snap, "outer_fold snapshot", REL, ABS);
+    operand_check(&mean, "outer mean", 0, 0);
+    operand_check(&w, "outer_fold w", 0, 0);
+  }
+}
+
 static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
                             int pw) {
   return (tsr_conv_geom_t){.c = c,
