@@ -99,6 +99,7 @@ typedef struct {
   int rank, src, dst; /* memory nodes of a rank */
   int64_t bytes;
   int transfers;
+  char src_name[24], dst_name[24]; /* StarPU's names of the nodes, e.g. "NUMA 0", "OpenCL 0" */
 } tsr_bus_stats_t;
 
 typedef struct {

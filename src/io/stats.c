@@ -40,6 +40,21 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
   for (int k = 0; k < nkinds; k++)
     fprintf(out, "%s %s %lld", k ? "," : "", kinds[k], (long long)kind_tasks[k]);
   fprintf(out, "\n");
+  /* With several kinds, which codelets each kind ran. */
+  for (int k = 0; nkinds > 1 && k < nkinds; k++) {
+    fprintf(out, "  %s tasks per codelet:", kinds[k]);
+    int shown = 0;
+    for (int c = 0; c < st->ncodelets; c++) {
+      int64_t n = 0;
+      for (int i = 0; i < st->nworkers; i++)
+        if (strncmp(st->workers[i].name, kinds[k], strlen(kinds[k])) == 0 &&
+            (st->workers[i].name[strlen(kinds[k])] == ' ' ||
+             st->workers[i].name[strlen(kinds[k])] == '\0'))
+          n += st->workers[i].codelet_tasks[c];
+      if (n) fprintf(out, "%s %s %lld", shown++ ? "," : "", st->codelets[c], (long long)n);
+    }
+    fprintf(out, "%s\n", shown ? "" : " none");
+  }
   fprintf(out, "  tasks per codelet:");
   for (int c = 0; c < st->ncodelets; c++) {
     int64_t n = 0;
@@ -51,9 +66,10 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
   int64_t bytes = 0;
   for (int b = 0; b < st->nbuses; b++) {
     if (st->buses[b].transfers == 0) continue;
-    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers\n", st->buses[b].rank,
-            st->buses[b].src, st->buses[b].dst, 1e-6 * (double)st->buses[b].bytes,
-            st->buses[b].transfers);
+    const tsr_bus_stats_t *bs = &st->buses[b];
+    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers (%s -> %s)\n", bs->rank,
+            bs->src, bs->dst, 1e-6 * (double)bs->bytes, bs->transfers,
+            bs->src_name[0] ? bs->src_name : "?", bs->dst_name[0] ? bs->dst_name : "?");
     bytes += st->buses[b].bytes;
   }
   if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");
