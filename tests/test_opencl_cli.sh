@@ -58,7 +58,7 @@ args=(train --model mlp:64 --tile 32 --epochs 2 --train-limit 2000 --test-limit 
 STARPU_HOME=$tmp/home-cpu timeout 240 "$tessera" "${args[@]}" --devices none >"$tmp/cpu.out" 2>&1 ||
   fail "CPU-only run failed: $(tail -3 "$tmp/cpu.out")"
 STARPU_HOME=$tmp/home-cl STARPU_OPENCL_ON_CPUS=1 timeout 240 "$tessera" "${args[@]}" \
-  --devices opencl:1 --log "$tmp/cl.jsonl" >"$tmp/cl.out" 2>&1 || fail "CPU + OpenCL run failed: $(tail -3 "$tmp/cl.out")"
+  --devices opencl:1 --log "$tmp/cl.jsonl" --trace "$tmp/cl.json" >"$tmp/cl.out" 2>&1 || fail "CPU + OpenCL run failed: $(tail -3 "$tmp/cl.out")"
 
 # Test accuracy of the last epoch line.
 acc() { grep -E '^epoch 2/2' "$1" | sed -E 's/.*test ([0-9.]+)%.*/\1/'; }
@@ -82,17 +82,26 @@ else
 fi
 grep -qE "OpenCL tasks per codelet:.* gemm [1-9]" "$tmp/cl.out" && passed=$((passed + 1)) ||
   fail "no GEMM ran on the device: $(grep 'tasks per codelet' "$tmp/cl.out")"
-# The log's statistics name the memory nodes: bytes went to the device and came back.
-if python3 - "$tmp/cl.jsonl" <<'PY'; then
+# The log's statistics and the trace name the memory nodes: bytes went to the device and came
+# back; the trace's OpenCL track holds tasks.
+if python3 - "$tmp/cl.jsonl" "$tmp/cl.json" <<'PY'; then
 import json, sys
 stats = [json.loads(l) for l in open(sys.argv[1]) if '"stats"' in l][-1]
-to_dev = sum(b["bytes"] for b in stats["buses"] if b["dst_name"].startswith("OpenCL"))
-from_dev = sum(b["bytes"] for b in stats["buses"] if b["src_name"].startswith("OpenCL"))
-sys.exit(not (to_dev > 0 and from_dev > 0))
+trace = json.load(open(sys.argv[2]))
+for buses in (stats["buses"], trace["otherData"]["memory_transfers"]):
+    to_dev = sum(b["bytes"] for b in buses if b["dst_name"].startswith("OpenCL"))
+    from_dev = sum(b["bytes"] for b in buses if b["src_name"].startswith("OpenCL"))
+    if not (to_dev > 0 and from_dev > 0):
+        sys.exit("no bytes to and from the device in %s" % buses)
+tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+          if e.get("name") == "thread_name"}
+kinds = {tracks[(e["pid"], e["tid"])].split()[0] for e in trace["traceEvents"]
+         if e.get("cat") == "task"}
+sys.exit(None if kinds == {"CPU", "OpenCL"} else "trace tasks ran on %s" % kinds)
 PY
   passed=$((passed + 1))
 else
-  fail "the log's buses show no bytes to and from the OpenCL device"
+  fail "the log's buses or the trace show no bytes to and from the OpenCL device, or no tasks on one kind of worker"
 fi
 for dir in "0 -> 1" "1 -> 0"; do
   grep -qE "memory node $dir: [0-9.]+ MB in [1-9][0-9]* transfers" "$tmp/cl.out" &&
