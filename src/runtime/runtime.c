@@ -20,7 +20,6 @@
 static bool started, with_mpi, priorities = true;
 static char sched_in_use[64];
 static const tsr_device_hooks_t *device_hooks; /* codelets/opencl.c's, when built with OpenCL */
-static bool devices_prepared;
 
 void tsr__runtime_device_hooks(const tsr_device_hooks_t *hooks) {
   device_hooks = hooks;
@@ -110,13 +109,13 @@ static int opencl_start(int opencl, tsr_errbuf_t *err) {
   char msg[256] = "";
   if (device_hooks->prepare(msg, sizeof msg) != 0)
     return tsr_error_set(err, TSR_ERUNTIME, "%s", msg);
-  devices_prepared = true;
   return 0;
 }
 
+/* Releases what prepare built, also after a prepare that failed half-way (a no-op when
+ * nothing was built). */
 static void opencl_stop(void) {
-  if (devices_prepared && device_hooks) device_hooks->release();
-  devices_prepared = false;
+  if (device_hooks) device_hooks->release();
 }
 
 /* Policies programs registered (tsr_sched_register), borrowed. */
@@ -203,10 +202,10 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (started) return tsr_error_set(err, TSR_EINVAL, "the runtime is already started");
   /* With OpenCL devices asked for by name, a policy that uses the performance models to
    * split work between CPU workers and devices (lws ignores them). */
-  int opencl_asked = opts ? opts->opencl : TSR_OPENCL_AUTO;
-  const char *sched = opts && opts->sched                                  ? opts->sched
-                      : opencl_asked > 0 || opencl_asked == TSR_OPENCL_ALL ? TSR_DEVICES_SCHED
-                                                                           : TSR_DEFAULT_SCHED;
+  int opencl = opts ? opts->opencl : TSR_OPENCL_AUTO;
+  const char *sched = opts && opts->sched                      ? opts->sched
+                      : opencl > 0 || opencl == TSR_OPENCL_ALL ? TSR_DEVICES_SCHED
+                                                               : TSR_DEFAULT_SCHED;
   if (!tsr_sched_known(sched))
     return tsr_error_set(err, TSR_EINVAL,
                          "unknown scheduling policy '%s'; `tessera info --sched-list` lists the "
@@ -235,7 +234,6 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (strcmp(sched, "heteroprio") == 0) conf.sched_policy_init = heteroprio_init;
   conf.ncpus = ncpus;
   conf.ncuda = 0;
-  int opencl = opts ? opts->opencl : TSR_OPENCL_AUTO;
   int rc_cl = opencl_conf(opencl, &conf.nopencl, err);
   if (rc_cl) return rc_cl;
   with_mpi = tsr_dist_active();

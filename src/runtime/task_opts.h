@@ -40,7 +40,8 @@ struct tsr_task_opts {
  * registers when the library loads (the runtime may not call into codelets/):
  * the runtime calls prepare once StarPU runs OpenCL workers (it builds the
  * OpenCL programs; on failure it writes why into msg and returns nonzero)
- * and release before StarPU stops. hooks is borrowed and must stay valid. */
+ * and release before StarPU stops, also after a failed prepare (release of
+ * nothing built does nothing). hooks is borrowed and must stay valid. */
 typedef struct {
   int (*prepare)(char *msg, size_t len);
   void (*release)(void);
