@@ -413,8 +413,10 @@ static const char *why_skip(void) {
 
 /* Visible: Criterion's workers find main by its symbol (the project hides symbols by default). */
 __attribute__((visibility("default"))) int main(int argc, char *argv[]) {
-  /* StarPU only drives OpenCL devices that are CPUs (PoCL) when told to. */
+  /* StarPU only drives OpenCL devices that are CPUs (PoCL) when told to; the suite's
+   * STARPU_NOPENCL=0 (CPU workers only) is for the other tests. */
   setenv("STARPU_OPENCL_ON_CPUS", "1", 0);
+  unsetenv("STARPU_NOPENCL");
   /* In a test worker this runs the test and does not return. */
   struct criterion_test_set *tests = criterion_initialize();
   const char *why = why_skip();

@@ -8,6 +8,8 @@
 # Usage: test_opencl_cli.sh PATH/TO/tessera
 set -u
 tessera=$1
+# The suite's STARPU_NOPENCL=0 keeps the other tests on CPU workers; this one picks its devices.
+unset STARPU_NOPENCL
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
