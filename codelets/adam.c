@@ -1,6 +1,9 @@
 /* Adam update of one parameter tile with its two moment tiles, or of a band
  * of their rows (the chunk of a tile that --sync batch updates on its home). */
+#include <math.h>
+
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -21,6 +24,31 @@ static void adam_cpu(void *buffers[], void *cl_arg) {
               a->lr, a->beta1, a->beta2, a->eps, a->wd, a->t);
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void adam_opencl(void *buffers[], void *cl_arg) {
+  const struct adam_args *a = cl_arg;
+  int m = TSR_ROWS(buffers[3]), n = TSR_COLS(buffers[3]);
+  int ldw = TSR_LD(buffers[0]), wo = TSR_CL_OFF(buffers[0]) + a->r0 * ldw;
+  int ld1 = TSR_LD(buffers[1]), o1 = TSR_CL_OFF(buffers[1]) + a->r0 * ld1;
+  int ld2 = TSR_LD(buffers[2]), o2 = TSR_CL_OFF(buffers[2]) + a->r0 * ld2;
+  int ldg = TSR_LD(buffers[3]), go = TSR_CL_OFF(buffers[3]);
+  cl_mem w = TSR_CL_MEM(buffers[0]), m1 = TSR_CL_MEM(buffers[1]), m2 = TSR_CL_MEM(buffers[2]);
+  cl_mem g = TSR_CL_MEM(buffers[3]);
+  /* The bias corrections exactly as tsr__k_adam computes them. */
+  float c1 = 1.0f / (1.0f - powf(a->beta1, (float)a->t));
+  float c2 = 1.0f / (1.0f - powf(a->beta2, (float)a->t));
+  float lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, wd = a->wd;
+  tsr__cl_run2d(TSR_CLK_ADAM, m, n, 21,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(m),     TSR_CL_ARG(n),     TSR_CL_ARG(w),
+                                 TSR_CL_ARG(wo),    TSR_CL_ARG(ldw),   TSR_CL_ARG(m1),
+                                 TSR_CL_ARG(o1),    TSR_CL_ARG(ld1),   TSR_CL_ARG(m2),
+                                 TSR_CL_ARG(o2),    TSR_CL_ARG(ld2),   TSR_CL_ARG(g),
+                                 TSR_CL_ARG(go),    TSR_CL_ARG(ldg),   TSR_CL_ARG(lr),
+                                 TSR_CL_ARG(beta1), TSR_CL_ARG(beta2), TSR_CL_ARG(eps),
+                                 TSR_CL_ARG(wd),    TSR_CL_ARG(c1),    TSR_CL_ARG(c2)});
+}
+#endif
+
 static struct starpu_perfmodel adam_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_adam_f32",
@@ -30,7 +58,7 @@ struct starpu_codelet tsr_cl_adam = {
     .name = "adam",
     .cpu_funcs = {adam_cpu},
     .cpu_funcs_name = {"adam_cpu"},
-    .nbuffers = 4,
+    TSR_OPENCL_FUNC(adam_opencl).nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R},
     .model = &adam_model,
 };

@@ -2,6 +2,7 @@
  * --sync batch averages a parameter (src/parallel/sync.c), so that a
  * transfer carries a chunk, not the whole tile around it. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -19,6 +20,22 @@ static void band_put_cpu(void *buffers[], void *cl_arg) {
               TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void band_get_opencl(void *buffers[], void *cl_arg) {
+  int r0 = *(const int *)cl_arg;
+  tsr__cl_copy(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_CL_MEM(buffers[0]),
+               TSR_CL_OFF(buffers[0]), TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]),
+               TSR_CL_OFF(buffers[1]) + r0 * TSR_LD(buffers[1]), TSR_LD(buffers[1]));
+}
+
+static void band_put_opencl(void *buffers[], void *cl_arg) {
+  int r0 = *(const int *)cl_arg;
+  tsr__cl_copy(TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), TSR_CL_MEM(buffers[0]),
+               TSR_CL_OFF(buffers[0]) + r0 * TSR_LD(buffers[0]), TSR_LD(buffers[0]),
+               TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]), TSR_LD(buffers[1]));
+}
+#endif
+
 static struct starpu_perfmodel band_get_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_band_get_f32",
@@ -33,7 +50,7 @@ struct starpu_codelet tsr_cl_band_get = {
     .name = "band_get",
     .cpu_funcs = {band_get_cpu},
     .cpu_funcs_name = {"band_get_cpu"},
-    .nbuffers = 2,
+    TSR_OPENCL_FUNC(band_get_opencl).nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &band_get_model,
 };
@@ -42,7 +59,7 @@ struct starpu_codelet tsr_cl_band_put = {
     .name = "band_put",
     .cpu_funcs = {band_put_cpu},
     .cpu_funcs_name = {"band_put_cpu"},
-    .nbuffers = 2,
+    TSR_OPENCL_FUNC(band_put_opencl).nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &band_put_model,
 };

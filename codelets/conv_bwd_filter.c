@@ -4,6 +4,7 @@
  * fixed chain, the first writing (beta 0, W access) and the next ones adding
  * (RW), so the result does not depend on scheduling. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -20,6 +21,37 @@ static void conv_bwd_filter_cpu(void *buffers[], void *cl_arg) {
                          TSR_LD(buffers[3]), a->beta, tsr__workspace(tsr__k_conv_work(&a->g, n)));
 }
 
+#ifdef TSR_HAVE_OPENCL
+/* dw = beta dw + im2col(x)^T dy with CLBlast, db = beta db + column sums of
+ * dy viewed as (n oh ow, oc) (dy packed first when its rows are not
+ * contiguous). */
+static void conv_bwd_filter_opencl(void *buffers[], void *cl_arg) {
+  const struct conv_bwd_filter_args *a = cl_arg;
+  tsr_conv_geom_t g = a->g;
+  int n = TSR_ROWS(buffers[2]), p = g.oh * g.ow, k = g.kh * g.kw * g.c, np = n * p, oc = g.oc;
+  int lddw = TSR_LD(buffers[0]), dwo = TSR_CL_OFF(buffers[0]), dbo = TSR_CL_OFF(buffers[1]);
+  int ldx = TSR_LD(buffers[2]), xo = TSR_CL_OFF(buffers[2]);
+  int lddy = TSR_LD(buffers[3]), dyo = TSR_CL_OFF(buffers[3]);
+  cl_mem dw = TSR_CL_MEM(buffers[0]), db = TSR_CL_MEM(buffers[1]), x = TSR_CL_MEM(buffers[2]);
+  cl_mem dy = TSR_CL_MEM(buffers[3]);
+  float beta = a->beta;
+  if (!(n == 1 || lddy == p * oc)) {
+    cl_mem packed = tsr__cl_scratch(1, (size_t)np * (size_t)oc);
+    tsr__cl_copy(n, p * oc, packed, 0, p * oc, dy, dyo, lddy);
+    dy = packed, dyo = 0;
+  }
+  cl_mem col = tsr__cl_scratch(0, (size_t)np * (size_t)k);
+  tsr__cl_run2d(TSR_CLK_IM2COL, np, k, 6,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(g), TSR_CL_ARG(n), TSR_CL_ARG(col), TSR_CL_ARG(x),
+                                 TSR_CL_ARG(xo), TSR_CL_ARG(ldx)});
+  tsr__cl_gemm(true, false, k, oc, np, 1.0f, col, 0, k, dy, dyo, oc, beta, dw, dwo, lddw);
+  tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, oc, 8,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(np), TSR_CL_ARG(oc), TSR_CL_ARG(db), TSR_CL_ARG(dbo),
+                                 TSR_CL_ARG(dy), TSR_CL_ARG(dyo), TSR_CL_ARG(oc),
+                                 TSR_CL_ARG(beta)});
+}
+#endif
+
 static struct starpu_perfmodel conv_bwd_filter_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_conv_bwd_filter_f32",
@@ -29,7 +61,7 @@ struct starpu_codelet tsr_cl_conv_bwd_filter = {
     .name = "conv_bwd_filter",
     .cpu_funcs = {conv_bwd_filter_cpu},
     .cpu_funcs_name = {"conv_bwd_filter_cpu"},
-    .nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_bwd_filter_opencl).nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
     .model = &conv_bwd_filter_model,
 };
@@ -38,7 +70,7 @@ struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
     .name = "conv_bwd_filter",
     .cpu_funcs = {conv_bwd_filter_cpu},
     .cpu_funcs_name = {"conv_bwd_filter_cpu"},
-    .nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_bwd_filter_opencl).nbuffers = 4,
     .modes = {STARPU_W, STARPU_W, STARPU_R, STARPU_R},
     .model = &conv_bwd_filter_model,
 };

@@ -2,6 +2,7 @@
  * workspace, one BLIS GEMM for the whole tile, then the bias and a following
  * ReLU fused in while the output is hot in cache. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -18,6 +19,34 @@ static void conv_fwd_cpu(void *buffers[], void *cl_arg) {
                   a->relu, tsr__workspace(tsr__k_conv_work(&a->g, n)));
 }
 
+#ifdef TSR_HAVE_OPENCL
+/* im2col into scratch, one CLBlast GEMM for the tile into y when its rows
+ * are contiguous (else into scratch, copied out), then the bias (and ReLU)
+ * over the (n oh ow, oc) product. */
+static void conv_fwd_opencl(void *buffers[], void *cl_arg) {
+  const struct conv_fwd_args *a = cl_arg;
+  tsr_conv_geom_t g = a->g;
+  int n = TSR_ROWS(buffers[0]), p = g.oh * g.ow, k = g.kh * g.kw * g.c, np = n * p;
+  int ldy = TSR_LD(buffers[0]), yo = TSR_CL_OFF(buffers[0]);
+  int ldx = TSR_LD(buffers[1]), xo = TSR_CL_OFF(buffers[1]);
+  int ldw = TSR_LD(buffers[2]), wo = TSR_CL_OFF(buffers[2]), bo = TSR_CL_OFF(buffers[3]);
+  cl_mem y = TSR_CL_MEM(buffers[0]), x = TSR_CL_MEM(buffers[1]), w = TSR_CL_MEM(buffers[2]);
+  cl_mem b = TSR_CL_MEM(buffers[3]);
+  cl_mem col = tsr__cl_scratch(0, (size_t)np * (size_t)k);
+  tsr__cl_run2d(TSR_CLK_IM2COL, np, k, 6,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(g), TSR_CL_ARG(n), TSR_CL_ARG(col), TSR_CL_ARG(x),
+                                 TSR_CL_ARG(xo), TSR_CL_ARG(ldx)});
+  bool direct = n == 1 || ldy == p * g.oc;
+  cl_mem out = direct ? y : tsr__cl_scratch(1, (size_t)np * (size_t)g.oc);
+  int oo = direct ? yo : 0, oc = g.oc, relu = a->relu;
+  tsr__cl_gemm(false, false, np, oc, k, 1.0f, col, 0, k, w, wo, ldw, 0.0f, out, oo, oc);
+  tsr__cl_run2d(TSR_CLK_BIAS_ADD, np, oc, 8,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(np), TSR_CL_ARG(oc), TSR_CL_ARG(out), TSR_CL_ARG(oo),
+                                 TSR_CL_ARG(oc), TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(relu)});
+  if (!direct) tsr__cl_copy(n, p * oc, y, yo, ldy, out, 0, p * oc);
+}
+#endif
+
 static struct starpu_perfmodel conv_fwd_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_conv_fwd_f32",
@@ -27,7 +56,7 @@ struct starpu_codelet tsr_cl_conv_fwd = {
     .name = "conv_fwd",
     .cpu_funcs = {conv_fwd_cpu},
     .cpu_funcs_name = {"conv_fwd_cpu"},
-    .nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_fwd_opencl).nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
     .model = &conv_fwd_model,
 };

@@ -1,5 +1,6 @@
 /* Copy one tile into another of the same shape. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -10,6 +11,15 @@ static void copy_cpu(void *buffers[], void *cl_arg) {
               TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void copy_opencl(void *buffers[], void *cl_arg) {
+  (void)cl_arg;
+  tsr__cl_copy(TSR_ROWS(buffers[0]), TSR_COLS(buffers[0]), TSR_CL_MEM(buffers[0]),
+               TSR_CL_OFF(buffers[0]), TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]),
+               TSR_CL_OFF(buffers[1]), TSR_LD(buffers[1]));
+}
+#endif
+
 static struct starpu_perfmodel copy_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_copy_f32",
@@ -19,7 +29,7 @@ struct starpu_codelet tsr_cl_copy = {
     .name = "copy",
     .cpu_funcs = {copy_cpu},
     .cpu_funcs_name = {"copy_cpu"},
-    .nbuffers = 2,
+    TSR_OPENCL_FUNC(copy_opencl).nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &copy_model,
 };

@@ -4,6 +4,7 @@
  * snapshot are one task so that the snapshot is this rank's fold and not a
  * later one, while folds of different ranks commute on the global copy. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -17,6 +18,23 @@ static void fold_cpu(void *buffers[], void *cl_arg) {
               TSR_LD(buffers[0]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void fold_opencl(void *buffers[], void *cl_arg) {
+  (void)cl_arg;
+  int m = TSR_ROWS(buffers[0]), n = TSR_COLS(buffers[0]);
+  int ldg = TSR_LD(buffers[0]), go = TSR_CL_OFF(buffers[0]);
+  int ldw = TSR_LD(buffers[2]), wo = TSR_CL_OFF(buffers[2]);
+  cl_mem g = TSR_CL_MEM(buffers[0]), w = TSR_CL_MEM(buffers[2]);
+  float half = 0.5f;
+  tsr__cl_run2d(TSR_CLK_AXPBY, m, n, 10,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(half), TSR_CL_ARG(w),
+                                 TSR_CL_ARG(wo), TSR_CL_ARG(ldw), TSR_CL_ARG(half), TSR_CL_ARG(g),
+                                 TSR_CL_ARG(go), TSR_CL_ARG(ldg)});
+  tsr__cl_copy(m, n, TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]), TSR_LD(buffers[1]), g, go,
+               ldg);
+}
+#endif
+
 static struct starpu_perfmodel fold_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_fold_f32",
@@ -26,7 +44,7 @@ struct starpu_codelet tsr_cl_fold = {
     .name = "fold",
     .cpu_funcs = {fold_cpu},
     .cpu_funcs_name = {"fold_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(fold_opencl).nbuffers = 3,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_W, STARPU_R},
     .model = &fold_model,
 };
@@ -36,7 +54,7 @@ struct starpu_codelet tsr_cl_fold_ordered = {
     .name = "fold",
     .cpu_funcs = {fold_cpu},
     .cpu_funcs_name = {"fold_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(fold_opencl).nbuffers = 3,
     .modes = {STARPU_RW, STARPU_W, STARPU_R},
     .model = &fold_model,
 };

@@ -5,6 +5,7 @@
 #include <assert.h>
 
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -22,6 +23,18 @@ static void gemm_cpu(void *buffers[], void *cl_arg) {
               TSR_LD(buffers[2]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void gemm_opencl(void *buffers[], void *cl_arg) {
+  const struct gemm_args *g = cl_arg;
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
+               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
+               TSR_LD(buffers[1]), g->beta, TSR_CL_MEM(buffers[2]), TSR_CL_OFF(buffers[2]),
+               TSR_LD(buffers[2]));
+}
+#endif
+
 static struct starpu_perfmodel gemm_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_gemm_f32",
@@ -31,7 +44,7 @@ struct starpu_codelet tsr_cl_gemm = {
     .name = "gemm",
     .cpu_funcs = {gemm_cpu},
     .cpu_funcs_name = {"gemm_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(gemm_opencl).nbuffers = 3,
     .modes = {STARPU_R, STARPU_R, STARPU_RW},
     .model = &gemm_model,
 };
@@ -40,7 +53,7 @@ struct starpu_codelet tsr_cl_gemm_w = {
     .name = "gemm",
     .cpu_funcs = {gemm_cpu},
     .cpu_funcs_name = {"gemm_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(gemm_opencl).nbuffers = 3,
     .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &gemm_model,
 };

@@ -2,6 +2,7 @@
  * pooling keeps no argmax: the backward pass finds it again from the input
  * and the output, which costs a few comparisons and no extra tile. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -16,6 +17,21 @@ static void pool_fwd_cpu(void *buffers[], void *cl_arg) {
                   TSR_PTR(buffers[1]), TSR_LD(buffers[1]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void pool_fwd_opencl(void *buffers[], void *cl_arg) {
+  const struct pool_args *a = cl_arg;
+  tsr_conv_geom_t g = a->g;
+  int n = TSR_ROWS(buffers[0]), max = a->max;
+  int ldy = TSR_LD(buffers[0]), yo = TSR_CL_OFF(buffers[0]);
+  int ldx = TSR_LD(buffers[1]), xo = TSR_CL_OFF(buffers[1]);
+  cl_mem y = TSR_CL_MEM(buffers[0]), x = TSR_CL_MEM(buffers[1]);
+  tsr__cl_run2d(TSR_CLK_POOL_FWD, n, g.oh * g.ow * g.c, 9,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(g), TSR_CL_ARG(max), TSR_CL_ARG(n), TSR_CL_ARG(y),
+                                 TSR_CL_ARG(yo), TSR_CL_ARG(ldy), TSR_CL_ARG(x), TSR_CL_ARG(xo),
+                                 TSR_CL_ARG(ldx)});
+}
+#endif
+
 static struct starpu_perfmodel pool_fwd_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_pool_fwd_f32",
@@ -25,7 +41,7 @@ struct starpu_codelet tsr_cl_pool_fwd = {
     .name = "pool_fwd",
     .cpu_funcs = {pool_fwd_cpu},
     .cpu_funcs_name = {"pool_fwd_cpu"},
-    .nbuffers = 2,
+    TSR_OPENCL_FUNC(pool_fwd_opencl).nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &pool_fwd_model,
 };

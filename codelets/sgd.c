@@ -3,6 +3,7 @@
  * in PyTorch. Plain SGD (momentum 0) has no velocity tile, hence a second
  * codelet. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -23,6 +24,25 @@ static void sgd_cpu(void *buffers[], void *cl_arg) {
              a->momentum, a->wd);
 }
 
+#ifdef TSR_HAVE_OPENCL
+static void sgd_opencl(void *buffers[], void *cl_arg) {
+  const struct sgd_args *a = cl_arg;
+  bool mom = a->momentum != 0.0f;
+  void *vb = mom ? buffers[2] : buffers[0]; /* unused without momentum */
+  int m = TSR_ROWS(buffers[1]), n = TSR_COLS(buffers[1]);
+  int ldw = TSR_LD(buffers[0]), wo = TSR_CL_OFF(buffers[0]) + a->r0 * ldw;
+  int ldv = TSR_LD(vb), vo = TSR_CL_OFF(vb) + a->r0 * ldv;
+  int ldg = TSR_LD(buffers[1]), go = TSR_CL_OFF(buffers[1]);
+  cl_mem w = TSR_CL_MEM(buffers[0]), v = TSR_CL_MEM(vb), g = TSR_CL_MEM(buffers[1]);
+  float lr = a->lr, momentum = a->momentum, wd = a->wd;
+  tsr__cl_run2d(TSR_CLK_SGD, m, n, 14,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(w), TSR_CL_ARG(wo),
+                                 TSR_CL_ARG(ldw), TSR_CL_ARG(v), TSR_CL_ARG(vo), TSR_CL_ARG(ldv),
+                                 TSR_CL_ARG(g), TSR_CL_ARG(go), TSR_CL_ARG(ldg), TSR_CL_ARG(lr),
+                                 TSR_CL_ARG(momentum), TSR_CL_ARG(wd)});
+}
+#endif
+
 static struct starpu_perfmodel sgd_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_sgd_f32",
@@ -32,7 +52,7 @@ struct starpu_codelet tsr_cl_sgd = {
     .name = "sgd",
     .cpu_funcs = {sgd_cpu},
     .cpu_funcs_name = {"sgd_cpu"},
-    .nbuffers = 2,
+    TSR_OPENCL_FUNC(sgd_opencl).nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &sgd_model,
 };
@@ -41,7 +61,7 @@ struct starpu_codelet tsr_cl_sgd_momentum = {
     .name = "sgd",
     .cpu_funcs = {sgd_cpu},
     .cpu_funcs_name = {"sgd_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(sgd_opencl).nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_RW},
     .model = &sgd_model,
 };

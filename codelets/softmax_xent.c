@@ -3,6 +3,7 @@
  * host reads the epoch's loss and accuracy once, at the epoch end, instead of
  * waiting on every batch. Without a gradient output it serves evaluation. */
 #include "codelets.h"
+#include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
@@ -27,6 +28,36 @@ static void xent_eval_cpu(void *buffers[], void *cl_arg) {
                       TSR_PTR(buffers[0]));
 }
 
+#ifdef TSR_HAVE_OPENCL
+/* d: the gradient's buffer index, or -1 (evaluation); then stats, logits, labels. */
+static void xent_run(void *buffers[], const struct xent_args *a, int di, int si) {
+  void *zb = buffers[si + 1], *lb = buffers[si + 2];
+  int m = TSR_ROWS(zb), n = TSR_COLS(zb), has_d = di >= 0;
+  cl_mem z = TSR_CL_MEM(zb), labels = TSR_CL_MEM(lb), stats = TSR_CL_MEM(buffers[si]);
+  cl_mem d = has_d ? TSR_CL_MEM(buffers[di]) : z; /* unused without the gradient */
+  int dof = has_d ? TSR_CL_OFF(buffers[di]) : 0, ldd = has_d ? TSR_LD(buffers[di]) : 0;
+  int zo = TSR_CL_OFF(zb), ldz = TSR_LD(zb), lo = TSR_CL_OFF(lb), ldl = TSR_LD(lb);
+  int so = TSR_CL_OFF(buffers[si]), nvalid = a->nvalid;
+  float scale = a->scale;
+  enum { GROUP = 64 }; /* work-items sharing the rows */
+  tsr__cl_run_group(TSR_CLK_SOFTMAX_XENT, GROUP, 17,
+                    (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(d), TSR_CL_ARG(dof),
+                                     TSR_CL_ARG(ldd), TSR_CL_ARG(has_d), TSR_CL_ARG(z),
+                                     TSR_CL_ARG(zo), TSR_CL_ARG(ldz), TSR_CL_ARG(labels),
+                                     TSR_CL_ARG(lo), TSR_CL_ARG(ldl), TSR_CL_ARG(nvalid),
+                                     TSR_CL_ARG(scale), TSR_CL_ARG(stats), TSR_CL_ARG(so),
+                                     (tsr_cl_arg_t){2 * GROUP * sizeof(float), NULL}});
+}
+
+static void xent_grad_opencl(void *buffers[], void *cl_arg) {
+  xent_run(buffers, cl_arg, 0, 1);
+}
+
+static void xent_eval_opencl(void *buffers[], void *cl_arg) {
+  xent_run(buffers, cl_arg, -1, 0);
+}
+#endif
+
 static struct starpu_perfmodel xent_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_softmax_xent_f32",
@@ -36,7 +67,7 @@ struct starpu_codelet tsr_cl_softmax_xent = {
     .name = "softmax_xent",
     .cpu_funcs = {xent_grad_cpu},
     .cpu_funcs_name = {"xent_grad_cpu"},
-    .nbuffers = 4,
+    TSR_OPENCL_FUNC(xent_grad_opencl).nbuffers = 4,
     .modes = {STARPU_W, STARPU_RW, STARPU_R, STARPU_R},
     .model = &xent_model,
 };
@@ -45,7 +76,7 @@ struct starpu_codelet tsr_cl_softmax_xent_eval = {
     .name = "softmax_xent",
     .cpu_funcs = {xent_eval_cpu},
     .cpu_funcs_name = {"xent_eval_cpu"},
-    .nbuffers = 3,
+    TSR_OPENCL_FUNC(xent_eval_opencl).nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
     .model = &xent_model,
 };

@@ -85,6 +85,10 @@ int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void 
     task->cl_arg_free = 1;
   }
   task->priority = o->priority;
+  if (o->on_worker > 0) {
+    task->execute_on_a_specific_worker = 1;
+    task->workerid = (unsigned)(o->on_worker - 1);
+  }
   if (o->observer) {
     task->callback_func = o->observer->done;
     task->callback_arg = o->observer->arg(cl, o);

@@ -19,10 +19,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build_dir=${TSR_BUILD_DIR:-build}
 dry_run=${TSR_SETUP_DRY_RUN:-0}
 
-# clang and libclang-rt-dev (its runtimes, libFuzzer's included) build tests/fuzz/.
+# clang and libclang-rt-dev (its runtimes, libFuzzer's included) build tests/fuzz/. The OpenCL
+# codelets (meson -Dopencl, auto) need the ICD loader and CLBlast; PoCL gives an OpenCL device on
+# the CPU, so their tests run on any machine.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
-  clang-format g++ python3-numpy clang libclang-rt-dev)
+  clang-format g++ python3-numpy clang libclang-rt-dev pocl-opencl-icd libclblast-dev
+  ocl-icd-opencl-dev)
 if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
   packages+=(python3-torch python3-matplotlib gnuplot-nox)
 fi

@@ -27,10 +27,19 @@ typedef struct {
   bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
   bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
   tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
+  int opencl; /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
+                 0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
+                 N; asking for any in a build without OpenCL is an error */
 } tsr_runtime_opts_t;
+
+#define TSR_OPENCL_AUTO (-1)
+#define TSR_OPENCL_ALL (-2)
 
 /* The policy that measured fastest for training on small nodes (README). */
 #define TSR_DEFAULT_SCHED "lws"
+/* The default with OpenCL devices asked for (opts.opencl): it places each task where the
+ * performance models predict it finishes first, transfers counted. */
+#define TSR_DEVICES_SCHED "dmda"
 
 TSR_API void tsr_runtime_opts_init(tsr_runtime_opts_t *opts);
 
@@ -41,7 +50,13 @@ TSR_API int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err);
 /* Waits for all tasks and stops StarPU. Safe to call when not started. */
 TSR_API void tsr_runtime_fini(void);
 
-TSR_API int tsr_runtime_ncpus(void);         /* CPU workers StarPU runs */
+TSR_API int tsr_runtime_ncpus(void);   /* CPU workers StarPU runs */
+TSR_API int tsr_runtime_nopencl(void); /* OpenCL workers (one per device) StarPU runs */
+/* Whether this build has the OpenCL codelets (meson -Dopencl). */
+TSR_API bool tsr_runtime_opencl_built(void);
+/* Parses --devices' value: "none", "opencl" or "opencl:N" (N from 1 to 64) into *opencl
+ * (tsr_runtime_opts_t.opencl); returns 0, or TSR_EINVAL for anything else. */
+TSR_API int tsr_runtime_parse_devices(const char *s, int *opencl);
 TSR_API int tsr_runtime_max_ncpus(void);     /* at most this many per process (STARPU_MAXCPUS) */
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 /* "thread" or "worker" under MPI once started, else "none". */
@@ -93,6 +108,7 @@ typedef struct {
   int rank, src, dst; /* memory nodes of a rank */
   int64_t bytes;
   int transfers;
+  char src_name[24], dst_name[24]; /* StarPU's names of the nodes, e.g. "NUMA 0", "OpenCL 0" */
 } tsr_bus_stats_t;
 
 typedef struct {

@@ -8,11 +8,10 @@
 #include "tessera/tessera.h"
 
 int tsr_cli_info(int argc, char **argv) {
-  static const struct option longopts[] = {{"sched", required_argument, 0, 's'},
-                                           {"workers", required_argument, 0, 'w'},
-                                           {"sched-list", no_argument, 0, 'l'},
-                                           {"help", no_argument, 0, 'h'},
-                                           {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      {"sched", required_argument, 0, 's'},   {"workers", required_argument, 0, 'w'},
+      {"devices", required_argument, 0, 'd'}, {"sched-list", no_argument, 0, 'l'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   int c;
@@ -20,12 +19,22 @@ int tsr_cli_info(int argc, char **argv) {
     switch (c) {
     case 's': ro.sched = optarg; break;
     case 'w': ro.ncpus = atoi(optarg); break;
+    case 'd':
+      if (tsr_runtime_parse_devices(optarg, &ro.opencl)) {
+        fprintf(stderr,
+                "tessera info: --devices %s: expected opencl, opencl:N (N from 1 to 64) or "
+                "none\n",
+                optarg);
+        return 2;
+      }
+      break;
     case 'l': tsr_sched_list(stdout); return 0;
     case 'h':
-      printf("usage: tessera info [--sched NAME] [--workers N] [--sched-list]\n"
-             "Prints the hwloc topology, the StarPU workers and memory nodes, the BLIS\n"
-             "configuration and the StarPU and MPI versions. --sched-list lists the\n"
-             "scheduling policies this StarPU offers.\n");
+      printf("usage: tessera info [--sched NAME] [--workers N] [--devices D] [--sched-list]\n"
+             "Prints the hwloc topology, the StarPU workers and memory nodes, the OpenCL\n"
+             "devices with a measured GEMM rate each, the BLIS configuration and the\n"
+             "StarPU and MPI versions. --devices as for tessera train. --sched-list lists\n"
+             "the scheduling policies this StarPU offers.\n");
       return 0;
     default: return 2;
     }

@@ -31,8 +31,8 @@ typedef struct {
   tsr_train_opts_t train;     /* epochs, schedule, --lr-scaling, window, seed; sync and callbacks
                                  are the run's */
   tsr_sync_t sync;            /* --sync, --sync-state, --weighting, --deterministic */
-  tsr_runtime_opts_t runtime; /* --sched, --workers, --mpi-progress, --no-priorities, --stats,
-                                 --trace */
+  tsr_runtime_opts_t runtime; /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
+                                 --stats, --trace */
   /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may
    * see (tsr_dist_start): borrowed. */
   int argc;

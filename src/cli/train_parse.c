@@ -34,44 +34,51 @@ void tsr__cli_train_usage(FILE *out) {
           "  --seed N            seed for initialization and shuffling [1]\n"
           "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
           "                      [chosen from the shapes]\n"
-          "  --sched NAME        StarPU scheduling policy [%s]; `tessera info --sched-list`\n"
+          "  --sched NAME        StarPU scheduling policy [%s, or %s with --devices\n"
+          "                      opencl[:N]]; `tessera info --sched-list`\n"
           "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --devices D         OpenCL devices beside the CPU workers: opencl (every one\n"
+          "                      StarPU finds, at least one), opencl:N (exactly N) or none\n"
+          "                      [what StarPU finds; CPU devices such as PoCL need\n"
+          "                      STARPU_OPENCL_ON_CPUS=1]\n"
           "  --window N          training steps in flight at most [8]\n"
           "  --train-limit N     use only the first N training samples\n"
           "  --test-limit N      use only the first N test samples\n"
           "  --classes N         classes (labels 0 to N-1; a label >= N is an error)\n"
-          "                      [1 + the largest training label]\n"
-          "  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
-          "                      post-local:E,K (batch for E epochs, then every=K) or\n"
-          "                      hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
-          "                      average every K1 steps, all ranks every K2) [batch]\n"
-          "  --outer NAME        what a weight average does with the mean: none (take it),\n"
-          "                      slowmo or nesterov (an outer optimizer step towards it) [none]\n"
-          "  --outer-lr X        the outer rate [1 for slowmo, 0.7 for nesterov]\n"
-          "  --outer-momentum X  the outer momentum [0.5 for slowmo, 0.9 for nesterov]\n"
-          "  --sync-state        average optimizer state with the weights (every, epoch)\n"
-          "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
-          "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
-          "  --grid PrxPc        under mpirun with Pr x Pc ranks: each grid column of Pr\n"
-          "                      consecutive ranks holds one replica, its dense layers'\n"
-          "                      feature tiles spread over them; the Pc columns split the\n"
-          "                      batch and --sync averages across them [1xP]\n"
-          "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
-          "                      worker (that thread also runs a worker's tasks), or auto:\n"
-          "                      worker wherever MPI allows it [auto]\n"
-          "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
-          "  --checkpoint FILE   write the network, optimizer state and training state\n"
-          "                      (safetensors) at every --checkpoint-every, at the end and\n"
-          "                      when stopped by SIGINT/SIGTERM\n"
-          "  --checkpoint-every N[epochs|steps]  how often [1 epoch]\n"
-          "  --resume FILE       continue a checkpoint's run: --epochs stays the total\n"
-          "  --no-priorities     every task priority 0 (default: critical path first)\n"
-          "  --stats             per-worker statistics at the end (and in the log)\n"
-          "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
-          "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
-          "  --quiet             no per-epoch lines\n"
-          "  --help              this text\n",
-          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED);
+          "                      [1 + the largest training label]\n",
+          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED, TSR_DEVICES_SCHED);
+  /* Two strings: ISO C promises string literals of 4095 characters, no more. */
+  fputs("  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
+        "                      post-local:E,K (batch for E epochs, then every=K) or\n"
+        "                      hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
+        "                      average every K1 steps, all ranks every K2) [batch]\n"
+        "  --outer NAME        what a weight average does with the mean: none (take it),\n"
+        "                      slowmo or nesterov (an outer optimizer step towards it) [none]\n"
+        "  --outer-lr X        the outer rate [1 for slowmo, 0.7 for nesterov]\n"
+        "  --outer-momentum X  the outer momentum [0.5 for slowmo, 0.9 for nesterov]\n"
+        "  --sync-state        average optimizer state with the weights (every, epoch)\n"
+        "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
+        "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
+        "  --grid PrxPc        under mpirun with Pr x Pc ranks: each grid column of Pr\n"
+        "                      consecutive ranks holds one replica, its dense layers'\n"
+        "                      feature tiles spread over them; the Pc columns split the\n"
+        "                      batch and --sync averages across them [1xP]\n"
+        "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
+        "                      worker (that thread also runs a worker's tasks), or auto:\n"
+        "                      worker wherever MPI allows it [auto]\n"
+        "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
+        "  --checkpoint FILE   write the network, optimizer state and training state\n"
+        "                      (safetensors) at every --checkpoint-every, at the end and\n"
+        "                      when stopped by SIGINT/SIGTERM\n"
+        "  --checkpoint-every N[epochs|steps]  how often [1 epoch]\n"
+        "  --resume FILE       continue a checkpoint's run: --epochs stays the total\n"
+        "  --no-priorities     every task priority 0 (default: critical path first)\n"
+        "  --stats             per-worker statistics at the end (and in the log)\n"
+        "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
+        "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
+        "  --quiet             no per-epoch lines\n"
+        "  --help              this text\n",
+        out);
 }
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -145,7 +152,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_OUTER_LR,
     O_OUTER_MOM,
     O_CLASSES,
-    O_GRID
+    O_GRID,
+    O_DEVICES
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -183,6 +191,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"outer-momentum", required_argument, 0, O_OUTER_MOM},
       {"classes", required_argument, 0, O_CLASSES},
       {"grid", required_argument, 0, O_GRID},
+      {"devices", required_argument, 0, O_DEVICES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -345,6 +354,18 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
         return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
       cfg->test_limit = v;
+      break;
+    case O_DEVICES:
+      if (tsr_runtime_parse_devices(optarg, &cfg->runtime.opencl))
+        return bad("--devices", optarg, "opencl, opencl:N (N from 1 to 64) or none");
+      if (cfg->runtime.opencl != 0 && !tsr_runtime_opencl_built()) {
+        fprintf(stderr,
+                "tessera train: --devices %s: this tessera is built without OpenCL; install "
+                "ocl-icd-opencl-dev and libclblast-dev and rebuild (meson -Dopencl=enabled), "
+                "or use --devices none\n",
+                optarg);
+        return 2;
+      }
       break;
     case O_CLASSES:
       if (tsr__cli_to_long(optarg, 2, 1 << 24, &v))

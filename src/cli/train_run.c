@@ -387,6 +387,7 @@ static int announce(run_t *r) {
            r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n,
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
+    if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
     if (tsr_dist_size() > 1 && cfg->net.grid_rows > 1)
       printf(", %d ranks as a %dx%d grid (sync %s across columns, MPI progress: %s), batch %d "
              "per grid column",

@@ -203,6 +203,8 @@ int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
     cJSON_AddNumberToObject(x, "rank", st->buses[b].rank);
     cJSON_AddNumberToObject(x, "src", st->buses[b].src);
     cJSON_AddNumberToObject(x, "dst", st->buses[b].dst);
+    cJSON_AddStringToObject(x, "src_name", st->buses[b].src_name);
+    cJSON_AddStringToObject(x, "dst_name", st->buses[b].dst_name);
     cJSON_AddNumberToObject(x, "bytes", (double)st->buses[b].bytes);
     cJSON_AddNumberToObject(x, "transfers", st->buses[b].transfers);
     cJSON_AddItemToArray(bs, x);

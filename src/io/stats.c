@@ -2,6 +2,7 @@
  * numbers come from src/runtime/observe.c) and, under MPI, per rank
  * (tsr_train's totals). */
 #include <stdio.h>
+#include <string.h>
 
 #include "tessera/log.h"
 #include "tessera/runtime.h"
@@ -17,6 +18,43 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
             w->seconds, w->executing * pct, w->idle * pct, w->overhead * pct, (long long)w->tasks,
             w->seconds > 0 ? (double)w->tasks / w->seconds : 0.0);
   }
+  /* Per kind of worker (CPU, OpenCL, CUDA: the first word of StarPU's worker names), so a
+   * run with devices shows at a glance what ran where. */
+  char kinds[4][16] = {{0}};
+  int64_t kind_tasks[4] = {0};
+  int nkinds = 0;
+  for (int i = 0; i < st->nworkers; i++) {
+    char kind[16];
+    snprintf(kind, sizeof kind, "%.*s", (int)strcspn(st->workers[i].name, " "),
+             st->workers[i].name);
+    int k = 0;
+    while (k < nkinds && strcmp(kinds[k], kind) != 0)
+      k++;
+    if (k == nkinds) {
+      if (nkinds == 4) continue;
+      snprintf(kinds[nkinds++], sizeof kinds[0], "%s", kind);
+    }
+    kind_tasks[k] += st->workers[i].tasks;
+  }
+  fprintf(out, "  tasks per worker kind:");
+  for (int k = 0; k < nkinds; k++)
+    fprintf(out, "%s %s %lld", k ? "," : "", kinds[k], (long long)kind_tasks[k]);
+  fprintf(out, "\n");
+  /* With several kinds, which codelets each kind ran. */
+  for (int k = 0; nkinds > 1 && k < nkinds; k++) {
+    fprintf(out, "  %s tasks per codelet:", kinds[k]);
+    int shown = 0;
+    for (int c = 0; c < st->ncodelets; c++) {
+      int64_t n = 0;
+      for (int i = 0; i < st->nworkers; i++)
+        if (strncmp(st->workers[i].name, kinds[k], strlen(kinds[k])) == 0 &&
+            (st->workers[i].name[strlen(kinds[k])] == ' ' ||
+             st->workers[i].name[strlen(kinds[k])] == '\0'))
+          n += st->workers[i].codelet_tasks[c];
+      if (n) fprintf(out, "%s %s %lld", shown++ ? "," : "", st->codelets[c], (long long)n);
+    }
+    fprintf(out, "%s\n", shown ? "" : " none");
+  }
   fprintf(out, "  tasks per codelet:");
   for (int c = 0; c < st->ncodelets; c++) {
     int64_t n = 0;
@@ -28,9 +66,10 @@ void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st) {
   int64_t bytes = 0;
   for (int b = 0; b < st->nbuses; b++) {
     if (st->buses[b].transfers == 0) continue;
-    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers\n", st->buses[b].rank,
-            st->buses[b].src, st->buses[b].dst, 1e-6 * (double)st->buses[b].bytes,
-            st->buses[b].transfers);
+    const tsr_bus_stats_t *bs = &st->buses[b];
+    fprintf(out, "  rank %d memory node %d -> %d: %.3f MB in %d transfers (%s -> %s)\n", bs->rank,
+            bs->src, bs->dst, 1e-6 * (double)bs->bytes, bs->transfers,
+            bs->src_name[0] ? bs->src_name : "?", bs->dst_name[0] ? bs->dst_name : "?");
     bytes += st->buses[b].bytes;
   }
   if (bytes == 0) fprintf(out, "  no transfers between memory nodes (one memory node per rank)\n");

@@ -35,7 +35,24 @@ static bool write_trace(FILE *f, const tsr_trace_t *tr) {
           "profiling\",\"ranks\":%d,\"sched\":",
           ranks);
   json_string(f, tsr_runtime_sched());
-  fprintf(f, "},\"traceEvents\":[\n");
+  /* Bytes between each rank's memory nodes (CPU RAM, OpenCL devices' memory) over the run. */
+  fprintf(f, ",\"memory_transfers\":[");
+  bool first_bus = true;
+  for (int r = 0; r < ranks; r++) {
+    const tsr_bus_stats_t *b;
+    int nb = tsr__trace_buses(tr, r, &b);
+    for (int i = 0; i < nb; i++) {
+      if (b[i].transfers == 0) continue;
+      fprintf(f, "%s{\"rank\":%d,\"src\":%d,\"dst\":%d,\"src_name\":", first_bus ? "" : ",", r,
+              b[i].src, b[i].dst);
+      json_string(f, b[i].src_name);
+      fprintf(f, ",\"dst_name\":");
+      json_string(f, b[i].dst_name);
+      fprintf(f, ",\"bytes\":%lld,\"transfers\":%d}", (long long)b[i].bytes, b[i].transfers);
+      first_bus = false;
+    }
+  }
+  fprintf(f, "]},\"traceEvents\":[\n");
   bool first = true;
 #define SEP() (first ? (first = false, "") : ",\n")
   for (int r = 0; r < ranks; r++) {

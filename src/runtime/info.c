@@ -12,6 +12,11 @@
 #include <hwloc.h>
 #include <mpi.h>
 #include <starpu.h>
+#ifdef TSR_HAVE_OPENCL
+#include <clblast_c.h>
+#include <starpu_opencl.h>
+#include <time.h>
+#endif
 
 #include "tessera/runtime.h"
 
@@ -129,7 +134,7 @@ static int print_starpu(FILE *out, const tsr_runtime_opts_t *opts, hwloc_const_b
   /* Context 0 is the one starpu_init creates; STARPU_SCHED in the
    * environment wins over the policy tessera asks for, so ask StarPU. */
   struct starpu_sched_policy *pol = starpu_sched_ctx_get_sched_policy(0);
-  const char *wanted = opts && opts->sched ? opts->sched : TSR_DEFAULT_SCHED;
+  const char *wanted = opts && opts->sched ? opts->sched : tsr_runtime_sched();
   if (pol && pol->policy_name) {
     fprintf(out, "  scheduler       %s (%s)\n", pol->policy_name,
             pol->policy_description ? pol->policy_description : "");
@@ -170,6 +175,113 @@ static int print_starpu(FILE *out, const tsr_runtime_opts_t *opts, hwloc_const_b
     fprintf(out, "    %-3u %-16s %s\n", n, name, node_kind(starpu_node_get_kind(n)));
   }
   return outside;
+}
+
+#ifdef TSR_HAVE_OPENCL
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* GFLOP/s of n x n x n SGEMMs on an OpenCL device through CLBlast, on a
+ * queue of its own in StarPU's context for the device, after one call that
+ * builds CLBlast's kernels; reps repeat until a quarter of a second passed.
+ * Negative: an OpenCL status that stopped the measurement. */
+static double device_gemm_rate(int devid, int n) {
+  cl_context ctx;
+  cl_device_id dev;
+  starpu_opencl_get_context(devid, &ctx);
+  starpu_opencl_get_device(devid, &dev);
+  cl_int st = CL_SUCCESS;
+  cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &st);
+  if (st != CL_SUCCESS) return st < 0 ? st : -1;
+  size_t bytes = sizeof(float) * (size_t)n * (size_t)n;
+  cl_mem m[3] = {NULL, NULL, NULL};
+  double rate = -1;
+  for (int i = 0; i < 3 && st == CL_SUCCESS; i++) {
+    m[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &st);
+    float v = 0.5f / (float)(i + 1);
+    if (st == CL_SUCCESS) st = clEnqueueFillBuffer(q, m[i], &v, sizeof v, 0, bytes, 0, NULL, NULL);
+  }
+  int reps = 0;
+  double t0 = 0, t = 0;
+  while (st == CL_SUCCESS) {
+    st = (cl_int)CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
+                              (size_t)n, (size_t)n, (size_t)n, 1.0f, m[0], 0, (size_t)n, m[1], 0,
+                              (size_t)n, 0.0f, m[2], 0, (size_t)n, &q, NULL);
+    if (st == CL_SUCCESS) st = clFinish(q);
+    t = now_s();
+    if (reps++ == 0) t0 = t; /* the first call built the kernels: not timed */
+    if (reps > 1 && t - t0 > 0.25) break;
+  }
+  if (st == CL_SUCCESS) rate = 2.0 * n * (double)n * n * (reps - 1) / (t - t0) * 1e-9;
+  for (int i = 0; i < 3; i++)
+    if (m[i]) clReleaseMemObject(m[i]);
+  clReleaseCommandQueue(q);
+  return st == CL_SUCCESS ? rate : (st < 0 ? st : -1);
+}
+
+/* The same product with BLIS on this thread: one CPU worker's rate. */
+static double blis_gemm_rate(int n) {
+  size_t nn = (size_t)n * (size_t)n;
+  float *a = calloc(3 * nn, sizeof(float));
+  if (!a) return -1;
+  float one = 1, zero = 0;
+  int reps = 0;
+  double t0 = now_s(), t = t0;
+  while (t - t0 < 0.25 || reps == 0) {
+    bli_sgemm(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, n, n, n, &one, a, n, 1, a + nn, n, 1, &zero,
+              a + 2 * nn, n, 1);
+    reps++;
+    t = now_s();
+  }
+  free(a);
+  return 2.0 * n * (double)n * n * reps / (t - t0) * 1e-9;
+}
+#endif
+
+/* The OpenCL devices StarPU runs (one worker each), with a measured GEMM rate. */
+static void print_opencl(FILE *out) {
+  unsigned n = starpu_opencl_worker_get_count();
+#ifdef TSR_HAVE_OPENCL
+  fprintf(out, "\nOpenCL devices  %u (OpenCL codelets built in%s)\n", n,
+          n ? "" : "; --devices opencl, and STARPU_OPENCL_ON_CPUS=1 for CPU devices such as PoCL");
+  if (n == 0) return;
+  enum { N = 512 };
+  double cpu = blis_gemm_rate(N);
+  int ids[STARPU_NMAXWORKERS];
+  int k = starpu_worker_get_ids_by_type(STARPU_OPENCL_WORKER, ids, STARPU_NMAXWORKERS);
+  for (int i = 0; i < k; i++) {
+    int devid = starpu_worker_get_devid(ids[i]);
+    cl_device_id dev;
+    starpu_opencl_get_device(devid, &dev);
+    char name[128] = "?", version[128] = "?";
+    cl_uint units = 0;
+    cl_ulong mem = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name, name, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VERSION, sizeof version, version, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    fprintf(out, "    %-3d %s\n", ids[i], name);
+    fprintf(out, "        %s, %u compute units, %.1f GiB, memory node %u\n", version, units,
+            (double)mem / (1024.0 * 1024 * 1024), starpu_worker_get_memory_node((unsigned)ids[i]));
+    double rate = device_gemm_rate(devid, N);
+    if (rate < 0)
+      fprintf(out, "        GEMM %dx%dx%d (CLBlast): failed with OpenCL status %d\n", N, N, N,
+              (int)rate);
+    else
+      fprintf(out,
+              "        GEMM %dx%dx%d (CLBlast): %.1f GFLOP/s; one CPU worker (BLIS): %.1f "
+              "GFLOP/s\n",
+              N, N, N, rate, cpu);
+  }
+#else
+  fprintf(out,
+          "\nOpenCL devices  %u (this build has no OpenCL codelets: install "
+          "ocl-icd-opencl-dev and libclblast-dev, meson -Dopencl=enabled)\n",
+          n);
+#endif
 }
 
 static void print_blis(FILE *out) {
@@ -277,6 +389,7 @@ int tsr_info_print(FILE *out, const tsr_runtime_opts_t *opts, tsr_errbuf_t *err)
   }
   int outside = print_starpu(out, opts, nc.bind);
   unsigned ncpu_workers = starpu_cpu_worker_get_count();
+  print_opencl(out);
   if (started_here) tsr_runtime_fini();
 
   print_blis(out);

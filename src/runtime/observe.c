@@ -215,14 +215,20 @@ void tsr__observe_snapshot(void) {
     for (int c = 0; c < MAX_NAMES; c++)
       snap->counts[w][c] = atomic_load(&counts[w][c]);
   }
-  for (int b = 0; stats_on && b < starpu_bus_get_count() && snap->nbuses < MAX_BUSES; b++) {
+  /* Bus counters for statistics and for the trace's memory transfers alike. */
+  for (int b = 0; b < starpu_bus_get_count() && snap->nbuses < MAX_BUSES; b++) {
     struct starpu_profiling_bus_info bi;
     if (starpu_bus_get_profiling_info(b, &bi) != 0) continue;
-    snap->bus[snap->nbuses++] = (tsr_bus_stats_t){.rank = snap->rank,
-                                                  .src = starpu_bus_get_src(b),
-                                                  .dst = starpu_bus_get_dst(b),
-                                                  .bytes = bi.transferred_bytes,
-                                                  .transfers = bi.transfer_count};
+    tsr_bus_stats_t *bs = &snap->bus[snap->nbuses++];
+    *bs = (tsr_bus_stats_t){.rank = snap->rank,
+                            .src = starpu_bus_get_src(b),
+                            .dst = starpu_bus_get_dst(b),
+                            .bytes = bi.transferred_bytes,
+                            .transfers = bi.transfer_count};
+    if (starpu_memory_node_get_name((unsigned)bs->src, bs->src_name, sizeof bs->src_name) < 0)
+      bs->src_name[0] = '\0';
+    if (starpu_memory_node_get_name((unsigned)bs->dst, bs->dst_name, sizeof bs->dst_name) < 0)
+      bs->dst_name[0] = '\0';
   }
   int64_t n = atomic_load(&nrecs);
   snap->nrecs = n < capacity ? n : capacity;
@@ -402,6 +408,11 @@ int64_t tsr__trace_count(const tsr_trace_t *tr) {
   for (int r = 0; r < tr->ranks; r++)
     n += tr->all[r].nrecs;
   return n;
+}
+
+int tsr__trace_buses(const tsr_trace_t *tr, int rank, const tsr_bus_stats_t **buses) {
+  *buses = tr->all[rank].bus;
+  return tr->all[rank].nbuses;
 }
 
 int64_t tsr__trace_dropped(const tsr_trace_t *tr) {

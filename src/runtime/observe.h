@@ -13,6 +13,7 @@
 
 #include "runtime/task_opts.h"
 #include "tessera/error.h"
+#include "tessera/runtime.h"
 
 /* The observer tasks carry while statistics or tracing are on, else NULL
  * (tsr__task_opts_default installs it). */
@@ -48,6 +49,9 @@ const char *tsr__trace_worker_name(const tsr_trace_t *tr, int rank, int worker);
 int64_t tsr__trace_count(const tsr_trace_t *tr);
 void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e);
 int64_t tsr__trace_dropped(const tsr_trace_t *tr);
+/* A rank's transfers between its memory nodes over the run (CPU RAM and each OpenCL device's
+ * memory): *buses points into tr. */
+int tsr__trace_buses(const tsr_trace_t *tr, int rank, const tsr_bus_stats_t **buses);
 
 /* Microseconds on StarPU's clock (the one task profiling uses). */
 double tsr__observe_now(void);

@@ -19,6 +19,31 @@
 
 static bool started, with_mpi, priorities = true;
 static char sched_in_use[64];
+static const tsr_device_hooks_t *device_hooks; /* codelets/opencl.c's, when built with OpenCL */
+
+void tsr__runtime_device_hooks(const tsr_device_hooks_t *hooks) {
+  device_hooks = hooks;
+}
+
+bool tsr_runtime_opencl_built(void) {
+#ifdef TSR_HAVE_OPENCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+int tsr_runtime_parse_devices(const char *s, int *opencl) {
+  if (!s) return TSR_EINVAL;
+  if (strcmp(s, "none") == 0) return *opencl = 0, 0;
+  if (strcmp(s, "opencl") == 0) return *opencl = TSR_OPENCL_ALL, 0;
+  if (strncmp(s, "opencl:", 7) != 0) return TSR_EINVAL;
+  char *end;
+  long n = strtol(s + 7, &end, 10);
+  if (end == s + 7 || *end || n < 1 || n > 64) return TSR_EINVAL;
+  *opencl = (int)n;
+  return 0;
+}
 
 tsr_task_opts_t tsr__task_opts_default(void) {
   return (tsr_task_opts_t){.observer = tsr__observe_observer()};
@@ -39,6 +64,58 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->stats = false;
   opts->trace = false;
   opts->mpi_progress = TSR_MPI_PROGRESS_AUTO;
+  opts->opencl = TSR_OPENCL_AUTO;
+}
+
+/* OpenCL devices asked for (opts.opencl) as StarPU's nopencl, or an error:
+ * a build without OpenCL, or STARPU_NOPENCL saying otherwise (StarPU lets
+ * the environment win over its configuration). */
+static int opencl_conf(int opencl, int *nopencl, tsr_errbuf_t *err) {
+  if (opencl == 0 || opencl == TSR_OPENCL_AUTO) {
+    *nopencl = tsr_runtime_opencl_built() ? (opencl == 0 ? 0 : -1) : 0;
+  } else if (opencl == TSR_OPENCL_ALL || opencl > 0) {
+    if (!tsr_runtime_opencl_built())
+      return tsr_error_set(err, TSR_EINVAL,
+                           "--devices opencl: this tessera is built without OpenCL; install "
+                           "ocl-icd-opencl-dev and libclblast-dev and rebuild (meson -Dopencl="
+                           "enabled), or use --devices none");
+    *nopencl = opencl > 0 ? opencl : -1;
+  } else {
+    return tsr_error_set(err, TSR_EINVAL, "opts.opencl = %d is not a device count", opencl);
+  }
+  const char *env = getenv("STARPU_NOPENCL");
+  if (env && opencl != TSR_OPENCL_AUTO && *nopencl >= 0 && atoi(env) != *nopencl)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "STARPU_NOPENCL=%s is set and would override --devices (%d OpenCL "
+                         "device(s) asked for); unset it",
+                         env, *nopencl);
+  return 0;
+}
+
+/* After start-up: the devices asked for are there, and the OpenCL programs
+ * are built for them. On error StarPU is still running. */
+static int opencl_start(int opencl, tsr_errbuf_t *err) {
+  int n = (int)starpu_opencl_worker_get_count();
+  if ((opencl == TSR_OPENCL_ALL && n == 0) || (opencl > 0 && n != opencl)) {
+    char asked[24] = "opencl";
+    if (opencl > 0) snprintf(asked, sizeof asked, "opencl:%d", opencl);
+    return tsr_error_set(
+        err, TSR_ERUNTIME,
+        "--devices %s: StarPU started %d OpenCL device(s); `clinfo -l` lists what the OpenCL "
+        "loader finds, and devices that are CPUs (PoCL) need STARPU_OPENCL_ON_CPUS=1",
+        asked, n);
+  }
+  if (n == 0 || !device_hooks) return 0;
+  char msg[256] = "";
+  if (device_hooks->prepare(msg, sizeof msg) != 0)
+    return tsr_error_set(err, TSR_ERUNTIME, "%s", msg);
+  return 0;
+}
+
+/* Releases what prepare built, also after a prepare that failed half-way (a no-op when
+ * nothing was built). */
+static void opencl_stop(void) {
+  if (device_hooks) device_hooks->release();
 }
 
 /* Policies programs registered (tsr_sched_register), borrowed. */
@@ -123,7 +200,12 @@ static void place_workers(struct starpu_conf *conf, int ncpus) {
 
 int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (started) return tsr_error_set(err, TSR_EINVAL, "the runtime is already started");
-  const char *sched = opts && opts->sched ? opts->sched : TSR_DEFAULT_SCHED;
+  /* With OpenCL devices asked for by name, a policy that uses the performance models to
+   * split work between CPU workers and devices (lws ignores them). */
+  int opencl = opts ? opts->opencl : TSR_OPENCL_AUTO;
+  const char *sched = opts && opts->sched                      ? opts->sched
+                      : opencl > 0 || opencl == TSR_OPENCL_ALL ? TSR_DEVICES_SCHED
+                                                               : TSR_DEFAULT_SCHED;
   if (!tsr_sched_known(sched))
     return tsr_error_set(err, TSR_EINVAL,
                          "unknown scheduling policy '%s'; `tessera info --sched-list` lists the "
@@ -152,8 +234,8 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (strcmp(sched, "heteroprio") == 0) conf.sched_policy_init = heteroprio_init;
   conf.ncpus = ncpus;
   conf.ncuda = 0;
-  /* No OpenCL codelets yet: probing OpenCL platforms would only cost start-up time. */
-  conf.nopencl = 0;
+  int rc_cl = opencl_conf(opencl, &conf.nopencl, err);
+  if (rc_cl) return rc_cl;
   with_mpi = tsr_dist_active();
   if (with_mpi) {
     place_workers(&conf, ncpus);
@@ -171,6 +253,15 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
       starpu_shutdown();
     return tsr_error_set(err, TSR_ERUNTIME, "StarPU started without any CPU worker");
   }
+  rc_cl = opencl_start(opencl, err);
+  if (rc_cl) {
+    opencl_stop();
+    if (with_mpi)
+      starpu_mpi_shutdown();
+    else
+      starpu_shutdown();
+    return rc_cl;
+  }
   if (with_mpi) tsr__progress_start();
   tsr__k_init();
   snprintf(sched_in_use, sizeof sched_in_use, "%s", sched);
@@ -187,6 +278,7 @@ void tsr_runtime_fini(void) {
   if (!started) return;
   starpu_task_wait_for_all();
   tsr__observe_snapshot();
+  opencl_stop();
   if (with_mpi) tsr__progress_stop();
   if (with_mpi)
     starpu_mpi_shutdown(); /* stops StarPU too, since starpu_mpi_init_conf started it */
@@ -197,6 +289,10 @@ void tsr_runtime_fini(void) {
 
 int tsr_runtime_ncpus(void) {
   return started ? (int)starpu_cpu_worker_get_count() : 0;
+}
+
+int tsr_runtime_nopencl(void) {
+  return started ? (int)starpu_opencl_worker_get_count() : 0;
 }
 
 int tsr_runtime_max_ncpus(void) {

@@ -8,6 +8,7 @@
 #define TSR_RUNTIME_TASK_OPTS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Task priorities run 0 .. TSR_PRIO_MAX, higher first under the policies that use them. */
@@ -31,7 +32,21 @@ struct tsr_task_opts {
   int64_t batch; /* label: training step, 1-based over the run; 0 none (evaluation) */
   const tsr_task_observer_t *observer; /* NULL: tasks carry no callback */
   uint64_t *submitted;                 /* counts the tasks submitted, when not NULL */
+  int on_worker; /* 1 + the StarPU worker that must run the task (tests compare a codelet's
+                    implementations this way); 0: the scheduler chooses. Local tasks only */
 };
+
+/* Start-up and shutdown work of accelerator codelets, which codelets/opencl.c
+ * registers when the library loads (the runtime may not call into codelets/):
+ * the runtime calls prepare once StarPU runs OpenCL workers (it builds the
+ * OpenCL programs; on failure it writes why into msg and returns nonzero)
+ * and release before StarPU stops, also after a failed prepare (release of
+ * nothing built does nothing). hooks is borrowed and must stay valid. */
+typedef struct {
+  int (*prepare)(char *msg, size_t len);
+  void (*release)(void);
+} tsr_device_hooks_t;
+void tsr__runtime_device_hooks(const tsr_device_hooks_t *hooks);
 
 /* Priority 0, local, unlabelled, no counter, and the runtime's observer
  * while statistics or tracing are on. */

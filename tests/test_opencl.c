@@ -1,0 +1,432 @@
+/* Every codelet with an OpenCL function computes what its CPU function
+ * computes: each case runs the same insert helper twice on identical data,
+ * once forced onto the CPU worker and once onto the OpenCL worker
+ * (tsr_task_opts_t.on_worker), and compares every float within a stated
+ * tolerance (different reduction orders and exp/sqrt implementations).
+ *
+ * Operands are edge tiles of bigger matrices: the bottom-right block of a
+ * (2r + 1, 2c + 1) matrix cut 2 x 2, whose host row stride is padded, and
+ * which is made valid on the device before it is cut, so on the device the
+ * tile is a buffer plus an offset with ld != cols, as StarPU hands out
+ * sub-tiles. The whole matrices are compared afterwards: nothing outside the
+ * tile may change. Labels and statistics are whole small handles.
+ *
+ * The PoCL device is a CPU, which StarPU only uses with
+ * STARPU_OPENCL_ON_CPUS=1 (set below). Without OpenCL in the build or
+ * without a device, the program says why and exits 77 (skipped). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "codelets.h"
+#include "rng.h"
+#include "tessera/tessera.h"
+
+#ifdef TSR_HAVE_OPENCL
+#include <CL/cl.h>
+#endif
+
+static int cpu_worker, cl_worker;
+static unsigned cl_node;
+
+static void start(void) {
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  ro.ncpus = 1;
+  ro.opencl = 1;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_runtime_init(&ro, &err), 0, "%s", err.msg);
+  int ids[4];
+  cr_assert_eq(starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, 4), 1);
+  cpu_worker = ids[0];
+  cr_assert_eq(starpu_worker_get_ids_by_type(STARPU_OPENCL_WORKER, ids, 4), 1);
+  cl_worker = ids[0];
+  cl_node = starpu_worker_get_memory_node((unsigned)cl_worker);
+}
+
+static void stop(void) {
+  tsr_runtime_fini();
+}
+
+TestSuite(opencl, .init = start, .fini = stop);
+
+/* One operand on both sides: side 0 for the CPU run, side 1 for OpenCL. */
+typedef struct {
+  int r, c;       /* the tile's shape */
+  bool whole;     /* a handle of its own rather than an edge tile */
+  int pr, pc, ld; /* the matrix the tile is cut from, and its host row stride */
+  float *host[2];
+  starpu_data_handle_t parent[2], tile[2];
+} operand_t;
+
+/* Values uniform in [lo, hi); integers from 0 to hi - 1 when ints is set. */
+static void operand_init(operand_t *o, int r, int c, bool whole, uint64_t seed, float lo, float hi,
+                         bool ints) {
+  *o = (operand_t){.r = r, .c = c, .whole = whole};
+  o->pr = whole ? r : 2 * r + 1;
+  o->pc = whole ? c : 2 * c + 1;
+  o->ld = whole ? c : o->pc + 3;
+  size_t n = (size_t)o->pr * (size_t)o->ld;
+  tsr_rng_t rng = {seed};
+  o->host[0] = malloc(n * sizeof(float));
+  o->host[1] = malloc(n * sizeof(float));
+  cr_assert(o->host[0] && o->host[1]);
+  for (size_t k = 0; k < n; k++) {
+    double u = tsr__rng_uniform(&rng);
+    o->host[0][k] = ints ? (float)(int)(u * hi) : (float)(lo + (hi - lo) * u);
+  }
+  memcpy(o->host[1], o->host[0], n * sizeof(float));
+  for (int s = 0; s < 2; s++) {
+    starpu_matrix_data_register(&o->parent[s], STARPU_MAIN_RAM, (uintptr_t)o->host[s],
+                                (uint32_t)o->ld, (uint32_t)o->pc, (uint32_t)o->pr, sizeof(float));
+    if (whole) {
+      o->tile[s] = o->parent[s];
+      continue;
+    }
+    /* Valid on the device before the cut: the tile is then the device
+     * buffer of the whole matrix at an offset. */
+    if (s == 1) cr_assert_eq(starpu_data_fetch_on_node(o->parent[s], cl_node, 0), 0);
+    struct starpu_data_filter fx = {.filter_func = starpu_matrix_filter_block, .nchildren = 2};
+    struct starpu_data_filter fy = {.filter_func = starpu_matrix_filter_vertical_block,
+                                    .nchildren = 2};
+    starpu_data_map_filters(o->parent[s], 2, &fx, &fy);
+    o->tile[s] = starpu_data_get_sub_data(o->parent[s], 2, 1, 1);
+    cr_assert_eq(tsr__handle_rows(o->tile[s]), r);
+    cr_assert_eq(tsr__handle_cols(o->tile[s]), c);
+  }
+}
+
+/* Brings both sides home and compares every float of the whole matrices. */
+static void operand_check(operand_t *o, const char *what, float rel, float abs_tol) {
+  for (int s = 0; s < 2; s++) {
+    if (!o->whole) starpu_data_unpartition(o->parent[s], STARPU_MAIN_RAM);
+    starpu_data_unregister(o->parent[s]);
+  }
+  int bad = 0;
+  for (int i = 0; i < o->pr; i++)
+    for (int j = 0; j < o->pc; j++) {
+      float a = o->host[0][(long)i * o->ld + j], b = o->host[1][(long)i * o->ld + j];
+      if (!(fabsf(a - b) <= abs_tol + rel * fabsf(a)) && bad++ < 3)
+        cr_log_error("%s (%d, %d) of (%d, %d): CPU %.8g, OpenCL %.8g", what, i, j, o->pr, o->pc,
+                     (double)a, (double)b);
+    }
+  cr_expect_eq(bad, 0, "%s: %d of %d floats differ beyond %g + %g |x|", what, bad, o->pr * o->pc,
+               (double)abs_tol, (double)rel);
+  free(o->host[0]), free(o->host[1]);
+}
+
+static tsr_task_opts_t on(int side) {
+  tsr_task_opts_t o = tsr__task_opts_default();
+  o.on_worker = 1 + (side == 0 ? cpu_worker : cl_worker);
+  return o;
+}
+
+/* Fails the test when a submission fails, then waits for both sides. */
+#define BOTH(call)                                                                                 \
+  do {                                                                                             \
+    for (int s = 0; s < 2; s++) {                                                                  \
+      tsr_task_opts_t o = on(s);                                                                   \
+      cr_assert_eq((call), 0, "%s on side %d", #call, s);                                          \
+    }                                                                                              \
+    cr_assert_eq(starpu_task_wait_for_all(), 0);                                                   \
+  } while (0)
+
+static const float REL = 2e-5f, ABS = 2e-6f;
+
+static void gemm_case(bool ta, bool tb, float beta) {
+  int m = 13, n = 9, k = 7;
+  operand_t a, b, c;
+  operand_init(&a, ta ? k : m, ta ? m : k, false, 1, -1, 1, false);
+  operand_init(&b, tb ? n : k, tb ? k : n, false, 2, -1, 1, false);
+  operand_init(&c, m, n, false, 3, -1, 1, false);
+  BOTH(tsr__insert_gemm(&o, ta, tb, 0.75f, a.tile[s], b.tile[s], beta, c.tile[s]));
+  operand_check(&a, "gemm a", 0, 0);
+  operand_check(&b, "gemm b", 0, 0);
+  operand_check(&c, "gemm c", 1e-5f, 1e-5f);
+}
+
+Test(opencl, gemm_every_transpose_and_beta) {
+  for (int t = 0; t < 4; t++) {
+    gemm_case(t & 1, t & 2, 0.0f);
+    gemm_case(t & 1, t & 2, 0.5f);
+  }
+}
+
+Test(opencl, bias_add_and_relu) {
+  for (int relu = 0; relu < 2; relu++) {
+    operand_t y, b;
+    operand_init(&y, 11, 6, false, 4, -1, 1, false);
+    operand_init(&b, 1, 6, false, 5, -1, 1, false);
+    BOTH(tsr__insert_bias_add(&o, y.tile[s], b.tile[s], relu));
+    operand_check(&y, "bias_add y", REL, ABS);
+    operand_check(&b, "bias_add b", 0, 0);
+  }
+}
+
+Test(opencl, bias_grad) {
+  const float betas[] = {0.0f, 1.0f, 0.7f};
+  for (int i = 0; i < 3; i++) {
+    operand_t db, dy;
+    operand_init(&db, 1, 7, false, 6, -1, 1, false);
+    operand_init(&dy, 10, 7, false, 7, -1, 1, false);
+    BOTH(tsr__insert_bias_grad(&o, db.tile[s], dy.tile[s], betas[i]));
+    operand_check(&db, "bias_grad db", REL, ABS);
+    operand_check(&dy, "bias_grad dy", 0, 0);
+  }
+}
+
+Test(opencl, relu_forward_and_backward) {
+  operand_t y, x;
+  operand_init(&y, 9, 5, false, 8, -1, 1, false);
+  operand_init(&x, 9, 5, false, 9, -1, 1, false);
+  BOTH(tsr__insert_relu_fwd(&o, y.tile[s], x.tile[s]));
+  operand_check(&y, "relu_fwd y", 0, 0);
+  operand_check(&x, "relu_fwd x", 0, 0);
+
+  operand_t dx, dy, yy;
+  operand_init(&dx, 9, 5, false, 10, -1, 1, false);
+  operand_init(&dy, 9, 5, false, 11, -1, 1, false);
+  operand_init(&yy, 9, 5, false, 12, -1, 1, false);
+  BOTH(tsr__insert_relu_bwd(&o, dx.tile[s], dy.tile[s], yy.tile[s]));
+  operand_check(&dx, "relu_bwd dx", 0, 0);
+  BOTH(tsr__insert_relu_bwd(&o, dy.tile[s], dy.tile[s], yy.tile[s])); /* in place */
+  operand_check(&dy, "relu_bwd in place", 0, 0);
+  operand_check(&yy, "relu_bwd y", 0, 0);
+}
+
+Test(opencl, softmax_cross_entropy_with_padding_rows) {
+  for (int grad = 0; grad < 2; grad++) {
+    int m = 12, n = 10, nvalid = 9;
+    operand_t d, st, z, lab;
+    operand_init(&d, m, n, false, 13, -1, 1, false);
+    operand_init(&st, 1, 2, true, 14, 0, 5, false);
+    operand_init(&z, m, n, false, 15, -4, 4, false);
+    operand_init(&lab, m, 1, true, 16, 0, (float)n, true);
+    BOTH(tsr__insert_softmax_xent(&o, grad ? d.tile[s] : NULL, st.tile[s], z.tile[s], lab.tile[s],
+                                  nvalid, 1.0f / 9));
+    operand_check(&d, "softmax_xent dlogits", 1e-5f, 1e-6f);
+    operand_check(&st, "softmax_xent stats", 1e-5f, 1e-5f);
+    operand_check(&z, "softmax_xent logits", 0, 0);
+    operand_check(&lab, "softmax_xent labels", 0, 0);
+  }
+}
+
+Test(opencl, sgd_plain_momentum_and_band) {
+  for (int mom = 0; mom < 2; mom++)
+    for (int band = 0; band < 2; band++) {
+      int m = 9, n = 6, r0 = band ? 3 : 0, gm = band ? 4 : m;
+      operand_t w, v, g;
+      operand_init(&w, m, n, false, 17, -1, 1, false);
+      operand_init(&v, m, n, false, 18, -1, 1, false);
+      operand_init(&g, gm, n, false, 19, -1, 1, false);
+      BOTH(tsr__insert_sgd(&o, w.tile[s], mom ? v.tile[s] : NULL, g.tile[s], r0, 0.1f,
+                           mom ? 0.9f : 0.0f, 1e-3f));
+      operand_check(&w, "sgd w", REL, ABS);
+      operand_check(&v, "sgd v", REL, ABS);
+      operand_check(&g, "sgd g", 0, 0);
+    }
+}
+
+Test(opencl, adam_whole_and_band) {
+  for (int band = 0; band < 2; band++) {
+    int m = 8, n = 7, r0 = band ? 2 : 0, gm = band ? 5 : m;
+    operand_t w, m1, m2, g;
+    operand_init(&w, m, n, false, 20, -1, 1, false);
+    operand_init(&m1, m, n, false, 21, -0.1f, 0.1f, false);
+    operand_init(&m2, m, n, false, 22, 0, 0.01f, false);
+    operand_init(&g, gm, n, false, 23, -1, 1, false);
+    BOTH(tsr__insert_adam(&o, w.tile[s], m1.tile[s], m2.tile[s], g.tile[s], r0, 1e-3f, 0.9f, 0.999f,
+                          1e-8f, 1e-4f, 3));
+    operand_check(&w, "adam w", 1e-5f, 1e-6f);
+    operand_check(&m1, "adam m1", REL, ABS);
+    operand_check(&m2, "adam m2", REL, ABS);
+    operand_check(&g, "adam g", 0, 0);
+  }
+}
+
+Test(opencl, fill_copy_scale_axpby) {
+  operand_t x, y;
+  operand_init(&x, 7, 5, false, 24, -1, 1, false);
+  operand_init(&y, 7, 5, false, 25, -1, 1, false);
+  BOTH(tsr__insert_fill(&o, x.tile[s], 0.25f));
+  BOTH(tsr__insert_scale(&o, x.tile[s], 3.0f));
+  BOTH(tsr__insert_axpby(&o, 2.0f, x.tile[s], 0.5f, y.tile[s]));
+  BOTH(tsr__insert_axpby_mode(&o, -1.0f, x.tile[s], 1.0f, y.tile[s], true));
+  BOTH(tsr__insert_copy(&o, x.tile[s], y.tile[s]));
+  BOTH(tsr__insert_axpby(&o, 1.5f, y.tile[s], 0.0f, x.tile[s]));
+  operand_check(&x, "fill/scale/copy/axpby x", REL, ABS);
+  operand_check(&y, "axpby y", REL, ABS);
+}
+
+Test(opencl, band_get_and_put) {
+  operand_t t, b;
+  operand_init(&t, 9, 6, false, 26, -1, 1, false);
+  operand_init(&b, 4, 6, false, 27, -1, 1, false);
+  BOTH(tsr__insert_band_get(&o, b.tile[s], t.tile[s], 2));
+  BOTH(tsr__insert_scale(&o, b.tile[s], -2.0f));
+  BOTH(tsr__insert_band_put(&o, t.tile[s], 5, b.tile[s]));
+  operand_check(&t, "band tile", REL, ABS);
+  operand_check(&b, "band", REL, ABS);
+}
+
+Test(opencl, dropout_same_mask) {
+  operand_t y, x;
+  operand_init(&y, 10, 9, false, 28, -1, 1, false);
+  operand_init(&x, 10, 9, false, 29, -1, 1, false);
+  BOTH(tsr__insert_dropout(&o, y.tile[s], x.tile[s], 0x1234abcdULL, 70, 33, 0.3f));
+  BOTH(tsr__insert_dropout(&o, x.tile[s], x.tile[s], 99, 0, 5, 0.5f)); /* in place */
+  operand_check(&y, "dropout y", REL, 0);
+  operand_check(&x, "dropout in place", REL, 0);
+}
+
+Test(opencl, fold_and_outer_optimizers) {
+  for (int commute = 0; commute < 2; commute++) {
+    operand_t g, snap, w;
+    operand_init(&g, 6, 7, false, 50, -1, 1, false);
+    operand_init(&snap, 6, 7, false, 51, -1, 1, false);
+    operand_init(&w, 6, 7, false, 52, -1, 1, false);
+    BOTH(tsr__insert_fold(&o, g.tile[s], snap.tile[s], w.tile[s], commute));
+    operand_check(&g, "fold global", REL, ABS);
+    operand_check(&snap, "fold snapshot", REL, ABS);
+    operand_check(&w, "fold w", 0, 0);
+  }
+  /* slowmo (gamma > 0), plain averaging (gamma 0), nesterov */
+  const struct {
+    bool nesterov;
+    float gamma;
+  } kinds[] = {{false, 0.5f}, {false, 0.0f}, {true, 0.0f}};
+  for (int k = 0; k < 3; k++) {
+    operand_t x, u, mean, snap, w;
+    operand_init(&x, 5, 6, false, 53, -1, 1, false);
+    operand_init(&u, 5, 6, false, 54, -1, 1, false);
+    operand_init(&mean, 5, 6, false, 55, -1, 1, false);
+    operand_init(&snap, 5, 6, false, 56, -1, 1, false);
+    operand_init(&w, 5, 6, false, 57, -1, 1, false);
+    BOTH(tsr__insert_outer(&o, x.tile[s], u.tile[s], mean.tile[s], kinds[k].nesterov, 0.7f, 0.9f,
+                           kinds[k].gamma));
+    BOTH(tsr__insert_outer_fold(&o, x.tile[s], u.tile[s], snap.tile[s], w.tile[s], 0.5f,
+                                kinds[k].nesterov, 0.7f, 0.9f, kinds[k].gamma, k == 1));
+    operand_check(&x, "outer x", REL, ABS);
+    operand_check(&u, "outer u", REL, ABS);
+    operand_check(&snap, "outer_fold snapshot", REL, ABS);
+    operand_check(&mean, "outer mean", 0, 0);
+    operand_check(&w, "outer_fold w", 0, 0);
+  }
+}
+
+static tsr_conv_geom_t geom(int c, int h, int w, int oc, int kh, int kw, int sh, int sw, int ph,
+                            int pw) {
+  return (tsr_conv_geom_t){.c = c,
+                           .h = h,
+                           .w = w,
+                           .oc = oc,
+                           .oh = (h + 2 * ph - kh) / sh + 1,
+                           .ow = (w + 2 * pw - kw) / sw + 1,
+                           .kh = kh,
+                           .kw = kw,
+                           .sh = sh,
+                           .sw = sw,
+                           .ph = ph,
+                           .pw = pw};
+}
+
+static const float CONV_REL = 1e-4f, CONV_ABS = 1e-5f;
+
+/* Edge tiles (rows not contiguous: the packed paths) and whole handles (one
+ * GEMM straight into the output), strided and padded windows. */
+Test(opencl, convolution_forward_and_backward) {
+  const tsr_conv_geom_t cases[] = {geom(3, 7, 5, 6, 3, 2, 2, 1, 1, 0),
+                                   geom(2, 6, 6, 4, 3, 3, 1, 1, 1, 1),
+                                   geom(4, 5, 4, 3, 1, 1, 1, 1, 0, 0)};
+  for (int t = 0; t < 3; t++)
+    for (int whole = 0; whole < 2; whole++) {
+      const tsr_conv_geom_t *g = &cases[t];
+      int n = 5, in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc, k = g->kh * g->kw * g->c;
+      operand_t y, x, w, b, dx, dw, db;
+      operand_init(&y, n, out, whole, 30, -1, 1, false);
+      operand_init(&x, n, in, whole, 31, -1, 1, false);
+      operand_init(&w, k, g->oc, whole, 32, -1, 1, false);
+      operand_init(&b, 1, g->oc, whole, 33, -1, 1, false);
+      operand_init(&dx, n, in, whole, 34, -1, 1, false);
+      operand_init(&dw, k, g->oc, whole, 35, -1, 1, false);
+      operand_init(&db, 1, g->oc, whole, 36, -1, 1, false);
+      BOTH(tsr__insert_conv_fwd(&o, y.tile[s], x.tile[s], w.tile[s], b.tile[s], g, t == 1));
+      BOTH(tsr__insert_conv_bwd_data(&o, dx.tile[s], y.tile[s], w.tile[s], g));
+      BOTH(tsr__insert_conv_bwd_filter(&o, dw.tile[s], db.tile[s], x.tile[s], y.tile[s], g,
+                                       whole ? 0.0f : 1.0f));
+      operand_check(&y, "conv_fwd y", CONV_REL, CONV_ABS);
+      operand_check(&dx, "conv_bwd_data dx", CONV_REL, CONV_ABS);
+      operand_check(&dw, "conv_bwd_filter dw", CONV_REL, CONV_ABS);
+      operand_check(&db, "conv_bwd_filter db", CONV_REL, CONV_ABS);
+      operand_check(&x, "conv x", 0, 0);
+      operand_check(&w, "conv w", 0, 0);
+      operand_check(&b, "conv b", 0, 0);
+    }
+}
+
+Test(opencl, pooling_max_mean_and_fused_relu) {
+  const tsr_conv_geom_t cases[] = {geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0),
+                                   geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0)};
+  for (int t = 0; t < 2; t++)
+    for (int mode = 0; mode < 3; mode++) { /* max, max with relu, mean */
+      const tsr_conv_geom_t *g = &cases[t];
+      bool max = mode < 2, relu = mode == 1;
+      int n = 4, in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
+      operand_t y, x, dx, dy;
+      operand_init(&y, n, out, false, 40, -1, 1, false);
+      operand_init(&x, n, in, false, 41, -1, 1, false);
+      operand_init(&dx, n, in, false, 42, -1, 1, false);
+      operand_init(&dy, n, out, false, 43, -1, 1, false);
+      BOTH(tsr__insert_pool_fwd(&o, y.tile[s], x.tile[s], g, max));
+      BOTH(tsr__insert_pool_bwd(&o, dx.tile[s], dy.tile[s], max ? x.tile[s] : NULL,
+                                max ? y.tile[s] : NULL, g, max, relu));
+      operand_check(&y, "pool_fwd y", max ? 0 : REL, max ? 0 : ABS);
+      operand_check(&dx, "pool_bwd dx", REL, ABS);
+      operand_check(&x, "pool x", 0, 0);
+      operand_check(&dy, "pool dy", 0, 0);
+    }
+}
+
+/* Skips the whole program (exit 77) where there is nothing to test, saying why. */
+static const char *why_skip(void) {
+#ifndef TSR_HAVE_OPENCL
+  return "this build has no OpenCL codelets (meson -Dopencl: needs ocl-icd-opencl-dev, "
+         "libclblast-dev and a StarPU with OpenCL)";
+#else
+  cl_platform_id platforms[8];
+  cl_uint np = 0, total = 0;
+  if (clGetPlatformIDs(8, platforms, &np) != CL_SUCCESS) np = 0;
+  for (cl_uint p = 0; p < np; p++) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS) total += nd;
+  }
+  if (total == 0)
+    return "no OpenCL device (install pocl-opencl-icd for one on the CPU; `clinfo -l` lists "
+           "devices)";
+  return NULL;
+#endif
+}
+
+/* Visible: Criterion's workers find main by its symbol (the project hides symbols by default). */
+__attribute__((visibility("default"))) int main(int argc, char *argv[]) {
+  /* StarPU only drives OpenCL devices that are CPUs (PoCL) when told to; the suite's
+   * STARPU_NOPENCL=0 (CPU workers only) is for the other tests. */
+  setenv("STARPU_OPENCL_ON_CPUS", "1", 0);
+  unsetenv("STARPU_NOPENCL");
+  /* In a test worker this runs the test and does not return. */
+  struct criterion_test_set *tests = criterion_initialize();
+  const char *why = why_skip();
+  int rc = 77;
+  if (why)
+    printf("SKIP: %s\n", why);
+  else if (criterion_handle_args(argc, argv, true))
+    rc = !criterion_run_all_tests(tests);
+  else
+    rc = 0;
+  criterion_finalize(tests);
+  return rc;
+}
