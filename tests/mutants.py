@@ -90,6 +90,15 @@ MUTANTS = [
      ["mpi-postlocal-2"]),
     ("hier-group-all", "hier's group averages go over all ranks", "src/parallel/sync.c",
      [("gi = r->my_group;", "gi = -1;")], ["mpi-hier-3"]),
+    # Issue 13: shares and FedNova.
+    ("fednova-no-extrapolation", "--weighting steps takes the step-normalized mean without "
+     "extrapolating from the anchor (lambda 1)", "src/parallel/sync.c",
+     [("  r->lambda = S > 0 ? tau_eff * S : 1.0;", "  r->lambda = 1.0;")], ["mpi-shares-3"]),
+    ("shares-batch-uniform-shards", "per-rank batches follow --shares but shards stay uniform",
+     "src/train/train.c",
+     [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",
+       "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, sh->ranks,"
+       " n, 1, part);")], ["mpi-shares-3"]),
 ]
 
 

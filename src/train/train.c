@@ -106,7 +106,7 @@ typedef struct {
 } shards_t;
 
 static bool meets_every_step(const tsr_sync_t *s) {
-  return !s || s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_POST_LOCAL;
+  return s && (s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_POST_LOCAL);
 }
 
 /* Shards of n samples: uniform (shares NULL or uniform) exactly as without shares. */
