@@ -1117,19 +1117,23 @@ static void test_shares(void) {
     /* 9.8, 0.1, 0.1: rank 0 gets the remainder (10, 0, 0), then ranks 1 and 2 one sample
      * each, taken from the largest part. */
     tsr_shares_split((const double[]){0.98, 0.01, 0.01}, 3, 10, 1, part);
-    CHECK(part[0] == 8 && part[1] == 1 && part[2] == 1, "split 10 with a minimum of 1: %lld %lld "
-          "%lld", (long long)part[0], (long long)part[1], (long long)part[2]);
+    CHECK(part[0] == 8 && part[1] == 1 && part[2] == 1,
+          "split 10 with a minimum of 1: %lld %lld "
+          "%lld",
+          (long long)part[0], (long long)part[1], (long long)part[2]);
     tsr_shares_split((const double[]){1.0 / 3, 1.0 / 3, 1.0 / 3}, 3, 10, 0, part);
-    CHECK(part[0] == 4 && part[1] == 3 && part[2] == 3, "ties go to the lower rank: %lld %lld "
-          "%lld", (long long)part[0], (long long)part[1], (long long)part[2]);
+    CHECK(part[0] == 4 && part[1] == 3 && part[2] == 3,
+          "ties go to the lower rank: %lld %lld "
+          "%lld",
+          (long long)part[0], (long long)part[1], (long long)part[2]);
     int rows[3];
     tsr_shares_tile_rows((const int64_t[]){40, 20, 4}, 3, 32, 8, rows);
-    CHECK(rows[0] == 10 && rows[1] == 5 && rows[2] == 1, "tile rows for 4 tiles: %d %d %d",
-          rows[0], rows[1], rows[2]);
+    CHECK(rows[0] == 10 && rows[1] == 5 && rows[2] == 1, "tile rows for 4 tiles: %d %d %d", rows[0],
+          rows[1], rows[2]);
     /* A batch of 3 cannot make 4 tiles: 3 tiles each. */
     tsr_shares_tile_rows((const int64_t[]){5, 40, 3}, 3, 32, 8, rows);
-    CHECK(rows[0] == 2 && rows[1] == 14 && rows[2] == 1, "tile rows for 3 tiles: %d %d %d",
-          rows[0], rows[1], rows[2]);
+    CHECK(rows[0] == 2 && rows[1] == 14 && rows[2] == 1, "tile rows for 3 tiles: %d %d %d", rows[0],
+          rows[1], rows[2]);
   }
   enum { N = 480 };
   static const int batch[3] = {24, 12, 12}, lo[3] = {0, 240, 360};
@@ -1140,8 +1144,11 @@ static void test_shares(void) {
   tsr_net_t *net = make_net(batch[rank], 0.9f);
   tile_rows = saved_rows;
   train_with(net, "batch",
-             (run_t){.epochs = 1, .shuffle = true, .lr_scaling = TSR_LR_SCALING_NONE,
-                     .shares = "2,1,1", .global_batch = 48});
+             (run_t){.epochs = 1,
+                     .shuffle = true,
+                     .lr_scaling = TSR_LR_SCALING_NONE,
+                     .shares = "2,1,1",
+                     .global_batch = 48});
   int64_t n;
   float *w = params(net, &n);
   CHECK(replicas_equal(w, n), "batch with shares: replicas differ at the end");
@@ -1159,8 +1166,7 @@ static void test_shares(void) {
     float *ref = params(one, &n);
     double d = max_rel_diff(w, ref, n);
     CHECK(d <= 1e-4, "batch with shares vs one process on the global batches: %g", d);
-    printf("shares: batch with per-rank batches vs one process: max relative difference %.2e\n",
-           d);
+    printf("shares: batch with per-rank batches vs one process: max relative difference %.2e\n", d);
     free(ref);
     tsr_net_destroy(&one);
   }
@@ -1186,7 +1192,10 @@ static void test_shares(void) {
   for (int steps = 0; steps < 2; steps++) {
     net = make_net(16, 0.9f);
     train_with(net, "epoch",
-               (run_t){.epochs = 1, .shuffle = true, .by_samples = true, .by_steps = steps,
+               (run_t){.epochs = 1,
+                       .shuffle = true,
+                       .by_samples = true,
+                       .by_steps = steps,
                        .shares = "2,1,1"});
     w = params(net, &n);
     CHECK(replicas_equal(w, n), "epoch with shares: replicas differ at the end");
@@ -1206,10 +1215,9 @@ static void test_shares(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted",  "async",
-                                       "deterministic", "uneven", "tiles", "twice",     "bytes",
-                                       "resume",        "outer",  "hier",  "postlocal", "shares",
-                                       NULL};
+  static const char *const checks[] = {
+      "batch", "epoch", "every",  "weighted", "async", "deterministic", "uneven", "tiles",
+      "twice", "bytes", "resume", "outer",    "hier",  "postlocal",     "shares", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;

@@ -81,8 +81,8 @@ typedef enum {
 
 typedef struct {
   tsr_shares_kind_t kind;
-  int n;                     /* FIXED: values given; AUTO once measured: the ranks */
-  double w[TSR_SHARES_MAX];  /* FIXED, AUTO once measured: weights (> 0, any scale) */
+  int n;                    /* FIXED: values given; AUTO once measured: the ranks */
+  double w[TSR_SHARES_MAX]; /* FIXED, AUTO once measured: weights (> 0, any scale) */
 } tsr_shares_t;
 
 /* Parses "uniform", "auto" or "w0,w1,..." (numbers >= 0 with a positive sum, at most

@@ -43,11 +43,11 @@ typedef struct {
   uint64_t bytes_received; /* tile bytes rank 0 received */
   int64_t messages_sent;   /* messages (tiles or chunks) rank 0 sent for synchronization */
   int64_t messages_received;
-  int64_t averages;       /* weight averages over all ranks this epoch (async-epoch: folds) */
-  int64_t group_averages; /* hier: averages inside rank 0's group this epoch */
-  int64_t test_samples;   /* samples evaluated: 0 when there is no test set (test_loss and
-                             test_accuracy are NaN then; with a test set, a NaN test_loss means
-                             the net diverged) */
+  int64_t averages;            /* weight averages over all ranks this epoch (async-epoch: folds) */
+  int64_t group_averages;      /* hier: averages inside rank 0's group this epoch */
+  int64_t test_samples;        /* samples evaluated: 0 when there is no test set (test_loss and
+                                  test_accuracy are NaN then; with a test set, a NaN test_loss means
+                                  the net diverged) */
   const tsr_rank_work_t *work; /* under MPI: work[q] for each of the ranks (borrowed, valid
                                   during on_epoch); NULL with one process */
 } tsr_epoch_stats_t;

@@ -106,8 +106,8 @@ typedef struct {
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
-  tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
-  tsr_shares_t shares;           /* --shares, with auto's first measurement */
+  tsr_checkpoint_info_t resumed;      /* --resume: where the checkpoint's run stood */
+  tsr_shares_t shares;                /* --shares, with auto's first measurement */
   int64_t rank_batch[TSR_SHARES_MAX]; /* under batch and post-local with shares: each rank's */
   tsr_errbuf_t err;
 } run_t;

@@ -44,8 +44,7 @@ void tsr_rank_stats_print(FILE *out, const tsr_rank_stats_t *ranks, int n) {
   }
   fprintf(out, "\nranks (synchronization over the run)\n");
   fprintf(out, "  %-4s %9s %9s %12s %12s %9s %9s %6s %8s %9s %9s\n", "rank", "seconds", "sync s",
-          "MB sent", "MB received", "msgs out", "msgs in", "share", "steps", "compute s",
-          "wait s");
+          "MB sent", "MB received", "msgs out", "msgs in", "share", "steps", "compute s", "wait s");
   for (int q = 0; q < n; q++) {
     const tsr_rank_stats_t *r = &ranks[q];
     fprintf(out, "  %-4d %9.2f %9.2f %12.2f %12.2f %9lld %9lld %6.3f %8lld %9.2f %9.2f\n", r->rank,

@@ -39,7 +39,8 @@ int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
     if (*p == '\0') break;
     if (*p++ != ',')
       return tsr_error_set(err, TSR_EINVAL,
-                           "--shares %s: expected numbers separated by commas (e.g. 3,1,1,1)", text);
+                           "--shares %s: expected numbers separated by commas (e.g. 3,1,1,1)",
+                           text);
   }
   if (!(sum > 0))
     return tsr_error_set(err, TSR_EINVAL,
@@ -103,8 +104,8 @@ void tsr_shares_split(const double *share, int ranks, int64_t total, int64_t min
     }
 }
 
-void tsr_shares_tile_rows(const int64_t *batch, int ranks, int uniform_batch,
-                          int uniform_tile_rows, int *rows) {
+void tsr_shares_tile_rows(const int64_t *batch, int ranks, int uniform_batch, int uniform_tile_rows,
+                          int *rows) {
   int mt = (uniform_batch + uniform_tile_rows - 1) / uniform_tile_rows;
   for (; mt > 1; mt--) {
     bool fits = true;

@@ -328,9 +328,8 @@ static void set_step_weights(tsr_replicas_t *r) {
     }
   r->lambda = S > 0 ? tau_eff * S : 1.0;
   for (int q = 0; q < r->size && S > 0; q++)
-    r->weights[q] = r->steps[q] > 0 ? (double)r->samples[q] / (double)total /
-                                          (double)r->steps[q] / S
-                                    : 0.0;
+    r->weights[q] =
+        r->steps[q] > 0 ? (double)r->samples[q] / (double)total / (double)r->steps[q] / S : 0.0;
 }
 
 static void clear_samples(tsr_replicas_t *r, int gi) {
