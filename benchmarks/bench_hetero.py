@@ -23,6 +23,7 @@ balanced, N / (sum of the ranks' rates).
   /usr/bin/python3 benchmarks/bench_hetero.py                  # 5 epochs, all 60,000 samples
   /usr/bin/python3 benchmarks/bench_hetero.py --train-limit 12000 --epochs 3 --policies epoch
   /usr/bin/python3 benchmarks/bench_hetero.py --dry-run         # print the commands
+  /usr/bin/python3 benchmarks/bench_hetero.py --no-run          # re-read the logs in --out
 
 Writes --out (default benchmarks/results/hetero/): runs.csv (one row per run
 and epoch, with every rank's share, steps, compute and wait seconds),
@@ -50,6 +51,7 @@ def parse_args():
     p.add_argument("--train-limit", type=int, default=0, help="0: every training sample")
     p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "hetero"))
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--no-run", action="store_true", help="re-read the logs already in --out")
     p.add_argument("extra", nargs="*", help="more tessera train options, after --")
     return p.parse_args()
 
@@ -107,6 +109,9 @@ def main():
                 cmd = command(args, policy, shares, log)
                 print("$ " + " ".join(cmd), flush=True)
                 if args.dry_run:
+                    continue
+                if args.no_run:
+                    runs.setdefault((policy, shares), []).append(read_log(log))
                     continue
                 r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True)
@@ -167,6 +172,19 @@ def main():
                         100 * r["balanced_cut"], 100 * r["uniform_accuracy"],
                         100 * r["auto_accuracy"], r["accuracy_points"], r["auto_shares"]))
     print("\n".join(lines))
+    # What the ranks' speeds really were: other jobs on a core change them.
+    notes = []
+    for policy in policies:
+        rates = {}
+        for epochs in runs[(policy, "uniform")]:
+            for e in epochs:
+                for x in e.get("work", []):
+                    if x["compute_seconds"] > 0:
+                        rates.setdefault(x["rank"], []).append(x["samples"] / x["compute_seconds"])
+        notes.append("%s, uniform: samples per compute second by rank (median over epochs): %s" %
+                     (policy, ", ".join("%d: %.0f" % (q, statistics.median(v))
+                                        for q, v in sorted(rates.items()))))
+    print("\n".join(notes))
     for r in rows:
         ok_time = r["cut_mean"] >= 0.25
         ok_acc = abs(r["accuracy_points"]) <= 0.5
@@ -179,8 +197,9 @@ def main():
         w.writeheader()
         w.writerows(rows)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write("`%s`\n\n%s\n" % (" ".join(["benchmarks/bench_hetero.py"] + sys.argv[1:]),
-                                  "\n".join(lines)))
+        argv = [a for a in sys.argv[1:] if a != "--no-run"]
+        f.write("`%s`\n\n%s\n\n%s\n" % (" ".join(["benchmarks/bench_hetero.py"] + argv),
+                                        "\n".join(lines), "\n\n".join(notes)))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -195,7 +214,7 @@ def main():
                 ax.plot([e["epoch"] for e in epochs], [e["seconds"] for e in epochs],
                         marker="o", color="C0" if shares == "uniform" else "C1",
                         label=shares if rnd == 0 else None)
-        ax.set_title("--sync %s, 4 ranks (1 fast, 3 on one core)" % policy)
+        ax.set_title("--sync %s: rank 0 on core 0, ranks 1-3 on core 1" % policy, fontsize=10)
         ax.set_xlabel("epoch")
         ax.set_ylabel("epoch time (s)")
         ax.set_ylim(bottom=0)
