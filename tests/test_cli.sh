@@ -81,6 +81,16 @@ expect 1 "folder.ini: is a folder, not a model file" -- train --model "$tmp/fold
 mkfifo "$tmp/pipe.ini"
 expect 1 "pipe.ini: is not a regular file" -- train --model "$tmp/pipe.ini"
 expect 0 "scheduler" -- info
+# Workers stay inside the CPU set the process was started with (StarPU 1.3 alone would spread
+# them over the node): taskset -c 1 leaves one worker, on PU 1.
+if [[ $(nproc --all) -ge 2 ]] && command -v taskset >/dev/null; then
+  out=$(taskset -c 1 "$tessera" info 2>&1)
+  if grep -qE "CPU 0 +CPU +on PU 1 " <<<"$out" && ! grep -qE "on PU ([02-9]|1[0-9])" <<<"$out"; then
+    pass
+  else
+    fail "taskset -c 1 tessera info: a worker outside PU 1:" "$(grep 'on PU' <<<"$out")"
+  fi
+fi
 expect 0 "lws" -- info --sched-list
 
 # A folder with a truncated image file: rejected, naming the file.
