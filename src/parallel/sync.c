@@ -309,7 +309,9 @@ static void set_average_weights(tsr_replicas_t *r, int gi) {
     total += n[g->ranks[t]];
   for (int t = 0; t < g->n; t++) {
     int q = g->ranks[t];
-    r->weights[q] = r->sync.by_samples && total > 0 ? (double)n[q] / (double)total : 1.0 / g->n;
+    r->weights[q] = (r->sync.by_samples || r->sync.by_steps) && total > 0
+                        ? (double)n[q] / (double)total
+                        : 1.0 / g->n;
   }
 }
 
