@@ -28,7 +28,9 @@
  * An outer optimizer (optim/outer.h) steps each chunk's anchor on the
  * chunk's home, between the reduce-scatter and the all-gather, so ranks get
  * the new anchor instead of the mean: no extra message. Under async-epoch
- * the fold itself is the outer step.
+ * the fold itself is the outer step. --weighting steps (FedNova) weighs the
+ * reduce-scatter by samples over local steps and extrapolates from the
+ * anchor on the home at the same point (set_step_weights).
  *
  * Each rank submits only the tasks it takes part in (it runs them, or sends
  * their input), so submission costs O(P) per chunk on the home and O(1)
