@@ -96,6 +96,15 @@ MUTANTS = [
     ("grid-row-weights", "weight averages across grid columns weigh each rank 1/P, not 1/Pc",
      "src/parallel/sync.c", [("if (gi < 0) r->weights[q] *= r->grid_rows;", "")],
      ["mpi-grid-4"]),
+    # Issue 13: shares and FedNova.
+    ("fednova-no-extrapolation", "--weighting steps takes the step-normalized mean without "
+     "extrapolating from the anchor (lambda 1)", "src/parallel/sync.c",
+     [("  r->lambda = S > 0 ? tau_eff * S : 1.0;", "  r->lambda = 1.0;")], ["mpi-shares-3"]),
+    ("shares-batch-uniform-shards", "per-rank batches follow --shares but shards stay uniform",
+     "src/train/train.c",
+     [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",
+       "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, sh->ranks,"
+       " n, 1, part);")], ["mpi-shares-3"]),
 ]
 
 

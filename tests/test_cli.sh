@@ -58,6 +58,19 @@ expect 1 "/nonexistent" -- train --data /nonexistent --epochs 1
 for m in mlp:0 mlp:-5 mlp:5, mlp: resnet; do
   expect 2 "--model '$m'" -- train --model "$m" --data /nonexistent
 done
+# --shares: malformed lists exit 2 naming the option, before anything loads; the count is
+# checked against the ranks (one here), also before the data.
+expect 2 "--shares abc: expected uniform, auto or a comma-separated list" -- \
+  train --shares abc --data /nonexistent
+expect 2 "--shares 1,-2: value 2 is negative" -- train --shares 1,-2 --data /nonexistent
+expect 2 "--shares 0,0: the shares sum to 0" -- train --shares 0,0 --data /nonexistent
+expect 2 "--shares 1;2: expected numbers separated by commas" -- train --shares "1;2" --data /nonexistent
+expect 2 "--shares 1,inf: expected uniform, auto" -- train --shares 1,inf --data /nonexistent
+expect 2 "--shares: 2 values for 1 rank; give one share per MPI rank" -- \
+  train --shares 3,1 --data /nonexistent
+expect 2 "--weighting steps normalizes .* not --sync batch" -- \
+  train --weighting steps --data /nonexistent
+expect 2 "--weighting median: expected uniform, samples or steps" -- train --weighting median
 expect 2 "--sched modular-heteroprio-heft: this policy deadlocks" -- \
   train --sched modular-heteroprio-heft --data /nonexistent
 # A model file is a file (exit 1), read before the data: a folder and a named pipe are refused
@@ -68,6 +81,16 @@ expect 1 "folder.ini: is a folder, not a model file" -- train --model "$tmp/fold
 mkfifo "$tmp/pipe.ini"
 expect 1 "pipe.ini: is not a regular file" -- train --model "$tmp/pipe.ini"
 expect 0 "scheduler" -- info
+# Workers stay inside the CPU set the process was started with (StarPU 1.3 alone would spread
+# them over the node): taskset -c 1 leaves one worker, on PU 1.
+if [[ $(nproc --all) -ge 2 ]] && command -v taskset >/dev/null; then
+  out=$(taskset -c 1 "$tessera" info 2>&1)
+  if grep -qE "CPU 0 +CPU +on PU 1 " <<<"$out" && ! grep -qE "on PU ([02-9]|1[0-9])" <<<"$out"; then
+    pass
+  else
+    fail "taskset -c 1 tessera info: a worker outside PU 1:" "$(grep 'on PU' <<<"$out")"
+  fi
+fi
 expect 0 "lws" -- info --sched-list
 
 # A folder with a truncated image file: rejected, naming the file.

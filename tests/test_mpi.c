@@ -185,6 +185,9 @@ typedef struct {
   int epochs;
   bool deterministic, by_samples, shuffle;
   const char *outer;                                          /* NULL: none */
+  const char *shares;                                         /* --shares; NULL: uniform */
+  bool by_steps;                                              /* --weighting steps */
+  int global_batch;                                           /* with shares under batch */
   tsr_lr_scaling_t lr_scaling;                                /* 0: AUTO */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx); /* rank 0 only */
   void *ctx;
@@ -200,9 +203,15 @@ static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_errbuf_t err = {""};
   tsr_sync_parse(&sync, policy, &err);
   sync.deterministic = run.deterministic, sync.by_samples = run.by_samples;
+  sync.by_steps = run.by_steps;
   if (run.outer) tsr_outer_init(&sync.outer, run.outer, &err);
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
+  static tsr_shares_t shares;
+  if (run.shares) {
+    CHECK(tsr_shares_parse(&shares, run.shares, &err) == 0, "--shares %s: %s", run.shares, err.msg);
+    o.shares = &shares, o.global_batch = run.global_batch;
+  }
   o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
   o.shuffle = run.shuffle, o.on_epoch = run.on_epoch, o.ctx = run.ctx;
   o.lr_scaling = run.lr_scaling;
@@ -1356,10 +1365,128 @@ static void test_postlocal(void) {
   tsr_net_destroy(&net), tsr_net_destroy(&alone);
 }
 
+/* --shares 2,1,1 on 3 ranks, by hand: the parts; batch averaging with per-rank batches (24, 12,
+ * 12 of a global 48) equals one process on the global batches; epoch averaging on shards of 240,
+ * 120 and 120 samples, weighted by samples, equals the weighted mean of replicas trained alone
+ * on those shards, and weighted by steps (FedNova; ranks take 15, 8 and 8 steps) equals
+ *   x' = x - tau_eff sum_q p_q (x - x_q) / tau_q,  tau_eff = sum_q p_q tau_q
+ * computed here in float64 from the initial weights x and the replicas x_q. */
+static void test_shares(void) {
+  if (size != 3) {
+    if (rank == 0) fprintf(stderr, "the shares check is written for 3 ranks\n");
+    failed++;
+    return;
+  }
+  if (rank == 0) {
+    int64_t part[3];
+    tsr_shares_split((const double[]){0.5, 0.25, 0.25}, 3, 48, 1, part);
+    CHECK(part[0] == 24 && part[1] == 12 && part[2] == 12, "split 48: %lld %lld %lld",
+          (long long)part[0], (long long)part[1], (long long)part[2]);
+    /* 9.8, 0.1, 0.1: rank 0 gets the remainder (10, 0, 0), then ranks 1 and 2 one sample
+     * each, taken from the largest part. */
+    tsr_shares_split((const double[]){0.98, 0.01, 0.01}, 3, 10, 1, part);
+    CHECK(part[0] == 8 && part[1] == 1 && part[2] == 1,
+          "split 10 with a minimum of 1: %lld %lld "
+          "%lld",
+          (long long)part[0], (long long)part[1], (long long)part[2]);
+    tsr_shares_split((const double[]){1.0 / 3, 1.0 / 3, 1.0 / 3}, 3, 10, 0, part);
+    CHECK(part[0] == 4 && part[1] == 3 && part[2] == 3,
+          "ties go to the lower rank: %lld %lld "
+          "%lld",
+          (long long)part[0], (long long)part[1], (long long)part[2]);
+    int rows[3];
+    tsr_shares_tile_rows((const int64_t[]){40, 20, 4}, 3, 32, 8, rows);
+    CHECK(rows[0] == 10 && rows[1] == 5 && rows[2] == 1, "tile rows for 4 tiles: %d %d %d", rows[0],
+          rows[1], rows[2]);
+    /* A batch of 3 cannot make 4 tiles: 3 tiles each. */
+    tsr_shares_tile_rows((const int64_t[]){5, 40, 3}, 3, 32, 8, rows);
+    CHECK(rows[0] == 2 && rows[1] == 14 && rows[2] == 1, "tile rows for 3 tiles: %d %d %d", rows[0],
+          rows[1], rows[2]);
+  }
+  enum { N = 480 };
+  static const int batch[3] = {24, 12, 12}, lo[3] = {0, 240, 360};
+  load(N);
+  /* batch: each rank's net is built for its batch, one batch-row tile each. */
+  int saved_rows = tile_rows;
+  tile_rows = batch[rank];
+  tsr_net_t *net = make_net(batch[rank], 0.9f);
+  tile_rows = saved_rows;
+  train_with(net, "batch",
+             (run_t){.epochs = 1,
+                     .shuffle = true,
+                     .lr_scaling = TSR_LR_SCALING_NONE,
+                     .shares = "2,1,1",
+                     .global_batch = 48});
+  int64_t n;
+  float *w = params(net, &n);
+  CHECK(replicas_equal(w, n), "batch with shares: replicas differ at the end");
+  if (rank == 0) {
+    tsr_net_t *one = make_net(48, 0.9f);
+    int32_t order[N], rows[48];
+    tsr_dataset_epoch_order(order, N, 5, 1);
+    for (int k = 0; k < 10; k++) {
+      int taken = 0;
+      for (int q = 0; q < 3; q++)
+        for (int i = 0; i < batch[q]; i++)
+          rows[taken++] = order[lo[q] + k * batch[q] + i];
+      tsr_net_train_step(one, &train_set, rows, taken, true);
+    }
+    float *ref = params(one, &n);
+    double d = max_rel_diff(w, ref, n);
+    CHECK(d <= 1e-4, "batch with shares vs one process on the global batches: %g", d);
+    printf("shares: batch with per-rank batches vs one process: max relative difference %.2e\n", d);
+    free(ref);
+    tsr_net_destroy(&one);
+  }
+  free(w);
+  tsr_net_destroy(&net);
+
+  /* epoch: the replicas alone on the same shards, then both weightings. */
+  tsr_net_t *alone = make_net(16, 0.9f);
+  float *x0 = params(alone, &n);
+  train_with(alone, "none", (run_t){.epochs = 1, .shuffle = true, .shares = "2,1,1"});
+  float *mine = params(alone, &n), *all = gather_all(mine, n);
+  const double p[3] = {0.5, 0.25, 0.25}, tau[3] = {15, 8, 8};
+  double tau_eff = 0;
+  for (int q = 0; q < 3; q++)
+    tau_eff += p[q] * tau[q];
+  float *fednova = malloc(sizeof(float) * (size_t)n), *by_samples = weighted_mean(mine, n, p);
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0;
+    for (int q = 0; q < 3; q++)
+      s += p[q] * ((double)x0[i] - all[q * n + i]) / tau[q];
+    fednova[i] = (float)(x0[i] - tau_eff * s);
+  }
+  for (int steps = 0; steps < 2; steps++) {
+    net = make_net(16, 0.9f);
+    train_with(net, "epoch",
+               (run_t){.epochs = 1,
+                       .shuffle = true,
+                       .by_samples = true,
+                       .by_steps = steps,
+                       .shares = "2,1,1"});
+    w = params(net, &n);
+    CHECK(replicas_equal(w, n), "epoch with shares: replicas differ at the end");
+    const float *want = steps ? fednova : by_samples;
+    double d = max_rel_diff(w, want, n), apart = max_rel_diff(fednova, by_samples, n);
+    CHECK(d <= 1e-4, "epoch with shares, --weighting %s: vs the formula: %g",
+          steps ? "steps" : "samples", d);
+    CHECK(apart > 1e-3, "FedNova and the sample-weighted mean must differ (%g) here", apart);
+    if (rank == 0)
+      printf("shares: epoch, --weighting %s vs its formula: max relative difference %.2e\n",
+             steps ? "steps" : "samples", d);
+    free(w);
+    tsr_net_destroy(&net);
+  }
+  free(x0), free(mine), free(all), free(fednova), free(by_samples);
+  tsr_net_destroy(&alone);
+}
+
 int main(int argc, char **argv) {
-  static const char *const checks[] = {
-      "batch", "epoch", "every",  "weighted", "async", "deterministic", "uneven", "tiles",
-      "twice", "bytes", "resume", "outer",    "hier",  "postlocal",     "grid",   NULL};
+  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted",  "async",
+                                       "deterministic", "uneven", "tiles", "twice",     "bytes",
+                                       "resume",        "outer",  "hier",  "postlocal", "grid",
+                                       "shares",        NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1368,7 +1495,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid [thread|worker]\n");
+            "outer|hier|postlocal|grid|shares [thread|worker]\n");
     return 2;
   }
   tsr_dist_start(&argc, &argv, true);
@@ -1403,7 +1530,8 @@ int main(int argc, char **argv) {
   case 11: test_outer(); break;
   case 12: test_hier(); break;
   case 13: test_postlocal(); break;
-  default: test_grid(); break;
+  case 14: test_grid(); break;
+  default: test_shares(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -45,6 +45,28 @@ expect 1 "rank 1: .*model" 60 -- \
 expect 2 "--batch 0" 60 -- \
   "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
   -np 1 "$tessera" train "${common[@]}" --epochs 1 --batch 0
+# --shares: one value per rank (exit 2 before the data loads); auto measures and logs every
+# rank's share, steps and times; a given list under batch gives each rank its part of the
+# global batch (2 x 64 = 128: 96 and 32).
+expect 2 "--shares: 3 values for 2 ranks" 60 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --shares 1,2,3 --data /nonexistent
+expect 0 "shares \(auto, measured, re-measured every epoch\): rank 0 0\.[0-9]+, rank 1" 120 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 2 --sync epoch --shares auto \
+  --weighting steps --log "$tmp/shares.jsonl"
+if /usr/bin/python3 - "$tmp/shares.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --shares auto's log"; fi
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+epochs = [o for o in lines if "event" not in o]
+ranks = [o for o in lines if o.get("event") == "ranks"][0]["ranks"]
+for o in epochs:
+    w = o["work"]
+    assert len(w) == 2 and abs(sum(x["share"] for x in w) - 1) < 1e-6, w
+    assert sum(x["samples"] for x in w) == 1280, w
+    assert all(x["steps"] >= 1 and x["compute_seconds"] > 0 and x["wait_seconds"] >= 0 for x in w), w
+assert sum(r["samples"] for r in ranks) == 2 * 1280 and all("wait_seconds" in r for r in ranks), ranks
+PY
+expect 0 "rank 0 0\.750 \(batch 96\), rank 1 0\.250 \(batch 32\)" 120 -- \
+  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --sync batch --shares 3,1
 # Rank 0 writes the trace: a path it cannot create stops every rank before training.
 expect 1 "rank 0: --trace /proc/x/y.json: cannot create" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --trace /proc/x/y.json

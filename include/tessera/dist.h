@@ -58,7 +58,53 @@ typedef struct {
    * contributions are added as they arrive. */
   bool deterministic;
   bool by_samples; /* weight each rank by the samples it processed (else uniform) */
+  /* --weighting steps (FedNova, Wang et al. 2020), for averages of weights over all ranks:
+   * with x the weights every rank last restarted from, x_q rank q's weights now, tau_q the
+   * steps it took since (steps with samples), p_q = samples_q / samples:
+   *   x' = x - tau_eff * sum_q p_q (x - x_q) / tau_q,   tau_eff = sum_q p_q tau_q,
+   * so a rank that took more steps does not pull the model further. Computed as the mean
+   * x~ = sum_q v_q x_q with v_q = (p_q / tau_q) / S, S = sum_q p_q / tau_q, then
+   * x' = x + lambda (x~ - x), lambda = tau_eff S (>= 1; 1 when every tau_q is equal, where
+   * this is --weighting samples). Implies by_samples. */
+  bool by_steps;
 } tsr_sync_t;
+
+/* How much of the work each rank gets (--shares): its part of every epoch's samples and,
+ * where ranks meet at every step (batch, post-local), of the global batch. */
+typedef enum {
+  TSR_SHARES_UNIFORM, /* 1 / P each */
+  TSR_SHARES_AUTO,    /* measured throughput, re-measured at every epoch end where possible */
+  TSR_SHARES_FIXED    /* w[0 .. n) as given, normalized */
+} tsr_shares_kind_t;
+
+#define TSR_SHARES_MAX 1024
+
+typedef struct {
+  tsr_shares_kind_t kind;
+  int n;                    /* FIXED: values given; AUTO once measured: the ranks */
+  double w[TSR_SHARES_MAX]; /* FIXED, AUTO once measured: weights (> 0, any scale) */
+} tsr_shares_t;
+
+/* Parses "uniform", "auto" or "w0,w1,..." (numbers >= 0 with a positive sum, at most
+ * TSR_SHARES_MAX). Errors name --shares. */
+TSR_API int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err);
+/* TSR_EINVAL, naming --shares, when a FIXED list does not have one value per rank. */
+TSR_API int tsr_shares_check(const tsr_shares_t *s, int ranks, tsr_errbuf_t *err);
+/* Each rank's share, summing to 1: share[q] for q < ranks (uniform for UNIFORM, and for AUTO
+ * before anything was measured). */
+TSR_API void tsr_shares_get(const tsr_shares_t *s, int ranks, double *share);
+/* Cuts total into ranks whole parts in proportion to share (largest remainders, ties to the
+ * lower rank), each at least min_each (taken from the largest parts; total must be at least
+ * ranks x min_each): part[q]. Batches use min_each 1, so that a rank whose share would round
+ * to 0 still takes one sample a step. */
+TSR_API void tsr_shares_split(const double *share, int ranks, int64_t total, int64_t min_each,
+                              int64_t *part);
+/* Tile rows for per-rank batches batch[q] such that every rank has the same number of
+ * batch-row tiles (replicas sum their training statistics tile by tile): the largest count
+ * <= ceil(uniform_batch / uniform_tile_rows) for which each rank's batch cuts into exactly
+ * that many tiles; rows[q]. */
+TSR_API void tsr_shares_tile_rows(const int64_t *batch, int ranks, int uniform_batch,
+                                  int uniform_tile_rows, int *rows);
 
 /* Parses "batch", "every=K", "epoch", "epoch=n", "async-epoch", "post-local:E,K",
  * "hier:K1,K2", "hier:K1,K2,G" (groups of G consecutive ranks instead of nodes) and "none";
@@ -94,6 +140,9 @@ TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);
  * in all (size x bytes; ignored elsewhere). Plain MPI, collective: for the
  * end of a run, after its transfers (tsr_train's per-rank totals). */
 TSR_API int tsr_dist_gather(const void *mine, int bytes, void *all);
+/* The same, but every rank receives all (plain MPI, collective): tsr_train's per-epoch exchange
+ * of each rank's share, steps and times at the epoch end, where ranks meet anyway. */
+TSR_API int tsr_dist_allgather(const void *mine, int bytes, void *all);
 /* Every rank's node: node_of[q] (size entries) numbers the node of rank q
  * from 0 in order of the nodes' lowest ranks (MPI_COMM_TYPE_SHARED); returns
  * the number of nodes. Collective; without MPI one node. */

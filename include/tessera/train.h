@@ -27,6 +27,16 @@ typedef struct {
   int64_t sync_messages_sent, sync_messages_received;
   uint64_t measured_sent_inside, measured_sent_across;
 } tsr_rank_traffic_t;
+/* One rank's work in an epoch (or, in tsr_rank_stats_t, the run) under MPI: what --shares gave
+ * it and how its time went. */
+typedef struct {
+  double share;           /* its part of the epoch's samples (the last epoch's, for a run) */
+  int64_t samples, steps; /* samples it trained on; steps with samples */
+  double compute_seconds; /* from the epoch's start until its own steps were done (under --sync
+                             batch this includes waiting for the others' gradients) */
+  double wait_seconds;    /* the rest of the epoch: epoch-end synchronization, waiting for the
+                             other ranks */
+} tsr_rank_work_t;
 
 typedef struct {
   int epoch; /* 1-based */
@@ -54,6 +64,8 @@ typedef struct {
   int grid_rows, grid_cols; /* --grid PrxPc (1 x ranks without) */
   const tsr_rank_traffic_t *per_rank; /* under a grid, [ranks] on rank 0: each rank's
                                          transfers this epoch; NULL otherwise */
+  const tsr_rank_work_t *work;        /* under MPI: work[q] for each of the ranks (borrowed, valid
+                                         during on_epoch); NULL with one process */
 } tsr_epoch_stats_t;
 
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
@@ -65,6 +77,7 @@ typedef struct {
                           waiting at synchronization points */
   uint64_t bytes_sent, bytes_received;      /* tile bytes moved for synchronization */
   int64_t messages_sent, messages_received; /* messages (tiles or chunks) */
+  tsr_rank_work_t work;                     /* totals over the run; share: the last epoch's */
 } tsr_rank_stats_t;
 
 /* Whether the base rate grows with the number of MPI ranks. Averaging gradients over P ranks
@@ -86,6 +99,15 @@ typedef struct {
   int window;                    /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
+  /* Ranks of different speed (NULL: uniform). Where ranks meet at every step (batch,
+   * post-local) each rank's batch is its share of global_batch (tsr_shares_split, at least 1)
+   * and its net must have been built with at least that batch and with batch-row tiles as
+   * tsr_shares_tile_rows says; elsewhere each rank's shard of every epoch follows the shares,
+   * with the net's batch, and a rank whose shard is used up skips its steps. AUTO: measured
+   * by tsr_train_calibrate before, and, where shards follow them, re-measured at every epoch
+   * end from each rank's samples / compute_seconds (all ranks agree on the numbers). */
+  const tsr_shares_t *shares;
+  int global_batch; /* with shares, under batch and post-local; 0: ranks x the net's batch */
   /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
    * training: tsr_train returns it (a positive value as TSR_EINVAL) and leaves err as the
    * callback may have filled it, e.g. with why a log line could not be written. Under MPI only
@@ -143,6 +165,13 @@ TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *op
  * whose release is collective, are not released then). */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
+
+/* --shares auto's measurement, collective under MPI: every rank runs forward passes of net
+ * (weights unchanged) on ds for `seconds`, all at once so that ranks sharing cores share
+ * them as in training, and shares gets every rank's samples per second (kind AUTO, n the
+ * ranks). One process: one share. */
+TSR_API int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
+                                tsr_shares_t *shares, tsr_errbuf_t *err);
 
 /* Evaluates net on ds: mean loss and accuracy. */
 TSR_API int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy);

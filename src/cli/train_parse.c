@@ -57,7 +57,10 @@ void tsr__cli_train_usage(FILE *out) {
         "  --outer-lr X        the outer rate [1 for slowmo, 0.7 for nesterov]\n"
         "  --outer-momentum X  the outer momentum [0.5 for slowmo, 0.9 for nesterov]\n"
         "  --sync-state        average optimizer state with the weights (every, epoch)\n"
-        "  --weighting W       uniform or samples: how ranks count in averages [uniform]\n"
+        "  --weighting W       uniform, samples or steps (samples, normalized by each rank's\n"
+        "                      local steps: FedNova): how ranks count in averages [uniform]\n"
+        "  --shares S          under mpirun, each rank's part of the work: uniform, auto\n"
+        "                      (measured throughput) or w0,w1,... (one per rank) [uniform]\n"
         "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
         "  --grid PrxPc        under mpirun with Pr x Pc ranks: each grid column of Pr\n"
         "                      consecutive ranks holds one replica, its dense layers'\n"
@@ -153,7 +156,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_OUTER_MOM,
     O_CLASSES,
     O_GRID,
-    O_DEVICES
+    O_DEVICES,
+    O_SHARES
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -192,6 +196,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"classes", required_argument, 0, O_CLASSES},
       {"grid", required_argument, 0, O_GRID},
       {"devices", required_argument, 0, O_DEVICES},
+      {"shares", required_argument, 0, O_SHARES},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -246,6 +251,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       }
       cfg->sync.average_state = before.average_state, cfg->sync.outer = before.outer;
       cfg->sync.deterministic = before.deterministic, cfg->sync.by_samples = before.by_samples;
+      cfg->sync.by_steps = before.by_steps;
       break;
     }
     case O_OUTER: {
@@ -273,12 +279,18 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     case O_SYNC_STATE: cfg->sync.average_state = true; break;
     case O_DETERMINISTIC: cfg->sync.deterministic = true; break;
     case O_WEIGHTING: {
-      static const char *const names[] = {"uniform", "samples", NULL};
+      static const char *const names[] = {"uniform", "samples", "steps", NULL};
       int i = choice(optarg, names);
-      if (i < 0) return bad("--weighting", optarg, "uniform or samples");
-      cfg->sync.by_samples = i == 1;
+      if (i < 0) return bad("--weighting", optarg, "uniform, samples or steps");
+      cfg->sync.by_samples = i >= 1, cfg->sync.by_steps = i == 2;
       break;
     }
+    case O_SHARES:
+      if (tsr_shares_parse(&cfg->shares, optarg, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 2;
+      }
+      break;
     case O_SCHEDULE: {
       static const char *const names[] = {"cosine", "constant", NULL};
       static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};

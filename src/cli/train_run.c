@@ -106,7 +106,9 @@ typedef struct {
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
-  tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
+  tsr_checkpoint_info_t resumed;      /* --resume: where the checkpoint's run stood */
+  tsr_shares_t shares;                /* --shares, with auto's first measurement */
+  int64_t rank_batch[TSR_SHARES_MAX]; /* under batch and post-local with shares: each rank's */
   tsr_errbuf_t err;
 } run_t;
 
@@ -325,6 +327,37 @@ static int check_memory(run_t *r) {
                        show_bytes(work, sizeof work, m.workspace), free_, source, way);
 }
 
+/* How long --shares auto times each rank's forward passes before training. */
+#define CALIBRATION_SECONDS 0.5
+
+/* --shares under mpirun: auto measures (every rank at once); where ranks meet at every step
+ * (batch, post-local) each rank's batch is its share of the global batch (ranks x --batch), so
+ * its net is built again for that batch, with batch-row tiles that give every rank as many
+ * tiles as the others. */
+static int apply_shares(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  int ranks = tsr_dist_size();
+  r->shares = cfg->shares;
+  if (ranks == 1 || cfg->shares.kind == TSR_SHARES_UNIFORM) return 0;
+  int rc = cfg->shares.kind == TSR_SHARES_AUTO
+               ? tsr_train_calibrate(r->net, &r->train, CALIBRATION_SECONDS, &r->shares, &r->err)
+               : 0;
+  if (rc) return rc;
+  if (cfg->sync.kind != TSR_SYNC_BATCH && cfg->sync.kind != TSR_SYNC_POST_LOCAL) return 0;
+  double share[TSR_SHARES_MAX];
+  int rows[TSR_SHARES_MAX], mb, nb, b = cfg->net.batch, me = tsr_dist_rank();
+  tsr_shares_get(&r->shares, ranks, share);
+  tsr_shares_split(share, ranks, (int64_t)b * ranks, 1, r->rank_batch);
+  tsr_net_tiles(r->net, &mb, &nb);
+  tsr_shares_tile_rows(r->rank_batch, ranks, b, mb, rows);
+  if (r->rank_batch[me] == b && rows[me] == mb) return 0;
+  tsr_net_destroy(&r->net);
+  r->net_opts.batch = (int)r->rank_batch[me];
+  r->net_opts.tile_rows = rows[me], r->net_opts.tile_cols = nb;
+  return tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes, &r->net_opts,
+                        &r->err);
+}
+
 /* Every rank: the data and model, the same configuration as rank 0, the runtime, the net. */
 static int start(run_t *r, int argc, char **argv) {
   int rc = tsr_dist_agree(load(r), &r->err, &r->err);
@@ -353,6 +386,7 @@ static int start(run_t *r, int argc, char **argv) {
     rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
                                        &r->net_opts, &r->err),
                         &r->err, &r->err);
+  if (rc == 0) rc = tsr_dist_agree(apply_shares(r), &r->err, &r->err);
   if (rc == 0 && r->cfg->resume) {
     rc = tsr_dist_agree(
         tsr_checkpoint_load(r->net, r->cfg->resume, r->ckpt.data, &r->resumed, &r->err), &r->err,
@@ -403,6 +437,18 @@ static int announce(run_t *r) {
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
     printf("\n");
+    if (tsr_dist_size() > 1 && r->shares.kind != TSR_SHARES_UNIFORM) {
+      double share[TSR_SHARES_MAX];
+      bool step_sync = cfg->sync.kind == TSR_SYNC_BATCH || cfg->sync.kind == TSR_SYNC_POST_LOCAL;
+      tsr_shares_get(&r->shares, tsr_dist_size(), share);
+      printf("shares (%s%s):", r->shares.kind == TSR_SHARES_AUTO ? "auto, measured" : "given",
+             r->shares.kind == TSR_SHARES_AUTO && !step_sync ? ", re-measured every epoch" : "");
+      for (int q = 0; q < tsr_dist_size(); q++) {
+        printf(" rank %d %.3f", q, share[q]);
+        if (step_sync) printf(" (batch %lld)", (long long)r->rank_batch[q]);
+        printf(q + 1 < tsr_dist_size() ? "," : "\n");
+      }
+    }
     if (cfg->resume && tsr_dist_size() > 1 && cfg->sync.outer.kind != TSR_OUTER_NONE)
       fprintf(stderr, "tessera train: note: checkpoints hold the outer optimizer's anchor (the "
                       "weights) but not its momentum, which restarts from zero\n");
@@ -439,6 +485,8 @@ static int train(run_t *r) {
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
   to.should_stop = should_stop;
+  if (r->shares.kind != TSR_SHARES_UNIFORM) to.shares = &r->shares;
+  to.global_batch = cfg->net.batch * tsr_dist_size();
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
   to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
   if (cfg->resume && r->resumed.epoch >= cfg->train.epochs) {
@@ -514,12 +562,20 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     unsupported = "--sync async-epoch, hier and post-local";
   else if (across && sy->outer.kind != TSR_OUTER_NONE)
     unsupported = "--outer";
+  else if (grid && (cfg->shares.kind != TSR_SHARES_UNIFORM || sy->by_steps))
+    unsupported = "--shares other than uniform and --weighting steps";
   if (unsupported) {
     if (tsr_dist_rank() == 0)
       fprintf(stderr,
               "tessera train: --grid %dx%d: %s are not supported under a grid yet; use --sync "
               "batch, every=K or epoch without them, or --grid 1x%d\n",
               cfg->net.grid_rows, cfg->grid_cols, unsupported, tsr_dist_size());
+    tsr_dist_stop();
+    return 2;
+  }
+  tsr_errbuf_t usage = {""};
+  if (tsr_shares_check(&cfg->shares, tsr_dist_size(), &usage)) { /* bad usage: status 2 */
+    if (tsr_dist_rank() == 0) fprintf(stderr, "tessera train: %s\n", usage.msg);
     tsr_dist_stop();
     return 2;
   }

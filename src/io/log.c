@@ -110,6 +110,15 @@ static int write_line(tsr_log_t *log, cJSON *o) {
   return TSR_EIO;
 }
 
+/* One rank's share and time, as the epoch lines and the ranks' line write them. */
+static void add_work(cJSON *x, const tsr_rank_work_t *w) {
+  add_number(x, "share", w->share);
+  cJSON_AddNumberToObject(x, "samples", (double)w->samples);
+  cJSON_AddNumberToObject(x, "steps", (double)w->steps);
+  add_number(x, "compute_seconds", w->compute_seconds);
+  add_number(x, "wait_seconds", w->wait_seconds);
+}
+
 int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return TSR_ENOMEM;
@@ -154,6 +163,14 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
       cJSON_AddNumberToObject(x, "measured_sent_across", (double)r->measured_sent_across);
       cJSON_AddItemToArray(rs, x);
     }
+  }
+  cJSON *ws = st->work ? cJSON_AddArrayToObject(o, "work") : NULL;
+  for (int q = 0; ws && q < st->ranks; q++) {
+    cJSON *x = cJSON_CreateObject();
+    if (!x) break;
+    cJSON_AddNumberToObject(x, "rank", q);
+    add_work(x, &st->work[q]);
+    cJSON_AddItemToArray(ws, x);
   }
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
@@ -231,6 +248,7 @@ int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n) {
     cJSON_AddNumberToObject(x, "bytes_received", (double)r->bytes_received);
     cJSON_AddNumberToObject(x, "messages_sent", (double)r->messages_sent);
     cJSON_AddNumberToObject(x, "messages_received", (double)r->messages_received);
+    add_work(x, &r->work);
     cJSON_AddItemToArray(rs, x);
   }
   return write_line(log, o);

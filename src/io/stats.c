@@ -82,13 +82,15 @@ void tsr_rank_stats_print(FILE *out, const tsr_rank_stats_t *ranks, int n) {
     most = ranks[q].bytes_sent > most ? ranks[q].bytes_sent : most;
   }
   fprintf(out, "\nranks (synchronization over the run)\n");
-  fprintf(out, "  %-4s %9s %9s %12s %12s %9s %9s\n", "rank", "seconds", "sync s", "MB sent",
-          "MB received", "msgs out", "msgs in");
+  fprintf(out, "  %-4s %9s %9s %12s %12s %9s %9s %6s %8s %9s %9s\n", "rank", "seconds", "sync s",
+          "MB sent", "MB received", "msgs out", "msgs in", "share", "steps", "compute s", "wait s");
   for (int q = 0; q < n; q++) {
     const tsr_rank_stats_t *r = &ranks[q];
-    fprintf(out, "  %-4d %9.2f %9.2f %12.2f %12.2f %9lld %9lld\n", r->rank, r->seconds,
-            r->sync_seconds, 1e-6 * (double)r->bytes_sent, 1e-6 * (double)r->bytes_received,
-            (long long)r->messages_sent, (long long)r->messages_received);
+    fprintf(out, "  %-4d %9.2f %9.2f %12.2f %12.2f %9lld %9lld %6.3f %8lld %9.2f %9.2f\n", r->rank,
+            r->seconds, r->sync_seconds, 1e-6 * (double)r->bytes_sent,
+            1e-6 * (double)r->bytes_received, (long long)r->messages_sent,
+            (long long)r->messages_received, r->work.share, (long long)r->work.steps,
+            r->work.compute_seconds, r->work.wait_seconds);
   }
   if (n > 0 && total > 0)
     fprintf(out, "  the busiest rank sent %.3f x the mean\n", (double)most * n / (double)total);

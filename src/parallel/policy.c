@@ -116,6 +116,12 @@ int tsr_outer_init(tsr_outer_t *o, const char *name, tsr_errbuf_t *err) {
 }
 
 int tsr_sync_check(const tsr_sync_t *s, tsr_errbuf_t *err) {
+  if (s->by_steps && (s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_ASYNC_EPOCH))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--weighting steps normalizes weight averages by each rank's local steps "
+                         "(every=K, epoch[=n], post-local:E,K or hier:K1,K2), not --sync %s; use "
+                         "--weighting samples there",
+                         s->kind == TSR_SYNC_BATCH ? "batch" : "async-epoch");
   if (s->outer.kind == TSR_OUTER_NONE) return 0;
   if (s->kind == TSR_SYNC_NONE || s->kind == TSR_SYNC_BATCH)
     return tsr_error_set(err, TSR_EINVAL,

@@ -30,7 +30,8 @@ int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *s
 void tsr__replicas_destroy(tsr_replicas_t **r);
 
 /* Samples every rank takes in the coming step (batch mode weighs gradients
- * by them) or since the last averaging (weight averaging by samples). */
+ * by them) or since the last averaging (weight averaging by samples); a rank
+ * with samples takes a local step (--weighting steps counts them). */
 void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank);
 /* Called before each epoch's first step (epoch from 1) with the steps taken
  * in the run so far: post-local switches to local SGD here. */

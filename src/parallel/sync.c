@@ -28,7 +28,9 @@
  * An outer optimizer (optim/outer.h) steps each chunk's anchor on the
  * chunk's home, between the reduce-scatter and the all-gather, so ranks get
  * the new anchor instead of the mean: no extra message. Under async-epoch
- * the fold itself is the outer step.
+ * the fold itself is the outer step. --weighting steps (FedNova) weighs the
+ * reduce-scatter by samples over local steps and extrapolates from the
+ * anchor on the home at the same point (set_step_weights).
  *
  * Each rank submits only the tasks it takes part in (it runs them, or sends
  * their input), so submission costs O(P) per chunk on the home and O(1)
@@ -90,6 +92,8 @@ typedef struct rparam {
   tsr_tiles_t *updated; /* batch, k > 1: chunk-tiled, by chunk home: the updated bands */
   tsr_tiles_t *global;  /* async-epoch: tiled like w, by tile home: the global copy */
   tsr_tiles_t **snap;   /* async-epoch: [size], by tile home: each rank's fold */
+  tsr_tiles_t *anchor;  /* --weighting steps without an outer optimizer: like acc, the weights
+                           every rank last restarted from (the outer state keeps its own) */
 } rparam_t;
 
 struct tsr_replicas {
@@ -112,6 +116,8 @@ struct tsr_replicas {
   double *weights;          /* [size] weight of each rank in the next averaging */
   int64_t *samples;         /* [size] samples since the last averaging of all ranks */
   int64_t *gsamples;        /* hier: [size] samples since the last averaging in the group */
+  int64_t *steps;           /* [size] steps with samples since the last averaging of all ranks */
+  double lambda;            /* --weighting steps: the extrapolation of the next average */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
   bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
   tsr_sync_stats_t st;
@@ -329,10 +335,31 @@ static void set_average_weights(tsr_replicas_t *r, int gi) {
     total += n[g->ranks[t]];
   for (int t = 0; t < g->n; t++) {
     int q = g->ranks[t];
-    r->weights[q] = r->sync.by_samples && total > 0 ? (double)n[q] / (double)total : 1.0 / g->n;
+    r->weights[q] = (r->sync.by_samples || r->sync.by_steps) && total > 0
+                        ? (double)n[q] / (double)total
+                        : 1.0 / g->n;
     /* Grid: each column's Pr ranks took its samples; a chunk averages over one row. */
     if (gi < 0) r->weights[q] *= r->grid_rows;
   }
+}
+
+/* --weighting steps (FedNova; the formula is at tsr_sync_t.by_steps in tessera/dist.h):
+ * weights v_q = (p_q / tau_q) / S over the ranks that took steps, and lambda = tau_eff S,
+ * with which the home extrapolates from the anchor. Averages over all ranks only. */
+static void set_step_weights(tsr_replicas_t *r) {
+  int64_t total = 0;
+  for (int q = 0; q < r->size; q++)
+    total += r->samples[q];
+  double S = 0, tau_eff = 0;
+  for (int q = 0; q < r->size && total > 0; q++)
+    if (r->steps[q] > 0) {
+      double p = (double)r->samples[q] / (double)total;
+      S += p / (double)r->steps[q], tau_eff += p * (double)r->steps[q];
+    }
+  r->lambda = S > 0 ? tau_eff * S : 1.0;
+  for (int q = 0; q < r->size && S > 0; q++)
+    r->weights[q] =
+        r->steps[q] > 0 ? (double)r->samples[q] / (double)total / (double)r->steps[q] / S : 0.0;
 }
 
 static void clear_samples(tsr_replicas_t *r, int gi) {
@@ -340,7 +367,7 @@ static void clear_samples(tsr_replicas_t *r, int gi) {
   for (int t = 0; t < g->n; t++) {
     int q = g->ranks[t];
     if (r->gsamples) r->gsamples[q] = 0;
-    if (gi < 0) r->samples[q] = 0;
+    if (gi < 0) r->samples[q] = 0, r->steps[q] = 0;
   }
 }
 
@@ -353,6 +380,8 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
   tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
   float gamma = tsr__optim_lr(r->net->optim);
   set_average_weights(r, gi);
+  bool fednova = r->sync.by_steps && gi < 0;
+  if (fednova) set_step_weights(r);
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0 && g->n > 1; k++) {
     rparam_t *rp = &r->params[k];
@@ -368,6 +397,15 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
         for (int s = 0; s < nsets && rc == 0; s++) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
+          if (rc == 0 && s == 0 && fednova && r->rank == home_in(g, rp, I, j)) {
+            /* acc = x + lambda (x~ - x): FedNova's step from the anchor x; the outer
+             * optimizer (if any) then takes it as the mean, and its anchor moves; else it
+             * becomes the anchor itself. */
+            tsr_tiles_t *x = outer ? tsr__outer_anchor(r->outer, k) : rp->anchor;
+            rc = tsr__tile_axpby(&local, (float)(1.0 - r->lambda), x, (float)r->lambda, rp->acc, I,
+                                 j, false);
+            if (rc == 0 && !outer) rc = tsr__tile_copy(&local, rp->anchor, rp->acc, I, j);
+          }
           if (rc == 0 && s == 0 && outer) {
             if (r->rank == home_in(g, rp, I, j))
               rc = tsr__outer_step_tile(r->outer, k, I, j, result, gamma, &local);
@@ -419,9 +457,9 @@ static int fold_all(tsr_replicas_t *r) {
 static int set_anchors(tsr_replicas_t *r) {
   tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
   int rc = 0;
-  for (int k = 0; r->outer && k < r->nparams && rc == 0; k++) {
+  for (int k = 0; (r->outer || r->sync.by_steps) && k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
-    tsr_tiles_t *x = tsr__outer_anchor(r->outer, k);
+    tsr_tiles_t *x = r->outer ? tsr__outer_anchor(r->outer, k) : rp->anchor;
     for (int I = 0; x && I < rp->cmt && rc == 0; I++)
       for (int j = 0; j < rp->nt && rc == 0; j++) {
         int i, r0;
@@ -608,6 +646,7 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     return TSR_ENOMEM;
   }
   TSR_TRY(by_chunk_home(&rp->acc, rp));
+  if (r->sync.by_steps && !r->outer) TSR_TRY(by_chunk_home(&rp->anchor, rp));
   if (r->ngroups > 0) {
     /* Every rank creates every group's, in the same order: descriptors take their MPI tags in
      * creation order. */
@@ -646,7 +685,7 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   destroy_all(r, &rp->w), destroy_all(r, &rp->g), destroy_all(r, &rp->stages);
   destroy_all(r, &rp->snap);
   tsr_tiles_destroy(&rp->stage), tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->updated);
-  tsr_tiles_destroy(&rp->global);
+  tsr_tiles_destroy(&rp->global), tsr_tiles_destroy(&rp->anchor);
   for (int g = 0; rp->gacc && g < r->ngroups; g++)
     tsr_tiles_destroy(&rp->gacc[g]);
   free(rp->gacc), free(rp->gctx);
@@ -701,11 +740,12 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   r->batch = sync->kind == TSR_SYNC_BATCH || sync->kind == TSR_SYNC_POST_LOCAL;
   r->weights = calloc((size_t)r->size, sizeof *r->weights);
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
+  r->steps = calloc((size_t)r->size, sizeof *r->steps);
   r->all.n = r->size;
   r->all.ranks = malloc(sizeof(int) * (size_t)r->size);
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  int rc = r->weights && r->samples && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
+  int rc = r->weights && r->samples && r->steps && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
   for (int q = 0; q < r->size && rc == 0; q++)
     r->all.ranks[q] = q;
   if (rc == 0 && !(r->rows = calloc((size_t)pr, sizeof *r->rows))) rc = TSR_ENOMEM;
@@ -791,7 +831,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
     free(r->rows[p].ranks);
   free(r->rows);
   free(r->groups), free(r->all.ranks), free(r->gsamples);
-  free(r->params), free(r->weights), free(r->samples);
+  free(r->params), free(r->weights), free(r->samples), free(r->steps);
   free(r);
   *rp = NULL;
 }
@@ -801,6 +841,7 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
   int64_t total = 0;
   for (int q = 0; q < r->size; q++) {
     r->samples[q] += samples_per_rank[q];
+    r->steps[q] += samples_per_rank[q] > 0;
     if (r->gsamples) r->gsamples[q] += samples_per_rank[q];
     total += samples_per_rank[q];
   }

@@ -1,7 +1,8 @@
 /* Plain MPI for start-up and shutdown only: starting MPI before StarPU (so
  * that ranks can agree on their configuration and data before any task
  * runs), agreeing on errors, gathering a run's per-rank totals once it is
- * over, and stopping every rank when one fails. */
+ * over, and stopping every rank when one fails; besides, at each epoch end
+ * (where ranks meet anyway), exchanging a few numbers per rank for --shares. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,16 @@ int tsr_dist_gather(const void *mine, int bytes, void *all) {
     return 0;
   }
   return MPI_Gather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS
+             ? 0
+             : TSR_ERUNTIME;
+}
+
+int tsr_dist_allgather(const void *mine, int bytes, void *all) {
+  if (!active || size == 1) {
+    memcpy(all, mine, (size_t)bytes);
+    return 0;
+  }
+  return MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS
              ? 0
              : TSR_ERUNTIME;
 }

@@ -1,5 +1,7 @@
 /* Runtime start-up: the one place outside codelets/ and src/tile/ that talks
  * to StarPU's lifecycle. */
+#include <hwloc.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -183,10 +185,38 @@ static void heteroprio_init(unsigned ctx) {
  * mpirun gives a process, so without this every rank's first worker lands on
  * core 0. With several ranks per node and no --workers, each rank takes its
  * share of the cores. */
+/* When the process may run on fewer CPUs than the node has (taskset, cgroups, Slurm, mpirun
+ * --bind-to), its workers go inside that set, in its order, several to a CPU when asked for more
+ * workers than it has: StarPU 1.3 would spread them over the whole node. Returns whether it
+ * placed them. workers_bindid takes hwloc's logical PU numbers; the mask has the OS's. */
+static bool bind_inside_mask(struct starpu_conf *conf, int ncpus) {
+  cpu_set_t set;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) >= online) return false;
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return false;
+  unsigned pus[STARPU_NMAXWORKERS];
+  int n = 0;
+  if (hwloc_topology_load(topo) == 0)
+    for (int c = 0; c < CPU_SETSIZE && n < STARPU_NMAXWORKERS; c++) {
+      hwloc_obj_t pu = CPU_ISSET(c, &set) ? hwloc_get_pu_obj_by_os_index(topo, (unsigned)c) : NULL;
+      if (pu) pus[n++] = pu->logical_index;
+    }
+  hwloc_topology_destroy(topo);
+  if (n == 0) return false;
+  int workers = ncpus > 0 ? ncpus : n;
+  conf->ncpus = workers;
+  conf->use_explicit_workers_bindid = 1;
+  for (int i = 0; i < workers && i < STARPU_NMAXWORKERS; i++)
+    conf->workers_bindid[i] = pus[i % n];
+  return true;
+}
+
 static void place_workers(struct starpu_conf *conf, int ncpus) {
   /* Replicas are updated by plain tasks between transfers, which StarPU-MPI's
    * cache would not see: every transfer must carry the current tile. */
   setenv("STARPU_MPI_CACHE", "0", 0);
+  if (bind_inside_mask(conf, ncpus)) return;
   int local = tsr_dist_local_size();
   if (local <= 1) return;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -237,6 +267,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   int rc_cl = opencl_conf(opencl, &conf.nopencl, err);
   if (rc_cl) return rc_cl;
   with_mpi = tsr_dist_active();
+  if (!with_mpi) bind_inside_mask(&conf, ncpus);
   if (with_mpi) {
     place_workers(&conf, ncpus);
     int rc = tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf, err);

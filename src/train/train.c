@@ -93,31 +93,127 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
 }
 
 /* This rank's part of an epoch: a contiguous slice of the shuffled order,
- * rank r taking [r N / P, (r + 1) N / P). Every rank takes the same number
- * of steps (the largest shard's), so all reach the same synchronization
- * points; a rank whose shard is used up takes empty steps. Under --grid
+ * rank r taking [r N / P, (r + 1) N / P), or with --shares a slice in
+ * proportion to its share. Every rank takes the same number of steps (the
+ * largest shard's), so all reach the same synchronization points; a rank
+ * whose shard is used up takes empty steps (under weight averaging it skips
+ * them: nothing of it is needed until the next average). Where ranks meet at
+ * every step (batch, post-local), shares set each rank's batch instead, and
+ * its shard in proportion to it, so that all shards end together. Under --grid
  * PrxPc the shards are the Pc grid columns' (ranks and rank below count
- * columns), and every rank of a column takes its column's. */
+ * columns, and shares stay uniform), and every rank of a column takes its
+ * column's. */
 typedef struct {
   int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
+  int64_t batch[TSR_MAX_RANKS];  /* samples rank q takes a step */
+  double share[TSR_MAX_RANKS];   /* rank q's share of the work (sums to 1) */
   int ranks, rank;
   int64_t steps;
+  bool step_sync; /* ranks meet at every step: per-rank batches; no step is skipped */
 } shards_t;
 
-static void make_shards(shards_t *sh, int64_t n, int batch, int grid_rows) {
+static bool meets_every_step(const tsr_sync_t *s) {
+  return s && (s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_POST_LOCAL);
+}
+
+/* Shards of n samples: uniform (shares NULL or uniform) exactly as without shares. */
+static void make_shards(shards_t *sh, int64_t n, int batch, const tsr_shares_t *shares,
+                        const tsr_sync_t *sync, int global_batch, int grid_rows) {
   sh->ranks = tsr_dist_size() / grid_rows, sh->rank = tsr_dist_rank() / grid_rows;
-  int64_t largest = 0;
-  for (int q = 0; q <= sh->ranks; q++)
-    sh->lo[q] = n * q / sh->ranks;
+  sh->step_sync = meets_every_step(sync);
+  tsr_shares_get(shares, sh->ranks, sh->share);
+  int64_t part[TSR_MAX_RANKS];
+  bool uniform = !shares || shares->kind == TSR_SHARES_UNIFORM || sh->ranks == 1 ||
+                 (shares->kind == TSR_SHARES_AUTO && shares->n != sh->ranks);
   for (int q = 0; q < sh->ranks; q++)
-    if (sh->lo[q + 1] - sh->lo[q] > largest) largest = sh->lo[q + 1] - sh->lo[q];
-  sh->steps = (largest + batch - 1) / batch;
+    sh->batch[q] = batch;
+  if (uniform) {
+    for (int q = 0; q <= sh->ranks; q++)
+      sh->lo[q] = n * q / sh->ranks;
+  } else {
+    if (sh->step_sync) {
+      int64_t g = global_batch > 0 ? global_batch : (int64_t)batch * sh->ranks;
+      tsr_shares_split(sh->share, sh->ranks, g, 1, sh->batch);
+      double of_batch[TSR_MAX_RANKS];
+      for (int q = 0; q < sh->ranks; q++)
+        of_batch[q] = (double)sh->batch[q] / (double)g;
+      tsr_shares_split(of_batch, sh->ranks, n, 1, part);
+    } else {
+      tsr_shares_split(sh->share, sh->ranks, n, 1, part);
+    }
+    sh->lo[0] = 0;
+    for (int q = 0; q < sh->ranks; q++)
+      sh->lo[q + 1] = sh->lo[q] + part[q];
+  }
+  sh->steps = 0;
+  for (int q = 0; q < sh->ranks; q++) {
+    int64_t size = sh->lo[q + 1] - sh->lo[q];
+    int64_t steps = (size + sh->batch[q] - 1) / sh->batch[q];
+    sh->steps = steps > sh->steps ? steps : sh->steps;
+  }
+}
+
+/* --shares auto, where shards follow the shares: each rank's samples per second of compute in
+ * the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
+ * rank is kept at 1% of the even share at least, so that it is measured again. */
+static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ranks) {
+  double rate[TSR_MAX_RANKS], sum = 0;
+  for (int q = 0; q < ranks; q++) {
+    rate[q] = work[q].compute_seconds > 0 ? (double)work[q].samples / work[q].compute_seconds : 0;
+    if (!(rate[q] > 0) || !isfinite(rate[q])) return; /* nothing measured: keep the shares */
+    sum += rate[q];
+  }
+  for (int q = 0; q < ranks; q++) {
+    double w = rate[q] / sum;
+    shares->w[q] = w < 0.01 / ranks ? 0.01 / ranks : w;
+  }
+  shares->n = ranks;
+}
+
+int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
+                        tsr_shares_t *shares, tsr_errbuf_t *err) {
+  int ranks = tsr_dist_size(), b = tsr_net_batch(net);
+  if (ranks > TSR_SHARES_MAX || ds->n <= 0 || !(seconds > 0))
+    return tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %d ranks, %lld samples, %g s",
+                         ranks, (long long)ds->n, seconds);
+  int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
+  if (!rows) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  (void)tsr_dist_any(false); /* start together */
+  double t0 = now(), t = t0;
+  int64_t samples = 0;
+  int rc = 0;
+  for (int64_t k = 0; rc == 0 && t - t0 < seconds; k++) {
+    for (int i = 0; i < b; i++)
+      rows[i] = (int32_t)((k * b + i) % ds->n);
+    rc = tsr_net_eval_step(net, ds, rows, b);
+    if (rc == 0 && k % 4 == 3) rc = tsr_net_wait(net, 0);
+    samples += b;
+    t = now();
+  }
+  if (rc == 0) rc = tsr_net_wait(net, 0);
+  double loss, correct, rate = samples / (now() - t0);
+  if (rc == 0) rc = tsr_net_take_stats(net, true, &loss, &correct); /* clears them */
+  free(rows);
+  double *all = malloc(sizeof(double) * (size_t)ranks);
+  if (!all) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  int rc2 = tsr_dist_allgather(&rate, (int)sizeof rate, all);
+  if (rc == 0 && rc2 == 0) {
+    tsr_rank_work_t work[TSR_SHARES_MAX];
+    for (int q = 0; q < ranks; q++)
+      work[q] = (tsr_rank_work_t){.samples = 1000000, .compute_seconds = 1e6 / all[q]};
+    shares->kind = TSR_SHARES_AUTO;
+    tsr_shares_get(NULL, ranks, shares->w), shares->n = ranks;
+    remeasure(shares, work, ranks);
+  }
+  free(all);
+  rc = rc ? rc : rc2;
+  return rc ? tsr_error_set(err, rc, "measuring shares: %s", tsr_strerror(rc)) : 0;
 }
 
 /* Samples rank q takes at step k. */
-static int shard_take(const shards_t *sh, int q, int64_t k, int batch) {
-  int64_t left = sh->lo[q + 1] - sh->lo[q] - k * batch;
-  return left <= 0 ? 0 : left >= batch ? batch : (int)left;
+static int shard_take(const shards_t *sh, int q, int64_t k) {
+  int64_t b = sh->batch[q], left = sh->lo[q + 1] - sh->lo[q] - k * b;
+  return left <= 0 ? 0 : left >= b ? (int)b : (int)left;
 }
 
 /* What writing a checkpoint needs from the loop. */
@@ -231,14 +327,41 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     return tsr_error_set(err, TSR_EINVAL,
                          "checkpoints are not written under --grid yet (each rank holds a slice "
                          "of the weights): drop --checkpoint or use --grid 1xP");
+  if (pr > 1 &&
+      ((o->shares && o->shares->kind != TSR_SHARES_UNIFORM) || (o->sync && o->sync->by_steps)))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares other than uniform and --weighting steps are not supported "
+                         "under --grid yet: drop them or use --grid 1xP");
+  if (o->shares && tsr_shares_check(o->shares, size, err)) return TSR_EINVAL;
+  /* AUTO's shares move at epoch ends: a copy. */
+  tsr_shares_t *shares = o->shares ? malloc(sizeof *shares) : NULL;
+  if (o->shares && !shares) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the shares");
+  if (shares) *shares = *o->shares;
   shards_t sh;
-  make_shards(&sh, train->n, b, pr);
+  make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
+  if (sh.batch[sh.rank] > b) {
+    free(shares);
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares give rank %d a batch of %lld, but its net was built for %d: "
+                         "build each rank's net with its share of the global batch",
+                         sh.rank, (long long)sh.batch[sh.rank], b);
+  }
+  bool remeasured = shares && shares->kind == TSR_SHARES_AUTO && !sh.step_sync && sh.ranks > 1;
+  /* Every rank's, grid rows included (gathered from all ranks). */
+  tsr_rank_work_t *work = size > 1 ? calloc((size_t)size, sizeof *work) : NULL;
+  if (size > 1 && !work) {
+    free(shares);
+    return tsr_error_set(err, TSR_ENOMEM, "out of memory for the ranks' work");
+  }
   tsr_replicas_t *rep = NULL;
   int rc = 0;
   if (size > 1) {
     tsr_sync_t none = {.kind = TSR_SYNC_NONE};
     rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, err);
-    if (rc) return rc;
+    if (rc) {
+      free(shares), free(work);
+      return rc;
+    }
   }
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
   /* Under a grid: each epoch's transfers per rank (on rank 0), and what was counted so far. */
@@ -253,11 +376,11 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (!idx) {
     free(traffic), free(measured_seen);
     tsr__replicas_destroy(&rep);
+    free(shares), free(work);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
   }
 
   int counts[TSR_MAX_RANKS];
-  const int32_t *mine = idx + sh.lo[sh.rank];
   bool speaker = tsr_dist_rank() == 0; /* rank 0 reports and logs */
   bool evaluator = sh.rank == 0;       /* its grid column evaluates (rank 0 alone without) */
   double base_lr = tsr_train_base_lr(net, o);
@@ -270,22 +393,34 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   tsr_rank_stats_t totals = {.rank = tsr_dist_rank()}; /* this rank's totals (under MPI) */
   checkpoint_t cp = {net, rep, o, sh.steps, size, (float)base_lr, err, ""};
   for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
+    if (remeasured && e > first) { /* the shares measured in the last epoch */
+      make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
+      cp.steps = sh.steps, total_steps = sh.steps * o->epochs;
+    }
+    const int32_t *mine = idx + sh.lo[sh.rank];
+    int64_t my_samples = 0, my_steps = 0;
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
     if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
     for (; k < sh.steps && rc == 0 && !stopped; k++) {
       for (int q = 0; q < size; q++) {
-        counts[q] = shard_take(&sh, q / pr, k, b);
+        counts[q] = shard_take(&sh, q / pr, k);
         if (q % pr == 0) seen += counts[q];
       }
+      int here = counts[tsr_dist_rank()];
+      my_samples += here, my_steps += here > 0;
       if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule != TSR_LR_CONSTANT) {
         int64_t t = (int64_t)((e - 1) * sh.steps + k);
         tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
       }
       tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
-      rc = tsr_net_train_step(net, train, mine + k * b, counts[tsr_dist_rank()], true);
+      /* An empty step of weight averaging is skipped: no sample, no update (momentum and
+       * decay would still move the weights), and no other rank waits for it (a grid column's
+       * ranks skip it together). */
+      if (here > 0 || sh.step_sync)
+        rc = tsr_net_train_step(net, train, mine + k * sh.batch[sh.rank], here, true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
       step++;
       if (rc == 0 && k >= o->window) {
@@ -308,8 +443,11 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       }
     }
     if (rc || stopped) break;
+    /* This rank's own steps done: its compute time (--shares auto measures it). */
+    if (rep) rc = tsr_net_wait(net, 0);
+    double computed = now() - t0;
     double s0 = tsr__observe_now();
-    if (rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
+    if (rc == 0 && rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
     if (rep) tsr__observe_span("epoch-end synchronization", s0, tsr__observe_now());
     if (rc) break;
     double loss_sum, correct; /* both wait for the epoch */
@@ -334,6 +472,19 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
                             .lr_end = tsr_net_lr(net)};
     tsr_sync_stats_t sync_seen = {0};
     if (rep) {
+      /* Every rank's work, on every rank: the log's, and --shares auto's measurement. */
+      tsr_rank_work_t mine_w = {.share = sh.share[sh.rank],
+                                .samples = my_samples,
+                                .steps = my_steps,
+                                .compute_seconds = computed,
+                                .wait_seconds = st.seconds - computed};
+      rc = tsr_dist_allgather(&mine_w, (int)sizeof mine_w, work);
+      if (rc) break;
+      st.work = work;
+      totals.work.share = mine_w.share;
+      totals.work.samples += my_samples, totals.work.steps += my_steps;
+      totals.work.compute_seconds += computed, totals.work.wait_seconds += mine_w.wait_seconds;
+      if (remeasured) remeasure(shares, work, sh.ranks);
       tsr_sync_stats_t ss;
       tsr__replicas_take_stats(rep, &ss);
       st.sync_seconds = ss.seconds;
@@ -380,7 +531,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
     stopped = stop && e < o->epochs;
   }
-  free(idx), free(traffic), free(measured_seen);
+  free(idx), free(traffic), free(measured_seen), free(shares), free(work);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */

@@ -1,0 +1,120 @@
+/* Shares of the work for ranks of different speed (--shares): parsing, and
+ * cutting a whole number (an epoch's samples, a global batch) into parts in
+ * proportion, the same on every rank, so that every rank submits the same
+ * tasks. The training loop (src/train/train.c) decides what the parts are. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/dist.h"
+
+int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
+  memset(s, 0, sizeof *s);
+  if (strcmp(text, "uniform") == 0) return 0;
+  if (strcmp(text, "auto") == 0) {
+    s->kind = TSR_SHARES_AUTO;
+    return 0;
+  }
+  const char *p = text;
+  double sum = 0;
+  for (;;) {
+    if (s->n == TSR_SHARES_MAX)
+      return tsr_error_set(err, TSR_EINVAL, "--shares %s: more than %d values", text,
+                           TSR_SHARES_MAX);
+    char *end;
+    errno = 0;
+    double v = strtod(p, &end);
+    if (end == p || errno || !isfinite(v))
+      return tsr_error_set(err, TSR_EINVAL,
+                           "--shares %s: expected uniform, auto or a comma-separated list of "
+                           "numbers, one per rank (e.g. 3,1,1,1)",
+                           text);
+    if (v < 0)
+      return tsr_error_set(err, TSR_EINVAL,
+                           "--shares %s: value %d is negative (%g); each rank's share must be >= 0",
+                           text, s->n + 1, v);
+    s->w[s->n++] = v, sum += v;
+    p = end;
+    if (*p == '\0') break;
+    if (*p++ != ',')
+      return tsr_error_set(err, TSR_EINVAL,
+                           "--shares %s: expected numbers separated by commas (e.g. 3,1,1,1)",
+                           text);
+  }
+  if (!(sum > 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares %s: the shares sum to 0; give at least one rank a positive "
+                         "share",
+                         text);
+  s->kind = TSR_SHARES_FIXED;
+  return 0;
+}
+
+int tsr_shares_check(const tsr_shares_t *s, int ranks, tsr_errbuf_t *err) {
+  if (s->kind != TSR_SHARES_FIXED || s->n == ranks) return 0;
+  return tsr_error_set(err, TSR_EINVAL,
+                       "--shares: %d value%s for %d rank%s; give one share per MPI rank", s->n,
+                       s->n == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+}
+
+void tsr_shares_get(const tsr_shares_t *s, int ranks, double *share) {
+  double sum = 0;
+  bool given = s && s->kind != TSR_SHARES_UNIFORM && s->n == ranks;
+  for (int q = 0; given && q < ranks; q++)
+    sum += s->w[q];
+  for (int q = 0; q < ranks; q++)
+    share[q] = given && sum > 0 ? s->w[q] / sum : 1.0 / ranks;
+}
+
+void tsr_shares_split(const double *share, int ranks, int64_t total, int64_t min_each,
+                      int64_t *part) {
+  double *frac = malloc(sizeof *frac * (size_t)ranks);
+  int64_t given = 0;
+  for (int q = 0; q < ranks; q++) {
+    double exact = share[q] * (double)total;
+    part[q] = (int64_t)floor(exact);
+    if (part[q] > total) part[q] = total;
+    if (frac) frac[q] = exact - (double)part[q];
+    given += part[q];
+  }
+  /* The remainder, one each, to the largest fractions (ties: the lower rank). */
+  while (given < total) {
+    int best = 0;
+    for (int q = 1; frac && q < ranks; q++)
+      if (frac[q] > frac[best]) best = q;
+    part[best]++, given++;
+    if (frac) frac[best] = -1.0;
+  }
+  while (given > total) { /* rounding above total: can only happen by float error */
+    int big = 0;
+    for (int q = 1; q < ranks; q++)
+      if (part[q] > part[big]) big = q;
+    part[big]--, given--;
+  }
+  free(frac);
+  /* Raise parts under min_each, each time taking from the largest part. */
+  for (int q = 0; q < ranks; q++)
+    while (part[q] < min_each) {
+      int big = 0;
+      for (int t = 1; t < ranks; t++)
+        if (part[t] > part[big]) big = t;
+      if (part[big] <= min_each) return; /* total < ranks x min_each */
+      part[big]--, part[q]++;
+    }
+}
+
+void tsr_shares_tile_rows(const int64_t *batch, int ranks, int uniform_batch, int uniform_tile_rows,
+                          int *rows) {
+  int mt = (uniform_batch + uniform_tile_rows - 1) / uniform_tile_rows;
+  for (; mt > 1; mt--) {
+    bool fits = true;
+    for (int q = 0; q < ranks && fits; q++) {
+      int64_t mb = (batch[q] + mt - 1) / mt;
+      fits = batch[q] >= mt && (batch[q] + mb - 1) / mb == mt;
+    }
+    if (fits) break;
+  }
+  for (int q = 0; q < ranks; q++)
+    rows[q] = (int)((batch[q] + mt - 1) / mt);
+}
