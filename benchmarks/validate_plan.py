@@ -75,7 +75,7 @@ def train_cmd(args, model, grid, sync, batch, log):
     ranks = pr * pc
     cmd = [args.tessera, "train", "--model", MODELS[model], "--batch", str(batch),
            "--epochs", str(args.epochs), "--train-limit", str(args.samples or SAMPLES[model]),
-           "--test-limit", "100", "--quiet", "--log", log]
+           "--test-limit", "0", "--quiet", "--log", log]
     if ranks > 1:
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
                "-x", "STARPU_SILENT"] + cmd + ["--sync", sync]
@@ -92,6 +92,15 @@ def plan_cmd(args, model, grid, sync, batch):
     if args.cluster:
         cmd += ["--cluster", args.cluster]
     return cmd
+
+
+def load_note(before, after, cores):
+    """Whether the times can validate anything: the load before the first run says what else
+    was running (the runs themselves keep the cores busy, so the load at the end counts them)."""
+    head = "Load average %.1f before the runs and %.1f at the end, on %d cores: " % (before, after, cores)
+    if before < 0.75 * cores:
+        return head + "the machine was quiet when the runs began."
+    return head + "other processes were using the cores, so the times are not a validation."
 
 
 def measure(args, cfg, tmp):
@@ -111,8 +120,10 @@ def measure(args, cfg, tmp):
     pr, pc = (int(x) for x in grid.split("x"))
     shard = -(-samples // pc)
     steps = -(-shard // batch)
-    return {"seconds_step": last["seconds"] / steps, "bytes_epoch": last.get("bytes_sent", 0),
-            "steps": steps}
+    # Rank 0's bytes: averaging across columns, and under a grid its transfers inside its column.
+    inside = last["per_rank"][0]["grid_bytes_sent"] if "per_rank" in last else 0
+    return {"seconds_step": last["seconds"] / steps,
+            "bytes_epoch": last.get("bytes_sent", 0) + inside, "steps": steps}
 
 
 def predict(args, cfg):
@@ -122,7 +133,9 @@ def predict(args, cfg):
         return None
     r = subprocess.run(cmd, capture_output=True, text=True, env=env(), check=True)
     p = json.loads(r.stdout)["plans"][0]
-    return {"seconds_step": p["epoch_s"] / p["steps_per_epoch"], "bytes_epoch": p["sync_bytes_epoch"],
+    inside = p["grid_bytes_step"] * p["steps_per_epoch"]  # row 0's, as rank 0 logs them
+    return {"seconds_step": p["epoch_s"] / p["steps_per_epoch"],
+            "bytes_epoch": p["sync_bytes_epoch"] + inside,
             "compute_s": p["compute_s"], "sync_s": p["exposed_sync_s"] + p["average_s"]}
 
 
@@ -203,9 +216,7 @@ def main():
                           r["predicted_bytes_epoch"], r["logged_bytes_epoch"]))
     lines += ["", "%d configurations measured: median absolute error %.1f%%, largest %.1f%% "
               "(targets: median <= 20%%, none over 35%%)." % (len(ok), 100 * med, 100 * worst),
-              "", "Load average at the start %.1f and at the end %.1f on %d cores: above the cores, "
-              "other processes shared them and the times are not a validation." %
-              (load_before, os.getloadavg()[0], os.cpu_count())]
+              "", load_note(load_before, os.getloadavg()[0], os.cpu_count())]
     text = "\n".join(lines) + "\n"
     open(os.path.join(args.out, "summary.md"), "w").write(text)
     print()

@@ -3,7 +3,9 @@
 # described cluster plans for 1024 nodes, and the planner's count of the bytes
 # and messages a rank sends for averaging matches what real runs under mpirun
 # log (bytes_sent, messages_sent of every rank, per epoch) within 5%, for
-# batch, every=K and epoch averaging, 2 and 3 ranks, the MLP and the CNN.
+# batch, every=K and epoch averaging, 2 and 3 ranks, the MLP and the CNN; and
+# under --grid, rank 0's transfers inside its grid column and across columns
+# (the log's per_rank) against the planner's for row 0.
 # Usage: test_plan_cli.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -90,11 +92,57 @@ PY
   fi
 }
 
+# grid RANKS GRID SYNC MODEL SAMPLES: a grid run's rank 0 (row 0, the one the planner costs),
+# per epoch, inside its column and across columns, against the plan. No test set: evaluation's
+# forward transfers are not part of a training epoch's plan.
+grid() {
+  local ranks=$1 g=$2 sync=$3 model=$4 samples=$5 log="$tmp/grid.jsonl"
+  rm -f "$log"
+  if ! timeout 120 "${mpi[@]}" -np "$ranks" "$tessera" train --workers 1 --quiet --epochs 2 \
+    --grid "$g" --model "$model" --sync "$sync" --batch 32 --train-limit "$samples" \
+    --test-limit 0 --data "$data" --log "$log" >"$tmp/out" 2>&1 ||
+    ! "$tessera" plan --workers 1 --ranks "$ranks" --grid "$g" --sync "$sync" --model "$model" \
+      --batch 32 --samples "$samples" --json >"$tmp/plan.json" 2>>"$tmp/out"; then
+    failed=$((failed + 1))
+    echo "FAIL: --grid $g --sync $sync --model $model:"
+    head -5 "$tmp/out"
+    return
+  fi
+  if out=$(/usr/bin/python3 - "$log" "$tmp/plan.json" <<'PY'
+import json, sys
+epochs = [json.loads(l) for l in open(sys.argv[1])]
+epochs = [l for l in epochs if "epoch" in l]
+plan = json.load(open(sys.argv[2]))["plans"][0]
+inside = plan["grid_bytes_step"] * plan["steps_per_epoch"]
+bad, seen = [], []
+for l in epochs:
+    r0 = l["per_rank"][0]
+    for key, want in (("grid_bytes_sent", inside), ("sync_bytes_sent", plan["sync_bytes_epoch"])):
+        seen.append("%s %d (planned %.0f)" % (key, r0[key], want))
+        if abs(r0[key] - want) > 0.05 * want:
+            bad.append("epoch %d rank 0 %s: logged %d, planned %.0f" % (l["epoch"], key, r0[key], want))
+if inside <= 0:
+    bad.append("the plan moves nothing inside the column")
+print("; ".join(bad) if bad else ", ".join(seen[:2]))
+sys.exit(1 if bad else 0)
+PY
+  ); then
+    passed=$((passed + 1))
+    echo "ok: --grid $g --sync $sync --model $model: $out"
+  else
+    failed=$((failed + 1))
+    echo "FAIL: --grid $g --sync $sync --model $model: $out"
+  fi
+}
+
 measured 2 batch mlp:64 1280
 measured 2 every=4 mlp:64 1280
 measured 2 epoch mlp:64 1280
 measured 3 batch mlp:128,64 1536
 measured 2 batch cnn 256
+grid 2 2x1 batch mlp:128,64 1280
+grid 4 2x2 batch mlp:128,64 1280
+grid 2 2x1 batch cnn 256
 
 echo "plan-cli: $passed passed, $failed failed"
 [[ $failed == 0 ]]
