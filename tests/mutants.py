@@ -100,6 +100,8 @@ MUTANTS = [
     ("fednova-no-extrapolation", "--weighting steps takes the step-normalized mean without "
      "extrapolating from the anchor (lambda 1)", "src/parallel/sync.c",
      [("  r->lambda = S > 0 ? tau_eff * S : 1.0;", "  r->lambda = 1.0;")], ["mpi-shares-3"]),
+    ("shares-equal-homes", "chunk homes stay equal under uneven --shares",
+     "src/train/train.c", [("uneven ? sh.share : NULL", "NULL")], ["mpi-shares-3"]),
     ("shares-batch-uniform-shards", "per-rank batches follow --shares but shards stay uniform",
      "src/train/train.c",
      [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",

@@ -232,7 +232,7 @@ static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by
   if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
-  if (tsr__replicas_create(&rep, net, &sync, &err)) {
+  if (tsr__replicas_create(&rep, net, &sync, NULL, &err)) {
     fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -1411,15 +1411,28 @@ static void test_shares(void) {
   tile_rows = batch[rank];
   tsr_net_t *net = make_net(batch[rank], 0.9f);
   tile_rows = saved_rows;
+  tsr_epoch_stats_t st = {0};
   train_with(net, "batch",
              (run_t){.epochs = 1,
                      .shuffle = true,
                      .lr_scaling = TSR_LR_SCALING_NONE,
                      .shares = "2,1,1",
-                     .global_batch = 48});
+                     .global_batch = 48,
+                     .on_epoch = keep_stats,
+                     .ctx = &st});
   int64_t n;
   float *w = params(net, &n);
   CHECK(replicas_equal(w, n), "batch with shares: replicas differ at the end");
+  if (rank == 0) {
+    /* Homes follow the shares: rank 0 homes half the chunks, so a step it sends |W| + (P - 2)
+     * x |W| / 2 = 1.5 |W| (4/3 |W| with equal homes), within the chunks' granularity. */
+    double per_step = (double)st.bytes_sent / 10.0 / ((double)n * sizeof(float));
+    CHECK(fabs(per_step - 1.5) <= 0.05,
+          "batch with shares 2,1,1: rank 0 sent %.3f |W| a step, "
+          "want 1.5 (homes in proportion to the shares)",
+          per_step);
+    printf("shares: rank 0 sent %.3f |W| a step (homes follow the shares: 1.5)\n", per_step);
+  }
   if (rank == 0) {
     tsr_net_t *one = make_net(48, 0.9f);
     int32_t order[N], rows[48];

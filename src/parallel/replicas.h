@@ -24,9 +24,12 @@ typedef struct {
 
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
  * makes every replica equal to rank 0's. In `batch` mode it takes over the
- * net's gradient hook. net is borrowed and must outlive *r. */
+ * net's gradient hook. share (NULL: equal) is each rank's part of the work
+ * (--shares, summing to 1): the chunks each rank homes, and so its part of
+ * the reductions and of batch mode's sharded updates, follow it (without a
+ * grid). net is borrowed and must outlive *r. */
 int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
-                         tsr_errbuf_t *err);
+                         const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);
 
 /* Samples every rank takes in the coming step (batch mode weighs gradients

@@ -114,6 +114,8 @@ struct tsr_replicas {
   tsr_tiles_t **stats;      /* [size] replica views of the training stats (mt, 2) */
   tsr_tiles_t *stats_sum;   /* on rank 0: the sums over ranks */
   double *weights;          /* [size] weight of each rank in the next averaging */
+  double *home_share;       /* [size] part of the chunk bytes each rank homes (sums to size), or
+                               NULL: equal parts (tsr__replicas_create's share) */
   int64_t *samples;         /* [size] samples since the last averaging of all ranks */
   int64_t *gsamples;        /* hier: [size] samples since the last averaging in the group */
   int64_t *steps;           /* [size] steps with samples since the last averaging of all ranks */
@@ -517,8 +519,10 @@ static int by_bytes(const void *a, const void *b) {
 
 /* Cuts every parameter in chunks of at most target floats and gives each
  * chunk a home: largest first, to the rank with the fewest bytes homed so
- * far (every rank computes the same). Returns the most bytes any rank homes,
- * or 0 when out of memory. */
+ * far (every rank computes the same), or with home_share the rank whose
+ * bytes after it are the fewest for its share. Returns the most bytes any
+ * rank homes, relative to its share (the bytes it would home at an equal
+ * share), or 0 when out of memory. */
 static uint64_t assign_chunks(tsr_replicas_t *r, int64_t target) {
   int64_t nchunks = 0;
   for (int k = 0; k < r->nparams; k++) {
@@ -550,12 +554,17 @@ static uint64_t assign_chunks(tsr_replicas_t *r, int64_t target) {
       }
   }
   qsort(all, (size_t)n, sizeof *all, by_bytes);
+  const double *hs = r->home_share;
   for (int64_t c = 0; c < n; c++) {
     int best = 0;
     for (int q = 1; q < r->size; q++)
-      if (load[q] < load[best]) best = q;
+      if (hs ? (double)(load[q] + all[c].bytes) / hs[q] <
+                   (double)(load[best] + all[c].bytes) / hs[best]
+             : load[q] < load[best])
+        best = q;
     load[best] += all[c].bytes;
-    busiest = load[best] > busiest ? load[best] : busiest;
+    uint64_t relative = hs ? (uint64_t)((double)load[best] / hs[best]) : load[best];
+    busiest = relative > busiest ? relative : busiest;
     rparam_t *rp = &r->params[all[c].param];
     rp->chome[all[c].I * rp->nt + all[c].j] = best;
   }
@@ -718,7 +727,7 @@ static int make_groups(tsr_replicas_t *r) {
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
-                         tsr_errbuf_t *err) {
+                         const double *share, tsr_errbuf_t *err) {
   *out = NULL;
   int pr = tsr_net_grid_rows(net);
   bool refused = sync->kind == TSR_SYNC_ASYNC_EPOCH || sync->kind == TSR_SYNC_HIER ||
@@ -748,6 +757,13 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int rc = r->weights && r->samples && r->steps && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
   for (int q = 0; q < r->size && rc == 0; q++)
     r->all.ranks[q] = q;
+  /* Homes in proportion to the shares (a rank's part of the reductions and sharded updates
+   * follows its part of the samples); a share of 0 still homes what the others cannot. */
+  if (rc == 0 && share && pr == 1) {
+    if (!(r->home_share = malloc(sizeof(double) * (size_t)r->size))) rc = TSR_ENOMEM;
+    for (int q = 0; rc == 0 && q < r->size; q++)
+      r->home_share[q] = share[q] * r->size > 1e-3 ? share[q] * r->size : 1e-3;
+  }
   if (rc == 0 && !(r->rows = calloc((size_t)pr, sizeof *r->rows))) rc = TSR_ENOMEM;
   for (int p = 0; p < pr && rc == 0; p++) {
     if (!(r->rows[p].ranks = malloc(sizeof(int) * (size_t)(r->size / pr)))) rc = TSR_ENOMEM;
@@ -831,7 +847,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
     free(r->rows[p].ranks);
   free(r->rows);
   free(r->groups), free(r->all.ranks), free(r->gsamples);
-  free(r->params), free(r->weights), free(r->samples), free(r->steps);
+  free(r->params), free(r->weights), free(r->home_share), free(r->samples), free(r->steps);
   free(r);
   *rp = NULL;
 }

@@ -357,7 +357,9 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   int rc = 0;
   if (size > 1) {
     tsr_sync_t none = {.kind = TSR_SYNC_NONE};
-    rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, err);
+    /* Uneven shares: each rank homes chunks in proportion to its share. */
+    bool uneven = shares && shares->kind != TSR_SHARES_UNIFORM && shares->n == sh.ranks;
+    rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, uneven ? sh.share : NULL, err);
     if (rc) {
       free(shares), free(work);
       return rc;
