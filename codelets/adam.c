@@ -58,7 +58,8 @@ struct starpu_codelet tsr_cl_adam = {
     .name = "adam",
     .cpu_funcs = {adam_cpu},
     .cpu_funcs_name = {"adam_cpu"},
-    TSR_OPENCL_FUNC(adam_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(adam_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R},
     .model = &adam_model,
 };

@@ -42,7 +42,8 @@ struct starpu_codelet tsr_cl_axpby = {
     .name = "axpby",
     .cpu_funcs = {axpby_cpu},
     .cpu_funcs_name = {"axpby_cpu"},
-    TSR_OPENCL_FUNC(axpby_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(axpby_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_R, STARPU_RW},
     .model = &axpby_model,
 };
@@ -51,7 +52,8 @@ struct starpu_codelet tsr_cl_axpby_w = {
     .name = "axpby",
     .cpu_funcs = {axpby_cpu},
     .cpu_funcs_name = {"axpby_cpu"},
-    TSR_OPENCL_FUNC(axpby_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(axpby_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_R, STARPU_W},
     .model = &axpby_model,
 };
@@ -60,7 +62,8 @@ struct starpu_codelet tsr_cl_axpby_commute = {
     .name = "axpby",
     .cpu_funcs = {axpby_cpu},
     .cpu_funcs_name = {"axpby_cpu"},
-    TSR_OPENCL_FUNC(axpby_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(axpby_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_R, STARPU_RW | STARPU_COMMUTE},
     .model = &axpby_model,
 };

@@ -50,7 +50,8 @@ struct starpu_codelet tsr_cl_band_get = {
     .name = "band_get",
     .cpu_funcs = {band_get_cpu},
     .cpu_funcs_name = {"band_get_cpu"},
-    TSR_OPENCL_FUNC(band_get_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(band_get_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &band_get_model,
 };
@@ -59,7 +60,8 @@ struct starpu_codelet tsr_cl_band_put = {
     .name = "band_put",
     .cpu_funcs = {band_put_cpu},
     .cpu_funcs_name = {"band_put_cpu"},
-    TSR_OPENCL_FUNC(band_put_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(band_put_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &band_put_model,
 };

@@ -32,7 +32,8 @@ struct starpu_codelet tsr_cl_bias_add = {
     .name = "bias_add",
     .cpu_funcs = {bias_add_cpu},
     .cpu_funcs_name = {"bias_add_cpu"},
-    TSR_OPENCL_FUNC(bias_add_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(bias_add_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &bias_add_model,
 };

@@ -34,7 +34,8 @@ struct starpu_codelet tsr_cl_bias_grad = {
     .name = "bias_grad",
     .cpu_funcs = {bias_grad_cpu},
     .cpu_funcs_name = {"bias_grad_cpu"},
-    TSR_OPENCL_FUNC(bias_grad_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(bias_grad_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &bias_grad_model,
 };
@@ -43,7 +44,8 @@ struct starpu_codelet tsr_cl_bias_grad_w = {
     .name = "bias_grad",
     .cpu_funcs = {bias_grad_cpu},
     .cpu_funcs_name = {"bias_grad_cpu"},
-    TSR_OPENCL_FUNC(bias_grad_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(bias_grad_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &bias_grad_model,
 };

@@ -46,7 +46,8 @@ struct starpu_codelet tsr_cl_conv_bwd_data = {
     .name = "conv_bwd_data",
     .cpu_funcs = {conv_bwd_data_cpu},
     .cpu_funcs_name = {"conv_bwd_data_cpu"},
-    TSR_OPENCL_FUNC(conv_bwd_data_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(conv_bwd_data_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
     .model = &conv_bwd_data_model,
 };

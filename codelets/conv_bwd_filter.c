@@ -61,7 +61,8 @@ struct starpu_codelet tsr_cl_conv_bwd_filter = {
     .name = "conv_bwd_filter",
     .cpu_funcs = {conv_bwd_filter_cpu},
     .cpu_funcs_name = {"conv_bwd_filter_cpu"},
-    TSR_OPENCL_FUNC(conv_bwd_filter_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
     .model = &conv_bwd_filter_model,
 };
@@ -70,7 +71,8 @@ struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
     .name = "conv_bwd_filter",
     .cpu_funcs = {conv_bwd_filter_cpu},
     .cpu_funcs_name = {"conv_bwd_filter_cpu"},
-    TSR_OPENCL_FUNC(conv_bwd_filter_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_W, STARPU_W, STARPU_R, STARPU_R},
     .model = &conv_bwd_filter_model,
 };

@@ -56,7 +56,8 @@ struct starpu_codelet tsr_cl_conv_fwd = {
     .name = "conv_fwd",
     .cpu_funcs = {conv_fwd_cpu},
     .cpu_funcs_name = {"conv_fwd_cpu"},
-    TSR_OPENCL_FUNC(conv_fwd_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(conv_fwd_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
     .model = &conv_fwd_model,
 };

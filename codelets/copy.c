@@ -29,7 +29,8 @@ struct starpu_codelet tsr_cl_copy = {
     .name = "copy",
     .cpu_funcs = {copy_cpu},
     .cpu_funcs_name = {"copy_cpu"},
-    TSR_OPENCL_FUNC(copy_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(copy_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &copy_model,
 };

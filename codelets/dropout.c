@@ -46,7 +46,8 @@ struct starpu_codelet tsr_cl_dropout = {
     .name = "dropout",
     .cpu_funcs = {dropout_cpu},
     .cpu_funcs_name = {"dropout_cpu"},
-    TSR_OPENCL_FUNC(dropout_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(dropout_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &dropout_model,
 };

@@ -30,7 +30,8 @@ struct starpu_codelet tsr_cl_fill = {
     .name = "fill",
     .cpu_funcs = {fill_cpu},
     .cpu_funcs_name = {"fill_cpu"},
-    TSR_OPENCL_FUNC(fill_opencl).nbuffers = 1,
+    TSR_OPENCL_FUNC(fill_opencl),
+    .nbuffers = 1,
     .modes = {STARPU_W},
     .model = &fill_model,
 };

@@ -44,7 +44,8 @@ struct starpu_codelet tsr_cl_fold = {
     .name = "fold",
     .cpu_funcs = {fold_cpu},
     .cpu_funcs_name = {"fold_cpu"},
-    TSR_OPENCL_FUNC(fold_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(fold_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_W, STARPU_R},
     .model = &fold_model,
 };
@@ -54,7 +55,8 @@ struct starpu_codelet tsr_cl_fold_ordered = {
     .name = "fold",
     .cpu_funcs = {fold_cpu},
     .cpu_funcs_name = {"fold_cpu"},
-    TSR_OPENCL_FUNC(fold_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(fold_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_W, STARPU_R},
     .model = &fold_model,
 };

@@ -44,7 +44,8 @@ struct starpu_codelet tsr_cl_gemm = {
     .name = "gemm",
     .cpu_funcs = {gemm_cpu},
     .cpu_funcs_name = {"gemm_cpu"},
-    TSR_OPENCL_FUNC(gemm_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(gemm_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_R, STARPU_R, STARPU_RW},
     .model = &gemm_model,
 };
@@ -53,7 +54,8 @@ struct starpu_codelet tsr_cl_gemm_w = {
     .name = "gemm",
     .cpu_funcs = {gemm_cpu},
     .cpu_funcs_name = {"gemm_cpu"},
-    TSR_OPENCL_FUNC(gemm_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(gemm_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_R, STARPU_R, STARPU_W},
     .model = &gemm_model,
 };

@@ -10,12 +10,13 @@
 #ifndef TSR_CODELETS_OPENCL_H
 #define TSR_CODELETS_OPENCL_H
 
-/* In a codelet's initializer: its OpenCL function f, asynchronous; nothing
- * in a build without OpenCL (where f is not defined either). */
+/* In a codelet's initializer, `TSR_OPENCL_FUNC(f),`: its OpenCL function f,
+ * asynchronous; none in a build without OpenCL (where f is not defined
+ * either). */
 #ifdef TSR_HAVE_OPENCL
-#define TSR_OPENCL_FUNC(f) .opencl_funcs = {f}, .opencl_flags = {STARPU_OPENCL_ASYNC},
+#define TSR_OPENCL_FUNC(f) .opencl_funcs = {f}, .opencl_flags = {STARPU_OPENCL_ASYNC}
 #else
-#define TSR_OPENCL_FUNC(f)
+#define TSR_OPENCL_FUNC(f) .opencl_funcs = {NULL}
 #endif
 
 #ifdef TSR_HAVE_OPENCL

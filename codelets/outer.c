@@ -82,7 +82,8 @@ struct starpu_codelet tsr_cl_outer = {
     .name = "outer",
     .cpu_funcs = {outer_cpu},
     .cpu_funcs_name = {"outer_cpu"},
-    TSR_OPENCL_FUNC(outer_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(outer_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R},
     .model = &outer_model,
 };
@@ -91,7 +92,8 @@ struct starpu_codelet tsr_cl_outer_fold = {
     .name = "outer_fold",
     .cpu_funcs = {outer_fold_cpu},
     .cpu_funcs_name = {"outer_fold_cpu"},
-    TSR_OPENCL_FUNC(outer_fold_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(outer_fold_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_RW | STARPU_COMMUTE, STARPU_RW | STARPU_COMMUTE, STARPU_RW, STARPU_R},
     .model = &outer_fold_model,
 };
@@ -101,7 +103,8 @@ struct starpu_codelet tsr_cl_outer_fold_ordered = {
     .name = "outer_fold",
     .cpu_funcs = {outer_fold_cpu},
     .cpu_funcs_name = {"outer_fold_cpu"},
-    TSR_OPENCL_FUNC(outer_fold_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(outer_fold_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R},
     .model = &outer_fold_model,
 };

@@ -62,7 +62,8 @@ struct starpu_codelet tsr_cl_pool_bwd_max = {
     .name = "pool_bwd",
     .cpu_funcs = {pool_bwd_max_cpu},
     .cpu_funcs_name = {"pool_bwd_max_cpu"},
-    TSR_OPENCL_FUNC(pool_bwd_max_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(pool_bwd_max_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
     .model = &pool_bwd_model,
 };
@@ -71,7 +72,8 @@ struct starpu_codelet tsr_cl_pool_bwd_avg = {
     .name = "pool_bwd",
     .cpu_funcs = {pool_bwd_avg_cpu},
     .cpu_funcs_name = {"pool_bwd_avg_cpu"},
-    TSR_OPENCL_FUNC(pool_bwd_avg_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(pool_bwd_avg_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &pool_bwd_model,
 };

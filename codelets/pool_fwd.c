@@ -41,7 +41,8 @@ struct starpu_codelet tsr_cl_pool_fwd = {
     .name = "pool_fwd",
     .cpu_funcs = {pool_fwd_cpu},
     .cpu_funcs_name = {"pool_fwd_cpu"},
-    TSR_OPENCL_FUNC(pool_fwd_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(pool_fwd_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &pool_fwd_model,
 };

@@ -55,7 +55,8 @@ struct starpu_codelet tsr_cl_relu_bwd = {
     .name = "relu_bwd",
     .cpu_funcs = {relu_bwd_cpu},
     .cpu_funcs_name = {"relu_bwd_cpu"},
-    TSR_OPENCL_FUNC(relu_bwd_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(relu_bwd_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
     .model = &relu_bwd_model,
 };
@@ -64,7 +65,8 @@ struct starpu_codelet tsr_cl_relu_bwd_inplace = {
     .name = "relu_bwd",
     .cpu_funcs = {relu_bwd_inplace_cpu},
     .cpu_funcs_name = {"relu_bwd_inplace_cpu"},
-    TSR_OPENCL_FUNC(relu_bwd_inplace_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(relu_bwd_inplace_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &relu_bwd_model,
 };

@@ -33,7 +33,8 @@ struct starpu_codelet tsr_cl_relu_fwd = {
     .name = "relu_fwd",
     .cpu_funcs = {relu_fwd_cpu},
     .cpu_funcs_name = {"relu_fwd_cpu"},
-    TSR_OPENCL_FUNC(relu_fwd_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(relu_fwd_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
     .model = &relu_fwd_model,
 };

@@ -30,7 +30,8 @@ struct starpu_codelet tsr_cl_scale = {
     .name = "scale",
     .cpu_funcs = {scale_cpu},
     .cpu_funcs_name = {"scale_cpu"},
-    TSR_OPENCL_FUNC(scale_opencl).nbuffers = 1,
+    TSR_OPENCL_FUNC(scale_opencl),
+    .nbuffers = 1,
     .modes = {STARPU_RW},
     .model = &scale_model,
 };

@@ -52,7 +52,8 @@ struct starpu_codelet tsr_cl_sgd = {
     .name = "sgd",
     .cpu_funcs = {sgd_cpu},
     .cpu_funcs_name = {"sgd_cpu"},
-    TSR_OPENCL_FUNC(sgd_opencl).nbuffers = 2,
+    TSR_OPENCL_FUNC(sgd_opencl),
+    .nbuffers = 2,
     .modes = {STARPU_RW, STARPU_R},
     .model = &sgd_model,
 };
@@ -61,7 +62,8 @@ struct starpu_codelet tsr_cl_sgd_momentum = {
     .name = "sgd",
     .cpu_funcs = {sgd_cpu},
     .cpu_funcs_name = {"sgd_cpu"},
-    TSR_OPENCL_FUNC(sgd_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(sgd_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_RW},
     .model = &sgd_model,
 };

@@ -67,7 +67,8 @@ struct starpu_codelet tsr_cl_softmax_xent = {
     .name = "softmax_xent",
     .cpu_funcs = {xent_grad_cpu},
     .cpu_funcs_name = {"xent_grad_cpu"},
-    TSR_OPENCL_FUNC(xent_grad_opencl).nbuffers = 4,
+    TSR_OPENCL_FUNC(xent_grad_opencl),
+    .nbuffers = 4,
     .modes = {STARPU_W, STARPU_RW, STARPU_R, STARPU_R},
     .model = &xent_model,
 };
@@ -76,7 +77,8 @@ struct starpu_codelet tsr_cl_softmax_xent_eval = {
     .name = "softmax_xent",
     .cpu_funcs = {xent_eval_cpu},
     .cpu_funcs_name = {"xent_eval_cpu"},
-    TSR_OPENCL_FUNC(xent_eval_opencl).nbuffers = 3,
+    TSR_OPENCL_FUNC(xent_eval_opencl),
+    .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
     .model = &xent_model,
 };
