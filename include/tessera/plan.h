@@ -120,8 +120,9 @@ TSR_API int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *op
 TSR_API void tsr_plan_sync_name(tsr_plan_sync_t sync, int every, char *buf, int size);
 
 /* Under mpirun with 2 ranks (StarPU-MPI started by tsr_runtime_init):
- * alpha and beta from a StarPU-MPI ping-pong between ranks 0 and 1, and this
- * node's kernel rates, saved by rank 0 to `path` for tsr_machine_here. */
+ * alpha and beta from a StarPU-MPI ping-pong between ranks 0 and 1 (4 KB and
+ * 1 MB round trips), saved by rank 0 to `path` for tsr_machine_here. Kernel
+ * rates are not part of it: tsr_machine_here times them on demand. */
 TSR_API int tsr_plan_calibrate_save(const char *path, tsr_errbuf_t *err);
 
 TSR_EXTERN_C_END
