@@ -36,6 +36,7 @@ expect 2 "--devices gpu: expected opencl, opencl:N" train --devices gpu
 expect 2 "--devices opencl:0: expected" train --devices opencl:0
 expect 2 "--devices opencl:2x: expected" train --devices opencl:2x
 expect 2 "--devices nope: expected" info --devices nope
+expect 2 "tessera eval: --devices gpu: expected" eval --checkpoint none.st --devices gpu
 
 info=$(STARPU_OPENCL_ON_CPUS=1 timeout 120 "$tessera" info 2>&1)
 if grep -q "this build has no OpenCL codelets" <<<"$info"; then
@@ -57,7 +58,8 @@ grep -qE "GEMM 512x512x512 \(CLBlast\): [0-9.]+ GFLOP/s" <<<"$info" && passed=$(
 # explores both kinds of worker.
 args=(train --model mlp:64 --tile 32 --epochs 2 --train-limit 2000 --test-limit 1000 --workers 1
   --sched dmda --stats)
-STARPU_HOME=$tmp/home-cpu timeout 240 "$tessera" "${args[@]}" --devices none >"$tmp/cpu.out" 2>&1 ||
+STARPU_HOME=$tmp/home-cpu timeout 240 "$tessera" "${args[@]}" --devices none \
+  --checkpoint "$tmp/cpu.st" >"$tmp/cpu.out" 2>&1 ||
   fail "CPU-only run failed: $(tail -3 "$tmp/cpu.out")"
 STARPU_HOME=$tmp/home-cl STARPU_OPENCL_ON_CPUS=1 timeout 240 "$tessera" "${args[@]}" \
   --devices opencl:1 --log "$tmp/cl.jsonl" --trace "$tmp/cl.json" >"$tmp/cl.out" 2>&1 || fail "CPU + OpenCL run failed: $(tail -3 "$tmp/cl.out")"
@@ -111,6 +113,20 @@ for dir in "0 -> 1" "1 -> 0"; do
 done
 grep -q "no transfers between memory nodes" "$tmp/cpu.out" && passed=$((passed + 1)) ||
   fail "the CPU-only run should have one memory node: $(grep -A2 'tasks per codelet' "$tmp/cpu.out")"
+
+# tessera eval on the device gives the CPU's accuracy for the same checkpoint.
+eval_acc() {
+  STARPU_HOME=$tmp/home-$1 STARPU_OPENCL_ON_CPUS=1 timeout 120 "$tessera" eval --checkpoint \
+    "$tmp/cpu.st" --test-limit 1000 --workers 1 --devices "$1" --json 2>"$tmp/eval.err" |
+    python3 -c "import json, sys; print(json.load(sys.stdin)['accuracy'])"
+}
+e_cpu=$(eval_acc none) e_cl=$(eval_acc opencl:1)
+if [[ -n $e_cpu && -n $e_cl ]] &&
+  python3 -c "import sys; sys.exit(not abs(float('$e_cpu') - float('$e_cl')) <= 0.002)"; then
+  passed=$((passed + 1))
+else
+  fail "tessera eval: accuracy '$e_cpu' on the CPU, '$e_cl' with --devices opencl:1 (want equal within 0.2 points): $(tail -2 "$tmp/eval.err")"
+fi
 
 echo "opencl-cli: $passed passed, $failed failed (test accuracy CPU $a_cpu%, CPU + OpenCL $a_cl%;" \
   "$kinds)"

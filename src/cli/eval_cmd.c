@@ -17,6 +17,8 @@ static void eval_usage(FILE *out) {
           "  --test-limit N      only the first N test samples\n"
           "  --batch N           samples per evaluation step [256]\n"
           "  --workers N         CPU workers [all cores StarPU may use]\n"
+          "  --devices D         OpenCL devices beside them: opencl, opencl:N or none, as\n"
+          "                      for tessera train [what StarPU finds]\n"
           "  --json              one JSON object instead of text\n"
           "  --help              this text\n\n"
           "The test set is standardized as the checkpoint's training data was.\n",
@@ -77,11 +79,13 @@ int tsr_cli_eval(int argc, char **argv) {
                                            {"test-limit", required_argument, 0, 'l'},
                                            {"batch", required_argument, 0, 'b'},
                                            {"workers", required_argument, 0, 'w'},
+                                           {"devices", required_argument, 0, 'D'},
                                            {"json", no_argument, 0, 'j'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR;
   long limit = -1, batch = 256, workers = -1;
+  int opencl = TSR_OPENCL_AUTO;
   bool json = false;
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -105,6 +109,9 @@ int tsr_cli_eval(int argc, char **argv) {
         fprintf(stderr, "tessera eval: --workers %s: expected an integer >= 1\n", optarg);
         return 2;
       }
+      break;
+    case 'D':
+      if (tsr__cli_devices("eval", optarg, &opencl)) return 2;
       break;
     case 'j': json = true; break;
     case 'h': eval_usage(stdout); return 0;
@@ -135,7 +142,7 @@ int tsr_cli_eval(int argc, char **argv) {
   if (rc == 0) tsr_dataset_normalize(&test, info.input_mean, info.input_std);
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
-  ro.ncpus = (int)workers;
+  ro.ncpus = (int)workers, ro.opencl = opencl;
   bool started = false;
   if (rc == 0) started = (rc = tsr_runtime_init(&ro, &err)) == 0;
   tsr_net_t *net = NULL;

@@ -20,13 +20,7 @@ int tsr_cli_info(int argc, char **argv) {
     case 's': ro.sched = optarg; break;
     case 'w': ro.ncpus = atoi(optarg); break;
     case 'd':
-      if (tsr_runtime_parse_devices(optarg, &ro.opencl)) {
-        fprintf(stderr,
-                "tessera info: --devices %s: expected opencl, opencl:N (N from 1 to 64) or "
-                "none\n",
-                optarg);
-        return 2;
-      }
+      if (tsr__cli_devices("info", optarg, &ro.opencl)) return 2;
       break;
     case 'l': tsr_sched_list(stdout); return 0;
     case 'h':

@@ -89,6 +89,25 @@ static int bad(const char *opt, const char *val, const char *want) {
   return 2;
 }
 
+int tsr__cli_devices(const char *cmd, const char *arg, int *opencl) {
+  if (tsr_runtime_parse_devices(arg, opencl)) {
+    fprintf(stderr,
+            "tessera %s: --devices %s: expected opencl, opencl:N (N from 1 to 64) or none (see "
+            "tessera %s --help)\n",
+            cmd, arg, cmd);
+    return 2;
+  }
+  if (*opencl != 0 && !tsr_runtime_opencl_built()) {
+    fprintf(stderr,
+            "tessera %s: --devices %s: this tessera is built without OpenCL; install "
+            "ocl-icd-opencl-dev and libclblast-dev and rebuild (meson -Dopencl=enabled), or use "
+            "--devices none\n",
+            cmd, arg);
+    return 2;
+  }
+  return 0;
+}
+
 int tsr__cli_to_long(const char *s, long lo, long hi, long *out) {
   char *end;
   errno = 0;
@@ -368,16 +387,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       cfg->test_limit = v;
       break;
     case O_DEVICES:
-      if (tsr_runtime_parse_devices(optarg, &cfg->runtime.opencl))
-        return bad("--devices", optarg, "opencl, opencl:N (N from 1 to 64) or none");
-      if (cfg->runtime.opencl != 0 && !tsr_runtime_opencl_built()) {
-        fprintf(stderr,
-                "tessera train: --devices %s: this tessera is built without OpenCL; install "
-                "ocl-icd-opencl-dev and libclblast-dev and rebuild (meson -Dopencl=enabled), "
-                "or use --devices none\n",
-                optarg);
-        return 2;
-      }
+      if (tsr__cli_devices("train", optarg, &cfg->runtime.opencl)) return 2;
       break;
     case O_CLASSES:
       if (tsr__cli_to_long(optarg, 2, 1 << 24, &v))
