@@ -43,17 +43,12 @@
 
 #include "nn/net_impl.h"
 #include "optim/outer.h"
+#include "parallel/chunks.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
 #include "tile/tiles_impl.h"
 #include "try.h"
-
-/* A chunk averages at least this many floats: below it, messages cost more
- * than the balance they buy. */
-#define MIN_CHUNK_FLOATS 256
-/* The busiest rank may move this much more than the ring's optimum (plan_chunks). */
-#define BALANCE 1.05
 
 /* Ranks that average together: all of them, or one group of hier:K1,K2. */
 typedef struct {
@@ -491,110 +486,26 @@ static int start_equal(tsr_replicas_t *r) {
   return rc == 0 ? set_anchors(r) : rc;
 }
 
-/* The number of bands per tile row of p: the divisor k of the tile rows mb
- * whose bands come closest to (without exceeding, where the rows allow)
- * target floats; bands must divide mb so that chunk tiles never straddle two
- * tiles. */
-static int bands_per_tile(const tsr_tiles_t *w, int64_t target) {
-  int mb = tsr_tiles_mb(w), nb = tsr_tiles_nb(w);
-  int64_t want_rows = target / nb > 0 ? target / nb : 1;
-  for (int k = 1; k <= mb; k++)
-    if (mb % k == 0 && mb / k <= want_rows) return k;
-  return mb;
-}
-
-typedef struct {
-  int param, I, j;
-  uint64_t bytes;
-} chunk_t;
-
-/* Larger chunks first; the order in which they were listed breaks ties, so
- * every rank sorts alike. */
-static int by_bytes(const void *a, const void *b) {
-  const chunk_t *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  if (x->param != y->param) return x->param - y->param;
-  return x->I != y->I ? x->I - y->I : x->j - y->j;
-}
-
-/* Cuts every parameter in chunks of at most target floats and gives each
- * chunk a home: largest first, to the rank with the fewest bytes homed so
- * far (every rank computes the same), or with home_share the rank whose
- * bytes after it are the fewest for its share. Returns the most bytes any
- * rank homes, relative to its share (the bytes it would home at an equal
- * share), or 0 when out of memory. */
-static uint64_t assign_chunks(tsr_replicas_t *r, int64_t target) {
-  int64_t nchunks = 0;
-  for (int k = 0; k < r->nparams; k++) {
-    rparam_t *rp = &r->params[k];
-    const tsr_tiles_t *w = rp->p->w;
-    rp->k = bands_per_tile(w, target);
-    rp->cr = tsr_tiles_mb(w) / rp->k;
-    rp->cmt = (int)((tsr_tiles_rows(w) + rp->cr - 1) / rp->cr);
-    free(rp->chome);
-    if (!(rp->chome = calloc((size_t)rp->cmt * (size_t)rp->nt, sizeof *rp->chome))) return 0;
-    nchunks += (int64_t)rp->cmt * rp->nt;
-  }
-  chunk_t *all = malloc(sizeof *all * (size_t)nchunks);
-  uint64_t *load = calloc((size_t)r->size, sizeof *load), busiest = 0;
-  if (!all || !load) {
-    free(all), free(load);
-    return 0;
-  }
-  int64_t n = 0;
-  for (int k = 0; k < r->nparams; k++) {
-    const rparam_t *rp = &r->params[k];
-    const tsr_tiles_t *w = rp->p->w;
-    for (int I = 0; I < rp->cmt; I++)
-      for (int j = 0; j < rp->nt; j++) {
-        int64_t rows = tsr_tiles_rows(w) - (int64_t)I * rp->cr;
-        all[n++] = (chunk_t){k, I, j,
-                             (uint64_t)(rows < rp->cr ? rows : rp->cr) *
-                                 (uint64_t)tsr_tiles_tile_cols(w, j) * sizeof(float)};
-      }
-  }
-  qsort(all, (size_t)n, sizeof *all, by_bytes);
-  const double *hs = r->home_share;
-  for (int64_t c = 0; c < n; c++) {
-    int best = 0;
-    for (int q = 1; q < r->size; q++)
-      if (hs ? (double)(load[q] + all[c].bytes) / hs[q] <
-                   (double)(load[best] + all[c].bytes) / hs[best]
-             : load[q] < load[best])
-        best = q;
-    load[best] += all[c].bytes;
-    uint64_t relative = hs ? (uint64_t)((double)load[best] / hs[best]) : load[best];
-    busiest = relative > busiest ? relative : busiest;
-    rparam_t *rp = &r->params[all[c].param];
-    rp->chome[all[c].I * rp->nt + all[c].j] = best;
-  }
-  free(all), free(load);
-  return busiest;
-}
-
-/* The coarsest chunking under which the busiest rank sends at most BALANCE
- * times the ring's 2 (P - 1) / P |W| per averaging: whole tiles first, then
- * chunks of at most 1/P, 1/2P, 1/4P ... of the model, down to
- * MIN_CHUNK_FLOATS. A rank sends |W| + (P - 2) x (the bytes it homes), so
- * with 2 ranks any homes do, and with more the homes must be balanced;
- * fewer chunks are fewer tasks, messages and staging copies. Also homes
- * whole tiles, for async-epoch's fold. */
+/* Chunks and their homes (chunks.h: the coarsest chunking that balances
+ * what each rank sends; with --shares, homes in proportion to them). Also
+ * homes whole tiles, for async-epoch's fold. */
 static int plan_chunks(tsr_replicas_t *r) {
-  int64_t total = 0;
-  for (int k = 0; k < r->nparams; k++) {
+  tsr_chunk_shape_t *shapes = malloc(sizeof *shapes * (size_t)r->nparams);
+  tsr_chunking_t *ch = malloc(sizeof *ch * (size_t)r->nparams);
+  int rc = shapes && ch ? 0 : TSR_ENOMEM;
+  for (int k = 0; rc == 0 && k < r->nparams; k++) {
+    const tsr_tiles_t *w = r->params[k].p->w;
+    shapes[k] =
+        (tsr_chunk_shape_t){tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w), tsr_tiles_nb(w)};
+  }
+  if (rc == 0) rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
+  for (int k = 0; rc == 0 && k < r->nparams; k++) {
     rparam_t *rp = &r->params[k];
-    rp->nt = tsr_tiles_nt(rp->p->w);
-    total += tsr_tiles_rows(rp->p->w) * tsr_tiles_cols(rp->p->w);
+    rp->k = ch[k].k, rp->cr = ch[k].cr, rp->cmt = ch[k].cmt, rp->nt = ch[k].nt;
+    rp->chome = ch[k].home; /* the replicas' now */
   }
-  double bytes = (double)total * sizeof(float), ring = 2.0 * (r->size - 1) / r->size * bytes;
-  for (int64_t target = INT64_MAX, level = 0;; level++) {
-    uint64_t busiest = assign_chunks(r, target);
-    if (!busiest) return TSR_ENOMEM;
-    if (bytes + (r->size - 2) * (double)busiest <= BALANCE * ring || target == MIN_CHUNK_FLOATS)
-      break;
-    target = total / ((int64_t)r->size << level);
-    if (target < MIN_CHUNK_FLOATS) target = MIN_CHUNK_FLOATS;
-  }
+  free(shapes), free(ch);
+  if (rc) return rc;
   /* async-epoch's whole tiles: homed in order, to the lightest so far. */
   uint64_t *load = calloc((size_t)r->size, sizeof *load);
   if (!load) return TSR_ENOMEM;

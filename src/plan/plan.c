@@ -521,51 +521,6 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
 
 /* ---- Averaging: sync.c's chunks and homes ------------------------------ */
 
-#define MIN_CHUNK_FLOATS 256 /* as sync.c */
-#define BALANCE 1.05
-
-typedef struct {
-  int param, I, j;
-  uint64_t bytes;
-} chunk_t;
-
-static int by_bytes(const void *a, const void *b) {
-  const chunk_t *x = a, *y = b;
-  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-  if (x->param != y->param) return x->param - y->param;
-  return x->I != y->I ? x->I - y->I : x->j - y->j;
-}
-
-/* sync.c's bands_per_tile. */
-static int bands(int mb, int nb, int64_t target) {
-  int64_t want_rows = target / nb > 0 ? target / nb : 1;
-  for (int k = 1; k <= mb; k++)
-    if (mb % k == 0 && mb / k <= want_rows) return k;
-  return mb;
-}
-
-/* A min-heap of ranks by (load, rank): the lightest rank, the lowest first
- * among equals, as sync.c's linear scan picks it. */
-typedef struct {
-  uint64_t load;
-  int rank;
-} slot_t;
-
-static bool lighter(const slot_t *a, const slot_t *b) {
-  return a->load != b->load ? a->load < b->load : a->rank < b->rank;
-}
-
-static void sift_down(slot_t *h, int n, int i) {
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, s = i;
-    if (l < n && lighter(&h[l], &h[s])) s = l;
-    if (r < n && lighter(&h[r], &h[s])) s = r;
-    if (s == i) return;
-    slot_t t = h[i];
-    h[i] = h[s], h[s] = t, i = s;
-  }
-}
-
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out) {
   memset(out, 0, sizeof *out);
   int64_t total = 0;
@@ -573,70 +528,32 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__pl
     total += params[k].rows * params[k].cols;
   out->bytes = 4.0 * (double)total;
   if (ranks < 2 || total == 0) return 0;
-  double bytes = out->bytes, ring = 2.0 * (ranks - 1) / ranks * bytes;
   uint64_t *load = calloc((size_t)ranks, sizeof *load);
   int64_t *count = calloc((size_t)ranks, sizeof *count);
-  slot_t *heap = malloc(sizeof *heap * (size_t)ranks);
-  chunk_t *all = NULL;
-  int rc = load && count && heap ? 0 : TSR_ENOMEM;
-  int *ks = malloc(sizeof *ks * (size_t)n); /* bands per tile row of each parameter */
-  if (!ks) rc = TSR_ENOMEM;
-  for (int64_t target = INT64_MAX, level = 0; rc == 0; level++) {
-    int64_t nchunks = 0;
-    for (int k = 0; k < n; k++) {
-      int mb = (int)(params[k].mb < params[k].rows ? params[k].mb : params[k].rows);
-      int nb = (int)(params[k].nb < params[k].cols ? params[k].nb : params[k].cols);
-      ks[k] = bands(mb, nb, target);
-      int cr = mb / ks[k];
-      nchunks += ((params[k].rows + cr - 1) / cr) * ntiles(params[k].cols, nb);
-    }
-    free(all);
-    if (!(all = malloc(sizeof *all * (size_t)nchunks))) {
-      rc = TSR_ENOMEM;
-      break;
-    }
-    int64_t c = 0;
-    for (int k = 0; k < n; k++) {
-      int mb = (int)(params[k].mb < params[k].rows ? params[k].mb : params[k].rows);
-      int nb = (int)(params[k].nb < params[k].cols ? params[k].nb : params[k].cols);
-      int cr = mb / ks[k], cmt = (int)((params[k].rows + cr - 1) / cr),
-          nt = ntiles(params[k].cols, nb);
-      for (int I = 0; I < cmt; I++)
-        for (int j = 0; j < nt; j++)
-          all[c++] = (chunk_t){k, I, j,
-                               (uint64_t)tsize(params[k].rows, cr, I) *
-                                   (uint64_t)tsize(params[k].cols, nb, j) * 4u};
-    }
-    qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
-    for (int q = 0; q < ranks; q++)
-      heap[q] = (slot_t){0, q}, load[q] = 0, count[q] = 0;
-    uint64_t busiest = 0;
-    for (int64_t i = 0; i < nchunks; i++) {
-      int q = heap[0].rank;
-      load[q] += all[i].bytes, count[q]++;
-      heap[0].load = load[q];
-      sift_down(heap, ranks, 0);
-      if (load[q] > busiest) busiest = load[q];
-    }
-    if (bytes + (ranks - 2) * (double)busiest <= BALANCE * ring || target == MIN_CHUNK_FLOATS) {
-      /* A rank sends each chunk it does not home once and each it homes to
-       * every other rank; it receives as much. */
-      out->chunks = nchunks;
-      for (int q = 0; q < ranks; q++) {
-        double sent = bytes + (ranks - 2) * (double)load[q];
-        double msgs = (double)(nchunks - count[q]) + (double)(ranks - 1) * count[q];
-        if (sent > out->sent_max) out->sent_max = sent;
-        if (msgs > out->messages_max) out->messages_max = msgs;
-        double red = (double)(ranks - 1) * load[q];
-        if (red > out->reduced_max) out->reduced_max = red;
-        if (q == 0) out->sent_rank0 = sent, out->messages_rank0 = msgs;
-      }
-      break;
-    }
-    target = total / ((int64_t)ranks << level);
-    if (target < MIN_CHUNK_FLOATS) target = MIN_CHUNK_FLOATS;
+  tsr_chunking_t *ch = malloc(sizeof *ch * (size_t)n);
+  tsr_chunk_shape_t *sh = malloc(sizeof *sh * (size_t)n); /* tiles clamped, as tsr_tiles_t's */
+  for (int k = 0; sh && k < n; k++) {
+    sh[k] = params[k];
+    if (sh[k].mb > sh[k].rows) sh[k].mb = (int)sh[k].rows;
+    if (sh[k].nb > sh[k].cols) sh[k].nb = (int)sh[k].cols;
   }
-  free(all), free(ks), free(load), free(count), free(heap);
+  int rc = load && count && ch && sh ? tsr__chunks_plan(sh, n, ranks, NULL, ch, load, count)
+                                     : TSR_ENOMEM;
+  for (int k = 0; rc == 0 && k < n; k++)
+    out->chunks += (int64_t)ch[k].cmt * ch[k].nt;
+  /* A rank sends each chunk it does not home once and each it homes to every
+   * other rank; it receives as much. */
+  for (int q = 0; rc == 0 && q < ranks; q++) {
+    double sent = out->bytes + (ranks - 2) * (double)load[q];
+    double msgs = (double)(out->chunks - count[q]) + (double)(ranks - 1) * count[q];
+    if (sent > out->sent_max) out->sent_max = sent;
+    if (msgs > out->messages_max) out->messages_max = msgs;
+    double red = (double)(ranks - 1) * load[q];
+    if (red > out->reduced_max) out->reduced_max = red;
+    if (q == 0) out->sent_rank0 = sent, out->messages_rank0 = msgs;
+  }
+  if (rc == 0) tsr__chunks_free(ch, n);
+  free(sh), free(ch), free(load), free(count);
   return rc;
 }
 

@@ -7,14 +7,13 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "parallel/chunks.h"
 #include "tessera/plan.h"
 
 /* One parameter matrix as averaging sees it: rows x cols floats in mb x nb
- * tiles (mb, nb as given to tsr_tiles_create: clamped to the matrix). */
-typedef struct {
-  int64_t rows, cols;
-  int mb, nb;
-} tsr__plan_param_t;
+ * tiles (mb, nb as given to tsr_tiles_create, which clamps them to the
+ * matrix; tsr__plan_average does the same). */
+typedef tsr_chunk_shape_t tsr__plan_param_t;
 
 /* What one averaging of a set of parameters over P ranks moves
  * (src/parallel/sync.c: a reduce-scatter into each chunk's home, then an
@@ -28,8 +27,8 @@ typedef struct {
   double sent_rank0, messages_rank0;
 } tsr__plan_average_t;
 
-/* Chunks and homes exactly as sync.c's plan_chunks and assign_chunks
- * choose them, then the bytes and messages each rank moves. */
+/* Chunks and homes as sync.c averages them (parallel/chunks.h, the same
+ * code), then the bytes and messages each rank moves. */
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out);
 
 /* Seconds of one averaging costed with m's alpha, beta and gamma. */

@@ -1,0 +1,142 @@
+/* Chunks and their homes (chunks.h): what sync.c averages and the planner
+ * counts. */
+#include "parallel/chunks.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/error.h"
+
+/* The number of bands per tile row: the divisor k of the tile rows mb whose
+ * bands come closest to (without exceeding, where the rows allow) target
+ * floats. */
+static int bands_per_tile(int mb, int nb, int64_t target) {
+  int64_t want_rows = target / nb > 0 ? target / nb : 1;
+  for (int k = 1; k <= mb; k++)
+    if (mb % k == 0 && mb / k <= want_rows) return k;
+  return mb;
+}
+
+typedef struct {
+  int param, I, j;
+  uint64_t bytes;
+} chunk_t;
+
+/* Larger chunks first; the order in which they were listed breaks ties, so
+ * every rank sorts alike. */
+static int by_bytes(const void *a, const void *b) {
+  const chunk_t *x = a, *y = b;
+  if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+  if (x->param != y->param) return x->param - y->param;
+  return x->I != y->I ? x->I - y->I : x->j - y->j;
+}
+
+/* Equal weights: a min-heap of ranks by (bytes homed, rank), so that
+ * homing costs O(log P) a chunk for the planner's thousands of ranks. */
+typedef struct {
+  uint64_t load;
+  int rank;
+} slot_t;
+
+static bool lighter(const slot_t *a, const slot_t *b) {
+  return a->load != b->load ? a->load < b->load : a->rank < b->rank;
+}
+
+static void sift_down(slot_t *h, int n, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, s = i;
+    if (l < n && lighter(&h[l], &h[s])) s = l;
+    if (r < n && lighter(&h[r], &h[s])) s = r;
+    if (s == i) return;
+    slot_t t = h[i];
+    h[i] = h[s], h[s] = t, i = s;
+  }
+}
+
+/* The chunk's home under weights: the rank whose bytes after it are the
+ * fewest for its weight (the lowest among equals). */
+static int weighted_home(const uint64_t *load, const double *weight, int ranks, uint64_t bytes) {
+  int best = 0;
+  for (int q = 1; q < ranks; q++)
+    if ((double)(load[q] + bytes) / weight[q] < (double)(load[best] + bytes) / weight[best])
+      best = q;
+  return best;
+}
+
+/* Cuts every parameter in chunks of at most target floats and homes them;
+ * *busiest: the most bytes a rank homes (relative to its weight: what it
+ * would home at an equal weight). */
+static int assign(const tsr_chunk_shape_t *sh, int n, int ranks, const double *weight,
+                  int64_t target, tsr_chunking_t *out, uint64_t *load, int64_t *count, slot_t *heap,
+                  uint64_t *busiest) {
+  int64_t nchunks = 0;
+  for (int k = 0; k < n; k++) {
+    tsr_chunking_t *c = &out[k];
+    c->k = bands_per_tile(sh[k].mb, sh[k].nb, target);
+    c->cr = sh[k].mb / c->k;
+    c->cmt = (int)((sh[k].rows + c->cr - 1) / c->cr);
+    c->nt = (int)((sh[k].cols + sh[k].nb - 1) / sh[k].nb);
+    free(c->home);
+    if (!(c->home = calloc((size_t)c->cmt * (size_t)c->nt, sizeof *c->home))) return TSR_ENOMEM;
+    nchunks += (int64_t)c->cmt * c->nt;
+  }
+  chunk_t *all = malloc(sizeof *all * (size_t)(nchunks > 0 ? nchunks : 1));
+  if (!all) return TSR_ENOMEM;
+  int64_t m = 0;
+  for (int k = 0; k < n; k++)
+    for (int I = 0; I < out[k].cmt; I++)
+      for (int j = 0; j < out[k].nt; j++) {
+        int64_t rows = sh[k].rows - (int64_t)I * out[k].cr;
+        int64_t cols = sh[k].cols - (int64_t)j * sh[k].nb;
+        all[m++] = (chunk_t){k, I, j,
+                             (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
+                                 (uint64_t)(cols < sh[k].nb ? cols : sh[k].nb) * sizeof(float)};
+      }
+  qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+  for (int q = 0; q < ranks; q++)
+    load[q] = 0, count[q] = 0, heap[q] = (slot_t){0, q};
+  *busiest = 0;
+  for (int64_t c = 0; c < nchunks; c++) {
+    int q = weight ? weighted_home(load, weight, ranks, all[c].bytes) : heap[0].rank;
+    load[q] += all[c].bytes, count[q]++;
+    if (!weight) heap[0].load = load[q], sift_down(heap, ranks, 0);
+    uint64_t relative = weight ? (uint64_t)((double)load[q] / weight[q]) : load[q];
+    if (relative > *busiest) *busiest = relative;
+    out[all[c].param].home[all[c].I * out[all[c].param].nt + all[c].j] = q;
+  }
+  free(all);
+  return 0;
+}
+
+int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const double *weight,
+                     tsr_chunking_t *out, uint64_t *load, int64_t *count) {
+  memset(out, 0, sizeof *out * (size_t)n);
+  int64_t total = 0;
+  for (int k = 0; k < n; k++)
+    total += shapes[k].rows * shapes[k].cols;
+  uint64_t *l = calloc((size_t)ranks, sizeof *l);
+  int64_t *c = calloc((size_t)ranks, sizeof *c);
+  slot_t *heap = malloc(sizeof *heap * (size_t)ranks);
+  int rc = l && c && heap ? 0 : TSR_ENOMEM;
+  double bytes = (double)total * sizeof(float), ring = 2.0 * (ranks - 1) / ranks * bytes;
+  for (int64_t target = INT64_MAX, level = 0; rc == 0; level++) {
+    uint64_t busiest;
+    rc = assign(shapes, n, ranks, weight, target, out, l, c, heap, &busiest);
+    if (rc || bytes + (ranks - 2) * (double)busiest <= TSR_CHUNK_BALANCE * ring ||
+        target == TSR_MIN_CHUNK_FLOATS)
+      break;
+    target = total / ((int64_t)ranks << level);
+    if (target < TSR_MIN_CHUNK_FLOATS) target = TSR_MIN_CHUNK_FLOATS;
+  }
+  if (rc == 0 && load) memcpy(load, l, sizeof *l * (size_t)ranks);
+  if (rc == 0 && count) memcpy(count, c, sizeof *c * (size_t)ranks);
+  if (rc) tsr__chunks_free(out, n);
+  free(l), free(c), free(heap);
+  return rc;
+}
+
+void tsr__chunks_free(tsr_chunking_t *c, int n) {
+  for (int k = 0; k < n; k++)
+    free(c[k].home), c[k].home = NULL;
+}
