@@ -12,6 +12,7 @@
 #include "nn/layout.h"
 #include "plan/plan_impl.h"
 #include "tessera/plan.h"
+#include "tmpfile.h"
 
 /* Round numbers: 10 GFLOP/s, 10 GB/s, alpha 1 us, beta 1 ns per byte, no gamma. */
 static tsr_machine_t round_machine(void) {
@@ -205,34 +206,23 @@ Test(plan, cnn_layout_is_whole_samples_then_dense) {
   cr_expect(lay.layers[5].has_dx);
 }
 
-static const char *write_tmp(const char *text) {
-  static char path[64];
-  snprintf(path, sizeof path, "/tmp/tsr-plan-XXXXXX");
-  int fd = mkstemp(path);
-  cr_assert(fd >= 0);
-  FILE *f = fdopen(fd, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
 Test(plan, cluster_files) {
   tsr_machine_t m;
   tsr_errbuf_t err = {""};
-  const char *p = write_tmp("[cluster]\nname = ib\nnodes = 64\ncores_per_node = 32\n"
-                            "gflops_per_core = 50\nmem_gbs = 8\nlatency_us = 2\n"
-                            "bandwidth_gbits = 100\n");
+  char *p = write_temp("[cluster]\nname = ib\nnodes = 64\ncores_per_node = 32\n"
+                       "gflops_per_core = 50\nmem_gbs = 8\nlatency_us = 2\n"
+                       "bandwidth_gbits = 100\n");
   cr_assert_eq(tsr_machine_load_ini(&m, p, &err), 0, "%s", err.msg);
   cr_expect_str_eq(m.name, "ib");
   cr_expect_eq(m.ranks_per_node, 8); /* 4 workers a rank: StarPU's cap */
   cr_expect_float_eq(m.alpha, 2e-6, 1e-15);
   cr_expect_float_eq(m.beta, 8.0 / 100e9, 1e-18);
   unlink(p);
-  p = write_tmp("[cluster]\ncores_per_node = 32\nlatency = 2\n");
+  p = write_temp("[cluster]\ncores_per_node = 32\nlatency = 2\n");
   cr_expect_eq(tsr_machine_load_ini(&m, p, &err), TSR_EFORMAT);
   cr_expect(strstr(err.msg, "unknown key 'latency'") != NULL, "%s", err.msg);
   unlink(p);
-  p = write_tmp("[cluster]\ncores_per_node = 32\nmem_gbs = 8\nbandwidth_gbits = 10\n");
+  p = write_temp("[cluster]\ncores_per_node = 32\nmem_gbs = 8\nbandwidth_gbits = 10\n");
   cr_expect_eq(tsr_machine_load_ini(&m, p, &err), TSR_EFORMAT);
   cr_expect(strstr(err.msg, "gflops_per_core") != NULL, "%s", err.msg);
   unlink(p);

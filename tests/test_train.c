@@ -11,6 +11,7 @@
 #include "nn/model.h"
 #include "tessera/tessera.h"
 
+#include "tmpfile.h"
 #include "training.h"
 
 static void start(void) {
@@ -480,17 +481,6 @@ Test(model, shorthand) {
     cr_assert_neq(tsr_model_parse(&s, bad[i], 10, &err), 0, "%s accepted", bad[i]);
     cr_assert(strstr(err.msg, "--model"), "%s: message '%s'", bad[i], err.msg);
   }
-}
-
-static char *write_temp(const char *text) {
-  static char path[64];
-  snprintf(path, sizeof path, "/tmp/tessera-model-XXXXXX");
-  int fd = mkstemp(path);
-  cr_assert(fd >= 0);
-  FILE *f = fdopen(fd, "w");
-  fputs(text, f);
-  fclose(f);
-  return path;
 }
 
 Test(model, ini_file) {
