@@ -332,7 +332,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       cfg->net.seed = cfg->train.seed = (uint64_t)v;
       break;
     case O_TILE: {
-      long r, cc;
+      long r = 0, cc = 0;
       char *x = strchr(optarg, 'x');
       if (x) {
         *x = '\0';
