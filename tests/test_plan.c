@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "nn/layout.h"
@@ -226,6 +227,64 @@ Test(plan, cluster_files) {
   cr_expect_eq(tsr_machine_load_ini(&m, p, &err), TSR_EFORMAT);
   cr_expect(strstr(err.msg, "gflops_per_core") != NULL, "%s", err.msg);
   unlink(p);
+}
+
+/* Every value is range-checked before it is converted (issue 20: 1e20 cores overflowed the int
+ * cast and read as "missing or 0"; 1e9 ranks per node overflowed a product; 1e300 nodes made
+ * 300-digit table cells). Each bad value is refused with its key, its value and the range. */
+Test(plan, cluster_values_out_of_range_are_refused_with_their_range) {
+  static const struct {
+    const char *line, *says;
+  } bad[] = {
+      {"cores_per_node = 1e20", "cores_per_node = 1e20 is out of range: expected a whole number "
+                                "from 1 to 65536"},
+      {"cores_per_node = 3e9", "cores_per_node = 3e9 is out of range"},
+      {"cores_per_node = inf", "cores_per_node = inf is not a finite number"},
+      {"cores_per_node = 0.5", "cores_per_node = 0.5 is not a whole number"},
+      {"cores_per_node = 0", "cores_per_node = 0 is out of range"},
+      {"bandwidth_gbits = 1e308", "bandwidth_gbits = 1e308 is out of range"},
+      {"bandwidth_gbits = 0", "bandwidth_gbits = 0 is out of range: expected a number above 0"},
+      {"ranks_per_node = 1e9", "ranks_per_node = 1e9 is out of range"},
+      {"latency_us = 1e308", "latency_us = 1e308 is out of range"},
+      {"nodes = 1e300", "nodes = 1e300 is out of range"},
+      {"workers = 1e12", "workers = 1e12 is out of range"},
+      {"mem_gbs = inf", "mem_gbs = inf is not a finite number"},
+      {"mem_gbs = nan", "mem_gbs = nan is not a finite number"},
+      {"mem_gbs = 1e-320", "mem_gbs = 1e-320 is out of range"},
+      {"mem_gbs = -2", "mem_gbs = -2 is out of range"},
+      {"mem_gbs = 2x", "mem_gbs = 2x is not a number"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char text[256];
+    /* The bad line last: it overrides the good value before it. */
+    snprintf(text, sizeof text,
+             "[cluster]\ncores_per_node = 32\ngflops_per_core = 50\nmem_gbs = 8\n"
+             "bandwidth_gbits = 100\n%s\n",
+             bad[i].line);
+    tsr_machine_t m;
+    tsr_errbuf_t err = {""};
+    cr_expect_eq(tsr__machine_parse_ini_mem(&m, text, strlen(text), "c.ini", &err), TSR_EFORMAT,
+                 "%s accepted", bad[i].line);
+    cr_expect(strstr(err.msg, bad[i].says) != NULL, "%s: %s", bad[i].line, err.msg);
+    cr_expect(strncmp(err.msg, "c.ini: ", 7) == 0, "%s", err.msg);
+  }
+  /* The ends of each range are accepted. */
+  const char *edge = "[cluster]\nnodes = 0\ncores_per_node = 65536\nranks_per_node = 65536\n"
+                     "workers = 4096\ngflops_per_core = 1e6\nmem_gbs = 1e5\nlatency_us = 0\n"
+                     "bandwidth_gbits = 1e6\ngamma_gbs = 0\ntask_overhead_us = 0\n";
+  tsr_machine_t m;
+  tsr_errbuf_t err = {""};
+  cr_expect_eq(tsr__machine_parse_ini_mem(&m, edge, strlen(edge), "edge.ini", &err), 0, "%s",
+               err.msg);
+  cr_expect_eq(m.cores_per_node, 65536);
+  cr_expect_eq(m.workers, 4096);
+}
+
+Test(plan, a_cluster_path_that_is_a_directory_says_so) {
+  tsr_machine_t m;
+  tsr_errbuf_t err = {""};
+  cr_expect_eq(tsr_machine_load_ini(&m, "/tmp", &err), TSR_EIO);
+  cr_expect(strstr(err.msg, "/tmp: is a directory") != NULL, "%s", err.msg);
 }
 
 Test(plan, grid_count_matches_the_grid_branchs_example) {

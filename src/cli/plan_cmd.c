@@ -340,7 +340,7 @@ int tsr_cli_plan(int argc, char **argv) {
             "defaults (run `mpirun -np 2 tessera plan --calibrate` to measure them)\n",
             machine_path);
   if (workers) m.workers = workers;
-  if (m.nodes > 0 && m.ranks_per_node > 0 && o.ranks > m.nodes * m.ranks_per_node && !json)
+  if (m.nodes > 0 && m.ranks_per_node > 0 && o.ranks > (int64_t)m.nodes * m.ranks_per_node && !json)
     fprintf(stderr,
             "tessera plan: %d ranks need more than the %d nodes of %s; predicted as if "
             "they were there\n",

@@ -4,10 +4,14 @@
  * later plans are fast, and whose alpha and beta come from a StarPU-MPI
  * ping-pong (tsr_plan_calibrate_save) or documented defaults. */
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,12 +183,88 @@ static double measure_membw(const tsr_machine_t *m) {
 
 /* ---- INI files ---------------------------------------------------------- */
 
+/* The keys of a cluster file, each with its accepted range: every value is checked against it
+ * before it is converted, so that 1e20, inf, nan or a subnormal never reach an int or a
+ * product (undefined behaviour, or a table of 300-digit cells). `scale` converts the value to
+ * the machine's unit; `inverse` stores scale / value instead (bandwidths as seconds per byte). */
+typedef struct {
+  const char *name;
+  bool whole;    /* a count: whole numbers only */
+  double lo, hi; /* accepted values, both included */
+  bool lo_open;  /* lo itself is refused (a rate of 0) */
+  size_t field;  /* offsetof(tsr_machine_t, ...) */
+  double scale;
+  bool inverse;
+  const char *means; /* for the message: what the number is */
+} machine_key_t;
+
+#define FIELD(f) offsetof(tsr_machine_t, f)
+static const machine_key_t machine_keys[] = {
+    {"nodes", true, 0, 1e6, false, FIELD(nodes), 1, false, "nodes (0: unbounded)"},
+    {"cores_per_node", true, 1, 65536, false, FIELD(cores_per_node), 1, false, "cores per node"},
+    {"ranks_per_node", true, 0, 65536, false, FIELD(ranks_per_node), 1, false,
+     "ranks per node (0: cores / workers)"},
+    {"workers", true, 0, 4096, false, FIELD(workers), 1, false, "CPU workers per rank (0: chosen)"},
+    {"gflops_per_core", false, 0, 1e6, true, FIELD(gemm_gflops), 1, false, "GFLOP/s per core"},
+    {"conv_gflops", false, 0, 1e6, false, FIELD(conv_gflops), 1, false,
+     "convolution GFLOP/s per core (0: gflops_per_core)"},
+    {"mem_gbs", false, 0, 1e5, true, FIELD(mem_gbs), 1, false, "GB/s per core"},
+    {"latency_us", false, 0, 1e7, false, FIELD(alpha), 1e-6, false, "microseconds per message"},
+    {"bandwidth_gbits", false, 0, 1e6, true, FIELD(beta), 8.0 / 1e9, true, "Gbit/s"},
+    {"gamma_gbs", false, 0, 1e6, false, FIELD(gamma), 1.0 / 1e9, true,
+     "GB/s of reduction (0: from mem_gbs)"},
+    {"task_overhead_us", false, 0, 1e6, false, FIELD(task_overhead), 1e-6, false,
+     "microseconds per task"},
+};
+#undef FIELD
+#define N_MACHINE_KEYS (sizeof machine_keys / sizeof *machine_keys)
+
 typedef struct {
   tsr_machine_t *m;
   const char *path;
   tsr_errbuf_t *err;
   int rc;
 } ini_ctx_t;
+
+/* "nodes, cores_per_node, ...": the known keys, for messages. */
+static void key_names(char *buf, size_t size) {
+  int at = snprintf(buf, size, "name");
+  for (size_t k = 0; k < N_MACHINE_KEYS && at >= 0 && (size_t)at < size; k++)
+    at += snprintf(buf + at, size - (size_t)at, ", %s", machine_keys[k].name);
+}
+
+/* Sets key k from text, or says what is wrong with it: TSR_EFORMAT naming the file, the key,
+ * its value and the accepted range. */
+static int set_key(ini_ctx_t *c, const machine_key_t *k, const char *value) {
+  char *end;
+  errno = 0;
+  double v = strtod(value, &end);
+  bool underflow = errno == ERANGE && fabs(v) < 1.0; /* a subnormal or smaller */
+  while (*end == ' ' || *end == '\t')
+    end++;
+  const char *why = end == value || *end                    ? "is not a number"
+                    : !isfinite(v) || (errno && !underflow) ? "is not a finite number"
+                    : k->whole && v != floor(v)             ? "is not a whole number"
+                    : v < k->lo || v > k->hi || (k->lo_open && v <= k->lo) || (underflow && v != 0)
+                        ? "is out of range"
+                        : NULL;
+  if (why) {
+    char range[96];
+    if (k->whole)
+      snprintf(range, sizeof range, "a whole number from %.0f to %.0f", k->lo, k->hi);
+    else
+      snprintf(range, sizeof range, "a number %s %g and at most %g", k->lo_open ? "above" : "from",
+               k->lo, k->hi);
+    return tsr_error_set(c->err, TSR_EFORMAT, "%s: %s = %s %s: expected %s (%s)", c->path, k->name,
+                         value, why, range, k->means);
+  }
+  char *at = (char *)c->m + k->field;
+  if (k->whole)
+    *(int *)at = (int)v;
+  else
+    *(double *)at = k->inverse ? (v > 0 ? k->scale / v : 0) : v * k->scale;
+  return 0;
+}
 
 static int on_key(void *user, const char *section, const char *name, const char *value) {
   ini_ctx_t *c = user;
@@ -194,70 +274,55 @@ static int on_key(void *user, const char *section, const char *name, const char 
                           section);
     return 0;
   }
-  tsr_machine_t *m = c->m;
   if (strcmp(name, "name") == 0) {
-    snprintf(m->name, sizeof m->name, "%s", value);
+    snprintf(c->m->name, sizeof c->m->name, "%s", value);
     return 1;
   }
-  char *end;
-  errno = 0;
-  double v = strtod(value, &end);
-  while (*end == ' ' || *end == '\t')
-    end++;
-  if (end == value || *end || errno || !(v >= 0)) {
-    c->rc = tsr_error_set(c->err, TSR_EFORMAT, "%s: %s = '%s' is not a non-negative number",
-                          c->path, name, value);
-    return 0;
-  }
-  if (strcmp(name, "nodes") == 0)
-    m->nodes = (int)v;
-  else if (strcmp(name, "cores_per_node") == 0)
-    m->cores_per_node = (int)v;
-  else if (strcmp(name, "ranks_per_node") == 0)
-    m->ranks_per_node = (int)v;
-  else if (strcmp(name, "workers") == 0)
-    m->workers = (int)v;
-  else if (strcmp(name, "gflops_per_core") == 0)
-    m->gemm_gflops = v;
-  else if (strcmp(name, "conv_gflops") == 0)
-    m->conv_gflops = v;
-  else if (strcmp(name, "mem_gbs") == 0)
-    m->mem_gbs = v;
-  else if (strcmp(name, "latency_us") == 0)
-    m->alpha = v * 1e-6;
-  else if (strcmp(name, "bandwidth_gbits") == 0)
-    m->beta = v > 0 ? 8.0 / (v * 1e9) : 0;
-  else if (strcmp(name, "gamma_gbs") == 0)
-    m->gamma = v > 0 ? 1.0 / (v * 1e9) : 0;
-  else if (strcmp(name, "task_overhead_us") == 0)
-    m->task_overhead = v * 1e-6;
-  else {
-    c->rc = tsr_error_set(c->err, TSR_EFORMAT,
-                          "%s: unknown key '%s' (nodes, cores_per_node, ranks_per_node, "
-                          "workers, gflops_per_core, conv_gflops, mem_gbs, latency_us, "
-                          "bandwidth_gbits, gamma_gbs, task_overhead_us)",
-                          c->path, name);
-    return 0;
-  }
-  return 1;
+  for (size_t k = 0; k < N_MACHINE_KEYS; k++)
+    if (strcmp(name, machine_keys[k].name) == 0) {
+      c->rc = set_key(c, &machine_keys[k], value);
+      return c->rc == 0;
+    }
+  char known[512];
+  key_names(known, sizeof known);
+  c->rc =
+      tsr_error_set(c->err, TSR_EFORMAT, "%s: unknown key '%s' (known: %s)", c->path, name, known);
+  return 0;
 }
 
-static int load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
-  FILE *f = fopen(path, "r");
-  if (!f) return tsr_error_set(err, TSR_EIO, "%s: cannot open: %s", path, strerror(errno));
+/* Reads the INI text of f (borrowed) into m; path names it in messages. */
+static int parse_ini(tsr_machine_t *m, FILE *f, const char *path, tsr_errbuf_t *err) {
   ini_ctx_t c = {m, path, err, 0};
   int line = ini_parse_file(f, on_key, &c);
-  fclose(f);
   if (c.rc) return c.rc;
   if (line > 0) return tsr_error_set(err, TSR_EFORMAT, "%s:%d: not an INI line", path, line);
   return 0;
 }
 
-int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
-  memset(m, 0, sizeof *m);
-  m->task_overhead = TASK_OVERHEAD;
-  int rc = load_ini(m, path, err);
-  if (rc) return rc;
+static int load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
+  /* Opened without blocking, so that a named pipe is refused rather than waited on. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return tsr_error_set(err, TSR_EIO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  const char *bad = fstat(fd, &sb) != 0   ? strerror(errno)
+                    : S_ISDIR(sb.st_mode) ? "is a directory, not a cluster file"
+                    : !S_ISREG(sb.st_mode)
+                        ? "is not a regular file (a named pipe, a device or a socket)"
+                        : NULL;
+  FILE *f = bad ? NULL : fdopen(fd, "r");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return tsr_error_set(err, TSR_EIO, "%s: %s; a machine is described in a regular INI file", path,
+                         bad ? bad : strerror(e));
+  }
+  int rc = parse_ini(m, f, path, err);
+  fclose(f);
+  return rc;
+}
+
+/* What tsr_machine_load_ini checks and derives once the keys are read. */
+static int finish_described(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
   if (!m->name[0]) {
     const char *base = strrchr(path, '/');
     snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
@@ -269,14 +334,35 @@ int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) 
                         : !(m->beta > 0)        ? "bandwidth_gbits"
                                                 : NULL;
   if (missing)
-    return tsr_error_set(err, TSR_EFORMAT, "%s: '%s' is missing or 0; add %s = N under [cluster]",
-                         path, missing, missing);
+    return tsr_error_set(err, TSR_EFORMAT, "%s: '%s' is missing; add %s = N under [cluster]", path,
+                         missing, missing);
   if (m->ranks_per_node < 1) {
     int w = m->workers > 0 ? m->workers : m->cores_per_node < 4 ? m->cores_per_node : 4;
     m->ranks_per_node = m->cores_per_node / w > 0 ? m->cores_per_node / w : 1;
   }
   if (m->gamma == 0) m->gamma = 3.0 / (m->mem_gbs * 1e9); /* read two floats, write one */
   return 0;
+}
+
+int tsr__machine_parse_ini_mem(tsr_machine_t *m, const void *text, size_t len, const char *name,
+                               tsr_errbuf_t *err) {
+  memset(m, 0, sizeof *m);
+  m->task_overhead = TASK_OVERHEAD;
+  /* fmemopen refuses a size of 0: an empty text has no keys. */
+  FILE *f = len ? fmemopen((void *)text, len, "r") : NULL;
+  if (len && !f)
+    return tsr_error_set(err, TSR_ENOMEM, "%s: cannot open the text as a stream: %s", name,
+                         strerror(errno));
+  int rc = f ? parse_ini(m, f, name, err) : 0;
+  if (f) fclose(f);
+  return rc ? rc : finish_described(m, name, err);
+}
+
+int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
+  memset(m, 0, sizeof *m);
+  m->task_overhead = TASK_OVERHEAD;
+  int rc = load_ini(m, path, err);
+  return rc ? rc : finish_described(m, path, err);
 }
 
 int tsr_machine_here(tsr_machine_t *m, const char *calibration, const char *cache, bool *calibrated,

@@ -4,6 +4,7 @@
 #define TSR_PLAN_IMPL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
@@ -43,5 +44,10 @@ double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k);
  * m->measure_kernels (cached in m->cache), else the described rate. */
 double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, int cols, int inner);
 double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, int which);
+
+/* As tsr_machine_load_ini, from len bytes of INI text (borrowed, need not end in NUL) that
+ * messages call `name`: for the fuzzer (tests/fuzz/fuzz_cluster.c) and tests. */
+int tsr__machine_parse_ini_mem(tsr_machine_t *m, const void *text, size_t len, const char *name,
+                               tsr_errbuf_t *err);
 
 #endif
