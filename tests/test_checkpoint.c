@@ -131,6 +131,107 @@ Test(safetensors, refuses_bad_files_with_a_message) {
   expect_refused(meta, strlen(meta), 0, 0, "not a string");
 }
 
+/* A header of n one-float tensors t0 .. t(n-1) and as many metadata keys k0 ..: dup 'k' makes
+ * the last key repeat the first's name, 't' the last tensor. Into a malloc'd file of *size
+ * bytes. */
+static unsigned char *many_tensors(int n, char dup, size_t *size) {
+  size_t cap = (size_t)n * 96 + 64, at = 0;
+  char *h = malloc(cap);
+  cr_assert_not_null(h);
+  at += (size_t)snprintf(h + at, cap - at, "{\"__metadata__\":{");
+  for (int i = 0; i < n; i++)
+    at += (size_t)snprintf(h + at, cap - at, "%s\"k%d\":\"v\"", i ? "," : "",
+                           dup == 'k' && i == n - 1 ? 0 : i);
+  at += (size_t)snprintf(h + at, cap - at, "}");
+  for (int i = 0; i < n; i++)
+    at += (size_t)snprintf(h + at, cap - at,
+                           ",\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],"
+                           "\"data_offsets\":[%d,%d]}",
+                           dup == 't' && i == n - 1 ? 0 : i, 4 * i, 4 * i + 4);
+  at += (size_t)snprintf(h + at, cap - at, "}");
+  unsigned char *bytes = calloc(8 + at + 4 * (size_t)n, 1);
+  cr_assert_not_null(bytes);
+  for (int k = 0; k < 8; k++)
+    bytes[k] = (unsigned char)((uint64_t)at >> (8 * k));
+  memcpy(bytes + 8, h, at);
+  free(h);
+  *size = 8 + at + 4 * (size_t)n;
+  return bytes;
+}
+
+/* Names are checked and found through a hash index (issue 20: a pairwise duplicate check made
+ * a header of many tensors quadratic): 100,000 tensors and keys read, every one found by name,
+ * and a duplicate at the very end is still caught. */
+Test(safetensors, a_hundred_thousand_names_are_indexed_and_a_late_duplicate_caught) {
+  int n = 100000;
+  size_t size;
+  unsigned char *bytes = many_tensors(n, 0, &size);
+  tsr_st_file_t *f = NULL;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr__st_parse(&f, bytes, size, "many", &err), 0, "%s", err.msg);
+  cr_expect_eq(tsr__st_count(f), n);
+  cr_expect_eq(tsr__st_nmeta(f), n);
+  int missing = 0;
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "t%d", i);
+    int k = tsr__st_find(f, name);
+    tsr_st_tensor_t t;
+    if (k >= 0) tsr__st_tensor(f, k, &t);
+    missing += k < 0 || strcmp(t.name, name) != 0;
+    snprintf(name, sizeof name, "k%d", i);
+    missing += tsr__st_meta(f, name) == NULL;
+  }
+  cr_expect_eq(missing, 0);
+  cr_expect_eq(tsr__st_find(f, "t100000"), -1);
+  cr_expect_null(tsr__st_meta(f, "nope"));
+  tsr__st_close(&f);
+  free(bytes);
+  const char *said[] = {"metadata key 'k0' appears twice", "tensor name 't0' appears twice"};
+  for (int d = 0; d < 2; d++) {
+    bytes = many_tensors(n, d == 0 ? 'k' : 't', &size);
+    cr_expect_neq(tsr__st_parse(&f, bytes, size, "dup", &err), 0);
+    cr_expect(strstr(err.msg, said[d]) != NULL, "%s", err.msg);
+    cr_expect_null(f);
+    free(bytes);
+  }
+}
+
+/* A write killed before its rename leaves PATH.tmp.PID.XXXXXX behind: the next write of the
+ * same path removes those of writers that no longer run (and the PID-less ones of older
+ * builds), and leaves a live writer's alone. */
+Test(safetensors, the_next_write_removes_a_killed_writes_temporary_file) {
+  char dir[] = "/tmp/tsr-stale-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char path[256], dead[300], old[300], live[300], other[300];
+  snprintf(path, sizeof path, "%s/c.st", dir);
+  /* PID 2^31 - 1 is above any Linux pid_max: that writer is gone. */
+  snprintf(dead, sizeof dead, "%s.tmp.2147483647.a1B2c3", path);
+  snprintf(old, sizeof old, "%s.tmp.Zz9Yy8", path);
+  snprintf(live, sizeof live, "%s.tmp.%ld.q1w2e3", path, (long)getppid());
+  snprintf(other, sizeof other, "%s/d.st.tmp.2147483647.a1B2c3", dir);
+  const char *files[] = {dead, old, live, other};
+  for (int i = 0; i < 4; i++) {
+    FILE *f = fopen(files[i], "w");
+    cr_assert_not_null(f);
+    fputs("half a checkpoint", f);
+    fclose(f);
+  }
+  float v[2] = {1, 2};
+  tsr_st_tensor_t t = {.name = "a", .ndims = 1, .shape = {2}, .data = v};
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr__st_write(path, &t, 1, NULL, 0, &err), 0, "%s", err.msg);
+  cr_expect_neq(access(dead, F_OK), 0, "a dead writer's temporary file is left");
+  cr_expect_neq(access(old, F_OK), 0, "an older build's temporary file is left");
+  cr_expect_eq(access(live, F_OK), 0, "a live writer's temporary file was removed");
+  cr_expect_eq(access(other, F_OK), 0, "another checkpoint's temporary file was removed");
+  cr_expect_eq(access(path, F_OK), 0);
+  for (int i = 0; i < 4; i++)
+    unlink(files[i]);
+  unlink(path);
+  rmdir(dir);
+}
+
 /* A small net trained a few steps (Adam, so there is state), its tensors. */
 static tsr_net_t *trained_net(const tsr_dataset_t *ds, const char *model, int steps) {
   tsr_model_spec_t spec;

@@ -104,6 +104,14 @@ for i in $(seq 20); do
   "$tessera" inspect "$tmp/k.st" >/dev/null 2>&1 && loadable=$((loadable + 1))
 done
 check "20 kills -9 left 20 loadable checkpoints ($loadable)" test "$loadable" = 20
+# A kill between the temporary file's creation and its rename leaves it behind: the next write
+# of the same checkpoint removes it (a pid that no longer runs).
+: >"$tmp/k.st.tmp.2147483647.a1B2c3"
+left=$(ls "$tmp" | grep -c '^k\.st\.tmp\.')
+"$tessera" train --train-limit 500 --test-limit 100 --data "$data" --quiet --epochs 1 \
+  --checkpoint "$tmp/k.st" >/dev/null 2>&1
+check "the next write removed the $left temporary files the kills left" \
+  test "$(ls "$tmp" | grep -c '^k\.st\.tmp\.')" = 0
 
 # Across rank counts: a 2-rank checkpoint resumes on 1 rank and on 3.
 if command -v mpirun >/dev/null; then

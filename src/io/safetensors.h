@@ -11,7 +11,10 @@
  * buffer without holes) are checked, and a bad file is refused with a
  * message naming the file and the defect. The writer writes atomically: a
  * temporary file in the same folder, fsync'ed, renamed over the target, and
- * the folder fsync'ed, so a crash leaves the old file or the new one. */
+ * the folder fsync'ed, so a crash leaves the old file or the new one. The
+ * temporary file is PATH.tmp.PID.XXXXXX; one left by a writer killed before
+ * its rename is removed by the next write of the same path (issue 20). Names
+ * are indexed by hash: reading is linear in the number of tensors and keys. */
 #ifndef TSR_IO_SAFETENSORS_H
 #define TSR_IO_SAFETENSORS_H
 
