@@ -107,6 +107,14 @@ MUTANTS = [
      [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",
        "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, sh->ranks,"
        " n, 1, part);")], ["mpi-shares-3"]),
+    # Issue 20: an output written for the first time (beta 0) may hold NaN, and NaN x 0 is NaN.
+    ("cl-axpby-reads-y", "OpenCL axpby reads y when beta is 0", "codelets/tessera.cl",
+     [("AT(y, yo, ldy, i, j) = beta == 0.0f ? v : v + beta * AT(y, yo, ldy, i, j);",
+       "AT(y, yo, ldy, i, j) = v + beta * AT(y, yo, ldy, i, j);")], ["opencl"]),
+    ("cl-bias-grad-reads-db", "OpenCL bias gradient reads db when beta is 0",
+     "codelets/tessera.cl",
+     [("float s = beta == 0.0f ? 0.0f : beta * db[dbo + j];",
+       "float s = beta * db[dbo + j];")], ["opencl"]),
 ]
 
 

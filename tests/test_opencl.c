@@ -137,12 +137,18 @@ static tsr_task_opts_t on(int side) {
 
 static const float REL = 2e-5f, ABS = 2e-6f;
 
+/* An operand a task only writes (W access: beta 0, or a pure output) may hold anything before,
+ * NaN included, and must not be read (NaN x 0 is NaN): it is filled with NaN on both sides
+ * first, so a kernel that reads it leaves NaN, which operand_check counts as a difference. */
+#define POISON(operand) BOTH(tsr__insert_fill(&o, (operand).tile[s], NAN))
+
 static void gemm_case(bool ta, bool tb, float beta) {
   int m = 13, n = 9, k = 7;
   operand_t a, b, c;
   operand_init(&a, ta ? k : m, ta ? m : k, false, 1, -1, 1, false);
   operand_init(&b, tb ? n : k, tb ? k : n, false, 2, -1, 1, false);
   operand_init(&c, m, n, false, 3, -1, 1, false);
+  if (beta == 0.0f) POISON(c);
   BOTH(tsr__insert_gemm(&o, ta, tb, 0.75f, a.tile[s], b.tile[s], beta, c.tile[s]));
   operand_check(&a, "gemm a", 0, 0);
   operand_check(&b, "gemm b", 0, 0);
@@ -173,6 +179,7 @@ Test(opencl, bias_grad) {
     operand_t db, dy;
     operand_init(&db, 1, 7, false, 6, -1, 1, false);
     operand_init(&dy, 10, 7, false, 7, -1, 1, false);
+    if (betas[i] == 0.0f) POISON(db);
     BOTH(tsr__insert_bias_grad(&o, db.tile[s], dy.tile[s], betas[i]));
     operand_check(&db, "bias_grad db", REL, ABS);
     operand_check(&dy, "bias_grad dy", 0, 0);
@@ -183,6 +190,7 @@ Test(opencl, relu_forward_and_backward) {
   operand_t y, x;
   operand_init(&y, 9, 5, false, 8, -1, 1, false);
   operand_init(&x, 9, 5, false, 9, -1, 1, false);
+  POISON(y);
   BOTH(tsr__insert_relu_fwd(&o, y.tile[s], x.tile[s]));
   operand_check(&y, "relu_fwd y", 0, 0);
   operand_check(&x, "relu_fwd x", 0, 0);
@@ -191,6 +199,7 @@ Test(opencl, relu_forward_and_backward) {
   operand_init(&dx, 9, 5, false, 10, -1, 1, false);
   operand_init(&dy, 9, 5, false, 11, -1, 1, false);
   operand_init(&yy, 9, 5, false, 12, -1, 1, false);
+  POISON(dx);
   BOTH(tsr__insert_relu_bwd(&o, dx.tile[s], dy.tile[s], yy.tile[s]));
   operand_check(&dx, "relu_bwd dx", 0, 0);
   BOTH(tsr__insert_relu_bwd(&o, dy.tile[s], dy.tile[s], yy.tile[s])); /* in place */
@@ -256,7 +265,9 @@ Test(opencl, fill_copy_scale_axpby) {
   BOTH(tsr__insert_scale(&o, x.tile[s], 3.0f));
   BOTH(tsr__insert_axpby(&o, 2.0f, x.tile[s], 0.5f, y.tile[s]));
   BOTH(tsr__insert_axpby_mode(&o, -1.0f, x.tile[s], 1.0f, y.tile[s], true));
+  POISON(x);
   BOTH(tsr__insert_copy(&o, x.tile[s], y.tile[s]));
+  POISON(x);
   BOTH(tsr__insert_axpby(&o, 1.5f, y.tile[s], 0.0f, x.tile[s]));
   operand_check(&x, "fill/scale/copy/axpby x", REL, ABS);
   operand_check(&y, "axpby y", REL, ABS);
@@ -266,6 +277,7 @@ Test(opencl, band_get_and_put) {
   operand_t t, b;
   operand_init(&t, 9, 6, false, 26, -1, 1, false);
   operand_init(&b, 4, 6, false, 27, -1, 1, false);
+  POISON(b);
   BOTH(tsr__insert_band_get(&o, b.tile[s], t.tile[s], 2));
   BOTH(tsr__insert_scale(&o, b.tile[s], -2.0f));
   BOTH(tsr__insert_band_put(&o, t.tile[s], 5, b.tile[s]));
@@ -277,6 +289,7 @@ Test(opencl, dropout_same_mask) {
   operand_t y, x;
   operand_init(&y, 10, 9, false, 28, -1, 1, false);
   operand_init(&x, 10, 9, false, 29, -1, 1, false);
+  POISON(y);
   BOTH(tsr__insert_dropout(&o, y.tile[s], x.tile[s], 0x1234abcdULL, 70, 33, 0.3f));
   BOTH(tsr__insert_dropout(&o, x.tile[s], x.tile[s], 99, 0, 5, 0.5f)); /* in place */
   operand_check(&y, "dropout y", REL, 0);
@@ -354,8 +367,14 @@ Test(opencl, convolution_forward_and_backward) {
       operand_init(&dx, n, in, whole, 34, -1, 1, false);
       operand_init(&dw, k, g->oc, whole, 35, -1, 1, false);
       operand_init(&db, 1, g->oc, whole, 36, -1, 1, false);
+      POISON(y);
       BOTH(tsr__insert_conv_fwd(&o, y.tile[s], x.tile[s], w.tile[s], b.tile[s], g, t == 1));
+      POISON(dx);
       BOTH(tsr__insert_conv_bwd_data(&o, dx.tile[s], y.tile[s], w.tile[s], g));
+      if (whole) {
+        POISON(dw);
+        POISON(db);
+      }
       BOTH(tsr__insert_conv_bwd_filter(&o, dw.tile[s], db.tile[s], x.tile[s], y.tile[s], g,
                                        whole ? 0.0f : 1.0f));
       operand_check(&y, "conv_fwd y", CONV_REL, CONV_ABS);
@@ -381,7 +400,9 @@ Test(opencl, pooling_max_mean_and_fused_relu) {
       operand_init(&x, n, in, false, 41, -1, 1, false);
       operand_init(&dx, n, in, false, 42, -1, 1, false);
       operand_init(&dy, n, out, false, 43, -1, 1, false);
+      POISON(y);
       BOTH(tsr__insert_pool_fwd(&o, y.tile[s], x.tile[s], g, max));
+      POISON(dx);
       BOTH(tsr__insert_pool_bwd(&o, dx.tile[s], dy.tile[s], max ? x.tile[s] : NULL,
                                 max ? y.tile[s] : NULL, g, max, relu));
       operand_check(&y, "pool_fwd y", max ? 0 : REL, max ? 0 : ABS);
