@@ -107,6 +107,9 @@ MUTANTS = [
      [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",
        "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, sh->ranks,"
        " n, 1, part);")], ["mpi-shares-3"]),
+    ("shuffle-last-stays", "the shuffle never moves the last sample", "src/data/order.c",
+     [("for (int64_t i = n - 1; i > 0; i--)", "for (int64_t i = n - 2; i > 0; i--)")],
+     ["train"]),
     # Issue 20: an output written for the first time (beta 0) may hold NaN, and NaN x 0 is NaN.
     ("cl-axpby-reads-y", "OpenCL axpby reads y when beta is 0", "codelets/tessera.cl",
      [("AT(y, yo, ldy, i, j) = beta == 0.0f ? v : v + beta * AT(y, yo, ldy, i, j);",

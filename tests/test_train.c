@@ -236,6 +236,23 @@ Test(train, epoch_orders_are_permutations_that_change_every_epoch) {
   free(prev), free(cur), free(again);
 }
 
+/* Every sample moves: over 10 epochs each position holds another sample at least once (a
+ * uniform shuffle leaves a given one in place 10 times with probability 1e-30). A shuffle that
+ * skips an end (issue 20's mutant kept the last sample in place) fails here, where the fixed-
+ * point count above cannot see one stuck sample. */
+Test(train, the_shuffle_moves_every_sample) {
+  enum { N = 1000, EPOCHS = 10 };
+  int32_t order[N];
+  bool moved[N] = {false};
+  for (int e = 1; e <= EPOCHS; e++) {
+    tsr_dataset_epoch_order(order, N, 9, e);
+    for (int i = 0; i < N; i++)
+      moved[i] |= order[i] != i;
+  }
+  for (int i = 0; i < N; i++)
+    cr_expect(moved[i], "position %d held sample %d in all %d epochs", i, i, EPOCHS);
+}
+
 /* The cosine rate of step t of T, in double: lr (1 + cos(pi t / T)) / 2. */
 static double cosine(double lr, int64_t t, int64_t total) {
   return lr * 0.5 * (1.0 + cos(M_PI * (double)t / (double)total));
