@@ -66,6 +66,12 @@ expect 2 "--shares 1,-2: value 2 is negative" -- train --shares 1,-2 --data /non
 expect 2 "--shares 0,0: the shares sum to 0" -- train --shares 0,0 --data /nonexistent
 expect 2 "--shares 1;2: expected numbers separated by commas" -- train --shares "1;2" --data /nonexistent
 expect 2 "--shares 1,inf: expected uniform, auto" -- train --shares 1,inf --data /nonexistent
+# Issue 20: 1e308,1e308 summed to inf (both shares printed 0.000, one rank took 2,999 of 3,000
+# samples); a subnormal read as "expected numbers".
+expect 2 "--shares 1e308,1e308: value 1 .1e\\+308. is out of range; each share is 0 or from 1e-06" \
+  -- train --shares 1e308,1e308 --data /nonexistent
+expect 2 "--shares 1e-320,1: value 1 .1e-320. is out of range" -- \
+  train --shares 1e-320,1 --data /nonexistent
 expect 2 "--shares: 2 values for 1 rank; give one share per MPI rank" -- \
   train --shares 3,1 --data /nonexistent
 expect 2 "--weighting steps normalizes .* not --sync batch" -- \

@@ -4,10 +4,14 @@
  * tasks. The training loop (src/train/train.c) decides what the parts are. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tessera/dist.h"
+
+#define SHARE_MIN 1e-6
+#define SHARE_MAX 1e6
 
 int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
   memset(s, 0, sizeof *s);
@@ -25,7 +29,8 @@ int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
     char *end;
     errno = 0;
     double v = strtod(p, &end);
-    if (end == p || errno || !isfinite(v))
+    bool underflow = errno == ERANGE && fabs(v) < 1.0; /* a subnormal or smaller */
+    if (end == p || (errno && !underflow) || !isfinite(v))
       return tsr_error_set(err, TSR_EINVAL,
                            "--shares %s: expected uniform, auto or a comma-separated list of "
                            "numbers, one per rank (e.g. 3,1,1,1)",
@@ -34,6 +39,13 @@ int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
       return tsr_error_set(err, TSR_EINVAL,
                            "--shares %s: value %d is negative (%g); each rank's share must be >= 0",
                            text, s->n + 1, v);
+    /* Shares are relative weights: bounded so that their sum stays finite (1e308,1e308 summed
+     * to inf and read as 0 each) and each positive one keeps a meaning next to the others. */
+    if (v != 0.0 && (v < SHARE_MIN || v > SHARE_MAX))
+      return tsr_error_set(err, TSR_EINVAL,
+                           "--shares %s: value %d (%.3g) is out of range; each share is 0 or from "
+                           "%g to %g (shares are relative: 2,1 is the same as 2000,1000)",
+                           text, s->n + 1, v, SHARE_MIN, SHARE_MAX);
     s->w[s->n++] = v, sum += v;
     p = end;
     if (*p == '\0') break;
