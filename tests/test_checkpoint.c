@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/safetensors.h"
@@ -230,6 +231,29 @@ Test(safetensors, the_next_write_removes_a_killed_writes_temporary_file) {
     unlink(files[i]);
   unlink(path);
   rmdir(dir);
+}
+
+/* A checkpoint gets the mode any new file of the user gets, 0666 less the umask (issue 21: it was
+ * 0600 whatever the umask, while logs were 0644). */
+Test(safetensors, a_checkpoint_has_the_users_umask) {
+  float v[1] = {1};
+  tsr_st_tensor_t t = {.name = "a", .ndims = 1, .shape = {1}, .data = v};
+  const mode_t masks[] = {022, 077, 002};
+  for (int i = 0; i < 3; i++) {
+    mode_t before = umask(masks[i]);
+    char path[] = "/tmp/tsr-mode-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    tsr_errbuf_t err = {""};
+    cr_assert_eq(tsr__st_write(path, &t, 1, NULL, 0, &err), 0, "%s", err.msg);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0666 & ~masks[i], "umask %03o: mode %03o", masks[i],
+                 sb.st_mode & 0777);
+    unlink(path);
+    umask(before);
+  }
 }
 
 /* A small net trained a few steps (Adam, so there is state), its tensors. */

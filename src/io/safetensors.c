@@ -187,6 +187,22 @@ static void remove_stale(const char *path, const char *dir) {
   closedir(d);
 }
 
+/* The process's umask, without changing it: /proc/self/status says it (Linux 4.7 on); umask(2)
+ * can only be read by setting it, which races with the runtime's threads creating files. */
+static mode_t current_umask(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[128];
+  unsigned mask = 0;
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = sscanf(line, "Umask: %o", &mask) == 1;
+  if (f) fclose(f);
+  if (found) return (mode_t)mask;
+  mode_t m = umask(022);
+  umask(m);
+  return m;
+}
+
 int tsr__st_write(const char *path, const tsr_st_tensor_t *tensors, int ntensors,
                   const tsr_st_meta_t *meta, int nmeta, tsr_errbuf_t *err) {
   size_t hlen = 0;
@@ -204,6 +220,14 @@ int tsr__st_write(const char *path, const tsr_st_tensor_t *tensors, int ntensors
     int e = errno;
     free(header);
     return tsr_error_set(err, TSR_EIO, "%s: cannot create a temporary file beside it: %s", path,
+                         strerror(e));
+  }
+  /* mkstemp makes the file 0600; a checkpoint is shared as the user's other files are (a
+   * project folder on a cluster): the mode open(2) would give it, 0666 less the umask. */
+  if (fchmod(fd, 0666 & ~current_umask()) != 0) {
+    int e = errno;
+    close(fd), unlink(tmp), free(header);
+    return tsr_error_set(err, TSR_EIO, "%s: cannot set the mode of its temporary file: %s", path,
                          strerror(e));
   }
   unsigned char len8[8];
