@@ -127,6 +127,16 @@ check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
 expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
   --model linear --epochs 1 --workers 999
 
+# A CSV folder with train.csv alone trains without evaluation (test.csv is optional).
+mkdir "$tmp/trainonly"
+for i in $(seq 0 59); do echo "$((i % 3)),$((i % 3)).5,$i,1"; done >"$tmp/trainonly/train.csv"
+expect 0 "60 train / 0 test samples" -- train --data "$tmp/trainonly" --model mlp:8 --epochs 1 \
+  --batch 16
+out=$("$tessera" train --data "$tmp/trainonly" --model mlp:8 --epochs 1 --batch 16 2>&1)
+if grep -qE "^epoch 1/1 +loss [0-9.]+ +train [0-9.]+% +[0-9.]+ s" <<<"$out"; then pass; else
+  fail "train.csv alone: the epoch line should have no test accuracy: $out"
+fi
+
 # The network's memory is estimated before it is built and checked against what is available
 # (here the address-space limit, ulimit -v, so the check does not depend on the machine's RAM): a
 # CSV of 10^6 columns with --model cnn used to grow to 24 GB until the kernel killed it, and

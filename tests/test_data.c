@@ -639,9 +639,25 @@ Test(data, dir_incomplete_idx) {
   expect_dir_fail("t10k-labels-idx1-ubyte", "missing");
 }
 
+/* test.csv is optional (issue 21): the test set is then empty, with the training set's shape;
+ * a test.csv without a train.csv is still refused. */
 Test(data, dir_only_train_csv) {
-  write_text("train.csv", "0,1\n");
-  expect_dir_fail("test.csv", NULL);
+  write_text("train.csv", "0,1,2\n2,3,4\n");
+  tsr_dataset_t tr, te;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_dir(&tr, &te, tmp, &err), 0, "%s", err.msg);
+  cr_expect_eq(tr.n, 2);
+  cr_expect_eq(te.n, 0);
+  cr_expect_eq(te.features, 2);
+  cr_expect_eq(te.classes, 3);
+  cr_expect_null(te.x);
+  tsr_dataset_standardize(&tr, &te); /* an empty test set is fine there */
+  tsr_dataset_fini(&tr), tsr_dataset_fini(&te);
+}
+
+Test(data, dir_only_test_csv) {
+  write_text("test.csv", "0,1\n");
+  expect_dir_fail("train.csv", "test.csv is optional");
 }
 
 Test(data, dir_feature_mismatch) {

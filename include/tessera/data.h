@@ -32,7 +32,9 @@ TSR_API int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path,
 TSR_API int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err);
 
 /* Loads the train and test sets found in a folder: Fashion-MNIST/MNIST IDX
- * names (train-images-idx3-ubyte[.gz], ...) or train.csv / test.csv. */
+ * names (train-images-idx3-ubyte[.gz], ...) or train.csv with an optional
+ * test.csv; without test.csv, test is empty (n 0) with the training set's
+ * features and classes. */
 TSR_API int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *dir,
                                  tsr_errbuf_t *err);
 

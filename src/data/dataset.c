@@ -2,7 +2,7 @@
  * the train and test sets in a folder, cutting a set down for quick runs,
  * standardizing features, and freeing. A folder is searched for the IDX names
  * that MNIST and Fashion-MNIST ship under (Debian's dataset-fashion-mnist,
- * the original downloads), then for train.csv / test.csv. */
+ * the original downloads), then for train.csv and, optionally, test.csv. */
 
 #include <errno.h>
 #include <limits.h>
@@ -113,16 +113,26 @@ int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *
   if ((rc = join(train_csv, sizeof train_csv, dir, "train.csv", "", err)) < 0) return rc;
   if ((rc = join(test_csv, sizeof test_csv, dir, "test.csv", "", err)) < 0) return rc;
   int have_train = is_file(train_csv), have_test = is_file(test_csv);
-  if (have_train && have_test) {
+  if (have_train) {
     if ((rc = tsr_dataset_load_csv(train, train_csv, err)) < 0) goto fail;
+    /* No test.csv: an empty test set of the training set's shape (nothing is evaluated). */
+    if (!have_test) {
+      *test = (tsr_dataset_t){.features = train->features,
+                              .classes = train->classes,
+                              .channels = train->channels,
+                              .height = train->height,
+                              .width = train->width};
+      return 0;
+    }
     if ((rc = tsr_dataset_load_csv(test, test_csv, err)) < 0) goto fail;
     if ((rc = check_pair(train, test, train_csv, test_csv, err)) < 0) goto fail;
     return 0;
   }
-  if (have_train || have_test)
-    return tsr_error_set(err, TSR_EIO, "%s: found %s but not %s; both are needed", dir,
-                         have_train ? "train.csv" : "test.csv",
-                         have_train ? "test.csv" : "train.csv");
+  if (have_test)
+    return tsr_error_set(err, TSR_EIO,
+                         "%s: found test.csv but not train.csv; a CSV dataset needs train.csv "
+                         "(test.csv is optional)",
+                         dir);
   return tsr_error_set(
       err, TSR_EIO,
       "%s: no dataset found: expected " IDX_NAMES ", or train.csv and test.csv "
