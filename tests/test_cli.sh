@@ -38,6 +38,8 @@ fail() {
 
 expect 0 "usage: tessera train" -- train --help
 expect 0 "usage: tessera <command>" -- --help
+expect 0 "^tessera [0-9]+\.[0-9]+\.[0-9]+ \(git [^)]+\)" -- --version
+expect 0 "StarPU [0-9.]+, BLIS [0-9.]+, MPI [0-9.]+ \(.+\), OpenCL codelets (yes|no)" -- --version
 expect 2 "unknown command 'trian'" -- trian
 expect 2 "usage:" --
 expect 2 "--epochs abc: expected an integer" -- train --epochs abc

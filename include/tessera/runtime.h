@@ -137,6 +137,15 @@ TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
  * whether path can be created. */
 TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
 
+/* tessera's version, e.g. "0.1.0", and the git description of the tree it was built from
+ * (`git describe --always --dirty`, e.g. "fa3d36d-dirty"; "unknown" outside a git
+ * checkout): static strings. */
+TSR_API const char *tsr_version(void);
+TSR_API const char *tsr_version_git(void);
+/* One line of what this build runs on, without starting anything: "StarPU 1.3.10, BLIS 0.9.0,
+ * MPI 3.1 (Open MPI v4.1.4), OpenCL codelets yes (CLBlast)", into buf (size bytes). */
+TSR_API void tsr_versions(char *buf, size_t size);
+
 /* Prints what the engine will run on: hwloc topology, StarPU workers and
  * memory nodes, BLIS configuration, StarPU and MPI versions, and a warning
  * with the fix when the node has more cores than one StarPU process may use.

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tessera/runtime.h"
 
 static void usage(FILE *out) {
   fprintf(out, "usage: tessera <command> [options]\n\n"
@@ -12,7 +13,8 @@ static void usage(FILE *out) {
                "  inspect list a checkpoint's tensors and metadata\n"
                "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n"
                "  plan    predict step and epoch times, bytes and memory per rank for P ranks\n\n"
-               "`tessera <command> --help` describes a command's options.\n");
+               "`tessera <command> --help` describes a command's options; `tessera --version`\n"
+               "says which tessera and libraries this is.\n");
 }
 
 int main(int argc, char **argv) {
@@ -28,6 +30,13 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "eval") == 0) return tsr_cli_eval(argc - 1, argv + 1);
   if (strcmp(argv[1], "inspect") == 0) return tsr_cli_inspect(argc - 1, argv + 1);
   if (strcmp(argv[1], "plan") == 0) return tsr_cli_plan(argc - 1, argv + 1);
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
+      strcmp(argv[1], "version") == 0) {
+    char libs[512];
+    tsr_versions(libs, sizeof libs);
+    printf("tessera %s (git %s)\n%s\n", tsr_version(), tsr_version_git(), libs);
+    return 0;
+  }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(stdout);

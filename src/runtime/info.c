@@ -19,6 +19,7 @@
 #endif
 
 #include "tessera/runtime.h"
+#include "version_git.h"
 
 /* What the checks after the listing need from the topology. */
 typedef struct {
@@ -282,6 +283,29 @@ static void print_opencl(FILE *out) {
           "ocl-icd-opencl-dev and libclblast-dev, meson -Dopencl=enabled)\n",
           n);
 #endif
+}
+
+const char *tsr_version(void) {
+  return TSR_VERSION;
+}
+
+const char *tsr_version_git(void) {
+  return TSR_GIT_DESCRIBE;
+}
+
+void tsr_versions(char *buf, size_t size) {
+  int major, minor, release, version, subversion, len = 0;
+  starpu_get_version(&major, &minor, &release);
+  MPI_Get_version(&version, &subversion); /* both allowed before MPI_Init */
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  MPI_Get_library_version(lib, &len);
+  /* The library's first words ("Open MPI v4.1.4, package: ..." up to the first comma). */
+  int first = 0;
+  while (first < len && lib[first] != ',' && lib[first] != '\n')
+    first++;
+  snprintf(buf, size, "StarPU %d.%d.%d, BLIS %s, MPI %d.%d (%.*s), OpenCL codelets %s", major,
+           minor, release, bli_info_get_version_str(), version, subversion, first, lib,
+           tsr_runtime_opencl_built() ? "yes (CLBlast)" : "no");
 }
 
 static void print_blis(FILE *out) {
