@@ -129,6 +129,17 @@ check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
 expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
   --model linear --epochs 1 --workers 999
 
+# Quiet by default (issue 21): on a fresh STARPU_HOME, dmdas calibrates its performance models
+# and StarPU printed dozens of "[starpu][...] Too big deviation" lines; they stay off unless the
+# user sets STARPU_SILENT=0 (the suite's environment sets STARPU_SILENT=1: unset here).
+out=$(env -u STARPU_SILENT STARPU_HOME="$tmp/fresh-home" "$tessera" train --sched dmdas --epochs 1 \
+  --train-limit 2000 --test-limit 200 --data "$data" 2>&1)
+if grep -q '^\[starpu' <<<"$out"; then fail "StarPU lines in a normal run: $(grep -m2 '^\[starpu' <<<"$out")"; else pass; fi
+rm -rf "$tmp/fresh-home"
+out=$(STARPU_SILENT=0 STARPU_HOME="$tmp/fresh-home" "$tessera" train --sched dmdas --epochs 1 \
+  --train-limit 2000 --test-limit 200 --data "$data" 2>&1)
+if grep -q '^\[starpu' <<<"$out"; then pass; else fail "STARPU_SILENT=0 should let StarPU speak"; fi
+
 # A CSV folder with train.csv alone trains without evaluation (test.csv is optional).
 mkdir "$tmp/trainonly"
 for i in $(seq 0 59); do echo "$((i % 3)),$((i % 3)).5,$i,1"; done >"$tmp/trainonly/train.csv"

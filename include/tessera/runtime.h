@@ -27,9 +27,12 @@ typedef struct {
   bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
   bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
   tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
-  int opencl; /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
-                 0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
-                 N; asking for any in a build without OpenCL is an error */
+  int opencl;   /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
+                   0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
+                   N; asking for any in a build without OpenCL is an error */
+  bool verbose; /* StarPU's own messages (calibration, warnings) on stderr; default false:
+                   StarPU is silenced (STARPU_SILENT=1) unless the environment sets
+                   STARPU_SILENT itself, which wins either way */
 } tsr_runtime_opts_t;
 
 #define TSR_OPENCL_AUTO (-1)

@@ -67,6 +67,7 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->trace = false;
   opts->mpi_progress = TSR_MPI_PROGRESS_AUTO;
   opts->opencl = TSR_OPENCL_AUTO;
+  opts->verbose = false;
 }
 
 /* OpenCL devices asked for (opts.opencl) as StarPU's nopencl, or an error:
@@ -256,6 +257,10 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (ncpus == 0 || ncpus < -1)
     return tsr_error_set(err, TSR_EINVAL, "--workers must be at least 1 (got %d)", ncpus);
 
+  /* StarPU speaks for itself on stderr: performance-model calibration ("Too big deviation",
+   * dozens of lines on a fresh STARPU_HOME) and warnings about settings tessera chose on
+   * purpose (StarPU-MPI's cache off, the progression mode). A user's own STARPU_SILENT wins. */
+  if (!(opts && opts->verbose)) setenv("STARPU_SILENT", "1", 0);
   struct starpu_conf conf;
   starpu_conf_init(&conf);
   conf.sched_policy_name = sched;
