@@ -1522,8 +1522,22 @@ int main(int argc, char **argv) {
             "outer|hier|postlocal|grid|shares [thread|worker]\n");
     return 2;
   }
+  /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
+   * the node's ranks from MPI itself (issue 21: under Slurm's srun they are absent, and every
+   * rank placed its workers as if alone on its node). */
+  bool own_mpi = which == 7;
+  if (own_mpi) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "77", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "99", 1);
+  }
   tsr_dist_start(&argc, &argv, true);
   rank = tsr_dist_rank(), size = tsr_dist_size();
+  if (own_mpi) /* every rank of the test runs on this one machine */
+    CHECK(tsr_dist_local_size() == size && tsr_dist_local_rank() == rank,
+          "node-local rank %d of %d, want %d of %d (from MPI, not the environment)",
+          tsr_dist_local_rank(), tsr_dist_local_size(), rank, size);
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   ro.ncpus = 1;
@@ -1563,5 +1577,6 @@ int main(int argc, char **argv) {
   MPI_Allreduce(&failed, &all_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("%d passed, %d failed\n", passed, all_failed);
   tsr_dist_stop();
+  if (own_mpi) MPI_Finalize();
   return all_failed ? 1 : 0;
 }

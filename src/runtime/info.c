@@ -18,6 +18,7 @@
 #include <time.h>
 #endif
 
+#include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "version_git.h"
 
@@ -360,16 +361,20 @@ static void print_core_warning(FILE *out, node_cores_t nc, unsigned ncpu_workers
         "         pile onto the same cores.\n"
         "  fix:   export STARPU_WORKERS_GETBIND=1 (with mpirun: -x STARPU_WORKERS_GETBIND=1)\n",
         nc.bound_cores, nc.cores, outside);
-  /* Open MPI tells every process how many ranks share its node, before MPI_Init. */
+  /* Under MPI, MPI says how many ranks share the node; before MPI_Init only Open MPI's mpirun
+   * does. */
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const char *world = getenv("OMPI_COMM_WORLD_SIZE");
-  int local_ranks = local ? atoi(local) : 1;
+  int local_ranks = tsr_dist_active() ? tsr_dist_local_size() : local ? atoi(local) : 1;
   if (local_ranks > 1 && !nc.bind)
     fprintf(out,
             "\nwarning: %d ranks share this node but this one is not bound to cores; StarPU 1.3\n"
             "         then puts every rank's workers on the same first cores.\n"
             "  fix:   mpirun -np %d --map-by slot:PE=%d -x STARPU_WORKERS_GETBIND=1 ...\n",
-            local_ranks, world ? atoi(world) : local_ranks,
+            local_ranks,
+            tsr_dist_active() ? tsr_dist_size()
+            : world           ? atoi(world)
+                              : local_ranks,
             nc.cores / local_ranks > 0 ? nc.cores / local_ranks : 1);
   /* A bound process (one rank of several on the node) counts only its own cores. */
   int usable = nc.bound_cores;

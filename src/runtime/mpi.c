@@ -20,7 +20,9 @@ static int env_int(const char *name, int fallback) {
 
 int tsr_dist_start(int *argc, char ***argv, bool force) {
   if (active) return 0;
-  bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  /* Open MPI's mpirun, a PMI-1/2 or PMIx launcher (Slurm's srun --mpi=pmi2|pmix), Hydra. */
+  bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+                  getenv("PMI_RANK");
   if (!launched && !force) return 0;
   int initialized;
   MPI_Initialized(&initialized);
@@ -38,8 +40,19 @@ int tsr_dist_start(int *argc, char ***argv, bool force) {
   multiple = provided >= MPI_THREAD_MULTIPLE;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
-  local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", size);
+  /* The ranks sharing this node, from MPI itself whatever launched them (mpirun, Slurm's srun,
+   * a PMIx launcher): Open MPI's OMPI_COMM_WORLD_LOCAL_* exist only under its own mpirun, and
+   * without them every rank placed its workers as if it were alone on its node. */
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+  } else {
+    local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
+    local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", size);
+  }
   active = true;
   return 0;
 }
