@@ -37,7 +37,7 @@ def slug(heading):
 
 
 def lines_outside_code(path):
-    """(line number, text) of the lines outside fenced code blocks, inline code blanked."""
+    """(line number, text) of the lines outside fenced code blocks, as written."""
     fence = None
     for n, line in enumerate(open(path, encoding="utf-8"), 1):
         m = re.match(r"\s*(```+|~~~+)", line)
@@ -48,7 +48,23 @@ def lines_outside_code(path):
                 fence = None
             continue
         if fence is None:
-            yield n, re.sub(r"`[^`]*`", "``", line)
+            yield n, line
+
+
+def anchors(path, cache={}):
+    """The anchors of path's headings (outside fenced code; code spans count as their text)."""
+    if path not in cache:
+        seen, out = {}, set()
+        for _, line in lines_outside_code(path):
+            h = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if not h:
+                continue
+            s = slug(h.group(1))
+            k = seen.get(s, 0)
+            out.add(s if k == 0 else "%s-%d" % (s, k))
+            seen[s] = k + 1
+        cache[path] = out
+    return cache[path]
 
 
 def main():
@@ -57,7 +73,8 @@ def main():
     for path in markdown_files(root):
         rel = os.path.relpath(path, root)
         for n, line in lines_outside_code(path):
-            for m in LINK.finditer(line):
+            # Inline code is not a link.
+            for m in LINK.finditer(re.sub(r"`[^`]*`", "``", line)):
                 target = m.group(1)
                 if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):
                     continue
@@ -84,31 +101,6 @@ def main():
         print("FAIL:", line)
     print("%d relative links checked, %d problems" % (checked, len(bad)))
     return 1 if bad else 0
-
-
-def anchors(path, cache={}):
-    """The anchors of path's headings (outside fenced code), code spans included in the text."""
-    if path not in cache:
-        seen, out, fence = {}, set(), None
-        for line in open(path, encoding="utf-8"):
-            m = re.match(r"\s*(```+|~~~+)", line)
-            if m:
-                if fence is None:
-                    fence = m.group(1)[0] * 3
-                elif line.strip().startswith(fence):
-                    fence = None
-                continue
-            if fence is not None:
-                continue
-            h = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
-            if not h:
-                continue
-            s = slug(h.group(1))
-            k = seen.get(s, 0)
-            out.add(s if k == 0 else "%s-%d" % (s, k))
-            seen[s] = k + 1
-        cache[path] = out
-    return cache[path]
 
 
 if __name__ == "__main__":
