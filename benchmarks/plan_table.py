@@ -9,7 +9,7 @@ batch averaging (the Pr x Pc that Gholami et al. predict can beat both ends),
 pure data parallelism with epoch averaging (1xP epoch), and which is fastest.
 Writes OUT/table.md and OUT/plans.csv and prints the table.
 
-  /usr/bin/python3 benchmarks/plan_table.py                  # the README's table
+  /usr/bin/python3 benchmarks/plan_table.py                  # benchmarks/results/plan/table.md
   /usr/bin/python3 benchmarks/plan_table.py --nodes 16,64 --batches 64
 """
 import argparse

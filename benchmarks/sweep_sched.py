@@ -8,7 +8,7 @@ calibrates the performance models dm* policies use), and the workers'
 utilization (time executing / time profiled) from the statistics line.
 Writes sweep.csv and PNG plots to the output folder.
 
-    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results
+    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results/schedulers
 
 Timings on a shared machine move between runs: --repeat N runs each
 configuration N times, interleaved, and keeps the fastest.
@@ -107,7 +107,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tessera", default="build/tessera")
     ap.add_argument("--custom", default="build/benchmarks/custom_sched")
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", default="benchmarks/results/schedulers")
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--workloads", default="mlp,cnn")
     ap.add_argument("--workers", default="1,2")

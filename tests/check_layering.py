@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_layering.py SOURCE_ROOT: the include graph follows the layering of the README.
+"""check_layering.py SOURCE_ROOT: the include graph follows the layering of docs/design.md.
 
 Folders in the chain kernels -> codelets -> tile -> optim -> nn -> parallel ->
 train -> plan -> cli include only folders before them, plus runtime, io and data,
