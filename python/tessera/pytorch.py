@@ -413,11 +413,12 @@ def to_torch(ckpt):
     return net.eval()
 
 
-def torch_inputs(x, ckpt_or_mean, std=None, shape=None):
+def torch_inputs(x, ckpt_or_mean, std=None, shape=None, flat=False):
     """Samples for a TesseraNet: x, rows of h w c features as tessera reads them (e.g.
     tessera.data.load(folder)[1].x: pixels / 255), standardized with the checkpoint's
-    input_mean and input_std exactly as tessera does, as an (n, c, h, w) float32 tensor.
-    Either torch_inputs(x, ckpt) or torch_inputs(x, mean, std, shape=(c, h, w))."""
+    input_mean and input_std exactly as tessera does, as an (n, c, h, w) float32 tensor; with
+    flat=True as (n, c h w), flattened in torch's order (for a torch model that starts with
+    Linear). Either torch_inputs(x, ckpt) or torch_inputs(x, mean, std, shape=(c, h, w))."""
     if isinstance(ckpt_or_mean, _ckpt.Checkpoint):
         mean, std, shape = ckpt_or_mean.input_mean, ckpt_or_mean.input_std, ckpt_or_mean.input_shape
     else:
@@ -425,7 +426,8 @@ def torch_inputs(x, ckpt_or_mean, std=None, shape=None):
         if std is None or shape is None:
             raise ValueError("torch_inputs(x, mean, std, shape=(c, h, w))")
     z = _data.standardize(np.asarray(x, dtype=np.float32).reshape(len(x), -1), mean, std)
-    return torch.from_numpy(_data.to_nchw(z, shape))
+    t = torch.from_numpy(_data.to_nchw(z, shape))
+    return t.flatten(1) if flat else t
 
 
 _TORCH_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
