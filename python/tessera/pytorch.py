@@ -508,7 +508,7 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
 
     module: a TesseraNet, or an nn.Sequential of Linear, ReLU, Conv2d, MaxPool2d, AvgPool2d,
         Flatten, Dropout (the last a Linear: the class scores). input_shape: (c, h, w) of a
-        sample, needed unless the module is a TesseraNet or starts with a Linear.
+        sample (default: the dataset's, or a Linear's in_features as tessera shapes them).
     The inputs' standardization, which tessera applies before the first layer (x - mean) / std:
         dataset: the training set (tessera.data.Dataset, after any --train-limit) that
             tessera will train on: its mean, std and fingerprint (`train --resume` refuses
@@ -526,6 +526,8 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
     if isinstance(module, TesseraNet):
         net = module
     elif isinstance(module, nn.Sequential):
+        if input_shape is None and dataset is not None:
+            input_shape = dataset.shape
         graph, mods = graph_from_sequential(module, input_shape)
         net = TesseraNet(graph, mods)
     else:
