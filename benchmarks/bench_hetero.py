@@ -32,12 +32,14 @@ time against epochs, uniform and auto, per policy). Needs at least 2 cores.
 """
 import argparse
 import csv
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import tessera  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,12 +73,7 @@ def command(args, policy, shares, log):
 
 
 def read_log(path):
-    epochs = []
-    for line in open(path):
-        o = json.loads(line)
-        if "event" not in o:
-            epochs.append(o)
-    return epochs
+    return tessera.read_log(path).epochs
 
 
 def balanced_cut(epoch):

@@ -40,7 +40,6 @@ is measured on this machine with this machine's ranks.
 """
 import argparse
 import csv
-import json
 import math
 import os
 import re
@@ -51,6 +50,8 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+import tessera  # noqa: E402
 DEFAULT_CONFIGS = ("batch,every=8,every=8+slowmo,every=8+nesterov,epoch,epoch+slowmo,"
                    "epoch+nesterov,async-epoch,async-epoch+slowmo,post-local:2,8,hier:2,8")
 NAN = float("nan")
@@ -116,15 +117,8 @@ def net_name(gbits, _lat):
 
 def read_log(path, networks):
     """The epochs of one run's log, with the busiest rank's traffic and the modelled times."""
-    epochs, ranks = [], None
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if r.get("event") == "ranks":
-                    ranks = r["ranks"]
-                elif "epoch" in r and "event" not in r:
-                    epochs.append(r)
+    log = tessera.read_log(path)
+    epochs, ranks = log.epochs, log.ranks["ranks"] if log.ranks else None
     # The epoch lines carry rank 0's traffic; the final line every rank's totals: scale rank 0's
     # figures by the busiest rank's share (chunk homes keep them within a few percent).
     scale_bytes = scale_msgs = 1.0

@@ -6,22 +6,15 @@ time (seconds, evaluation excluded).
     /usr/bin/python3 benchmarks/plot_logs.py lws.jsonl dmda.jsonl --out runs.png
 
 Each run is labelled with its file name, or with --label NAME once per log.
-Lines that are not epochs (the "event": "stats" line of --stats) are skipped.
+The logs are read with the tessera package (python/tessera/log.py): lines that
+are not epochs (--stats, the ranks' summary) are left out.
 """
 import argparse
-import json
 import os
+import sys
 
-
-def load(path):
-    rows = []
-    for line in open(path):
-        line = line.strip()
-        if line:
-            o = json.loads(line)
-            if "epoch" in o:
-                rows.append(o)
-    return rows
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import tessera  # noqa: E402
 
 
 def main():
@@ -32,43 +25,44 @@ def main():
     args = ap.parse_args()
     if args.label and len(args.label) != len(args.logs):
         ap.error("give --label once per log")
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("plot_logs.py needs matplotlib: apt-get install python3-matplotlib "
+                 "(scripts/setup.sh installs it)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    models = set()
     for k, path in enumerate(args.logs):
-        rows = load(path)
-        if not rows:
+        log = tessera.read_log(path)
+        if not log.epochs:
             print(f"{path}: no epoch lines, skipped")
             continue
+        models.update(m for m in log.column("model") if m)
         label = args.label[k] if args.label else os.path.splitext(os.path.basename(path))[0]
-        epochs = [o["epoch"] for o in rows]
-        t = 0.0
-        times = []
-        for o in rows:
-            t += o["seconds"]
-            times.append(t)
-        for col, xs, xlabel in ((0, epochs, "epoch"), (1, times, "training time (s)")):
-            test = [o["test_accuracy"] for o in rows]
-            line, = axes[0][col].plot(xs, [100 * o["train_accuracy"] for o in rows], "--",
+        test_acc, test_loss = log.column("test_accuracy"), log.column("test_loss")
+        for col, xs in ((0, log.column("epoch")), (1, log.elapsed())):
+            line, = axes[0][col].plot(xs, [100 * v for v in log.column("train_accuracy")], "--",
                                       alpha=0.6)
-            if all(v is not None for v in test):
-                axes[0][col].plot(xs, [100 * v for v in test], "-o", ms=3,
+            if all(v is not None for v in test_acc):
+                axes[0][col].plot(xs, [100 * v for v in test_acc], "-o", ms=3,
                                   color=line.get_color(), label=label)
             else:
                 line.set_label(label + " (train)")
-            axes[1][col].plot(xs, [o["loss"] for o in rows], "--", color=line.get_color(),
-                              alpha=0.6)
-            if all(o["test_loss"] is not None for o in rows):
-                axes[1][col].plot(xs, [o["test_loss"] for o in rows], "-o", ms=3,
-                                  color=line.get_color(), label=label)
-            axes[1][col].set_xlabel(xlabel)
+            axes[1][col].plot(xs, log.column("loss"), "--", color=line.get_color(), alpha=0.6)
+            if all(v is not None for v in test_loss):
+                axes[1][col].plot(xs, test_loss, "-o", ms=3, color=line.get_color(), label=label)
+    for col, xlabel in ((0, "epoch"), (1, "training time (s), evaluation excluded")):
+        axes[1][col].set_xlabel(xlabel)
     axes[0][0].set_ylabel("accuracy (%): test solid, training dashed")
-    axes[1][0].set_ylabel("loss: test solid, training dashed")
+    axes[1][0].set_ylabel("loss (cross-entropy): test solid, training dashed")
     for row in axes:
         for ax in row:
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+    fig.suptitle("tessera runs: %s" % (", ".join(sorted(models)) or "no epochs"), fontsize=10)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print("wrote", args.out)

@@ -104,7 +104,7 @@ def main():
     policies = args.policies.split(",")
     peers = have_torch()
     if not peers:
-        print("PyTorch not installed (TSR_WITH_PEERS=1 scripts/setup.sh): tessera only",
+        print("PyTorch not installed (scripts/setup.sh installs python3-torch): tessera only",
               file=sys.stderr)
     rows = []
 

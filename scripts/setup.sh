@@ -4,8 +4,6 @@
 # everything in place it costs one dpkg-query and a no-op ninja.
 #
 # Environment:
-#   TSR_WITH_PEERS=1     also install what the benchmarks compare against
-#                        (python3-torch, python3-matplotlib, gnuplot-nox)
 #   CI=true              configure with -Dwerror_ci=true (warnings are errors)
 #   TSR_BUILD_DIR=DIR    build folder, absolute or relative to the repository
 #                        (default: build)
@@ -21,14 +19,12 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 
 # clang and libclang-rt-dev (its runtimes, libFuzzer's included) build tests/fuzz/. The OpenCL
 # codelets (meson -Dopencl, auto) need the ICD loader and CLBlast; PoCL gives an OpenCL device on
-# the CPU, so their tests run on any machine.
+# the CPU, so their tests run on any machine. NumPy and PyTorch test the Python package
+# (python/tessera, tests/test_python.sh) and are the benchmarks' peer; matplotlib draws the plots.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
-  clang-format g++ python3-numpy clang libclang-rt-dev pocl-opencl-icd libclblast-dev
-  ocl-icd-opencl-dev)
-if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
-  packages+=(python3-torch python3-matplotlib gnuplot-nox)
-fi
+  clang-format g++ python3-numpy python3-torch python3-matplotlib clang libclang-rt-dev
+  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev)
 
 say() { echo "setup: $*" >&2; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints as a user meets them: --checkpoint writes one that `tessera
-# inspect` lists and `tessera eval` evaluates (and a 30-line Python reader,
-# benchmarks/load_checkpoint.py, agrees with it); --resume continues and
+# inspect` lists and `tessera eval` evaluates (and the Python package's NumPy
+# reader, benchmarks/load_checkpoint.py, agrees with it); --resume continues and
 # refuses another model or other data; a damaged or cut file is refused;
 # SIGTERM stops a run with a checkpoint and exit 143; kill -9 while a
 # checkpoint is written leaves the previous one loadable (20 kills); a 2-rank

@@ -1,0 +1,485 @@
+"""tessera models in Python: the INI model files of `tessera train --model FILE` and of a
+checkpoint's `model_ini` metadata, read into a graph of layers with their shapes.
+
+The format is tsr_model_load_ini's (include/tessera/net.h, src/nn/model.c): one section per
+layer, in order, each with `type = dense | relu | conv | maxpool | avgpool | flatten | dropout |
+add | concat` and its keys; dense: `units`, optional `activation = relu | none`, `in_features`;
+conv (or conv2d): `filters` (or `units`), `kernel = K | KHxKW`, optional `stride`, `padding`
+(N or NHxNW), `activation`, `in_channels`; pools: `kernel`, optional `stride`; dropout: `rate`.
+A section's name is its layer's name; `input = NAME` or `inputs = A, B` names the layers it
+takes (default: the previous section; the first section takes the network's input). `add` sums
+inputs of one shape (a residual connection); `concat` joins them along channels (spatial
+inputs; for 1 x 1 inputs that is along features). `activation = relu` is a ReLU layer of its
+own right after its section's layer (as in tessera), and the section's name then means the
+ReLU's output.
+
+Shapes are (c, h, w) per sample, the order of a checkpoint's `input_shape`; tessera stores a
+sample channels-last, h w c values per row.
+"""
+import re
+import struct
+
+# The keys each type takes: key -> (spec field(s), form). Forms as src/nn/*.c's registry keys.
+_KEYS = {
+    "dense": {"units": ("units", "count"), "activation": (None, "activation"),
+              "in_features": ("in_features", "count")},
+    "relu": {},
+    "conv": {"filters": ("units", "count"), "units": ("units", "count"),
+             "kernel": (("kernel_h", "kernel_w"), "size"),
+             "stride": (("stride_h", "stride_w"), "size"),
+             "padding": (("pad_h", "pad_w"), "padding"), "activation": (None, "activation"),
+             "in_channels": ("in_channels", "count")},
+    "maxpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
+                "stride": (("stride_h", "stride_w"), "size")},
+    "avgpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
+                "stride": (("stride_h", "stride_w"), "size")},
+    "flatten": {},
+    "dropout": {"rate": ("rate", "probability")},
+    "add": {},
+    "concat": {},
+}
+_ALIASES = {"conv2d": "conv"}
+_REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add units = N")],
+             "conv": [("units", "filters", "is a conv layer without 'filters'; add filters = N"),
+                      ("kernel_h", "kernel",
+                       "has no 'kernel'; add kernel = K or kernel = KHxKW")],
+             "maxpool": [("kernel_h", "kernel",
+                          "has no 'kernel'; add kernel = K or kernel = KHxKW")],
+             "avgpool": [("kernel_h", "kernel",
+                          "has no 'kernel'; add kernel = K or kernel = KHxKW")],
+             "dropout": [("rate", "rate",
+                          "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)")]}
+TYPES = tuple(_KEYS)
+#: Types with parameters (a weight and a bias), as tessera names them in a checkpoint.
+PARAM_TYPES = ("dense", "conv")
+MERGE_TYPES = ("add", "concat")
+
+
+class ModelError(ValueError):
+    """A model that tessera would refuse; the message names the file, the section and the fix."""
+
+
+class Layer:
+    """One layer of a model: its name, type, spec fields (as tsr_layer_spec_t: units, kernel_h,
+    kernel_w, stride_h, stride_w, pad_h, pad_w, in_channels, in_features, rate; 0 is the
+    default), the names of its inputs and, once the graph is built, its index in the spec (the
+    N of its checkpoint tensors `layers.N.TYPE.weight`), its input shapes and output shape."""
+
+    FIELDS = ("units", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
+              "in_channels", "in_features", "rate")
+
+    def __init__(self, name, kind, inputs=None, **fields):
+        kind = _ALIASES.get(kind, kind)
+        if kind not in _KEYS:
+            raise ModelError("layer %s: unknown layer type %s; use %s" % (name, kind, _types()))
+        unknown = set(fields) - set(self.FIELDS)
+        if unknown:
+            raise ModelError("layer %s: unknown fields %s" % (name, ", ".join(sorted(unknown))))
+        self.name, self.kind = name, kind
+        #: the inputs as given (None: the previous layer's output); Graph resolves them
+        self.given = [inputs] if isinstance(inputs, str) else (list(inputs) if inputs else None)
+        for f in self.FIELDS:
+            setattr(self, f, fields.get(f, 0.0 if f == "rate" else 0))
+        self.rate = _f32(self.rate)
+        self.section = None  # set on the ReLU an `activation = relu` key makes
+        self.inputs = self.index = self.in_shapes = self.shape = None
+
+    def fields(self):
+        return {f: getattr(self, f) for f in self.FIELDS if getattr(self, f)}
+
+    def __repr__(self):
+        extra = "".join(", %s=%r" % kv for kv in self.fields().items())
+        return "Layer(%r, %r, inputs=%r%s)" % (self.name, self.kind, self.given, extra)
+
+    # Window geometry with tessera's defaults (src/nn/conv.c, src/nn/pool.c).
+    def window(self):
+        """(kh, kw, sh, sw, ph, pw) of a conv or pooling layer."""
+        kh = self.kernel_h
+        kw = self.kernel_w or kh
+        if self.kind == "conv":
+            sh = self.stride_h or 1
+            sw = self.stride_w or sh
+        else:
+            sh = self.stride_h or kh
+            sw = self.stride_w or (sh if self.stride_h else kw)
+        return kh, kw, sh, sw, self.pad_h, self.pad_w
+
+    def describe(self):
+        """This layer's part of tsr_model_describe's string ("512", "relu", "conv3x3/32p1x1")."""
+        if self.kind == "dense":
+            return "%d" % self.units
+        if self.kind == "conv":
+            kw = self.kernel_w or self.kernel_h
+            sh, sw = self.stride_h, self.stride_w or self.stride_h
+            s = "conv%dx%d/%d" % (self.kernel_h, kw, self.units)
+            if sh > 1:
+                s += "s%dx%d" % (sh, sw)
+            if self.pad_h or self.pad_w:
+                s += "p%dx%d" % (self.pad_h, self.pad_w)
+            return s
+        if self.kind in ("maxpool", "avgpool"):
+            kw = self.kernel_w or self.kernel_h
+            sh, sw = self.stride_h, self.stride_w or self.stride_h
+            s = "%s%dx%d" % (self.kind, self.kernel_h, kw)
+            if sh > 0 and (sh != self.kernel_h or sw != kw):
+                s += "s%dx%d" % (sh, sw)
+            return s
+        if self.kind == "dropout":
+            return "dropout" + _g(self.rate, 6)
+        return self.kind
+
+    def ini_keys(self):
+        """The "key = value" lines tsr_model_to_ini writes for this layer: every key that
+        differs from its default."""
+        out = []
+        if self.kind == "dense":
+            if self.units:
+                out.append("units = %d" % self.units)
+            if self.in_features:
+                out.append("in_features = %d" % self.in_features)
+        elif self.kind == "conv":
+            if self.units:
+                out.append("filters = %d" % self.units)
+            out += _window_keys(self)
+            if self.pad_h or self.pad_w:
+                out.append("padding = %dx%d" % (self.pad_h, self.pad_w))
+            if self.in_channels:
+                out.append("in_channels = %d" % self.in_channels)
+        elif self.kind in ("maxpool", "avgpool"):
+            out += _window_keys(self)
+        elif self.kind == "dropout":
+            out.append("rate = %s" % _g(self.rate, 9))
+        return out
+
+
+def _window_keys(l):
+    out = []
+    for key, a, b in (("kernel", l.kernel_h, l.kernel_w), ("stride", l.stride_h, l.stride_w)):
+        if a:
+            out.append("%s = %dx%d" % (key, a, b) if b else "%s = %d" % (key, a))
+    return out
+
+
+def _f32(x):
+    """x rounded to a float32, as tessera holds a rate."""
+    return struct.unpack("<f", struct.pack("<f", float(x)))[0]
+
+
+def _g(x, digits):
+    """C's %.{digits}g of a float32 value (a double in C's printf)."""
+    return "%.*g" % (digits, _f32(x))
+
+
+def _types():
+    names = list(_KEYS)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+# ---- INI text ----
+
+def parse_ini(text, path="<model>"):
+    """[(section, [(key, value, line)], line)] of an INI text, as inih reads it: `[name]`
+    sections, `key = value` or `key: value`, comments starting with ; or # on their own line
+    and inline after ` ;`. Raises ModelError for a line that is neither."""
+    sections = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in ";#":
+            continue
+        m = re.search(r"\s;", line)
+        if m:
+            line = line[:m.start()].rstrip()
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise ModelError("%s:%d: not an INI line (expected [section] or key = value)"
+                                 % (path, number))
+            sections.append((line[1:-1].strip(), [], number))
+            continue
+        m = re.match(r"([^=:]+?)\s*[=:]\s*(.*)$", line)
+        if not m:
+            raise ModelError("%s:%d: not an INI line (expected [section] or key = value)"
+                             % (path, number))
+        if not sections:
+            sections.append(("", [], number))
+        sections[-1][1].append((m.group(1).strip(), m.group(2).strip(), number))
+    return sections
+
+
+def _parse_pair(value, lo):
+    m = re.fullmatch(r"([+-]?\d+)(?:[xX]([+-]?\d+))?", value)
+    if not m:
+        return None
+    a = int(m.group(1))
+    b = int(m.group(2)) if m.group(2) is not None else a
+    if a < lo or b < lo or a > 1 << 16 or b > 1 << 16:
+        return None
+    return a, b
+
+
+_EXPECTED = {"count": "expected a positive integer",
+             "size": "expected a positive integer N or NHxNW",
+             "padding": "expected an integer N >= 0 or NHxNW",
+             "probability": "expected a probability in [0, 1)",
+             "activation": "use relu or none"}
+
+
+def read_ini(text, path="<model>"):
+    """The layers of an INI model text (a list of Layer, spec order, inputs not yet resolved:
+    see Graph). Raises ModelError with the messages tessera gives, where it has them."""
+    layers = []
+    for section, keys, number in parse_ini(text, path):
+        if not keys or keys[0][0] != "type":
+            if any(k == "type" for k, _, _ in keys):
+                k = next(k for k, _, _ in keys if k != "type")
+                raise ModelError("%s: [%s] %s comes before 'type'; put type = ... first"
+                                 % (path, section, k))
+            raise ModelError("%s: section [%s] has no 'type' key; add type = %s"
+                             % (path, section, _types()))
+        kind = _ALIASES.get(keys[0][1], keys[0][1])
+        if kind not in _KEYS:
+            raise ModelError("%s: [%s] type = %s: unknown layer type; use %s"
+                             % (path, section, keys[0][1], _types()))
+        layer = Layer(section, kind)
+        relu = False
+        seen = set()
+        for key, value, line in keys[1:]:
+            if key == "type":
+                raise ModelError("%s: [%s]: a second 'type' key in one section (one section "
+                                 "per layer)" % (path, section))
+            if key in ("input", "inputs"):
+                names = [v.strip() for v in value.split(",")]
+                if not value or not all(names):
+                    raise ModelError("%s: [%s] %s = %s: expected layer names separated by "
+                                     "commas" % (path, section, key, value))
+                layer.given = names
+                continue
+            if key not in _KEYS[kind]:
+                known = ", ".join(["type"] + list(_KEYS[kind]))
+                raise ModelError("%s: [%s] unknown key '%s' for a %s layer (known: %s)"
+                                 % (path, section, key, kind, known))
+            field, form = _KEYS[kind][key]
+            if field:
+                seen.add(field if isinstance(field, str) else field[0])
+            ok = True
+            if form == "count":
+                ok = re.fullmatch(r"\+?\d+", value) is not None and 0 < int(value) <= 1 << 20
+                if ok:
+                    setattr(layer, field, int(value))
+            elif form in ("size", "padding"):
+                pair = _parse_pair(value, 1 if form == "size" else 0)
+                ok = pair is not None
+                if ok:
+                    setattr(layer, field[0], pair[0])
+                    setattr(layer, field[1], pair[1])
+            elif form == "probability":
+                try:
+                    r = float(value)
+                    ok = 0.0 <= r < 1.0
+                except ValueError:
+                    ok = False
+                if ok:
+                    layer.rate = _f32(r)
+            elif form == "activation":
+                ok = value in ("relu", "none")
+                relu = relu or value == "relu"
+            if not ok:
+                raise ModelError("%s: [%s] %s = %s: %s"
+                                 % (path, section, key, value, _EXPECTED[form]))
+        for field, _key, missing in _REQUIRED.get(kind, []):
+            if field not in seen:
+                raise ModelError("%s: section [%s] %s" % (path, section, missing))
+        layers.append(layer)
+        if relu:
+            # tessera appends the activation's ReLU as a layer of its own; the section's name
+            # then stands for the ReLU's output (Graph resolves references through `alias`).
+            r = Layer(section + ".relu", "relu")
+            r.section = section
+            layers.append(r)
+    if not layers:
+        raise ModelError("%s: no layers; add one section per layer" % path)
+    return layers
+
+
+def to_ini(layers):
+    """The INI text of layers as tsr_model_to_ini writes it (sections in order, `input =` or
+    `inputs =` only where a layer does not take the previous one's output)."""
+    parts = []
+    for l in layers:
+        lines = ["[%s]" % l.name, "type = %s" % l.kind]
+        if l.given:
+            # The resolved names, once a Graph has resolved them: a section's name that stood
+            # for its activation's ReLU names the ReLU's own section here.
+            names = l.inputs if l.inputs is not None else l.given
+            lines.append(("input = %s" if len(names) == 1 else "inputs = %s") % ", ".join(names))
+        lines += l.ini_keys()
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+# ---- the graph ----
+
+class Graph:
+    """A model's layers in spec order, each input resolved to a layer name (None: the network's
+    input), checked and shaped from the input shape (c, h, w).
+
+    layers: the Layer list (spec order; each .index is its position, its checkpoint number).
+    input_shape: (c, h, w). output: the last layer, dense with `classes` units.
+    """
+
+    def __init__(self, layers, input_shape, path="<model>"):
+        self.layers = list(layers)
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.path = path
+        self.by_name = {}
+        alias = {}
+        for i, l in enumerate(self.layers):
+            if l.name in self.by_name:
+                raise ModelError("%s: two layers are named %s; each section needs its own name"
+                                 % (path, l.name))
+            self.by_name[l.name] = l
+            l.index = i
+            if l.section:
+                alias[l.section] = l.name
+        #: section name -> the layer its name stands for (the ReLU of `activation = relu`)
+        self.alias = alias
+        prev = None
+        for l in self.layers:
+            if l.given is None:
+                l.inputs = [prev] if prev is not None else []
+            else:
+                l.inputs = [alias.get(n, n) for n in l.given]
+            prev = l.name
+        self._check()
+        self._shape()
+
+    @property
+    def output(self):
+        return self.layers[-1]
+
+    @property
+    def inputs(self):
+        c, h, w = self.input_shape
+        return c * h * w
+
+    @property
+    def classes(self):
+        return self.output.units
+
+    def _check(self):
+        position = {l.name: i for i, l in enumerate(self.layers)}
+        used = set()
+        for i, l in enumerate(self.layers):
+            for n in l.inputs:
+                if n not in position:
+                    raise ModelError("%s: [%s] takes %s, but no layer is named so (layers: %s)"
+                                     % (self.path, l.name, n,
+                                        ", ".join(x.name for x in self.layers)))
+                if position[n] >= i:
+                    raise ModelError("%s: [%s] takes %s, which comes at or after it: a cycle "
+                                     "(a layer takes only layers above it)" % (self.path, l.name, n))
+                used.add(n)
+            if l.kind in MERGE_TYPES and len(l.inputs) < 2:
+                raise ModelError("%s: [%s] (%s) needs at least two inputs; add inputs = A, B"
+                                 % (self.path, l.name, l.kind))
+            if l.kind not in MERGE_TYPES and len(l.inputs) > 1:
+                raise ModelError("%s: [%s] (%s) takes one input, not %s; use an add or concat "
+                                 "layer to merge them" % (self.path, l.name, l.kind,
+                                                          ", ".join(l.inputs)))
+        unused = [l.name for l in self.layers[:-1] if l.name not in used]
+        if unused:
+            raise ModelError("%s: the output of %s is used by no layer (only the last layer's "
+                             "output may be unused)" % (self.path, ", ".join(unused)))
+        last = self.layers[-1]
+        if last.kind != "dense":
+            raise ModelError("%s: the last layer must be dense (the class scores); [%s] is %s"
+                             % (self.path, last.name, last.kind))
+
+    def _shape(self):
+        for l in self.layers:
+            ins = [self.by_name[n].shape for n in l.inputs] if l.inputs else [self.input_shape]
+            l.in_shapes = ins
+            c, h, w = ins[0]
+            k = l.kind
+            if k == "dense":
+                if l.in_features and l.in_features != c * h * w:
+                    raise ModelError("%s: [%s] in_features = %d, but its input has %d features"
+                                     % (self.path, l.name, l.in_features, c * h * w))
+                l.shape = (l.units, 1, 1)
+            elif k in ("conv", "maxpool", "avgpool"):
+                kh, kw, sh, sw, ph, pw = l.window()
+                if k == "conv" and l.in_channels and l.in_channels != c:
+                    raise ModelError("%s: [%s] in_channels = %d, but its input has %d channels"
+                                     % (self.path, l.name, l.in_channels, c))
+                if k != "conv" and (ph or pw):
+                    raise ModelError("%s: [%s] pooling takes no padding" % (self.path, l.name))
+                if h + 2 * ph < kh or w + 2 * pw < kw:
+                    raise ModelError("%s: [%s] kernel %dx%d is larger than its input %dx%dx%d "
+                                     "(h x w x c)" % (self.path, l.name, kh, kw, h, w, c))
+                oc = l.units if k == "conv" else c
+                l.shape = (oc, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1)
+            elif k == "flatten":
+                l.shape = (c * h * w, 1, 1)
+            elif k == "add":
+                if any(s != ins[0] for s in ins):
+                    raise ModelError("%s: [%s] adds inputs of different shapes: %s"
+                                     % (self.path, l.name, _shapes(l.inputs, ins)))
+                l.shape = ins[0]
+            elif k == "concat":
+                if any(s[1:] != ins[0][1:] for s in ins):
+                    raise ModelError("%s: [%s] concatenates inputs of different sizes: %s"
+                                     % (self.path, l.name, _shapes(l.inputs, ins)))
+                l.shape = (sum(s[0] for s in ins), h, w)
+            else:  # relu, dropout
+                l.shape = ins[0]
+
+    def describe(self):
+        """tsr_model_describe's string, the `model` metadata: "784-512-relu-10" (cut at 255
+        characters, as tessera's buffer cuts it)."""
+        return "-".join(["%d" % self.inputs] + [l.describe() for l in self.layers])[:255]
+
+    def to_ini(self):
+        return to_ini(self.layers)
+
+
+def _shapes(names, shapes):
+    return ", ".join("%s %dx%dx%d (h x w x c)" % (n, s[1], s[2], s[0])
+                     for n, s in zip(names, shapes))
+
+
+def default_input_shape(inputs):
+    """tessera's geometry of a sample of `inputs` features when none is given: a square
+    one-channel image when inputs is a perfect square, else 1 x 1 x inputs; as (c, h, w)."""
+    side = int(round(inputs ** 0.5))
+    return (1, side, side) if side * side == inputs else (inputs, 1, 1)
+
+
+def param_names(layer):
+    """The checkpoint names of a layer's parameters: ("layers.N.dense.weight",
+    "layers.N.dense.bias") with N its index in the spec, or () for a layer without any."""
+    if layer.kind not in PARAM_TYPES:
+        return ()
+    base = "layers.%d.%s." % (layer.index, layer.kind)
+    return (base + "weight", base + "bias")
+
+
+def shorthand(text, classes):
+    """The layers of a CLI shorthand (tsr_model_parse): mlp, mlp:W1,W2,..., linear, cnn."""
+    def seq(specs):
+        return [Layer("layer%d" % (i + 1), k, **f) for i, (k, f) in enumerate(specs)]
+    if text == "linear":
+        return seq([("dense", {"units": classes})])
+    if text == "cnn":
+        win = {"kernel_h": 3, "kernel_w": 3, "pad_h": 1, "pad_w": 1}
+        pool = {"kernel_h": 2, "kernel_w": 2}
+        return seq([("conv", dict(win, units=32)), ("relu", {}), ("maxpool", pool),
+                    ("conv", dict(win, units=64)), ("relu", {}), ("maxpool", pool),
+                    ("flatten", {}), ("dense", {"units": 128}), ("relu", {}),
+                    ("dense", {"units": classes})])
+    widths = "512,512" if text == "mlp" else text[4:] if text.startswith("mlp:") else None
+    if not widths or not re.fullmatch(r"\d+(,\d+)*", widths):
+        raise ModelError("--model '%s': unknown model; use mlp, mlp:W1,W2,... (hidden widths), "
+                         "linear or cnn, or a model file (.ini)" % text)
+    specs = []
+    for w in widths.split(","):
+        specs += [("dense", {"units": int(w)}), ("relu", {})]
+    return seq(specs + [("dense", {"units": classes})])
