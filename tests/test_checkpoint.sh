@@ -145,10 +145,10 @@ if sys.argv[1] == "generic":
 num = lambda s: [float(x) for x in re.findall(r"[0-9]+\.[0-9]+", s)]
 bad = len(want) != len(got)
 for w, g in zip(want, got):
-    for a, b in zip(num(w), num(g)):
-        if abs(a - b) > (1.0 if a > 3 else 0.02 * a):
-            bad = True
-            print("recorded %r, now %r" % (w, g))
+    if len(num(w)) != len(num(g)) or any(abs(a - b) > (1.0 if a > 3 else 0.02 * a)
+                                         for a, b in zip(num(w), num(g))):
+        bad = True
+        print("recorded %r, now %r" % (w, g))
 sys.exit(1 if bad else 0)
 PY
 
