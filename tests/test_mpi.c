@@ -369,9 +369,9 @@ static void test_batch(void) {
   /* Adam steps by about lr whatever the gradient's size: its bias correction at step t
    * (1 - beta^t) is what differs between steps 1 and 2. For the same reason a weight whose
    * gradient cancels to about eps (1e-8) steps by anything from 0 to lr depending on the
-   * order of the gradient's sum: with whole-matrix tiles one of the 37k weights of W1 ended
-   * 3e-4 (relative) away from one process, for Adam without decay as for AdamW (L2 decay
-   * adds wd w to every gradient and hides it). AdamW runs with eps 1e-5 (measured: 2.1e-5,
+   * order of the gradient's sum: with whole-matrix tiles one of the 37,632 weights of the first
+   * layer ended 3e-4 (relative) away from one process, for Adam without decay as for AdamW (L2
+   * decay adds wd w to every gradient and hides it). AdamW runs with eps 1e-5 (measured: 2.1e-5,
    * 7.0e-5 with 1e-6); its decay, 0.1, shrinks the weights by lr wd = 3e-4 a step, so that a
    * sharded update without it would be 1.8e-3 off after the 6 steps. */
   tsr_optimizer_init(&adam, "adam", NULL);
