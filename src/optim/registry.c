@@ -1,7 +1,8 @@
 /* The optimizer registry: the table of kinds (optim.h) and the public calls
  * that find them by name (tessera/optim.h). Adding an optimizer: its
- * descriptor in its own file in src/optim/, and its name in the two lists
- * below. */
+ * descriptor in its own file in src/optim/ (listed in src/meson.build), and
+ * its name in the two lists below; its step, when the arithmetic is new, in
+ * the layers below (a kernel, its OpenCL version, a codelet, a tile op). */
 #include <stdio.h>
 #include <string.h>
 
