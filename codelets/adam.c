@@ -1,7 +1,7 @@
 /* Adam update of one parameter tile with its two moment tiles, or of a band
- * of their rows (the chunk of a tile that --sync batch updates on its home). */
-#include <math.h>
-
+ * of their rows (the chunk of a tile that --sync batch updates on its home):
+ * PyTorch's Adam (L2 weight decay), or AdamW (decoupled), a second codelet so
+ * that traces name it. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -11,6 +11,7 @@ struct adam_args {
   float lr, beta1, beta2, eps, wd;
   int t;
   int r0; /* the band's first row in w, m1, m2; g holds the band */
+  bool decoupled;
 };
 
 /* buffers: w RW, m1 RW, m2 RW, g R */
@@ -19,9 +20,10 @@ static void adam_cpu(void *buffers[], void *cl_arg) {
   float *w = TSR_PTR(buffers[0]) + (long)a->r0 * TSR_LD(buffers[0]);
   float *m1 = TSR_PTR(buffers[1]) + (long)a->r0 * TSR_LD(buffers[1]);
   float *m2 = TSR_PTR(buffers[2]) + (long)a->r0 * TSR_LD(buffers[2]);
-  tsr__k_adam(TSR_ROWS(buffers[3]), TSR_COLS(buffers[3]), w, TSR_LD(buffers[0]), m1,
-              TSR_LD(buffers[1]), m2, TSR_LD(buffers[2]), TSR_PTR(buffers[3]), TSR_LD(buffers[3]),
-              a->lr, a->beta1, a->beta2, a->eps, a->wd, a->t);
+  (a->decoupled ? tsr__k_adamw
+                : tsr__k_adam)(TSR_ROWS(buffers[3]), TSR_COLS(buffers[3]), w, TSR_LD(buffers[0]),
+                               m1, TSR_LD(buffers[1]), m2, TSR_LD(buffers[2]), TSR_PTR(buffers[3]),
+                               TSR_LD(buffers[3]), a->lr, a->beta1, a->beta2, a->eps, a->wd, a->t);
 }
 
 #ifdef TSR_HAVE_OPENCL
@@ -35,10 +37,10 @@ static void adam_opencl(void *buffers[], void *cl_arg) {
   cl_mem w = TSR_CL_MEM(buffers[0]), m1 = TSR_CL_MEM(buffers[1]), m2 = TSR_CL_MEM(buffers[2]);
   cl_mem g = TSR_CL_MEM(buffers[3]);
   /* The bias corrections exactly as tsr__k_adam computes them. */
-  float c1 = 1.0f / (1.0f - powf(a->beta1, (float)a->t));
-  float c2 = 1.0f / (1.0f - powf(a->beta2, (float)a->t));
+  float c1, c2;
+  tsr__k_adam_corrections(a->beta1, a->beta2, a->t, &c1, &c2);
   float lr = a->lr, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps, wd = a->wd;
-  tsr__cl_run2d(TSR_CLK_ADAM, m, n, 21,
+  tsr__cl_run2d(a->decoupled ? TSR_CLK_ADAMW : TSR_CLK_ADAM, m, n, 21,
                 (tsr_cl_arg_t[]){TSR_CL_ARG(m),     TSR_CL_ARG(n),     TSR_CL_ARG(w),
                                  TSR_CL_ARG(wo),    TSR_CL_ARG(ldw),   TSR_CL_ARG(m1),
                                  TSR_CL_ARG(o1),    TSR_CL_ARG(ld1),   TSR_CL_ARG(m2),
@@ -64,9 +66,20 @@ struct starpu_codelet tsr_cl_adam = {
     .model = &adam_model,
 };
 
+/* The same cost as Adam's: one more multiply per element. */
+struct starpu_codelet tsr_cl_adamw = {
+    .name = "adamw",
+    .cpu_funcs = {adam_cpu},
+    .cpu_funcs_name = {"adam_cpu"},
+    TSR_OPENCL_FUNC(adam_opencl),
+    .nbuffers = 4,
+    .modes = {STARPU_RW, STARPU_RW, STARPU_RW, STARPU_R},
+    .model = &adam_model,
+};
+
 int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
                      starpu_data_handle_t m2, starpu_data_handle_t g, int r0, float lr, float beta1,
-                     float beta2, float eps, float wd, int t) {
+                     float beta2, float eps, float wd, int t, bool decoupled) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
   for (int i = 1; i < 3; i++) {
     starpu_data_handle_t s = i == 1 ? m1 : m2;
@@ -74,7 +87,7 @@ int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_da
   }
   if (tsr__handle_cols(g) != n || r0 < 0 || r0 + tsr__handle_rows(g) > m) return TSR_ESHAPE;
   if (t < 1) return TSR_EINVAL;
-  struct adam_args args = {lr, beta1, beta2, eps, wd, t, r0};
+  struct adam_args args = {lr, beta1, beta2, eps, wd, t, r0, decoupled};
   starpu_data_handle_t h[4] = {w, m1, m2, g};
-  return tsr__submit(o, &tsr_cl_adam, &args, sizeof args, 4, h);
+  return tsr__submit(o, decoupled ? &tsr_cl_adamw : &tsr_cl_adam, &args, sizeof args, 4, h);
 }

@@ -51,13 +51,16 @@ int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlog
                              starpu_data_handle_t labels, int nvalid, float scale);
 /* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. g holds
  * rows r0 .. r0 + rows(g) of w's gradient (the whole of it: r0 0 and g of
- * w's shape), and only those rows of w and v are updated. */
+ * w's shape), and only those rows of w and v are updated. nesterov:
+ * PyTorch's Nesterov momentum instead (tsr__k_sgd_nesterov; momentum > 0). */
 int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
-                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd);
-/* PyTorch's Adam at step t (1-based); g holds rows r0 .. of w's gradient, as for SGD. */
+                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd,
+                    bool nesterov);
+/* PyTorch's Adam at step t (1-based); g holds rows r0 .. of w's gradient, as for SGD.
+ * decoupled: AdamW's decoupled weight decay instead of L2 (tsr__k_adamw). */
 int tsr__insert_adam(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t m1,
                      starpu_data_handle_t m2, starpu_data_handle_t g, int r0, float lr, float beta1,
-                     float beta2, float eps, float wd, int t);
+                     float beta2, float eps, float wd, int t, bool decoupled);
 /* dst (rows, n) = rows r0 .. r0 + rows of src: a band taken out of a tile. */
 int tsr__insert_band_get(const tsr_task_opts_t *o, starpu_data_handle_t dst,
                          starpu_data_handle_t src, int r0);

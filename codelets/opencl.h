@@ -50,6 +50,8 @@ typedef enum {
   TSR_CLK_POOL_FWD,
   TSR_CLK_POOL_BWD,
   TSR_CLK_OUTER,
+  TSR_CLK_SGD_NESTEROV,
+  TSR_CLK_ADAMW,
   TSR_CLK_COUNT
 } tsr_clk_t;
 

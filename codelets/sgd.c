@@ -1,7 +1,7 @@
 /* SGD update of one parameter tile, or of a band of its rows (the chunk of a
  * tile that --sync batch updates on its home): momentum and weight decay as
- * in PyTorch. Plain SGD (momentum 0) has no velocity tile, hence a second
- * codelet. */
+ * in PyTorch, plain or Nesterov. Plain SGD (momentum 0) has no velocity tile,
+ * hence a second codelet; Nesterov's is a third, so that traces name it. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -10,6 +10,7 @@
 struct sgd_args {
   float lr, momentum, wd;
   int r0; /* the band's first row in w and v; g holds the band */
+  bool nesterov;
 };
 
 /* buffers: w RW, g R, v RW (momentum only) */
@@ -18,10 +19,10 @@ static void sgd_cpu(void *buffers[], void *cl_arg) {
   bool mom = a->momentum != 0.0f;
   long off_w = (long)a->r0 * TSR_LD(buffers[0]);
   long off_v = mom ? (long)a->r0 * TSR_LD(buffers[2]) : 0;
-  tsr__k_sgd(TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), TSR_PTR(buffers[0]) + off_w,
-             TSR_LD(buffers[0]), mom ? TSR_PTR(buffers[2]) + off_v : NULL,
-             mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]), TSR_LD(buffers[1]), a->lr,
-             a->momentum, a->wd);
+  (a->nesterov ? tsr__k_sgd_nesterov : tsr__k_sgd)(
+      TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), TSR_PTR(buffers[0]) + off_w, TSR_LD(buffers[0]),
+      mom ? TSR_PTR(buffers[2]) + off_v : NULL, mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]),
+      TSR_LD(buffers[1]), a->lr, a->momentum, a->wd);
 }
 
 #ifdef TSR_HAVE_OPENCL
@@ -35,7 +36,7 @@ static void sgd_opencl(void *buffers[], void *cl_arg) {
   int ldg = TSR_LD(buffers[1]), go = TSR_CL_OFF(buffers[1]);
   cl_mem w = TSR_CL_MEM(buffers[0]), v = TSR_CL_MEM(vb), g = TSR_CL_MEM(buffers[1]);
   float lr = a->lr, momentum = a->momentum, wd = a->wd;
-  tsr__cl_run2d(TSR_CLK_SGD, m, n, 14,
+  tsr__cl_run2d(a->nesterov ? TSR_CLK_SGD_NESTEROV : TSR_CLK_SGD, m, n, 14,
                 (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(w), TSR_CL_ARG(wo),
                                  TSR_CL_ARG(ldw), TSR_CL_ARG(v), TSR_CL_ARG(vo), TSR_CL_ARG(ldv),
                                  TSR_CL_ARG(g), TSR_CL_ARG(go), TSR_CL_ARG(ldg), TSR_CL_ARG(lr),
@@ -68,13 +69,28 @@ struct starpu_codelet tsr_cl_sgd_momentum = {
     .model = &sgd_model,
 };
 
+/* The same cost as momentum SGD: one more multiply-add per element. */
+struct starpu_codelet tsr_cl_sgd_nesterov = {
+    .name = "sgd_nesterov",
+    .cpu_funcs = {sgd_cpu},
+    .cpu_funcs_name = {"sgd_cpu"},
+    TSR_OPENCL_FUNC(sgd_opencl),
+    .nbuffers = 3,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW},
+    .model = &sgd_model,
+};
+
 int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_data_handle_t v,
-                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd) {
+                    starpu_data_handle_t g, int r0, float lr, float momentum, float wd,
+                    bool nesterov) {
   int m = tsr__handle_rows(w), n = tsr__handle_cols(w);
   if (tsr__handle_cols(g) != n || r0 < 0 || r0 + tsr__handle_rows(g) > m) return TSR_ESHAPE;
-  if ((momentum != 0.0f) != (v != NULL)) return TSR_EINVAL;
+  if ((momentum != 0.0f) != (v != NULL) || (nesterov && !v)) return TSR_EINVAL;
   if (v && (tsr__handle_rows(v) != m || tsr__handle_cols(v) != n)) return TSR_ESHAPE;
-  struct sgd_args args = {lr, momentum, wd, r0};
+  struct sgd_args args = {lr, momentum, wd, r0, nesterov};
   starpu_data_handle_t h[3] = {w, g, v};
-  return tsr__submit(o, v ? &tsr_cl_sgd_momentum : &tsr_cl_sgd, &args, sizeof args, v ? 3 : 2, h);
+  struct starpu_codelet *cl = nesterov ? &tsr_cl_sgd_nesterov
+                              : v      ? &tsr_cl_sgd_momentum
+                                       : &tsr_cl_sgd;
+  return tsr__submit(o, cl, &args, sizeof args, v ? 3 : 2, h);
 }

@@ -139,8 +139,33 @@ __kernel void tsr_sgd(int m, int n, __global float *w, int wo, int ldw, __global
   AT(w, wo, ldw, i, j) = wj - lr * vj;
 }
 
-/* PyTorch's Adam with L2 weight decay; c1, c2: the bias corrections
- * 1 / (1 - beta^t), computed on the host as the CPU kernel does. */
+/* PyTorch's SGD with Nesterov momentum (tsr__k_sgd_nesterov). */
+__kernel void tsr_sgd_nesterov(int m, int n, __global float *w, int wo, int ldw, __global float *v,
+                               int vo, int ldv, __global const float *g, int go, int ldg, float lr,
+                               float momentum, float wd) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float wj = AT(w, wo, ldw, i, j), gj = AT(g, go, ldg, i, j) + wd * wj;
+  float vj = flush(momentum * AT(v, vo, ldv, i, j) + gj);
+  AT(v, vo, ldv, i, j) = vj;
+  AT(w, wo, ldw, i, j) = wj - lr * (gj + momentum * vj);
+}
+
+/* Adam's moments and weight at (i, j) from the gradient gj and the weight wj, as
+ * src/kernels/optim.c's adam_element; c1, c2: the bias corrections 1 / (1 - beta^t),
+ * computed on the host as the CPU kernel does. */
+static inline void adam_at(int i, int j, __global float *w, int wo, int ldw, __global float *m1,
+                           int m1o, int ldm1, __global float *m2, int m2o, int ldm2, float wj,
+                           float gj, float lr, float beta1, float beta2, float eps, float c1,
+                           float c2) {
+  float a = flush(beta1 * AT(m1, m1o, ldm1, i, j) + (1.0f - beta1) * gj);
+  float b = flush(beta2 * AT(m2, m2o, ldm2, i, j) + (1.0f - beta2) * gj * gj);
+  AT(m1, m1o, ldm1, i, j) = a;
+  AT(m2, m2o, ldm2, i, j) = b;
+  AT(w, wo, ldw, i, j) = wj - lr * (a * c1) / (sqrt(b * c2) + eps);
+}
+
+/* PyTorch's Adam with L2 weight decay. */
 __kernel void tsr_adam(int m, int n, __global float *w, int wo, int ldw, __global float *m1,
                        int m1o, int ldm1, __global float *m2, int m2o, int ldm2,
                        __global const float *g, int go, int ldg, float lr, float beta1,
@@ -148,12 +173,20 @@ __kernel void tsr_adam(int m, int n, __global float *w, int wo, int ldw, __globa
   int j = get_global_id(0), i = get_global_id(1);
   if (i >= m || j >= n) return;
   float wj = AT(w, wo, ldw, i, j);
-  float gj = AT(g, go, ldg, i, j) + wd * wj;
-  float a = flush(beta1 * AT(m1, m1o, ldm1, i, j) + (1.0f - beta1) * gj);
-  float b = flush(beta2 * AT(m2, m2o, ldm2, i, j) + (1.0f - beta2) * gj * gj);
-  AT(m1, m1o, ldm1, i, j) = a;
-  AT(m2, m2o, ldm2, i, j) = b;
-  AT(w, wo, ldw, i, j) = wj - lr * (a * c1) / (sqrt(b * c2) + eps);
+  adam_at(i, j, w, wo, ldw, m1, m1o, ldm1, m2, m2o, ldm2, wj, AT(g, go, ldg, i, j) + wd * wj, lr,
+          beta1, beta2, eps, c1, c2);
+}
+
+/* PyTorch's AdamW (tsr__k_adamw): w *= 1 - lr wd, then Adam's step on g alone. */
+__kernel void tsr_adamw(int m, int n, __global float *w, int wo, int ldw, __global float *m1,
+                        int m1o, int ldm1, __global float *m2, int m2o, int ldm2,
+                        __global const float *g, int go, int ldg, float lr, float beta1,
+                        float beta2, float eps, float wd, float c1, float c2) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i >= m || j >= n) return;
+  float wj = AT(w, wo, ldw, i, j) * (1.0f - lr * wd);
+  adam_at(i, j, w, wo, ldw, m1, m1o, ldm1, m2, m2o, ldm2, wj, AT(g, go, ldg, i, j), lr, beta1,
+          beta2, eps, c1, c2);
 }
 
 /* The dropout mask of src/kernels/dropout.c: a hash of (seed, row, col). */

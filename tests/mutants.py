@@ -118,6 +118,35 @@ MUTANTS = [
      "codelets/tessera.cl",
      [("float s = beta == 0.0f ? 0.0f : beta * db[dbo + j];",
        "float s = beta * db[dbo + j];")], ["opencl"]),
+    # Issue 19: optimizers as a registry, AdamW and Nesterov SGD.
+    ("adamw-decay-after", "AdamW decays the weights after Adam's step instead of before",
+     "src/kernels/optim.c",
+     [("      wr[j] *= keep;\n"
+       "      adam_element(&wr[j], &ar[j], &br[j], gr[j], lr, beta1, beta2, eps, c1, c2);\n",
+       "      adam_element(&wr[j], &ar[j], &br[j], gr[j], lr, beta1, beta2, eps, c1, c2);\n"
+       "      wr[j] *= keep;\n")], ["kernels"]),
+    ("sgd-nesterov-no-lookahead", "Nesterov SGD steps by the buffer alone (plain momentum)",
+     "src/kernels/optim.c",
+     [("wr[j] -= lr * (gj + momentum * vj);", "wr[j] -= lr * vj;")], ["kernels"]),
+    ("adamw-as-adam", "the adamw descriptor takes Adam's step (L2 decay in the gradient)",
+     "src/optim/adamw.c", [("gi, gj, o, true);", "gi, gj, o, false);")], ["train"]),
+    ("adamw-cl-l2", "AdamW's OpenCL kernel adds the decay to the gradient as well",
+     "codelets/tessera.cl",
+     [("ldm2, wj, AT(g, go, ldg, i, j), lr,", "ldm2, wj, AT(g, go, ldg, i, j) + wd * wj, lr,")],
+     ["opencl"]),
+    ("sgd-nesterov-cl-no-lookahead", "Nesterov SGD's OpenCL kernel without the look-ahead",
+     "codelets/tessera.cl",
+     [("AT(w, wo, ldw, i, j) = wj - lr * (gj + momentum * vj);",
+       "AT(w, wo, ldw, i, j) = wj - lr * vj;")], ["opencl"]),
+    ("nesterov-lr-unscaled", "sgd-nesterov's rate is not scaled by the replicas under --sync "
+     "batch", "src/optim/sgd_nesterov.c", [("    .lr_scales_with_replicas = true,\n", "")],
+     ["mpi-batch-2"]),
+    ("checkpoint-unknown-as-sgd", "a checkpoint of an unknown optimizer is read as SGD (the bug "
+     "issue 19 names)", "src/train/checkpoint.c",
+     [("  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0) return 0;",
+       "  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0 ||\n"
+       "      tsr_optimizer_init(opt ? opt : &o, \"sgd\", NULL) == 0)\n    return 0;")],
+     ["checkpoint"]),
 ]
 
 

@@ -4,8 +4,9 @@
 # reader, benchmarks/load_checkpoint.py, agrees with it); --resume continues and
 # refuses another model or other data; a damaged or cut file is refused;
 # SIGTERM stops a run with a checkpoint and exit 143; kill -9 while a
-# checkpoint is written leaves the previous one loadable (20 kills); a 2-rank
-# checkpoint resumes on 1 rank and on 3. Usage: test_checkpoint.sh PATH/TO/tessera
+# checkpoint is written leaves the previous one loadable (20 kills); checkpoints
+# of the build before issue 19 evaluate and resume; a 2-rank checkpoint resumes
+# on 1 rank and on 3. Usage: test_checkpoint.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -112,6 +113,52 @@ left=$(ls "$tmp" | grep -c '^k\.st\.tmp\.')
   --checkpoint "$tmp/k.st" >/dev/null 2>&1
 check "the next write removed the $left temporary files the kills left" \
   test "$(ls "$tmp" | grep -c '^k\.st\.tmp\.')" = 0
+
+# Checkpoints written before optimizers became a registry (issue 19), by the build of commit
+# 332ff33, still evaluate and resume with the digits that build printed. Written with
+#   tessera train --model mlp:8 --batch 16 [--optimizer adam] --epochs 1 --train-limit 2000 \
+#     --test-limit 500 --checkpoint tests/checkpoints/v1-mlp8-{sgd,adam}.st
+# and recorded (BLIS kernels generic) with `tessera eval --checkpoint F --test-limit 500` and
+# the same train command with --epochs 3 --resume F. Other BLIS kernels sum in another order:
+# there the digits must agree within 2% (losses) and 1 point (accuracies).
+kernels=$("$tessera" info 2>/dev/null | awk '/^ *kernels/ {print $2; exit}')
+old_recorded=(
+  "sgd eval 50.20 1.3779"
+  "sgd epoch 2/3 loss 1.2604 train 56.45% test 61.20% (loss 1.1685)"
+  "sgd epoch 3/3 loss 1.0415 train 56.05% test 52.00% (loss 1.0517)"
+  "adam eval 31.40 1.7002"
+  "adam epoch 2/3 loss 1.4396 train 39.85% test 43.40% (loss 1.2901)"
+  "adam epoch 3/3 loss 1.2508 train 45.50% test 46.20% (loss 1.2534)"
+)
+old_got=()
+for opt in sgd adam; do
+  f=$here/checkpoints/v1-mlp8-$opt.st
+  line=$("$tessera" eval --checkpoint "$f" --data "$data" --test-limit 500 2>&1 | head -1)
+  old_got+=("$opt eval $(sed -nE 's/.*accuracy ([0-9.]+)%, loss ([0-9.]+)$/\1 \2/p' <<<"$line")")
+  while read -r line; do old_got+=("$opt $line"); done < <("$tessera" train --model mlp:8 \
+    --batch 16 --optimizer "$opt" --epochs 3 --train-limit 2000 --test-limit 500 --data "$data" \
+    --resume "$f" 2>&1 | grep -oE "^epoch +[0-9]+/[0-9]+ +loss .*\(loss [0-9.]+\)" | tr -s ' ')
+done
+check "a checkpoint of the build before issue 19 evaluates and resumes (kernels $kernels)" \
+  /usr/bin/python3 - "$kernels" "${old_recorded[@]}" -- "${old_got[@]}" <<'PY'
+import re, sys
+args = sys.argv[2:]
+cut = args.index("--")
+want, got = args[:cut], args[cut + 1:]
+if sys.argv[1] == "generic":
+    for w, g in zip(want, got):
+        if w != g:
+            print("recorded %r, now %r" % (w, g))
+    sys.exit(0 if want == got else 1)
+num = lambda s: [float(x) for x in re.findall(r"[0-9]+\.[0-9]+", s)]
+bad = len(want) != len(got)
+for w, g in zip(want, got):
+    if len(num(w)) != len(num(g)) or any(abs(a - b) > (1.0 if a > 3 else 0.02 * a)
+                                         for a, b in zip(num(w), num(g))):
+        bad = True
+        print("recorded %r, now %r" % (w, g))
+sys.exit(1 if bad else 0)
+PY
 
 # Across rank counts: a 2-rank checkpoint resumes on 1 rank and on 3.
 if command -v mpirun >/dev/null; then

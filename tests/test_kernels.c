@@ -133,13 +133,19 @@ Test(kernels, sgd_momentum_and_weight_decay_follow_pytorch) {
  * momentum likewise. */
 Test(kernels, momentum_buffers_never_become_subnormal) {
   float w = 1.0f, v = 1e-37f, g = 0.0f, m1 = 1e-37f, m2 = 1e-37f;
+  float nv = 1e-37f, am1 = 1e-37f, am2 = 1e-37f; /* Nesterov's buffer, AdamW's moments */
   for (int step = 1; step <= 4; step++) {
     tsr__k_sgd(1, 1, &w, 1, &v, 1, &g, 1, 0.1f, 0.5f, 0.0f);
     tsr__k_adam(1, 1, &w, 1, &m1, 1, &m2, 1, &g, 1, 0.1f, 0.5f, 0.5f, 1e-8f, 0.0f, step);
+    tsr__k_sgd_nesterov(1, 1, &w, 1, &nv, 1, &g, 1, 0.1f, 0.5f, 0.0f);
+    tsr__k_adamw(1, 1, &w, 1, &am1, 1, &am2, 1, &g, 1, 0.1f, 0.5f, 0.5f, 1e-8f, 0.0f, step);
     cr_assert(fpclassify(v) != FP_SUBNORMAL && fpclassify(m1) != FP_SUBNORMAL &&
-                  fpclassify(m2) != FP_SUBNORMAL,
-              "step %d: v %g, m1 %g, m2 %g", step, v, m1, m2);
-    cr_assert(step < 4 ? v > 0.0f : v == 0.0f, "step %d: v = %g", step, v);
+                  fpclassify(m2) != FP_SUBNORMAL && fpclassify(nv) != FP_SUBNORMAL &&
+                  fpclassify(am1) != FP_SUBNORMAL && fpclassify(am2) != FP_SUBNORMAL,
+              "step %d: v %g, m1 %g, m2 %g, nesterov v %g, adamw m1 %g, m2 %g", step, v, m1, m2, nv,
+              am1, am2);
+    cr_assert(step < 4 ? v > 0.0f && nv > 0.0f : v == 0.0f && nv == 0.0f,
+              "step %d: v = %g, nesterov v = %g", step, v, nv);
   }
   float x = 1.0f, u = 1e-37f, a = 1.0f, b = 1.0f;
   for (int round = 1; round <= 4; round++)
@@ -298,74 +304,101 @@ Test(kernels, sgd_without_momentum_decays_weights_over_several_steps) {
 }
 
 /* SGD with momentum and weight decay over several steps, the velocity
- * carried from one to the next; PyTorch's torch.optim.SGD (dampening 0, not
- * Nesterov), whose buffer starts as the first g' (the same as v = 0 here):
- *   g' = g + wd w;  v = momentum v + g';  w -= lr v
- * against float64, checking w and v after every step. Float rounding stays
- * below 2.5e-7 (v reaches 2.4), hence a tolerance of 1e-6. */
-Test(kernels, sgd_momentum_carries_velocity_over_several_steps) {
+ * carried from one to the next; PyTorch's torch.optim.SGD (dampening 0),
+ * plain and with nesterov=True, whose buffer starts as the first g' (the same
+ * as v = 0 here):
+ *   g' = g + wd w;  v = momentum v + g';  w -= lr v   (Nesterov: w -= lr (g' + momentum v))
+ * against float64 from step 1, checking w and v after every step. Float
+ * rounding stays below 2.5e-7 (v reaches 2.4), hence a tolerance of 1e-6;
+ * Nesterov without its look-ahead term moves the first step's w by
+ * lr momentum |g'| less (up to 0.05 here). */
+Test(kernels, sgd_momentum_and_nesterov_carry_velocity_over_several_steps) {
   enum { M = 2, N = 3, LDW = 3, LDV = 6, LDG = 4, STEPS = 5 };
   const float lr = 0.05f, mu = 0.9f, wd = 0.1f, w0[M * N] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 0};
-  tsr_rng_t rng = {12};
-  float w[M * LDW], v[M * LDV], g[M * LDG];
-  double rw[M * N], rv[M * N];
-  for (int i = 0; i < M * LDV; i++)
-    v[i] = 0.0f;
-  for (int i = 0; i < M * N; i++)
-    w[i] = w0[i], rw[i] = w0[i], rv[i] = 0.0;
-  for (int t = 1; t <= STEPS; t++) {
-    fill_random(g, M * LDG, &rng);
-    tsr__k_sgd(M, N, w, LDW, v, LDV, g, LDG, lr, mu, wd);
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) {
-        int k = i * N + j;
-        double gp = g[i * LDG + j] + (double)wd * rw[k];
-        rv[k] = (double)mu * rv[k] + gp;
-        rw[k] -= (double)lr * rv[k];
-        cr_assert(fabs(v[i * LDV + j] - rv[k]) <= 1e-6, "step %d: v[%d][%d] = %.7g, want %.7g", t,
-                  i, j, v[i * LDV + j], rv[k]);
-        cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t,
-                  i, j, w[i * LDW + j], rw[k]);
-      }
+  for (int nesterov = 0; nesterov < 2; nesterov++) {
+    const char *what = nesterov ? "nesterov" : "momentum";
+    tsr_rng_t rng = {(uint64_t)(12 + nesterov)};
+    float w[M * LDW], v[M * LDV], g[M * LDG];
+    double rw[M * N], rv[M * N];
+    for (int i = 0; i < M * LDV; i++)
+      v[i] = 0.0f;
+    for (int i = 0; i < M * N; i++)
+      w[i] = w0[i], rw[i] = w0[i], rv[i] = 0.0;
+    for (int t = 1; t <= STEPS; t++) {
+      fill_random(g, M * LDG, &rng);
+      (nesterov ? tsr__k_sgd_nesterov : tsr__k_sgd)(M, N, w, LDW, v, LDV, g, LDG, lr, mu, wd);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          int k = i * N + j;
+          double gp = g[i * LDG + j] + (double)wd * rw[k];
+          rv[k] = t == 1 ? gp : (double)mu * rv[k] + gp; /* PyTorch's first step */
+          rw[k] -= (double)lr * (nesterov ? gp + (double)mu * rv[k] : rv[k]);
+          cr_assert(fabs(v[i * LDV + j] - rv[k]) <= 1e-6,
+                    "%s, step %d: v[%d][%d] = %.7g, want %.7g", what, t, i, j, v[i * LDV + j],
+                    rv[k]);
+          cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6,
+                    "%s, step %d: w[%d][%d] = %.7g, want %.7g", what, t, i, j, w[i * LDW + j],
+                    rw[k]);
+        }
+    }
   }
 }
 
-/* Adam with L2 weight decay, steps t = 1..5 with a different gradient each
- * step, against PyTorch's torch.optim.Adam (amsgrad off) in float64:
- *   g' = g + wd w;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
- *   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+/* Adam with L2 weight decay and AdamW with decoupled decay, steps t = 1..5
+ * with a different gradient each step, against PyTorch's torch.optim.Adam and
+ * torch.optim.AdamW (amsgrad off) in float64, as their _single_tensor_adam(w)
+ * compute them:
+ *   Adam:  g' = g + wd w
+ *   AdamW: w *= 1 - lr wd;  g' = g
+ *   then m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
+ *        w -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
  * Bias correction with t + 1 instead of t shrinks the first step by a
- * quarter (w off by 2.6e-3 here, 4.8e-3 after 5 steps); float rounding
- * stays below 1.5e-7 on w (one ulp of 2 is 2.4e-7), 1e-8 on m and 3e-10 on
- * v, so the tolerances are 1e-6 on w, 1e-7 on m and 1e-8 on v. */
-Test(kernels, adam_several_steps_with_weight_decay_follow_pytorch) {
+ * quarter (w off by 2.6e-3 here, 4.8e-3 after 5 steps); AdamW decaying after
+ * the step instead of before is off by lr^2 wd = 1e-5 a step (the decay is
+ * large for that); float rounding stays below 1.5e-7 on w (one ulp of 2 is
+ * 2.4e-7), 1e-8 on m and 3e-10 on v, so the tolerances are 1e-6 on w, 1e-7
+ * on m and 1e-8 on v. */
+Test(kernels, adam_and_adamw_several_steps_with_weight_decay_follow_pytorch) {
   enum { M = 2, N = 3, LDW = 5, LDM = 4, LDG = 3, STEPS = 5 };
-  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
   const float w0[M * N] = {1.0f, -0.5f, 2.0f, -1.5f, 0.25f, 0.75f};
-  tsr_rng_t rng = {13};
-  float w[M * LDW], m1[M * LDM] = {0}, m2[M * LDM] = {0}, g[M * LDG];
-  double rw[M * N], rm[M * N] = {0}, rv[M * N] = {0};
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++)
-      w[i * LDW + j] = w0[i * N + j], rw[i * N + j] = w0[i * N + j];
-  for (int t = 1; t <= STEPS; t++) {
-    fill_random(g, M * LDG, &rng);
-    tsr__k_adam(M, N, w, LDW, m1, LDM, m2, LDM, g, LDG, lr, b1, b2, eps, wd, t);
-    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+  for (int decoupled = 0; decoupled < 2; decoupled++) {
+    const float wd = decoupled ? 0.1f : 0.05f;
+    const char *what = decoupled ? "adamw" : "adam";
+    tsr_rng_t rng = {(uint64_t)(13 + 2 * decoupled)};
+    float w[M * LDW], m1[M * LDM] = {0}, m2[M * LDM] = {0}, g[M * LDG];
+    double rw[M * N], rm[M * N] = {0}, rv[M * N] = {0};
+    for (int i = 0; i < M * LDW; i++)
+      w[i] = 77.0f;
     for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) {
-        int k = i * N + j;
-        double gp = g[i * LDG + j] + (double)wd * rw[k];
-        rm[k] = b1 * rm[k] + (1 - (double)b1) * gp;
-        rv[k] = b2 * rv[k] + (1 - (double)b2) * gp * gp;
-        rw[k] -= lr * (rm[k] / c1) / (sqrt(rv[k] / c2) + eps);
-        cr_assert(fabs(m1[i * LDM + j] - rm[k]) <= 1e-7, "step %d: m[%d][%d] = %.7g, want %.7g", t,
-                  i, j, m1[i * LDM + j], rm[k]);
-        cr_assert(fabs(m2[i * LDM + j] - rv[k]) <= 1e-8, "step %d: v[%d][%d] = %.7g, want %.7g", t,
-                  i, j, m2[i * LDM + j], rv[k]);
-        cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t,
-                  i, j, w[i * LDW + j], rw[k]);
+      for (int j = 0; j < N; j++)
+        w[i * LDW + j] = w0[i * N + j], rw[i * N + j] = w0[i * N + j];
+    for (int t = 1; t <= STEPS; t++) {
+      fill_random(g, M * LDG, &rng);
+      (decoupled ? tsr__k_adamw : tsr__k_adam)(M, N, w, LDW, m1, LDM, m2, LDM, g, LDG, lr, b1, b2,
+                                               eps, wd, t);
+      double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+      for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+          int k = i * N + j;
+          if (decoupled) rw[k] *= 1 - (double)lr * wd;
+          double gp = g[i * LDG + j] + (decoupled ? 0.0 : (double)wd * rw[k]);
+          rm[k] = b1 * rm[k] + (1 - (double)b1) * gp;
+          rv[k] = b2 * rv[k] + (1 - (double)b2) * gp * gp;
+          rw[k] -= (lr / c1) * rm[k] / (sqrt(rv[k]) / sqrt(c2) + eps);
+          cr_assert(fabs(m1[i * LDM + j] - rm[k]) <= 1e-7,
+                    "%s, step %d: m[%d][%d] = %.7g, want %.7g", what, t, i, j, m1[i * LDM + j],
+                    rm[k]);
+          cr_assert(fabs(m2[i * LDM + j] - rv[k]) <= 1e-8,
+                    "%s, step %d: v[%d][%d] = %.7g, want %.7g", what, t, i, j, m2[i * LDM + j],
+                    rv[k]);
+          cr_assert(fabs(w[i * LDW + j] - rw[k]) <= 1e-6,
+                    "%s, step %d: w[%d][%d] = %.7g, want %.7g", what, t, i, j, w[i * LDW + j],
+                    rw[k]);
+        }
+        cr_assert_eq(w[i * LDW + N], 77.0f, "%s, step %d: padding of row %d written", what, t, i);
       }
+    }
   }
 }
 

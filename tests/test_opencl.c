@@ -224,37 +224,41 @@ Test(opencl, softmax_cross_entropy_with_padding_rows) {
   }
 }
 
-Test(opencl, sgd_plain_momentum_and_band) {
-  for (int mom = 0; mom < 2; mom++)
+Test(opencl, sgd_plain_momentum_nesterov_and_band) {
+  for (int kind = 0; kind < 3; kind++)
     for (int band = 0; band < 2; band++) {
+      bool mom = kind > 0, nesterov = kind == 2;
       int m = 9, n = 6, r0 = band ? 3 : 0, gm = band ? 4 : m;
       operand_t w, v, g;
       operand_init(&w, m, n, false, 17, -1, 1, false);
       operand_init(&v, m, n, false, 18, -1, 1, false);
       operand_init(&g, gm, n, false, 19, -1, 1, false);
       BOTH(tsr__insert_sgd(&o, w.tile[s], mom ? v.tile[s] : NULL, g.tile[s], r0, 0.1f,
-                           mom ? 0.9f : 0.0f, 1e-3f));
-      operand_check(&w, "sgd w", REL, ABS);
-      operand_check(&v, "sgd v", REL, ABS);
+                           mom ? 0.9f : 0.0f, 1e-3f, nesterov));
+      operand_check(&w, nesterov ? "sgd nesterov w" : "sgd w", REL, ABS);
+      operand_check(&v, nesterov ? "sgd nesterov v" : "sgd v", REL, ABS);
       operand_check(&g, "sgd g", 0, 0);
     }
 }
 
-Test(opencl, adam_whole_and_band) {
-  for (int band = 0; band < 2; band++) {
-    int m = 8, n = 7, r0 = band ? 2 : 0, gm = band ? 5 : m;
-    operand_t w, m1, m2, g;
-    operand_init(&w, m, n, false, 20, -1, 1, false);
-    operand_init(&m1, m, n, false, 21, -0.1f, 0.1f, false);
-    operand_init(&m2, m, n, false, 22, 0, 0.01f, false);
-    operand_init(&g, gm, n, false, 23, -1, 1, false);
-    BOTH(tsr__insert_adam(&o, w.tile[s], m1.tile[s], m2.tile[s], g.tile[s], r0, 1e-3f, 0.9f, 0.999f,
-                          1e-8f, 1e-4f, 3));
-    operand_check(&w, "adam w", 1e-5f, 1e-6f);
-    operand_check(&m1, "adam m1", REL, ABS);
-    operand_check(&m2, "adam m2", REL, ABS);
-    operand_check(&g, "adam g", 0, 0);
-  }
+/* Adam and AdamW; AdamW with a decay large enough (lr wd = 1e-3) that the decoupled decay
+ * moves w far beyond the tolerance. */
+Test(opencl, adam_adamw_whole_and_band) {
+  for (int decoupled = 0; decoupled < 2; decoupled++)
+    for (int band = 0; band < 2; band++) {
+      int m = 8, n = 7, r0 = band ? 2 : 0, gm = band ? 5 : m;
+      operand_t w, m1, m2, g;
+      operand_init(&w, m, n, false, 20, -1, 1, false);
+      operand_init(&m1, m, n, false, 21, -0.1f, 0.1f, false);
+      operand_init(&m2, m, n, false, 22, 0, 0.01f, false);
+      operand_init(&g, gm, n, false, 23, -1, 1, false);
+      BOTH(tsr__insert_adam(&o, w.tile[s], m1.tile[s], m2.tile[s], g.tile[s], r0, 1e-3f, 0.9f,
+                            0.999f, 1e-8f, decoupled ? 1.0f : 1e-4f, 3, decoupled));
+      operand_check(&w, decoupled ? "adamw w" : "adam w", 1e-5f, 1e-6f);
+      operand_check(&m1, decoupled ? "adamw m1" : "adam m1", REL, ABS);
+      operand_check(&m2, decoupled ? "adamw m2" : "adam m2", REL, ABS);
+      operand_check(&g, "adam g", 0, 0);
+    }
 }
 
 Test(opencl, fill_copy_scale_axpby) {

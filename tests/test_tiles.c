@@ -205,14 +205,18 @@ Test(tiles, softmax_xent_over_edge_tiles_with_padding_rows) {
 enum { OPT_M = 7, OPT_N = 5, OPT_MB = 3, OPT_NB = 2, OPT_SIZE = OPT_M * OPT_N };
 
 /* Three SGD steps with weight decay and a new gradient each step, without
- * momentum (no velocity: v is NULL) and with it; PyTorch's formulation:
+ * momentum (no velocity: v is NULL), with it, and with Nesterov's; PyTorch's
+ * formulation:
  *   g' = g + wd w;  v = momentum v + g' (v starts at 0);  w -= lr v
- * (momentum 0: w -= lr g'), against float64, tolerance 1e-6. */
-Test(tiles, sgd_with_and_without_momentum_over_edge_tiles) {
+ *   (momentum 0: w -= lr g'; Nesterov: w -= lr (g' + momentum v))
+ * against float64, tolerance 1e-6. */
+Test(tiles, sgd_plain_momentum_and_nesterov_over_edge_tiles) {
   const float lr = 0.1f, wd = 0.2f;
-  for (int with_momentum = 0; with_momentum < 2; with_momentum++) {
+  for (int kind = 0; kind < 3; kind++) {
+    const bool with_momentum = kind > 0, nesterov = kind == 2;
     const float mu = with_momentum ? 0.9f : 0.0f;
-    tsr_rng_t rng = {(uint64_t)(31 + with_momentum)};
+    const char *what = nesterov ? "nesterov" : with_momentum ? "momentum" : "plain";
+    tsr_rng_t rng = {(uint64_t)(31 + kind)};
     float *w = random_matrix(OPT_SIZE, &rng), v[OPT_SIZE];
     double rw[OPT_SIZE], rv[OPT_SIZE] = {0};
     for (int i = 0; i < OPT_SIZE; i++)
@@ -225,16 +229,17 @@ Test(tiles, sgd_with_and_without_momentum_over_edge_tiles) {
     for (int t = 1; t <= 3; t++) {
       float *g = random_matrix(OPT_SIZE, &rng);
       cr_assert_eq(tsr_tiles_write(tg, g), 0);
-      cr_assert_eq(tsr__tiles_sgd(&topts, tw, tv, tg, lr, mu, wd), 0);
+      cr_assert_eq(tsr__tiles_sgd(&topts, tw, tv, tg, lr, mu, wd, nesterov), 0);
       cr_assert_eq(tsr_tiles_read(tw, w), 0);
       if (tv) cr_assert_eq(tsr_tiles_read(tv, v), 0);
       for (int i = 0; i < OPT_SIZE; i++) {
-        rv[i] = (double)mu * rv[i] + g[i] + (double)wd * rw[i];
-        rw[i] -= (double)lr * rv[i];
-        cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "momentum %g, step %d: w[%d][%d] = %.7g, want %.7g",
-                  mu, t, i / OPT_N, i % OPT_N, w[i], rw[i]);
+        double gp = g[i] + (double)wd * rw[i];
+        rv[i] = (double)mu * rv[i] + gp;
+        rw[i] -= (double)lr * (nesterov ? gp + (double)mu * rv[i] : rv[i]);
+        cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "%s, step %d: w[%d][%d] = %.7g, want %.7g", what, t,
+                  i / OPT_N, i % OPT_N, w[i], rw[i]);
         if (tv)
-          cr_assert(fabs(v[i] - rv[i]) <= 1e-6, "step %d: v[%d][%d] = %.7g, want %.7g", t,
+          cr_assert(fabs(v[i] - rv[i]) <= 1e-6, "%s, step %d: v[%d][%d] = %.7g, want %.7g", what, t,
                     i / OPT_N, i % OPT_N, v[i], rv[i]);
       }
       free(g);
@@ -246,47 +251,54 @@ Test(tiles, sgd_with_and_without_momentum_over_edge_tiles) {
 }
 
 /* Three Adam steps (t = 1, 2, 3) with weight decay and a new gradient each
- * step; PyTorch's Adam in float64:
- *   g' = g + wd w;  m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
- *   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ * step, as Adam (L2) and as AdamW (decoupled); PyTorch's in float64:
+ *   Adam:  g' = g + wd w
+ *   AdamW: w *= 1 - lr wd;  g' = g
+ *   then m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2
+ *        w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
  * Tolerances: 1e-6 on w, 1e-7 on m, 1e-8 on v (float rounding is a few
- * times smaller; a step off in t moves w by about 1e-3). */
-Test(tiles, adam_over_edge_tiles) {
+ * times smaller; a step off in t moves w by about 1e-3, AdamW's decay after
+ * the step instead of before by lr^2 wd = 5e-6 a step). */
+Test(tiles, adam_and_adamw_over_edge_tiles) {
   const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.05f;
-  tsr_rng_t rng = {41};
-  float *w = random_matrix(OPT_SIZE, &rng), m[OPT_SIZE], v[OPT_SIZE];
-  double rw[OPT_SIZE], rm[OPT_SIZE] = {0}, rv[OPT_SIZE] = {0};
-  for (int i = 0; i < OPT_SIZE; i++)
-    rw[i] = w[i];
-  tsr_tiles_t *tw, *tm, *tv, *tg;
-  cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
-  cr_assert_eq(tsr_tiles_create(&tm, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
-  cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
-  cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
-  cr_assert_eq(tsr_tiles_write(tw, w), 0);
-  for (int t = 1; t <= 3; t++) {
-    float *g = random_matrix(OPT_SIZE, &rng);
-    cr_assert_eq(tsr_tiles_write(tg, g), 0);
-    cr_assert_eq(tsr__tiles_adam(&topts, tw, tm, tv, tg, lr, b1, b2, eps, wd, t), 0);
-    cr_assert_eq(tsr_tiles_read(tw, w), 0);
-    cr_assert_eq(tsr_tiles_read(tm, m), 0);
-    cr_assert_eq(tsr_tiles_read(tv, v), 0);
-    double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
-    for (int i = 0; i < OPT_SIZE; i++) {
-      double gp = g[i] + (double)wd * rw[i];
-      rm[i] = b1 * rm[i] + (1 - (double)b1) * gp;
-      rv[i] = b2 * rv[i] + (1 - (double)b2) * gp * gp;
-      rw[i] -= lr * (rm[i] / c1) / (sqrt(rv[i] / c2) + eps);
-      int r = i / OPT_N, c = i % OPT_N;
-      cr_assert(fabs(m[i] - rm[i]) <= 1e-7, "step %d: m[%d][%d] = %.7g, want %.7g", t, r, c, m[i],
-                rm[i]);
-      cr_assert(fabs(v[i] - rv[i]) <= 1e-8, "step %d: v[%d][%d] = %.7g, want %.7g", t, r, c, v[i],
-                rv[i]);
-      cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "step %d: w[%d][%d] = %.7g, want %.7g", t, r, c, w[i],
-                rw[i]);
+  for (int decoupled = 0; decoupled < 2; decoupled++) {
+    const char *what = decoupled ? "adamw" : "adam";
+    tsr_rng_t rng = {(uint64_t)(41 + decoupled)};
+    float *w = random_matrix(OPT_SIZE, &rng), m[OPT_SIZE], v[OPT_SIZE];
+    double rw[OPT_SIZE], rm[OPT_SIZE] = {0}, rv[OPT_SIZE] = {0};
+    for (int i = 0; i < OPT_SIZE; i++)
+      rw[i] = w[i];
+    tsr_tiles_t *tw, *tm, *tv, *tg;
+    cr_assert_eq(tsr_tiles_create(&tw, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    cr_assert_eq(tsr_tiles_create(&tm, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    cr_assert_eq(tsr_tiles_create(&tv, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    cr_assert_eq(tsr_tiles_create(&tg, OPT_M, OPT_N, OPT_MB, OPT_NB), 0);
+    cr_assert_eq(tsr_tiles_write(tw, w), 0);
+    for (int t = 1; t <= 3; t++) {
+      float *g = random_matrix(OPT_SIZE, &rng);
+      cr_assert_eq(tsr_tiles_write(tg, g), 0);
+      cr_assert_eq(tsr__tiles_adam(&topts, tw, tm, tv, tg, lr, b1, b2, eps, wd, t, decoupled), 0);
+      cr_assert_eq(tsr_tiles_read(tw, w), 0);
+      cr_assert_eq(tsr_tiles_read(tm, m), 0);
+      cr_assert_eq(tsr_tiles_read(tv, v), 0);
+      double c1 = 1 - pow(b1, t), c2 = 1 - pow(b2, t);
+      for (int i = 0; i < OPT_SIZE; i++) {
+        if (decoupled) rw[i] *= 1 - (double)lr * wd;
+        double gp = g[i] + (decoupled ? 0.0 : (double)wd * rw[i]);
+        rm[i] = b1 * rm[i] + (1 - (double)b1) * gp;
+        rv[i] = b2 * rv[i] + (1 - (double)b2) * gp * gp;
+        rw[i] -= lr * (rm[i] / c1) / (sqrt(rv[i] / c2) + eps);
+        int r = i / OPT_N, c = i % OPT_N;
+        cr_assert(fabs(m[i] - rm[i]) <= 1e-7, "%s, step %d: m[%d][%d] = %.7g, want %.7g", what, t,
+                  r, c, m[i], rm[i]);
+        cr_assert(fabs(v[i] - rv[i]) <= 1e-8, "%s, step %d: v[%d][%d] = %.7g, want %.7g", what, t,
+                  r, c, v[i], rv[i]);
+        cr_assert(fabs(w[i] - rw[i]) <= 1e-6, "%s, step %d: w[%d][%d] = %.7g, want %.7g", what, t,
+                  r, c, w[i], rw[i]);
+      }
+      free(g);
     }
-    free(g);
+    free(w);
+    tsr_tiles_destroy(&tw), tsr_tiles_destroy(&tm), tsr_tiles_destroy(&tv), tsr_tiles_destroy(&tg);
   }
-  free(w);
-  tsr_tiles_destroy(&tw), tsr_tiles_destroy(&tm), tsr_tiles_destroy(&tv), tsr_tiles_destroy(&tg);
 }

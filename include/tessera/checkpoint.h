@@ -3,9 +3,10 @@
  *
  * Tensors: `layers.<i>.<type>.weight` and `.bias` for the layer at position
  * i (0-based) of the model description, and `optimizer.<parameter>.<state>`
- * for the optimizer's state (PyTorch's names: momentum_buffer, exp_avg,
- * exp_avg_sq). The metadata holds the model (as an INI model file), the
- * input shape and standardization, the optimizer and its step count, where
+ * for the optimizer's state (its registry entry names them, PyTorch's names:
+ * momentum_buffer, exp_avg, exp_avg_sq; tessera/optim.h). The metadata holds
+ * the model (as an INI model file), the input shape and standardization, the
+ * optimizer (its registered name), its hyper-parameters and step count, where
  * training stands (tsr_checkpoint_info_t), and a CRC-32 per tensor, checked
  * on load. */
 #ifndef TESSERA_CHECKPOINT_H
@@ -43,14 +44,17 @@ TSR_API int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_
                                 const char *path, tsr_errbuf_t *err);
 
 /* Loads path into net, refusing a checkpoint of another model, of another
- * optimizer kind, or (when data is neither NULL nor "") of other data, with
- * a message naming both. *info (may be NULL) receives where training stood. */
+ * optimizer, or (when data is neither NULL nor "") of other data, with a
+ * message naming both, and one of an optimizer this tessera does not know
+ * (TSR_EFORMAT, naming it and the known ones). *info (may be NULL) receives where training stood.
+ */
 TSR_API int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
                                 tsr_checkpoint_info_t *info, tsr_errbuf_t *err);
 
 /* What path was written for, without a network: the model, the inputs and
- * classes, and net options (optimizer, input geometry, seed) to build one
- * that tsr_checkpoint_load accepts. Any output may be NULL. */
+ * classes, and net options (optimizer and its hyper-parameters, input
+ * geometry, seed) to build one that tsr_checkpoint_load accepts; an unknown
+ * optimizer is refused as tsr_checkpoint_load refuses it. Any output may be NULL. */
 TSR_API int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info,
                                 tsr_model_spec_t *spec, tsr_net_opts_t *opts, int *inputs,
                                 int *classes, tsr_errbuf_t *err);

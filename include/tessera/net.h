@@ -11,6 +11,7 @@
 
 #include "tessera/data.h"
 #include "tessera/error.h"
+#include "tessera/optim.h"
 
 TSR_EXTERN_C_BEGIN
 
@@ -79,16 +80,6 @@ typedef enum {
   TSR_LR_COSINE
 } tsr_lr_schedule_t;
 
-typedef enum { TSR_OPT_SGD, TSR_OPT_ADAM } tsr_optimizer_kind_t;
-
-typedef struct {
-  tsr_optimizer_kind_t kind;
-  float lr;
-  float momentum;          /* sgd */
-  float weight_decay;      /* L2, both */
-  float beta1, beta2, eps; /* adam */
-} tsr_optimizer_t;
-
 typedef struct {
   int batch;     /* samples per training step */
   int tile_rows; /* batch rows per tile (0: chosen from the shapes and workers) */
@@ -97,7 +88,7 @@ typedef struct {
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;
-  tsr_optimizer_t opt;
+  tsr_optimizer_t opt; /* tessera/optim.h */
   /* Pr of a --grid PrxPc run under MPI (0 or 1: none). Rank q sits in grid column q / Pr, row
    * q % Pr; the Pr ranks of a column hold one replica between them: a dense layer's column tile
    * j (of W, the bias, y and dy) lives on the column's row j mod Pr, while convolutions,

@@ -69,7 +69,7 @@ typedef struct {
   bool all_policies;    /* compare batch, every=8 and epoch instead of `sync` */
   tsr_plan_sync_t sync; /* with every: K steps; with epoch: n epochs */
   int every;            /* K or n (1 or more) */
-  int nstate;           /* optimizer state matrices per parameter: 1 SGD momentum, 2 Adam */
+  int nstate;           /* optimizer state per parameter, tsr_optimizer_nstate (sgd: 1) */
   int tile_rows, tile_cols;             /* as train's --tile (0: chosen) */
   int in_channels, in_height, in_width; /* input sample shape; 0s: as the network infers it */
 } tsr_plan_opts_t;

@@ -6,6 +6,7 @@
 #include "tessera/data.h"
 #include "tessera/tiles.h"
 #include "tessera/runtime.h"
+#include "tessera/optim.h"
 #include "tessera/net.h"
 #include "tessera/train.h"
 #include "tessera/log.h"

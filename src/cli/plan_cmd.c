@@ -8,12 +8,15 @@
 
 #include "cli/cli.h"
 #include "tessera/dist.h"
+#include "tessera/optim.h"
 #include "tessera/plan.h"
 #include "tessera/runtime.h"
 
 #define MAX_ROWS 4096
 
 static void usage(FILE *out) {
+  char names[256];
+  tsr_optimizer_list(names, sizeof names);
   fprintf(out,
           "usage: tessera plan [options]\n"
           "       mpirun -np 2 tessera plan --calibrate\n\n"
@@ -28,7 +31,8 @@ static void usage(FILE *out) {
           "  --grid PrxPc        one grid shape (Pr x Pc = P) [every shape]\n"
           "  --sync POLICY       batch, every=K, epoch or epoch=n [batch, every=8, epoch]\n"
           "  --cluster FILE.ini  a described machine (benchmarks/clusters/) [this one]\n"
-          "  --optimizer NAME    sgd or adam: optimizer state per parameter [sgd]\n"
+          "  --optimizer NAME    %s [sgd]\n"
+          "                      (the optimizer state per parameter)\n"
           "  --samples N         training samples per epoch [60000]\n"
           "  --inputs N          features of a sample [784]\n"
           "  --classes N         classes [10]\n"
@@ -38,7 +42,8 @@ static void usage(FILE *out) {
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
           "  --json              JSON instead of a table\n"
-          "  --help              this text\n");
+          "  --help              this text\n",
+          names);
 }
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -252,14 +257,16 @@ int tsr_cli_plan(int argc, char **argv) {
         return bad("--sync", optarg, "batch, every=K, epoch or epoch=n");
       break;
     case O_CLUSTER: cluster = optarg; break;
-    case O_OPT:
-      if (strcmp(optarg, "sgd") == 0)
-        o.nstate = 1;
-      else if (strcmp(optarg, "adam") == 0)
-        o.nstate = 2;
-      else
-        return bad("--optimizer", optarg, "sgd or adam");
+    case O_OPT: {
+      tsr_optimizer_t opt; /* with its default momentum: sgd keeps a velocity */
+      tsr_errbuf_t why = {""};
+      if (tsr_optimizer_init(&opt, optarg, &why)) {
+        fprintf(stderr, "tessera plan: %s\n", why.msg);
+        return 2;
+      }
+      o.nstate = tsr_optimizer_nstate(&opt);
       break;
+    }
     case O_SAMPLES:
       if (tsr__cli_to_long(optarg, 1, 1L << 40, &v))
         return bad("--samples", optarg, "an integer from 1 to 2^40");

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,26 @@
 #include "cli/train_config.h"
 #include "tessera/tessera.h"
 
+/* Into buf: each registered optimizer's default of the hyper-parameter at offset in
+ * tsr_optimizer_t, "sgd 0.01, sgd-nesterov 0.01, adam 0.001, adamw 0.001". */
+static void defaults_of(char *buf, size_t size, size_t offset) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; tsr_optimizer_registered(i) && n < size; i++) {
+    tsr_optimizer_t o;
+    float v;
+    tsr_optimizer_init(&o, tsr_optimizer_registered(i), NULL);
+    memcpy(&v, (const char *)&o + offset, sizeof v);
+    int c = snprintf(buf + n, size - n, "%s%s %g", i ? ", " : "", o.name, (double)v);
+    n += c > 0 ? (size_t)c : 0;
+  }
+}
+
 void tsr__cli_train_usage(FILE *out) {
+  char names[256], lr[256], wd[256];
+  tsr_optimizer_list(names, sizeof names);
+  defaults_of(lr, sizeof lr, offsetof(tsr_optimizer_t, lr));
+  defaults_of(wd, sizeof wd, offsetof(tsr_optimizer_t, weight_decay));
   fprintf(out,
           "usage: tessera train [options]\n\n"
           "  --data DIR          dataset folder: IDX files (MNIST family, .gz or plain) or\n"
@@ -23,14 +43,18 @@ void tsr__cli_train_usage(FILE *out) {
           "                      model file with one section per layer [mlp]\n"
           "  --epochs N          epochs, 1 or more [10]\n"
           "  --batch N           samples per step [64]\n"
-          "  --optimizer NAME    sgd or adam [sgd]\n"
-          "  --lr X              learning rate [0.01 for sgd, 0.001 for adam]\n"
+          "  --optimizer NAME    %s [sgd]\n"
+          "  --nesterov          Nesterov momentum: with --optimizer sgd, sgd-nesterov\n"
+          "                      (PyTorch's nesterov=True; needs --momentum > 0)\n"
+          "  --lr X              learning rate\n"
+          "                      [%s]\n"
           "  --lr-schedule S     cosine (decay to 0 over the run) or constant [cosine]\n"
           "  --lr-scaling S      under mpirun, linear (--lr times the ranks, for the ranks'\n"
-          "                      larger combined batch) or none [linear for sgd with --sync\n"
-          "                      batch, else none]\n"
+          "                      larger combined batch) or none [linear for sgd and\n"
+          "                      sgd-nesterov with --sync batch, else none]\n"
           "  --momentum X        SGD momentum [0.9]\n"
-          "  --weight-decay X    L2 weight decay [0]\n"
+          "  --weight-decay X    weight decay: L2, or decoupled for adamw\n"
+          "                      [%s]\n"
           "  --seed N            seed for initialization and shuffling [1]\n"
           "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
           "                      [chosen from the shapes]\n"
@@ -46,7 +70,7 @@ void tsr__cli_train_usage(FILE *out) {
           "  --test-limit N      use only the first N test samples\n"
           "  --classes N         classes (labels 0 to N-1; a label >= N is an error)\n"
           "                      [1 + the largest training label]\n",
-          TSR_DEFAULT_DATA_DIR, TSR_DEFAULT_SCHED, TSR_DEVICES_SCHED);
+          TSR_DEFAULT_DATA_DIR, names, lr, wd, TSR_DEFAULT_SCHED, TSR_DEVICES_SCHED);
   /* Two strings: ISO C promises string literals of 4095 characters, no more. */
   fputs("  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
         "                      post-local:E,K (batch for E epochs, then every=K) or\n"
@@ -176,7 +200,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_CLASSES,
     O_GRID,
     O_DEVICES,
-    O_SHARES
+    O_SHARES,
+    O_NESTEROV
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -184,6 +209,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"epochs", required_argument, 0, O_EPOCHS},
       {"batch", required_argument, 0, O_BATCH},
       {"optimizer", required_argument, 0, O_OPT},
+      {"nesterov", no_argument, 0, O_NESTEROV},
       {"lr", required_argument, 0, O_LR},
       {"momentum", required_argument, 0, O_MOM},
       {"weight-decay", required_argument, 0, O_WD},
@@ -231,7 +257,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
   tsr_sync_parse(&cfg->sync, "batch", NULL);
   tsr_errbuf_t err = {""};
   float outer_lr = -1, outer_momentum = -1; /* given with --outer-lr, --outer-momentum */
-  bool lr_set = false;
+  bool lr_set = false, momentum_set = false, decay_set = false, nesterov = false;
   long v;
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -250,13 +276,19 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       cfg->net.batch = (int)v;
       break;
     case O_OPT: {
-      static const char *const names[] = {"sgd", "adam", NULL};
-      static const tsr_optimizer_kind_t kinds[] = {TSR_OPT_SGD, TSR_OPT_ADAM};
-      int i = choice(optarg, names);
-      if (i < 0) return bad("--optimizer", optarg, "sgd or adam");
-      cfg->net.opt.kind = kinds[i];
+      tsr_optimizer_t o;
+      if (tsr_optimizer_init(&o, optarg, &err)) {
+        fprintf(stderr, "tessera train: %s\n", err.msg);
+        return 2;
+      }
+      /* A rate, momentum or decay given before the name stays. */
+      if (lr_set) o.lr = cfg->net.opt.lr;
+      if (momentum_set) o.momentum = cfg->net.opt.momentum;
+      if (decay_set) o.weight_decay = cfg->net.opt.weight_decay;
+      cfg->net.opt = o;
       break;
     }
+    case O_NESTEROV: nesterov = true; break;
     case O_LR:
       if (to_float(optarg, 1e-12, 1e6, &cfg->net.opt.lr))
         return bad("--lr", optarg, "a number from 1e-12 to 1e6");
@@ -321,10 +353,12 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     case O_MOM:
       if (to_float(optarg, 0, 0.999999, &cfg->net.opt.momentum))
         return bad("--momentum", optarg, "a number in [0, 1)");
+      momentum_set = true;
       break;
     case O_WD:
       if (to_float(optarg, 0, 1e6, &cfg->net.opt.weight_decay))
         return bad("--weight-decay", optarg, "a number from 0 to 1e6");
+      decay_set = true;
       break;
     case O_SEED:
       if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
@@ -439,7 +473,14 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
             argv[optind]);
     return 2;
   }
-  if (!lr_set && cfg->net.opt.kind == TSR_OPT_ADAM) cfg->net.opt.lr = 0.001f;
+  if (nesterov && tsr_optimizer_variant(&cfg->net.opt, "nesterov", &err)) {
+    fprintf(stderr, "tessera train: --nesterov: %s\n", err.msg);
+    return 2;
+  }
+  if (tsr_optimizer_check(&cfg->net.opt, &err)) {
+    fprintf(stderr, "tessera train: %s\n", err.msg);
+    return 2;
+  }
   if (cfg->runtime.sched && !tsr_sched_known(cfg->runtime.sched)) {
     fprintf(stderr, "tessera train: --sched %s: unknown policy; this StarPU offers:\n",
             cfg->runtime.sched);

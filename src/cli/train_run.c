@@ -400,7 +400,7 @@ static int start(run_t *r, int argc, char **argv) {
 /* The banner, and the log opened on rank 0 (every rank learns whether it could be). */
 static int announce(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  const char *optimizer = cfg->net.opt.kind == TSR_OPT_ADAM ? "adam" : "sgd";
+  const char *optimizer = tsr_optimizer_name(&cfg->net.opt);
   snprintf(r->sync_text, sizeof r->sync_text, "none");
   if (tsr_dist_size() > 1) tsr_sync_describe(&cfg->sync, r->sync_text, sizeof r->sync_text);
   tsr_model_describe(&r->spec, (int)r->train.features, r->desc, sizeof r->desc);

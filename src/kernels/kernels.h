@@ -49,10 +49,25 @@ void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *log
 void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float *g, int ldg,
                 float lr, float momentum, float wd);
 
+/* SGD with Nesterov momentum and L2 weight decay, PyTorch's SGD(nesterov=True), dampening 0:
+ * g' = g + wd w; v = momentum v + g'; w -= lr (g' + momentum v). v (m, n) is required. */
+void tsr__k_sgd_nesterov(int m, int n, float *w, int ldw, float *v, int ldv, const float *g,
+                         int ldg, float lr, float momentum, float wd);
+
 /* Adam with L2 weight decay (PyTorch's Adam); t is the 1-based step number. */
 void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
                  int t);
+
+/* AdamW, decoupled weight decay (PyTorch's AdamW, amsgrad off): w *= 1 - lr wd, then Adam's
+ * step on g alone; t is the 1-based step number. */
+void tsr__k_adamw(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
+                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
+                  int t);
+
+/* Adam's bias corrections at step t, as the kernels apply them: c1 = 1 / (1 - beta1^t),
+ * c2 = 1 / (1 - beta2^t) (the OpenCL versions take them from here, for the same floats). */
+void tsr__k_adam_corrections(float beta1, float beta2, int t, float *c1, float *c2);
 
 /* One outer-optimizer step on x (m, n) with momentum u and pseudo-gradient
  * d = scale (a - b), elementwise (a may be x itself):

@@ -1,5 +1,6 @@
-/* Optimizer updates on one parameter tile, following PyTorch's SGD and Adam
- * (L2 weight decay added to the gradient) so results compare one to one. */
+/* Optimizer updates on one parameter tile, following PyTorch's SGD (plain and
+ * Nesterov) and Adam (L2 weight decay added to the gradient) and AdamW
+ * (decoupled weight decay) so results compare one to one. */
 #include <float.h>
 #include <math.h>
 
@@ -35,19 +36,57 @@ void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float 
   }
 }
 
+void tsr__k_sgd_nesterov(int m, int n, float *w, int ldw, float *v, int ldv, const float *g,
+                         int ldg, float lr, float momentum, float wd) {
+  for (int i = 0; i < m; i++) {
+    float *wr = w + (long)i * ldw, *vr = v + (long)i * ldv;
+    const float *gr = g + (long)i * ldg;
+    for (int j = 0; j < n; j++) {
+      float gj = gr[j] + wd * wr[j];
+      float vj = flush(momentum * vr[j] + gj);
+      vr[j] = vj;
+      wr[j] -= lr * (gj + momentum * vj);
+    }
+  }
+}
+
+void tsr__k_adam_corrections(float beta1, float beta2, int t, float *c1, float *c2) {
+  *c1 = 1.0f / (1.0f - powf(beta1, (float)t));
+  *c2 = 1.0f / (1.0f - powf(beta2, (float)t));
+}
+
+/* Adam's moments a, b and weight w of one element, from gradient gj. */
+static inline void adam_element(float *w, float *a, float *b, float gj, float lr, float beta1,
+                                float beta2, float eps, float c1, float c2) {
+  *a = flush(beta1 * *a + (1.0f - beta1) * gj);
+  *b = flush(beta2 * *b + (1.0f - beta2) * gj * gj);
+  *w -= lr * (*a * c1) / (sqrtf(*b * c2) + eps);
+}
+
 void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
                  int t) {
-  float c1 = 1.0f / (1.0f - powf(beta1, (float)t));
-  float c2 = 1.0f / (1.0f - powf(beta2, (float)t));
+  float c1, c2;
+  tsr__k_adam_corrections(beta1, beta2, t, &c1, &c2);
+  for (int i = 0; i < m; i++) {
+    float *wr = w + (long)i * ldw, *ar = m1 + (long)i * ldm1, *br = m2 + (long)i * ldm2;
+    const float *gr = g + (long)i * ldg;
+    for (int j = 0; j < n; j++)
+      adam_element(&wr[j], &ar[j], &br[j], gr[j] + wd * wr[j], lr, beta1, beta2, eps, c1, c2);
+  }
+}
+
+void tsr__k_adamw(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
+                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
+                  int t) {
+  float c1, c2, keep = 1.0f - lr * wd;
+  tsr__k_adam_corrections(beta1, beta2, t, &c1, &c2);
   for (int i = 0; i < m; i++) {
     float *wr = w + (long)i * ldw, *ar = m1 + (long)i * ldm1, *br = m2 + (long)i * ldm2;
     const float *gr = g + (long)i * ldg;
     for (int j = 0; j < n; j++) {
-      float gj = gr[j] + wd * wr[j];
-      ar[j] = flush(beta1 * ar[j] + (1.0f - beta1) * gj);
-      br[j] = flush(beta2 * br[j] + (1.0f - beta2) * gj * gj);
-      wr[j] -= lr * (ar[j] * c1) / (sqrtf(br[j] * c2) + eps);
+      wr[j] *= keep;
+      adam_element(&wr[j], &ar[j], &br[j], gr[j], lr, beta1, beta2, eps, c1, c2);
     }
   }
 }

@@ -23,10 +23,7 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->batch = 64;
   o->seed = 1;
-  o->opt.kind = TSR_OPT_SGD;
-  o->opt.lr = 0.01f;
-  o->opt.momentum = 0.9f;
-  o->opt.beta1 = 0.9f, o->opt.beta2 = 0.999f, o->opt.eps = 1e-8f;
+  tsr_optimizer_init(&o->opt, "sgd", NULL);
 }
 
 /* The registered type of spec layer i (check_spec made sure there is one). */
@@ -298,10 +295,8 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   if (rc) return rc;
   if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
     return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
-  if (!(opts->opt.lr > 0.0f) || opts->opt.momentum < 0.0f || opts->opt.momentum >= 1.0f ||
-      opts->opt.weight_decay < 0.0f)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "optimizer: lr must be > 0, momentum in [0, 1), weight decay >= 0");
+  rc = tsr_optimizer_check(&opts->opt, err);
+  if (rc) return rc;
   int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
   if (pr > 1 && (!tsr_dist_active() || tsr_dist_size() % pr != 0))
     return tsr_error_set(err, TSR_EINVAL,

@@ -1,5 +1,5 @@
 /* The optimizer object: hyper-parameters, step count, rate, and each
- * parameter's state; the kind (sgd.c, adam.c) does the arithmetic. */
+ * parameter's state; the kind (registry.c lists them) does the arithmetic. */
 #include <stdlib.h>
 
 #include "optim/optim.h"
@@ -22,9 +22,7 @@ struct tsr_optim {
 
 int tsr__optim_create(tsr_optim_t **out, const tsr_optimizer_t *hp) {
   *out = NULL;
-  const tsr_optim_kind_t *kind = hp->kind == TSR_OPT_ADAM  ? &tsr__optim_adam
-                                 : hp->kind == TSR_OPT_SGD ? &tsr__optim_sgd
-                                                           : NULL;
+  const tsr_optim_kind_t *kind = tsr__optim_find(hp->name);
   if (!kind) return TSR_EINVAL;
   tsr_optim_t *o = calloc(1, sizeof *o);
   if (!o) return TSR_ENOMEM;

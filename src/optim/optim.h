@@ -2,10 +2,14 @@
  * update needs besides the parameter and its gradient: the hyper-parameters,
  * the step count (Adam's t), the current learning rate, and the state of
  * every parameter it updates (momentum, Adam's moments), as matrices shaped
- * and tiled like the parameter. Each kind (SGD, Adam) is one file that says
- * how many state matrices it keeps, their names and how one tile is updated;
- * the network calls the update for its own parameters, and the
- * synchronization code calls the same update on a parameter's home copies. */
+ * and tiled like the parameter. Each kind (sgd.c, sgd_nesterov.c, adam.c,
+ * adamw.c) is one file with its descriptor: name, defaults, state count and
+ * names, rate scaling, checks and how one tile is updated; registry.c lists
+ * them and answers the public calls (tessera/optim.h). Nothing outside a
+ * kind's file asks which kind it is: the network calls the update for its
+ * own parameters, the synchronization code calls the same update on a
+ * parameter's home copies, the checkpoint and the planner read the
+ * descriptor. */
 #ifndef TSR_OPTIM_OPTIM_H
 #define TSR_OPTIM_OPTIM_H
 
@@ -13,19 +17,31 @@
 #include <stdint.h>
 
 #include "runtime/task_opts.h"
+#include "tessera/error.h"
 #include "tessera/net.h"
+#include "tessera/optim.h"
 #include "tessera/tiles.h"
 
 #define TSR_OPTIM_MAX_STATE 2
 
-/* One kind of optimizer (sgd.c, adam.c). */
+/* One kind of optimizer, in its own file; registry.c lists it. */
 typedef struct {
-  const char *name;
+  const char *name; /* as --optimizer and checkpoints write it */
+  /* A variant of another kind (tsr_optimizer_variant): variant_of's name and the variant's
+   * ("sgd", "nesterov"); NULL for none. */
+  const char *variant_of, *variant;
+  tsr_optimizer_t defaults; /* every hyper-parameter but the name */
+  /* Under TSR_LR_SCALING_AUTO, the rate is multiplied by the replicas when they average
+   * gradients every step (--sync batch, post-local): the linear scaling rule of SGD. */
+  bool lr_scales_with_replicas;
   /* State matrices kept per parameter with these hyper-parameters (SGD
    * without momentum keeps none), and their names (PyTorch's, for
    * checkpoints). */
   int (*nstate)(const tsr_optimizer_t *hp);
   const char *state_names[TSR_OPTIM_MAX_STATE];
+  /* What this kind refuses beyond the common ranges (tsr_optimizer_check), with a message;
+   * NULL: nothing. */
+  int (*check)(const tsr_optimizer_t *hp, tsr_errbuf_t *err);
   /* Submits the update of rows r0 .. of tile (i, j) of w, with state[0 ..
    * nstate) tiled like w, from tile (gi, gj) of g holding those rows of the
    * gradient, at rate lr, step t (1-based) and weight decay wd. */
@@ -34,11 +50,19 @@ typedef struct {
                      int gj, const tsr_task_opts_t *o);
 } tsr_optim_kind_t;
 
-extern const tsr_optim_kind_t tsr__optim_sgd, tsr__optim_adam;
+/* The registered kind called name, or NULL (registry.c). */
+const tsr_optim_kind_t *tsr__optim_find(const char *name);
+
+/* Adam's state count and tile step (adam.c), shared by AdamW; decoupled: AdamW's decay. */
+int tsr__adam_nstate(const tsr_optimizer_t *hp);
+int tsr__adam_update_tile(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
+                          tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
+                          int gi, int gj, const tsr_task_opts_t *o, bool decoupled);
 
 typedef struct tsr_optim tsr_optim_t;
 
-/* An optimizer with hyper-parameters hp (copied), at step 0 and rate hp->lr. */
+/* An optimizer with hyper-parameters hp (copied), at step 0 and rate hp->lr; TSR_EINVAL for
+ * an unregistered name (tsr_optimizer_check says more). */
 int tsr__optim_create(tsr_optim_t **o, const tsr_optimizer_t *hp);
 /* Destroys it and every parameter's state. */
 void tsr__optim_destroy(tsr_optim_t **o);

@@ -113,25 +113,25 @@ int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_
 }
 
 int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
-                   float lr, float momentum, float wd) {
+                   float lr, float momentum, float wd, bool nesterov) {
   ROUTE(o, w);
   if (!same_tiling(w, g) || (v && !same_tiling(w, v))) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
       TSR_TRY(tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL,
-                              tsr__tile(g, i, j), 0, lr, momentum, wd));
+                              tsr__tile(g, i, j), 0, lr, momentum, wd, nesterov));
   return 0;
 }
 
 int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
                     const tsr_tiles_t *g, float lr, float beta1, float beta2, float eps, float wd,
-                    int t) {
+                    int t, bool decoupled) {
   ROUTE(o, w);
   if (!same_tiling(w, g) || !same_tiling(w, m1) || !same_tiling(w, m2)) return TSR_ESHAPE;
   for (int i = 0; i < w->mt; i++)
     for (int j = 0; j < w->nt; j++)
       TSR_TRY(tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
-                               tsr__tile(g, i, j), 0, lr, beta1, beta2, eps, wd, t));
+                               tsr__tile(g, i, j), 0, lr, beta1, beta2, eps, wd, t, decoupled));
   return 0;
 }
 
@@ -327,19 +327,20 @@ int tsr__tile_outer_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tile
 }
 
 int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, int i, int j, int r0,
-                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd) {
+                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd,
+                  bool nesterov) {
   if ((v && !same_tiling(w, v)) || !tile_ok(w, i, j) || !tile_ok(g, gi, gj)) return TSR_ESHAPE;
   return tsr__insert_sgd(o, tsr__tile(w, i, j), v ? tsr__tile(v, i, j) : NULL, tsr__tile(g, gi, gj),
-                         r0, lr, momentum, wd);
+                         r0, lr, momentum, wd, nesterov);
 }
 
 int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
                    int i, int j, int r0, const tsr_tiles_t *g, int gi, int gj, float lr,
-                   float beta1, float beta2, float eps, float wd, int t) {
+                   float beta1, float beta2, float eps, float wd, int t, bool decoupled) {
   if (!same_tiling(w, m1) || !same_tiling(w, m2) || !tile_ok(w, i, j) || !tile_ok(g, gi, gj))
     return TSR_ESHAPE;
   return tsr__insert_adam(o, tsr__tile(w, i, j), tsr__tile(m1, i, j), tsr__tile(m2, i, j),
-                          tsr__tile(g, gi, gj), r0, lr, beta1, beta2, eps, wd, t);
+                          tsr__tile(g, gi, gj), r0, lr, beta1, beta2, eps, wd, t, decoupled);
 }
 
 int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int dj,

@@ -35,12 +35,13 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
                             float scale);
-/* v is NULL when momentum is 0. */
+/* v is NULL when momentum is 0; nesterov: Nesterov momentum (v required). */
 int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
-                   float lr, float momentum, float wd);
+                   float lr, float momentum, float wd, bool nesterov);
+/* decoupled: AdamW's weight decay instead of Adam's L2. */
 int tsr__tiles_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
                     const tsr_tiles_t *g, float lr, float beta1, float beta2, float eps, float wd,
-                    int t);
+                    int t, bool decoupled);
 int tsr__tiles_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, float value);
 int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_t *src);
 int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
@@ -108,12 +109,14 @@ int tsr__tile_outer_fold(const tsr_task_opts_t *o, tsr_tiles_t *global, tsr_tile
 /* The update of rows r0 .. r0 + rows of tile (i, j) of w (and of the
  * optimizer state, tiled like w) from tile (gi, gj) of g, which holds those
  * rows of the gradient: the whole tile (r0 0, g tiled like w) or a band of
- * it (--sync batch, on the band's home). v is NULL when momentum is 0. */
+ * it (--sync batch, on the band's home). v is NULL when momentum is 0;
+ * nesterov and decoupled as for tsr__tiles_sgd and tsr__tiles_adam. */
 int tsr__tile_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, int i, int j, int r0,
-                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd);
+                  const tsr_tiles_t *g, int gi, int gj, float lr, float momentum, float wd,
+                  bool nesterov);
 int tsr__tile_adam(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *m1, tsr_tiles_t *m2,
                    int i, int j, int r0, const tsr_tiles_t *g, int gi, int gj, float lr,
-                   float beta1, float beta2, float eps, float wd, int t);
+                   float beta1, float beta2, float eps, float wd, int t, bool decoupled);
 /* Tile (di, dj) of dst = rows r0 .. of tile (i, j) of src; and back: rows
  * r0 .. of tile (i, j) of dst = tile (si, sj) of src. */
 int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int dj,

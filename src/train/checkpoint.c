@@ -18,10 +18,6 @@
 
 /* ---- names ---- */
 
-static const char *optimizer_name(tsr_optimizer_kind_t k) {
-  return k == TSR_OPT_ADAM ? "adam" : "sgd";
-}
-
 static void param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
   snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, k == 0 ? "weight" : "bias");
 }
@@ -116,7 +112,7 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   rc = rc ? rc : add_meta(b, "input_std", "%.9g", (double)in->input_std);
   rc = rc ? rc : add_meta(b, "data", "%s", in->data);
   rc = rc ? rc : add_meta(b, "net_seed", "%" PRIu64, net->opts.seed);
-  rc = rc ? rc : add_meta(b, "optimizer", "%s", optimizer_name(hp->kind));
+  rc = rc ? rc : add_meta(b, "optimizer", "%s", tsr_optimizer_name(hp));
   rc = rc ? rc
           : add_meta(b, "optimizer_hyper",
                      "lr %.9g momentum %.9g weight_decay %.9g beta1 %.9g "
@@ -192,6 +188,21 @@ static int meta_float(const tsr_st_file_t *f, const char *key, float *v) {
   if (end == s || *end) return TSR_EFORMAT;
   *v = (float)x;
   return 0;
+}
+
+/* 0 when name (the file's "optimizer", may be NULL) is registered, filling *opt (may be NULL)
+ * with its defaults; else a message naming it and the known ones. */
+static int known_optimizer(const char *name, const char *path, tsr_optimizer_t *opt,
+                           tsr_errbuf_t *err) {
+  tsr_optimizer_t o;
+  if (!name) return tsr_error_set(err, TSR_EFORMAT, "%s: no optimizer in the metadata", path);
+  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0) return 0;
+  char names[256];
+  tsr_optimizer_list(names, sizeof names);
+  return tsr_error_set(err, TSR_EFORMAT,
+                       "%s holds the state of optimizer %s, which this tessera does not know "
+                       "(known: %s); use the tessera that wrote it",
+                       path, name, names);
 }
 
 /* Opens path, checks that it is a tessera checkpoint and every tensor's checksum. */
@@ -299,10 +310,13 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
     rc = tsr_error_set(err, TSR_EINVAL,
                        "%s was written for model %s; this run builds %s (give the same --model)",
                        path, got.model, model);
-  if (rc == 0 && (!opt || strcmp(opt, optimizer_name(net->opts.opt.kind)) != 0))
+  const char *mine = tsr_optimizer_name(&net->opts.opt);
+  if (rc == 0) rc = known_optimizer(opt, path, NULL, err);
+  if (rc == 0 && strcmp(opt, mine) != 0)
     rc = tsr_error_set(err, TSR_EINVAL,
-                       "%s holds %s's state; this run uses %s (give the same --optimizer)", path,
-                       opt ? opt : "no optimizer", optimizer_name(net->opts.opt.kind));
+                       "%s holds %s's state; this run uses %s (give the same optimizer: "
+                       "--optimizer %s)",
+                       path, opt, mine, opt);
   if (rc == 0 && data && data[0] && strcmp(got.data, data) != 0)
     rc = tsr_error_set(err, TSR_EINVAL,
                        "%s was trained on data %s; this run has %s (give the same --data and "
@@ -362,13 +376,13 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   tsr_net_opts_init(&o);
   const char *opt = tsr__st_meta(f, "optimizer"), *hyper = tsr__st_meta(f, "optimizer_hyper");
   const char *shape = tsr__st_meta(f, "input_shape");
+  if (rc == 0) rc = known_optimizer(opt, path, &o.opt, err);
   if (rc == 0 &&
-      (!opt || !hyper || !shape ||
+      (!hyper || !shape ||
        sscanf(hyper, "lr %f momentum %f weight_decay %f beta1 %f beta2 %f eps %f", &o.opt.lr,
               &o.opt.momentum, &o.opt.weight_decay, &o.opt.beta1, &o.opt.beta2, &o.opt.eps) != 6 ||
        sscanf(shape, "%d %d %d", &o.in_channels, &o.in_height, &o.in_width) != 3))
     rc = tsr_error_set(err, TSR_EFORMAT, "%s: no optimizer or input shape in the metadata", path);
-  if (rc == 0) o.opt.kind = strcmp(opt, "adam") == 0 ? TSR_OPT_ADAM : TSR_OPT_SGD;
   o.seed = (uint64_t)seed;
   tsr__st_close(&f);
   if (rc) return rc;

@@ -26,7 +26,7 @@ float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   tsr_lr_scaling_t s = o->lr_scaling;
   if (s == TSR_LR_SCALING_AUTO)
     s = o->sync && (o->sync->kind == TSR_SYNC_BATCH || o->sync->kind == TSR_SYNC_POST_LOCAL) &&
-                net->opts.opt.kind == TSR_OPT_SGD
+                tsr__optim_kind(net->optim)->lr_scales_with_replicas
             ? TSR_LR_SCALING_LINEAR
             : TSR_LR_SCALING_NONE;
   float lr = tsr_net_base_lr(net);
