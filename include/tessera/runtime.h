@@ -26,6 +26,11 @@ typedef struct {
                         every task priority 0, for comparison */
   bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
   bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
+  int64_t trace_from, trace_to;    /* with trace: record only the tasks of training steps
+                                      trace_from .. trace_to (1-based over the run, inclusive;
+                                      --trace-steps A-B) and the main thread's spans that overlap
+                                      them; 0, 0 (default): every task. Otherwise both >= 1 and
+                                      trace_from <= trace_to, and trace must be on */
   tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
   int opencl;   /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
                    0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
