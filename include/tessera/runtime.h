@@ -145,6 +145,25 @@ TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
  * whether path can be created. */
 TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
 
+/* Reading a trace back (tessera trace-summary). */
+typedef struct {
+  bool json;    /* one JSON object instead of tables */
+  int64_t step; /* the training step whose critical path is shown; 0: the middle one recorded */
+  int top;      /* the longest waits listed (default 10) */
+} tsr_trace_summary_opts_t;
+
+TSR_API void tsr_trace_summary_opts_init(tsr_trace_summary_opts_t *opts);
+/* Reads the trace at path (one tsr_runtime_trace_write wrote) and writes to out where the time
+ * went: busy time per codelet and worker kind (CPU, OpenCL), busy and idle time per worker (idle:
+ * from the rank's first recorded task to its last, the time the worker ran none), the main
+ * thread's longest waits, and the critical path of one step: among the step's tasks, on every
+ * rank, the chain of dependencies (each task's args.deps, and transfers between ranks) with the
+ * most task time. opts NULL: defaults. Errors: TSR_EIO (cannot read), TSR_EFORMAT (not JSON,
+ * not a tessera trace, an event without the fields tessera writes), TSR_EINVAL (a step the trace
+ * does not hold), TSR_ENOMEM; err names the file and, where it can, the event. */
+TSR_API int tsr_trace_summary(FILE *out, const char *path, const tsr_trace_summary_opts_t *opts,
+                              tsr_errbuf_t *err);
+
 /* tessera's version, e.g. "0.1.0", and the git description of the tree it was built from
  * (`git describe --always --dirty`, e.g. "fa3d36d-dirty"; "unknown" outside a git
  * checkout): static strings. */
