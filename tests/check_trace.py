@@ -88,6 +88,19 @@ def check_events(trace, log):
             fail("rank %d: ids are not 1..%d" % (r, n))
     if sum(len(e["args"]["deps"]) for e in tasks) < len(tasks) // 2:
         fail("hardly any dependencies recorded")
+    # A writer waits for the readers since the last write (write after read), not only for that
+    # write: on one rank, each step's sgd of a layer overwrites a weight or bias that the step's
+    # forward pass (priority 0: gemm, bias_add) of that layer read, and depends on it directly.
+    if doc["otherData"]["ranks"] == 1:
+        for e in tasks:
+            if e["name"] != "sgd" or e["args"]["step"] < 1:
+                continue
+            deps = [ids[(e["pid"], d)] for d in e["args"]["deps"]]
+            if not any(d["args"]["priority"] == 0 and d["args"]["layer"] == e["args"]["layer"]
+                       for d in deps):
+                fail("sgd of layer %d step %d does not wait for the forward task that read its "
+                     "parameter: deps %s" % (e["args"]["layer"], e["args"]["step"],
+                                             [(d["name"], d["args"]["priority"]) for d in deps]))
 
 
 def per_step(tasks):
@@ -221,6 +234,10 @@ def check_flows(trace, log):
                 fail("flow %s: a %s event outside its task" % (i, e["ph"]))
         if a["ts"] + a["dur"] > b["ts"] + SKEW_US:
             fail("flow %s: the producer (%s) ends after the consumer (%s) starts" % (i, a["name"], b["name"]))
+        # Under --sync batch a tile read from another rank was written in the same step.
+        if b["args"]["step"] > 0 and a["args"]["step"] != b["args"]["step"]:
+            fail("flow %s: %s of step %d read what %s wrote at step %d" %
+                 (i, b["name"], b["args"]["step"], a["name"], a["args"]["step"]))
     ranks = [o for o in lines if o.get("event") == "ranks"]
     if ranks:
         messages = sum(r["messages_received"] for r in ranks[0]["ranks"])
