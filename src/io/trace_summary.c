@@ -160,6 +160,8 @@ static int cmp_flow_end(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
+static int link_tasks(trace_t *t, tsr_errbuf_t *err);
+
 /* Phase 1: the file into t, every event checked. */
 static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
   memset(t, 0, sizeof *t);
@@ -284,7 +286,16 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
     t->workers[w].tasks++, t->workers[w].busy += dur;
     t->rank_t0[r] = fmin(t->rank_t0[r], ts), t->rank_t1[r] = fmax(t->rank_t1[r], ts + dur);
   }
-  /* Flows: each start matched by the finish of the same id; both ends to task indices. */
+  t->nstarts = nstarts, t->nfinishes = nfinishes;
+  return link_tasks(t, err);
+}
+
+/* Phase 1, second half: flows (each start matched by the finish of the same id) and
+ * dependencies, from ids to task indices (in place of the cJSON arrays' numbers). */
+static int link_tasks(trace_t *t, tsr_errbuf_t *err) {
+  const char *path = t->path;
+  flow_end_t *starts = t->starts, *finishes = t->finishes;
+  int64_t nstarts = t->nstarts, nfinishes = t->nfinishes;
   int64_t *by_id = malloc((size_t)(t->ntasks ? t->ntasks : 1) * sizeof *by_id);
   t->flow_from = malloc((size_t)(nstarts ? nstarts : 1) * sizeof *t->flow_from);
   t->flow_to = malloc((size_t)(nstarts ? nstarts : 1) * sizeof *t->flow_to);
@@ -299,7 +310,7 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
   sort_trace = NULL;
   qsort(starts, (size_t)nstarts, sizeof *starts, cmp_flow_end);
   qsort(finishes, (size_t)nfinishes, sizeof *finishes, cmp_flow_end);
-  rc = 0;
+  int rc = 0;
   for (int64_t i = 0; i < nstarts && rc == 0; i++) {
     int64_t from = find_task(t, by_id, starts[i].pid, starts[i].task_id);
     int64_t to = i < nfinishes && finishes[i].id == starts[i].id
@@ -314,7 +325,6 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
   if (rc == 0 && nstarts != nfinishes)
     rc = tsr_error_set(err, TSR_EFORMAT, "%s: %lld flow starts but %lld finishes", path,
                        (long long)nstarts, (long long)nfinishes);
-  /* Dependencies: ids to task indices, in place of the cJSON arrays' numbers. */
   for (int64_t i = 0; i < t->ntasks && rc == 0 && t->has_deps; i++) {
     cJSON *d;
     cJSON_ArrayForEach(d, (cJSON *)t->tasks[i].deps) {
