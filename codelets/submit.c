@@ -48,7 +48,7 @@ static int submit_mpi(const tsr_task_opts_t *o, struct starpu_codelet *cl, const
     }
     if (o->observer) {
       task->callback_func = o->observer->done;
-      task->callback_arg = o->observer->arg(cl, o);
+      task->callback_arg = o->observer->arg(task, cl, o);
     }
     task->callback_arg_free = 0; /* build sets it; ours is a label, not memory */
     /* -ENODEV: no worker can run this codelet; the task was not taken. */
@@ -91,7 +91,7 @@ int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void 
   }
   if (o->observer) {
     task->callback_func = o->observer->done;
-    task->callback_arg = o->observer->arg(cl, o);
+    task->callback_arg = o->observer->arg(task, cl, o);
   }
   int ret = starpu_task_submit(task);
   if (o->submitted) (*o->submitted)++;

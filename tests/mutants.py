@@ -147,6 +147,23 @@ MUTANTS = [
        "  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0 ||\n"
        "      tsr_optimizer_init(opt ? opt : &o, \"sgd\", NULL) == 0)\n    return 0;")],
      ["checkpoint"]),
+    # Issue 21: traces people can read.
+    ("trace-busy-last", "trace-summary keeps a codelet's last task time instead of the sum",
+     "src/io/trace_summary.c",
+     [("b[j].tasks++, b[j].busy += k->dur;", "b[j].tasks++, b[j].busy = k->dur;")], ["trace"]),
+    ("trace-steps-edge", "--trace-steps A-B leaves out step B", "src/runtime/observe.c",
+     [("return step >= win_from && step <= win_to;", "return step >= win_from && step < win_to;")],
+     ["trace"]),
+    ("deps-no-readers", "in a trace, a write waits only for the last write, not the reads since",
+     "src/io/trace_graph.c",
+     [("const vec_t *before = d->readers.n ? &d->readers : &d->last;",
+       "const vec_t *before = &d->last;")], ["trace"]),
+    ("flow-older-writer", "a transfer is drawn from the owner's writer before the last",
+     "src/io/trace_graph.c", [("  int64_t k = lo - 1;\n", "  int64_t k = lo - 2;\n")],
+     ["mpi-trace-summary"]),
+    ("critical-path-first-dep", "the critical path follows a task's first dependency, not its "
+     "heaviest", "src/io/trace_summary.c",
+     [("if (v > b) b = v, arg = j;", "if (arg < 0) b = v, arg = j;")] * 2, ["trace"]),
 ]
 
 

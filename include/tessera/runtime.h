@@ -26,6 +26,11 @@ typedef struct {
                         every task priority 0, for comparison */
   bool stats;        /* per-worker statistics from StarPU's profiling (tsr_runtime_stats) */
   bool trace;        /* record every task for a timeline (tsr_runtime_trace_write) */
+  int64_t trace_from, trace_to;    /* with trace: record only the tasks of training steps
+                                      trace_from .. trace_to (1-based over the run, inclusive;
+                                      --trace-steps A-B) and the main thread's spans that overlap
+                                      them; 0, 0 (default): every task. Otherwise both >= 1 and
+                                      trace_from <= trace_to, and trace must be on */
   tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
   int opencl;   /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
                    0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
@@ -139,6 +144,25 @@ TSR_API void tsr_run_stats_print(FILE *out, const tsr_run_stats_t *st);
  * it with the system's reason. tsr_output_check (log.h) tells beforehand
  * whether path can be created. */
 TSR_API int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err);
+
+/* Reading a trace back (tessera trace-summary). */
+typedef struct {
+  bool json;    /* one JSON object instead of tables */
+  int64_t step; /* the training step whose critical path is shown; 0: the middle one recorded */
+  int top;      /* the longest waits listed (default 10) */
+} tsr_trace_summary_opts_t;
+
+TSR_API void tsr_trace_summary_opts_init(tsr_trace_summary_opts_t *opts);
+/* Reads the trace at path (one tsr_runtime_trace_write wrote) and writes to out where the time
+ * went: busy time per codelet and worker kind (CPU, OpenCL), busy and idle time per worker (idle:
+ * from the rank's first recorded task to its last, the time the worker ran none), the main
+ * thread's longest waits, and the critical path of one step: among the step's tasks, on every
+ * rank, the chain of dependencies (each task's args.deps, and transfers between ranks) with the
+ * most task time. opts NULL: defaults. Errors: TSR_EIO (cannot read), TSR_EFORMAT (not JSON,
+ * not a tessera trace, an event without the fields tessera writes), TSR_EINVAL (a step the trace
+ * does not hold), TSR_ENOMEM; err names the file and, where it can, the event. */
+TSR_API int tsr_trace_summary(FILE *out, const char *path, const tsr_trace_summary_opts_t *opts,
+                              tsr_errbuf_t *err);
 
 /* tessera's version, e.g. "0.1.0", and the git description of the tree it was built from
  * (`git describe --always --dirty`, e.g. "fa3d36d-dirty"; "unknown" outside a git

@@ -7,6 +7,7 @@ int tsr_cli_info(int argc, char **argv);
 int tsr_cli_eval(int argc, char **argv);
 int tsr_cli_inspect(int argc, char **argv);
 int tsr_cli_plan(int argc, char **argv);
+int tsr_cli_trace_summary(int argc, char **argv);
 
 /* A whole number in [lo, hi] from s, all of it: 0, or -1 (out untouched). */
 int tsr__cli_to_long(const char *s, long lo, long hi, long *out);

@@ -12,7 +12,8 @@ static void usage(FILE *out) {
                "  eval    evaluate a checkpoint on a test set (accuracy, confusion matrix)\n"
                "  inspect list a checkpoint's tensors and metadata\n"
                "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n"
-               "  plan    predict step and epoch times, bytes and memory per rank for P ranks\n\n"
+               "  plan    predict step and epoch times, bytes and memory per rank for P ranks\n"
+               "  trace-summary  where a traced run's time went (tessera train --trace)\n\n"
                "`tessera <command> --help` describes a command's options; `tessera --version`\n"
                "says which tessera and libraries this is.\n");
 }
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "eval") == 0) return tsr_cli_eval(argc - 1, argv + 1);
   if (strcmp(argv[1], "inspect") == 0) return tsr_cli_inspect(argc - 1, argv + 1);
   if (strcmp(argv[1], "plan") == 0) return tsr_cli_plan(argc - 1, argv + 1);
+  if (strcmp(argv[1], "trace-summary") == 0) return tsr_cli_trace_summary(argc - 1, argv + 1);
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
       strcmp(argv[1], "version") == 0) {
     char libs[512];

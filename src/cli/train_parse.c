@@ -103,6 +103,7 @@ void tsr__cli_train_usage(FILE *out) {
         "  --stats             per-worker statistics at the end (and in the log)\n"
         "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
         "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
+        "  --trace-steps A-B   with --trace, only training steps A to B (1-based) [all]\n"
         "  --quiet             no per-epoch lines\n"
         "  --help              this text\n",
         out);
@@ -201,7 +202,8 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     O_GRID,
     O_DEVICES,
     O_SHARES,
-    O_NESTEROV
+    O_NESTEROV,
+    O_TRACE_STEPS
   };
   static const struct option longopts[] = {
       {"data", required_argument, 0, O_DATA},
@@ -242,6 +244,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       {"grid", required_argument, 0, O_GRID},
       {"devices", required_argument, 0, O_DEVICES},
       {"shares", required_argument, 0, O_SHARES},
+      {"trace-steps", required_argument, 0, O_TRACE_STEPS},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
 
@@ -464,6 +467,18 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
       if (!ends_with(optarg, ".json")) return bad("--trace", optarg, "a file name ending in .json");
       cfg->trace_path = optarg, cfg->runtime.trace = true;
       break;
+    case O_TRACE_STEPS: {
+      long a = 0, b = 0;
+      char *dash = strchr(optarg, '-');
+      if (dash) *dash = '\0';
+      int e1 = tsr__cli_to_long(optarg, 1, 1L << 40, &a),
+          e2 = dash ? tsr__cli_to_long(dash + 1, 1, 1L << 40, &b) : -1;
+      if (dash) *dash = '-';
+      if (e1 || e2 || a > b)
+        return bad("--trace-steps", optarg, "A-B, steps with 1 <= A <= B, e.g. 100-110");
+      cfg->runtime.trace_from = a, cfg->runtime.trace_to = b;
+      break;
+    }
     case 'h': cfg->help = true; return 0;
     default: return 2;
     }
@@ -495,6 +510,10 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     return 2;
   }
   cfg->model_file = ends_with(cfg->model, ".ini");
+  if (cfg->runtime.trace_from && !cfg->runtime.trace) {
+    fprintf(stderr, "tessera train: --trace-steps needs --trace FILE.json\n");
+    return 2;
+  }
   if (cfg->checkpoint_every && !cfg->checkpoint) {
     fprintf(stderr, "tessera train: --checkpoint-every needs --checkpoint FILE\n");
     return 2;

@@ -1,6 +1,10 @@
 /* The timeline file: a run's collected tasks and spans (src/runtime/
  * observe.c) as Chrome trace-event JSON, which Perfetto and chrome://tracing
- * open: a process per rank, a track per worker and one for the main thread. */
+ * open: a process per rank, a track per worker and one for the main thread. A task's event is
+ * named by its codelet (so that a viewer groups a codelet's tasks), its layer, step, tile,
+ * priority, job id and dependencies in its args; transfers between ranks are flow events
+ * (src/io/trace_graph.c infers both). tessera trace-summary reads the file back
+ * (trace_summary.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -9,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/trace_graph.h"
 #include "runtime/observe.h"
 #include "tessera/runtime.h"
 
@@ -28,12 +33,19 @@ static void json_string(FILE *f, const char *s) {
 /* Streams the events with fprintf rather than building a cJSON tree: a run
  * has millions of tasks, and every string written is a codelet, worker or
  * span name (escaped all the same). */
-static bool write_trace(FILE *f, const tsr_trace_t *tr) {
+static bool write_trace(FILE *f, const tsr_trace_t *tr, const tsr_trace_graph_t *g) {
   int ranks = tsr__trace_ranks(tr);
+  int64_t from, to, last;
+  tsr__trace_steps(tr, &from, &to, &last);
   fprintf(f,
           "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"tessera, StarPU task "
-          "profiling\",\"ranks\":%d,\"sched\":",
+          "profiling\",\"format\":2,\"ranks\":%d,\"steps\":",
           ranks);
+  if (from > 0)
+    fprintf(f, "[%lld,%lld]", (long long)from, (long long)to);
+  else
+    fprintf(f, "null");
+  fprintf(f, ",\"last_step\":%lld,\"sched\":", (long long)last);
   json_string(f, tsr_runtime_sched());
   /* Bytes between each rank's memory nodes (CPU RAM, OpenCL devices' memory) over the run. */
   fprintf(f, ",\"memory_transfers\":[");
@@ -86,21 +98,34 @@ static bool write_trace(FILE *f, const tsr_trace_t *tr) {
               e.ts, e.dur, e.rank);
       continue;
     }
-    char name[96], tile[24] = "";
-    if (e.ti >= 0) snprintf(tile, sizeof tile, " t%d,%d", e.ti, e.tj);
-    if (e.batch > 0) /* batch 0: evaluation, start-up, epoch ends */
-      snprintf(name, sizeof name, "%s L%d b%lld%s", e.name, e.layer, (long long)e.batch, tile);
-    else
-      snprintf(name, sizeof name, "%s L%d%s", e.name, e.layer, tile);
     fprintf(f, "%s{\"name\":", SEP());
-    json_string(f, name);
+    json_string(f, e.name);
+    /* Step 0: evaluation, start-up, epoch ends. */
     fprintf(f,
             ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
-            "\"args\":{\"codelet\":",
-            e.mpi ? "mpi" : "task", e.ts, e.dur, e.rank, e.worker);
-    json_string(f, e.name);
-    fprintf(f, ",\"layer\":%d,\"batch\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s}}",
-            e.layer, (long long)e.batch, e.ti, e.tj, e.priority, e.mpi ? "true" : "false");
+            "\"args\":{\"layer\":%d,\"step\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s,"
+            "\"id\":%lld,\"deps\":[",
+            e.mpi ? "mpi" : "task", e.ts, e.dur, e.rank, e.worker, e.layer, (long long)e.batch,
+            e.ti, e.tj, e.priority, e.mpi ? "true" : "false", (long long)g->id[k]);
+    for (int64_t d = g->dep_start[k]; d < g->dep_start[k + 1]; d++)
+      fprintf(f, "%s%lld", d > g->dep_start[k] ? "," : "", (long long)g->id[g->deps[d]]);
+    fprintf(f, "]}}");
+  }
+  /* Flows bind to the slice around their time on their track: the middle of each task. */
+  for (int64_t i = 0; i < g->nflows; i++) {
+    tsr_trace_event_t a, b;
+    tsr__trace_event(tr, g->flow_from[i], &a);
+    tsr__trace_event(tr, g->flow_to[i], &b);
+    fprintf(f,
+            "%s{\"name\":\"transfer\",\"cat\":\"mpi\",\"ph\":\"s\",\"id\":%lld,\"ts\":%.3f,"
+            "\"pid\":%d,\"tid\":%d,\"args\":{\"task\":%lld,\"tag\":%llu}}",
+            SEP(), (long long)i + 1, a.ts + a.dur / 2, a.rank, a.worker,
+            (long long)g->id[g->flow_from[i]], (unsigned long long)g->flow_tag[i]);
+    fprintf(f,
+            ",\n{\"name\":\"transfer\",\"cat\":\"mpi\",\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,"
+            "\"ts\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"task\":%lld,\"tag\":%llu}}",
+            (long long)i + 1, b.ts + b.dur / 2, b.rank, b.worker, (long long)g->id[g->flow_to[i]],
+            (unsigned long long)g->flow_tag[i]);
   }
 #undef SEP
   fprintf(f, "\n]}\n");
@@ -111,9 +136,15 @@ int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
   tsr_trace_t *tr;
   int rc = tsr__trace_collect(&tr, err);
   if (rc || !tr) return rc; /* ranks other than 0 end here */
+  tsr_trace_graph_t g;
+  if (tsr__trace_graph_build(&g, tr)) {
+    tsr__trace_free(&tr);
+    return tsr_error_set(err, TSR_ENOMEM, "--trace %s: out of memory for the dependencies", path);
+  }
   FILE *f = fopen(path, "w");
   if (!f) {
     int e = errno;
+    tsr__trace_graph_fini(&g);
     tsr__trace_free(&tr);
     return tsr_error_set(err, TSR_EIO, "--trace %s: cannot open for writing: %s", path,
                          strerror(e));
@@ -121,10 +152,18 @@ int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
   struct stat st;
   bool regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
   errno = 0;
-  bool ok = write_trace(f, tr);
+  bool ok = write_trace(f, tr, &g);
+  tsr__trace_graph_fini(&g);
   int e = ok ? 0 : errno; /* the write that failed */
   if (fclose(f) != 0 && ok) ok = false, e = errno;
-  int64_t dropped = tsr__trace_dropped(tr);
+  int64_t dropped = tsr__trace_dropped(tr), from, to, last;
+  tsr__trace_steps(tr, &from, &to, &last);
+  int64_t tasks = 0;
+  for (int64_t k = 0; k < tsr__trace_count(tr); k++) {
+    tsr_trace_event_t e;
+    tsr__trace_event(tr, k, &e);
+    tasks += !e.span;
+  }
   tsr__trace_free(&tr);
   if (!ok) {
     /* A cut trace is not JSON: nothing is better. Only a regular file, never /dev/full. */
@@ -137,5 +176,10 @@ int tsr_runtime_trace_write(const char *path, tsr_errbuf_t *err) {
             "tessera: the trace buffer was full: %lld tasks not recorded "
             "(TSR_TRACE_CAPACITY raises it)\n",
             (long long)dropped);
+  if (from > 0 && tasks == 0)
+    fprintf(stderr,
+            "tessera: --trace-steps %lld-%lld: the run's last step was %lld; the trace holds "
+            "no task\n",
+            (long long)from, (long long)to, (long long)last);
   return 0;
 }

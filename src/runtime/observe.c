@@ -1,12 +1,15 @@
 /* Statistics and timelines from StarPU's profiling interface. While on,
  * every task carries a callback (the observer its options carry, from
- * tsr__task_opts_default) that reads
- * the task's profiling record (start, end, worker) and appends one fixed-size
- * record to a buffer allocated once per run, and counts the task per worker
- * and codelet. Per-worker times come from starpu_profiling_worker_get_info,
- * bytes between memory nodes from the bus counters. At shutdown each rank
- * keeps a snapshot; under MPI rank 0 gathers the snapshots with plain MPI
- * (start-up and shutdown are where plain MPI belongs) and merges them. */
+ * tsr__task_opts_default) that counts the task per worker and codelet and, when tracing, fills
+ * the task's record in a buffer allocated once per run: the record is reserved at submission,
+ * in submission order, with the task's label and the data it accesses (handle or StarPU-MPI
+ * tag, access mode: what src/io/trace_graph.c rebuilds the dependencies and transfers from),
+ * and the callback adds StarPU's profiling times (start, end, worker). With a step window
+ * (--trace-steps) only the window's tasks are recorded, and the main thread's spans that may
+ * overlap them; the snapshot keeps the spans that do. Per-worker times come from
+ * starpu_profiling_worker_get_info, bytes between memory nodes from the bus counters. At shutdown
+ * each rank keeps a snapshot; under MPI rank 0 gathers the snapshots with plain MPI (start-up and
+ * shutdown are where plain MPI belongs) and merges them. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,15 +27,20 @@
 #define MAX_NAMES TSR_STATS_MAX_CODELETS
 #define MAX_SPAN_NAMES 16
 #define MAX_BUSES 16
-#define DEFAULT_CAPACITY (1 << 21) /* records; 64 MiB reserved, touched only as used */
+#define DEFAULT_CAPACITY (1 << 21) /* records; 176 MiB reserved, touched only as used */
 
 static bool observing;
 
 typedef struct {
-  double start, end; /* us, StarPU's clock */
-  uint64_t label;    /* packed label_t; for spans the span name index */
-  int32_t worker;    /* StarPU worker id; -1: a span of the main thread */
-  int16_t ti, tj;    /* tile written (-1: unknown) */
+  double start, end;                  /* us, StarPU's clock */
+  uint64_t label;                     /* packed label_t; for spans the span name index */
+  uint64_t submitted;                 /* the slot: the rank's submission order */
+  uint64_t data[TSR__TRACE_MAX_DATA]; /* tag (mode has TSR__ACCESS_TAGGED) or handle address */
+  int32_t worker;                     /* StarPU worker id; -1: a span of the main thread */
+  int16_t ti, tj;                     /* tile written (-1: unknown) */
+  int16_t owner[TSR__TRACE_MAX_DATA]; /* tagged data's rank */
+  uint8_t mode[TSR__TRACE_MAX_DATA];  /* TSR__ACCESS_* */
+  uint8_t ndata;
 } rec_t;
 
 /* One rank's observations, as sent to rank 0. */
@@ -40,6 +48,8 @@ typedef struct {
   int rank, ncodelets, nspans, nworkers, nbuses;
   int64_t nrecs, ntasks, dropped; /* records, of which task records, and tasks not recorded */
   double clock_offset;            /* added to this rank's times to put them on rank 0's clock */
+  int64_t trace_from, trace_to;   /* the step window; 0, 0: none */
+  int64_t last_step;              /* the last step a task was labelled with */
   char codelets[MAX_NAMES][32];
   char spans[MAX_SPAN_NAMES][32];
   char wname[MAX_WORKERS][48];
@@ -60,6 +70,16 @@ static _Atomic int64_t nrecs;
 static _Atomic int64_t counts[MAX_WORKERS][MAX_NAMES];
 static snap_t *snap; /* taken at shutdown */
 
+/* The step window (--trace-steps). The main thread, submitting, counts the window's tasks and
+ * notes when it submitted the first and went past the last; the workers count those done and
+ * the latest end. A span that ends before the window's first task was submitted, or starts
+ * after all of them ended, cannot overlap them and is not recorded. */
+static int64_t win_from, win_to; /* 0: no window */
+static int64_t last_step;        /* main thread */
+static bool win_opened, win_passed;
+static int64_t win_submitted;
+static _Atomic int64_t win_done;
+static _Atomic int64_t win_last_end; /* ns on StarPU's clock */
 /* What a task is, packed into its callback argument so that labelling
  * needs no allocation: codelet (interned), layer, batch, priority, and
  * whether StarPU-MPI inserted it. The tile comes from the coordinates of the
@@ -73,7 +93,7 @@ typedef struct {
 } label_t;
 
 static uint64_t pack(const label_t *l) {
-  uint64_t batch = l->batch > 0 ? (uint64_t)l->batch & ((1ULL << 40) - 1) : 0;
+  uint64_t batch = l->batch > 0 ? (uint64_t)l->batch & ((1ULL << 39) - 1) : 0; /* bit 63: SLOT */
   return (uint64_t)(l->codelet & 0xff) | (uint64_t)(l->layer & 0xff) << 8 |
          (uint64_t)(l->priority & 0xf) << 16 | (uint64_t)(l->mpi ? 1 : 0) << 20 | batch << 24;
 }
@@ -102,44 +122,95 @@ double tsr__observe_now(void) {
   return starpu_timing_now();
 }
 
-static void append(const rec_t *r) {
+/* A record's slot, reserved in the order records are made (by the main thread: a task's at its
+ * submission, a span at its end), or -1 when the buffer is full (counted as dropped). */
+static int64_t reserve(void) {
   int64_t k = atomic_fetch_add_explicit(&nrecs, 1, memory_order_relaxed);
-  if (k < capacity) recs[k] = *r;
+  return k < capacity ? k : -1;
 }
+
+static bool in_window(int64_t step) {
+  return step >= win_from && step <= win_to;
+}
+
+/* The window's tasks done so far, and the latest end among them. */
+static void window_done(double end_us) {
+  int64_t end = (int64_t)(end_us * 1e3), seen = atomic_load(&win_last_end);
+  while (end > seen && !atomic_compare_exchange_weak(&win_last_end, &seen, end)) {
+  }
+  atomic_fetch_add(&win_done, 1);
+}
+
+/* The task's data: identity and access mode of each buffer, read at submission (by the time
+ * the callback runs, StarPU may have unregistered a handle the task released). A tile
+ * registered with StarPU-MPI carries a third coordinate (src/tile/tiles.c), and only then may
+ * StarPU-MPI be asked its tag and owner (it asserts otherwise). The tile named is the first
+ * written buffer's. */
+static void record_data(rec_t *r, struct starpu_task *task) {
+  unsigned n = STARPU_TASK_GET_NBUFFERS(task);
+  bool named = false;
+  for (unsigned i = 0; i < n && i < TSR__TRACE_MAX_DATA; i++) {
+    starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(task, i);
+    enum starpu_data_access_mode m = STARPU_TASK_GET_MODE(task, i);
+    int dims[3];
+    unsigned nd = starpu_data_get_coordinates_array(h, 3, dims);
+    if ((m & STARPU_W) && !named) {
+      if (nd >= 2) r->ti = (int16_t)dims[0], r->tj = (int16_t)dims[1];
+      named = true;
+    }
+    int mode = (m & STARPU_R ? TSR__ACCESS_R : 0) | (m & STARPU_W ? TSR__ACCESS_W : 0) |
+               (m & STARPU_COMMUTE ? TSR__ACCESS_COMMUTE : 0);
+    r->owner[i] = -1;
+    if (nd == 3) {
+      r->data[i] = (uint64_t)starpu_mpi_data_get_tag(h);
+      r->owner[i] = (int16_t)starpu_mpi_data_get_rank(h);
+      mode |= TSR__ACCESS_TAGGED;
+    } else {
+      r->data[i] = (uint64_t)(uintptr_t)h;
+    }
+    r->mode[i] = (uint8_t)mode;
+    r->ndata = (uint8_t)(i + 1);
+  }
+}
+
+/* A callback argument: a traced task's record slot (SLOT set), else its packed label. */
+#define SLOT (1ULL << 63)
+#define UNRUN (-2) /* a reserved task record whose task has not run (yet) */
 
 static void task_done(void *arg) {
   struct starpu_task *task = starpu_task_get_current();
   if (!task) return;
   struct starpu_profiling_task_info *pi = task->profiling_info;
   int w = pi ? pi->workerid : starpu_worker_get_id();
-  uint64_t label = (uint64_t)(uintptr_t)arg;
+  uint64_t v = (uint64_t)(uintptr_t)arg;
+  rec_t *r = v & SLOT ? &recs[v & ~SLOT] : NULL;
+  uint64_t label = r ? r->label : v;
   if (stats_on && w >= 0 && w < MAX_WORKERS)
     atomic_fetch_add_explicit(&counts[w][label & 0xff], 1, memory_order_relaxed);
-  if (!trace_on || !pi) return;
-  rec_t r = {.start = starpu_timing_timespec_to_us(&pi->start_time),
-             .end = starpu_timing_timespec_to_us(&pi->end_time),
-             .label = label,
-             .worker = w,
-             .ti = -1,
-             .tj = -1};
-  unsigned n = STARPU_TASK_GET_NBUFFERS(task);
-  for (unsigned i = 0; i < n; i++)
-    if (STARPU_TASK_GET_MODE(task, i) & STARPU_W) {
-      int dims[2];
-      if (starpu_data_get_coordinates_array(STARPU_TASK_GET_HANDLE(task, i), 2, dims) == 2)
-        r.ti = (int16_t)dims[0], r.tj = (int16_t)dims[1];
-      break;
-    }
-  append(&r);
+  if (!r) return;
+  double end = pi ? starpu_timing_timespec_to_us(&pi->end_time) : starpu_timing_now();
+  if (win_from > 0) window_done(end);
+  if (!pi) return; /* stays UNRUN: dropped */
+  r->start = starpu_timing_timespec_to_us(&pi->start_time), r->end = end, r->worker = w;
 }
 
-static void *task_arg(const void *cl, const tsr_task_opts_t *o) {
+/* At submission, on the main thread: the label, and with tracing the record, but for the tasks
+ * outside the step window. */
+static void *task_arg(void *task, const void *cl, const tsr_task_opts_t *o) {
+  if (o->batch > last_step) last_step = o->batch;
+  if (win_from > 0 && o->batch > win_to) win_passed = true;
   label_t l = {.codelet = intern(cl),
                .layer = o->layer,
                .batch = o->batch,
                .priority = o->priority,
                .mpi = o->mpi};
-  return (void *)(uintptr_t)pack(&l);
+  uint64_t label = pack(&l);
+  int64_t k = trace_on && (win_from == 0 || in_window(o->batch)) ? reserve() : -1;
+  if (k < 0) return (void *)(uintptr_t)label;
+  if (win_from > 0) win_opened = true, win_submitted++;
+  recs[k] = (rec_t){.label = label, .submitted = (uint64_t)k, .worker = UNRUN, .ti = -1, .tj = -1};
+  record_data(&recs[k], task);
+  return (void *)(uintptr_t)(SLOT | (uint64_t)k);
 }
 
 static const tsr_task_observer_t observer = {task_done, task_arg};
@@ -150,6 +221,9 @@ const tsr_task_observer_t *tsr__observe_observer(void) {
 
 void tsr__observe_span(const char *name, double t0, double t1) {
   if (!trace_on) return;
+  if (win_from > 0 && (!win_opened || (win_passed && atomic_load(&win_done) == win_submitted &&
+                                       t0 * 1e3 >= (double)atomic_load(&win_last_end))))
+    return;
   int k = 0;
   while (k < nspans && span_names[k] != name)
     k++;
@@ -157,13 +231,18 @@ void tsr__observe_span(const char *name, double t0, double t1) {
     if (nspans == MAX_SPAN_NAMES) return;
     span_names[nspans++] = name;
   }
-  rec_t r = {.start = t0, .end = t1, .label = (uint64_t)k, .worker = -1, .ti = -1, .tj = -1};
-  append(&r);
+  int64_t slot = reserve();
+  if (slot >= 0)
+    recs[slot] =
+        (rec_t){.start = t0, .end = t1, .label = (uint64_t)k, .worker = -1, .ti = -1, .tj = -1};
 }
 
-int tsr__observe_start(bool stats, bool trace) {
+int tsr__observe_start(bool stats, bool trace, int64_t trace_from, int64_t trace_to) {
   free(snap), snap = NULL;
   stats_on = stats, trace_on = trace;
+  win_from = trace ? trace_from : 0, win_to = trace ? trace_to : 0;
+  last_step = 0, win_opened = win_passed = false, win_submitted = 0;
+  atomic_store(&win_done, 0), atomic_store(&win_last_end, 0);
   observing = stats || trace;
   atomic_store(&nrecs, 0);
   memset(counts, 0, sizeof counts);
@@ -185,6 +264,19 @@ int tsr__observe_start(bool stats, bool trace) {
 
 static double ts_s(struct timespec *t) {
   return (double)t->tv_sec + 1e-9 * (double)t->tv_nsec;
+}
+
+/* With a step window: only the spans that overlap the window's tasks (recording kept those
+ * that might). */
+static void keep_overlapping_spans(snap_t *s) {
+  double first = INFINITY, last = -INFINITY;
+  for (int64_t i = 0; i < s->nrecs; i++)
+    if (recs[i].worker >= 0) first = fmin(first, recs[i].start), last = fmax(last, recs[i].end);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < s->nrecs; i++)
+    if (recs[i].worker >= 0 || (recs[i].end > first && recs[i].start < last))
+      recs[kept++] = recs[i];
+  s->nrecs = kept;
 }
 
 void tsr__observe_snapshot(void) {
@@ -233,6 +325,12 @@ void tsr__observe_snapshot(void) {
   int64_t n = atomic_load(&nrecs);
   snap->nrecs = n < capacity ? n : capacity;
   snap->dropped = n - snap->nrecs;
+  snap->trace_from = win_from, snap->trace_to = win_to, snap->last_step = last_step;
+  int64_t kept = 0; /* tasks that never ran (a refused submission) are dropped */
+  for (int64_t i = 0; i < snap->nrecs; i++)
+    if (recs[i].worker != UNRUN) recs[kept++] = recs[i];
+  snap->dropped += snap->nrecs - kept, snap->nrecs = kept;
+  if (win_from > 0) keep_overlapping_spans(snap);
   for (int64_t i = 0; i < snap->nrecs; i++)
     snap->ntasks += recs[i].worker >= 0;
   starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
@@ -443,4 +541,11 @@ void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e) {
   label_t l = unpack(rec->label);
   e->name = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
   e->layer = l.layer, e->batch = l.batch, e->priority = l.priority, e->mpi = l.mpi;
+  e->submitted = rec->submitted, e->ndata = rec->ndata;
+  for (int d = 0; d < rec->ndata; d++)
+    e->mode[d] = rec->mode[d], e->data[d] = rec->data[d], e->owner[d] = rec->owner[d];
+}
+
+void tsr__trace_steps(const tsr_trace_t *tr, int64_t *from, int64_t *to, int64_t *last) {
+  *from = tr->all[0].trace_from, *to = tr->all[0].trace_to, *last = tr->all[0].last_step;
 }

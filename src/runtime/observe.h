@@ -19,14 +19,26 @@
  * (tsr__task_opts_default installs it). */
 const tsr_task_observer_t *tsr__observe_observer(void);
 
-/* Starts and stops observing (runtime start-up and shutdown). */
-int tsr__observe_start(bool stats, bool trace);
+/* Starts and stops observing (runtime start-up and shutdown). With trace_from > 0 only the
+ * tasks of training steps trace_from .. trace_to are recorded, and the spans that overlap them
+ * (tsr_runtime_opts_t.trace_from, checked by the runtime). */
+int tsr__observe_start(bool stats, bool trace, int64_t trace_from, int64_t trace_to);
 void tsr__observe_snapshot(void); /* this rank's data, before StarPU stops */
 
 /* A run's recorded tasks and spans, collected from every rank on rank 0
  * (tsr__trace_collect is collective under MPI, like tsr_runtime_stats, and
  * leaves *tr NULL on other ranks). Writers live in src/io/trace.c. */
 typedef struct tsr_trace tsr_trace_t;
+
+/* A task's data, as recorded (the first TSR__TRACE_MAX_DATA of its buffers, which is all of
+ * them for every codelet today): its access mode and identity. */
+#define TSR__TRACE_MAX_DATA 4
+enum {
+  TSR__ACCESS_R = 1,       /* the task reads it */
+  TSR__ACCESS_W = 2,       /* writes it (R and W: reads and writes) */
+  TSR__ACCESS_COMMUTE = 4, /* STARPU_COMMUTE: such writes may run in either order */
+  TSR__ACCESS_TAGGED = 8,  /* registered with StarPU-MPI: data is its tag, else its handle */
+};
 
 typedef struct {
   bool span;        /* a span of the main thread (a wait), else a task */
@@ -37,7 +49,15 @@ typedef struct {
   int64_t batch;    /* tasks: training step, 0 none */
   int ti, tj;       /* tasks: the tile written, -1 unknown */
   int priority;
-  bool mpi; /* inserted by StarPU-MPI */
+  bool mpi;           /* inserted by StarPU-MPI */
+  uint64_t submitted; /* tasks: a number growing in the order the rank's main thread submitted
+                         its tasks (StarPU 1.3 numbers jobs only in FxT builds) */
+  int ndata;          /* tasks: entries in the arrays below */
+  int mode[TSR__TRACE_MAX_DATA];      /* TSR__ACCESS_* */
+  uint64_t data[TSR__TRACE_MAX_DATA]; /* tagged: the StarPU-MPI tag (the same tile on every
+                                         rank), else the handle's address (this rank only) */
+  int owner[TSR__TRACE_MAX_DATA];     /* tagged: the rank owning it (-2: each rank its own
+                                         copy), else -1 */
 } tsr_trace_event_t;
 
 int tsr__trace_collect(tsr_trace_t **tr, tsr_errbuf_t *err);
@@ -45,10 +65,14 @@ void tsr__trace_free(tsr_trace_t **tr);
 int tsr__trace_ranks(const tsr_trace_t *tr);
 int tsr__trace_workers(const tsr_trace_t *tr, int rank);
 const char *tsr__trace_worker_name(const tsr_trace_t *tr, int rank, int worker);
-/* Events rank by rank, each rank's in record order; tasks not recorded. */
+/* Events rank by rank, each rank's in record order (tasks as submitted, spans as they ended);
+ * tasks not recorded. */
 int64_t tsr__trace_count(const tsr_trace_t *tr);
 void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e);
 int64_t tsr__trace_dropped(const tsr_trace_t *tr);
+/* The steps recorded (tsr_runtime_opts_t.trace_from, trace_to; 0, 0: all) and the last
+ * training step any task of the run was labelled with, rank 0's. */
+void tsr__trace_steps(const tsr_trace_t *tr, int64_t *from, int64_t *to, int64_t *last);
 /* A rank's transfers between its memory nodes over the run (CPU RAM and each OpenCL device's
  * memory): *buses points into tr. */
 int tsr__trace_buses(const tsr_trace_t *tr, int rank, const tsr_bus_stats_t **buses);

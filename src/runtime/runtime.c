@@ -65,6 +65,7 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->priorities = true;
   opts->stats = false;
   opts->trace = false;
+  opts->trace_from = opts->trace_to = 0;
   opts->mpi_progress = TSR_MPI_PROGRESS_AUTO;
   opts->opencl = TSR_OPENCL_AUTO;
   opts->verbose = false;
@@ -256,6 +257,12 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   int ncpus = opts ? opts->ncpus : -1;
   if (ncpus == 0 || ncpus < -1)
     return tsr_error_set(err, TSR_EINVAL, "--workers must be at least 1 (got %d)", ncpus);
+  int64_t from = opts ? opts->trace_from : 0, to = opts ? opts->trace_to : 0;
+  if ((from || to) && (from < 1 || to < from || !opts->trace))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "trace steps %lld-%lld (opts.trace_from, trace_to; --trace-steps): "
+                         "expected 1 <= from <= to, with tracing on",
+                         (long long)from, (long long)to);
 
   /* StarPU speaks for itself on stderr: performance-model calibration ("Too big deviation",
    * dozens of lines on a fresh STARPU_HOME) and warnings about settings tessera chose on
@@ -303,7 +310,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   snprintf(sched_in_use, sizeof sched_in_use, "%s", sched);
   started = true;
   priorities = opts ? opts->priorities : true;
-  if (tsr__observe_start(opts && opts->stats, opts && opts->trace) != 0) {
+  if (tsr__observe_start(opts && opts->stats, opts && opts->trace, from, to) != 0) {
     tsr_runtime_fini();
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the trace buffer");
   }

@@ -17,11 +17,12 @@
 typedef struct tsr_task_opts tsr_task_opts_t;
 
 /* Observation of tasks (src/runtime/observe.c): each task gets done as its
- * callback, with the argument arg() makes from its codelet (a `struct
- * starpu_codelet *`) and options. */
+ * callback, with the argument arg() makes from the task (a `struct starpu_task *` about to be
+ * submitted, its handles set: they are valid here, while by the time done runs StarPU may
+ * already have unregistered them), its codelet (a `struct starpu_codelet *`) and options. */
 typedef struct {
   void (*done)(void *arg);
-  void *(*arg)(const void *codelet, const tsr_task_opts_t *o);
+  void *(*arg)(void *task, const void *codelet, const tsr_task_opts_t *o);
 } tsr_task_observer_t;
 
 struct tsr_task_opts {

@@ -57,10 +57,12 @@ static void register_block(tsr_tiles_t *t, int i, int j, float *p, int ld) {
   t->owned[k] = true;
 }
 
-/* Registers tile (i, j) of t, owned by rank, with StarPU-MPI. */
+/* Registers tile (i, j) of t, owned by rank (or STARPU_MPI_PER_NODE), with StarPU-MPI. A third
+ * coordinate marks it so: traces may then ask StarPU-MPI its tag (src/runtime/observe.c). */
 static void register_mpi(const tsr_tiles_t *t, starpu_data_handle_t h, int i, int j, int rank) {
-  if (t->tag_space && tsr__runtime_mpi())
-    starpu_mpi_data_register(h, tsr__tag(t->tag_space, (int64_t)i * t->nt + j), rank);
+  if (!t->tag_space || !tsr__runtime_mpi()) return;
+  starpu_mpi_data_register(h, tsr__tag(t->tag_space, (int64_t)i * t->nt + j), rank);
+  starpu_data_set_coordinates(h, 3, i, j, 1);
 }
 
 int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb) {
@@ -89,8 +91,7 @@ int tsr_tiles_create_per_node(tsr_tiles_t **out, int64_t m, int64_t n, int mb, i
   t->tag_space = tsr__tag_space(), t->per_node = true;
   for (int i = 0; i < t->mt; i++)
     for (int j = 0; j < t->nt; j++)
-      starpu_mpi_data_register(t->handles[(long)i * t->nt + j],
-                               tsr__tag(t->tag_space, (int64_t)i * t->nt + j), STARPU_MPI_PER_NODE);
+      register_mpi(t, t->handles[(long)i * t->nt + j], i, j, STARPU_MPI_PER_NODE);
   return 0;
 }
 
