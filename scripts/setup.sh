@@ -21,11 +21,13 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 
 # clang and libclang-rt-dev (its runtimes, libFuzzer's included) build tests/fuzz/. The OpenCL
 # codelets (meson -Dopencl, auto) need the ICD loader and CLBlast; PoCL gives an OpenCL device on
-# the CPU, so their tests run on any machine.
+# the CPU, so their tests run on any machine. tests/test_slurm.sh starts a Slurm cluster on this
+# machine (slurm-wlm: slurmctld, slurmd, srun; munge authenticates them) and runs tessera under
+# srun --mpi=pmix: Slurm's PMIx plugin loads the unversioned libpmix.so, which is in libpmix-dev.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
   clang-format g++ python3-numpy clang libclang-rt-dev pocl-opencl-icd libclblast-dev
-  ocl-icd-opencl-dev)
+  ocl-icd-opencl-dev slurm-wlm munge libpmix-dev)
 if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
   packages+=(python3-torch python3-matplotlib gnuplot-nox)
 fi
