@@ -288,7 +288,7 @@ PY
 
 # 4. The documented batch script on 2 nodes x 1 rank of 2 cores, with no --workers: each rank
 # gets a worker per core it was given (srun was told --cpus-per-task again). Not 2 x 2 here: with
-# 4 ranks training over TCP on one machine, Open MPI 4.1.4's TCP transport crashed 2 runs of 18
+# 4 ranks training over TCP on one machine, Open MPI 4.1.4's TCP transport crashed 2 runs of 19
 # ("failed to TCP connect ... Operation now in progress (115)"; NOTES-slurm.md); steps 1 and 2
 # have 2 ranks per node, and step 3 trains 2 ranks on one node.
 what="sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 scripts/tessera.sbatch"
