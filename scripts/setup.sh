@@ -21,10 +21,13 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 # codelets (meson -Dopencl, auto) need the ICD loader and CLBlast; PoCL gives an OpenCL device on
 # the CPU, so their tests run on any machine. NumPy and PyTorch test the Python package
 # (python/tessera, tests/test_python.sh) and are the benchmarks' peer; matplotlib draws the plots.
+# tests/test_slurm.sh starts a Slurm cluster on this machine (slurm-wlm: slurmctld, slurmd, srun;
+# munge authenticates them) and runs tessera under srun --mpi=pmix: Slurm's PMIx plugin loads the
+# unversioned libpmix.so, which is in libpmix-dev.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
   clang-format g++ python3-numpy python3-torch python3-matplotlib clang libclang-rt-dev
-  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev)
+  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev)
 
 say() { echo "setup: $*" >&2; }
 

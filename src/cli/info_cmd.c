@@ -28,13 +28,21 @@ int tsr_cli_info(int argc, char **argv) {
              "Prints the hwloc topology, the StarPU workers and memory nodes, the OpenCL\n"
              "devices with a measured GEMM rate each, the BLIS configuration and the\n"
              "StarPU and MPI versions. --devices as for tessera train. --sched-list lists\n"
-             "the scheduling policies this StarPU offers.\n");
+             "the scheduling policies this StarPU offers. Under mpirun or srun each rank\n"
+             "prints its own report, with its rank and node-local rank.\n");
       return 0;
     default: return 2;
     }
   }
+  /* Under a launcher (mpirun, srun --mpi=pmix) each rank reports its rank, its node-local rank
+   * and the cores its workers get from it; a no-op otherwise. */
+  if (tsr_dist_start(&argc, &argv, false)) {
+    fprintf(stderr, "tessera info: cannot start MPI\n");
+    return 1;
+  }
   tsr_errbuf_t err = {""};
   int rc = tsr_info_print(stdout, &ro, &err);
+  tsr_dist_stop();
   if (rc) {
     fprintf(stderr, "tessera info: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return 1;

@@ -342,10 +342,16 @@ static void print_mpi(FILE *out) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) {
-    int rank, size;
+    int rank, size, hlen;
+    char host[MPI_MAX_PROCESSOR_NAME] = "?"; /* MPI ends the name with a null (MPI 2.2) */
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    fprintf(out, "  this process    rank %d of %d\n", rank, size);
+    MPI_Get_processor_name(host, &hlen);
+    fprintf(out, "  this process    rank %d of %d on %s", rank, size, host);
+    /* Where its workers go (src/runtime/runtime.c), so a launcher's placement can be checked. */
+    if (tsr_dist_active())
+      fprintf(out, ", node-local rank %d of %d", tsr_dist_local_rank(), tsr_dist_local_size());
+    fputc('\n', out);
   } else {
     fprintf(out, "  this process    MPI not initialized\n");
   }
@@ -361,20 +367,18 @@ static void print_core_warning(FILE *out, node_cores_t nc, unsigned ncpu_workers
         "         pile onto the same cores.\n"
         "  fix:   export STARPU_WORKERS_GETBIND=1 (with mpirun: -x STARPU_WORKERS_GETBIND=1)\n",
         nc.bound_cores, nc.cores, outside);
-  /* Under MPI, MPI says how many ranks share the node; before MPI_Init only Open MPI's mpirun
-   * does. */
+  /* With MPI started, tessera gives the ranks sharing a node disjoint cores itself
+   * (src/runtime/runtime.c); a caller that did not start it (tsr_dist_start) gets StarPU's
+   * placement, and only Open MPI's mpirun says how many ranks share the node. */
   const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const char *world = getenv("OMPI_COMM_WORLD_SIZE");
-  int local_ranks = tsr_dist_active() ? tsr_dist_local_size() : local ? atoi(local) : 1;
+  int local_ranks = !tsr_dist_active() && local ? atoi(local) : 1;
   if (local_ranks > 1 && !nc.bind)
     fprintf(out,
             "\nwarning: %d ranks share this node but this one is not bound to cores; StarPU 1.3\n"
             "         then puts every rank's workers on the same first cores.\n"
             "  fix:   mpirun -np %d --map-by slot:PE=%d -x STARPU_WORKERS_GETBIND=1 ...\n",
-            local_ranks,
-            tsr_dist_active() ? tsr_dist_size()
-            : world           ? atoi(world)
-                              : local_ranks,
+            local_ranks, world ? atoi(world) : local_ranks,
             nc.cores / local_ranks > 0 ? nc.cores / local_ranks : 1);
   /* A bound process (one rank of several on the node) counts only its own cores. */
   int usable = nc.bound_cores;
