@@ -86,7 +86,8 @@ typedef struct {
  * that rate after it switches to local steps (Lin et al. 2020). Local SGD (every, epoch,
  * async-epoch, hier) steps with each rank's own batch and keeps the rate. */
 typedef enum {
-  TSR_LR_SCALING_AUTO,   /* LINEAR with SGD under TSR_SYNC_BATCH or _POST_LOCAL, else NONE */
+  TSR_LR_SCALING_AUTO,   /* LINEAR with SGD where ranks meet at every step (batch, post-local:
+                            tsr_sync_traits_t.meets_every_step), else NONE */
   TSR_LR_SCALING_LINEAR, /* the net's base rate times the ranks (when several train) */
   TSR_LR_SCALING_NONE    /* the net's base rate as it is */
 } tsr_lr_scaling_t;

@@ -262,17 +262,12 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
         return bad("--lr", optarg, "a number from 1e-12 to 1e6");
       lr_set = true;
       break;
-    case O_SYNC: {
-      tsr_sync_t before = cfg->sync;
-      if (tsr_sync_parse(&cfg->sync, optarg, &err)) {
+    case O_SYNC:
+      if (tsr_sync_schedule_parse(&cfg->sync.schedule, optarg, &err)) {
         fprintf(stderr, "tessera train: %s\n", err.msg);
         return 2;
       }
-      cfg->sync.average_state = before.average_state, cfg->sync.outer = before.outer;
-      cfg->sync.deterministic = before.deterministic, cfg->sync.by_samples = before.by_samples;
-      cfg->sync.by_steps = before.by_steps;
       break;
-    }
     case O_OUTER: {
       tsr_outer_t o;
       if (tsr_outer_init(&o, optarg, &err)) {

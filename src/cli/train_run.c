@@ -343,7 +343,7 @@ static int apply_shares(run_t *r) {
                ? tsr_train_calibrate(r->net, &r->train, CALIBRATION_SECONDS, &r->shares, &r->err)
                : 0;
   if (rc) return rc;
-  if (cfg->sync.kind != TSR_SYNC_BATCH && cfg->sync.kind != TSR_SYNC_POST_LOCAL) return 0;
+  if (!tsr_sync_traits(&cfg->sync.schedule)->meets_every_step) return 0;
   double share[TSR_SHARES_MAX];
   int rows[TSR_SHARES_MAX], mb, nb, b = cfg->net.batch, me = tsr_dist_rank();
   tsr_shares_get(&r->shares, ranks, share);
@@ -439,7 +439,7 @@ static int announce(run_t *r) {
     printf("\n");
     if (tsr_dist_size() > 1 && r->shares.kind != TSR_SHARES_UNIFORM) {
       double share[TSR_SHARES_MAX];
-      bool step_sync = cfg->sync.kind == TSR_SYNC_BATCH || cfg->sync.kind == TSR_SYNC_POST_LOCAL;
+      bool step_sync = tsr_sync_traits(&cfg->sync.schedule)->meets_every_step;
       tsr_shares_get(&r->shares, tsr_dist_size(), share);
       printf("shares (%s%s):", r->shares.kind == TSR_SHARES_AUTO ? "auto, measured" : "given",
              r->shares.kind == TSR_SHARES_AUTO && !step_sync ? ", re-measured every epoch" : "");
@@ -557,8 +557,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   const char *unsupported = NULL;
   if (grid && (cfg->checkpoint || cfg->resume))
     unsupported = "--checkpoint and --resume (each rank holds a slice of the weights)";
-  else if (across && (sy->kind == TSR_SYNC_ASYNC_EPOCH || sy->kind == TSR_SYNC_HIER ||
-                      sy->kind == TSR_SYNC_POST_LOCAL))
+  else if (across && !tsr_sync_traits(&sy->schedule)->grid_columns)
     unsupported = "--sync async-epoch, hier and post-local";
   else if (across && sy->outer.kind != TSR_OUTER_NONE)
     unsupported = "--outer";
@@ -572,6 +571,15 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
               cfg->net.grid_rows, cfg->grid_cols, unsupported, tsr_dist_size());
     tsr_dist_stop();
     return 2;
+  }
+  if (tsr_dist_size() == 1 && tsr_sync_traits(&cfg->sync.schedule)->needs_ranks) {
+    char text[64];
+    tsr_sync_schedule_describe(&cfg->sync.schedule, text, sizeof text);
+    fprintf(stderr,
+            "tessera train: warning: --sync %s averages the replicas of several MPI ranks, but "
+            "this is one process, so it trains alone and averages nothing; start ranks with "
+            "mpirun -np N tessera train ...\n",
+            text);
   }
   tsr_errbuf_t usage = {""};
   if (tsr_shares_check(&cfg->shares, tsr_dist_size(), &usage)) { /* bad usage: status 2 */

@@ -25,7 +25,7 @@ void tsr_train_opts_init(tsr_train_opts_t *o) {
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   tsr_lr_scaling_t s = o->lr_scaling;
   if (s == TSR_LR_SCALING_AUTO)
-    s = o->sync && (o->sync->kind == TSR_SYNC_BATCH || o->sync->kind == TSR_SYNC_POST_LOCAL) &&
+    s = o->sync && tsr_sync_traits(&o->sync->schedule)->meets_every_step &&
                 net->opts.opt.kind == TSR_OPT_SGD
             ? TSR_LR_SCALING_LINEAR
             : TSR_LR_SCALING_NONE;
@@ -113,7 +113,7 @@ typedef struct {
 } shards_t;
 
 static bool meets_every_step(const tsr_sync_t *s) {
-  return s && (s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_POST_LOCAL);
+  return s && tsr_sync_traits(&s->schedule)->meets_every_step;
 }
 
 /* Shards of n samples: uniform (shares NULL or uniform) exactly as without shares. */
@@ -356,7 +356,8 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   tsr_replicas_t *rep = NULL;
   int rc = 0;
   if (size > 1) {
-    tsr_sync_t none = {.kind = TSR_SYNC_NONE};
+    tsr_sync_t none;
+    tsr_sync_parse(&none, "none", NULL);
     /* Uneven shares: each rank homes chunks in proportion to its share. */
     bool uneven = shares && shares->kind != TSR_SHARES_UNIFORM && shares->n == sh.ranks;
     rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, uneven ? sh.share : NULL, err);
