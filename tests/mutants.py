@@ -49,7 +49,7 @@ MUTANTS = [
      [("if (step % s->every == 0) return", "if ((step - 1) % s->every == 0) return")],
      ["mpi-every-2"]),
     ("cosine-ahead", "cosine schedule one epoch ahead", "src/train/train.c",
-     [("(int64_t)((e - 1) * sh.steps + k)", "(int64_t)(e * sh.steps + k)")], ["train"]),
+     [("(int64_t)((e - 1) * sh->steps + k)", "(int64_t)(e * sh->steps + k)")], ["train"]),
     ("same-shuffle", "the same shuffle every epoch", "src/train/train.c",
      [("o->shuffle ? e : 0", "o->shuffle ? 1 : 0")], ["train"]),
     ("eval-on-train", "per-epoch evaluation on the training set", "src/train/train.c",
@@ -102,11 +102,11 @@ MUTANTS = [
      "extrapolating from the anchor (lambda 1)", "src/parallel/sync.c",
      [("  r->lambda = S > 0 ? tau_eff * S : 1.0;", "  r->lambda = 1.0;")], ["mpi-shares-3"]),
     ("shares-equal-homes", "chunk homes stay equal under uneven --shares",
-     "src/train/train.c", [("uneven ? sh.share : NULL", "NULL")], ["mpi-shares-3"]),
+     "src/train/train.c", [("uneven ? sh->share : NULL", "NULL")], ["mpi-shares-3"]),
     ("shares-batch-uniform-shards", "per-rank batches follow --shares but shards stay uniform",
-     "src/train/train.c",
-     [("      tsr_shares_split(of_batch, sh->ranks, n, 1, part);",
-       "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, sh->ranks,"
+     "src/train/setup.c",
+     [("      tsr_shares_split(of_batch, ranks, n, 1, part);",
+       "      tsr_shares_split((double[]){0.3333333333, 0.3333333333, 0.3333333334}, ranks,"
        " n, 1, part);")], ["mpi-shares-3"]),
 ]
 

@@ -641,15 +641,7 @@ int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err) {
   *out = NULL;
-  int pr = tsr_net_grid_rows(net);
-  bool refused =
-      !tsr_sync_traits(&sync->schedule)->grid_columns || sync->outer.kind != TSR_OUTER_NONE;
-  if (pr > 1 && pr < tsr_dist_size() && refused)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--grid with %d rows averages each rank's slice with its grid row; "
-                         "--sync async-epoch, hier, post-local and --outer are not supported "
-                         "there yet: use --sync batch, every=K or epoch, or --grid 1xP",
-                         pr);
+  int pr = tsr_net_grid_rows(net); /* what a grid supports: tsr_run_check */
   tsr_replicas_t *r = calloc(1, sizeof *r);
   if (!r) return TSR_ENOMEM;
   r->net = net, r->sync = *sync;

@@ -11,6 +11,8 @@
 #include "runtime/progress.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
+#include "train/setup_impl.h"
+#include "try.h"
 #include "nn/net_impl.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
@@ -22,10 +24,16 @@ void tsr_train_opts_init(tsr_train_opts_t *o) {
                           .shuffle = true};
 }
 
+/* The run's policy: its setup's, or opts'; NULL: none. */
+static const tsr_sync_t *policy_of(const tsr_train_opts_t *o) {
+  return o->setup ? &o->setup->sync : o->sync;
+}
+
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   tsr_lr_scaling_t s = o->lr_scaling;
+  const tsr_sync_t *sync = policy_of(o);
   if (s == TSR_LR_SCALING_AUTO)
-    s = o->sync && tsr_sync_traits(&o->sync->schedule)->meets_every_step &&
+    s = sync && tsr_sync_traits(&sync->schedule)->meets_every_step &&
                 net->opts.opt.kind == TSR_OPT_SGD
             ? TSR_LR_SCALING_LINEAR
             : TSR_LR_SCALING_NONE;
@@ -92,67 +100,6 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
   return rc;
 }
 
-/* This rank's part of an epoch: a contiguous slice of the shuffled order,
- * rank r taking [r N / P, (r + 1) N / P), or with --shares a slice in
- * proportion to its share. Every rank takes the same number of steps (the
- * largest shard's), so all reach the same synchronization points; a rank
- * whose shard is used up takes empty steps (under weight averaging it skips
- * them: nothing of it is needed until the next average). Where ranks meet at
- * every step (batch, post-local), shares set each rank's batch instead, and
- * its shard in proportion to it, so that all shards end together. Under --grid
- * PrxPc the shards are the Pc grid columns' (ranks and rank below count
- * columns, and shares stay uniform), and every rank of a column takes its
- * column's. */
-typedef struct {
-  int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
-  int64_t batch[TSR_MAX_RANKS];  /* samples rank q takes a step */
-  double share[TSR_MAX_RANKS];   /* rank q's share of the work (sums to 1) */
-  int ranks, rank;
-  int64_t steps;
-  bool step_sync; /* ranks meet at every step: per-rank batches; no step is skipped */
-} shards_t;
-
-static bool meets_every_step(const tsr_sync_t *s) {
-  return s && tsr_sync_traits(&s->schedule)->meets_every_step;
-}
-
-/* Shards of n samples: uniform (shares NULL or uniform) exactly as without shares. */
-static void make_shards(shards_t *sh, int64_t n, int batch, const tsr_shares_t *shares,
-                        const tsr_sync_t *sync, int global_batch, int grid_rows) {
-  sh->ranks = tsr_dist_size() / grid_rows, sh->rank = tsr_dist_rank() / grid_rows;
-  sh->step_sync = meets_every_step(sync);
-  tsr_shares_get(shares, sh->ranks, sh->share);
-  int64_t part[TSR_MAX_RANKS];
-  bool uniform = !shares || shares->kind == TSR_SHARES_UNIFORM || sh->ranks == 1 ||
-                 (shares->kind == TSR_SHARES_AUTO && shares->n != sh->ranks);
-  for (int q = 0; q < sh->ranks; q++)
-    sh->batch[q] = batch;
-  if (uniform) {
-    for (int q = 0; q <= sh->ranks; q++)
-      sh->lo[q] = n * q / sh->ranks;
-  } else {
-    if (sh->step_sync) {
-      int64_t g = global_batch > 0 ? global_batch : (int64_t)batch * sh->ranks;
-      tsr_shares_split(sh->share, sh->ranks, g, 1, sh->batch);
-      double of_batch[TSR_MAX_RANKS];
-      for (int q = 0; q < sh->ranks; q++)
-        of_batch[q] = (double)sh->batch[q] / (double)g;
-      tsr_shares_split(of_batch, sh->ranks, n, 1, part);
-    } else {
-      tsr_shares_split(sh->share, sh->ranks, n, 1, part);
-    }
-    sh->lo[0] = 0;
-    for (int q = 0; q < sh->ranks; q++)
-      sh->lo[q + 1] = sh->lo[q] + part[q];
-  }
-  sh->steps = 0;
-  for (int q = 0; q < sh->ranks; q++) {
-    int64_t size = sh->lo[q + 1] - sh->lo[q];
-    int64_t steps = (size + sh->batch[q] - 1) / sh->batch[q];
-    sh->steps = steps > sh->steps ? steps : sh->steps;
-  }
-}
-
 /* --shares auto, where shards follow the shares: each rank's samples per second of compute in
  * the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
  * rank is kept at 1% of the even share at least, so that it is measured again. */
@@ -210,8 +157,8 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
   return rc ? tsr_error_set(err, rc, "measuring shares: %s", tsr_strerror(rc)) : 0;
 }
 
-/* Samples rank q takes at step k. */
-static int shard_take(const shards_t *sh, int q, int64_t k) {
+/* Samples replica q takes at step k. */
+static int shard_take(const tsr_run_setup_t *sh, int q, int64_t k) {
   int64_t b = sh->batch[q], left = sh->lo[q + 1] - sh->lo[q] - k * b;
   return left <= 0 ? 0 : left >= b ? (int)b : (int)left;
 }
@@ -245,8 +192,8 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   info.epoch = epoch, info.step_in_epoch = step, info.epochs = cp->o->epochs;
   info.seed = cp->o->seed, info.lr_schedule = cp->o->lr_schedule, info.base_lr = cp->base_lr;
   info.ranks = cp->ranks;
-  if (cp->o->sync && cp->ranks > 1)
-    tsr_sync_describe(cp->o->sync, info.sync, sizeof info.sync);
+  if (policy_of(cp->o) && cp->ranks > 1)
+    tsr_sync_describe(policy_of(cp->o), info.sync, sizeof info.sync);
   else
     snprintf(info.sync, sizeof info.sync, "none");
   tsr_errbuf_t mine = {""};
@@ -307,6 +254,40 @@ static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o)
   return rc;
 }
 
+/* *s: o->setup checked against this run (its combinations checked again with o's checkpoint,
+ * tsr_run_check), or the setup tsr_run_setup makes from the net, o's policy and shares. */
+static int set_up(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_dataset_t *train,
+                  const tsr_train_opts_t *o, tsr_errbuf_t *err) {
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.net = net->opts;
+  c.net.batch = tsr_net_batch(net), c.net.grid_rows = tsr_net_grid_rows(net);
+  c.samples = train->n, c.checkpoint = o->checkpoint_path != NULL;
+  c.memory = -1; /* the net is built */
+  if (!o->setup) {
+    c.sync = o->sync, c.shares = o->shares, c.global_batch = o->global_batch;
+    TSR_TRY(tsr_run_setup(s, &c, err));
+  } else {
+    *s = *o->setup;
+    c.sync = &s->sync, c.shares = &s->shares;
+    TSR_TRY(tsr_run_check(&c, err));
+    if (s->ranks != tsr_dist_size() || s->rank != tsr_dist_rank() || s->samples != train->n ||
+        s->replicas != tsr_dist_size() / c.net.grid_rows)
+      return tsr_error_set(err, TSR_EINVAL,
+                           "the run was set up for rank %d of %d ranks, %d replicas and %lld "
+                           "training samples, but this is rank %d of %d, %d replicas, %lld "
+                           "samples: set it up again for this run",
+                           s->rank, s->ranks, s->replicas, (long long)s->samples, tsr_dist_rank(),
+                           tsr_dist_size(), tsr_dist_size() / c.net.grid_rows, (long long)train->n);
+  }
+  if (s->batch[s->replica] > c.net.batch)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares give rank %d a batch of %lld, but its net was built for %d: "
+                         "build each rank's net with its share of the global batch",
+                         s->replica, (long long)s->batch[s->replica], c.net.batch);
+  return 0;
+}
+
 int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
               const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
@@ -315,54 +296,30 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     return tsr_error_set(err, TSR_EINVAL,
                          "lr_scaling %d: expected TSR_LR_SCALING_AUTO, _LINEAR or _NONE",
                          (int)o->lr_scaling);
-  if (train->n <= 0 || train->n > INT32_MAX)
-    return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
-                         (long long)train->n);
-  if (o->sync && tsr_sync_check(o->sync, err)) return TSR_EINVAL;
-  if (tsr_dist_size() > TSR_MAX_RANKS)
-    return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
-                         tsr_dist_size());
-  int b = tsr_net_batch(net), pr = tsr_net_grid_rows(net), size = tsr_dist_size();
-  if (pr > 1 && o->checkpoint_path)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "checkpoints are not written under --grid yet (each rank holds a slice "
-                         "of the weights): drop --checkpoint or use --grid 1xP");
-  if (pr > 1 &&
-      ((o->shares && o->shares->kind != TSR_SHARES_UNIFORM) || (o->sync && o->sync->by_steps)))
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--shares other than uniform and --weighting steps are not supported "
-                         "under --grid yet: drop them or use --grid 1xP");
-  if (o->shares && tsr_shares_check(o->shares, size, err)) return TSR_EINVAL;
-  /* AUTO's shares move at epoch ends: a copy. */
-  tsr_shares_t *shares = o->shares ? malloc(sizeof *shares) : NULL;
-  if (o->shares && !shares) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the shares");
-  if (shares) *shares = *o->shares;
-  shards_t sh;
-  make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
-  if (sh.batch[sh.rank] > b) {
-    free(shares);
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--shares give rank %d a batch of %lld, but its net was built for %d: "
-                         "build each rank's net with its share of the global batch",
-                         sh.rank, (long long)sh.batch[sh.rank], b);
+  int pr = tsr_net_grid_rows(net), size = tsr_dist_size();
+  /* The run's setup: the caller's, or one made here; a copy, since AUTO's shares move at epoch
+   * ends. */
+  tsr_run_setup_t *sh = malloc(sizeof *sh);
+  if (!sh) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the run's setup");
+  int rc = set_up(sh, net, train, o, err);
+  if (rc) {
+    free(sh);
+    return rc;
   }
-  bool remeasured = shares && shares->kind == TSR_SHARES_AUTO && !sh.step_sync && sh.ranks > 1;
+  bool remeasured = sh->shares.kind == TSR_SHARES_AUTO && !sh->step_sync && sh->replicas > 1;
   /* Every rank's, grid rows included (gathered from all ranks). */
   tsr_rank_work_t *work = size > 1 ? calloc((size_t)size, sizeof *work) : NULL;
   if (size > 1 && !work) {
-    free(shares);
+    free(sh);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the ranks' work");
   }
   tsr_replicas_t *rep = NULL;
-  int rc = 0;
   if (size > 1) {
-    tsr_sync_t none;
-    tsr_sync_parse(&none, "none", NULL);
     /* Uneven shares: each rank homes chunks in proportion to its share. */
-    bool uneven = shares && shares->kind != TSR_SHARES_UNIFORM && shares->n == sh.ranks;
-    rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, uneven ? sh.share : NULL, err);
+    bool uneven = sh->shares.kind != TSR_SHARES_UNIFORM && sh->shares.n == sh->replicas;
+    rc = tsr__replicas_create(&rep, net, &sh->sync, uneven ? sh->share : NULL, err);
     if (rc) {
-      free(shares), free(work);
+      free(sh), free(work);
       return rc;
     }
   }
@@ -379,51 +336,51 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   if (!idx) {
     free(traffic), free(measured_seen);
     tsr__replicas_destroy(&rep);
-    free(shares), free(work);
+    free(sh), free(work);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
   }
 
   int counts[TSR_MAX_RANKS];
   bool speaker = tsr_dist_rank() == 0; /* rank 0 reports and logs */
-  bool evaluator = sh.rank == 0;       /* its grid column evaluates (rank 0 alone without) */
+  bool evaluator = sh->replica == 0;   /* its grid column evaluates (rank 0 alone without) */
   double base_lr = tsr_train_base_lr(net, o);
-  int64_t total_steps = sh.steps * o->epochs;
+  int64_t total_steps = sh->steps * o->epochs;
   tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
   int first = o->start_epoch > 1 ? o->start_epoch : 1;
-  int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
+  int64_t step = (int64_t)(first - 1) * sh->steps + o->start_step; /* steps taken in the run */
   bool stopped = false;
   bool told = false;                                   /* err says why training stopped */
   tsr_rank_stats_t totals = {.rank = tsr_dist_rank()}; /* this rank's totals (under MPI) */
-  checkpoint_t cp = {net, rep, o, sh.steps, size, (float)base_lr, err, ""};
+  checkpoint_t cp = {net, rep, o, sh->steps, size, (float)base_lr, err, ""};
   for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
     if (remeasured && e > first) { /* the shares measured in the last epoch */
-      make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
-      cp.steps = sh.steps, total_steps = sh.steps * o->epochs;
+      tsr__run_shard(sh);
+      cp.steps = sh->steps, total_steps = sh->steps * o->epochs;
     }
-    const int32_t *mine = idx + sh.lo[sh.rank];
+    const int32_t *mine = idx + sh->lo[sh->replica];
     int64_t my_samples = 0, my_steps = 0;
     tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
     double t0 = now(), last_progress = t0;
     int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
     if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
-    for (; k < sh.steps && rc == 0 && !stopped; k++) {
+    for (; k < sh->steps && rc == 0 && !stopped; k++) {
       for (int q = 0; q < size; q++) {
-        counts[q] = shard_take(&sh, q / pr, k);
+        counts[q] = shard_take(sh, q / pr, k);
         if (q % pr == 0) seen += counts[q];
       }
       int here = counts[tsr_dist_rank()];
       my_samples += here, my_steps += here > 0;
       if (rep) tsr__replicas_count(rep, counts);
       if (o->lr_schedule != TSR_LR_CONSTANT) {
-        int64_t t = (int64_t)((e - 1) * sh.steps + k);
+        int64_t t = (int64_t)((e - 1) * sh->steps + k);
         tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
       }
-      tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
+      tsr__net_label_step(net, (int64_t)(e - 1) * sh->steps + k + 1);
       /* An empty step of weight averaging is skipped: no sample, no update (momentum and
        * decay would still move the weights), and no other rank waits for it (a grid column's
        * ranks skip it together). */
-      if (here > 0 || sh.step_sync)
-        rc = tsr_net_train_step(net, train, mine + k * sh.batch[sh.rank], here, true);
+      if (here > 0 || sh->step_sync)
+        rc = tsr_net_train_step(net, train, mine + k * sh->batch[sh->replica], here, true);
       if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
       step++;
       if (rc == 0 && k >= o->window) {
@@ -433,9 +390,9 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       }
       if (speaker && o->on_progress && now() - last_progress > 0.5) {
         last_progress = now();
-        o->on_progress(e, k + 1, sh.steps, last_progress - t0, o->ctx);
+        o->on_progress(e, k + 1, sh->steps, last_progress - t0, o->ctx);
       }
-      bool mid = k + 1 < sh.steps; /* the epoch end writes its own */
+      bool mid = k + 1 < sh->steps; /* the epoch end writes its own */
       if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
           step % o->checkpoint_every == 0)
         rc = write_checkpoint(&cp, e - 1, k + 1);
@@ -476,7 +433,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     tsr_sync_stats_t sync_seen = {0};
     if (rep) {
       /* Every rank's work, on every rank: the log's, and --shares auto's measurement. */
-      tsr_rank_work_t mine_w = {.share = sh.share[sh.rank],
+      tsr_rank_work_t mine_w = {.share = sh->share[sh->replica],
                                 .samples = my_samples,
                                 .steps = my_steps,
                                 .compute_seconds = computed,
@@ -487,7 +444,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
       totals.work.share = mine_w.share;
       totals.work.samples += my_samples, totals.work.steps += my_steps;
       totals.work.compute_seconds += computed, totals.work.wait_seconds += mine_w.wait_seconds;
-      if (remeasured) remeasure(shares, work, sh.ranks);
+      if (remeasured) remeasure(&sh->shares, work, sh->replicas);
       tsr_sync_stats_t ss;
       tsr__replicas_take_stats(rep, &ss);
       st.sync_seconds = ss.seconds;
@@ -522,7 +479,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
           err, TSR_EDIVERGED,
           "training diverged in epoch %d (steps %lld to %lld): the mean %s loss is "
           "%s: weights or activations overflowed (a lower learning rate usually helps)",
-          e, (long long)((e - 1) * sh.steps + 1), (long long)(e * sh.steps),
+          e, (long long)((e - 1) * sh->steps + 1), (long long)(e * sh->steps),
           train_bad ? "training" : "test", nonfinite_text(train_bad ? st.loss : st.test_loss));
       told = true;
     }
@@ -534,7 +491,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
     if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
     stopped = stop && e < o->epochs;
   }
-  free(idx), free(traffic), free(measured_seen), free(shares), free(work);
+  free(idx), free(traffic), free(measured_seen), free(sh), free(work);
   if (rc == 0 && rep) rc = report_ranks(&totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */
