@@ -53,7 +53,7 @@ MUTANTS = [
     ("same-shuffle", "the same shuffle every epoch", "src/train/train.c",
      [("o->shuffle ? e : 0", "o->shuffle ? 1 : 0")], ["train"]),
     ("eval-on-train", "per-epoch evaluation on the training set", "src/train/train.c",
-     [("rc = tsr_evaluate(net, test, &st.test_loss", "rc = tsr_evaluate(net, train, &st.test_loss")],
+     [("rc = tsr_evaluate(net, test, &st->test_loss", "rc = tsr_evaluate(net, r->train, &st->test_loss")],
      ["train"]),
     ("test-statistics", "standardization with the test set's statistics", "src/data/dataset.c",
      [("  if (test) tsr_dataset_normalize(test, mean, std);\n",
