@@ -37,14 +37,7 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
   for (int i = 0; i < spec.n_layers; i++)
     if (spec.layers[i].kind == TSR_LAYER_CONV)
       spec.layers[i].pad_h = spec.layers[i].pad_w = b->padding;
-  /* Set up as tessera train sets a run up: refused with the estimate if it cannot fit. */
-  tsr_run_config_t c;
-  tsr_run_config_init(&c);
-  c.spec = &spec, c.inputs = (int)ds->features, c.classes = ds->classes;
-  c.samples = ds->n, c.net = o;
-  tsr_run_setup_t *setup = malloc(sizeof *setup);
-  if (rc == 0) rc = setup ? tsr_run_build(setup, &net, &c, ds, &err) : TSR_ENOMEM;
-  free(setup);
+  if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
   if (rc) {
     fprintf(stderr, "bench_cnn: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return 0;

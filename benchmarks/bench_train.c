@@ -108,14 +108,7 @@ static int run_tessera(config_t *c, const tsr_dataset_t *ds, int tile_rows, int 
   tsr_net_opts_init(&o);
   o.batch = c->batch, o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
-  /* Set up as tessera train sets a run up: refused with the estimate if it cannot fit. */
-  tsr_run_config_t run;
-  tsr_run_config_init(&run);
-  run.spec = &spec, run.inputs = (int)ds->features, run.classes = ds->classes;
-  run.samples = ds->n, run.net = o;
-  tsr_run_setup_t *setup = malloc(sizeof *setup);
-  if (rc == 0) rc = setup ? tsr_run_build(setup, &net, &run, ds, &err) : TSR_ENOMEM;
-  free(setup);
+  if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
   if (rc) {
     fprintf(stderr, "bench_train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return rc;

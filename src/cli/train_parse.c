@@ -105,18 +105,23 @@ static int bad_row(const row_t *row, const char *arg) {
   return bad(opt, arg, row->want);
 }
 
+/* arg as a whole number in the row's range: 0, or 2 after the message. */
+static int whole(const row_t *row, const char *arg, long *v) {
+  return tsr__cli_to_long(arg, (long)row->lo, (long)row->hi, v) ? bad_row(row, arg) : 0;
+}
+
 static int read_int(parse_t *p, const row_t *row, const char *arg) {
   long v;
-  if (tsr__cli_to_long(arg, (long)row->lo, (long)row->hi, &v)) return bad_row(row, arg);
-  *(int *)field_of(p, row) = (int)v;
-  return 0;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) *(int *)field_of(p, row) = (int)v;
+  return rc;
 }
 
 static int read_int64(parse_t *p, const row_t *row, const char *arg) {
   long v;
-  if (tsr__cli_to_long(arg, (long)row->lo, (long)row->hi, &v)) return bad_row(row, arg);
-  *(int64_t *)field_of(p, row) = v;
-  return 0;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) *(int64_t *)field_of(p, row) = v;
+  return rc;
 }
 
 static int read_float(parse_t *p, const row_t *row, const char *arg) {
@@ -182,9 +187,9 @@ static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
 /* Initialization and shuffling alike. */
 static int read_seed(parse_t *p, const row_t *row, const char *arg) {
   long v;
-  if (tsr__cli_to_long(arg, (long)row->lo, (long)row->hi, &v)) return bad_row(row, arg);
-  p->cfg->net.seed = p->cfg->train.seed = (uint64_t)v;
-  return 0;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) p->cfg->net.seed = p->cfg->train.seed = (uint64_t)v;
+  return rc;
 }
 
 /* "N" or "RxC"; arg is given back as it was found. */
