@@ -37,9 +37,9 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
   for (int i = 0; i < spec.n_layers; i++)
     if (spec.layers[i].kind == TSR_LAYER_CONV)
       spec.layers[i].pad_h = spec.layers[i].pad_w = b->padding;
-  if (rc == 0) rc = tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err);
+  if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
   if (rc) {
-    fprintf(stderr, "bench_cnn: %s\n", err.msg);
+    fprintf(stderr, "bench_cnn: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return 0;
   }
   int cols;

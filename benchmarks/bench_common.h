@@ -36,6 +36,21 @@ static inline tsr_dataset_t synthetic_fashion(bool images) {
   return ds;
 }
 
+/* Builds *net for ds as tessera train sets a run up (tsr_run_build, one process): refused with
+ * the memory estimate and a --batch that fits when it cannot fit. */
+static inline int bench_build(tsr_net_t **net, const tsr_model_spec_t *spec,
+                              const tsr_dataset_t *ds, const tsr_net_opts_t *opts,
+                              tsr_errbuf_t *err) {
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.spec = spec, c.inputs = (int)ds->features, c.classes = ds->classes;
+  c.samples = ds->n, c.net = *opts;
+  tsr_run_setup_t *setup = malloc(sizeof *setup);
+  int rc = setup ? tsr_run_build(setup, net, &c, ds, err) : TSR_ENOMEM;
+  free(setup);
+  return rc;
+}
+
 /* The folder of the peer scripts: $TSR_BENCH_DIR (meson passes it), else
  * benchmarks/ when run from the repository root (script is there), else the
  * program's own folder, written into dir. */

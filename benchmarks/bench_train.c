@@ -108,9 +108,9 @@ static int run_tessera(config_t *c, const tsr_dataset_t *ds, int tile_rows, int 
   tsr_net_opts_init(&o);
   o.batch = c->batch, o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
-  if (rc == 0) rc = tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err);
+  if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
   if (rc) {
-    fprintf(stderr, "bench_train: %s\n", err.msg);
+    fprintf(stderr, "bench_train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return rc;
   }
   tsr_net_tiles(net, &c->tile_rows, &c->tile_cols);

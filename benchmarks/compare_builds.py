@@ -47,7 +47,9 @@ def dist(build, policy, samples):
                         "1", "--sync", policy, "--epochs", "2", "--train-limit", str(samples),
                         "--test-limit", "1000", "--lr-schedule", "constant", "--quiet", "--log",
                         log], check=True, stdout=subprocess.DEVNULL)
-        return json.loads(open(log).read().splitlines()[-1])["samples_per_s"]
+        # The last epoch's line (a run of several ranks ends with the ranks' totals).
+        epochs = [json.loads(l) for l in open(log) if '"samples_per_s"' in l]
+        return epochs[-1]["samples_per_s"]
 
 
 def main():

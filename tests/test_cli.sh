@@ -134,6 +134,21 @@ check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
 # StarPU takes at most 4 CPU workers per process (Debian's build): more is said aloud.
 expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
   --model linear --epochs 1 --workers 999
+# A policy that averages the replicas of several ranks, run on one process, trains that
+# process alone: one line on stderr says so and how to start ranks (it used to train without a
+# word). Batch, the default, is one process's training on one rank and is not warned about.
+for policy in every=4 epoch async-epoch post-local:1,2 hier:2,4; do
+  err=$(timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 1 --batch 16 --quiet \
+    --sync "$policy" 2>&1 >/dev/null)
+  if [[ $(grep -c . <<<"$err") == 1 ]] && grep -qE "^tessera train: warning: --sync $policy \
+averages the replicas of several MPI ranks, but this is one process, so it trains alone .*\
+start ranks with mpirun -np N" <<<"$err"; then pass; else fail "--sync $policy on one process: $err"; fi
+done
+for policy in batch none; do
+  err=$(timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 1 --batch 16 --quiet \
+    --sync "$policy" 2>&1 >/dev/null)
+  if [[ -z $err ]]; then pass; else fail "--sync $policy on one process said: $err"; fi
+done
 
 # Quiet by default (issue 21): on a fresh STARPU_HOME, dmdas calibrates its performance models
 # and StarPU printed dozens of "[starpu][...] Too big deviation" lines; they stay off unless the

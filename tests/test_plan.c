@@ -31,14 +31,15 @@ static tsr_machine_t round_machine(void) {
   return m;
 }
 
-static void plan(const char *model, int ranks, int pr, int pc, tsr_plan_sync_t sync, int tile,
+static void plan(const char *model, int ranks, int pr, int pc, const char *sync, int tile,
                  tsr_plan_row_t *row) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_model_parse(&spec, model, 10, &err), 0, "%s", err.msg);
   tsr_plan_opts_t o;
   tsr_plan_opts_init(&o);
-  o.ranks = ranks, o.pr = pr, o.pc = pc, o.sync = sync, o.every = 1;
+  o.ranks = ranks, o.pr = pr, o.pc = pc;
+  cr_assert_eq(tsr_plan_sync_parse(&o.sync, sync, &err), 0, "%s", err.msg);
   o.samples = 6400, o.tile_rows = tile ? 64 : 0, o.tile_cols = tile;
   tsr_machine_t m = round_machine();
   int n = 0;
@@ -94,7 +95,7 @@ Test(plan, three_ranks_cut_a_tile_into_bands) {
 
 Test(plan, one_rank_moves_nothing) {
   tsr_plan_row_t r;
-  plan("mlp:512,512", 1, 1, 1, TSR_PLAN_SYNC_BATCH, 0, &r);
+  plan("mlp:512,512", 1, 1, 1, "batch", 0, &r);
   cr_expect_eq(r.grid_bytes_step, 0);
   cr_expect_eq(r.sync_bytes_epoch, 0);
   cr_expect_eq(r.exposed_sync_s, 0);
@@ -103,7 +104,7 @@ Test(plan, one_rank_moves_nothing) {
 
 Test(plan, pure_data_parallelism_has_no_grid_transfers) {
   tsr_plan_row_t r;
-  plan("mlp:512,512", 4, 1, 4, TSR_PLAN_SYNC_BATCH, 256, &r);
+  plan("mlp:512,512", 4, 1, 4, "batch", 256, &r);
   cr_expect_eq(r.grid_bytes_step, 0);
   cr_expect_eq(r.grid_s, 0);
   /* Every parameter, 784 x 512 + 512 + 512 x 512 + 512 + 512 x 10 + 10 floats, averaged every
@@ -116,7 +117,7 @@ Test(plan, pure_data_parallelism_has_no_grid_transfers) {
 
 Test(plan, pure_model_parallelism_has_no_averaging) {
   tsr_plan_row_t r;
-  plan("mlp:512,512", 2, 2, 1, TSR_PLAN_SYNC_BATCH, 256, &r);
+  plan("mlp:512,512", 2, 2, 1, "batch", 256, &r);
   cr_expect_eq(r.sync_bytes_step, 0);
   cr_expect_eq(r.sync_bytes_epoch, 0);
   cr_expect_eq(r.exposed_sync_s, 0);
@@ -132,8 +133,8 @@ Test(plan, pure_model_parallelism_has_no_averaging) {
 
 Test(plan, a_grid_splits_the_dense_work) {
   tsr_plan_row_t one, two;
-  plan("mlp:512,512", 1, 1, 1, TSR_PLAN_SYNC_BATCH, 256, &one);
-  plan("mlp:512,512", 2, 2, 1, TSR_PLAN_SYNC_BATCH, 256, &two);
+  plan("mlp:512,512", 1, 1, 1, "batch", 256, &one);
+  plan("mlp:512,512", 2, 2, 1, "batch", 256, &two);
   /* Row 0 computes half of each hidden layer's tiles and all of the logits: per step
    * 2 x 64 (784 x 256 + 512 x 256 + 512 x 10) x 3 passes, less the first layer's input gradient
    * (784 x 256, not computed). */
@@ -145,8 +146,8 @@ Test(plan, a_grid_splits_the_dense_work) {
 
 Test(plan, epoch_averaging_sends_once_per_epoch) {
   tsr_plan_row_t b, e;
-  plan("mlp:512,512", 2, 1, 2, TSR_PLAN_SYNC_BATCH, 0, &b);
-  plan("mlp:512,512", 2, 1, 2, TSR_PLAN_SYNC_EPOCH, 0, &e);
+  plan("mlp:512,512", 2, 1, 2, "batch", 0, &b);
+  plan("mlp:512,512", 2, 1, 2, "epoch", 0, &e);
   double w = 4.0 * (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10);
   cr_expect_eq(e.sync_bytes_epoch, w);
   cr_expect_eq(b.sync_bytes_epoch, 50 * w); /* 6400 / 2 / 64 steps */

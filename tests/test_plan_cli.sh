@@ -33,7 +33,16 @@ expect() {
 expect 2 "--ranks 0" -- "$tessera" plan --ranks 0
 expect 2 "--grid 3" -- "$tessera" plan --ranks 4 --grid 3
 expect 2 "--grid 2x3: Pr x Pc is 6, but --ranks is 4" -- "$tessera" plan --ranks 4 --grid 2x3
-expect 2 "--sync often" -- "$tessera" plan --sync often
+expect 2 "--sync often: expected batch, every=K, epoch or epoch=n" -- "$tessera" plan --sync often
+# --sync goes through the policy registry's parse; what the planner does not model is refused
+# by name, a bad count as tessera train says it.
+expect 2 "--sync every=0: the counts must be a whole number >= 1" -- "$tessera" plan --sync every=0
+for policy in hier:2,4 post-local:1,4 async-epoch none; do
+  expect 2 "--sync $policy: the planner does not model ${policy%%:*}; it models batch, every=K, \
+epoch or epoch=n" -- "$tessera" plan --sync "$policy"
+done
+expect 0 "\| 1x4 \| every=3 " -- "$tessera" plan --ranks 4 --grid 1x4 --sync every=3 --workers 1 \
+  --cluster "$src/benchmarks/clusters/eth10.ini"
 expect 2 "--optimizer" -- "$tessera" plan --optimizer lbfgs
 expect 2 "unknown or incomplete option '--frobnicate'" -- "$tessera" plan --frobnicate
 expect 2 "--model 'mlpx'" -- "$tessera" plan --model mlpx

@@ -506,6 +506,129 @@ Test(train, rejects_a_last_layer_that_does_not_fit_the_classes) {
   cr_assert(strstr(err.msg, "10") && strstr(err.msg, "7"), "%s", err.msg);
 }
 
+/* The run's setup (tsr_run_setup), called as a program would, without the CLI. A net that does
+ * not fit the memory given is refused with its estimate and the largest --batch that fits
+ * (found here by the same halving: the batch the message must name); more than half is a
+ * warning; one that even a batch of 1 cannot fit says so. */
+Test(train, the_setup_refuses_a_net_that_does_not_fit_and_names_a_batch_that_does) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp", 10, &err), 0, "%s", err.msg);
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.spec = &spec, c.inputs = 784, c.classes = 10, c.samples = 60000, c.net.batch = 4096;
+  c.memory_source = "the test's figure";
+  tsr_net_memory_t m, fit;
+  cr_assert_eq(tsr_net_estimate(&m, &spec, 784, 10, &c.net, &err), 0, "%s", err.msg);
+  c.memory = m.total / 2;
+  tsr_net_opts_t o = c.net;
+  do {
+    o.batch /= 2;
+    cr_assert_eq(tsr_net_estimate(&fit, &spec, 784, 10, &o, &err), 0, "%s", err.msg);
+  } while (fit.total > c.memory);
+  cr_assert(o.batch < 2048, "the activations should dominate: batch %d fits", o.batch);
+  tsr_run_setup_t *s = malloc(sizeof *s);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_ENOMEM, "%s", err.msg);
+  char want[64];
+  snprintf(want, sizeof want, "lower --batch (--batch %d needs about", o.batch);
+  cr_assert(strstr(err.msg, want) && strstr(err.msg, "for a batch of 4096") &&
+                strstr(err.msg, "available (the test's figure)"),
+            "%s\n(wanted '%s')", err.msg, want);
+  c.memory = m.total + m.total / 2; /* fits, in more than half */
+  err.msg[0] = '\0';
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert_eq(s->n_warnings, 1);
+  cr_assert(strstr(s->warnings[0], "more than half of the"), "%s", s->warnings[0]);
+  cr_assert_eq(s->memory.total, m.total);
+  c.memory = 1000;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_ENOMEM);
+  cr_assert(strstr(err.msg, "even --batch 1 needs about"), "%s", err.msg);
+  c.memory = -1; /* unchecked */
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  free(s);
+}
+
+/* Each rank's batch and shard under --shares 2,1,1 on 3 ranks (set up for rank 1, no MPI
+ * needed): where ranks meet at every step (batch) the global batch 3 x 16 is cut 24, 12, 12 and
+ * the shards in proportion; under every=K each keeps the batch and only the shards follow the
+ * shares. The second phase gives rank 1 its batch and the tile rows that give every rank as
+ * many batch-row tiles (tsr_shares_tile_rows), with a rebuild. The refusals of combinations
+ * name the options. A policy that needs several ranks, on one, is a warning. */
+Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
+  tsr_errbuf_t err = {""};
+  tsr_sync_t sync;
+  tsr_shares_t shares;
+  cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
+  cr_assert_eq(tsr_shares_parse(&shares, "2,1,1", &err), 0);
+  tsr_model_spec_t spec;
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:32", 10, &err), 0, "%s", err.msg);
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.spec = &spec, c.inputs = 784, c.classes = 10, c.samples = 4800, c.net.batch = 16;
+  c.net.tile_rows = 8, c.net.tile_cols = 32;
+  c.sync = &sync, c.shares = &shares, c.memory = -1, c.ranks = 3, c.rank = 1;
+  tsr_run_setup_t *s = malloc(sizeof *s);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->step_sync && s->replicas == 3 && s->replica == 1);
+  int64_t batch[] = {24, 12, 12}, lo[] = {0, 2400, 3600, 4800};
+  for (int q = 0; q < 3; q++)
+    cr_assert_eq(s->batch[q], batch[q], "batch of rank %d: %lld", q, (long long)s->batch[q]);
+  for (int q = 0; q <= 3; q++)
+    cr_assert_eq(s->lo[q], lo[q], "lo[%d]: %lld", q, (long long)s->lo[q]);
+  cr_assert_eq(s->steps, 100);
+  cr_assert_eq(s->net.batch, 16, "the first net is built for the batch asked");
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, 784, 10, &s->net, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_run_setup_net(s, net, NULL, &err), 0, "%s", err.msg);
+  int rows[3];
+  tsr_shares_tile_rows(batch, 3, 16, 8, rows);
+  cr_assert(s->rebuild && s->net.batch == 12 && s->net.tile_rows == rows[1] &&
+                s->net.tile_cols == 32,
+            "rebuild %d, batch %d, tile rows %d (want %d)", s->rebuild, s->net.batch,
+            s->net.tile_rows, rows[1]);
+  tsr_net_destroy(&net);
+
+  cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  for (int q = 0; q < 3; q++)
+    cr_assert_eq(s->batch[q], 16);
+  for (int q = 0; q <= 3; q++)
+    cr_assert_eq(s->lo[q], lo[q]);
+  cr_assert_eq(s->steps, 150);
+  cr_assert_eq(s->n_warnings, 0);
+
+  /* Refusals, each naming the options. */
+  cr_assert_eq(tsr_shares_parse(&shares, "3,1", &err), 0);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--shares: 2 values for 3 ranks"), "%s", err.msg);
+  c.shares = NULL, c.ranks = 4, c.net.grid_rows = 2, c.grid_cols = 2;
+  cr_assert_eq(tsr_sync_parse(&sync, "hier:2,4", &err), 0);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--grid 2x2: --sync hier:2,4") && strstr(err.msg, "--grid 1x4"), "%s",
+            err.msg);
+  cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == 2 && s->replica == 0, "rank 1 sits in grid column 0 of 2");
+  c.checkpoint = true;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--checkpoint and --resume"), "%s", err.msg);
+  c.checkpoint = false, c.grid_cols = 3;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "Pr x Pc = 6 must equal the MPI ranks (4)"), "%s", err.msg);
+
+  /* One process: a policy that needs ranks is warned about; batch is not. */
+  c.ranks = 1, c.rank = 0, c.net.grid_rows = 0, c.grid_cols = 0;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert_eq(s->n_warnings, 1);
+  cr_assert(strstr(s->warnings[0], "--sync epoch averages the replicas of several MPI ranks, but "
+                                   "this is one process"),
+            "%s", s->warnings[0]);
+  cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert_eq(s->n_warnings, 0);
+  free(s);
+}
+
 Test(model, shorthand) {
   tsr_model_spec_t s;
   tsr_errbuf_t err = {""};

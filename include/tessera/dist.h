@@ -13,6 +13,10 @@
 
 TSR_EXTERN_C_BEGIN
 
+/* The synchronization policies (--sync). Each is described once, by its own file in
+ * src/parallel/ (sync_<name>.c) and one line of the registry (src/parallel/policy.c): its
+ * parse, description, traits and the hooks the training loop calls. Nothing else tests a
+ * kind: ask tsr_sync_traits. A zeroed tsr_sync_t is TSR_SYNC_NONE. */
 typedef enum {
   TSR_SYNC_NONE,        /* one process, or independent replicas */
   TSR_SYNC_BATCH,       /* gradients averaged every batch; update on each tile's home rank */
@@ -22,6 +26,34 @@ typedef enum {
   TSR_SYNC_POST_LOCAL,  /* batch for the first `post_epochs` epochs, then every=K */
   TSR_SYNC_HIER         /* the ranks of a node average every `group_every` steps, all every K */
 } tsr_sync_kind_t;
+
+/* When replicas meet and what they average: what --sync says, and nothing else. */
+typedef struct {
+  tsr_sync_kind_t kind;
+  int every; /* K for every=K, post-local and hier (steps between averages over all ranks), n for
+                epoch=n (>= 1) */
+  int post_epochs; /* post-local: epochs of batch averaging before local SGD */
+  int group_every; /* hier: steps between averages inside a group */
+  int group_size;  /* hier: ranks per group, consecutive; 0: the ranks of one node */
+} tsr_sync_schedule_t;
+
+/* What a policy is, for everyone who must decide by it (the trainer, the run's setup, the
+ * planner, the CLI): read from its registry entry (tsr_sync_traits). */
+typedef struct {
+  const char *name;     /* "every", "post-local" */
+  const char *synopsis; /* as messages and help write it: "every=K", "epoch[=n]" */
+  /* Ranks meet at every step (batch, post-local): under --shares each rank's batch is its
+   * share of the global batch, no empty step is skipped, and SGD's rate scales linearly with
+   * the ranks (TSR_LR_SCALING_AUTO). */
+  bool meets_every_step;
+  bool averages_weights; /* averages weights, so it can take an outer optimizer */
+  bool counts_steps;     /* can normalize its averages by local steps (--weighting steps) */
+  bool grid_columns;     /* supported under --grid PrxPc with several columns (Pc > 1) */
+  /* Does anything only with several ranks: on one process it trains that process alone (the
+   * run's setup warns). Batch is not: one rank with the batch is the same training. */
+  bool needs_ranks;
+  bool plannable; /* tessera plan models it (tsr_plan_run) */
+} tsr_sync_traits_t;
 
 /* What a weight average does with the mean x̄ of the replicas (every=K,
  * epoch=n, post-local's local phase, hier's averages over all ranks). Each
@@ -44,13 +76,10 @@ typedef struct {
   float momentum; /* β or μ (0.5, 0.9) */
 } tsr_outer_t;
 
+/* A policy and the options orthogonal to its schedule (--outer, --sync-state, --weighting,
+ * --deterministic), parsed apart from it. */
 typedef struct {
-  tsr_sync_kind_t kind;
-  int every; /* K for EVERY, POST_LOCAL and HIER (steps between averages over all ranks), n for
-                EPOCH (>= 1) */
-  int post_epochs; /* POST_LOCAL: epochs of batch averaging before local SGD */
-  int group_every; /* HIER: steps between averages inside a group */
-  int group_size;  /* HIER: ranks per group, consecutive; 0: the ranks of one node */
+  tsr_sync_schedule_t schedule; /* --sync: tsr_sync_schedule_parse fills only this */
   tsr_outer_t outer;
   bool average_state; /* average optimizer state (momentum, Adam moments) with the weights */
   /* Sum contributions in rank order, in float32: acc = w_0 x_0, then acc = w_q x_q + acc for
@@ -107,15 +136,25 @@ TSR_API void tsr_shares_tile_rows(const int64_t *batch, int ranks, int uniform_b
                                   int uniform_tile_rows, int *rows);
 
 /* Parses "batch", "every=K", "epoch", "epoch=n", "async-epoch", "post-local:E,K",
- * "hier:K1,K2", "hier:K1,K2,G" (groups of G consecutive ranks instead of nodes) and "none";
- * the outer optimizer is none. */
+ * "hier:K1,K2", "hier:K1,K2,G" (groups of G consecutive ranks instead of nodes) and "none"
+ * into *schedule alone, through the registry. Errors name --sync and the forms expected. */
+TSR_API int tsr_sync_schedule_parse(tsr_sync_schedule_t *schedule, const char *text,
+                                    tsr_errbuf_t *err);
+/* The whole of *sync from a policy's text: every other option off (no outer optimizer, uniform
+ * weighting, no state averaging, not deterministic), then the schedule as
+ * tsr_sync_schedule_parse reads it. */
 TSR_API int tsr_sync_parse(tsr_sync_t *sync, const char *text, tsr_errbuf_t *err);
-/* Writes the policy back as text ("every=8", "every=8 slowmo(1,0.5)"). */
+/* The schedule as text, as tsr_sync_schedule_parse reads it back ("every=8", "epoch"). */
+TSR_API void tsr_sync_schedule_describe(const tsr_sync_schedule_t *schedule, char *buf, int size);
+/* The policy as text: the schedule, and an outer optimizer ("every=8 slowmo(1,0.5)"). */
 TSR_API void tsr_sync_describe(const tsr_sync_t *sync, char *buf, int size);
+/* The traits of schedule's policy (static; never NULL: an unknown kind reads as none). */
+TSR_API const tsr_sync_traits_t *tsr_sync_traits(const tsr_sync_schedule_t *schedule);
 /* An outer optimizer by name ("none", "slowmo", "nesterov") with its default rate and momentum. */
 TSR_API int tsr_outer_init(tsr_outer_t *outer, const char *name, tsr_errbuf_t *err);
-/* Whether the policy can take an outer optimizer (it averages weights), and
- * TSR_EINVAL with the reason in err when sync->outer is set on one that cannot. */
+/* TSR_EINVAL with the reason in err when an option does not fit the policy: an outer optimizer
+ * (or its rate and momentum out of range) on one that does not average weights, --weighting
+ * steps on one that cannot count local steps. */
 TSR_API int tsr_sync_check(const tsr_sync_t *sync, tsr_errbuf_t *err);
 
 /* Starts MPI when this process was launched by mpirun (or when force is

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tessera/dist.h"
 #include "tessera/error.h"
 #include "tessera/net.h"
 
@@ -54,23 +55,17 @@ TSR_API int tsr_machine_here(tsr_machine_t *m, const char *calibration, const ch
  * line and key. */
 TSR_API int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err);
 
-typedef enum {
-  TSR_PLAN_SYNC_BATCH, /* gradients averaged every step */
-  TSR_PLAN_SYNC_EVERY, /* weights averaged every K steps */
-  TSR_PLAN_SYNC_EPOCH  /* weights averaged every n epochs */
-} tsr_plan_sync_t;
-
 typedef struct {
-  int inputs, classes;  /* features of a sample and classes (784, 10 for Fashion-MNIST) */
-  int64_t samples;      /* training samples per epoch */
-  int batch;            /* samples per step of one replica (a grid column), as train's --batch */
-  int ranks;            /* P */
-  int pr, pc;           /* the grid; 0 and 0: every shape Pr x Pc = P */
-  bool all_policies;    /* compare batch, every=8 and epoch instead of `sync` */
-  tsr_plan_sync_t sync; /* with every: K steps; with epoch: n epochs */
-  int every;            /* K or n (1 or more) */
-  int nstate;           /* optimizer state per parameter, tsr_optimizer_nstate (sgd: 1) */
-  int tile_rows, tile_cols;             /* as train's --tile (0: chosen) */
+  int inputs, classes; /* features of a sample and classes (784, 10 for Fashion-MNIST) */
+  int64_t samples;     /* training samples per epoch */
+  int batch;           /* samples per step of one replica (a grid column), as train's --batch */
+  int ranks;           /* P */
+  int pr, pc;          /* the grid; 0 and 0: every shape Pr x Pc = P */
+  bool all_policies;   /* compare batch, every=8 and epoch instead of `sync` */
+  tsr_sync_schedule_t sync; /* a policy the planner models (tsr_sync_traits(...)->plannable:
+                               batch, every=K, epoch[=n]), as tsr_plan_sync_parse reads it */
+  int nstate;               /* optimizer state per parameter, tsr_optimizer_nstate (sgd: 1) */
+  int tile_rows, tile_cols; /* as train's --tile (0: chosen) */
   int in_channels, in_height, in_width; /* input sample shape; 0s: as the network infers it */
 } tsr_plan_opts_t;
 
@@ -82,8 +77,7 @@ TSR_API void tsr_plan_opts_init(tsr_plan_opts_t *o);
  * messages are those the busiest rank sends. */
 typedef struct {
   int pr, pc;
-  tsr_plan_sync_t sync;
-  int every;
+  tsr_sync_schedule_t sync;
   int tile_rows, tile_cols; /* the tiles a rank would use */
   int64_t steps_per_epoch;
   double flops_step;      /* one rank's flops per step */
@@ -116,8 +110,10 @@ TSR_API int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *op
                          const tsr_machine_t *m, tsr_plan_row_t *rows, int max_rows, int *n_rows,
                          tsr_errbuf_t *err);
 
-/* "batch", "every=K", "epoch" or "epoch=n" into buf. */
-TSR_API void tsr_plan_sync_name(tsr_plan_sync_t sync, int every, char *buf, int size);
+/* --sync as the planner takes it: the policy registry's parse (tsr_sync_schedule_parse), and
+ * TSR_EINVAL naming the policies it models for one it does not (post-local, hier, async-epoch,
+ * none) or an unknown one. Describe a row's policy with tsr_sync_schedule_describe. */
+TSR_API int tsr_plan_sync_parse(tsr_sync_schedule_t *sync, const char *text, tsr_errbuf_t *err);
 
 /* Under mpirun with 2 ranks (StarPU-MPI started by tsr_runtime_init):
  * alpha and beta from a StarPU-MPI ping-pong between ranks 0 and 1 (4 KB and

@@ -65,7 +65,13 @@ TSR_API bool tsr_runtime_opencl_built(void);
 /* Parses --devices' value: "none", "opencl" or "opencl:N" (N from 1 to 64) into *opencl
  * (tsr_runtime_opts_t.opencl); returns 0, or TSR_EINVAL for anything else. */
 TSR_API int tsr_runtime_parse_devices(const char *s, int *opencl);
-TSR_API int tsr_runtime_max_ncpus(void);     /* at most this many per process (STARPU_MAXCPUS) */
+TSR_API int tsr_runtime_max_ncpus(void); /* at most this many per process (STARPU_MAXCPUS) */
+/* Bytes this process can still allocate as far as the system says: the smallest of the
+ * kernel's MemAvailable and the cgroup's memory.max less memory.current, shared by the ranks
+ * mpirun started on this node (OMPI_COMM_WORLD_LOCAL_SIZE), and the address-space limit
+ * (ulimit -v) less what is mapped; *source names which one it is. -1 when nothing says. Needs
+ * no runtime. */
+TSR_API int64_t tsr_runtime_memory_available(const char **source);
 TSR_API const char *tsr_runtime_sched(void); /* policy in use */
 /* "thread" or "worker" under MPI once started, else "none". */
 TSR_API const char *tsr_runtime_mpi_progress(void);

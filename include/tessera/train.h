@@ -86,12 +86,16 @@ typedef struct {
  * that rate after it switches to local steps (Lin et al. 2020). Local SGD (every, epoch,
  * async-epoch, hier) steps with each rank's own batch and keeps the rate. */
 typedef enum {
-  TSR_LR_SCALING_AUTO,   /* LINEAR under TSR_SYNC_BATCH or _POST_LOCAL with an optimizer whose
-                          * rate scales with the replicas (sgd, sgd-nesterov: tessera/optim.h),
-                          * else NONE */
+  TSR_LR_SCALING_AUTO,   /* LINEAR where ranks meet at every step (batch, post-local:
+                            tsr_sync_traits_t.meets_every_step) with an optimizer whose rate
+                            scales with the replicas (sgd, sgd-nesterov: tessera/optim.h), else
+                            NONE */
   TSR_LR_SCALING_LINEAR, /* the net's base rate times the ranks (when several train) */
   TSR_LR_SCALING_NONE    /* the net's base rate as it is */
 } tsr_lr_scaling_t;
+
+/* A run's per-rank setup (below, tsr_run_setup). */
+typedef struct tsr_run_setup tsr_run_setup_t;
 
 typedef struct {
   int epochs;
@@ -100,6 +104,11 @@ typedef struct {
   tsr_lr_scaling_t lr_scaling;   /* of the net's optimizer lr by the ranks */
   int window;                    /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
+  /* This rank's setup (tsr_run_setup, tsr_run_build; borrowed): its batches, shards, shares and
+   * policy, which tsr_train uses as they are; sync, shares and global_batch below are then
+   * ignored. NULL: tsr_train sets the run up itself, as tsr_run_setup does from the net (its
+   * batch, tiles and grid), sync, shares and global_batch, without a memory check. */
+  const tsr_run_setup_t *setup;
   const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
   /* Ranks of different speed (NULL: uniform). Where ranks meet at every step (batch,
    * post-local) each rank's batch is its share of global_batch (tsr_shares_split, at least 1)
@@ -150,6 +159,113 @@ TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
 TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *opts);
 
 #define TSR_MAX_RANKS 1024
+
+/* ---- The run's setup ----------------------------------------------------
+ *
+ * What every rank of a run trains with, worked out from what the run is asked to be, or one
+ * error that names the option and the fix: what a grid cannot do, --shares against the ranks,
+ * the policy's options, whether the network fits this rank's memory (with the largest --batch
+ * that would); and each rank's batch, batch-row tiles and shard of every epoch. tessera train,
+ * the benchmarks and tsr_train itself set runs up through these calls.
+ *
+ * In two phases, because --shares auto measures the ranks with a network: tsr_run_setup needs
+ * no net and gives the options to build one with (s.net); tsr_run_setup_net, given that net,
+ * measures auto shares and, where ranks meet at every step, gives each rank its batch of the
+ * global one and says when this rank's net must be built again with s.net (s.rebuild).
+ * tsr_run_build does both phases with the building in between. A program:
+ *
+ *   tsr_run_config_t c;
+ *   tsr_run_config_init(&c);
+ *   c.spec = &spec, c.inputs = (int)train.features, c.classes = train.classes;
+ *   c.samples = train.n, c.net = net_opts, c.sync = &sync, c.shares = &shares;
+ *   tsr_run_setup_t *s = malloc(sizeof *s);            // large: TSR_MAX_RANKS entries
+ *   tsr_net_t *net;
+ *   int rc = tsr_run_build(s, &net, &c, &train, &err); // collective under MPI
+ *   for (int i = 0; i < s->n_warnings && tsr_dist_rank() == 0; i++)
+ *     fprintf(stderr, "warning: %s\n", s->warnings[i]);
+ *   tsr_train_opts_t o;
+ *   tsr_train_opts_init(&o);
+ *   o.setup = s;
+ *   if (rc == 0) rc = tsr_train(net, &train, &test, &o, &err);
+ */
+
+/* What a run is asked to be. Borrowed pointers must outlive the calls that take c. */
+typedef struct {
+  const tsr_model_spec_t *spec; /* the model: needed by tsr_run_build and the memory check */
+  int inputs, classes;          /* features of a sample; classes */
+  int64_t samples;              /* training samples every rank holds (the whole set) */
+  tsr_net_opts_t net; /* as asked: batch per replica (a rank, or a grid column), tiles, grid_rows
+                         (Pr), optimizer, seed, input geometry */
+  int grid_cols;      /* Pc of --grid PrxPc as asked (0: none asked, the ranks / Pr) */
+  const tsr_sync_t *sync;     /* NULL: none */
+  const tsr_shares_t *shares; /* NULL: uniform */
+  int global_batch;           /* with shares, where ranks meet at every step; 0: replicas x batch */
+  bool checkpoint;            /* checkpoints are written or resumed */
+  double calibration;         /* seconds --shares auto measures for (0: 0.5) */
+  /* Bytes this rank may still allocate: 0 reads what the system says
+   * (tsr_runtime_memory_available); < 0 skips the memory check. */
+  int64_t memory;
+  const char *memory_source; /* where a given memory comes from, for messages (NULL: "given") */
+  int ranks, rank;           /* 0: this run's (tsr_dist_size, tsr_dist_rank) */
+} tsr_run_config_t;
+
+#define TSR_RUN_WARNINGS 4
+
+struct tsr_run_setup {
+  int ranks, rank;       /* MPI ranks; this one */
+  int replicas, replica; /* replicas that split the data (the ranks, or the Pc grid columns);
+                            this rank's (under a grid every rank of a column has its column's) */
+  int64_t samples;       /* training samples the shards cut */
+  tsr_net_opts_t net;    /* this rank's net: build it with these */
+  tsr_sync_t sync;       /* the policy (none when the config had none) */
+  tsr_shares_t shares;   /* as asked (uniform without), with auto's measurement once taken */
+  int uniform_batch;     /* the batch asked for (c->net.batch): every replica's without shares */
+  int global_batch;      /* where ranks meet at every step: the samples of all replicas a step */
+  double calibration;    /* seconds --shares auto measures for */
+  bool step_sync;        /* ranks meet at every step (tsr_sync_traits_t.meets_every_step) */
+  bool measure;          /* --shares auto: tsr_run_setup_net measures with the net */
+  bool rebuild;          /* after tsr_run_setup_net: build this rank's net again with net */
+  /* Per replica q < replicas: its share of the work (sums to 1), the samples it takes a step,
+   * and its shard of every epoch's shuffled order, [lo[q], lo[q + 1]). Every replica takes
+   * `steps` steps an epoch (the largest shard's); a shorter shard's last steps are empty. */
+  double share[TSR_MAX_RANKS];
+  int64_t batch[TSR_MAX_RANKS];
+  int64_t lo[TSR_MAX_RANKS + 1];
+  int64_t steps;
+  tsr_net_memory_t memory; /* the estimate for net (zero when not checked) */
+  /* What rank 0 should say (no prefix, no newline): a batch larger than a shard, a network
+   * taking more than half the memory, a policy that needs several ranks on one process. */
+  int n_warnings;
+  char warnings[TSR_RUN_WARNINGS][400];
+};
+
+/* Defaults: nothing borrowed, memory read from the system, this run's ranks. */
+TSR_API void tsr_run_config_init(tsr_run_config_t *c);
+/* The combinations alone, before any data is read: the policy's options (tsr_sync_check), at
+ * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
+ * (checkpoints; --shares and --weighting steps; under several columns the policies without
+ * tsr_sync_traits_t.grid_columns and --outer), --shares against the ranks. TSR_EINVAL with a
+ * message naming the options and the fix (tessera train exits 2 on it). */
+TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
+/* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
+ * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as
+ * they are known without a net (auto shares read as uniform until measured). s->net is c->net.
+ * Not collective. The runtime must be started when the memory is checked (tiles follow its
+ * workers). */
+TSR_API int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err);
+/* Phase two, with net built from s->net (borrowed): --shares auto measured on train (every
+ * rank at once: collective under MPI, tsr_train_calibrate), and where ranks meet at every step
+ * each rank's batch of the global one with batch-row tiles that give every rank as many tiles
+ * (tsr_shares_tile_rows): when this rank's differ from net's, s->net has them and s->rebuild
+ * is set. Otherwise a no-op. train is read only to measure auto shares (else it may be NULL). */
+TSR_API int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *train,
+                              tsr_errbuf_t *err);
+/* Both phases and the net: tsr_run_setup, tsr_net_create(c->spec, ...), tsr_run_setup_net and
+ * the rebuild it may ask for. Collective under MPI: every rank calls it, and one rank's
+ * failure is every rank's error, with its message (tsr_dist_agree). *net: owned by the caller
+ * (NULL after an error); s->warnings are filled even when it fails. */
+TSR_API int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
+                          const tsr_dataset_t *train, tsr_errbuf_t *err);
 
 /* Trains net on train (whose samples must match the net's inputs) for
  * opts->epochs epochs, evaluating on test (may be NULL) after each. The

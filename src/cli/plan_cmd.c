@@ -102,13 +102,13 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
   for (int i = 0; i < n; i++) {
     const tsr_plan_row_t *r = &rows[i];
     char sync[32], a[32], b[32], c[32];
-    tsr_plan_sync_name(r->sync, r->every, sync, sizeof sync);
+    tsr_sync_schedule_describe(&r->sync, sync, sizeof sync);
     double per_step =
-        r->grid_bytes_step + (r->sync == TSR_PLAN_SYNC_BATCH ? r->sync_bytes_step : 0);
+        r->grid_bytes_step + (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_bytes_step : 0);
     printf("| %dx%d | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | %s |\n",
            r->pr, r->pc, sync, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
            r->compute_s * 1e3, r->grid_s * 1e3,
-           (r->sync == TSR_PLAN_SYNC_BATCH ? r->sync_s : r->average_s) * 1e3,
+           (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_s : r->average_s) * 1e3,
            r->exposed_sync_s * 1e3, mb(per_step, a), mb(r->bytes_epoch, b), mb(r->memory_bytes, c),
            r->best ? "**best**" : "");
   }
@@ -135,7 +135,7 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     const tsr_plan_row_t *r = &rows[i];
     cJSON *x = cJSON_CreateObject();
     char sync[32], grid[32];
-    tsr_plan_sync_name(r->sync, r->every, sync, sizeof sync);
+    tsr_sync_schedule_describe(&r->sync, sync, sizeof sync);
     snprintf(grid, sizeof grid, "%dx%d", r->pr, r->pc);
     cJSON_AddStringToObject(x, "grid", grid);
     cJSON_AddNumberToObject(x, "pr", r->pr);
@@ -243,19 +243,15 @@ int tsr_cli_plan(int argc, char **argv) {
       o.pr = (int)r, o.pc = (int)cc;
       break;
     }
-    case O_SYNC:
+    case O_SYNC: {
       o.all_policies = false;
-      if (strcmp(optarg, "batch") == 0)
-        o.sync = TSR_PLAN_SYNC_BATCH, o.every = 1;
-      else if (strcmp(optarg, "epoch") == 0)
-        o.sync = TSR_PLAN_SYNC_EPOCH, o.every = 1;
-      else if (strncmp(optarg, "every=", 6) == 0 && !tsr__cli_to_long(optarg + 6, 1, 1 << 20, &v))
-        o.sync = TSR_PLAN_SYNC_EVERY, o.every = (int)v;
-      else if (strncmp(optarg, "epoch=", 6) == 0 && !tsr__cli_to_long(optarg + 6, 1, 1 << 20, &v))
-        o.sync = TSR_PLAN_SYNC_EPOCH, o.every = (int)v;
-      else
-        return bad("--sync", optarg, "batch, every=K, epoch or epoch=n");
+      tsr_errbuf_t err = {""};
+      if (tsr_plan_sync_parse(&o.sync, optarg, &err)) {
+        fprintf(stderr, "tessera plan: %s (see tessera plan --help)\n", err.msg);
+        return 2;
+      }
       break;
+    }
     case O_CLUSTER: cluster = optarg; break;
     case O_OPT: {
       tsr_optimizer_t opt; /* with its default momentum: sgd keeps a velocity */

@@ -1,6 +1,10 @@
-/* tessera train's options: each one read into the configuration (train_config.h), checked
- * where it is read, with a message naming the option and what it expects, so that a bad value
- * exits 2 before any data loads. Nothing here starts MPI or the runtime or reads a file. */
+/* tessera train's options as a table: one row per option (its name, its argument's form, how
+ * it is read into the configuration, train_config.h, and its help), from which both the
+ * parsing and `tessera train --help` come. Each value is checked where it is read, with a
+ * message naming the option and what it expects, so that a bad value exits 2 before any data
+ * loads; what depends on several options is checked once they are all read. Nothing here
+ * starts MPI or the runtime or reads a file. Adding an option: its field in train_config.h,
+ * one row below (a generic reader, or a small one of its own beside them). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -12,102 +16,6 @@
 #include "cli/cli.h"
 #include "cli/train_config.h"
 #include "tessera/tessera.h"
-
-/* Into buf: each registered optimizer's default of the hyper-parameter at offset in
- * tsr_optimizer_t, "sgd 0.01, sgd-nesterov 0.01, adam 0.001, adamw 0.001". */
-static void defaults_of(char *buf, size_t size, size_t offset) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (int i = 0; tsr_optimizer_registered(i) && n < size; i++) {
-    tsr_optimizer_t o;
-    float v;
-    tsr_optimizer_init(&o, tsr_optimizer_registered(i), NULL);
-    memcpy(&v, (const char *)&o + offset, sizeof v);
-    int c = snprintf(buf + n, size - n, "%s%s %g", i ? ", " : "", o.name, (double)v);
-    n += c > 0 ? (size_t)c : 0;
-  }
-}
-
-void tsr__cli_train_usage(FILE *out) {
-  char names[256], lr[256], wd[256];
-  tsr_optimizer_list(names, sizeof names);
-  defaults_of(lr, sizeof lr, offsetof(tsr_optimizer_t, lr));
-  defaults_of(wd, sizeof wd, offsetof(tsr_optimizer_t, weight_decay));
-  fprintf(out,
-          "usage: tessera train [options]\n\n"
-          "  --data DIR          dataset folder: IDX files (MNIST family, .gz or plain) or\n"
-          "                      train.csv/test.csv [%s]\n"
-          "  --model SPEC|FILE   mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
-          "                      maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
-          "                      or an INI\n"
-          "                      model file with one section per layer [mlp]\n"
-          "  --epochs N          epochs, 1 or more [10]\n"
-          "  --batch N           samples per step [64]\n"
-          "  --optimizer NAME    %s [sgd]\n"
-          "  --nesterov          Nesterov momentum: with --optimizer sgd, sgd-nesterov\n"
-          "                      (PyTorch's nesterov=True; needs --momentum > 0)\n"
-          "  --lr X              learning rate\n"
-          "                      [%s]\n"
-          "  --lr-schedule S     cosine (decay to 0 over the run) or constant [cosine]\n"
-          "  --lr-scaling S      under mpirun, linear (--lr times the ranks, for the ranks'\n"
-          "                      larger combined batch) or none [linear for sgd and\n"
-          "                      sgd-nesterov with --sync batch, else none]\n"
-          "  --momentum X        SGD momentum [0.9]\n"
-          "  --weight-decay X    weight decay: L2, or decoupled for adamw\n"
-          "                      [%s]\n"
-          "  --seed N            seed for initialization and shuffling [1]\n"
-          "  --tile N | RxC      tile size: N for both, or R batch rows x C features\n"
-          "                      [chosen from the shapes]\n"
-          "  --sched NAME        StarPU scheduling policy [%s, or %s with --devices\n"
-          "                      opencl[:N]]; `tessera info --sched-list`\n"
-          "  --workers N         CPU workers [all cores StarPU may use]\n"
-          "  --devices D         OpenCL devices beside the CPU workers: opencl (every one\n"
-          "                      StarPU finds, at least one), opencl:N (exactly N) or none\n"
-          "                      [what StarPU finds; CPU devices such as PoCL need\n"
-          "                      STARPU_OPENCL_ON_CPUS=1]\n"
-          "  --window N          training steps in flight at most [8]\n"
-          "  --train-limit N     use only the first N training samples\n"
-          "  --test-limit N      use only the first N test samples\n"
-          "  --classes N         classes (labels 0 to N-1; a label >= N is an error)\n"
-          "                      [1 + the largest training label]\n",
-          TSR_DEFAULT_DATA_DIR, names, lr, wd, TSR_DEFAULT_SCHED, TSR_DEVICES_SCHED);
-  /* Two strings: ISO C promises string literals of 4095 characters, no more. */
-  fputs("  --sync POLICY       under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
-        "                      post-local:E,K (batch for E epochs, then every=K) or\n"
-        "                      hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
-        "                      average every K1 steps, all ranks every K2) [batch]\n"
-        "  --outer NAME        what a weight average does with the mean: none (take it),\n"
-        "                      slowmo or nesterov (an outer optimizer step towards it) [none]\n"
-        "  --outer-lr X        the outer rate [1 for slowmo, 0.7 for nesterov]\n"
-        "  --outer-momentum X  the outer momentum [0.5 for slowmo, 0.9 for nesterov]\n"
-        "  --sync-state        average optimizer state with the weights (every, epoch)\n"
-        "  --weighting W       uniform, samples or steps (samples, normalized by each rank's\n"
-        "                      local steps: FedNova): how ranks count in averages [uniform]\n"
-        "  --shares S          under mpirun, each rank's part of the work: uniform, auto\n"
-        "                      (measured throughput) or w0,w1,... (one per rank) [uniform]\n"
-        "  --deterministic     sum rank contributions in a fixed order (reproducible bits)\n"
-        "  --grid PrxPc        under mpirun with Pr x Pc ranks: each grid column of Pr\n"
-        "                      consecutive ranks holds one replica, its dense layers'\n"
-        "                      feature tiles spread over them; the Pc columns split the\n"
-        "                      batch and --sync averages across them [1xP]\n"
-        "  --mpi-progress M    under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
-        "                      worker (that thread also runs a worker's tasks), or auto:\n"
-        "                      worker wherever MPI allows it [auto]\n"
-        "  --log FILE.jsonl    write one JSON object per epoch (rank 0)\n"
-        "  --checkpoint FILE   write the network, optimizer state and training state\n"
-        "                      (safetensors) at every --checkpoint-every, at the end and\n"
-        "                      when stopped by SIGINT/SIGTERM\n"
-        "  --checkpoint-every N[epochs|steps]  how often [1 epoch]\n"
-        "  --resume FILE       continue a checkpoint's run: --epochs stays the total\n"
-        "  --no-priorities     every task priority 0 (default: critical path first)\n"
-        "  --stats             per-worker statistics at the end (and in the log)\n"
-        "  --trace FILE.json   timeline of every task on every worker of every rank,\n"
-        "                      Chrome trace-event format (Perfetto, chrome://tracing)\n"
-        "  --trace-steps A-B   with --trace, only training steps A to B (1-based) [all]\n"
-        "  --quiet             no per-epoch lines\n"
-        "  --help              this text\n",
-        out);
-}
 
 static int bad(const char *opt, const char *val, const char *want) {
   fprintf(stderr, "tessera train: %s %s: expected %s (see tessera train --help)\n", opt, val, want);
@@ -163,337 +71,477 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
-  enum {
-    O_DATA = 256,
-    O_MODEL,
-    O_EPOCHS,
-    O_BATCH,
-    O_OPT,
-    O_LR,
-    O_MOM,
-    O_WD,
-    O_SEED,
-    O_TILE,
-    O_SCHED,
-    O_WORKERS,
-    O_WINDOW,
-    O_TRAIN_LIMIT,
-    O_TEST_LIMIT,
-    O_LOG,
-    O_QUIET,
-    O_SCHEDULE,
-    O_SYNC,
-    O_SYNC_STATE,
-    O_WEIGHTING,
-    O_DETERMINISTIC,
-    O_NO_PRIO,
-    O_STATS,
-    O_TRACE,
-    O_MPI_PROGRESS,
-    O_LR_SCALING,
-    O_CHECKPOINT,
-    O_CHECKPOINT_EVERY,
-    O_RESUME,
-    O_OUTER,
-    O_OUTER_LR,
-    O_OUTER_MOM,
-    O_CLASSES,
-    O_GRID,
-    O_DEVICES,
-    O_SHARES,
-    O_NESTEROV,
-    O_TRACE_STEPS
-  };
-  static const struct option longopts[] = {
-      {"data", required_argument, 0, O_DATA},
-      {"model", required_argument, 0, O_MODEL},
-      {"epochs", required_argument, 0, O_EPOCHS},
-      {"batch", required_argument, 0, O_BATCH},
-      {"optimizer", required_argument, 0, O_OPT},
-      {"nesterov", no_argument, 0, O_NESTEROV},
-      {"lr", required_argument, 0, O_LR},
-      {"momentum", required_argument, 0, O_MOM},
-      {"weight-decay", required_argument, 0, O_WD},
-      {"seed", required_argument, 0, O_SEED},
-      {"tile", required_argument, 0, O_TILE},
-      {"sched", required_argument, 0, O_SCHED},
-      {"workers", required_argument, 0, O_WORKERS},
-      {"window", required_argument, 0, O_WINDOW},
-      {"train-limit", required_argument, 0, O_TRAIN_LIMIT},
-      {"test-limit", required_argument, 0, O_TEST_LIMIT},
-      {"lr-schedule", required_argument, 0, O_SCHEDULE},
-      {"sync", required_argument, 0, O_SYNC},
-      {"sync-state", no_argument, 0, O_SYNC_STATE},
-      {"weighting", required_argument, 0, O_WEIGHTING},
-      {"deterministic", no_argument, 0, O_DETERMINISTIC},
-      {"log", required_argument, 0, O_LOG},
-      {"quiet", no_argument, 0, O_QUIET},
-      {"no-priorities", no_argument, 0, O_NO_PRIO},
-      {"stats", no_argument, 0, O_STATS},
-      {"trace", required_argument, 0, O_TRACE},
-      {"mpi-progress", required_argument, 0, O_MPI_PROGRESS},
-      {"lr-scaling", required_argument, 0, O_LR_SCALING},
-      {"checkpoint", required_argument, 0, O_CHECKPOINT},
-      {"checkpoint-every", required_argument, 0, O_CHECKPOINT_EVERY},
-      {"resume", required_argument, 0, O_RESUME},
-      {"outer", required_argument, 0, O_OUTER},
-      {"outer-lr", required_argument, 0, O_OUTER_LR},
-      {"outer-momentum", required_argument, 0, O_OUTER_MOM},
-      {"classes", required_argument, 0, O_CLASSES},
-      {"grid", required_argument, 0, O_GRID},
-      {"devices", required_argument, 0, O_DEVICES},
-      {"shares", required_argument, 0, O_SHARES},
-      {"trace-steps", required_argument, 0, O_TRACE_STEPS},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+/* ---- Readers ------------------------------------------------------------
+ *
+ * Each reads one option's argument (NULL for a flag) into the configuration: 0, or 2 (the exit
+ * status) after a message. The generic ones put the value at the row's field, checked against
+ * its range; the field's type must be theirs (int, int64_t, float, const char *, bool). */
 
-  *cfg = (tsr_cli_train_config_t){.data_dir = TSR_DEFAULT_DATA_DIR,
-                                  .model = "mlp",
-                                  .train_limit = -1,
-                                  .test_limit = -1,
-                                  .argc = argc,
-                                  .argv = argv};
-  tsr_net_opts_init(&cfg->net);
-  tsr_train_opts_init(&cfg->train);
-  tsr_runtime_opts_init(&cfg->runtime);
-  tsr_sync_parse(&cfg->sync, "batch", NULL);
-  tsr_errbuf_t err = {""};
-  float outer_lr = -1, outer_momentum = -1; /* given with --outer-lr, --outer-momentum */
-  bool lr_set = false, momentum_set = false, decay_set = false, nesterov = false;
+typedef struct {
+  tsr_cli_train_config_t *cfg;
+  float outer_lr, outer_momentum;       /* given with --outer-lr, --outer-momentum (else -1) */
+  bool lr_set, momentum_set, decay_set; /* --lr, --momentum, --weight-decay given */
+  bool nesterov;                        /* --nesterov */
+} parse_t;
+
+typedef struct row row_t;
+struct row {
+  const char *name; /* without the leading "--" */
+  const char *arg;  /* the argument's form in the help (NULL: a flag) */
+  int (*read)(parse_t *p, const row_t *row, const char *arg);
+  size_t field;     /* generic readers: where the value goes, offsetof(tsr_cli_train_config_t) */
+  double lo, hi;    /* generic readers: the range */
+  const char *want; /* what a bad value is told to be */
+  const char *help; /* lines separated by '\n'; NULL: made from the library (made_help) */
+};
+
+static void *field_of(parse_t *p, const row_t *row) {
+  return (char *)p->cfg + row->field;
+}
+
+/* "--name arg: expected WANT". */
+static int bad_row(const row_t *row, const char *arg) {
+  char opt[40];
+  snprintf(opt, sizeof opt, "--%s", row->name);
+  return bad(opt, arg, row->want);
+}
+
+/* arg as a whole number in the row's range: 0, or 2 after the message. */
+static int whole(const row_t *row, const char *arg, long *v) {
+  return tsr__cli_to_long(arg, (long)row->lo, (long)row->hi, v) ? bad_row(row, arg) : 0;
+}
+
+static int read_int(parse_t *p, const row_t *row, const char *arg) {
   long v;
-  int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-    switch (c) {
-    case O_DATA: cfg->data_dir = optarg; break;
-    case O_MODEL: cfg->model = optarg; break;
-    case O_EPOCHS:
-      /* 0 would train nothing and say nothing of it. */
-      if (tsr__cli_to_long(optarg, 1, 100000, &v))
-        return bad("--epochs", optarg, "an integer from 1 to 100000");
-      cfg->train.epochs = (int)v;
-      break;
-    case O_BATCH:
-      if (tsr__cli_to_long(optarg, 1, 1 << 20, &v))
-        return bad("--batch", optarg, "an integer from 1 to 1048576");
-      cfg->net.batch = (int)v;
-      break;
-    case O_OPT: {
-      tsr_optimizer_t o;
-      if (tsr_optimizer_init(&o, optarg, &err)) {
-        fprintf(stderr, "tessera train: %s\n", err.msg);
-        return 2;
-      }
-      /* A rate, momentum or decay given before the name stays. */
-      if (lr_set) o.lr = cfg->net.opt.lr;
-      if (momentum_set) o.momentum = cfg->net.opt.momentum;
-      if (decay_set) o.weight_decay = cfg->net.opt.weight_decay;
-      cfg->net.opt = o;
-      break;
-    }
-    case O_NESTEROV: nesterov = true; break;
-    case O_LR:
-      if (to_float(optarg, 1e-12, 1e6, &cfg->net.opt.lr))
-        return bad("--lr", optarg, "a number from 1e-12 to 1e6");
-      lr_set = true;
-      break;
-    case O_SYNC: {
-      tsr_sync_t before = cfg->sync;
-      if (tsr_sync_parse(&cfg->sync, optarg, &err)) {
-        fprintf(stderr, "tessera train: %s\n", err.msg);
-        return 2;
-      }
-      cfg->sync.average_state = before.average_state, cfg->sync.outer = before.outer;
-      cfg->sync.deterministic = before.deterministic, cfg->sync.by_samples = before.by_samples;
-      cfg->sync.by_steps = before.by_steps;
-      break;
-    }
-    case O_OUTER: {
-      tsr_outer_t o;
-      if (tsr_outer_init(&o, optarg, &err)) {
-        fprintf(stderr, "tessera train: %s\n", err.msg);
-        return 2;
-      }
-      /* A rate or momentum given before the name stays. */
-      if (outer_lr > 0) o.lr = outer_lr;
-      if (outer_momentum >= 0) o.momentum = outer_momentum;
-      cfg->sync.outer = o;
-      break;
-    }
-    case O_OUTER_LR:
-      if (to_float(optarg, 1e-6f, 100.0f, &outer_lr))
-        return bad("--outer-lr", optarg, "a number in [1e-6, 100]");
-      cfg->sync.outer.lr = outer_lr;
-      break;
-    case O_OUTER_MOM:
-      if (to_float(optarg, 0, 0.999999f, &outer_momentum))
-        return bad("--outer-momentum", optarg, "a number in [0, 1)");
-      cfg->sync.outer.momentum = outer_momentum;
-      break;
-    case O_SYNC_STATE: cfg->sync.average_state = true; break;
-    case O_DETERMINISTIC: cfg->sync.deterministic = true; break;
-    case O_WEIGHTING: {
-      static const char *const names[] = {"uniform", "samples", "steps", NULL};
-      int i = choice(optarg, names);
-      if (i < 0) return bad("--weighting", optarg, "uniform, samples or steps");
-      cfg->sync.by_samples = i >= 1, cfg->sync.by_steps = i == 2;
-      break;
-    }
-    case O_SHARES:
-      if (tsr_shares_parse(&cfg->shares, optarg, &err)) {
-        fprintf(stderr, "tessera train: %s\n", err.msg);
-        return 2;
-      }
-      break;
-    case O_SCHEDULE: {
-      static const char *const names[] = {"cosine", "constant", NULL};
-      static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};
-      int i = choice(optarg, names);
-      if (i < 0) return bad("--lr-schedule", optarg, "cosine or constant");
-      cfg->train.lr_schedule = kinds[i];
-      break;
-    }
-    case O_MOM:
-      if (to_float(optarg, 0, 0.999999, &cfg->net.opt.momentum))
-        return bad("--momentum", optarg, "a number in [0, 1)");
-      momentum_set = true;
-      break;
-    case O_WD:
-      if (to_float(optarg, 0, 1e6, &cfg->net.opt.weight_decay))
-        return bad("--weight-decay", optarg, "a number from 0 to 1e6");
-      decay_set = true;
-      break;
-    case O_SEED:
-      if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
-        return bad("--seed", optarg, "an integer from 0 to 2147483647");
-      cfg->net.seed = cfg->train.seed = (uint64_t)v;
-      break;
-    case O_TILE: {
-      long r = 0, cc = 0;
-      char *x = strchr(optarg, 'x');
-      if (x) {
-        *x = '\0';
-        int e1 = tsr__cli_to_long(optarg, 1, 1 << 20, &r),
-            e2 = tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
-        *x = 'x';
-        if (e1 || e2) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
-      } else if (tsr__cli_to_long(optarg, 1, 1 << 20, &r)) {
-        return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
-      } else {
-        cc = r;
-      }
-      cfg->net.tile_rows = (int)r, cfg->net.tile_cols = (int)cc;
-      break;
-    }
-    case O_SCHED: cfg->runtime.sched = optarg; break;
-    case O_LR_SCALING: {
-      static const char *const names[] = {"none", "linear", NULL};
-      static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
-      int i = choice(optarg, names);
-      if (i < 0) return bad("--lr-scaling", optarg, "linear or none");
-      cfg->train.lr_scaling = kinds[i];
-      break;
-    }
-    case O_MPI_PROGRESS: {
-      static const char *const names[] = {"auto", "thread", "worker", NULL};
-      static const tsr_mpi_progress_t kinds[] = {TSR_MPI_PROGRESS_AUTO, TSR_MPI_PROGRESS_THREAD,
-                                                 TSR_MPI_PROGRESS_WORKER};
-      int i = choice(optarg, names);
-      if (i < 0) return bad("--mpi-progress", optarg, "auto, thread or worker");
-      cfg->runtime.mpi_progress = kinds[i];
-      break;
-    }
-    case O_WORKERS:
-      if (tsr__cli_to_long(optarg, 1, 4096, &v))
-        return bad("--workers", optarg, "an integer from 1 to 4096");
-      cfg->runtime.ncpus = (int)v;
-      break;
-    case O_WINDOW:
-      if (tsr__cli_to_long(optarg, 1, 1 << 16, &v))
-        return bad("--window", optarg, "an integer from 1 to 65536");
-      cfg->train.window = (int)v;
-      break;
-    case O_TRAIN_LIMIT:
-      if (tsr__cli_to_long(optarg, 1, 0x7fffffffL, &v))
-        return bad("--train-limit", optarg, "an integer from 1 to 2147483647");
-      cfg->train_limit = v;
-      break;
-    case O_TEST_LIMIT:
-      if (tsr__cli_to_long(optarg, 0, 0x7fffffffL, &v))
-        return bad("--test-limit", optarg, "an integer from 0 to 2147483647");
-      cfg->test_limit = v;
-      break;
-    case O_DEVICES:
-      if (tsr__cli_devices("train", optarg, &cfg->runtime.opencl)) return 2;
-      break;
-    case O_CLASSES:
-      if (tsr__cli_to_long(optarg, 2, 1 << 24, &v))
-        return bad("--classes", optarg, "an integer from 2 to 16777216");
-      cfg->classes = (int)v;
-      break;
-    case O_GRID: {
-      long pr, pc;
-      char *x = strchr(optarg, 'x');
-      if (!x)
-        return bad("--grid", optarg,
-                   "PrxPc, e.g. 2x4 (Pr ranks split each layer, Pc split the batch)");
-      *x = '\0';
-      int e1 = tsr__cli_to_long(optarg, 1, TSR_MAX_RANKS, &pr),
-          e2 = tsr__cli_to_long(x + 1, 1, TSR_MAX_RANKS, &pc);
-      *x = 'x';
-      if (e1 || e2)
-        return bad("--grid", optarg, "PrxPc with integers Pr, Pc from 1 to 1024, e.g. 2x4");
-      cfg->net.grid_rows = (int)pr, cfg->grid_cols = (int)pc;
-      break;
-    }
-    case O_LOG: cfg->log_path = optarg; break;
-    case O_CHECKPOINT: cfg->checkpoint = optarg; break;
-    case O_RESUME: cfg->resume = optarg; break;
-    case O_CHECKPOINT_EVERY: {
-      char *end;
-      errno = 0;
-      long n = strtol(optarg, &end, 10);
-      bool steps = strcmp(end, "steps") == 0 || strcmp(end, "step") == 0;
-      if (end == optarg || errno || n < 1 || n > 1L << 30 ||
-          !(steps || !*end || strcmp(end, "epochs") == 0 || strcmp(end, "epoch") == 0))
-        return bad("--checkpoint-every", optarg, "N, Nepochs or Nsteps with N >= 1");
-      cfg->checkpoint_every = (int)n, cfg->checkpoint_in_steps = steps;
-      break;
-    }
-    case O_QUIET: cfg->quiet = true; break;
-    case O_NO_PRIO: cfg->runtime.priorities = false; break;
-    case O_STATS: cfg->runtime.stats = true; break;
-    case O_TRACE:
-      if (!ends_with(optarg, ".json")) return bad("--trace", optarg, "a file name ending in .json");
-      cfg->trace_path = optarg, cfg->runtime.trace = true;
-      break;
-    case O_TRACE_STEPS: {
-      long a = 0, b = 0;
-      char *dash = strchr(optarg, '-');
-      if (dash) *dash = '\0';
-      int e1 = tsr__cli_to_long(optarg, 1, 1L << 40, &a),
-          e2 = dash ? tsr__cli_to_long(dash + 1, 1, 1L << 40, &b) : -1;
-      if (dash) *dash = '-';
-      if (e1 || e2 || a > b)
-        return bad("--trace-steps", optarg, "A-B, steps with 1 <= A <= B, e.g. 100-110");
-      cfg->runtime.trace_from = a, cfg->runtime.trace_to = b;
-      break;
-    }
-    case 'h': cfg->help = true; return 0;
-    default: return 2;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) *(int *)field_of(p, row) = (int)v;
+  return rc;
+}
+
+static int read_int64(parse_t *p, const row_t *row, const char *arg) {
+  long v;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) *(int64_t *)field_of(p, row) = v;
+  return rc;
+}
+
+static int read_float(parse_t *p, const row_t *row, const char *arg) {
+  return to_float(arg, row->lo, row->hi, (float *)field_of(p, row)) ? bad_row(row, arg) : 0;
+}
+
+static int read_text(parse_t *p, const row_t *row, const char *arg) {
+  *(const char **)field_of(p, row) = arg;
+  return 0;
+}
+
+static int read_true(parse_t *p, const row_t *row, const char *arg) {
+  (void)arg;
+  *(bool *)field_of(p, row) = true;
+  return 0;
+}
+
+static int read_false(parse_t *p, const row_t *row, const char *arg) {
+  (void)arg;
+  *(bool *)field_of(p, row) = false;
+  return 0;
+}
+
+/* A library error as the command says it: status 2. */
+static int refused(int rc, const tsr_errbuf_t *err) {
+  if (rc) fprintf(stderr, "tessera train: %s\n", err->msg);
+  return rc ? 2 : 0;
+}
+
+/* An argument from a list of names: its index, or -1 after the message. */
+static int read_choice(const row_t *row, const char *arg, const char *const *names) {
+  int i = choice(arg, names);
+  if (i < 0) bad_row(row, arg);
+  return i;
+}
+
+/* A registered optimizer with its defaults; a rate, momentum or decay given before the name
+ * stays. */
+static int read_optimizer(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  tsr_optimizer_t o, *opt = &p->cfg->net.opt;
+  tsr_errbuf_t err = {""};
+  if (refused(tsr_optimizer_init(&o, arg, &err), &err)) return 2;
+  if (p->lr_set) o.lr = opt->lr;
+  if (p->momentum_set) o.momentum = opt->momentum;
+  if (p->decay_set) o.weight_decay = opt->weight_decay;
+  *opt = o;
+  return 0;
+}
+
+static int read_nesterov(parse_t *p, const row_t *row, const char *arg) {
+  (void)row, (void)arg;
+  p->nesterov = true;
+  return 0;
+}
+
+static int read_lr(parse_t *p, const row_t *row, const char *arg) {
+  p->lr_set = true;
+  return read_float(p, row, arg);
+}
+
+static int read_momentum(parse_t *p, const row_t *row, const char *arg) {
+  p->momentum_set = true;
+  return read_float(p, row, arg);
+}
+
+static int read_weight_decay(parse_t *p, const row_t *row, const char *arg) {
+  p->decay_set = true;
+  return read_float(p, row, arg);
+}
+
+/* Into buf: each registered optimizer's default of the hyper-parameter at offset in
+ * tsr_optimizer_t, "sgd 0.01, sgd-nesterov 0.01, adam 0.001, adamw 0.001". */
+static void defaults_of(char *buf, size_t size, size_t offset) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; tsr_optimizer_registered(i) && n < size; i++) {
+    tsr_optimizer_t o;
+    float v;
+    tsr_optimizer_init(&o, tsr_optimizer_registered(i), NULL);
+    memcpy(&v, (const char *)&o + offset, sizeof v);
+    int c = snprintf(buf + n, size - n, "%s%s %g", i ? ", " : "", o.name, (double)v);
+    n += c > 0 ? (size_t)c : 0;
+  }
+}
+
+static void optimizer_help(char *buf, size_t size) {
+  char names[256];
+  tsr_optimizer_list(names, sizeof names);
+  snprintf(buf, size, "%s [sgd]", names);
+}
+
+static void lr_help(char *buf, size_t size) {
+  char lr[256];
+  defaults_of(lr, sizeof lr, offsetof(tsr_optimizer_t, lr));
+  snprintf(buf, size, "learning rate\n[%s]", lr);
+}
+
+static void weight_decay_help(char *buf, size_t size) {
+  char wd[256];
+  defaults_of(wd, sizeof wd, offsetof(tsr_optimizer_t, weight_decay));
+  snprintf(buf, size, "weight decay: L2, or decoupled for adamw\n[%s]", wd);
+}
+
+static int read_lr_schedule(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"cosine", "constant", NULL};
+  static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->train.lr_schedule = kinds[i];
+  return 0;
+}
+
+static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"none", "linear", NULL};
+  static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->train.lr_scaling = kinds[i];
+  return 0;
+}
+
+/* Initialization and shuffling alike. */
+static int read_seed(parse_t *p, const row_t *row, const char *arg) {
+  long v;
+  int rc = whole(row, arg, &v);
+  if (rc == 0) p->cfg->net.seed = p->cfg->train.seed = (uint64_t)v;
+  return rc;
+}
+
+/* "N" or "RxC"; arg is given back as it was found. */
+static int read_tile(parse_t *p, const row_t *row, const char *arg) {
+  long r = 0, cc = 0;
+  char *x = strchr(arg, 'x');
+  if (x) {
+    *x = '\0';
+    int e1 = tsr__cli_to_long(arg, 1, 1 << 20, &r), e2 = tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
+    *x = 'x';
+    if (e1 || e2) return bad_row(row, arg);
+  } else if (tsr__cli_to_long(arg, 1, 1 << 20, &r)) {
+    return bad_row(row, arg);
+  } else {
+    cc = r;
+  }
+  p->cfg->net.tile_rows = (int)r, p->cfg->net.tile_cols = (int)cc;
+  return 0;
+}
+
+static int read_devices(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  return tsr__cli_devices("train", arg, &p->cfg->runtime.opencl);
+}
+
+static int read_mpi_progress(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"auto", "thread", "worker", NULL};
+  static const tsr_mpi_progress_t kinds[] = {TSR_MPI_PROGRESS_AUTO, TSR_MPI_PROGRESS_THREAD,
+                                             TSR_MPI_PROGRESS_WORKER};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->runtime.mpi_progress = kinds[i];
+  return 0;
+}
+
+/* The schedule alone: the options orthogonal to it stay as they are. */
+static int read_sync(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  tsr_errbuf_t err = {""};
+  return refused(tsr_sync_schedule_parse(&p->cfg->sync.schedule, arg, &err), &err);
+}
+
+static int read_outer(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  tsr_outer_t o;
+  tsr_errbuf_t err = {""};
+  if (refused(tsr_outer_init(&o, arg, &err), &err)) return 2;
+  /* A rate or momentum given before the name stays. */
+  if (p->outer_lr > 0) o.lr = p->outer_lr;
+  if (p->outer_momentum >= 0) o.momentum = p->outer_momentum;
+  p->cfg->sync.outer = o;
+  return 0;
+}
+
+static int read_outer_lr(parse_t *p, const row_t *row, const char *arg) {
+  if (to_float(arg, row->lo, row->hi, &p->outer_lr)) return bad_row(row, arg);
+  p->cfg->sync.outer.lr = p->outer_lr;
+  return 0;
+}
+
+static int read_outer_momentum(parse_t *p, const row_t *row, const char *arg) {
+  if (to_float(arg, row->lo, row->hi, &p->outer_momentum)) return bad_row(row, arg);
+  p->cfg->sync.outer.momentum = p->outer_momentum;
+  return 0;
+}
+
+static int read_weighting(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"uniform", "samples", "steps", NULL};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->sync.by_samples = i >= 1, p->cfg->sync.by_steps = i == 2;
+  return 0;
+}
+
+static int read_shares(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  tsr_errbuf_t err = {""};
+  return refused(tsr_shares_parse(&p->cfg->shares, arg, &err), &err);
+}
+
+static int read_grid(parse_t *p, const row_t *row, const char *arg) {
+  (void)row;
+  long pr, pc;
+  char *x = strchr(arg, 'x');
+  if (!x)
+    return bad("--grid", arg, "PrxPc, e.g. 2x4 (Pr ranks split each layer, Pc split the batch)");
+  *x = '\0';
+  int e1 = tsr__cli_to_long(arg, 1, TSR_MAX_RANKS, &pr),
+      e2 = tsr__cli_to_long(x + 1, 1, TSR_MAX_RANKS, &pc);
+  *x = 'x';
+  if (e1 || e2) return bad("--grid", arg, "PrxPc with integers Pr, Pc from 1 to 1024, e.g. 2x4");
+  p->cfg->net.grid_rows = (int)pr, p->cfg->grid_cols = (int)pc;
+  return 0;
+}
+
+static int read_checkpoint_every(parse_t *p, const row_t *row, const char *arg) {
+  char *end;
+  errno = 0;
+  long n = strtol(arg, &end, 10);
+  bool steps = strcmp(end, "steps") == 0 || strcmp(end, "step") == 0;
+  if (end == arg || errno || n < 1 || n > 1L << 30 ||
+      !(steps || !*end || strcmp(end, "epochs") == 0 || strcmp(end, "epoch") == 0))
+    return bad_row(row, arg);
+  p->cfg->checkpoint_every = (int)n, p->cfg->checkpoint_in_steps = steps;
+  return 0;
+}
+
+static int read_trace(parse_t *p, const row_t *row, const char *arg) {
+  if (!ends_with(arg, ".json")) return bad_row(row, arg);
+  p->cfg->trace_path = arg, p->cfg->runtime.trace = true;
+  return 0;
+}
+
+/* "A-B", 1 <= A <= B. */
+static int read_trace_steps(parse_t *p, const row_t *row, const char *arg) {
+  long a = 0, b = 0;
+  char *dash = strchr(arg, '-');
+  if (dash) *dash = '\0';
+  int e1 = tsr__cli_to_long(arg, 1, 1L << 40, &a),
+      e2 = dash ? tsr__cli_to_long(dash + 1, 1, 1L << 40, &b) : -1;
+  if (dash) *dash = '-';
+  if (e1 || e2 || a > b) return bad_row(row, arg);
+  p->cfg->runtime.trace_from = a, p->cfg->runtime.trace_to = b;
+  return 0;
+}
+
+/* ---- The table ---------------------------------------------------------- */
+
+#define AT(member) offsetof(tsr_cli_train_config_t, member)
+
+static const row_t rows[] = {
+    {"data", "DIR", read_text, AT(data_dir),
+     .help = "dataset folder: IDX files (MNIST family, "
+             ".gz or plain) or\n"
+             "train.csv/test.csv [" TSR_DEFAULT_DATA_DIR "]"},
+    {"model", "SPEC|FILE", read_text, AT(model),
+     .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
+             "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
+             "or an INI\n"
+             "model file with one section per layer [mlp]"},
+    /* 0 would train nothing and say nothing of it. */
+    {"epochs", "N", read_int, AT(train.epochs), 1, 100000, "an integer from 1 to 100000",
+     "epochs, 1 or more [10]"},
+    {"batch", "N", read_int, AT(net.batch), 1, 1 << 20, "an integer from 1 to 1048576",
+     "samples per step [64]"},
+    /* The optimizers by name, from the library's registry. */
+    {"optimizer", "NAME", read_optimizer, .help = NULL},
+    {"nesterov", NULL, read_nesterov,
+     .help = "Nesterov momentum: with --optimizer sgd, sgd-nesterov\n"
+             "(PyTorch's nesterov=True; needs --momentum > 0)"},
+    {"lr", "X", read_lr, AT(net.opt.lr), 1e-12, 1e6, "a number from 1e-12 to 1e6", NULL},
+    {"lr-schedule", "S", read_lr_schedule, .want = "cosine or constant",
+     .help = "cosine (decay to 0 over the run) or constant [cosine]"},
+    {"lr-scaling", "S", read_lr_scaling, .want = "linear or none",
+     .help = "under mpirun, linear (--lr times the ranks, for the ranks'\n"
+             "larger combined batch) or none [linear for sgd and\n"
+             "sgd-nesterov with --sync batch, else none]"},
+    {"momentum", "X", read_momentum, AT(net.opt.momentum), 0, 0.999999, "a number in [0, 1)",
+     "SGD momentum [0.9]"},
+    {"weight-decay", "X", read_weight_decay, AT(net.opt.weight_decay), 0, 1e6,
+     "a number from 0 to 1e6", NULL},
+    {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
+     "seed for initialization and shuffling [1]"},
+    {"tile", "N | RxC", read_tile, .want = "N or RxC, integers from 1 to 1048576",
+     .help = "tile size: N for both, or R batch rows x C features\n"
+             "[chosen from the shapes]"},
+    {"sched", "NAME", read_text, AT(runtime.sched),
+     .help = "StarPU scheduling policy [" TSR_DEFAULT_SCHED ", or " TSR_DEVICES_SCHED
+             " with --devices\n"
+             "opencl[:N]]; `tessera info --sched-list`"},
+    {"workers", "N", read_int, AT(runtime.ncpus), 1, 4096, "an integer from 1 to 4096",
+     "CPU workers [all cores StarPU may use]"},
+    {"devices", "D", read_devices,
+     .help = "OpenCL devices beside the CPU workers: opencl (every one\n"
+             "StarPU finds, at least one), opencl:N (exactly N) or none\n"
+             "[what StarPU finds; CPU devices such as PoCL need\n"
+             "STARPU_OPENCL_ON_CPUS=1]"},
+    {"window", "N", read_int, AT(train.window), 1, 1 << 16, "an integer from 1 to 65536",
+     "training steps in flight at most [8]"},
+    {"train-limit", "N", read_int64, AT(train_limit), 1, 0x7fffffffL,
+     "an integer from 1 to 2147483647", "use only the first N training samples"},
+    {"test-limit", "N", read_int64, AT(test_limit), 0, 0x7fffffffL,
+     "an integer from 0 to 2147483647", "use only the first N test samples"},
+    {"classes", "N", read_int, AT(classes), 2, 1 << 24, "an integer from 2 to 16777216",
+     "classes (labels 0 to N-1; a label >= N is an error)\n"
+     "[1 + the largest training label]"},
+    {"sync", "POLICY", read_sync,
+     .help = "under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
+             "post-local:E,K (batch for E epochs, then every=K) or\n"
+             "hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
+             "average every K1 steps, all ranks every K2) [batch]"},
+    {"outer", "NAME", read_outer,
+     .help = "what a weight average does with the mean: none (take it),\n"
+             "slowmo or nesterov (an outer optimizer step towards it) [none]"},
+    {"outer-lr", "X", read_outer_lr, 0, 1e-6f, 100.0f, "a number in [1e-6, 100]",
+     "the outer rate [1 for slowmo, 0.7 for nesterov]"},
+    {"outer-momentum", "X", read_outer_momentum, 0, 0, 0.999999f, "a number in [0, 1)",
+     "the outer momentum [0.5 for slowmo, 0.9 for nesterov]"},
+    {"sync-state", NULL, read_true, AT(sync.average_state),
+     .help = "average optimizer state with the weights (every, epoch)"},
+    {"weighting", "W", read_weighting, .want = "uniform, samples or steps",
+     .help = "uniform, samples or steps (samples, normalized by each rank's\n"
+             "local steps: FedNova): how ranks count in averages [uniform]"},
+    {"shares", "S", read_shares,
+     .help = "under mpirun, each rank's part of the work: uniform, auto\n"
+             "(measured throughput) or w0,w1,... (one per rank) [uniform]"},
+    {"deterministic", NULL, read_true, AT(sync.deterministic),
+     .help = "sum rank contributions in a fixed order (reproducible bits)"},
+    {"grid", "PrxPc", read_grid,
+     .help = "under mpirun with Pr x Pc ranks: each grid column of Pr\n"
+             "consecutive ranks holds one replica, its dense layers'\n"
+             "feature tiles spread over them; the Pc columns split the\n"
+             "batch and --sync averages across them [1xP]"},
+    {"mpi-progress", "M", read_mpi_progress, .want = "auto, thread or worker",
+     .help = "under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
+             "worker (that thread also runs a worker's tasks), or auto:\n"
+             "worker wherever MPI allows it [auto]"},
+    {"log", "FILE.jsonl", read_text, AT(log_path),
+     .help = "write one JSON object per epoch (rank 0)"},
+    {"checkpoint", "FILE", read_text, AT(checkpoint),
+     .help = "write the network, optimizer state and training state\n"
+             "(safetensors) at every --checkpoint-every, at the end and\n"
+             "when stopped by SIGINT/SIGTERM"},
+    {"checkpoint-every", "N[epochs|steps]", read_checkpoint_every,
+     .want = "N, Nepochs or Nsteps with N >= 1", .help = "how often [1 epoch]"},
+    {"resume", "FILE", read_text, AT(resume),
+     .help = "continue a checkpoint's run: --epochs stays the total"},
+    {"no-priorities", NULL, read_false, AT(runtime.priorities),
+     .help = "every task priority 0 (default: critical path first)"},
+    {"stats", NULL, read_true, AT(runtime.stats),
+     .help = "per-worker statistics at the end (and in the log)"},
+    {"trace", "FILE.json", read_trace, .want = "a file name ending in .json",
+     .help = "timeline of every task on every worker of every rank,\n"
+             "Chrome trace-event format (Perfetto, chrome://tracing)"},
+    {"trace-steps", "A-B", read_trace_steps, .want = "A-B, steps with 1 <= A <= B, e.g. 100-110",
+     .help = "with --trace, only training steps A to B (1-based) [all]"},
+    {"quiet", NULL, read_true, AT(quiet), .help = "no per-epoch lines"},
+    {"help", NULL, read_true, AT(help), .help = "this text"},
+};
+#define NROWS ((int)(sizeof rows / sizeof *rows))
+
+/* ---- Help and parsing from the table ------------------------------------- */
+
+/* The help of the rows that say what the library's registries hold: the optimizers' names and
+ * defaults. */
+static const struct {
+  const char *name;
+  void (*make)(char *buf, size_t size);
+} made_help[] = {
+    {"optimizer", optimizer_help},
+    {"lr", lr_help},
+    {"weight-decay", weight_decay_help},
+};
+
+static const char *help_of(const row_t *row, char *buf, size_t size) {
+  if (row->help) return row->help;
+  for (size_t k = 0; k < sizeof made_help / sizeof *made_help; k++)
+    if (strcmp(row->name, made_help[k].name) == 0) made_help[k].make(buf, size);
+  return buf;
+}
+
+/* Names and arguments in a column of 18, the help beside them and under it. */
+void tsr__cli_train_usage(FILE *out) {
+  fprintf(out, "usage: tessera train [options]\n\n");
+  for (int i = 0; i < NROWS; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", rows[i].name, rows[i].arg ? " " : "",
+             rows[i].arg ? rows[i].arg : "");
+    fprintf(out, "  %-18s  ", left);
+    char made[512];
+    for (const char *h = help_of(&rows[i], made, sizeof made); *h;) {
+      const char *nl = strchr(h, '\n');
+      int n = nl ? (int)(nl - h) : (int)strlen(h);
+      fprintf(out, "%.*s\n", n, h);
+      h += n;
+      if (*h == '\n' && *++h) fprintf(out, "%22s", "");
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "tessera train: unexpected argument '%s' (see tessera train --help)\n",
-            argv[optind]);
-    return 2;
-  }
-  if (nesterov && tsr_optimizer_variant(&cfg->net.opt, "nesterov", &err)) {
+}
+
+/* What depends on several options, once all are read: 0, or 2 after a message. */
+static int check_together(parse_t *p) {
+  tsr_cli_train_config_t *cfg = p->cfg;
+  tsr_errbuf_t err = {""};
+  if (p->nesterov && tsr_optimizer_variant(&cfg->net.opt, "nesterov", &err)) {
     fprintf(stderr, "tessera train: --nesterov: %s\n", err.msg);
     return 2;
   }
-  if (tsr_optimizer_check(&cfg->net.opt, &err)) {
-    fprintf(stderr, "tessera train: %s\n", err.msg);
+  if (refused(tsr_optimizer_check(&cfg->net.opt, &err), &err)) return 2;
+  if (cfg->runtime.trace_from && !cfg->runtime.trace) {
+    fprintf(stderr, "tessera train: --trace-steps needs --trace FILE.json\n");
     return 2;
   }
   if (cfg->runtime.sched && !tsr_sched_known(cfg->runtime.sched)) {
@@ -510,30 +558,52 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     return 2;
   }
   cfg->model_file = ends_with(cfg->model, ".ini");
-  if (cfg->runtime.trace_from && !cfg->runtime.trace) {
-    fprintf(stderr, "tessera train: --trace-steps needs --trace FILE.json\n");
-    return 2;
-  }
   if (cfg->checkpoint_every && !cfg->checkpoint) {
     fprintf(stderr, "tessera train: --checkpoint-every needs --checkpoint FILE\n");
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
-  if ((outer_lr > 0 || outer_momentum >= 0) && cfg->sync.outer.kind == TSR_OUTER_NONE) {
+  if ((p->outer_lr > 0 || p->outer_momentum >= 0) && cfg->sync.outer.kind == TSR_OUTER_NONE) {
     fprintf(stderr, "tessera train: --outer-lr and --outer-momentum need --outer slowmo or "
                     "--outer nesterov\n");
     return 2;
   }
-  if (tsr_sync_check(&cfg->sync, &err)) {
-    fprintf(stderr, "tessera train: %s\n", err.msg);
-    return 2;
-  }
+  if (refused(tsr_sync_check(&cfg->sync, &err), &err)) return 2;
   /* A shorthand is checked here, with a stand-in for the classes the data will give; a model file
    * is read by the run, before the data (a file's problems exit 1). */
   tsr_model_spec_t spec;
-  if (!cfg->model_file && tsr_model_parse(&spec, cfg->model, 2, &err)) {
-    fprintf(stderr, "tessera train: %s\n", err.msg);
+  return cfg->model_file ? 0 : refused(tsr_model_parse(&spec, cfg->model, 2, &err), &err);
+}
+
+int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
+  /* getopt_long's table from ours: an option's value is 256 + its row. */
+  static struct option longopts[NROWS + 1];
+  for (int i = 0; i < NROWS; i++)
+    longopts[i] =
+        (struct option){rows[i].name, rows[i].arg ? required_argument : no_argument, 0, 256 + i};
+  *cfg = (tsr_cli_train_config_t){.data_dir = TSR_DEFAULT_DATA_DIR,
+                                  .model = "mlp",
+                                  .train_limit = -1,
+                                  .test_limit = -1,
+                                  .argc = argc,
+                                  .argv = argv};
+  tsr_net_opts_init(&cfg->net);
+  tsr_train_opts_init(&cfg->train);
+  tsr_runtime_opts_init(&cfg->runtime);
+  tsr_sync_parse(&cfg->sync, "batch", NULL);
+  parse_t p = {.cfg = cfg, .outer_lr = -1, .outer_momentum = -1};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    if (c == 'h') c = 256 + NROWS - 1;         /* -h: --help, the last row */
+    if (c < 256 || c >= 256 + NROWS) return 2; /* getopt_long said what is wrong */
+    const row_t *row = &rows[c - 256];
+    if (row->read(&p, row, optarg)) return 2;
+    if (cfg->help) return 0;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "tessera train: unexpected argument '%s' (see tessera train --help)\n",
+            argv[optind]);
     return 2;
   }
-  return 0;
+  return check_together(&p);
 }

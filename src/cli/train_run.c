@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "cli/train_config.h"
@@ -106,9 +105,9 @@ typedef struct {
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
-  tsr_checkpoint_info_t resumed;      /* --resume: where the checkpoint's run stood */
-  tsr_shares_t shares;                /* --shares, with auto's first measurement */
-  int64_t rank_batch[TSR_SHARES_MAX]; /* under batch and post-local with shares: each rank's */
+  tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
+  tsr_run_setup_t setup;         /* each rank's batch and shard, shares as measured, from the
+                                    library */
   tsr_errbuf_t err;
 } run_t;
 
@@ -207,155 +206,14 @@ static int load(run_t *r) {
   return rc;
 }
 
-/* A number from a "Key:   N kB" line of a /proc file, in bytes; -1 when missing. */
-static int64_t proc_kb(const char *path, const char *key) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[256];
-  long long kb = -1;
-  size_t n = strlen(key);
-  while (kb < 0 && fgets(line, sizeof line, f))
-    if (strncmp(line, key, n) == 0 && sscanf(line + n, " %lld", &kb) != 1) kb = -1;
-  fclose(f);
-  return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
-
-/* The first number in a file (a cgroup's memory.max, memory.current); -1 when none ("max"). */
-static int64_t file_number(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  long long v;
-  int ok = fscanf(f, "%lld", &v) == 1;
-  fclose(f);
-  return ok ? (int64_t)v : -1;
-}
-
-/* Bytes this process can still allocate as far as the system says, and where that comes from:
- * the smallest of the kernel's MemAvailable and the cgroup's limit less its use, shared by the
- * ranks mpirun started on this node, and the address-space limit (ulimit -v) less what is
- * mapped. -1 when nothing says. */
-static int64_t memory_available(const char **source) {
-  int64_t avail = proc_kb("/proc/meminfo", "MemAvailable:");
-  *source = "MemAvailable in /proc/meminfo";
-  int64_t max = file_number("/sys/fs/cgroup/memory.max");
-  int64_t used = file_number("/sys/fs/cgroup/memory.current");
-  if (max > 0 && used >= 0 && (avail < 0 || max - used < avail))
-    avail = max - used, *source = "the cgroup's memory.max";
-  const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  int ranks = local ? atoi(local) : 1;
-  if (avail > 0 && ranks > 1) avail /= ranks;
-  struct rlimit rl;
-  int64_t mapped = proc_kb("/proc/self/status", "VmSize:");
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && mapped >= 0 &&
-      (avail < 0 || (int64_t)rl.rlim_cur - mapped < avail)) {
-    avail = (int64_t)rl.rlim_cur - mapped, *source = "the address-space limit, ulimit -v";
-    if (avail < 0) avail = 0;
-  }
-  return avail;
-}
-
-/* bytes as "12.3 GB", "45.6 MB", "7.8 kB" (powers of 1000) or "0 bytes". */
-static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
-  double b = (double)bytes;
-  if (b >= 1e9)
-    snprintf(buf, size, "%.1f GB", b / 1e9);
-  else if (b >= 1e6)
-    snprintf(buf, size, "%.1f MB", b / 1e6);
-  else if (b >= 1e3)
-    snprintf(buf, size, "%.1f kB", b / 1e3);
-  else
-    snprintf(buf, size, "%lld bytes", (long long)bytes);
-  return buf;
-}
-
-/* Replicas of the model that split the data: the ranks, or --grid's Pc columns. */
-static int replicas(const tsr_cli_train_config_t *cfg) {
-  return tsr_dist_size() / (cfg->net.grid_rows > 1 ? cfg->net.grid_rows : 1);
-}
-
-/* The net's memory, estimated before it is built, against what the machine has left: more is
- * refused with the estimate's parts and the largest --batch that fits (activations grow with
- * the batch; a wide input with a CNN can need more than any batch allows); more than half is
- * said aloud. A CSV of 10^6 columns with --model cnn used to grow until the kernel killed it. */
-static int check_memory(run_t *r) {
-  /* Each rank's step takes --batch of its shard; a larger batch only pads every step. */
-  int64_t shard = (r->train.n + replicas(r->cfg) - 1) / replicas(r->cfg);
-  if (r->speaker && r->net_opts.batch > shard)
-    fprintf(stderr,
-            "tessera train: warning: --batch %d is more than the %lld training samples of %s: "
-            "every step is padded to %d rows; --batch %lld takes the same steps in less memory\n",
-            r->net_opts.batch, (long long)shard, tsr_dist_size() > 1 ? "a rank" : "the run",
-            r->net_opts.batch, (long long)shard);
-  tsr_net_memory_t m;
-  int rc = tsr_net_estimate(&m, &r->spec, (int)r->train.features, r->train.classes, &r->net_opts,
-                            &r->err);
-  const char *source;
-  int64_t avail = memory_available(&source);
-  if (rc || avail < 0 || m.total <= avail / 2) return rc;
-  char total[32], free_[32], act[32], params[32], opt[32], work[32];
-  show_bytes(total, sizeof total, m.total);
-  show_bytes(free_, sizeof free_, avail);
-  if (m.total <= avail) {
-    if (r->speaker)
-      fprintf(stderr,
-              "tessera train: warning: the network will take about %s of memory, more than half "
-              "of the %s available (%s); a lower --batch takes less\n",
-              total, free_, source);
-    return 0;
-  }
-  tsr_net_opts_t o = r->net_opts;
-  tsr_net_memory_t fit = m;
-  while (o.batch > 1 && fit.total > avail) {
-    o.batch /= 2;
-    if (tsr_net_estimate(&fit, &r->spec, (int)r->train.features, r->train.classes, &o, NULL)) break;
-  }
-  char way[160], fit_total[32];
-  if (fit.total <= avail)
-    snprintf(way, sizeof way, "lower --batch (--batch %d needs about %s) or choose a smaller model",
-             o.batch, show_bytes(fit_total, sizeof fit_total, fit.total));
-  else
-    snprintf(way, sizeof way,
-             "even --batch 1 needs about %s: choose a smaller model, or fewer input features",
-             show_bytes(fit_total, sizeof fit_total, fit.total));
-  return tsr_error_set(&r->err, TSR_ENOMEM,
-                       "the network needs about %s of memory (parameters and gradients %s, "
-                       "optimizer state %s, activations %s for a batch of %d, workspace %s), more "
-                       "than the %s available (%s); %s",
-                       total, show_bytes(params, sizeof params, m.params + m.grads),
-                       show_bytes(opt, sizeof opt, m.optimizer),
-                       show_bytes(act, sizeof act, m.activations), r->net_opts.batch,
-                       show_bytes(work, sizeof work, m.workspace), free_, source, way);
-}
-
-/* How long --shares auto times each rank's forward passes before training. */
-#define CALIBRATION_SECONDS 0.5
-
-/* --shares under mpirun: auto measures (every rank at once); where ranks meet at every step
- * (batch, post-local) each rank's batch is its share of the global batch (ranks x --batch), so
- * its net is built again for that batch, with batch-row tiles that give every rank as many
- * tiles as the others. */
-static int apply_shares(run_t *r) {
+/* What the run is asked to be, for the library's setup (data shapes once loaded). */
+static void run_config(const run_t *r, tsr_run_config_t *c) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  int ranks = tsr_dist_size();
-  r->shares = cfg->shares;
-  if (ranks == 1 || cfg->shares.kind == TSR_SHARES_UNIFORM) return 0;
-  int rc = cfg->shares.kind == TSR_SHARES_AUTO
-               ? tsr_train_calibrate(r->net, &r->train, CALIBRATION_SECONDS, &r->shares, &r->err)
-               : 0;
-  if (rc) return rc;
-  if (cfg->sync.kind != TSR_SYNC_BATCH && cfg->sync.kind != TSR_SYNC_POST_LOCAL) return 0;
-  double share[TSR_SHARES_MAX];
-  int rows[TSR_SHARES_MAX], mb, nb, b = cfg->net.batch, me = tsr_dist_rank();
-  tsr_shares_get(&r->shares, ranks, share);
-  tsr_shares_split(share, ranks, (int64_t)b * ranks, 1, r->rank_batch);
-  tsr_net_tiles(r->net, &mb, &nb);
-  tsr_shares_tile_rows(r->rank_batch, ranks, b, mb, rows);
-  if (r->rank_batch[me] == b && rows[me] == mb) return 0;
-  tsr_net_destroy(&r->net);
-  r->net_opts.batch = (int)r->rank_batch[me];
-  r->net_opts.tile_rows = rows[me], r->net_opts.tile_cols = nb;
-  return tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes, &r->net_opts,
-                        &r->err);
+  tsr_run_config_init(c);
+  c->spec = &r->spec, c->inputs = (int)r->train.features, c->classes = r->train.classes;
+  c->samples = r->train.n, c->net = r->net_opts, c->grid_cols = cfg->grid_cols;
+  c->sync = &cfg->sync, c->shares = &cfg->shares;
+  c->checkpoint = cfg->checkpoint || cfg->resume;
 }
 
 /* Every rank: the data and model, the same configuration as rank 0, the runtime, the net. */
@@ -381,12 +239,14 @@ static int start(run_t *r, int argc, char **argv) {
         &r->err, &r->err);
   if (rc == 0 && r->cfg->resume)
     r->net_opts.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
-  if (rc == 0) rc = tsr_dist_agree(check_memory(r), &r->err, &r->err);
-  if (rc == 0)
-    rc = tsr_dist_agree(tsr_net_create(&r->net, &r->spec, (int)r->train.features, r->train.classes,
-                                       &r->net_opts, &r->err),
-                        &r->err, &r->err);
-  if (rc == 0) rc = tsr_dist_agree(apply_shares(r), &r->err, &r->err);
+  /* The setup (memory, each rank's batch and shard under --shares) and the net: collective. */
+  if (rc == 0) {
+    tsr_run_config_t c;
+    run_config(r, &c);
+    rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
+    for (int i = 0; r->speaker && i < r->setup.n_warnings; i++)
+      fprintf(stderr, "tessera train: warning: %s\n", r->setup.warnings[i]);
+  }
   if (rc == 0 && r->cfg->resume) {
     rc = tsr_dist_agree(
         tsr_checkpoint_load(r->net, r->cfg->resume, r->ckpt.data, &r->resumed, &r->err), &r->err,
@@ -425,28 +285,27 @@ static int announce(run_t *r) {
     if (tsr_dist_size() > 1 && cfg->net.grid_rows > 1)
       printf(", %d ranks as a %dx%d grid (sync %s across columns, MPI progress: %s), batch %d "
              "per grid column",
-             tsr_dist_size(), cfg->net.grid_rows, replicas(cfg), r->sync_text,
+             tsr_dist_size(), cfg->net.grid_rows, r->setup.replicas, r->sync_text,
              tsr_runtime_mpi_progress(), cfg->net.batch);
     else if (tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
     if (r->lr != cfg->net.opt.lr)
-      printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, replicas(cfg),
+      printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
              cfg->net.grid_rows > 1 ? "grid columns" : "ranks");
     if (cfg->resume)
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
     printf("\n");
-    if (tsr_dist_size() > 1 && r->shares.kind != TSR_SHARES_UNIFORM) {
-      double share[TSR_SHARES_MAX];
-      bool step_sync = cfg->sync.kind == TSR_SYNC_BATCH || cfg->sync.kind == TSR_SYNC_POST_LOCAL;
-      tsr_shares_get(&r->shares, tsr_dist_size(), share);
-      printf("shares (%s%s):", r->shares.kind == TSR_SHARES_AUTO ? "auto, measured" : "given",
-             r->shares.kind == TSR_SHARES_AUTO && !step_sync ? ", re-measured every epoch" : "");
-      for (int q = 0; q < tsr_dist_size(); q++) {
-        printf(" rank %d %.3f", q, share[q]);
-        if (step_sync) printf(" (batch %lld)", (long long)r->rank_batch[q]);
-        printf(q + 1 < tsr_dist_size() ? "," : "\n");
+    const tsr_run_setup_t *s = &r->setup;
+    if (s->ranks > 1 && s->shares.kind != TSR_SHARES_UNIFORM) {
+      bool automatic = s->shares.kind == TSR_SHARES_AUTO;
+      printf("shares (%s%s):", automatic ? "auto, measured" : "given",
+             automatic && !s->step_sync ? ", re-measured every epoch" : "");
+      for (int q = 0; q < s->replicas; q++) {
+        printf(" rank %d %.3f", q, s->share[q]);
+        if (s->step_sync) printf(" (batch %lld)", (long long)s->batch[q]);
+        printf(q + 1 < s->replicas ? "," : "\n");
       }
     }
     if (cfg->resume && tsr_dist_size() > 1 && cfg->sync.outer.kind != TSR_OUTER_NONE)
@@ -479,14 +338,13 @@ static int train(run_t *r) {
                    .quiet = r->quiet,
                    .progress = !r->quiet && isatty(STDERR_FILENO),
                    .stats = cfg->runtime.stats,
-                   .samples_per_batch = (int64_t)cfg->net.batch * replicas(cfg),
+                   .samples_per_batch = (int64_t)cfg->net.batch * r->setup.replicas,
                    .epochs = cfg->train.epochs,
                    .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
   to.should_stop = should_stop;
-  if (r->shares.kind != TSR_SHARES_UNIFORM) to.shares = &r->shares;
-  to.global_batch = cfg->net.batch * tsr_dist_size();
+  to.setup = &r->setup;
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
   to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
   if (cfg->resume && r->resumed.epoch >= cfg->train.epochs) {
@@ -540,46 +398,15 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     fprintf(stderr, "tessera train: cannot start MPI\n");
     return 1;
   }
-  if (cfg->grid_cols > 0 && cfg->net.grid_rows * cfg->grid_cols != tsr_dist_size()) {
-    if (tsr_dist_rank() == 0)
-      fprintf(stderr,
-              "tessera train: --grid %dx%d: Pr x Pc = %d must equal the MPI ranks (%d); start "
-              "mpirun -np %d, or pick Pr and Pc whose product is %d\n",
-              cfg->net.grid_rows, cfg->grid_cols, cfg->net.grid_rows * cfg->grid_cols,
-              tsr_dist_size(), cfg->net.grid_rows * cfg->grid_cols, tsr_dist_size());
-    tsr_dist_stop();
-    return 2;
-  }
-  /* What a grid does not support yet is refused before anything loads (tsr_train and the
-   * replicas would refuse it too, later). */
-  const tsr_sync_t *sy = &cfg->sync;
-  bool grid = cfg->net.grid_rows > 1, across = grid && tsr_dist_size() > cfg->net.grid_rows;
-  const char *unsupported = NULL;
-  if (grid && (cfg->checkpoint || cfg->resume))
-    unsupported = "--checkpoint and --resume (each rank holds a slice of the weights)";
-  else if (across && (sy->kind == TSR_SYNC_ASYNC_EPOCH || sy->kind == TSR_SYNC_HIER ||
-                      sy->kind == TSR_SYNC_POST_LOCAL))
-    unsupported = "--sync async-epoch, hier and post-local";
-  else if (across && sy->outer.kind != TSR_OUTER_NONE)
-    unsupported = "--outer";
-  else if (grid && (cfg->shares.kind != TSR_SHARES_UNIFORM || sy->by_steps))
-    unsupported = "--shares other than uniform and --weighting steps";
-  if (unsupported) {
-    if (tsr_dist_rank() == 0)
-      fprintf(stderr,
-              "tessera train: --grid %dx%d: %s are not supported under a grid yet; use --sync "
-              "batch, every=K or epoch without them, or --grid 1x%d\n",
-              cfg->net.grid_rows, cfg->grid_cols, unsupported, tsr_dist_size());
-    tsr_dist_stop();
-    return 2;
-  }
-  tsr_errbuf_t usage = {""};
-  if (tsr_shares_check(&cfg->shares, tsr_dist_size(), &usage)) { /* bad usage: status 2 */
-    if (tsr_dist_rank() == 0) fprintf(stderr, "tessera train: %s\n", usage.msg);
-    tsr_dist_stop();
-    return 2;
-  }
+  /* What the run cannot be is refused before anything loads (bad usage: status 2). */
   run_t r = {.cfg = cfg, .speaker = tsr_dist_rank() == 0, .net_opts = cfg->net};
+  tsr_run_config_t usage;
+  run_config(&r, &usage);
+  if (tsr_run_check(&usage, &r.err)) {
+    if (r.speaker) fprintf(stderr, "tessera train: %s\n", r.err.msg);
+    tsr_dist_stop();
+    return 2;
+  }
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;
   r.train_opts.sync = &cfg->sync;

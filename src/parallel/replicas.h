@@ -27,7 +27,8 @@ typedef struct {
  * net's gradient hook. share (NULL: equal) is each rank's part of the work
  * (--shares, summing to 1): the chunks each rank homes, and so its part of
  * the reductions and of batch mode's sharded updates, follow it (without a
- * grid). net is borrowed and must outlive *r. */
+ * grid). net is borrowed and must outlive *r. The run's combination (grid and policy) must
+ * have passed tsr_run_check. */
 int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);

@@ -17,13 +17,13 @@
  * the updated band is what every rank gets back: the mathematics of one
  * process with the global batch. Because it works tile by tile as the
  * backward pass hands over each layer, a layer's averaging overlaps the
- * backward pass of the layers below. every=K, epoch=n: weights are averaged.
- * async-epoch: each rank folds its weights into a global copy (whole tiles,
- * homed by tile) with a commutative task and continues from its own fold's
- * result. post-local:E,K is batch for E epochs, then every=K. hier:K1,K2
- * averages inside groups of ranks (a node's) every K1 steps, with the same
- * mechanism restricted to the group and chunk homes inside it (each group
- * its own acc), and over all ranks every K2.
+ * backward pass of the layers below. Other policies average weights, when
+ * their schedule says (each policy's own file, sync_<name>.c, through the
+ * registry of policy.h: its hooks call tsr__replicas_average_all and the
+ * others below). async-epoch: each rank folds its weights into a global copy
+ * (whole tiles, homed by tile) with a commutative task and continues from its
+ * own fold's result. hier's group averages use the same mechanism restricted
+ * to the group and chunk homes inside it (each group its own acc).
  *
  * An outer optimizer (optim/outer.h) steps each chunk's anchor on the
  * chunk's home, between the reduce-scatter and the all-gather, so ranks get
@@ -44,6 +44,7 @@
 #include "nn/net_impl.h"
 #include "optim/outer.h"
 #include "parallel/chunks.h"
+#include "parallel/policy.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
@@ -94,6 +95,7 @@ typedef struct rparam {
 struct tsr_replicas {
   tsr_net_t *net;
   tsr_sync_t sync;
+  const tsr__sync_policy_t *policy; /* sync's, or none's with one replica */
   int rank, size;
   group_t all;     /* every rank */
   int grid_rows;   /* Pr of --grid PrxPc (1: none): a replica is a grid column of Pr ranks */
@@ -580,7 +582,7 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
                                            &rp->gctx[g]));
     }
   }
-  bool async = r->sync.kind == TSR_SYNC_ASYNC_EPOCH;
+  bool async = r->policy->folds;
   if (async) {
     TSR_TRY(by_tile_home(&rp->global, rp));
     if (!(rp->snap = calloc((size_t)r->size, sizeof *rp->snap))) return TSR_ENOMEM;
@@ -612,11 +614,9 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   free(rp->chome), free(rp->home);
 }
 
-/* hier: groups of group_size consecutive ranks, or each node's ranks. */
-static int make_groups(tsr_replicas_t *r) {
+int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
   int *group_of_rank = malloc(sizeof(int) * (size_t)r->size);
   if (!group_of_rank) return TSR_ENOMEM;
-  int gs = r->sync.group_size;
   if (gs > 0) {
     r->ngroups = (r->size + gs - 1) / gs;
     for (int q = 0; q < r->size; q++)
@@ -634,30 +634,23 @@ static int make_groups(tsr_replicas_t *r) {
   }
   r->my_group = group_of_rank[r->rank];
   free(group_of_rank);
+  if (rc == 0 && !(r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples))) rc = TSR_ENOMEM;
   return rc;
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err) {
   *out = NULL;
-  int pr = tsr_net_grid_rows(net);
-  bool refused = sync->kind == TSR_SYNC_ASYNC_EPOCH || sync->kind == TSR_SYNC_HIER ||
-                 sync->kind == TSR_SYNC_POST_LOCAL || sync->outer.kind != TSR_OUTER_NONE;
-  if (pr > 1 && pr < tsr_dist_size() && refused)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--grid with %d rows averages each rank's slice with its grid row; "
-                         "--sync async-epoch, hier, post-local and --outer are not supported "
-                         "there yet: use --sync batch, every=K or epoch, or --grid 1xP",
-                         pr);
+  int pr = tsr_net_grid_rows(net); /* what a grid supports: tsr_run_check */
   tsr_replicas_t *r = calloc(1, sizeof *r);
   if (!r) return TSR_ENOMEM;
   r->net = net, r->sync = *sync;
   r->rank = tsr_dist_rank(), r->size = tsr_dist_size();
   r->grid_rows = pr;
   /* One grid column (Px1): one replica, nothing to average. */
-  if (pr == r->size) r->sync.kind = TSR_SYNC_NONE;
+  r->policy = pr == r->size ? &tsr__sync_none : tsr__sync_policy(&sync->schedule);
   sync = &r->sync;
-  r->batch = sync->kind == TSR_SYNC_BATCH || sync->kind == TSR_SYNC_POST_LOCAL;
+  r->batch = r->policy->traits.meets_every_step;
   r->weights = calloc((size_t)r->size, sizeof *r->weights);
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
   r->steps = calloc((size_t)r->size, sizeof *r->steps);
@@ -681,10 +674,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
     for (int q = p; rc == 0 && q < r->size; q += pr)
       r->rows[p].ranks[r->rows[p].n++] = q;
   }
-  if (rc == 0 && sync->kind == TSR_SYNC_HIER) {
-    rc = make_groups(r);
-    if (rc == 0 && !(r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples))) rc = TSR_ENOMEM;
-  }
+  if (rc == 0 && r->policy->create) rc = r->policy->create(r, &sync->schedule);
   if (rc == 0 && sync->outer.kind != TSR_OUTER_NONE)
     rc = tsr__outer_create(&r->outer, &sync->outer, r->nparams);
   int k = 0;
@@ -778,11 +768,17 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
       r->weights[q] = total > 0 ? (double)samples_per_rank[q] * r->grid_rows / (double)total : 0.0;
 }
 
-int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) {
-  if (r->sync.kind != TSR_SYNC_POST_LOCAL || !r->batch || epoch <= r->sync.post_epochs) return 0;
+bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r) {
+  return r->batch;
+}
+
+int64_t tsr__replicas_local_from(const tsr_replicas_t *r) {
+  return r->local_from;
+}
+
+int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done) {
   /* Local SGD from here: every rank needs the whole optimizer state (sharded until now) and
    * updates its own weights again. */
-  double t0 = now();
   int rc = tsr__replicas_share_state(r);
   tsr__net_set_grad_hook(r->net, r->previous);
   r->previous = (tsr_grad_hook_t){0};
@@ -790,32 +786,28 @@ int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) 
   r->local_from = steps_done;
   clear_samples(r, -1);
   if (rc == 0) rc = set_anchors(r);
-  r->st.seconds += now() - t0;
   return rc;
 }
 
-int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
-  int gi = -2; /* the scope to average now: -1 every rank, else a group; -2 none */
-  switch (r->sync.kind) {
-  case TSR_SYNC_EVERY:
-    if (step % r->sync.every == 0) gi = -1;
-    break;
-  case TSR_SYNC_POST_LOCAL:
-    if (!r->batch && (step - r->local_from) % r->sync.every == 0) gi = -1;
-    break;
-  case TSR_SYNC_HIER:
-    if (step % r->sync.every == 0)
-      gi = -1;
-    else if (step % r->sync.group_every == 0)
-      gi = r->my_group;
-    break;
-  default: break;
-  }
-  if (gi == -2) return 0;
-  double t0 = now();
-  int rc = average(r, gi, gi == -1 && r->outer);
-  r->st.seconds += now() - t0;
-  return rc;
+int tsr__replicas_average_all(tsr_replicas_t *r) {
+  return average(r, -1, r->outer != NULL);
+}
+
+int tsr__replicas_average_plain(tsr_replicas_t *r) {
+  return average(r, -1, false);
+}
+
+int tsr__replicas_average_group(tsr_replicas_t *r) {
+  return average(r, r->my_group, false);
+}
+
+int tsr__replicas_fold(tsr_replicas_t *r) {
+  return fold_all(r);
+}
+
+int tsr__replicas_wait(tsr_replicas_t *r) {
+  (void)r;
+  return tsr__progress_wait_all();
 }
 
 /* Whether no rank took a sample since the last averaging (every rank takes
@@ -826,28 +818,35 @@ static bool nothing_since_average(const tsr_replicas_t *r) {
   return true;
 }
 
-int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
-  double t0 = now();
+int tsr__replicas_end_local(tsr_replicas_t *r, bool last) {
   int rc = 0;
-  bool outer = r->outer != NULL;
-  switch (r->sync.kind) {
-  case TSR_SYNC_EPOCH:
-    if (epoch % r->sync.every == 0 || last) rc = average(r, -1, outer);
-    break;
-  case TSR_SYNC_EVERY:
-  case TSR_SYNC_POST_LOCAL:
-  case TSR_SYNC_HIER:
-    /* One model at the end, unless the last step averaged already (no samples since). */
-    if (last && !r->batch && !nothing_since_average(r)) rc = average(r, -1, outer);
-    break;
-  case TSR_SYNC_ASYNC_EPOCH:
-    rc = fold_all(r);
-    if (rc == 0 && last) rc = average(r, -1, false); /* a final uniform average */
-    break;
-  default: break;
-  }
-  /* Epoch-end averaging is a synchronization point users see: wait for it. */
-  if (rc == 0 && !r->batch && r->sync.kind != TSR_SYNC_ASYNC_EPOCH) rc = tsr__progress_wait_all();
+  /* One model at the end, unless the last step averaged already (no samples since). */
+  if (last && !r->batch && !nothing_since_average(r)) rc = tsr__replicas_average_all(r);
+  if (rc == 0 && !r->batch) rc = tsr__progress_wait_all();
+  return rc;
+}
+
+/* The policy's hooks, timed as synchronization. */
+int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) {
+  if (!r->policy->epoch_begin) return 0;
+  double t0 = now();
+  int rc = r->policy->epoch_begin(r, &r->sync.schedule, epoch, steps_done);
+  r->st.seconds += now() - t0;
+  return rc;
+}
+
+int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
+  if (!r->policy->after_step) return 0;
+  double t0 = now();
+  int rc = r->policy->after_step(r, &r->sync.schedule, step);
+  r->st.seconds += now() - t0;
+  return rc;
+}
+
+int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
+  if (!r->policy->epoch_end) return 0;
+  double t0 = now();
+  int rc = r->policy->epoch_end(r, &r->sync.schedule, epoch, last);
   r->st.seconds += now() - t0;
   return rc;
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "nn/layout.h"
+#include "parallel/policy.h"
 #include "plan/plan_impl.h"
 #include "try.h"
 
@@ -28,19 +29,24 @@ void tsr_plan_opts_init(tsr_plan_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->inputs = 784, o->classes = 10, o->samples = 60000;
   o->batch = 64, o->ranks = 1;
-  o->sync = TSR_PLAN_SYNC_BATCH, o->every = 1;
+  tsr_plan_sync_parse(&o->sync, "batch", NULL);
   o->nstate = 1;
 }
 
-void tsr_plan_sync_name(tsr_plan_sync_t sync, int every, char *buf, int size) {
-  if (sync == TSR_PLAN_SYNC_BATCH)
-    snprintf(buf, (size_t)size, "batch");
-  else if (sync == TSR_PLAN_SYNC_EVERY)
-    snprintf(buf, (size_t)size, "every=%d", every);
-  else if (every > 1)
-    snprintf(buf, (size_t)size, "epoch=%d", every);
-  else
-    snprintf(buf, (size_t)size, "epoch");
+static bool plannable(const tsr_sync_traits_t *t) {
+  return t->plannable;
+}
+
+int tsr_plan_sync_parse(tsr_sync_schedule_t *sync, const char *text, tsr_errbuf_t *err) {
+  char forms[256];
+  tsr__sync_list(forms, sizeof forms, plannable, false);
+  const tsr__sync_policy_t *p = tsr__sync_policy_claiming(text);
+  if (!p) return tsr_error_set(err, TSR_EINVAL, "--sync %s: expected %s", text, forms);
+  TSR_TRY(tsr_sync_schedule_parse(sync, text, err));
+  if (!p->traits.plannable)
+    return tsr_error_set(err, TSR_EINVAL, "--sync %s: the planner does not model %s; it models %s",
+                         text, p->traits.name, forms);
+  return 0;
 }
 
 double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k) {
@@ -350,8 +356,12 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 /* ---- One configuration ------------------------------------------------- */
 
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
-                    int pr, int pc, tsr_plan_sync_t sync, int every, tsr_plan_row_t *row,
+                    int pr, int pc, const tsr_sync_schedule_t *sync, tsr_plan_row_t *row,
                     tsr_errbuf_t *err) {
+  const tsr__sync_policy_t *policy = tsr__sync_policy(sync);
+  /* Gradients averaged every step (batch), overlapping the backward pass, or weights averaged
+   * between steps. */
+  bool grads = policy->traits.meets_every_step;
   int ranks = pr * pc;
   /* Ranks on a node share its cores: each takes its share of workers (at
    * most 4), and more threads than cores slow every one down. */
@@ -376,7 +386,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
     return rc;
   }
   memset(row, 0, sizeof *row);
-  row->pr = pr, row->pc = pc, row->sync = sync, row->every = every;
+  row->pr = pr, row->pc = pc, row->sync = *sync;
   row->tile_rows = lay->mb, row->tile_cols = lay->nb;
   int64_t shard = (o->samples + pc - 1) / pc;
   row->steps_per_epoch = (shard + o->batch - 1) / o->batch;
@@ -391,7 +401,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
                  .classes = o->classes,
                  .inputs = o->inputs,
                  .workers = workers,
-                 .sharded_update = sync == TSR_PLAN_SYNC_BATCH && pc > 1};
+                 .sharded_update = grads && pc > 1};
   compute_step(&c);
   double spread = c.work / workers;
   row->compute_s = oversubscribed * (spread > c.chain ? spread : c.chain);
@@ -426,10 +436,10 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   for (int k = 0; k < lay->n_layers; k++)
     slice += layer_bytes[k];
   double avg_s = pc > 1 ? tsr__plan_average_seconds(&a, m) : 0;
-  row->average_s = sync == TSR_PLAN_SYNC_BATCH ? 0 : avg_s;
+  row->average_s = grads ? 0 : avg_s;
   row->sync_bytes_step = a.sent_max, row->sync_messages_step = a.messages_max;
-  double steps = (double)row->steps_per_epoch, averages;
-  if (sync == TSR_PLAN_SYNC_BATCH) {
+  double steps = (double)row->steps_per_epoch, averages = policy->plan_averages(sync, steps);
+  if (grads) {
     row->sync_s = avg_s;
     /* Layer l's averaging starts when its backward pass ends and overlaps
      * the backward pass of the layers below; averagings queue on the link. */
@@ -444,15 +454,10 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
       if (share > 0) link = (link > t ? link : t) + avg_s * share;
     }
     row->exposed_sync_s = link > t ? link - t : 0;
-    averages = steps;
-  } else if (sync == TSR_PLAN_SYNC_EVERY) {
-    averages = steps / every;
-  } else {
-    averages = 1.0 / every;
   }
   if (pc == 1) averages = 0;
   row->step_s = row->compute_s + row->grid_s + row->exposed_sync_s;
-  row->epoch_s = steps * row->step_s + (sync == TSR_PLAN_SYNC_BATCH ? 0 : averages * avg_s);
+  row->epoch_s = steps * row->step_s + (grads ? 0 : averages * avg_s);
   row->sync_bytes_epoch = averages * a.sent_rank0;
   row->sync_messages_epoch = averages * a.messages_rank0;
   row->bytes_epoch = steps * row->grid_bytes_step + averages * a.sent_max;
@@ -477,8 +482,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
     if (pr > 1 && l->kind == TSR_LAYER_DENSE && (in_spread || l->has_dx))
       acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
   }
-  row->memory_bytes = slice * (2 + o->nstate) + acts +
-                      (pc > 1 ? slice / pc * (sync == TSR_PLAN_SYNC_BATCH ? 2 : 1) : 0);
+  row->memory_bytes = slice * (2 + o->nstate) + acts + (pc > 1 ? slice / pc * (grads ? 2 : 1) : 0);
   free(lay);
   return 0;
 }
@@ -486,8 +490,14 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
 int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, const tsr_machine_t *m,
                  tsr_plan_row_t *rows, int max_rows, int *n_rows, tsr_errbuf_t *err) {
   *n_rows = 0;
-  if (opts->ranks < 1 || opts->batch < 1 || opts->samples < 1 || opts->every < 1)
+  if (opts->ranks < 1 || opts->batch < 1 || opts->samples < 1 || opts->sync.every < 1)
     return tsr_error_set(err, TSR_EINVAL, "ranks, batch, samples and the policy's K must be >= 1");
+  if (!opts->all_policies && !tsr_sync_traits(&opts->sync)->plannable) {
+    char text[64];
+    tsr_sync_schedule_describe(&opts->sync, text, sizeof text);
+    return tsr_error_set(err, TSR_EINVAL, "--sync %s: the planner does not model %s", text,
+                         tsr_sync_traits(&opts->sync)->name);
+  }
   if ((opts->pr || opts->pc) && opts->pr * opts->pc != opts->ranks)
     return tsr_error_set(err, TSR_EINVAL, "grid %dx%d has %d ranks, not %d: Pr x Pc must be P",
                          opts->pr, opts->pc, opts->pr * opts->pc, opts->ranks);
@@ -496,11 +506,12 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
                          "machine '%s': cores, GFLOP/s and memory bandwidth "
                          "must be positive",
                          m->name);
-  tsr_plan_sync_t syncs[3] = {opts->sync, 0, 0};
-  int everys[3] = {opts->every, 0, 0}, nsync = 1;
+  tsr_sync_schedule_t syncs[3] = {opts->sync};
+  int nsync = 1;
   if (opts->all_policies) {
-    syncs[0] = TSR_PLAN_SYNC_BATCH, syncs[1] = TSR_PLAN_SYNC_EVERY, syncs[2] = TSR_PLAN_SYNC_EPOCH;
-    everys[0] = 1, everys[1] = 8, everys[2] = 1, nsync = 3;
+    static const char *const compared[] = {"batch", "every=8", "epoch"};
+    for (nsync = 0; nsync < 3; nsync++)
+      TSR_TRY(tsr_sync_schedule_parse(&syncs[nsync], compared[nsync], err));
   }
   int best = -1;
   for (int pr = 1; pr <= opts->ranks; pr++) {
@@ -510,7 +521,7 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
       if (*n_rows >= max_rows)
         return tsr_error_set(err, TSR_EINVAL, "more than %d plans", max_rows);
       tsr_plan_row_t *r = &rows[*n_rows];
-      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, syncs[s], everys[s], r, err));
+      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], r, err));
       if (best < 0 || r->epoch_s < rows[best].epoch_s) best = *n_rows;
       (*n_rows)++;
     }

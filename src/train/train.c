@@ -11,6 +11,8 @@
 #include "runtime/progress.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
+#include "train/setup_impl.h"
+#include "try.h"
 #include "nn/net_impl.h"
 
 void tsr_train_opts_init(tsr_train_opts_t *o) {
@@ -22,10 +24,16 @@ void tsr_train_opts_init(tsr_train_opts_t *o) {
                           .shuffle = true};
 }
 
+/* The run's policy: its setup's, or opts'; NULL: none. */
+static const tsr_sync_t *policy_of(const tsr_train_opts_t *o) {
+  return o->setup ? &o->setup->sync : o->sync;
+}
+
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
   tsr_lr_scaling_t s = o->lr_scaling;
+  const tsr_sync_t *sync = policy_of(o);
   if (s == TSR_LR_SCALING_AUTO)
-    s = o->sync && (o->sync->kind == TSR_SYNC_BATCH || o->sync->kind == TSR_SYNC_POST_LOCAL) &&
+    s = sync && tsr_sync_traits(&sync->schedule)->meets_every_step &&
                 tsr__optim_kind(net->optim)->lr_scales_with_replicas
             ? TSR_LR_SCALING_LINEAR
             : TSR_LR_SCALING_NONE;
@@ -92,67 +100,6 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
   return rc;
 }
 
-/* This rank's part of an epoch: a contiguous slice of the shuffled order,
- * rank r taking [r N / P, (r + 1) N / P), or with --shares a slice in
- * proportion to its share. Every rank takes the same number of steps (the
- * largest shard's), so all reach the same synchronization points; a rank
- * whose shard is used up takes empty steps (under weight averaging it skips
- * them: nothing of it is needed until the next average). Where ranks meet at
- * every step (batch, post-local), shares set each rank's batch instead, and
- * its shard in proportion to it, so that all shards end together. Under --grid
- * PrxPc the shards are the Pc grid columns' (ranks and rank below count
- * columns, and shares stay uniform), and every rank of a column takes its
- * column's. */
-typedef struct {
-  int64_t lo[TSR_MAX_RANKS + 1]; /* shard q is [lo[q], lo[q + 1]) */
-  int64_t batch[TSR_MAX_RANKS];  /* samples rank q takes a step */
-  double share[TSR_MAX_RANKS];   /* rank q's share of the work (sums to 1) */
-  int ranks, rank;
-  int64_t steps;
-  bool step_sync; /* ranks meet at every step: per-rank batches; no step is skipped */
-} shards_t;
-
-static bool meets_every_step(const tsr_sync_t *s) {
-  return s && (s->kind == TSR_SYNC_BATCH || s->kind == TSR_SYNC_POST_LOCAL);
-}
-
-/* Shards of n samples: uniform (shares NULL or uniform) exactly as without shares. */
-static void make_shards(shards_t *sh, int64_t n, int batch, const tsr_shares_t *shares,
-                        const tsr_sync_t *sync, int global_batch, int grid_rows) {
-  sh->ranks = tsr_dist_size() / grid_rows, sh->rank = tsr_dist_rank() / grid_rows;
-  sh->step_sync = meets_every_step(sync);
-  tsr_shares_get(shares, sh->ranks, sh->share);
-  int64_t part[TSR_MAX_RANKS];
-  bool uniform = !shares || shares->kind == TSR_SHARES_UNIFORM || sh->ranks == 1 ||
-                 (shares->kind == TSR_SHARES_AUTO && shares->n != sh->ranks);
-  for (int q = 0; q < sh->ranks; q++)
-    sh->batch[q] = batch;
-  if (uniform) {
-    for (int q = 0; q <= sh->ranks; q++)
-      sh->lo[q] = n * q / sh->ranks;
-  } else {
-    if (sh->step_sync) {
-      int64_t g = global_batch > 0 ? global_batch : (int64_t)batch * sh->ranks;
-      tsr_shares_split(sh->share, sh->ranks, g, 1, sh->batch);
-      double of_batch[TSR_MAX_RANKS];
-      for (int q = 0; q < sh->ranks; q++)
-        of_batch[q] = (double)sh->batch[q] / (double)g;
-      tsr_shares_split(of_batch, sh->ranks, n, 1, part);
-    } else {
-      tsr_shares_split(sh->share, sh->ranks, n, 1, part);
-    }
-    sh->lo[0] = 0;
-    for (int q = 0; q < sh->ranks; q++)
-      sh->lo[q + 1] = sh->lo[q] + part[q];
-  }
-  sh->steps = 0;
-  for (int q = 0; q < sh->ranks; q++) {
-    int64_t size = sh->lo[q + 1] - sh->lo[q];
-    int64_t steps = (size + sh->batch[q] - 1) / sh->batch[q];
-    sh->steps = steps > sh->steps ? steps : sh->steps;
-  }
-}
-
 /* --shares auto, where shards follow the shares: each rank's samples per second of compute in
  * the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
  * rank is kept at 1% of the even share at least, so that it is measured again. */
@@ -210,8 +157,8 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
   return rc ? tsr_error_set(err, rc, "measuring shares: %s", tsr_strerror(rc)) : 0;
 }
 
-/* Samples rank q takes at step k. */
-static int shard_take(const shards_t *sh, int q, int64_t k) {
+/* Samples replica q takes at step k. */
+static int shard_take(const tsr_run_setup_t *sh, int q, int64_t k) {
   int64_t b = sh->batch[q], left = sh->lo[q + 1] - sh->lo[q] - k * b;
   return left <= 0 ? 0 : left >= b ? (int)b : (int)left;
 }
@@ -245,8 +192,8 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   info.epoch = epoch, info.step_in_epoch = step, info.epochs = cp->o->epochs;
   info.seed = cp->o->seed, info.lr_schedule = cp->o->lr_schedule, info.base_lr = cp->base_lr;
   info.ranks = cp->ranks;
-  if (cp->o->sync && cp->ranks > 1)
-    tsr_sync_describe(cp->o->sync, info.sync, sizeof info.sync);
+  if (policy_of(cp->o) && cp->ranks > 1)
+    tsr_sync_describe(policy_of(cp->o), info.sync, sizeof info.sync);
   else
     snprintf(info.sync, sizeof info.sync, "none");
   tsr_errbuf_t mine = {""};
@@ -307,247 +254,354 @@ static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o)
   return rc;
 }
 
-int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
-              const tsr_train_opts_t *o, tsr_errbuf_t *err) {
+/* *s: o->setup checked against this run (its combinations checked again with o's checkpoint,
+ * tsr_run_check), or the setup tsr_run_setup makes from the net, o's policy and shares. */
+static int set_up(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_dataset_t *train,
+                  const tsr_train_opts_t *o, tsr_errbuf_t *err) {
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.net = net->opts;
+  c.net.batch = tsr_net_batch(net), c.net.grid_rows = tsr_net_grid_rows(net);
+  c.samples = train->n, c.checkpoint = o->checkpoint_path != NULL;
+  c.memory = -1; /* the net is built */
+  if (!o->setup) {
+    c.sync = o->sync, c.shares = o->shares, c.global_batch = o->global_batch;
+    TSR_TRY(tsr_run_setup(s, &c, err));
+  } else {
+    *s = *o->setup;
+    c.sync = &s->sync, c.shares = &s->shares;
+    TSR_TRY(tsr_run_check(&c, err));
+    if (s->ranks != tsr_dist_size() || s->rank != tsr_dist_rank() || s->samples != train->n ||
+        s->replicas != tsr_dist_size() / c.net.grid_rows)
+      return tsr_error_set(err, TSR_EINVAL,
+                           "the run was set up for rank %d of %d ranks, %d replicas and %lld "
+                           "training samples, but this is rank %d of %d, %d replicas, %lld "
+                           "samples: set it up again for this run",
+                           s->rank, s->ranks, s->replicas, (long long)s->samples, tsr_dist_rank(),
+                           tsr_dist_size(), tsr_dist_size() / c.net.grid_rows, (long long)train->n);
+  }
+  if (s->batch[s->replica] > c.net.batch)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares give rank %d a batch of %lld, but its net was built for %d: "
+                         "build each rank's net with its share of the global batch",
+                         s->replica, (long long)s->batch[s->replica], c.net.batch);
+  return 0;
+}
+
+/* ---- The loop, in phases ----------------------------------------------
+ *
+ * tsr_train: check the options; set the run up (the setup, the replicas, the buffers); then
+ * each epoch: its beginning (the order of samples, the policy's hook), its steps, its end (the
+ * policy's epoch end, the statistics, evaluation and report, the checkpoint); then finish. */
+
+/* What a training run holds from its setup to its end. */
+typedef struct {
+  tsr_net_t *net;
+  const tsr_dataset_t *train, *test;
+  const tsr_train_opts_t *o;
+  tsr_errbuf_t *err;
+  tsr_run_setup_t *sh;                    /* owned copy: AUTO's shares move at epoch ends */
+  tsr_replicas_t *rep;                    /* NULL with one process */
+  tsr_rank_work_t *work;                  /* under MPI: [size], every rank's, grid rows included */
+  int32_t *idx;                           /* [train->n] the epoch's order of samples */
+  tsr_rank_traffic_t *traffic, grid_seen; /* under a grid: each epoch's transfers per rank (on
+                                             rank 0), and what was counted so far */
+  uint64_t *measured_seen;                /* under a grid: [size] StarPU-MPI's count so far */
+  int pr, size;
+  bool speaker;    /* rank 0 reports and logs */
+  bool evaluator;  /* its grid column evaluates (rank 0 alone without) */
+  bool remeasured; /* --shares auto re-measured at every epoch end (shards follow the shares) */
+  double base_lr;
+  int64_t total_steps;     /* of the run: the schedule's T */
+  int first;               /* the first epoch to run */
+  int64_t step;            /* steps taken in the run */
+  bool started;            /* start_run succeeded */
+  bool stopped;            /* on request, before the last epoch */
+  bool told;               /* err says why training stopped */
+  tsr_rank_stats_t totals; /* this rank's totals (under MPI) */
+  checkpoint_t cp;
+  int counts[TSR_MAX_RANKS]; /* samples each rank takes in the current step */
+} run_t;
+
+/* One epoch's running numbers. */
+typedef struct {
+  int e;
+  const int32_t *mine;          /* this replica's shard of the order */
+  int64_t my_samples, my_steps; /* this rank's */
+  int64_t seen;                 /* samples of all replicas */
+  double t0, last_progress, computed;
+} epoch_t;
+
+static int check_opts(const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
     return tsr_error_set(err, TSR_EINVAL, "epochs must be >= 0 and the window >= 1");
   if ((unsigned)o->lr_scaling > TSR_LR_SCALING_NONE)
     return tsr_error_set(err, TSR_EINVAL,
                          "lr_scaling %d: expected TSR_LR_SCALING_AUTO, _LINEAR or _NONE",
                          (int)o->lr_scaling);
-  if (train->n <= 0 || train->n > INT32_MAX)
-    return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
-                         (long long)train->n);
-  if (o->sync && tsr_sync_check(o->sync, err)) return TSR_EINVAL;
-  if (tsr_dist_size() > TSR_MAX_RANKS)
-    return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS,
-                         tsr_dist_size());
-  int b = tsr_net_batch(net), pr = tsr_net_grid_rows(net), size = tsr_dist_size();
-  if (pr > 1 && o->checkpoint_path)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "checkpoints are not written under --grid yet (each rank holds a slice "
-                         "of the weights): drop --checkpoint or use --grid 1xP");
-  if (pr > 1 &&
-      ((o->shares && o->shares->kind != TSR_SHARES_UNIFORM) || (o->sync && o->sync->by_steps)))
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--shares other than uniform and --weighting steps are not supported "
-                         "under --grid yet: drop them or use --grid 1xP");
-  if (o->shares && tsr_shares_check(o->shares, size, err)) return TSR_EINVAL;
-  /* AUTO's shares move at epoch ends: a copy. */
-  tsr_shares_t *shares = o->shares ? malloc(sizeof *shares) : NULL;
-  if (o->shares && !shares) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the shares");
-  if (shares) *shares = *o->shares;
-  shards_t sh;
-  make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
-  if (sh.batch[sh.rank] > b) {
-    free(shares);
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--shares give rank %d a batch of %lld, but its net was built for %d: "
-                         "build each rank's net with its share of the global batch",
-                         sh.rank, (long long)sh.batch[sh.rank], b);
-  }
-  bool remeasured = shares && shares->kind == TSR_SHARES_AUTO && !sh.step_sync && sh.ranks > 1;
-  /* Every rank's, grid rows included (gathered from all ranks). */
-  tsr_rank_work_t *work = size > 1 ? calloc((size_t)size, sizeof *work) : NULL;
-  if (size > 1 && !work) {
-    free(shares);
-    return tsr_error_set(err, TSR_ENOMEM, "out of memory for the ranks' work");
-  }
-  tsr_replicas_t *rep = NULL;
-  int rc = 0;
-  if (size > 1) {
-    tsr_sync_t none = {.kind = TSR_SYNC_NONE};
-    /* Uneven shares: each rank homes chunks in proportion to its share. */
-    bool uneven = shares && shares->kind != TSR_SHARES_UNIFORM && shares->n == sh.ranks;
-    rc = tsr__replicas_create(&rep, net, o->sync ? o->sync : &none, uneven ? sh.share : NULL, err);
-    if (rc) {
-      free(shares), free(work);
-      return rc;
-    }
-  }
-  int32_t *idx = malloc(sizeof(int32_t) * (size_t)train->n);
-  /* Under a grid: each epoch's transfers per rank (on rank 0), and what was counted so far. */
-  tsr_rank_traffic_t *traffic = NULL, grid_seen = {0};
-  uint64_t *measured_seen = NULL;
-  if (pr > 1) {
-    traffic = calloc((size_t)size, sizeof *traffic);
-    measured_seen = calloc((size_t)size, sizeof *measured_seen);
-    if (traffic && measured_seen) tsr_runtime_bytes_sent(measured_seen);
-    if (!traffic || !measured_seen) free(idx), idx = NULL;
-  }
-  if (!idx) {
-    free(traffic), free(measured_seen);
-    tsr__replicas_destroy(&rep);
-    free(shares), free(work);
-    return tsr_error_set(err, TSR_ENOMEM, "out of memory for the sample order");
-  }
+  return 0;
+}
 
-  int counts[TSR_MAX_RANKS];
-  bool speaker = tsr_dist_rank() == 0; /* rank 0 reports and logs */
-  bool evaluator = sh.rank == 0;       /* its grid column evaluates (rank 0 alone without) */
-  double base_lr = tsr_train_base_lr(net, o);
-  int64_t total_steps = sh.steps * o->epochs;
-  tsr_net_set_lr(net, (float)base_lr); /* a constant schedule's rate */
-  int first = o->start_epoch > 1 ? o->start_epoch : 1;
-  int64_t step = (int64_t)(first - 1) * sh.steps + o->start_step; /* steps taken in the run */
-  bool stopped = false;
-  bool told = false;                                   /* err says why training stopped */
-  tsr_rank_stats_t totals = {.rank = tsr_dist_rank()}; /* this rank's totals (under MPI) */
-  checkpoint_t cp = {net, rep, o, sh.steps, size, (float)base_lr, err, ""};
-  for (int e = first; e <= o->epochs && rc == 0 && !stopped; e++) {
-    if (remeasured && e > first) { /* the shares measured in the last epoch */
-      make_shards(&sh, train->n, b, shares, o->sync, o->global_batch, pr);
-      cp.steps = sh.steps, total_steps = sh.steps * o->epochs;
-    }
-    const int32_t *mine = idx + sh.lo[sh.rank];
-    int64_t my_samples = 0, my_steps = 0;
-    tsr_dataset_epoch_order(idx, train->n, o->seed, o->shuffle ? e : 0);
-    double t0 = now(), last_progress = t0;
-    int64_t k = e == first ? o->start_step : 0, seen = 0; /* samples of all ranks this epoch */
-    if (rep) rc = tsr__replicas_epoch_begin(rep, e, step);
-    for (; k < sh.steps && rc == 0 && !stopped; k++) {
-      for (int q = 0; q < size; q++) {
-        counts[q] = shard_take(&sh, q / pr, k);
-        if (q % pr == 0) seen += counts[q];
-      }
-      int here = counts[tsr_dist_rank()];
-      my_samples += here, my_steps += here > 0;
-      if (rep) tsr__replicas_count(rep, counts);
-      if (o->lr_schedule != TSR_LR_CONSTANT) {
-        int64_t t = (int64_t)((e - 1) * sh.steps + k);
-        tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, base_lr, t, total_steps));
-      }
-      tsr__net_label_step(net, (int64_t)(e - 1) * sh.steps + k + 1);
-      /* An empty step of weight averaging is skipped: no sample, no update (momentum and
-       * decay would still move the weights), and no other rank waits for it (a grid column's
-       * ranks skip it together). */
-      if (here > 0 || sh.step_sync)
-        rc = tsr_net_train_step(net, train, mine + k * sh.batch[sh.rank], here, true);
-      if (rc == 0 && rep) rc = tsr__replicas_after_step(rep, step + 1);
-      step++;
-      if (rc == 0 && k >= o->window) {
-        double w0 = tsr__observe_now();
-        rc = tsr_net_wait(net, o->window);
-        tsr__observe_span("window wait", w0, tsr__observe_now());
-      }
-      if (speaker && o->on_progress && now() - last_progress > 0.5) {
-        last_progress = now();
-        o->on_progress(e, k + 1, sh.steps, last_progress - t0, o->ctx);
-      }
-      bool mid = k + 1 < sh.steps; /* the epoch end writes its own */
-      if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
-          step % o->checkpoint_every == 0)
-        rc = write_checkpoint(&cp, e - 1, k + 1);
-      /* One process stops after any step; ranks stop together at an epoch end. */
-      if (rc == 0 && mid && !rep && o->should_stop && o->should_stop(o->ctx)) {
-        stopped = true;
-        rc = write_checkpoint(&cp, e - 1, k + 1);
-      }
-    }
-    if (rc || stopped) break;
-    /* This rank's own steps done: its compute time (--shares auto measures it). */
-    if (rep) rc = tsr_net_wait(net, 0);
-    double computed = now() - t0;
-    double s0 = tsr__observe_now();
-    if (rc == 0 && rep) rc = tsr__replicas_epoch_end(rep, e, e == o->epochs);
-    if (rep) tsr__observe_span("epoch-end synchronization", s0, tsr__observe_now());
-    if (rc) break;
-    double loss_sum, correct; /* both wait for the epoch */
-    s0 = tsr__observe_now();
-    rc = rep ? tsr__replicas_reduce_stats(rep, &loss_sum, &correct)
-             : tsr_net_take_stats(net, false, &loss_sum, &correct);
-    tsr__observe_span(rep ? "epoch end: reduce stats" : "epoch end: wait", s0, tsr__observe_now());
-    double t1 = now();
-    /* A resumed epoch reports the steps it ran. */
-    tsr_epoch_stats_t st = {.epoch = e,
-                            .epochs = o->epochs,
-                            .loss = loss_sum / (double)seen,
-                            .train_accuracy = correct / (double)seen,
+/* The setup, the replicas (under MPI) and the buffers; the rate and where the run starts. */
+static int start_run(run_t *r) {
+  const tsr_train_opts_t *o = r->o;
+  r->pr = tsr_net_grid_rows(r->net), r->size = tsr_dist_size();
+  if (!(r->sh = malloc(sizeof *r->sh)))
+    return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the run's setup");
+  TSR_TRY(set_up(r->sh, r->net, r->train, o, r->err));
+  const tsr_run_setup_t *sh = r->sh;
+  r->remeasured = sh->shares.kind == TSR_SHARES_AUTO && !sh->step_sync && sh->replicas > 1;
+  if (r->size > 1 && !(r->work = calloc((size_t)r->size, sizeof *r->work)))
+    return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the ranks' work");
+  if (r->size > 1) {
+    /* Uneven shares: each rank homes chunks in proportion to its share. */
+    bool uneven = sh->shares.kind != TSR_SHARES_UNIFORM && sh->shares.n == sh->replicas;
+    TSR_TRY(tsr__replicas_create(&r->rep, r->net, &sh->sync, uneven ? sh->share : NULL, r->err));
+  }
+  r->idx = malloc(sizeof(int32_t) * (size_t)r->train->n);
+  if (r->pr > 1) {
+    r->traffic = calloc((size_t)r->size, sizeof *r->traffic);
+    r->measured_seen = calloc((size_t)r->size, sizeof *r->measured_seen);
+    if (r->traffic && r->measured_seen) tsr_runtime_bytes_sent(r->measured_seen);
+  }
+  if (!r->idx || (r->pr > 1 && (!r->traffic || !r->measured_seen)))
+    return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the sample order");
+  r->speaker = tsr_dist_rank() == 0;
+  r->evaluator = sh->replica == 0;
+  r->base_lr = tsr_train_base_lr(r->net, o);
+  r->total_steps = sh->steps * o->epochs;
+  tsr_net_set_lr(r->net, (float)r->base_lr); /* a constant schedule's rate */
+  r->first = o->start_epoch > 1 ? o->start_epoch : 1;
+  r->step = (int64_t)(r->first - 1) * sh->steps + o->start_step;
+  r->totals = (tsr_rank_stats_t){.rank = tsr_dist_rank()};
+  r->cp = (checkpoint_t){r->net, r->rep, o, sh->steps, r->size, (float)r->base_lr, r->err, ""};
+  return 0;
+}
+
+/* The epoch's order and shard, and the policy's hook; the step it starts from in *k. */
+static int begin_epoch(run_t *r, epoch_t *ep, int e, int64_t *k) {
+  const tsr_train_opts_t *o = r->o;
+  if (r->remeasured && e > r->first) { /* the shares measured in the last epoch */
+    tsr__run_shard(r->sh);
+    r->cp.steps = r->sh->steps, r->total_steps = r->sh->steps * o->epochs;
+  }
+  *ep = (epoch_t){.e = e, .mine = r->idx + r->sh->lo[r->sh->replica]};
+  tsr_dataset_epoch_order(r->idx, r->train->n, o->seed, o->shuffle ? e : 0);
+  ep->t0 = ep->last_progress = now();
+  *k = e == r->first ? o->start_step : 0;
+  return r->rep ? tsr__replicas_epoch_begin(r->rep, e, r->step) : 0;
+}
+
+/* Step k of the epoch: every rank's samples, the rate, the step, the policy's hook, the window,
+ * progress, and a checkpoint or a stop between steps. */
+static int take_step(run_t *r, epoch_t *ep, int64_t k) {
+  const tsr_train_opts_t *o = r->o;
+  const tsr_run_setup_t *sh = r->sh;
+  tsr_net_t *net = r->net;
+  int e = ep->e, pr = r->pr, rc = 0;
+  for (int q = 0; q < r->size; q++) {
+    r->counts[q] = shard_take(sh, q / pr, k);
+    if (q % pr == 0) ep->seen += r->counts[q];
+  }
+  int here = r->counts[tsr_dist_rank()];
+  ep->my_samples += here, ep->my_steps += here > 0;
+  if (r->rep) tsr__replicas_count(r->rep, r->counts);
+  if (o->lr_schedule != TSR_LR_CONSTANT) {
+    int64_t t = (int64_t)((e - 1) * sh->steps + k);
+    tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, r->base_lr, t, r->total_steps));
+  }
+  tsr__net_label_step(net, (int64_t)(e - 1) * sh->steps + k + 1);
+  /* An empty step of weight averaging is skipped: no sample, no update (momentum and decay
+   * would still move the weights), and no other rank waits for it (a grid column's ranks skip
+   * it together). */
+  if (here > 0 || sh->step_sync)
+    rc = tsr_net_train_step(net, r->train, ep->mine + k * sh->batch[sh->replica], here, true);
+  if (rc == 0 && r->rep) rc = tsr__replicas_after_step(r->rep, r->step + 1);
+  r->step++;
+  if (rc == 0 && k >= o->window) {
+    double w0 = tsr__observe_now();
+    rc = tsr_net_wait(net, o->window);
+    tsr__observe_span("window wait", w0, tsr__observe_now());
+  }
+  if (r->speaker && o->on_progress && now() - ep->last_progress > 0.5) {
+    ep->last_progress = now();
+    o->on_progress(e, k + 1, sh->steps, ep->last_progress - ep->t0, o->ctx);
+  }
+  bool mid = k + 1 < sh->steps; /* the epoch end writes its own */
+  if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
+      r->step % o->checkpoint_every == 0)
+    rc = write_checkpoint(&r->cp, e - 1, k + 1);
+  /* One process stops after any step; ranks stop together at an epoch end. */
+  if (rc == 0 && mid && !r->rep && o->should_stop && o->should_stop(o->ctx)) {
+    r->stopped = true;
+    rc = write_checkpoint(&r->cp, e - 1, k + 1);
+  }
+  return rc;
+}
+
+/* The epoch's synchronization once this rank's steps are done (their time is its compute
+ * time, which --shares auto measures), and its training statistics into *st. */
+static int epoch_sums(run_t *r, epoch_t *ep, tsr_epoch_stats_t *st) {
+  int rc = r->rep ? tsr_net_wait(r->net, 0) : 0;
+  ep->computed = now() - ep->t0;
+  double s0 = tsr__observe_now();
+  if (rc == 0 && r->rep) rc = tsr__replicas_epoch_end(r->rep, ep->e, ep->e == r->o->epochs);
+  if (r->rep) tsr__observe_span("epoch-end synchronization", s0, tsr__observe_now());
+  if (rc) return rc;
+  double loss_sum, correct; /* both wait for the epoch */
+  s0 = tsr__observe_now();
+  rc = r->rep ? tsr__replicas_reduce_stats(r->rep, &loss_sum, &correct)
+              : tsr_net_take_stats(r->net, false, &loss_sum, &correct);
+  tsr__observe_span(r->rep ? "epoch end: reduce stats" : "epoch end: wait", s0, tsr__observe_now());
+  double t1 = now();
+  /* A resumed epoch reports the steps it ran. */
+  *st = (tsr_epoch_stats_t){.epoch = ep->e,
+                            .epochs = r->o->epochs,
+                            .loss = loss_sum / (double)ep->seen,
+                            .train_accuracy = correct / (double)ep->seen,
                             .test_loss = NAN,
                             .test_accuracy = NAN,
-                            .seconds = t1 - t0,
-                            .samples = seen,
-                            .samples_per_s = (double)seen / (t1 - t0),
-                            .ranks = size,
-                            .grid_rows = pr,
-                            .grid_cols = size / pr,
-                            .lr_end = tsr_net_lr(net)};
-    tsr_sync_stats_t sync_seen = {0};
-    if (rep) {
-      /* Every rank's work, on every rank: the log's, and --shares auto's measurement. */
-      tsr_rank_work_t mine_w = {.share = sh.share[sh.rank],
-                                .samples = my_samples,
-                                .steps = my_steps,
-                                .compute_seconds = computed,
-                                .wait_seconds = st.seconds - computed};
-      rc = tsr_dist_allgather(&mine_w, (int)sizeof mine_w, work);
-      if (rc) break;
-      st.work = work;
-      totals.work.share = mine_w.share;
-      totals.work.samples += my_samples, totals.work.steps += my_steps;
-      totals.work.compute_seconds += computed, totals.work.wait_seconds += mine_w.wait_seconds;
-      if (remeasured) remeasure(shares, work, sh.ranks);
-      tsr_sync_stats_t ss;
-      tsr__replicas_take_stats(rep, &ss);
-      st.sync_seconds = ss.seconds;
-      st.bytes_sent = ss.bytes_sent, st.bytes_received = ss.bytes_received;
-      st.messages_sent = ss.messages_sent, st.messages_received = ss.messages_received;
-      st.averages = ss.averages, st.group_averages = ss.group_averages;
-      totals.seconds += st.seconds, totals.sync_seconds += ss.seconds;
-      totals.bytes_sent += ss.bytes_sent, totals.bytes_received += ss.bytes_received;
-      totals.messages_sent += ss.messages_sent, totals.messages_received += ss.messages_received;
-      sync_seen = ss;
-    }
-    tsr__net_label_step(net, 0);
-    s0 = tsr__observe_now();
-    if (rc == 0 && evaluator && test && test->n > 0) {
-      rc = tsr_evaluate(net, test, &st.test_loss, &st.test_accuracy);
-      st.test_samples = test->n;
-    }
-    if (speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
-    st.eval_seconds = now() - t1;
-    /* Grid: the epoch's transfers per rank, its evaluation's (column 0) included. */
-    if (traffic && rc == 0) rc = epoch_traffic(net, &sync_seen, &grid_seen, measured_seen, traffic);
-    if (traffic) st.per_rank = traffic;
-    if (rc == 0 && speaker && o->on_epoch && (rc = o->on_epoch(&st, o->ctx)) != 0) {
-      told = true; /* the callback says why, in err if it wants to */
-      if (rc > 0) rc = TSR_EINVAL;
-    }
-    /* Checked once the epoch's line is out, from the sums the epoch end reads anyway: which
-     * step went first would cost a wait per step. */
-    bool train_bad = !isfinite(st.loss), test_bad = st.test_samples > 0 && !isfinite(st.test_loss);
-    if (rc == 0 && speaker && (train_bad || test_bad)) {
-      rc = tsr_error_set(
-          err, TSR_EDIVERGED,
-          "training diverged in epoch %d (steps %lld to %lld): the mean %s loss is "
-          "%s: weights or activations overflowed (a lower learning rate usually helps)",
-          e, (long long)((e - 1) * sh.steps + 1), (long long)(e * sh.steps),
-          train_bad ? "training" : "test", nonfinite_text(train_bad ? st.loss : st.test_loss));
-      told = true;
-    }
-    if (rc) break; /* under MPI this rank's alone, maybe: its caller stops the others */
-    bool stop = o->should_stop && o->should_stop(o->ctx);
-    if (rep) stop = tsr_dist_any(stop);
-    bool due = e == o->epochs || stop ||
-               (!o->checkpoint_in_steps && o->checkpoint_every > 0 && e % o->checkpoint_every == 0);
-    if (rc == 0 && due) rc = write_checkpoint(&cp, e, 0);
-    stopped = stop && e < o->epochs;
+                            .seconds = t1 - ep->t0,
+                            .samples = ep->seen,
+                            .samples_per_s = (double)ep->seen / (t1 - ep->t0),
+                            .ranks = r->size,
+                            .grid_rows = r->pr,
+                            .grid_cols = r->size / r->pr,
+                            .lr_end = tsr_net_lr(r->net)};
+  return rc;
+}
+
+/* Under MPI: every rank's work, on every rank (the log's, and --shares auto's measurement), and
+ * the synchronization's statistics of the epoch (into *seen too), added to the run's totals. */
+static int epoch_work(run_t *r, const epoch_t *ep, tsr_epoch_stats_t *st, tsr_sync_stats_t *seen) {
+  tsr_rank_stats_t *totals = &r->totals;
+  tsr_rank_work_t mine_w = {.share = r->sh->share[r->sh->replica],
+                            .samples = ep->my_samples,
+                            .steps = ep->my_steps,
+                            .compute_seconds = ep->computed,
+                            .wait_seconds = st->seconds - ep->computed};
+  TSR_TRY(tsr_dist_allgather(&mine_w, (int)sizeof mine_w, r->work));
+  st->work = r->work;
+  totals->work.share = mine_w.share;
+  totals->work.samples += ep->my_samples, totals->work.steps += ep->my_steps;
+  totals->work.compute_seconds += ep->computed, totals->work.wait_seconds += mine_w.wait_seconds;
+  if (r->remeasured) remeasure(&r->sh->shares, r->work, r->sh->replicas);
+  tsr_sync_stats_t ss;
+  tsr__replicas_take_stats(r->rep, &ss);
+  st->sync_seconds = ss.seconds;
+  st->bytes_sent = ss.bytes_sent, st->bytes_received = ss.bytes_received;
+  st->messages_sent = ss.messages_sent, st->messages_received = ss.messages_received;
+  st->averages = ss.averages, st->group_averages = ss.group_averages;
+  totals->seconds += st->seconds, totals->sync_seconds += ss.seconds;
+  totals->bytes_sent += ss.bytes_sent, totals->bytes_received += ss.bytes_received;
+  totals->messages_sent += ss.messages_sent, totals->messages_received += ss.messages_received;
+  *seen = ss;
+  return 0;
+}
+
+/* The evaluation, the grid's transfers, on_epoch, and whether the run diverged. */
+static int epoch_report(run_t *r, tsr_epoch_stats_t *st, const tsr_sync_stats_t *sync_seen) {
+  const tsr_train_opts_t *o = r->o;
+  tsr_net_t *net = r->net;
+  const tsr_dataset_t *test = r->test;
+  int rc = 0, e = st->epoch;
+  tsr__net_label_step(net, 0);
+  double t1 = now(), s0 = tsr__observe_now();
+  if (rc == 0 && r->evaluator && test && test->n > 0) {
+    rc = tsr_evaluate(net, test, &st->test_loss, &st->test_accuracy);
+    st->test_samples = test->n;
   }
-  free(idx), free(traffic), free(measured_seen), free(shares), free(work);
-  if (rc == 0 && rep) rc = report_ranks(&totals, o);
+  if (r->speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
+  st->eval_seconds = now() - t1;
+  /* Grid: the epoch's transfers per rank, its evaluation's (column 0) included. */
+  if (r->traffic && rc == 0)
+    rc = epoch_traffic(net, sync_seen, &r->grid_seen, r->measured_seen, r->traffic);
+  if (r->traffic) st->per_rank = r->traffic;
+  if (rc == 0 && r->speaker && o->on_epoch && (rc = o->on_epoch(st, o->ctx)) != 0) {
+    r->told = true; /* the callback says why, in err if it wants to */
+    if (rc > 0) rc = TSR_EINVAL;
+  }
+  /* Checked once the epoch's line is out, from the sums the epoch end reads anyway: which step
+   * went first would cost a wait per step. */
+  bool train_bad = !isfinite(st->loss), test_bad = st->test_samples > 0 && !isfinite(st->test_loss);
+  if (rc == 0 && r->speaker && (train_bad || test_bad)) {
+    rc = tsr_error_set(r->err, TSR_EDIVERGED,
+                       "training diverged in epoch %d (steps %lld to %lld): the mean %s loss is "
+                       "%s: weights or activations overflowed (a lower learning rate usually "
+                       "helps)",
+                       e, (long long)((e - 1) * r->sh->steps + 1), (long long)(e * r->sh->steps),
+                       train_bad ? "training" : "test",
+                       nonfinite_text(train_bad ? st->loss : st->test_loss));
+    r->told = true;
+  }
+  return rc; /* under MPI this rank's alone, maybe: its caller stops the others */
+}
+
+/* The epoch's end: synchronization, statistics, report; then a stop on request (every rank
+ * agreeing) and the checkpoint when one is due. */
+static int end_epoch(run_t *r, epoch_t *ep) {
+  const tsr_train_opts_t *o = r->o;
+  tsr_epoch_stats_t st;
+  tsr_sync_stats_t sync_seen = {0};
+  int e = ep->e;
+  TSR_TRY(epoch_sums(r, ep, &st));
+  if (r->rep) TSR_TRY(epoch_work(r, ep, &st, &sync_seen));
+  TSR_TRY(epoch_report(r, &st, &sync_seen));
+  bool stop = o->should_stop && o->should_stop(o->ctx);
+  if (r->rep) stop = tsr_dist_any(stop);
+  bool due = e == o->epochs || stop ||
+             (!o->checkpoint_in_steps && o->checkpoint_every > 0 && e % o->checkpoint_every == 0);
+  int rc = due ? write_checkpoint(&r->cp, e, 0) : 0;
+  r->stopped = stop && e < o->epochs;
+  return rc;
+}
+
+static int train_epoch(run_t *r, int e) {
+  epoch_t ep;
+  int64_t k;
+  int rc = begin_epoch(r, &ep, e, &k);
+  for (; k < r->sh->steps && rc == 0 && !r->stopped; k++)
+    rc = take_step(r, &ep, k);
+  if (rc || r->stopped) return rc;
+  return end_epoch(r, &ep);
+}
+
+/* Every rank's totals reported, the replicas and buffers released, and what tsr_train returns
+ * for rc: a stop on request, an error said once. */
+static int finish_run(run_t *r, int rc) {
+  const tsr_train_opts_t *o = r->o;
+  tsr_errbuf_t *err = r->err;
+  free(r->idx), free(r->traffic), free(r->measured_seen), free(r->sh), free(r->work);
+  if (rc == 0 && r->rep) rc = report_ranks(&r->totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
-   * rank alone the others never come, so they are left to the caller's tsr_dist_abort. */
-  if (rc == 0 || !rep) tsr__replicas_destroy(&rep);
-  if (rc == 0 && stopped) {
+   * rank alone the others never come, so they are left to the caller's tsr_dist_abort. A
+   * failed start is every rank's (the setup's checks are the same everywhere). */
+  if (rc == 0 || !r->rep || !r->started) tsr__replicas_destroy(&r->rep);
+  if (rc == 0 && r->stopped) {
     if (o->checkpoint_path)
       return tsr_error_set(err, TSR_ESTOPPED,
                            "stopped on request; the checkpoint %s holds %s: continue with --resume "
                            "%s",
-                           o->checkpoint_path, cp.where, o->checkpoint_path);
+                           o->checkpoint_path, r->cp.where, o->checkpoint_path);
     return tsr_error_set(err, TSR_ESTOPPED, "stopped on request after %s (no checkpoint asked for)",
-                         cp.where);
+                         r->cp.where);
   }
-  if (rc && (told || (err && err->msg[0]))) return rc; /* already said what went wrong */
+  if (rc && (r->told || (err && err->msg[0]))) return rc; /* already said what went wrong */
   if (rc) return tsr_error_set(err, rc, "training stopped: %s", tsr_strerror(rc));
   return 0;
+}
+
+int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
+              const tsr_train_opts_t *o, tsr_errbuf_t *err) {
+  TSR_TRY(check_opts(o, err));
+  run_t *r = calloc(1, sizeof *r);
+  if (!r) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the run");
+  *r = (run_t){.net = net, .train = train, .test = test, .o = o, .err = err};
+  int rc = start_run(r);
+  r->started = rc == 0;
+  for (int e = r->first; rc == 0 && e <= o->epochs && !r->stopped; e++)
+    rc = train_epoch(r, e);
+  rc = finish_run(r, rc);
+  free(r);
+  return rc;
 }

@@ -32,7 +32,7 @@ static void check_config(const tsr_cli_train_config_t *c) {
   FUZZ_CHECK(c->train.window >= 1 && c->train.window <= 1 << 16);
   FUZZ_CHECK(c->train_limit == -1 || c->train_limit >= 1);
   FUZZ_CHECK(c->test_limit >= -1);
-  FUZZ_CHECK(c->sync.every >= 1);
+  FUZZ_CHECK(c->sync.schedule.every >= 1);
   /* --shares: a list is 1 to TSR_SHARES_MAX finite values >= 0 with a positive sum. */
   FUZZ_CHECK(c->shares.kind == TSR_SHARES_UNIFORM || c->shares.kind == TSR_SHARES_AUTO ||
              c->shares.kind == TSR_SHARES_FIXED);
@@ -46,8 +46,8 @@ static void check_config(const tsr_cli_train_config_t *c) {
     FUZZ_CHECK(sum > 0);
   }
   /* --weighting steps counts samples too, and only where weights are averaged. */
-  FUZZ_CHECK(!c->sync.by_steps || (c->sync.by_samples && c->sync.kind != TSR_SYNC_BATCH &&
-                                   c->sync.kind != TSR_SYNC_ASYNC_EPOCH));
+  FUZZ_CHECK(!c->sync.by_steps || (c->sync.by_samples && c->sync.schedule.kind != TSR_SYNC_BATCH &&
+                                   c->sync.schedule.kind != TSR_SYNC_ASYNC_EPOCH));
   FUZZ_CHECK(!c->runtime.trace ||
              (c->trace_path && strlen(c->trace_path) >= 5 &&
               strcmp(c->trace_path + strlen(c->trace_path) - 5, ".json") == 0));

@@ -1,0 +1,90 @@
+/* The synchronization policy registry: one descriptor per policy, each in its
+ * own file (src/parallel/sync_<name>.c), listed once in src/parallel/policy.c.
+ * A descriptor says how the policy is written (parse, describe), what it is
+ * (tsr_sync_traits_t, public) and when the replicas meet: the hooks the
+ * trainer's calls into the replicas (replicas.h) run, built from the
+ * averaging mechanism below (src/parallel/sync.c). The planner (src/plan)
+ * reads the same descriptors. Adding a policy: its kind in tessera/dist.h,
+ * its file with its descriptor, and its line in policy.c. */
+#ifndef TSR_POLICY_H
+#define TSR_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/replicas.h"
+#include "tessera/dist.h"
+
+typedef struct {
+  tsr_sync_kind_t kind;
+  tsr_sync_traits_t traits;
+  const char *const *forms; /* every form, for messages: {"epoch", "epoch=n", NULL} */
+  const char *counts;       /* what its counts must be, for the bad-counts message (NULL: none) */
+  /* text into *s (only the fields it uses; the registry zeroes the rest first): 0, -1 when the
+   * text is not this policy's, -2 when it is but its counts are wrong. */
+  int (*parse)(tsr_sync_schedule_t *s, const char *text);
+  /* snprintf's result */
+  int (*describe)(const tsr_sync_schedule_t *s, char *buf, int size);
+  /* The replicas keep a global copy each rank folds itself into (async-epoch). */
+  bool folds;
+  /* Hooks (NULL: nothing to do), with the replicas' own copy of the schedule; each returns 0
+   * or a TSR_E* code. create: once the replicas are laid out, before their tiles exist.
+   * epoch_begin: before each epoch's first step (epoch from 1), with the steps taken so far.
+   * after_step: after every step has been submitted (step counts from 1). epoch_end: at every
+   * epoch end, last marking the final one; a policy whose average users see at the epoch end
+   * waits for it (tsr__replicas_wait). */
+  int (*create)(tsr_replicas_t *r, const tsr_sync_schedule_t *s);
+  int (*epoch_begin)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch,
+                     int64_t steps_done);
+  int (*after_step)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int64_t step);
+  int (*epoch_end)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last);
+  /* The planner: averages over all ranks in an epoch of `steps` steps (NULL: not modelled;
+   * traits.plannable says the same). Averaging gradients (meets_every_step) overlaps the
+   * backward pass; averaging weights is paid on top of the steps. */
+  double (*plan_averages)(const tsr_sync_schedule_t *s, double steps);
+} tsr__sync_policy_t;
+
+/* The descriptor of s's kind (none's for an unknown kind). */
+const tsr__sync_policy_t *tsr__sync_policy(const tsr_sync_schedule_t *s);
+/* The descriptor whose parse claims text (its counts may still be wrong), or NULL. */
+const tsr__sync_policy_t *tsr__sync_policy_claiming(const char *text);
+/* The policy of a run with nothing to average (one replica). */
+extern const tsr__sync_policy_t tsr__sync_none;
+/* The forms (or with synopses, the synopses) of the policies whose traits pass `has` (NULL:
+ * every policy), in registry order, as a message lists them: "batch, every=K, epoch or
+ * epoch=n". */
+void tsr__sync_list(char *buf, size_t size, bool (*has)(const tsr_sync_traits_t *), bool synopses);
+
+/* Reads n comma-separated whole numbers in [1, 1000000] after prefix (the last `optional` may
+ * be missing, left as they are): 0, -1 when text does not start with prefix, -2 when the
+ * numbers are not right. For the policies' parse. */
+int tsr__sync_counts(const char *text, const char *prefix, int n, int optional, int *out);
+
+/* ---- The averaging mechanism (sync.c), for the hooks ------------------- */
+
+/* Every rank's replica becomes the weighted mean of all (with --sync-state the optimizer
+ * state too), or the outer optimizer's step towards it when there is one. */
+int tsr__replicas_average_all(tsr_replicas_t *r);
+/* The same without the outer optimizer (async-epoch's final uniform average). */
+int tsr__replicas_average_plain(tsr_replicas_t *r);
+/* hier: the mean over this rank's group only (never an outer step). */
+int tsr__replicas_average_group(tsr_replicas_t *r);
+/* async-epoch: every rank folds itself into the global copy and continues from the result. */
+int tsr__replicas_fold(tsr_replicas_t *r);
+/* Local SGD's epoch end (every=K, post-local, hier): on the last epoch, one model at the end
+ * unless the last step averaged already; then, unless gradients are being averaged, waits. */
+int tsr__replicas_end_local(tsr_replicas_t *r, bool last);
+/* Waits for everything submitted (an epoch end's average is a point users see). */
+int tsr__replicas_wait(tsr_replicas_t *r);
+/* Whether gradients are averaged every step (batch, post-local's first epochs) now. */
+bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r);
+/* post-local: from gradient averaging to local SGD after steps_done steps of the run: every
+ * rank gets the whole optimizer state and updates its own weights again. */
+int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done);
+/* post-local: the step at which local SGD began. */
+int64_t tsr__replicas_local_from(const tsr_replicas_t *r);
+/* hier: groups of group_size consecutive ranks, or each node's ranks (0). */
+int tsr__replicas_make_groups(tsr_replicas_t *r, int group_size);
+
+#endif

@@ -1,0 +1,273 @@
+/* The run set up by the library (tessera/train.h, "The run's setup"): from what a run is asked
+ * to be, each rank's batch, batch-row tiles and shard, or one error naming the option and the
+ * fix. Every refusal of a combination lives here (tsr_run_check), the memory check with its
+ * suggestion of a --batch that fits, and the cutting of batches and shards by --shares, which
+ * tsr_train reads instead of working them out again. Nothing here prints: what rank 0 should
+ * say goes into the setup's warnings. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/policy.h"
+#include "tessera/runtime.h"
+#include "tessera/train.h"
+#include "train/setup_impl.h"
+#include "try.h"
+
+/* How long --shares auto times each rank's forward passes before training. */
+#define CALIBRATION_SECONDS 0.5
+
+void tsr_run_config_init(tsr_run_config_t *c) {
+  memset(c, 0, sizeof *c);
+  tsr_net_opts_init(&c->net);
+}
+
+static int ranks_of(const tsr_run_config_t *c) {
+  return c->ranks > 0 ? c->ranks : tsr_dist_size();
+}
+
+static int grid_rows(const tsr_run_config_t *c) {
+  return c->net.grid_rows > 1 ? c->net.grid_rows : 1;
+}
+
+static bool grid_columns(const tsr_sync_traits_t *t) {
+  return t->grid_columns;
+}
+
+/* "--grid PrxPc: WHAT not supported under a grid yet; use --sync ... without them, or --grid
+ * 1xP". */
+static int refuse_under_grid(const tsr_run_config_t *c, const char *what, tsr_errbuf_t *err) {
+  int ranks = ranks_of(c), pr = grid_rows(c);
+  char ok[128];
+  tsr__sync_list(ok, sizeof ok, grid_columns, true);
+  return tsr_error_set(err, TSR_EINVAL,
+                       "--grid %dx%d: %s not supported under a grid yet; use --sync %s without "
+                       "them, or --grid 1x%d",
+                       pr, c->grid_cols > 0 ? c->grid_cols : ranks / pr, what, ok, ranks);
+}
+
+int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
+  tsr_sync_t none;
+  tsr_sync_parse(&none, "none", NULL);
+  const tsr_sync_t *sync = c->sync ? c->sync : &none;
+  if (tsr_sync_check(sync, err)) return TSR_EINVAL;
+  int ranks = ranks_of(c), pr = grid_rows(c);
+  if (ranks > TSR_MAX_RANKS)
+    return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS, ranks);
+  if (c->grid_cols > 0 && pr * c->grid_cols != ranks)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--grid %dx%d: Pr x Pc = %d must equal the MPI ranks (%d); start mpirun "
+                         "-np %d, or pick Pr and Pc whose product is %d",
+                         pr, c->grid_cols, pr * c->grid_cols, ranks, pr * c->grid_cols, ranks);
+  if (ranks % pr)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--grid with %d rows needs a multiple of %d ranks (got %d): start mpirun "
+                         "-np %d, or pick another Pr",
+                         pr, pr, ranks, (ranks / pr + 1) * pr);
+  bool grid = pr > 1, across = grid && ranks > pr; /* several grid columns */
+  bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
+  char what[160];
+  if (grid && c->checkpoint)
+    return refuse_under_grid(
+        c, "--checkpoint and --resume (each rank holds a slice of the weights) are", err);
+  if (across && !tsr_sync_traits(&sync->schedule)->grid_columns) {
+    char policy[64];
+    tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
+    snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
+    return refuse_under_grid(c, what, err);
+  }
+  if (across && sync->outer.kind != TSR_OUTER_NONE)
+    return refuse_under_grid(c, "--outer (across several grid columns) is", err);
+  if (grid && (uneven || sync->by_steps))
+    return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
+  if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
+  return 0;
+}
+
+/* One more thing for rank 0 to say. */
+static void warn(tsr_run_setup_t *s, const char *fmt, ...) {
+  if (s->n_warnings == TSR_RUN_WARNINGS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(s->warnings[s->n_warnings++], sizeof s->warnings[0], fmt, ap);
+  va_end(ap);
+}
+
+/* bytes as "12.3 GB", "45.6 MB", "7.8 kB" (powers of 1000) or "0 bytes". */
+static const char *show_bytes(char *buf, size_t size, int64_t bytes) {
+  double b = (double)bytes;
+  if (b >= 1e9)
+    snprintf(buf, size, "%.1f GB", b / 1e9);
+  else if (b >= 1e6)
+    snprintf(buf, size, "%.1f MB", b / 1e6);
+  else if (b >= 1e3)
+    snprintf(buf, size, "%.1f kB", b / 1e3);
+  else
+    snprintf(buf, size, "%lld bytes", (long long)bytes);
+  return buf;
+}
+
+/* The net's memory, estimated before it is built, against what this rank has left: more is
+ * refused with the estimate's parts and the largest --batch that fits (activations grow with
+ * the batch; a wide input with a CNN can need more than any batch allows); more than half is
+ * said aloud. A CSV of 10^6 columns with --model cnn used to grow until the kernel killed it. */
+static int check_memory(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err) {
+  if (!c->spec || c->memory < 0) return 0;
+  tsr_net_memory_t *m = &s->memory;
+  int rc = tsr_net_estimate(m, c->spec, c->inputs, c->classes, &c->net, err);
+  const char *source = c->memory_source ? c->memory_source : "given";
+  int64_t avail = c->memory > 0 ? c->memory : tsr_runtime_memory_available(&source);
+  if (rc || avail < 0 || m->total <= avail / 2) return rc;
+  char total[32], free_[32], act[32], params[32], opt[32], work[32];
+  show_bytes(total, sizeof total, m->total);
+  show_bytes(free_, sizeof free_, avail);
+  if (m->total <= avail) {
+    warn(s,
+         "the network will take about %s of memory, more than half of the %s available (%s); a "
+         "lower --batch takes less",
+         total, free_, source);
+    return 0;
+  }
+  tsr_net_opts_t o = c->net;
+  tsr_net_memory_t fit = *m;
+  while (o.batch > 1 && fit.total > avail) {
+    o.batch /= 2;
+    if (tsr_net_estimate(&fit, c->spec, c->inputs, c->classes, &o, NULL)) break;
+  }
+  char way[160], fit_total[32];
+  if (fit.total <= avail)
+    snprintf(way, sizeof way, "lower --batch (--batch %d needs about %s) or choose a smaller model",
+             o.batch, show_bytes(fit_total, sizeof fit_total, fit.total));
+  else
+    snprintf(way, sizeof way,
+             "even --batch 1 needs about %s: choose a smaller model, or fewer input features",
+             show_bytes(fit_total, sizeof fit_total, fit.total));
+  return tsr_error_set(err, TSR_ENOMEM,
+                       "the network needs about %s of memory (parameters and gradients %s, "
+                       "optimizer state %s, activations %s for a batch of %d, workspace %s), more "
+                       "than the %s available (%s); %s",
+                       total, show_bytes(params, sizeof params, m->params + m->grads),
+                       show_bytes(opt, sizeof opt, m->optimizer),
+                       show_bytes(act, sizeof act, m->activations), c->net.batch,
+                       show_bytes(work, sizeof work, m->workspace), free_, source, way);
+}
+
+void tsr__run_shard(tsr_run_setup_t *s) {
+  int ranks = s->replicas;
+  int64_t n = s->samples, part[TSR_MAX_RANKS];
+  tsr_shares_get(&s->shares, ranks, s->share);
+  bool uniform = s->shares.kind == TSR_SHARES_UNIFORM || ranks == 1 ||
+                 (s->shares.kind == TSR_SHARES_AUTO && s->shares.n != ranks);
+  for (int q = 0; q < ranks; q++)
+    s->batch[q] = s->uniform_batch;
+  if (uniform) {
+    for (int q = 0; q <= ranks; q++)
+      s->lo[q] = n * q / ranks;
+  } else {
+    if (s->step_sync) {
+      int64_t g = s->global_batch;
+      tsr_shares_split(s->share, ranks, g, 1, s->batch);
+      double of_batch[TSR_MAX_RANKS];
+      for (int q = 0; q < ranks; q++)
+        of_batch[q] = (double)s->batch[q] / (double)g;
+      tsr_shares_split(of_batch, ranks, n, 1, part);
+    } else {
+      tsr_shares_split(s->share, ranks, n, 1, part);
+    }
+    s->lo[0] = 0;
+    for (int q = 0; q < ranks; q++)
+      s->lo[q + 1] = s->lo[q] + part[q];
+  }
+  s->steps = 0;
+  for (int q = 0; q < ranks; q++) {
+    int64_t size = s->lo[q + 1] - s->lo[q];
+    int64_t steps = (size + s->batch[q] - 1) / s->batch[q];
+    s->steps = steps > s->steps ? steps : s->steps;
+  }
+}
+
+int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err) {
+  memset(s, 0, sizeof *s);
+  s->ranks = ranks_of(c), s->rank = c->ranks > 0 ? c->rank : tsr_dist_rank();
+  s->net = c->net;
+  s->samples = c->samples;
+  if (c->sync)
+    s->sync = *c->sync;
+  else
+    tsr_sync_parse(&s->sync, "none", NULL);
+  if (c->shares) s->shares = *c->shares; /* else zero: uniform */
+  const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
+  if (s->ranks == 1 && t->needs_ranks) {
+    char policy[64];
+    tsr_sync_schedule_describe(&s->sync.schedule, policy, sizeof policy);
+    warn(s,
+         "--sync %s averages the replicas of several MPI ranks, but this is one process, so it "
+         "trains alone and averages nothing; start ranks with mpirun -np N",
+         policy);
+  }
+  TSR_TRY(tsr_run_check(c, err));
+  if (c->samples <= 0 || c->samples > INT32_MAX)
+    return tsr_error_set(err, TSR_EINVAL, "the training set is empty or too large (%lld samples)",
+                         (long long)c->samples);
+  if (c->net.batch < 1)
+    return tsr_error_set(err, TSR_EINVAL, "--batch %d: the batch must be 1 or more", c->net.batch);
+  s->replicas = s->ranks / grid_rows(c), s->replica = s->rank / grid_rows(c);
+  s->uniform_batch = c->net.batch;
+  s->global_batch = c->global_batch > 0 ? c->global_batch : c->net.batch * s->replicas;
+  s->calibration = c->calibration > 0 ? c->calibration : CALIBRATION_SECONDS;
+  s->step_sync = t->meets_every_step;
+  s->measure = s->shares.kind == TSR_SHARES_AUTO && s->ranks > 1;
+  /* Each replica's step takes --batch of its shard; a larger batch only pads every step. */
+  int64_t shard = (c->samples + s->replicas - 1) / s->replicas;
+  if (c->net.batch > shard)
+    warn(s,
+         "--batch %d is more than the %lld training samples of %s: every step is padded to %d "
+         "rows; --batch %lld takes the same steps in less memory",
+         c->net.batch, (long long)shard, s->ranks > 1 ? "a rank" : "the run", c->net.batch,
+         (long long)shard);
+  TSR_TRY(check_memory(s, c, err));
+  tsr__run_shard(s);
+  return 0;
+}
+
+int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *train,
+                      tsr_errbuf_t *err) {
+  s->rebuild = false;
+  if (s->ranks == 1 || s->shares.kind == TSR_SHARES_UNIFORM) return 0;
+  if (s->measure) {
+    TSR_TRY(tsr_train_calibrate(net, train, s->calibration, &s->shares, err));
+    s->measure = false;
+    tsr__run_shard(s);
+  }
+  if (!s->step_sync) return 0;
+  /* Each replica's batch is its share of the global batch: batch-row tiles that give every
+   * replica as many tiles as the others. */
+  int rows[TSR_MAX_RANKS], mb, nb, me = s->replica;
+  tsr_net_tiles(net, &mb, &nb);
+  tsr_shares_tile_rows(s->batch, s->replicas, s->uniform_batch, mb, rows);
+  if (s->batch[me] == tsr_net_batch(net) && rows[me] == mb) return 0;
+  s->net.batch = (int)s->batch[me];
+  s->net.tile_rows = rows[me], s->net.tile_cols = nb;
+  s->rebuild = true;
+  return 0;
+}
+
+int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
+                  const tsr_dataset_t *train, tsr_errbuf_t *err) {
+  *net = NULL;
+  if (!c->spec)
+    return tsr_dist_agree(tsr_error_set(err, TSR_EINVAL, "tsr_run_build needs the model's spec"),
+                          err, err);
+  int rc = tsr_dist_agree(tsr_run_setup(s, c, err), err, err);
+  if (rc == 0)
+    rc =
+        tsr_dist_agree(tsr_net_create(net, c->spec, c->inputs, c->classes, &s->net, err), err, err);
+  if (rc == 0) rc = tsr_dist_agree(tsr_run_setup_net(s, *net, train, err), err, err);
+  if (rc == 0 && s->rebuild) {
+    tsr_net_destroy(net);
+    rc =
+        tsr_dist_agree(tsr_net_create(net, c->spec, c->inputs, c->classes, &s->net, err), err, err);
+  }
+  if (rc) tsr_net_destroy(net);
+  return rc;
+}
