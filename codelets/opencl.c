@@ -36,6 +36,8 @@ static const char *const kernel_names[TSR_CLK_COUNT] = {
     [TSR_CLK_POOL_FWD] = "tsr_pool_fwd",
     [TSR_CLK_POOL_BWD] = "tsr_pool_bwd",
     [TSR_CLK_OUTER] = "tsr_outer",
+    [TSR_CLK_ADD] = "tsr_add",
+    [TSR_CLK_CHANNELS_COPY] = "tsr_channels_copy",
 };
 
 static struct starpu_opencl_program program;

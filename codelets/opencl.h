@@ -50,6 +50,8 @@ typedef enum {
   TSR_CLK_POOL_FWD,
   TSR_CLK_POOL_BWD,
   TSR_CLK_OUTER,
+  TSR_CLK_ADD,
+  TSR_CLK_CHANNELS_COPY,
   TSR_CLK_COUNT
 } tsr_clk_t;
 

@@ -475,5 +475,6 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
     fprintf(stderr, "tessera train: %s\n", err.msg);
     return 2;
   }
+  if (!cfg->model_file) tsr_model_spec_fini(&spec);
   return 0;
 }

@@ -355,6 +355,7 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
                   meta_int(f, "net_seed", &seed)))
     rc = tsr_error_set(err, TSR_EFORMAT, "%s: no inputs, classes or seed in the metadata", path);
   tsr_model_spec_t s;
+  tsr_model_spec_init(&s);
   const char *ini = tsr__st_meta(f, "model_ini");
   if (rc == 0 && !ini) rc = tsr_error_set(err, TSR_EFORMAT, "%s: no model in the metadata", path);
   if (rc == 0) rc = tsr_model_parse_ini_text(&s, ini, path, err);
@@ -371,9 +372,13 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   if (rc == 0) o.opt.kind = strcmp(opt, "adam") == 0 ? TSR_OPT_ADAM : TSR_OPT_SGD;
   o.seed = (uint64_t)seed;
   tsr__st_close(&f);
+  if (rc) tsr_model_spec_fini(&s);
   if (rc) return rc;
   if (info) *info = got;
-  if (spec) *spec = s;
+  if (spec)
+    *spec = s; /* the caller's now */
+  else
+    tsr_model_spec_fini(&s);
   if (opts) *opts = o;
   if (inputs) *inputs = (int)in;
   if (classes) *classes = (int)cls;
