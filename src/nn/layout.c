@@ -312,14 +312,14 @@ static int cycle_error(const walk_t *w, const int *pending, tsr_errbuf_t *err) {
     assert(next >= 0);
     at = next;
   }
-  char text[400] = "", name[TSR_NAME_MAX], me[160];
-  size_t n = 0;
+  /* path[i + 1] is an input of path[i]: data flows at -> path[len - 1] -> ... -> at */
+  char text[400], name[TSR_NAME_MAX], me[160];
+  tsr__layer_name(w->spec, at, name, sizeof name);
+  size_t n = (size_t)snprintf(text, sizeof text, "%s", name);
   for (int p = len - 1; p >= seen[at] - 1 && n < sizeof text; p--) {
     tsr__layer_name(w->spec, path[p], name, sizeof name);
-    n += (size_t)snprintf(text + n, sizeof text - n, "%s -> ", name);
+    n += (size_t)snprintf(text + n, sizeof text - n, " -> %s", name);
   }
-  tsr__layer_name(w->spec, at, name, sizeof name);
-  if (n < sizeof text) snprintf(text + n, sizeof text - n, "%s", name);
   int rc = tsr_error_set(err, TSR_EINVAL,
                          "the layers %s form a cycle (%s reads its own output through them); a "
                          "layer may read only layers that do not depend on it",
