@@ -31,8 +31,7 @@ TestSuite(graph, .init = start, .fini = stop, .timeout = 300);
 static tsr_model_spec_t parse(const char *text) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_model_parse_ini_text(&spec, text, "test.ini", &err), 0, "%s\n%s", err.msg,
-               text);
+  cr_assert_eq(tsr_model_parse_ini_text(&spec, text, "test.ini", &err), 0, "%s\n%s", err.msg, text);
   return spec;
 }
 
@@ -123,7 +122,8 @@ static void expect_error(const char *text, int c, int h, int w, int grid_rows,
   tsr_model_spec_fini(&spec);
 }
 
-#define WANT(...) (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *))
+#define WANT(...)                                                                                  \
+  (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *))
 
 static const char out3[] = "[out]\ntype = dense\nunits = 3\n";
 
@@ -189,8 +189,8 @@ Test(graph, the_output_stays_last_and_dense) {
 
 Test(graph, grid_placements_that_cannot_work_are_refused) {
   /* an add of the replicated input batch and a dense layer's spread output */
-  expect_error(with_out("[a]\ntype = dense\nunits = 6\n[s]\ntype = add\ninputs = input, a\n"), 6,
-               1, 1, 2, WANT("layer 2 [s] (add)", "--grid", "placed alike", "--grid 1xP"));
+  expect_error(with_out("[a]\ntype = dense\nunits = 6\n[s]\ntype = add\ninputs = input, a\n"), 6, 1,
+               1, 2, WANT("layer 2 [s] (add)", "--grid", "placed alike", "--grid 1xP"));
   /* a concat of dense layers' outputs */
   expect_error(with_out("[a]\ntype = dense\nunits = 4\n[b]\ntype = dense\nunits = 4\ninput = "
                         "input\n[cat]\ntype = concat\ninputs = a, b\n"),
@@ -198,8 +198,9 @@ Test(graph, grid_placements_that_cannot_work_are_refused) {
   /* an add of two spread outputs works */
   tsr_net_layout_t lay;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(layout_of(&lay, with_out("[a]\ntype = dense\nunits = 6\n[b]\ntype = dense\nunits "
-                                        "= 6\n[s]\ntype = add\ninputs = a, b\n"),
+  cr_assert_eq(layout_of(&lay,
+                         with_out("[a]\ntype = dense\nunits = 6\n[b]\ntype = dense\nunits "
+                                  "= 6\n[s]\ntype = add\ninputs = a, b\n"),
                          6, 1, 1, 2, &err),
                0, "%s", err.msg);
   cr_expect(lay.layers[2].spread && lay.layers[2].in_spread && !lay.layers[2].cuts);
@@ -232,27 +233,30 @@ Test(graph, model_file_inputs_are_checked_when_read) {
 Test(graph, fusions_only_where_the_producer_has_one_reader) {
   tsr_net_layout_t lay;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(layout_of(&lay, with_out("[a]\ntype = dense\nunits = 4\n[r]\ntype = relu\n"
-                                        "[b]\ntype = dense\nunits = 4\ninput = a\n"
-                                        "[s]\ntype = add\ninputs = r, b\n"),
+  cr_assert_eq(layout_of(&lay,
+                         with_out("[a]\ntype = dense\nunits = 4\n[r]\ntype = relu\n"
+                                  "[b]\ntype = dense\nunits = 4\ninput = a\n"
+                                  "[s]\ntype = add\ninputs = r, b\n"),
                          6, 1, 1, 1, &err),
                0, "%s", err.msg);
   cr_assert_eq(lay.n_layers, 5); /* a, r, b, s, out */
   cr_expect(!lay.layers[0].relu && lay.layers[0].consumers == 2);
   cr_expect_eq(lay.layers[1].kind, TSR_LAYER_RELU);
   tsr__net_layout_fini(&lay);
-  cr_assert_eq(layout_of(&lay, with_out("[c]\ntype = conv\nfilters = 2\nkernel = 3\nactivation = "
-                                        "relu\n[p]\ntype = maxpool\nkernel = 2\n"
-                                        "[q]\ntype = maxpool\nkernel = 2\ninput = c\n"
-                                        "[s]\ntype = add\ninputs = p, q\n[f]\ntype = flatten\n"),
+  cr_assert_eq(layout_of(&lay,
+                         with_out("[c]\ntype = conv\nfilters = 2\nkernel = 3\nactivation = "
+                                  "relu\n[p]\ntype = maxpool\nkernel = 2\n"
+                                  "[q]\ntype = maxpool\nkernel = 2\ninput = c\n"
+                                  "[s]\ntype = add\ninputs = p, q\n[f]\ntype = flatten\n"),
                          1, 8, 8, 1, &err),
                0, "%s", err.msg);
   cr_expect(lay.layers[0].relu && lay.layers[0].consumers == 2);
   cr_expect(!lay.layers[0].relu_grad_by_next && !lay.layers[1].relu_grad_in);
   tsr__net_layout_fini(&lay);
   /* one reader: fused, and the pooling applies the ReLU's backward */
-  cr_assert_eq(layout_of(&lay, with_out("[c]\ntype = conv\nfilters = 2\nkernel = 3\nactivation = "
-                                        "relu\n[p]\ntype = maxpool\nkernel = 2\n"),
+  cr_assert_eq(layout_of(&lay,
+                         with_out("[c]\ntype = conv\nfilters = 2\nkernel = 3\nactivation = "
+                                  "relu\n[p]\ntype = maxpool\nkernel = 2\n"),
                          1, 8, 8, 1, &err),
                0, "%s", err.msg);
   cr_expect(lay.layers[0].relu && lay.layers[0].relu_grad_by_next && lay.layers[1].relu_grad_in);
@@ -365,8 +369,8 @@ Test(graph, training_steps_do_not_depend_on_the_tile_size) {
     cr_expect(one < start * 0.95, "model %d: 5 steps must lower the loss (%g -> %g)", m, start,
               one);
     cr_expect(fabs(t8 - one) <= 1e-5 * one, "model %d: tile 8: %.9g vs one tile %.9g", m, t8, one);
-    cr_expect(fabs(t5x7 - one) <= 1e-5 * one, "model %d: tile 5x7: %.9g vs one tile %.9g", m,
-              t5x7, one);
+    cr_expect(fabs(t5x7 - one) <= 1e-5 * one, "model %d: tile 5x7: %.9g vs one tile %.9g", m, t5x7,
+              one);
     tsr_model_spec_fini(&spec);
   }
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
