@@ -194,7 +194,7 @@ Test(graph, grid_placements_that_cannot_work_are_refused) {
   /* a concat of dense layers' outputs */
   expect_error(with_out("[a]\ntype = dense\nunits = 4\n[b]\ntype = dense\nunits = 4\ninput = "
                         "input\n[cat]\ntype = concat\ninputs = a, b\n"),
-               6, 1, 1, 2, WANT("layer 3 (concat)", "--grid", "--grid 1xP"));
+               6, 1, 1, 2, WANT("layer 3 [cat] (concat)", "--grid", "--grid 1xP"));
   /* an add of two spread outputs works */
   tsr_net_layout_t lay;
   tsr_errbuf_t err = {""};

@@ -111,6 +111,12 @@ static int input_geometry(const tsr_net_opts_t *o, int inputs, tsr_conv_geom_t *
 
 /* ---- The graph ----------------------------------------------------------- */
 
+/* A spec layer and the name it goes by. */
+typedef struct {
+  char name[TSR_NAME_MAX];
+  int index;
+} named_t;
+
 /* What the walk keeps per spec layer (arrays of n). */
 typedef struct {
   const tsr_model_spec_t *spec;
@@ -120,7 +126,7 @@ typedef struct {
   int *n_src;
   int *readers;        /* inputs of other spec layers that read its output */
   int *order;          /* the spec layers in the order they run */
-  int *byname;         /* spec indices sorted by name */
+  named_t *byname;     /* every layer's name, sorted (then by index) */
   tsr_conv_geom_t *io; /* shape(): its input 0, window and output */
   int *tensor;         /* the spec layer whose built output its output is (-1: the input
                         * batch): itself, or what a flatten or fused ReLU passes on */
@@ -162,31 +168,24 @@ static const char *label(const walk_t *w, int i, char *buf, size_t size) {
   return buf;
 }
 
-static const walk_t *sort_walk; /* qsort has no context argument */
-
 static int by_name(const void *a, const void *b) {
-  char na[TSR_NAME_MAX], nb[TSR_NAME_MAX];
-  int i = *(const int *)a, j = *(const int *)b;
-  tsr__layer_name(sort_walk->spec, i, na, sizeof na);
-  tsr__layer_name(sort_walk->spec, j, nb, sizeof nb);
-  int c = strcmp(na, nb);
-  return c ? c : i - j;
+  const named_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : x->index - y->index;
 }
 
 /* The spec layers called `name`: the first of them in byname at *first, how many. */
 static int find_named(const walk_t *w, const char *name, int *first) {
   int lo = 0, hi = w->n;
-  char own[TSR_NAME_MAX];
   while (lo < hi) {
     int mid = (lo + hi) / 2;
-    tsr__layer_name(w->spec, w->byname[mid], own, sizeof own);
-    if (strcmp(own, name) < 0)
+    if (strcmp(w->byname[mid].name, name) < 0)
       lo = mid + 1;
     else
       hi = mid;
   }
   int n = 0;
-  while (lo + n < w->n && tsr__layer_is(w->spec, w->byname[lo + n], name))
+  while (lo + n < w->n && strcmp(w->byname[lo + n].name, name) == 0)
     n++;
   *first = lo;
   return n;
@@ -195,9 +194,10 @@ static int find_named(const walk_t *w, const char *name, int *first) {
 /* Every input name to a spec layer index (the previous layer when none is given). */
 static int resolve_inputs(walk_t *w, tsr_errbuf_t *err) {
   const tsr_model_spec_t *spec = w->spec;
-  for (int i = 0; i < w->n; i++)
-    w->byname[i] = i;
-  sort_walk = w;
+  for (int i = 0; i < w->n; i++) {
+    tsr__layer_name(spec, i, w->byname[i].name, sizeof w->byname[i].name);
+    w->byname[i].index = i;
+  }
   qsort(w->byname, (size_t)w->n, sizeof *w->byname, by_name);
   char me[160];
   for (int i = 0; i < w->n; i++) {
@@ -236,9 +236,9 @@ static int resolve_inputs(walk_t *w, tsr_errbuf_t *err) {
                              "%s: input 'input' is ambiguous: it names the input batch and %s; "
                              "rename that section",
                              label(w, i, me, sizeof me),
-                             label(w, w->byname[first], other, sizeof other));
+                             label(w, w->byname[first].index, other, sizeof other));
       if (count == 1) {
-        w->src[i][k] = w->byname[first];
+        w->src[i][k] = w->byname[first].index;
         if (w->src[i][k] == i)
           return tsr_error_set(err, TSR_EINVAL,
                                "%s reads its own output (input '%s'); a layer reads only layers "
@@ -251,8 +251,8 @@ static int resolve_inputs(walk_t *w, tsr_errbuf_t *err) {
                              "%s: input '%s' is ambiguous: %d layers go by that name (%s and "
                              "layer %d, at least); give every section its own name",
                              label(w, i, me, sizeof me), name, count,
-                             label(w, w->byname[first], other, sizeof other),
-                             w->byname[first + 1] + 1);
+                             label(w, w->byname[first].index, other, sizeof other),
+                             w->byname[first + 1].index + 1);
       return tsr_error_set(err, TSR_EINVAL,
                            "%s: input '%s' names no layer; use the name of a section of the "
                            "model, or input for the input batch",
@@ -545,6 +545,17 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
 
 /* ---- Placement under a grid ------------------------------------------------ */
 
+/* "layer 3 [h] (dense)", or "layer 3 (dense)" for a layer known by its position only. */
+static const char *layout_label(const tsr_layout_layer_t *l, char *buf, size_t size) {
+  char own[32];
+  snprintf(own, sizeof own, "layer%d", l->index);
+  if (strcmp(own, l->name) == 0)
+    snprintf(buf, size, "layer %d (%s)", l->index, l->type->name);
+  else
+    snprintf(buf, size, "layer %d [%s] (%s)", l->index, l->name, l->type->name);
+  return buf;
+}
+
 /* Dense layers spread their output columns over the grid column, element-wise layers keep
  * their inputs' placement, the rest stay replicated in the column (every rank computes them).
  * What cannot work goes to lay->grid_rc (the first such layer). */
@@ -562,21 +573,22 @@ static void place(tsr_net_layout_t *lay) {
     l->partials = l->cuts && (l->in_spread || l->has_dx);
     l->dx_sums = l->cuts && !l->in_spread && l->has_dx;
     if (lay->grid_rc) continue;
+    char me[160];
     if (t->elementwise && l->in_spread && spread_in < l->n_inputs)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
-          "layer %d [%s] (%s): under --grid, %d of its %d inputs come spread over the grid column "
-          "(a dense layer's output) and the others replicated (the input batch, convolutions, "
-          "pooling): an element-wise layer takes inputs placed alike; put a dense layer on the "
-          "replicated side, or use --grid 1xP for this model",
-          l->index, l->name, t->name, spread_in, l->n_inputs);
+          "%s: under --grid, %d of its %d inputs come spread over the grid column (a dense "
+          "layer's output) and the others replicated (the input batch, convolutions, pooling): "
+          "an element-wise layer takes inputs placed alike; put a dense layer on the replicated "
+          "side, or use --grid 1xP for this model",
+          layout_label(l, me, sizeof me), spread_in, l->n_inputs);
     else if (l->in_spread && !l->spread)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
-          "layer %d (%s): under --grid, a layer after a dense layer must be dense or element-wise "
+          "%s: under --grid, a layer after a dense layer must be dense or element-wise "
           "(convolutions, pooling and concatenations are replicated in a grid column and take "
           "the input batch or another replicated layer's output); use --grid 1xP for this model",
-          l->index, t->name);
+          layout_label(l, me, sizeof me));
   }
 }
 
