@@ -215,8 +215,15 @@ Test(graph, model_file_inputs_are_checked_when_read) {
       {"[a]\ntype = add\ninputs = x,\n", "expected section names"},
       {"[a]\ntype = dense\nunits = 3\ninput = x, y\n", "input = x, y: expected one section name"},
       {"[a]\ntype = add\ninputs = a,b,c,d,e,f,g,h,i\n", "at most 8"},
-      {"[a]\ntype = add\ninput = x\ninputs = x, y\n", "give input or inputs once"},
+      {"[a]\ntype = add\ninput = x\ninputs = x, y\n", "already said its inputs"},
+      {"[a]\ntype = add\ninputs = x, y\ninput = z\n", "already said its inputs"},
+      {"[a]\ntype = add\ninputs = a,b,c,d\ninputs = e,f,g,h,i\n", "at most 8 in all"},
       {"[a]\ninputs = x, y\ntype = add\n", "before 'type'"},
+      {"[a]\ntype = add\ninputs = x,;y\n", "expected section names"},
+      {"[a]\ntype = dense\nunits = 3\nactivation = relu\nactivation = relu\n",
+       "a second activation"},
+      /* keys before any section still make a layer, and it must say what its type needs */
+      {"type = conv\nfilters = 3\n", "no 'kernel'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     tsr_model_spec_t s;
@@ -288,6 +295,47 @@ Test(graph, model_files_with_inputs_round_trip) {
   cr_expect(strstr(text, "[layer1]\ntype = dense\nunits = 512\n\n[layer2]\ntype = relu\n"), "%s",
             text);
   tsr_model_spec_fini(&mlp);
+}
+
+/* Names as long as a section name can be (49 characters), eight inputs of them: the file
+ * tsr_model_to_ini writes keeps its lines under the INI reader's 200 characters (inputs on
+ * several lines, which add up) and reads back to the same layers. */
+Test(graph, long_names_and_input_lists_round_trip) {
+  tsr_model_spec_t spec;
+  tsr_model_spec_init(&spec);
+  char names[8][TSR_NAME_MAX];
+  tsr_layer_spec_t cat = {.kind = TSR_LAYER_CONCAT, .n_inputs = 8};
+  for (int k = 0; k < 8; k++) {
+    snprintf(names[k], sizeof names[k], "branch%d_%041d", k, k);
+    cr_assert_eq(strlen(names[k]), TSR_NAME_MAX - 1);
+    tsr_layer_spec_t d = {.kind = TSR_LAYER_DENSE, .units = 2, .n_inputs = 1, .inputs = {"input"}};
+    if (k == 0) /* the first reads the batch anyway */
+      d.n_inputs = 0, memset(d.inputs, 0, sizeof d.inputs);
+    memcpy(d.name, names[k], sizeof d.name);
+    memcpy(cat.inputs[k], names[k], sizeof cat.inputs[k]);
+    cr_assert_eq(tsr_model_spec_add(&spec, &d), 0);
+  }
+  cr_assert_eq(tsr_model_spec_add(&spec, &cat), 0);
+  cr_assert_eq(tsr_model_spec_add(&spec, &(tsr_layer_spec_t){.kind = TSR_LAYER_DENSE, .units = 3}),
+               0);
+  char text[8192];
+  cr_assert_eq(tsr_model_to_ini(&spec, text, sizeof text), 0);
+  for (const char *line = text; *line;) {
+    const char *end = strchr(line, '\n');
+    cr_assert(end && end - line < 200, "a line of %d characters:\n%s", (int)(end - line), text);
+    line = end + 1;
+  }
+  tsr_model_spec_t back;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&back, text, "back", &err), 0, "%s\n%s", err.msg, text);
+  cr_assert_eq(back.n_layers, spec.n_layers);
+  cr_expect(memcmp(back.layers, spec.layers, sizeof *spec.layers * (size_t)spec.n_layers) == 0,
+            "changed through\n%s", text);
+  tsr_net_memory_t mem;
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  cr_expect_eq(tsr_net_estimate(&mem, &spec, 5, 3, &o, &err), 0, "%s", err.msg);
+  tsr_model_spec_fini(&back), tsr_model_spec_fini(&spec);
 }
 
 /* A long residual MLP: 250 blocks of dense 8 + ReLU, dense 8, add: 1001 layers in 751 sections,

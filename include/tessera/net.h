@@ -15,10 +15,10 @@
 
 TSR_EXTERN_C_BEGIN
 
-/* Names of layers (a model file's section names) hold at most TSR_NAME_MAX - 1 characters; a
- * layer reads at most TSR_MAX_INPUTS others (a concat of that many). A model has no limit on
- * its number of layers. */
-#define TSR_NAME_MAX 64
+/* Names of layers (a model file's section names) hold at most TSR_NAME_MAX - 1 = 49 characters
+ * (what the INI reader keeps of a section name); a layer reads at most TSR_MAX_INPUTS others (a
+ * concat of that many). A model has no limit on its number of layers. */
+#define TSR_NAME_MAX 50
 #define TSR_MAX_INPUTS 8
 
 /* Layer types. Each one is described by one registry entry inside the
@@ -80,7 +80,8 @@ TSR_API int tsr_model_spec_add(tsr_model_spec_t *spec, const tsr_layer_spec_t *l
  * TSR_ENOMEM leaves dst empty. */
 TSR_API int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *src);
 /* Sets layer's inputs from a comma-separated list of names ("a, b"; "" for the default).
- * TSR_EINVAL, layer unchanged, for more than TSR_MAX_INPUTS names, an empty or too long one. */
+ * TSR_EINVAL, layer unchanged, for more than TSR_MAX_INPUTS names, an empty or too long one, or
+ * one holding any of ; # = [ ] (which a model file could not say). */
 TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names);
 
 /* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
@@ -98,7 +99,8 @@ TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classe
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
  * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
- * previous section). A section with `activation = relu` becomes two layers, NAME and a ReLU
+ * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
+ * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU
  * named NAME.relu, and other sections naming NAME read the ReLU's output. Errors name the
  * file, line and key; the graph itself (unknown names, cycles, shapes) is checked when a
  * network is built or estimated. spec is started by the call (left empty on an error); fini it. */

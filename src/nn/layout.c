@@ -158,14 +158,22 @@ static int walk_init(walk_t *w, const tsr_model_spec_t *spec) {
   return 0;
 }
 
-/* "layer 3 [h] (dense)", or "layer 3 (dense)" for an unnamed layer. */
-static const char *label(const walk_t *w, int i, char *buf, size_t size) {
-  const tsr_layer_spec_t *s = &w->spec->layers[i];
-  if (s->name[0])
-    snprintf(buf, size, "layer %d [%s] (%s)", i + 1, s->name, w->type[i]->name);
+/* "layer 3 [h] (dense)" for messages, or "layer 3 (dense)" for a layer that goes by its
+ * position only (its name is "" or layer<index>). */
+static const char *layer_label(int index, const char *name, const char *type, char *buf,
+                               size_t size) {
+  char own[32];
+  snprintf(own, sizeof own, "layer%d", index);
+  if (name[0] && strcmp(name, own) != 0)
+    snprintf(buf, size, "layer %d [%s] (%s)", index, name, type);
   else
-    snprintf(buf, size, "layer %d (%s)", i + 1, w->type[i]->name);
+    snprintf(buf, size, "layer %d (%s)", index, type);
   return buf;
+}
+
+/* Spec layer i's label. */
+static const char *label(const walk_t *w, int i, char *buf, size_t size) {
+  return layer_label(i + 1, w->spec->layers[i].name, w->type[i]->name, buf, size);
 }
 
 static int by_name(const void *a, const void *b) {
@@ -248,11 +256,11 @@ static int resolve_inputs(walk_t *w, tsr_errbuf_t *err) {
       }
       if (count > 1)
         return tsr_error_set(err, TSR_EINVAL,
-                             "%s: input '%s' is ambiguous: %d layers go by that name (%s and "
-                             "layer %d, at least); give every section its own name",
+                             "%s: input '%s' is ambiguous: %d layers go by that name (%s, "
+                             "layer %d%s); give every section its own name",
                              label(w, i, me, sizeof me), name, count,
                              label(w, w->byname[first].index, other, sizeof other),
-                             w->byname[first + 1].index + 1);
+                             w->byname[first + 1].index + 1, count > 2 ? ", ..." : "");
       return tsr_error_set(err, TSR_EINVAL,
                            "%s: input '%s' names no layer; use the name of a section of the "
                            "model, or input for the input batch",
@@ -545,17 +553,6 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
 
 /* ---- Placement under a grid ------------------------------------------------ */
 
-/* "layer 3 [h] (dense)", or "layer 3 (dense)" for a layer known by its position only. */
-static const char *layout_label(const tsr_layout_layer_t *l, char *buf, size_t size) {
-  char own[32];
-  snprintf(own, sizeof own, "layer%d", l->index);
-  if (strcmp(own, l->name) == 0)
-    snprintf(buf, size, "layer %d (%s)", l->index, l->type->name);
-  else
-    snprintf(buf, size, "layer %d [%s] (%s)", l->index, l->name, l->type->name);
-  return buf;
-}
-
 /* Dense layers spread their output columns over the grid column, element-wise layers keep
  * their inputs' placement, the rest stay replicated in the column (every rank computes them).
  * What cannot work goes to lay->grid_rc (the first such layer). */
@@ -581,14 +578,14 @@ static void place(tsr_net_layout_t *lay) {
           "layer's output) and the others replicated (the input batch, convolutions, pooling): "
           "an element-wise layer takes inputs placed alike; put a dense layer on the replicated "
           "side, or use --grid 1xP for this model",
-          layout_label(l, me, sizeof me), spread_in, l->n_inputs);
+          layer_label(l->index, l->name, t->name, me, sizeof me), spread_in, l->n_inputs);
     else if (l->in_spread && !l->spread)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --grid, a layer after a dense layer must be dense or element-wise "
           "(convolutions, pooling and concatenations are replicated in a grid column and take "
           "the input batch or another replicated layer's output); use --grid 1xP for this model",
-          layout_label(l, me, sizeof me));
+          layer_label(l->index, l->name, t->name, me, sizeof me));
   }
 }
 

@@ -49,9 +49,9 @@ int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *src) {
   return 0;
 }
 
-int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names) {
-  char got[TSR_MAX_INPUTS][TSR_NAME_MAX] = {{0}};
-  int n = 0;
+/* Appends the comma-separated names to got[*n ..]: 0, or TSR_EINVAL for an empty or too long
+ * name, one with a character of ; # = [ ], or more than TSR_MAX_INPUTS in all. */
+static int append_names(char (*got)[TSR_NAME_MAX], int *n, const char *names) {
   const char *p = names;
   while (*p == ' ' || *p == '\t')
     p++;
@@ -62,14 +62,24 @@ int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names) {
     while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
       last--;
     size_t len = (size_t)(last - p);
-    if (len == 0 || len >= TSR_NAME_MAX || n == TSR_MAX_INPUTS) return TSR_EINVAL;
-    memcpy(got[n++], p, len);
+    if (len == 0 || len >= TSR_NAME_MAX || *n == TSR_MAX_INPUTS) return TSR_EINVAL;
+    for (size_t c = 0; c < len; c++) /* what an INI line could not say back */
+      if (strchr(";#=[]", p[c])) return TSR_EINVAL;
+    memset(got[*n], 0, TSR_NAME_MAX);
+    memcpy(got[(*n)++], p, len);
     if (!*end) break;
     p = end + 1;
     while (*p == ' ' || *p == '\t')
       p++;
     if (!*p) return TSR_EINVAL; /* "a," */
   }
+  return 0;
+}
+
+int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names) {
+  char got[TSR_MAX_INPUTS][TSR_NAME_MAX] = {{0}};
+  int n = 0;
+  TSR_TRY(append_names(got, &n, names));
   memcpy(layer->inputs, got, sizeof got);
   layer->n_inputs = n;
   return 0;
@@ -174,7 +184,7 @@ struct ini_state {
   int rc;
   char section[256];
   bool has_type;   /* the current section said its type */
-  bool has_inputs; /* ... and its input or inputs */
+  bool has_input;  /* ... and `input` (once, alone) */
   unsigned seen;   /* the current section's keys given so far, bit k for its type's keys[k] */
   int layer;       /* index of the current section's layer in spec */
   bool *activated; /* [spec cap] a layer whose section said activation = relu (the ReLU follows) */
@@ -225,7 +235,7 @@ static int parse_pair(const char *v, int lo, int *a, int *b) {
 
 /* A section ends: it said its type and every key its type requires. */
 static int section_done(struct ini_state *st) {
-  if (st->section[0] == '\0') return 0;
+  if (st->section[0] == '\0' && !st->has_type) return 0; /* nothing started yet */
   if (!st->has_type) {
     char types[256];
     type_list(types, sizeof types);
@@ -308,30 +318,33 @@ static int add_section_layer(struct ini_state *st, const tsr_layer_type_t *t, co
   tsr_layer_spec_t l = {.kind = t->kind};
   snprintf(l.name, sizeof l.name, "%s", section);
   TSR_TRY(tsr_model_spec_add(st->spec, &l));
-  st->has_type = true, st->has_inputs = false;
+  st->has_type = true, st->has_input = false;
   st->seen = 0;
   st->layer = st->spec->n_layers - 1;
   return 0;
 }
 
-/* `input = NAME` or `inputs = A, B, ...`, any type's keys. */
+/* `input = NAME` (once) or `inputs = A, B, ...` (each line adding names), any type's keys. */
 static int on_inputs(struct ini_state *st, const char *section, const char *name,
                      const char *value) {
-  if (st->has_inputs)
-    return tsr_error_set(st->err, TSR_EFORMAT,
-                         "%s: [%s] %s: the section already said its inputs; give input or inputs "
-                         "once",
-                         st->path, section, name);
-  st->has_inputs = true;
   tsr_layer_spec_t *l = &st->spec->layers[st->layer];
-  if (tsr_layer_spec_set_inputs(l, value) || l->n_inputs == 0 ||
-      (strcmp(name, "input") == 0 && l->n_inputs != 1))
+  bool single = strcmp(name, "input") == 0;
+  if (st->has_input || (single && l->n_inputs > 0))
+    return tsr_error_set(st->err, TSR_EFORMAT,
+                         "%s: [%s] %s: the section already said its inputs; give input once, or "
+                         "inputs (on one or more lines)",
+                         st->path, section, name);
+  st->has_input = single;
+  int before = l->n_inputs;
+  if (append_names(l->inputs, &l->n_inputs, value) || l->n_inputs == before ||
+      (single && l->n_inputs != 1))
     return tsr_error_set(
-        st->err, TSR_EFORMAT, "%s: [%s] %s = %s: expected %s (at most %d, each 1 to %d characters)",
-        st->path, section, name, value,
-        strcmp(name, "input") == 0 ? "one section name, or input for the input batch"
-                                   : "section names separated by commas",
-        strcmp(name, "input") == 0 ? 1 : TSR_MAX_INPUTS, TSR_NAME_MAX - 1);
+        st->err, TSR_EFORMAT,
+        "%s: [%s] %s = %s: expected %s (at most %d in all, each 1 to %d characters)", st->path,
+        section, name, value,
+        single ? "one section name, or input for the input batch"
+               : "section names separated by commas",
+        single ? 1 : TSR_MAX_INPUTS, TSR_NAME_MAX - 1);
   return 0;
 }
 
@@ -385,6 +398,12 @@ static int on_key(void *user, const char *section, const char *name, const char 
     return 0;
   }
   assert(k < 32);
+  if (t->keys[k].form == TSR_KEY_ACTIVATION && (st->seen & (1u << k))) {
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                           "%s: [%s] %s: a second activation for one layer; give it once", st->path,
+                           section, name);
+    return 0;
+  }
   st->seen |= 1u << k;
   int rc = parse_value(&t->keys[k], st, value);
   if (rc == TSR_EINVAL)
@@ -402,6 +421,16 @@ static int count_named(const tsr_model_spec_t *spec, const char *name, int *foun
   for (int j = 0; j < spec->n_layers; j++)
     if (tsr__layer_is(spec, j, name)) n++, *found = j;
   return n;
+}
+
+/* Whether spec layer i reads what it would without inputs: the previous layer (the input batch
+ * for the first), named unambiguously, or nothing named. */
+static bool reads_default(const tsr_model_spec_t *spec, int i) {
+  const tsr_layer_spec_t *l = &spec->layers[i];
+  if (l->n_inputs != 1) return l->n_inputs == 0;
+  int j, n = count_named(spec, l->inputs[0], &j);
+  if (i == 0) return strcmp(l->inputs[0], "input") == 0 && n == 0;
+  return n == 1 && j == i - 1;
 }
 
 /* After the whole file: a name of a section that said activation = relu means the ReLU's
@@ -424,10 +453,7 @@ static void resolve_names(struct ini_state *st) {
   }
   for (int i = 0; i < spec->n_layers; i++) {
     tsr_layer_spec_t *l = &spec->layers[i];
-    if (l->n_inputs != 1) continue;
-    int j, n = count_named(spec, l->inputs[0], &j);
-    bool batch = strcmp(l->inputs[0], "input") == 0 && n == 0;
-    if ((i == 0 && batch) || (i > 0 && n == 1 && j == i - 1)) {
+    if (l->n_inputs == 1 && reads_default(spec, i)) {
       l->n_inputs = 0;
       memset(l->inputs, 0, sizeof l->inputs);
     }
@@ -550,12 +576,14 @@ int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size) {
     int w = snprintf(buf + n, n < size ? size - n : 0, "%s[%s]\ntype = %s\n", i ? "\n" : "", name,
                      t->name);
     n += (size_t)(w > 0 ? w : 0);
-    for (int k = 0; k < l->n_inputs; k++) {
-      w = snprintf(buf + n, n < size ? size - n : 0, "%s%s%s",
-                   k                  ? ", "
-                   : l->n_inputs == 1 ? "input = "
-                                      : "inputs = ",
+    /* input = A, or inputs = A, B, ... in lines the INI reader takes whole (under 200); none
+     * where the layer reads the previous one */
+    for (int k = 0, line = 0; k < l->n_inputs && !reads_default(spec, i); k++) {
+      bool start = k == 0 || line + strlen(l->inputs[k]) > 160;
+      const char *lead = !start ? ", " : l->n_inputs == 1 ? "input = " : "inputs = ";
+      w = snprintf(buf + n, n < size ? size - n : 0, "%s%s%s%s", start && k ? "\n" : "", lead,
                    l->inputs[k], k == l->n_inputs - 1 ? "\n" : "");
+      line = start ? w - (k ? 1 : 0) : line + w;
       n += (size_t)(w > 0 ? w : 0);
     }
     for (int k = 0; t->keys && t->keys[k].name; k++) {
