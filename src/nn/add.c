@@ -67,12 +67,6 @@ static double add_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
   return chain;
 }
 
-static int add_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
-  l->ops = &add_ops;
-  return 0;
-}
-
 static const tsr_layer_key_t add_keys[] = {
     {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
     {0},
@@ -87,5 +81,5 @@ const tsr_layer_type_t tsr__add_type = {
     .elementwise = true,
     .shape = add_shape,
     .cost = add_cost,
-    .create = add_create,
+    .ops = &add_ops,
 };

@@ -81,12 +81,6 @@ static double concat_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t 
   return chain;
 }
 
-static int concat_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
-  l->ops = &concat_ops;
-  return 0;
-}
-
 const tsr_layer_type_t tsr__concat_type = {
     .kind = TSR_LAYER_CONCAT,
     .name = "concat",
@@ -95,5 +89,5 @@ const tsr_layer_type_t tsr__concat_type = {
     .shape = concat_shape,
     .whole = concat_whole,
     .cost = concat_cost,
-    .create = concat_create,
+    .ops = &concat_ops,
 };

@@ -118,8 +118,6 @@ static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l
 static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   (void)net;
   const tsr_conv_geom_t *g = &l->geom;
-  l->ops = &conv_ops;
-  if (l->in_nb != l->fin) return TSR_ESHAPE; /* the layout gives whole samples */
   return tsr__init_he_uniform(l->params[0].w, g->kh * g->kw * g->c, g->oc, at->rng);
 }
 
@@ -156,6 +154,7 @@ const tsr_layer_type_t tsr__conv_type = {
     .shape = conv_shape,
     .layout = conv_layout,
     .cost = conv_cost,
+    .ops = &conv_ops,
     .create = conv_create,
     .describe = conv_describe,
 };

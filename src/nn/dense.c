@@ -155,7 +155,6 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
 /* The parameters exist (layout): He-uniform weights, zero biases. */
 static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   (void)net;
-  l->ops = &dense_ops;
   return tsr__init_he_uniform(l->params[0].w, l->fin, l->fout, at->rng);
 }
 
@@ -181,6 +180,7 @@ const tsr_layer_type_t tsr__dense_type = {
     .shape = dense_shape,
     .layout = dense_layout,
     .cost = dense_cost,
+    .ops = &dense_ops,
     .create = dense_create,
     .describe = dense_describe,
 };
@@ -205,12 +205,6 @@ static int relu_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_l
   return 0;
 }
 
-static int relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
-  l->ops = &relu_ops;
-  return 0;
-}
-
 const tsr_layer_type_t tsr__relu_type = {
     .kind = TSR_LAYER_RELU,
     .name = "relu",
@@ -218,5 +212,5 @@ const tsr_layer_type_t tsr__relu_type = {
     .is_relu = true,
     .shape = relu_shape,
     .cost = tsr__cost_pass,
-    .create = relu_create,
+    .ops = &relu_ops,
 };

@@ -47,12 +47,6 @@ static int dropout_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g,
   return 0;
 }
 
-static int dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
-  l->ops = &dropout_ops;
-  return 0;
-}
-
 static int dropout_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   return snprintf(buf, size, "dropout%g", (double)s->rate);
 }
@@ -70,6 +64,6 @@ const tsr_layer_type_t tsr__dropout_type = {
     .elementwise = true,
     .shape = dropout_shape,
     .cost = tsr__cost_pass,
-    .create = dropout_create,
+    .ops = &dropout_ops,
     .describe = dropout_describe,
 };

@@ -2,7 +2,7 @@
  * model parser (model.c), the layout (layout.c: shapes, tiling, parameters, bytes), the network
  * builder (net.c), the planner (its tasks, through the cost hook) and tsr_model_describe
  * need to know about the type, so that a layer type is its own file (its
- * descriptor next to its create, forward and backward functions) plus one
+ * descriptor next to its forward and backward functions) plus one
  * line in layers.c. No StarPU here. */
 #ifndef TSR_LAYERS_H
 #define TSR_LAYERS_H
@@ -89,9 +89,11 @@ typedef struct tsr_layer_type {
    * sets *bwd to the seconds of its backward pass. Required for a type that builds a layer. */
   double (*cost)(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
                  double *bwd);
-  /* Sets l->ops and the initial parameter values (from at->rng) once the network created
-   * what the layout says (parameters, activations, scratch). NULL: the type only changes the
-   * shape and builds no layer (flatten). */
+  /* Its forward and backward passes. NULL: the type only changes the shape and builds no layer
+   * (flatten). */
+  const tsr_layer_ops_t *ops;
+  /* Optional: the initial parameter values (from at->rng) once the network created what the
+   * layout says (parameters, activations, scratch). NULL: none (zeros). */
   int (*create)(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at);
   /* Writes the type's part of tsr_model_describe ("conv3x3/32p1x1"), as
    * snprintf does. NULL: the name. */

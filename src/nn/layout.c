@@ -435,7 +435,7 @@ static int follow_shapes(walk_t *w, const tsr_conv_geom_t *in, tsr_errbuf_t *err
     w->io[i] = (tsr_conv_geom_t){.c = shapes[0].c, .h = shapes[0].h, .w = shapes[0].w};
     TSR_TRY(t->shape(s, &w->io[i], &at));
     int p = j0 < 0 ? -1 : w->tensor[j0];
-    if (!t->create) {
+    if (!t->ops) {
       w->tensor[i] = p;
     } else if (t->is_relu && fusable(w, j0, p)) {
       w->fused[p] = true;

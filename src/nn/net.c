@@ -155,8 +155,8 @@ static void err_clear(tsr_errbuf_t *err) {
 }
 
 /* The layers as net->layout says, in its order: each one's parameters, activations, scratch
- * and grid scratch, then its type's create (ops, initial values, in layout order, which is the
- * order the parameters draw from rng). */
+ * and grid scratch, its type's ops, then its type's initial values (in layout order, which is
+ * the order the parameters draw from rng). */
 static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
   const tsr_net_layout_t *lay = &net->layout;
   net->layers = calloc((size_t)lay->n_layers, sizeof *net->layers);
@@ -185,7 +185,8 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
                            .shown = ll->in[0].shown,
                            .rng = rng,
                            .err = err};
-    TSR_TRY(ll->type->create(net, l, &at));
+    l->ops = ll->type->ops;
+    if (ll->type->create) TSR_TRY(ll->type->create(net, l, &at));
   }
   return 0;
 }

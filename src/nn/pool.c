@@ -62,13 +62,6 @@ static void pool_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
     l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
 }
 
-static int pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
-  l->ops = l->spec.kind == TSR_LAYER_MAXPOOL ? &maxpool_ops : &avgpool_ops;
-  if (l->in_nb != l->fin) return TSR_ESHAPE; /* the layout gives whole samples */
-  return 0;
-}
-
 /* "maxpool2x2", then the strides when they are not the kernel's. */
 static int pool_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
@@ -94,7 +87,7 @@ const tsr_layer_type_t tsr__maxpool_type = {
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
-    .create = pool_create,
+    .ops = &maxpool_ops,
     .describe = pool_describe,
 };
 
@@ -106,6 +99,6 @@ const tsr_layer_type_t tsr__avgpool_type = {
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
-    .create = pool_create,
+    .ops = &avgpool_ops,
     .describe = pool_describe,
 };
