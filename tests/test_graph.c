@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nn/layout.h"
 #include "nn/model.h"
@@ -339,7 +340,7 @@ Test(graph, long_names_and_input_lists_round_trip) {
 }
 
 /* A long residual MLP: 250 blocks of dense 8 + ReLU, dense 8, add: 1001 layers in 751 sections,
- * built and trained a step. */
+ * built, trained a step, saved as a checkpoint and read back. */
 Test(graph, a_thousand_layer_model_file_builds_and_trains) {
   size_t size = 1 << 17, n = 0;
   char *text = malloc(size);
@@ -384,6 +385,31 @@ Test(graph, a_thousand_layer_model_file_builds_and_trains) {
   double loss, correct;
   cr_assert_eq(tsr_net_take_stats(net, false, &loss, &correct), 0);
   cr_expect(isfinite(loss) && loss > 0, "loss %g", loss);
+  /* A checkpoint holds the whole model file (tens of kilobytes here) and reads back to it. */
+  char path[] = "/tmp/tessera-graph-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  tsr_checkpoint_info_t info = {.epoch = 1};
+  cr_assert_eq(tsr_checkpoint_save(net, &info, path, &err), 0, "%s", err.msg);
+  tsr_model_spec_t back;
+  tsr_net_opts_t bo;
+  int inputs, classes;
+  cr_assert_eq(tsr_checkpoint_read(path, NULL, &back, &bo, &inputs, &classes, &err), 0, "%s",
+               err.msg);
+  cr_assert_eq(back.n_layers, spec.n_layers);
+  cr_expect(memcmp(back.layers, spec.layers, sizeof *spec.layers * (size_t)spec.n_layers) == 0);
+  tsr_net_t *again;
+  bo.batch = 4;
+  cr_assert_eq(tsr_net_create(&again, &back, inputs, classes, &bo, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_checkpoint_load(again, path, NULL, NULL, &err), 0, "%s", err.msg);
+  float w0[64], w1[64];
+  cr_assert_eq(tsr_net_param_get(net, 2, w0), 0);
+  cr_assert_eq(tsr_net_param_get(again, 2, w1), 0);
+  cr_expect(memcmp(w0, w1, sizeof(float) * 64) == 0);
+  remove(path);
+  tsr_net_destroy(&again);
+  tsr_model_spec_fini(&back);
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&spec);
   free(text);

@@ -34,7 +34,7 @@ typedef struct {
   char (*names)[128];
   int n, cap;
   tsr_st_meta_t *meta;
-  char (*keys)[160], (*values)[2048];
+  char (*keys)[160], **values; /* values: owned, each of its own length */
   int nmeta, capmeta;
 } bundle_t;
 
@@ -44,10 +44,15 @@ static int add_meta(bundle_t *b, const char *key, const char *fmt, ...)
 static int add_meta(bundle_t *b, const char *key, const char *fmt, ...) {
   if (b->nmeta == b->capmeta) return TSR_ENOMEM;
   snprintf(b->keys[b->nmeta], sizeof b->keys[0], "%s", key);
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  vsnprintf(b->values[b->nmeta], sizeof b->values[0], fmt, ap);
+  va_copy(again, ap);
+  int len = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  b->values[b->nmeta] = len >= 0 ? malloc((size_t)len + 1) : NULL;
+  if (b->values[b->nmeta]) vsnprintf(b->values[b->nmeta], (size_t)len + 1, fmt, again);
+  va_end(again);
+  if (!b->values[b->nmeta]) return TSR_ENOMEM;
   b->meta[b->nmeta] = (tsr_st_meta_t){b->keys[b->nmeta], b->values[b->nmeta]};
   b->nmeta++;
   return 0;
@@ -82,6 +87,8 @@ static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
 static void bundle_fini(bundle_t *b) {
   for (int i = 0; i < b->n; i++)
     free(b->owned[i]);
+  for (int i = 0; b->values && i < b->nmeta; i++)
+    free(b->values[i]);
   free(b->t), free(b->owned), free(b->names), free(b->meta), free(b->keys), free(b->values);
 }
 
@@ -100,14 +107,25 @@ static int bundle_init(bundle_t *b, int tensors) {
 
 static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoint_info_t *in) {
   const tsr_optimizer_t *hp = &net->opts.opt;
-  char ini[8192], model[256];
+  char model[256];
   tsr_model_describe(&net->spec, net->inputs, model, sizeof model);
-  if (tsr_model_to_ini(&net->spec, ini, sizeof ini)) return TSR_EINVAL;
+  /* The model file as long as it takes (a graph's names and inputs). */
+  char *ini = NULL;
+  for (size_t size = 8192;; size *= 2) {
+    char *more = realloc(ini, size);
+    if (!more) {
+      free(ini);
+      return TSR_ENOMEM;
+    }
+    ini = more;
+    if (tsr_model_to_ini(&net->spec, ini, size) == 0) break;
+  }
   const tsr_layer_t *first = &net->layers[0];
   int rc = add_meta(b, "format", FORMAT);
   rc = rc ? rc : add_meta(b, "tessera_version", "%s", TSR_VERSION);
   rc = rc ? rc : add_meta(b, "model", "%s", model);
   rc = rc ? rc : add_meta(b, "model_ini", "%s", ini);
+  free(ini);
   rc = rc ? rc : add_meta(b, "inputs", "%d", net->inputs);
   rc = rc ? rc : add_meta(b, "classes", "%d", net->classes);
   rc =
