@@ -238,6 +238,7 @@ Test(conv, gradient_conv_relu_maxpool_dense_over_edge_tiles) {
       SPEC(CONV(3, 3, 2, 2, 1, 1, 0), LAYER(TSR_LAYER_RELU, 0), POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0),
            LAYER(TSR_LAYER_FLATTEN, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 2, 7, 6, 3, 5, 4, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_two_convs_overlapping_avgpool) {
@@ -246,6 +247,7 @@ Test(conv, gradient_two_convs_overlapping_avgpool) {
            POOL(TSR_LAYER_AVGPOOL, 3, 2, 2, 1) /* overlapping rows */, CONV(3, 2, 2, 1, 1, 0, 0),
            LAYER(TSR_LAYER_RELU, 0), LAYER(TSR_LAYER_DENSE, 4));
   gradient_check(&spec, 1, 7, 5, 4, 3, 3, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_maxpool_first_then_conv_stride) {
@@ -254,6 +256,7 @@ Test(conv, gradient_maxpool_first_then_conv_stride) {
   tsr_model_spec_t spec = SPEC(POOL(TSR_LAYER_MAXPOOL, 2, 3, 1, 2), CONV(5, 3, 3, 2, 2, 1, 1),
                                LAYER(TSR_LAYER_FLATTEN, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 4, 6, 7, 3, 4, 4, 3, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_dropout_with_its_mask) {
@@ -261,6 +264,7 @@ Test(conv, gradient_dropout_with_its_mask) {
       SPEC(LAYER(TSR_LAYER_DENSE, 7), LAYER(TSR_LAYER_RELU, 0),
            (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.4f}, LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 1, 1, 5, 3, 6, 5, 4, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_dropout_between_conv_and_pool) {
@@ -268,6 +272,7 @@ Test(conv, gradient_dropout_between_conv_and_pool) {
                                (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.3f},
                                POOL(TSR_LAYER_AVGPOOL, 2, 2, 0, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 2, 5, 5, 3, 4, 4, 3, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, dropout_mask_off_in_evaluation_and_seeded) {
@@ -308,6 +313,7 @@ Test(conv, cnn_training_steps_do_not_depend_on_the_tile_size) {
   double again = loss_after_steps(&train, &spec, 5, 8, 8);
   cr_assert(again == t8, "same seed, same tiles: %.17g vs %.17g", again, t8);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  tsr_model_spec_fini(&spec);
 }
 
 /* Builds spec on a 1x28x28 input and expects TSR_ESHAPE/EINVAL and a message
@@ -356,6 +362,12 @@ Test(conv, shapes_that_do_not_fit_are_rejected_naming_layer_and_shapes) {
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_net_create(&net, &lin, 784, 10, &o, &err), TSR_ESHAPE);
   cr_assert(strstr(err.msg, "784"), "%s", err.msg);
+  tsr_model_spec_fini(&pool);
+  tsr_model_spec_fini(&lin);
+  tsr_model_spec_fini(&spec);
+  tsr_model_spec_fini(&pool);
+  tsr_model_spec_fini(&drop);
+  tsr_model_spec_fini(&lin);
 }
 
 Test(conv, cnn_shorthand_and_ini_file) {
@@ -385,6 +397,7 @@ Test(conv, cnn_shorthand_and_ini_file) {
         "[out]\ntype = dense\nunits = 10\nin_features = 392\n",
         f);
   fclose(f);
+  tsr_model_spec_fini(&s);
   cr_assert_eq(tsr_model_load_ini(&s, path, &err), 0, "%s", err.msg);
   remove(path);
   tsr_model_describe(&s, 784, buf, sizeof buf);
@@ -392,4 +405,5 @@ Test(conv, cnn_shorthand_and_ini_file) {
   /* 28x28 -conv 5x3 s2 p2x1-> 14x14x8 -pool 2-> 7x7x8 = 392 */
   cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
   tsr_net_destroy(&net);
+  tsr_model_spec_fini(&s);
 }

@@ -20,12 +20,14 @@ TestSuite(grad, .init = start, .fini = stop);
 Test(grad, dense_softmax_xent_over_edge_tiles) {
   tsr_model_spec_t spec = SPEC({.kind = TSR_LAYER_DENSE, .units = 4});
   gradient_check(&spec, 7, 1, 1, 4, 5, 5, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, standalone_relu_on_the_input) {
   tsr_model_spec_t spec =
       SPEC({.kind = TSR_LAYER_RELU, .units = 0}, {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 6, 1, 1, 3, 4, 4, 3, 4);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, mlp_with_fused_relu) {
@@ -34,6 +36,7 @@ Test(grad, mlp_with_fused_relu) {
            {.kind = TSR_LAYER_DENSE, .units = 5}, {.kind = TSR_LAYER_RELU, .units = 0},
            {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 5, 1, 1, 3, 7, 7, 3, 4);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, short_batch_averages_over_valid_rows_only) {
@@ -41,6 +44,7 @@ Test(grad, short_batch_averages_over_valid_rows_only) {
       SPEC({.kind = TSR_LAYER_DENSE, .units = 5}, {.kind = TSR_LAYER_RELU, .units = 0},
            {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 4, 1, 1, 3, 8, 5, 3, 2);
+  tsr_model_spec_fini(&spec);
 }
 
 /* Every type in the layer registry has a float64 reference in gradcheck.h

@@ -896,6 +896,7 @@ static tsr_net_t *make_grid_net(int batch, int grid_rows, bool cnn) {
     fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  tsr_model_spec_fini(&spec);
   return net;
 }
 

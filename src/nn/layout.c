@@ -607,8 +607,10 @@ static void count_bytes(tsr_net_layout_t *lay) {
     l->share = l->fout;
     if (l->spread && l->cuts)
       l->share = row0_columns(l->fout, l->out_nb, pr);
-    else if (l->spread)
-      l->share = lay->layers[l->in[0].from].share;
+    else if (l->spread) /* as its (first) spread input */
+      for (int k = l->n_inputs - 1; k >= 0; k--)
+        if (l->in[k].from >= 0 && lay->layers[l->in[k].from].spread)
+          l->share = lay->layers[l->in[k].from].share;
     l->param_floats = 0;
     for (int p = 0; p < l->nparams; p++) {
       const tsr_layout_matrix_t *m = &l->params[p];
