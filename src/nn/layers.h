@@ -39,10 +39,7 @@ typedef struct {
 typedef struct {
   int index;             /* 1-based position in the model description (for messages) */
   const char *name;      /* the name it goes by (for messages about its inputs) */
-  bool last;             /* the last layer: its output is the logits, one tile wide */
-  bool whole_out;        /* last, or a layer reading its output (through element-wise ones) works
-                          * on whole samples: a layer that cuts its output in feature tiles must
-                          * not */
+  bool last;             /* the last layer: its output is the logits */
   tsr_conv_geom_t shown; /* input 0's sample shape as the model shows it (before a
                           * flatten), for messages; input side only */
   int n_in;              /* its inputs: their sample shapes (c, h, w; in[0] is g's) and names */

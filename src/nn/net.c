@@ -181,7 +181,6 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
     tsr_layer_site_t at = {.index = ll->index,
                            .name = ll->name,
                            .last = i == lay->n_layers - 1,
-                           .whole_out = ll->out_nb == ll->fout,
                            .shown = ll->in[0].shown,
                            .rng = rng,
                            .err = err};
