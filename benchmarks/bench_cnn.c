@@ -38,6 +38,7 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
     if (spec.layers[i].kind == TSR_LAYER_CONV)
       spec.layers[i].pad_h = spec.layers[i].pad_w = b->padding;
   if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
+  tsr_model_spec_fini(&spec); /* the net has its own copy */
   if (rc) {
     fprintf(stderr, "bench_cnn: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return 0;

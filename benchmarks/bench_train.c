@@ -109,6 +109,7 @@ static int run_tessera(config_t *c, const tsr_dataset_t *ds, int tile_rows, int 
   o.batch = c->batch, o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
   if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
+  tsr_model_spec_fini(&spec); /* the net has its own copy */
   if (rc) {
     fprintf(stderr, "bench_train: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     return rc;

@@ -93,6 +93,15 @@ int tsr__insert_outer_fold(const tsr_task_opts_t *o, starpu_data_handle_t global
                            starpu_data_handle_t w, float scale, bool nesterov, float lr,
                            float momentum, float gamma, bool commute);
 int tsr__insert_scale(const tsr_task_opts_t *o, starpu_data_handle_t x, float alpha);
+/* y = a + b, all (m, n). */
+int tsr__insert_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t a,
+                    starpu_data_handle_t b);
+/* For every row and each of `pixels` pixels: dst's columns p dst_stride + dst_off .. + width =
+ * src's columns p src_stride + src_off .. + width (tsr__k_channels_copy); dst's other columns
+ * are kept. */
+int tsr__insert_channels_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, int dst_stride,
+                              int dst_off, starpu_data_handle_t src, int src_stride, int src_off,
+                              int pixels, int width);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
  * rows is copied; src is borrowed and must stay valid until the task has run. */
 int tsr__insert_gather(const tsr_task_opts_t *o, starpu_data_handle_t dst, const float *src,

@@ -38,6 +38,8 @@ static const char *const kernel_names[TSR_CLK_COUNT] = {
     [TSR_CLK_OUTER] = "tsr_outer",
     [TSR_CLK_SGD_NESTEROV] = "tsr_sgd_nesterov",
     [TSR_CLK_ADAMW] = "tsr_adamw",
+    [TSR_CLK_ADD] = "tsr_add",
+    [TSR_CLK_CHANNELS_COPY] = "tsr_channels_copy",
 };
 
 static struct starpu_opencl_program program;

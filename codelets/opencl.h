@@ -52,6 +52,8 @@ typedef enum {
   TSR_CLK_OUTER,
   TSR_CLK_SGD_NESTEROV,
   TSR_CLK_ADAMW,
+  TSR_CLK_ADD,
+  TSR_CLK_CHANNELS_COPY,
   TSR_CLK_COUNT
 } tsr_clk_t;
 

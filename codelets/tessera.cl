@@ -33,6 +33,25 @@ __kernel void tsr_axpby(int m, int n, float alpha, __global const float *x, int 
   AT(y, yo, ldy, i, j) = beta == 0.0f ? v : v + beta * AT(y, yo, ldy, i, j);
 }
 
+/* y = a + b (the add layer). */
+__kernel void tsr_add(int m, int n, __global float *y, int yo, int ldy, __global const float *a,
+                      int ao, int lda, __global const float *b, int bo, int ldb) {
+  int j = get_global_id(0), i = get_global_id(1);
+  if (i < m && j < n) AT(y, yo, ldy, i, j) = AT(a, ao, lda, i, j) + AT(b, bo, ldb, i, j);
+}
+
+/* A concat's channel block (tsr__k_channels_copy), over (pixels width, m): work-item (q, i)
+ * copies value q % width of pixel q / width of row i. */
+__kernel void tsr_channels_copy(int m, int pixels, int width, __global float *d, int dof, int ldd,
+                                int dst_stride, int dst_off, __global const float *s, int so,
+                                int lds, int src_stride, int src_off) {
+  int q = get_global_id(0), i = get_global_id(1);
+  if (i >= m || q >= pixels * width) return;
+  int p = q / width, c = q % width;
+  d[dof + (long)i * ldd + (long)p * dst_stride + dst_off + c] =
+      s[so + (long)i * lds + (long)p * src_stride + src_off + c];
+}
+
 __kernel void tsr_scale(int m, int n, float alpha, __global float *x, int xo, int ldx) {
   int j = get_global_id(0), i = get_global_id(1);
   if (i < m && j < n) AT(x, xo, ldx, i, j) *= alpha;

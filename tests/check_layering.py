@@ -9,16 +9,39 @@ headers (tessera/...) and the shared one-file helpers in src/ (rng.h, try.h)
 are fine anywhere. Besides:
 - codelets/ reaches runtime/ only through the task options type;
 - only codelets/, tile/, parallel/ and runtime/ include StarPU;
-- no two folders include each other.
-Prints every violation with the file and line, and exits 1 if there is one.
+- no two folders include each other;
+- a kind is tested only in its own file: for each prefix in KINDS, the file of the folder whose
+  descriptor (a top-level `const TYPE name = {...}` of the table's type) names a value
+  (`.field = TSR_X`) owns it, and any other file of src/ or codelets/ that tests it
+  (`== TSR_X`, `!= TSR_X`, `case TSR_X:`) fails; constructing a value (`.kind = TSR_X`,
+  `f(TSR_X)`) is not testing it. A prefix whose folder has no descriptor yet is skipped, and
+  said so. Kinds known by name (NAMED: optimizers) likewise: a descriptor's `.name = "x"` owns
+  "x", and `strcmp(.., "x")` in another file fails. tests/ and benchmarks/ are not checked.
+Prints every violation with the file and line, and exits 1 if there is one. Before the real
+tree, the kind check runs on a small tree of its own with a planted violation and fails if it
+does not catch it.
 """
 import os
 import re
 import sys
+import tempfile
 
 CHAIN = ["kernels", "codelets", "tile", "optim", "nn", "parallel", "train", "plan", "cli"]
 BELOW = {"runtime": {"kernels", "runtime"}, "io": {"runtime", "io"}, "data": {"data"}}
 STARPU_OK = {"codelets", "tile", "parallel", "runtime"}
+# Kinds extended by registry (STYLE.md, 12): the prefix of their enum values, the folder of their
+# descriptors and a pattern of the descriptors' type. A new registry is one line here.
+KINDS = [
+    ("TSR_LAYER_", "src/nn", r"tsr_layer_type_t"),
+    ("TSR_SYNC_", "src/parallel", r"tsr_\w+_t"),
+]
+# Kinds known by name, not by an enum value: the folder of their descriptors and the descriptors'
+# type; a descriptor's `.name = "x"` owns the name, and comparing a string with it (strcmp(..,
+# "x")) outside the owner's file is testing that kind. Optimizers are found by name
+# (tessera/optim.h), so `strcmp(opt.name, "adam") == 0` anywhere else fails.
+NAMED = [
+    ("src/optim", r"tsr_optim_kind_t"),
+]
 
 
 def folder_of(path):
@@ -49,9 +72,152 @@ def allowed(src, dst):
     return CHAIN.index(dst) < CHAIN.index(src)
 
 
+def source_files(root):
+    """Every .c and .h of src/ and codelets/, as paths relative to root."""
+    for top in ("src", "codelets"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                if f.endswith((".c", ".h")):
+                    yield os.path.relpath(os.path.join(dirpath, f), root)
+
+
+def code_of(path):
+    """A C file's text without comments and string literals (newlines kept, for line numbers)."""
+    text = open(path).read()
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text[i] in "\"'":
+            q, j = text[i], i + 1
+            while j < n and text[j] != q:
+                j += 2 if text[j] == "\\" else 1
+            out.append(q + q)
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def check_kinds(root):
+    """(violations, notes) of the kind rule over the tree at root."""
+    bad, notes = [], []
+    files = list(source_files(root))
+    codes = {f: code_of(os.path.join(root, f)) for f in files}
+    for prefix, folder, type_pattern in KINDS:
+        owner = {}
+        descriptor = re.compile(r"^(?:static\s+)?const\s+(?:struct\s+)?" + type_pattern +
+                                r"\s+\w+\s*=\s*\{(.*?)^\};", re.M | re.S)
+        for f in files:
+            if not f.startswith(folder + os.sep):
+                continue
+            for block in descriptor.finditer(codes[f]):
+                for value in re.findall(r"\.\w+\s*=\s*(" + prefix + r"\w+)\b", block.group(1)):
+                    if owner.setdefault(value, f) != f:
+                        bad.append("%s: %s is named by descriptors in %s and %s" %
+                                   (f, value, owner[value], f))
+        if not owner:
+            notes.append("%s: no descriptor in %s/ names one yet; skipped" % (prefix, folder))
+            continue
+        names = "|".join(sorted(map(re.escape, owner)))
+        test = re.compile(r"(?:[!=]=\s*(%s)\b|\b(%s)\s*[!=]=|\bcase\s+(%s)\s*:)" %
+                          (names, names, names))
+        for f in files:
+            for n, line in enumerate(codes[f].split("\n"), 1):
+                for m in test.finditer(line):
+                    value = m.group(1) or m.group(2) or m.group(3)
+                    if owner[value] != f:
+                        bad.append("%s:%d: tests %s, which only %s may (ask its descriptor: a "
+                                   "flag or a hook)" % (f, n, value, owner[value]))
+        notes.append("%s: %d kinds, each tested only in its descriptor's file" %
+                     (prefix, len(owner)))
+    return bad, notes
+
+
+def check_names(root):
+    """(violations, notes) of the kind rule for kinds known by name (NAMED)."""
+    bad, notes = [], []
+    files = list(source_files(root))
+    raws = {f: open(os.path.join(root, f)).read() for f in files}
+    for folder, type_pattern in NAMED:
+        owner = {}
+        descriptor = re.compile(r"^(?:static\s+)?const\s+(?:struct\s+)?" + type_pattern +
+                                r"\s+\w+\s*=\s*\{(.*?)^\};", re.M | re.S)
+        for f in files:
+            if f.startswith(folder + os.sep):
+                for block in descriptor.finditer(raws[f]):
+                    for name in re.findall(r'\.name\s*=\s*"([^"]+)"', block.group(1)):
+                        owner.setdefault(name, f)
+        if not owner:
+            notes.append("%s: no descriptor names a kind yet; skipped" % folder)
+            continue
+        names = "|".join(sorted(map(re.escape, owner)))
+        test = re.compile(r'\bstrn?cmp\s*\([^;]*?"(%s)"' % names)
+        for f in files:
+            code = code_of(os.path.join(root, f)).split("\n")
+            for n, line in enumerate(raws[f].split("\n"), 1):
+                if n <= len(code) and "strcmp" not in code[n - 1] and "strncmp" not in code[n - 1]:
+                    continue  # in a comment
+                for m in test.finditer(line):
+                    if owner[m.group(1)] != f:
+                        bad.append('%s:%d: compares a name with "%s", which only %s may (ask the '
+                                   'registry: a flag of the descriptor)' % (f, n, m.group(1),
+                                                                             owner[m.group(1)]))
+        notes.append("%s: %d kinds by name, each compared only in its descriptor's file" %
+                     (folder, len(owner)))
+    return bad, notes
+
+
+def self_test():
+    """The kind check on a planted violation: TSR_LAYER_A tested outside a.c; optim has no
+    descriptor (skipped)."""
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, "src", "nn"))
+        os.makedirs(os.path.join(root, "src", "optim"))
+        with open(os.path.join(root, "src", "nn", "a.c"), "w") as f:
+            f.write("const tsr_layer_type_t tsr__a_type = {\n    .kind = TSR_LAYER_A,\n};\n"
+                    "static int mine(int k) { return k == TSR_LAYER_A; }\n")
+        with open(os.path.join(root, "src", "nn", "b.c"), "w") as f:
+            f.write("/* k == TSR_LAYER_A in a comment is fine */\n"
+                    "static tsr_layer_spec_t s = {.kind = TSR_LAYER_A};\n"
+                    "static int planted(int k) { return k == TSR_LAYER_A; }\n")
+        with open(os.path.join(root, "src", "optim", "x.c"), "w") as f:
+            f.write('const tsr_optim_kind_t tsr__optim_x = {\n    .name = "x",\n};\n'
+                    'static int mine(const char *s) { return strcmp(s, "x") == 0; }\n')
+        with open(os.path.join(root, "src", "nn", "c.c"), "w") as f:
+            f.write('/* strcmp(s, "x") in a comment is fine */\n'
+                    'static int planted(const char *s) { return !strcmp(s, "x"); }\n')
+        bad, notes = check_kinds(root)
+        named_bad, named_notes = check_names(root)
+        caught = len(bad) == 1 and bad[0].startswith(os.path.join("src", "nn", "b.c") + ":3:")
+        caught_name = len(named_bad) == 1 and named_bad[0].startswith(
+            os.path.join("src", "nn", "c.c") + ":2:")
+        skipped = any(n.startswith("TSR_SYNC_") and "skipped" in n for n in notes)
+        return caught and caught_name and skipped, bad + named_bad
+
+
 def main():
     root = sys.argv[1]
-    bad, edges = [], {}
+    ok, planted = self_test()
+    if not ok:
+        print("FAIL: the kind check's self-test: a planted violation gave %s" % planted)
+        return 1
+    print("kind check self-test: the planted `k == TSR_LAYER_A` and `strcmp(s, \"x\")` outside "
+          "their files were caught")
+    kinds_bad, notes = check_kinds(root)
+    names_bad, names_notes = check_names(root)
+    kinds_bad += names_bad
+    notes += names_notes
+    for note in notes:
+        print(note)
+    bad, edges = list(kinds_bad), {}
     for top in ("src", "codelets"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):

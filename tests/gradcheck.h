@@ -1,8 +1,9 @@
 /* Float64 finite-difference gradient checks of whole networks, shared by the
- * dense (test_grad.c) and convolutional (test_conv.c) suites: a float64
+ * dense (test_grad.c), convolutional (test_conv.c) and graph (test_graph.c) suites: a float64
  * reference forward pass for every registered layer type (ref_types, keyed by
  * the registry's type name, with a small example network each), a float64
- * forward pass and loss that follows the registry's shape inference, and a
+ * forward pass and loss that follows the graph (each layer's named inputs, resolved here) and
+ * the registry's shape inference, and a
  * check that runs one engine step (no update) over edge tiles and compares
  * every parameter gradient and the input gradient with central differences.
  * A registered type without a reference fails every check that meets it and
@@ -17,7 +18,9 @@
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "nn/model.h"
 #include "rng.h"
+#include "spec.h"
 #include "tessera/tessera.h"
 
 /* Direct convolution, channels-last, in double: y (n, oh ow oc). */
@@ -67,17 +70,20 @@ static void fill(float *v, double *d, long n, tsr_rng_t *rng) {
 /* What a layer's reference forward pass gets. */
 typedef struct {
   const tsr_layer_spec_t *s;
-  const tsr_conv_geom_t *g;    /* from the registry's shape(): input, window and output */
+  const tsr_conv_geom_t *g; /* from the registry's shape(): input 0, window and output */
+  int n_in;                 /* inputs, and their sample shapes (c, h, w) */
+  const tsr_conv_geom_t *in;
   int n;                       /* samples */
   const double *const *params; /* the layer's, in the engine's order (dense, conv: W, b) */
   uint64_t seed;               /* the net's (dropout masks) */
   int index;                   /* 1-based position in the spec (dropout masks) */
 } ref_layer_t;
 
-/* y (n, oh ow oc) = the layer applied to x (n, h w c), in double. */
-typedef void (*ref_forward_fn)(const ref_layer_t *r, double *y, const double *x);
+/* y (n, oh ow oc) = the layer applied to its inputs x[k] (n, h w c of in[k]), in double. */
+typedef void (*ref_forward_fn)(const ref_layer_t *r, double *y, const double *const *xs);
 
-static void dense_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+static void dense_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *x = xs[0];
   const double *W = r->params[0], *b = r->params[1]; /* (fin, units), (1, units) */
   int fin = r->g->c * r->g->h * r->g->w, units = r->g->oc;
   for (int i = 0; i < r->n; i++)
@@ -89,29 +95,51 @@ static void dense_forward_ref(const ref_layer_t *r, double *y, const double *x) 
     }
 }
 
-static void relu_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+static void relu_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
   for (long i = 0; i < (long)r->n * r->g->c * r->g->h * r->g->w; i++)
-    y[i] = x[i] > 0 ? x[i] : 0;
+    y[i] = x[0][i] > 0 ? x[0][i] : 0;
 }
 
-static void conv_forward_ref(const ref_layer_t *r, double *y, const double *x) {
-  conv_ref(r->g, r->n, y, x, r->params[0], r->params[1]);
+static void conv_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  conv_ref(r->g, r->n, y, x[0], r->params[0], r->params[1]);
 }
 
-static void maxpool_forward_ref(const ref_layer_t *r, double *y, const double *x) {
-  pool_ref(r->g, true, r->n, y, x);
+static void maxpool_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  pool_ref(r->g, true, r->n, y, x[0]);
 }
 
-static void avgpool_forward_ref(const ref_layer_t *r, double *y, const double *x) {
-  pool_ref(r->g, false, r->n, y, x);
+static void avgpool_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  pool_ref(r->g, false, r->n, y, x[0]);
 }
 
-static void flatten_forward_ref(const ref_layer_t *r, double *y, const double *x) {
-  memcpy(y, x, sizeof(double) * (size_t)r->n * (size_t)(r->g->c * r->g->h * r->g->w));
+static void flatten_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  memcpy(y, x[0], sizeof(double) * (size_t)r->n * (size_t)(r->g->c * r->g->h * r->g->w));
+}
+
+/* The sum of the inputs, all of one shape. */
+static void add_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  long size = (long)r->n * r->g->c * r->g->h * r->g->w;
+  for (long i = 0; i < size; i++) {
+    double acc = 0;
+    for (int k = 0; k < r->n_in; k++)
+      acc += x[k][i];
+    y[i] = acc;
+  }
+}
+
+/* Channels side by side, pixel by pixel (channels-last): input k's c channels at its offset. */
+static void concat_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  int pixels = r->g->oh * r->g->ow, oc = r->g->oc;
+  for (int s = 0; s < r->n; s++)
+    for (int p = 0; p < pixels; p++)
+      for (int k = 0, off = 0; k < r->n_in; off += r->in[k].c, k++)
+        for (int c = 0; c < r->in[k].c; c++)
+          y[((long)s * pixels + p) * oc + off + c] = x[k][((long)s * pixels + p) * r->in[k].c + c];
 }
 
 /* The engine's mask of the first training step, scaled by 1 / (1 - rate). */
-static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *x) {
+static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *x = xs[0];
   uint64_t seed = tsr__dropout_seed(r->seed, r->index, 1);
   int width = r->g->c * r->g->h * r->g->w;
   for (int i = 0; i < r->n; i++)
@@ -127,8 +155,11 @@ typedef struct {
   const char *type; /* the registry's name */
   int nparams;      /* parameters the engine gives the layer, in the order forward reads them */
   ref_forward_fn forward;
-  int in[3];                /* the example's input sample: c, h, w */
-  tsr_model_spec_t example; /* uses the type, ends with a dense layer of 3 classes */
+  int in[3]; /* the example's input sample: c, h, w */
+  struct {
+    int n_layers;
+    tsr_layer_spec_t layers[8];
+  } example; /* uses the type, ends with a dense layer of 3 classes */
 } ref_type_t;
 
 #define OUT3                                                                                       \
@@ -192,6 +223,37 @@ static const ref_type_t ref_types[] = {
         .in = {7, 1, 1},
         .example = {2, {{.kind = TSR_LAYER_DROPOUT, .rate = 0.4f}, OUT3}},
     },
+    {
+        /* a residual block: the input batch plus a dense layer of it, then the output */
+        .type = "add",
+        .forward = add_forward_ref,
+        .in = {4, 1, 1},
+        .example = {3,
+                    {{.kind = TSR_LAYER_DENSE, .units = 4, .name = "h"},
+                     {.kind = TSR_LAYER_ADD, .n_inputs = 2, .inputs = {"input", "h"}},
+                     OUT3}},
+    },
+    {
+        /* two convolutions of the input side by side along channels */
+        .type = "concat",
+        .forward = concat_forward_ref,
+        .in = {2, 3, 3},
+        .example = {4,
+                    {{.kind = TSR_LAYER_CONV,
+                      .units = 2,
+                      .kernel_h = 3,
+                      .pad_h = 1,
+                      .pad_w = 1,
+                      .name = "a"},
+                     {.kind = TSR_LAYER_CONV,
+                      .units = 3,
+                      .kernel_h = 1,
+                      .name = "b",
+                      .n_inputs = 1,
+                      .inputs = {"input"}},
+                     {.kind = TSR_LAYER_CONCAT, .n_inputs = 3, .inputs = {"a", "b", "input"}},
+                     OUT3}},
+    },
 };
 #undef OUT3
 
@@ -223,41 +285,60 @@ static int ref_nparams(const tsr_model_spec_t *spec) {
   return p;
 }
 
+/* The spec layer input k of layer l reads, resolved here by name (-1: the input batch); the
+ * test models list layers after their inputs. */
+static int ref_input(const tsr_model_spec_t *spec, int l, int k) {
+  const tsr_layer_spec_t *s = &spec->layers[l];
+  if (s->n_inputs == 0) return l - 1;
+  for (int j = 0; j < l; j++)
+    if (tsr__layer_is(spec, j, s->inputs[k])) return j;
+  cr_assert(strcmp(s->inputs[k], "input") == 0, "layer %d: input '%s' is not an earlier layer",
+            l + 1, s->inputs[k]);
+  return -1;
+}
+
 typedef struct {
   const tsr_model_spec_t *spec;
   int c, h, w; /* input geometry */
   int n, classes;
   const double *x;     /* (n, c h w) */
   const float *labels; /* (n) */
-  double *params[2 * TSR_MAX_LAYERS];
-  uint64_t seed; /* the net's, for dropout masks (first training step) */
+  double **params;     /* [the engine's parameters], in its order (spec order, each layer's own) */
+  uint64_t seed;       /* the net's, for dropout masks (first training step) */
 } ref_t;
 
-/* Mean softmax cross-entropy of the float64 forward pass. Each layer's
- * output shape comes from the registry's shape inference. */
+/* Mean softmax cross-entropy of the float64 forward pass, layer by layer in spec order, each
+ * layer reading its inputs' outputs. Each layer's output shape comes from the registry's shape
+ * inference. */
 static double ref_loss(const ref_t *r) {
-  tsr_conv_geom_t in = {.c = r->c, .h = r->h, .w = r->w};
-  int p = 0;
-  size_t cap = 1 << 16;
-  double *a = malloc(sizeof(double) * r->n * cap), *z = malloc(sizeof(double) * r->n * cap);
-  memcpy(a, r->x, sizeof(double) * (size_t)r->n * (size_t)(r->c * r->h * r->w));
-  for (int l = 0; l < r->spec->n_layers; l++) {
-    const tsr_layer_spec_t *s = &r->spec->layers[l];
+  const tsr_model_spec_t *spec = r->spec;
+  int nl = spec->n_layers, p = 0;
+  tsr_conv_geom_t *out = malloc(sizeof *out * (size_t)nl);
+  double **y = calloc((size_t)nl, sizeof *y);
+  tsr_conv_geom_t input = {.c = r->c, .h = r->h, .w = r->w};
+  for (int l = 0; l < nl; l++) {
+    const tsr_layer_spec_t *s = &spec->layers[l];
     const ref_type_t *ref = ref_for(s, l);
+    int n_in = s->n_inputs ? s->n_inputs : 1;
+    tsr_conv_geom_t in[TSR_MAX_INPUTS];
+    const double *x[TSR_MAX_INPUTS];
+    for (int k = 0; k < n_in; k++) {
+      int j = ref_input(spec, l, k);
+      in[k] = j < 0 ? input : out[j];
+      x[k] = j < 0 ? r->x : y[j];
+    }
     tsr_errbuf_t err = {""};
-    tsr_layer_site_t at = {.index = l + 1, .shown = in, .err = &err};
-    tsr_conv_geom_t g = {.c = in.c, .h = in.h, .w = in.w};
+    tsr_layer_site_t at = {.index = l + 1, .shown = in[0], .n_in = n_in, .in = in, .err = &err};
+    tsr_conv_geom_t g = {.c = in[0].c, .h = in[0].h, .w = in[0].w};
     cr_assert_eq(tsr__layer_type(s->kind)->shape(s, &g, &at), 0, "%s", err.msg);
-    cr_assert((size_t)g.oc * g.oh * g.ow <= cap, "layer %d: output too wide for the reference",
-              l + 1);
-    ref_layer_t rl = {s, &g, r->n, (const double *const *)&r->params[p], r->seed, l + 1};
-    ref->forward(&rl, z, a);
+    out[l] = (tsr_conv_geom_t){.c = g.oc, .h = g.oh, .w = g.ow};
+    y[l] = malloc(sizeof(double) * (size_t)r->n * (size_t)(g.oc * g.oh * g.ow));
+    ref_layer_t rl = {s, &g, n_in, in, r->n, (const double *const *)&r->params[p], r->seed, l + 1};
+    ref->forward(&rl, y[l], x);
     p += ref->nparams;
-    double *t = a;
-    a = z, z = t;
-    in = (tsr_conv_geom_t){.c = g.oc, .h = g.oh, .w = g.ow};
   }
-  int width = in.c * in.h * in.w;
+  const double *a = y[nl - 1];
+  int width = out[nl - 1].c * out[nl - 1].h * out[nl - 1].w;
   cr_assert_eq(width, r->classes, "the references end with %d features, not the %d classes", width,
                r->classes);
   double loss = 0;
@@ -270,7 +351,9 @@ static double ref_loss(const ref_t *r) {
       s += exp(a[(long)i * width + j] - m);
     loss += log(s) + m - a[(long)i * width + (int)r->labels[i]];
   }
-  free(a), free(z);
+  for (int l = 0; l < nl; l++)
+    free(y[l]);
+  free(y), free(out);
   return loss / r->n;
 }
 
@@ -334,8 +417,9 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
              .x = x,
              .labels = labels,
              .seed = o.seed};
-  float *grads[2 * TSR_MAX_LAYERS];
-  int64_t sizes[2 * TSR_MAX_LAYERS];
+  float **grads = calloc((size_t)np, sizeof *grads);
+  int64_t *sizes = calloc((size_t)np, sizeof *sizes);
+  r.params = calloc((size_t)np, sizeof *r.params);
   for (int p = 0; p < np; p++) {
     int64_t pr, pc;
     cr_assert_eq(tsr_net_param_info(net, p, &pr, &pc), 0);
@@ -375,8 +459,14 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
     cr_assert_float_eq(dx[k], 0.0f, 0, "padding row gradient must be 0");
   for (int p = 0; p < np; p++)
     free(grads[p]), free(r.params[p]);
+  free(grads), free(sizes), free(r.params);
   free(dx), free(x), free(ds.x), free(ds.y);
   tsr_net_destroy(&net);
+}
+
+/* A registered type's example network as a spec (owned by the caller). */
+static inline tsr_model_spec_t ref_example(const ref_type_t *ref) {
+  return spec_of(ref->example.layers, ref->example.n_layers);
 }
 
 #endif

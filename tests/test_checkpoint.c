@@ -275,6 +275,7 @@ static tsr_net_t *trained_net(const tsr_dataset_t *ds, const char *model, int st
       rows[i] = (int32_t)((s * 16 + i) % ds->n);
     cr_assert_eq(tsr_net_train_step(net, ds, rows, 16, true), 0);
   }
+  tsr_model_spec_fini(&spec);
   return net;
 }
 
@@ -391,6 +392,7 @@ Test(checkpoint, refuses_another_model_optimizer_data_or_a_damaged_tensor) {
   cr_assert(strstr(err.msg, "not a tessera checkpoint"), "%s", err.msg);
   tsr_net_destroy(&a), tsr_net_destroy(&other), tsr_net_destroy(&sgd);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  tsr_model_spec_fini(&spec);
 }
 
 /* A net rebuilt from what the checkpoint says (tsr_checkpoint_read) loads it: what `tessera
@@ -434,6 +436,8 @@ Test(checkpoint, read_builds_a_net_that_loads_it) {
   free(wa), free(wb);
   tsr_net_destroy(&a), tsr_net_destroy(&b);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  tsr_model_spec_fini(&spec);
+  tsr_model_spec_fini(&rspec);
 }
 
 static int stop_after = 0, epochs_seen = 0;
@@ -501,6 +505,7 @@ static float *train_four_epochs(const tsr_dataset_t *train, int stop, const tsr_
   float *w = all_params(net);
   *n = tsr_net_param_count(net);
   tsr_net_destroy(&net);
+  tsr_model_spec_fini(&spec);
   return w;
 }
 

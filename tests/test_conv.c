@@ -234,54 +234,45 @@ Test(conv, tiled_forward_over_edge_tiles) {
 Test(conv, gradient_conv_relu_maxpool_dense_over_edge_tiles) {
   /* input 2x7x6 (c, h, w); conv 3 filters 3x2, stride 2x1, padding 1x0; 5
    * samples in tiles of 2 with 4 valid (a short batch). */
-  tsr_model_spec_t spec = {.n_layers = 5};
-  spec.layers[0] = CONV(3, 3, 2, 2, 1, 1, 0);
-  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[2] = POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0);
-  spec.layers[3] = LAYER(TSR_LAYER_FLATTEN, 0);
-  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 3);
+  tsr_model_spec_t spec =
+      SPEC(CONV(3, 3, 2, 2, 1, 1, 0), LAYER(TSR_LAYER_RELU, 0), POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0),
+           LAYER(TSR_LAYER_FLATTEN, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 2, 7, 6, 3, 5, 4, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_two_convs_overlapping_avgpool) {
-  tsr_model_spec_t spec = {.n_layers = 6};
-  spec.layers[0] = CONV(4, 3, 3, 1, 1, 1, 1);
-  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[2] = POOL(TSR_LAYER_AVGPOOL, 3, 2, 2, 1); /* overlapping rows */
-  spec.layers[3] = CONV(3, 2, 2, 1, 1, 0, 0);
-  spec.layers[4] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[5] = LAYER(TSR_LAYER_DENSE, 4);
+  tsr_model_spec_t spec =
+      SPEC(CONV(4, 3, 3, 1, 1, 1, 1), LAYER(TSR_LAYER_RELU, 0),
+           POOL(TSR_LAYER_AVGPOOL, 3, 2, 2, 1) /* overlapping rows */, CONV(3, 2, 2, 1, 1, 0, 0),
+           LAYER(TSR_LAYER_RELU, 0), LAYER(TSR_LAYER_DENSE, 4));
   gradient_check(&spec, 1, 7, 5, 4, 3, 3, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_maxpool_first_then_conv_stride) {
   /* Pooling on the input (its gradient is the input gradient), a strided
    * conv without ReLU, and a wide layer on the BLIS path (fan-in 36). */
-  tsr_model_spec_t spec = {.n_layers = 4};
-  spec.layers[0] = POOL(TSR_LAYER_MAXPOOL, 2, 3, 1, 2);
-  spec.layers[1] = CONV(5, 3, 3, 2, 2, 1, 1);
-  spec.layers[2] = LAYER(TSR_LAYER_FLATTEN, 0);
-  spec.layers[3] = LAYER(TSR_LAYER_DENSE, 3);
+  tsr_model_spec_t spec = SPEC(POOL(TSR_LAYER_MAXPOOL, 2, 3, 1, 2), CONV(5, 3, 3, 2, 2, 1, 1),
+                               LAYER(TSR_LAYER_FLATTEN, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 4, 6, 7, 3, 4, 4, 3, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_dropout_with_its_mask) {
-  tsr_model_spec_t spec = {.n_layers = 4};
-  spec.layers[0] = LAYER(TSR_LAYER_DENSE, 7);
-  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[2] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.4f};
-  spec.layers[3] = LAYER(TSR_LAYER_DENSE, 3);
+  tsr_model_spec_t spec =
+      SPEC(LAYER(TSR_LAYER_DENSE, 7), LAYER(TSR_LAYER_RELU, 0),
+           (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.4f}, LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 1, 1, 5, 3, 6, 5, 4, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, gradient_dropout_between_conv_and_pool) {
-  tsr_model_spec_t spec = {.n_layers = 5};
-  spec.layers[0] = CONV(3, 2, 2, 1, 1, 0, 0);
-  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[2] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.3f};
-  spec.layers[3] = POOL(TSR_LAYER_AVGPOOL, 2, 2, 0, 0);
-  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 3);
+  tsr_model_spec_t spec = SPEC(CONV(3, 2, 2, 1, 1, 0, 0), LAYER(TSR_LAYER_RELU, 0),
+                               (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.3f},
+                               POOL(TSR_LAYER_AVGPOOL, 2, 2, 0, 0), LAYER(TSR_LAYER_DENSE, 3));
   gradient_check(&spec, 2, 5, 5, 3, 4, 4, 3, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(conv, dropout_mask_off_in_evaluation_and_seeded) {
@@ -307,16 +298,11 @@ Test(conv, dropout_mask_off_in_evaluation_and_seeded) {
 Test(conv, cnn_training_steps_do_not_depend_on_the_tile_size) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 1000);
-  tsr_model_spec_t spec = {.n_layers = 9};
-  spec.layers[0] = CONV(6, 3, 3, 1, 1, 0, 0);
-  spec.layers[1] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[2] = POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0);
-  spec.layers[3] = CONV(8, 3, 3, 2, 2, 1, 1);
-  spec.layers[4] = LAYER(TSR_LAYER_RELU, 0);
-  spec.layers[5] = LAYER(TSR_LAYER_FLATTEN, 0);
-  spec.layers[6] = LAYER(TSR_LAYER_DENSE, 20);
-  spec.layers[7] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.25f};
-  spec.layers[8] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_model_spec_t spec =
+      SPEC(CONV(6, 3, 3, 1, 1, 0, 0), LAYER(TSR_LAYER_RELU, 0), POOL(TSR_LAYER_MAXPOOL, 2, 2, 0, 0),
+           CONV(8, 3, 3, 2, 2, 1, 1), LAYER(TSR_LAYER_RELU, 0), LAYER(TSR_LAYER_FLATTEN, 0),
+           LAYER(TSR_LAYER_DENSE, 20), (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 0.25f},
+           LAYER(TSR_LAYER_DENSE, 10));
   double one = loss_after_steps(&train, &spec, 5, 32, 1 << 20);
   double t8 = loss_after_steps(&train, &spec, 5, 8, 8);
   double t5x7 = loss_after_steps(&train, &spec, 5, 5, 7);
@@ -327,6 +313,7 @@ Test(conv, cnn_training_steps_do_not_depend_on_the_tile_size) {
   double again = loss_after_steps(&train, &spec, 5, 8, 8);
   cr_assert(again == t8, "same seed, same tiles: %.17g vs %.17g", again, t8);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  tsr_model_spec_fini(&spec);
 }
 
 /* Builds spec on a 1x28x28 input and expects TSR_ESHAPE/EINVAL and a message
@@ -345,13 +332,10 @@ static void expect_rejected(const tsr_model_spec_t *spec, const char *const *wan
 }
 
 Test(conv, shapes_that_do_not_fit_are_rejected_naming_layer_and_shapes) {
-  tsr_model_spec_t spec = {.n_layers = 5};
   /* 28 -conv5-> 24 -pool4-> 6 -conv7-> kernel larger than its input */
-  spec.layers[0] = CONV(4, 5, 5, 1, 1, 0, 0);
-  spec.layers[1] = POOL(TSR_LAYER_MAXPOOL, 4, 4, 0, 0);
-  spec.layers[2] = CONV(4, 7, 7, 1, 1, 0, 0);
-  spec.layers[3] = LAYER(TSR_LAYER_FLATTEN, 0);
-  spec.layers[4] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_model_spec_t spec =
+      SPEC(CONV(4, 5, 5, 1, 1, 0, 0), POOL(TSR_LAYER_MAXPOOL, 4, 4, 0, 0),
+           CONV(4, 7, 7, 1, 1, 0, 0), LAYER(TSR_LAYER_FLATTEN, 0), LAYER(TSR_LAYER_DENSE, 10));
   expect_rejected(&spec, (const char *const[]){"layer 3", "7x7", "6x6x4"}, 3);
 
   spec.layers[2] = CONV(4, 3, 3, 1, 1, 0, 0);
@@ -362,19 +346,15 @@ Test(conv, shapes_that_do_not_fit_are_rejected_naming_layer_and_shapes) {
   spec.layers[4].in_features = 100; /* 4x4x4 = 64 come */
   expect_rejected(&spec, (const char *const[]){"layer 5", "in_features = 100", "64", "4x4x4"}, 4);
 
-  tsr_model_spec_t pool = {.n_layers = 2};
-  pool.layers[0] = POOL(TSR_LAYER_AVGPOOL, 29, 2, 0, 0);
-  pool.layers[1] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_model_spec_t pool = SPEC(POOL(TSR_LAYER_AVGPOOL, 29, 2, 0, 0), LAYER(TSR_LAYER_DENSE, 10));
   expect_rejected(&pool, (const char *const[]){"layer 1", "29x2", "28x28x1"}, 3);
 
-  tsr_model_spec_t drop = {.n_layers = 2};
-  drop.layers[0] = (tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 1.0f};
-  drop.layers[1] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_model_spec_t drop =
+      SPEC((tsr_layer_spec_t){.kind = TSR_LAYER_DROPOUT, .rate = 1.0f}, LAYER(TSR_LAYER_DENSE, 10));
   expect_rejected(&drop, (const char *const[]){"layer 1", "dropout"}, 2);
 
   /* Input geometry that does not multiply out to the features. */
-  tsr_model_spec_t lin = {.n_layers = 1};
-  lin.layers[0] = LAYER(TSR_LAYER_DENSE, 10);
+  tsr_model_spec_t lin = SPEC(LAYER(TSR_LAYER_DENSE, 10));
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.in_channels = 3, o.in_height = 28, o.in_width = 28;
@@ -382,6 +362,12 @@ Test(conv, shapes_that_do_not_fit_are_rejected_naming_layer_and_shapes) {
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_net_create(&net, &lin, 784, 10, &o, &err), TSR_ESHAPE);
   cr_assert(strstr(err.msg, "784"), "%s", err.msg);
+  tsr_model_spec_fini(&pool);
+  tsr_model_spec_fini(&lin);
+  tsr_model_spec_fini(&spec);
+  tsr_model_spec_fini(&pool);
+  tsr_model_spec_fini(&drop);
+  tsr_model_spec_fini(&lin);
 }
 
 Test(conv, cnn_shorthand_and_ini_file) {
@@ -411,6 +397,7 @@ Test(conv, cnn_shorthand_and_ini_file) {
         "[out]\ntype = dense\nunits = 10\nin_features = 392\n",
         f);
   fclose(f);
+  tsr_model_spec_fini(&s);
   cr_assert_eq(tsr_model_load_ini(&s, path, &err), 0, "%s", err.msg);
   remove(path);
   tsr_model_describe(&s, 784, buf, sizeof buf);
@@ -418,4 +405,5 @@ Test(conv, cnn_shorthand_and_ini_file) {
   /* 28x28 -conv 5x3 s2 p2x1-> 14x14x8 -pool 2-> 7x7x8 = 392 */
   cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
   tsr_net_destroy(&net);
+  tsr_model_spec_fini(&s);
 }

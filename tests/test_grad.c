@@ -18,32 +18,33 @@ TestSuite(grad, .init = start, .fini = stop);
 
 /* Dense layers see each sample as c = inputs channels of a 1 x 1 image. */
 Test(grad, dense_softmax_xent_over_edge_tiles) {
-  tsr_model_spec_t spec = {1, {{.kind = TSR_LAYER_DENSE, .units = 4}}};
+  tsr_model_spec_t spec = SPEC({.kind = TSR_LAYER_DENSE, .units = 4});
   gradient_check(&spec, 7, 1, 1, 4, 5, 5, 2, 3);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, standalone_relu_on_the_input) {
-  tsr_model_spec_t spec = {
-      2, {{.kind = TSR_LAYER_RELU, .units = 0}, {.kind = TSR_LAYER_DENSE, .units = 3}}};
+  tsr_model_spec_t spec =
+      SPEC({.kind = TSR_LAYER_RELU, .units = 0}, {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 6, 1, 1, 3, 4, 4, 3, 4);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, mlp_with_fused_relu) {
-  tsr_model_spec_t spec = {5,
-                           {{.kind = TSR_LAYER_DENSE, .units = 6},
-                            {.kind = TSR_LAYER_RELU, .units = 0},
-                            {.kind = TSR_LAYER_DENSE, .units = 5},
-                            {.kind = TSR_LAYER_RELU, .units = 0},
-                            {.kind = TSR_LAYER_DENSE, .units = 3}}};
+  tsr_model_spec_t spec =
+      SPEC({.kind = TSR_LAYER_DENSE, .units = 6}, {.kind = TSR_LAYER_RELU, .units = 0},
+           {.kind = TSR_LAYER_DENSE, .units = 5}, {.kind = TSR_LAYER_RELU, .units = 0},
+           {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 5, 1, 1, 3, 7, 7, 3, 4);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(grad, short_batch_averages_over_valid_rows_only) {
-  tsr_model_spec_t spec = {3,
-                           {{.kind = TSR_LAYER_DENSE, .units = 5},
-                            {.kind = TSR_LAYER_RELU, .units = 0},
-                            {.kind = TSR_LAYER_DENSE, .units = 3}}};
+  tsr_model_spec_t spec =
+      SPEC({.kind = TSR_LAYER_DENSE, .units = 5}, {.kind = TSR_LAYER_RELU, .units = 0},
+           {.kind = TSR_LAYER_DENSE, .units = 3});
   gradient_check(&spec, 4, 1, 1, 3, 8, 5, 3, 2);
+  tsr_model_spec_fini(&spec);
 }
 
 /* Every type in the layer registry has a float64 reference in gradcheck.h
@@ -75,6 +76,8 @@ Test(grad, every_registered_layer_type_passes_its_gradient_check) {
       uses |= ref->example.layers[l].kind == t->kind;
     cr_assert(uses, "the example network of '%s' does not use it", t->name);
     cr_log_info("gradient check of %s", t->name);
-    gradient_check(&ref->example, ref->in[0], ref->in[1], ref->in[2], 3, 5, 4, 2, 3);
+    tsr_model_spec_t spec = ref_example(ref);
+    gradient_check(&spec, ref->in[0], ref->in[1], ref->in[2], 3, 5, 4, 2, 3);
+    tsr_model_spec_fini(&spec);
   }
 }

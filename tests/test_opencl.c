@@ -277,6 +277,26 @@ Test(opencl, fill_copy_scale_axpby) {
   operand_check(&y, "axpby y", REL, ABS);
 }
 
+Test(opencl, add_and_channels_copy) {
+  operand_t y, a, b;
+  operand_init(&y, 7, 5, false, 40, -1, 1, false);
+  operand_init(&a, 7, 5, false, 41, -1, 1, false);
+  operand_init(&b, 7, 5, false, 42, -1, 1, false);
+  BOTH(tsr__insert_add(&o, y.tile[s], a.tile[s], b.tile[s]));
+  operand_check(&y, "add y", 0, 0);
+  operand_check(&a, "add a", 0, 0), operand_check(&b, "add b", 0, 0);
+  /* a concat's block: 3 pixels of 2 channels of 12 at offset 5, and back; features: 4 columns
+   * at offset 1 of the source into offset 3 of the destination */
+  operand_t dst, src;
+  operand_init(&dst, 6, 12 * 3, false, 43, -1, 1, false);
+  operand_init(&src, 6, 2 * 3, false, 44, -1, 1, false);
+  BOTH(tsr__insert_channels_copy(&o, dst.tile[s], 12, 5, src.tile[s], 2, 0, 3, 2));
+  BOTH(tsr__insert_channels_copy(&o, src.tile[s], 2, 0, dst.tile[s], 12, 9, 3, 2));
+  BOTH(tsr__insert_channels_copy(&o, dst.tile[s], 0, 3, src.tile[s], 0, 1, 1, 4));
+  operand_check(&dst, "channels_copy dst", 0, 0);
+  operand_check(&src, "channels_copy src", 0, 0);
+}
+
 Test(opencl, band_get_and_put) {
   operand_t t, b;
   operand_init(&t, 9, 6, false, 26, -1, 1, false);

@@ -128,6 +128,27 @@ else
   fail "tessera eval: accuracy '$e_cpu' on the CPU, '$e_cl' with --devices opencl:1 (want equal within 0.2 points): $(tail -2 "$tmp/eval.err")"
 fi
 
+# A graph net (a residual add and a concat) on the CPU worker plus the device: it learns as on the
+# CPU alone, and the add's tasks run on the device too.
+printf '[a]\ntype = dense\nunits = 64\nactivation = relu\n[b]\ntype = dense\nunits = 64\n
+[s]\ntype = add\ninputs = a, b\nactivation = relu\n[c]\ntype = dense\nunits = 32\ninput = a\n
+[cat]\ntype = concat\ninputs = s, c\n[out]\ntype = dense\nunits = 10\n' >"$tmp/graph.ini"
+gargs=(train --model "$tmp/graph.ini" --tile 32 --epochs 2 --train-limit 2000 --test-limit 1000
+  --workers 1 --sched dmda --stats)
+STARPU_HOME=$tmp/home-gcpu timeout 240 "$tessera" "${gargs[@]}" --devices none >"$tmp/gcpu.out" \
+  2>&1 || fail "graph, CPU-only run failed: $(tail -3 "$tmp/gcpu.out")"
+STARPU_HOME=$tmp/home-gcl STARPU_OPENCL_ON_CPUS=1 timeout 240 "$tessera" "${gargs[@]}" \
+  --devices opencl:1 >"$tmp/gcl.out" 2>&1 || fail "graph, CPU + OpenCL run failed: $(tail -3 "$tmp/gcl.out")"
+g_cpu=$(acc "$tmp/gcpu.out") g_cl=$(acc "$tmp/gcl.out")
+if [[ -n $g_cpu && -n $g_cl ]] &&
+  python3 -c "import sys; c, g = float('$g_cpu'), float('$g_cl'); sys.exit(not (c > 70 and abs(c - g) <= 2))"; then
+  passed=$((passed + 1))
+else
+  fail "graph net, test accuracy: CPU only '$g_cpu'%, CPU + OpenCL '$g_cl'% (want both above 70%, within 2 points)"
+fi
+grep -qE "OpenCL tasks per codelet:.* add [1-9]" "$tmp/gcl.out" && passed=$((passed + 1)) ||
+  fail "no add ran on the device: $(grep 'tasks per codelet' "$tmp/gcl.out")"
+
 echo "opencl-cli: $passed passed, $failed failed (test accuracy CPU $a_cpu%, CPU + OpenCL $a_cl%;" \
-  "$kinds)"
+  "$kinds; graph net CPU $g_cpu%, CPU + OpenCL $g_cl%)"
 ((failed == 0))

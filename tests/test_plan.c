@@ -45,6 +45,7 @@ static void plan(const char *model, int ranks, int pr, int pc, const char *sync,
   int n = 0;
   cr_assert_eq(tsr_plan_run(&spec, &o, &m, row, 1, &n, &err), 0, "%s", err.msg);
   cr_assert_eq(n, 1);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, gemm_flops_are_2mnk) {
@@ -166,6 +167,7 @@ Test(plan, grid_must_match_the_ranks) {
   int n;
   cr_expect_eq(tsr_plan_run(&spec, &o, &m, rows, 4, &n, &err), TSR_EINVAL);
   cr_expect(strstr(err.msg, "4x2") != NULL, "%s", err.msg);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, every_grid_shape_and_policy) {
@@ -187,6 +189,7 @@ Test(plan, every_grid_shape_and_policy) {
       if (rows[i].best) cr_expect(rows[i].epoch_s <= rows[k].epoch_s);
   }
   cr_expect_eq(best, 1);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, cnn_layout_is_whole_samples_then_dense) {
@@ -206,6 +209,8 @@ Test(plan, cnn_layout_is_whole_samples_then_dense) {
   cr_expect_eq(lay.layers[4].in_nb, 3136); /* whole samples after a convolution */
   cr_expect_eq(lay.layers[5].out_nb, 10);
   cr_expect(lay.layers[5].has_dx);
+  tsr__net_layout_fini(&lay);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, cluster_files) {
@@ -305,6 +310,7 @@ Test(plan, grid_count_matches_the_grid_branchs_example) {
   cr_assert_eq(tsr_plan_run(&spec, &o, &m, &r, 1, &n, &err), 0, "%s", err.msg);
   cr_expect_eq(r.grid_bytes_step, 5 * 1024.0);
   cr_expect_eq(r.grid_messages_step, 5);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, grid_caps_the_feature_tile_at_the_widest_layer_over_pr) {
@@ -323,4 +329,5 @@ Test(plan, grid_caps_the_feature_tile_at_the_widest_layer_over_pr) {
   cr_expect_eq(r.tile_cols, 256);
   cr_expect_eq(r.tile_rows, 64);
   cr_expect(r.grid_bytes_step > 0);
+  tsr_model_spec_fini(&spec);
 }

@@ -54,7 +54,9 @@ TSR_API int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *da
 /* What path was written for, without a network: the model, the inputs and
  * classes, and net options (optimizer and its hyper-parameters, input
  * geometry, seed) to build one that tsr_checkpoint_load accepts; an unknown
- * optimizer is refused as tsr_checkpoint_load refuses it. Any output may be NULL. */
+ * optimizer is refused as tsr_checkpoint_load refuses it. Any output may be NULL. On success
+ * *spec is started by the call and the caller's to fini (tsr_model_spec_fini); on an error it
+ * is left as it was. */
 TSR_API int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info,
                                 tsr_model_spec_t *spec, tsr_net_opts_t *opts, int *inputs,
                                 int *classes, tsr_errbuf_t *err);

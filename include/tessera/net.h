@@ -1,5 +1,6 @@
-/* Networks: a stack of layers described by a model spec, with parameters,
- * gradients, optimizer state and activations held as tiled matrices.
+/* Networks: a directed acyclic graph of layers described by a model spec (a stack when each
+ * layer reads the previous one), with parameters, gradients, optimizer state and activations
+ * held as tiled matrices.
  *
  * A network is built for one batch size. Every call that trains or evaluates
  * only submits tasks and returns; tsr_net_wait waits for all of them. */
@@ -15,7 +16,11 @@
 
 TSR_EXTERN_C_BEGIN
 
-#define TSR_MAX_LAYERS 64
+/* Names of layers (a model file's section names) hold at most TSR_NAME_MAX - 1 = 49 characters
+ * (what the INI reader keeps of a section name); a layer reads at most TSR_MAX_INPUTS others (a
+ * concat of that many). A model has no limit on its number of layers. */
+#define TSR_NAME_MAX 50
+#define TSR_MAX_INPUTS 8
 
 /* Layer types. Each one is described by one registry entry inside the
  * library (src/nn/layers.c), which model files, descriptions and network
@@ -27,7 +32,9 @@ typedef enum {
   TSR_LAYER_MAXPOOL, /* 2-D max pooling per channel */
   TSR_LAYER_AVGPOOL, /* 2-D mean pooling per channel */
   TSR_LAYER_FLATTEN, /* (c, h, w) -> (1, 1, c h w); the storage is unchanged */
-  TSR_LAYER_DROPOUT  /* inverted dropout in training, identity in evaluation */
+  TSR_LAYER_DROPOUT, /* inverted dropout in training, identity in evaluation */
+  TSR_LAYER_ADD,     /* element-wise sum of inputs of one shape (a residual connection) */
+  TSR_LAYER_CONCAT   /* inputs side by side along channels (features for 1 x 1 samples) */
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -41,35 +48,74 @@ typedef struct {
   int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
+  /* The layer's name, by which others name it as an input ("": unnamed; it is then called
+   * "layer<N>", N its 1-based position in the spec). Model files: the section's name. */
+  char name[TSR_NAME_MAX];
+  /* The layers whose outputs it reads, by name, in order (a concat's order along channels);
+   * "input" names the input batch. n_inputs 0: the previous layer of the spec (the input
+   * batch for the first), as in a stack. */
+  int n_inputs;
+  char inputs[TSR_MAX_INPUTS][TSR_NAME_MAX];
 } tsr_layer_spec_t;
 
+/* A network description: its layers in order. The last one is the output (a dense layer of one
+ * unit per class); every other layer's output must be read by some layer. The spec owns its
+ * array: tsr_model_spec_init (or a function that fills a spec: tsr_model_parse,
+ * tsr_model_load_ini, tsr_model_parse_ini_text, tsr_model_spec_copy) starts one, and
+ * tsr_model_spec_fini frees it. Read layers[0 .. n_layers) directly; grow it with
+ * tsr_model_spec_add only. */
 typedef struct {
   int n_layers;
-  tsr_layer_spec_t layers[TSR_MAX_LAYERS];
+  tsr_layer_spec_t *layers; /* owned, [n_layers] (room for cap) */
+  int cap;
 } tsr_model_spec_t;
+
+/* An empty spec (no allocation). */
+TSR_API void tsr_model_spec_init(tsr_model_spec_t *spec);
+/* Frees the layers and leaves spec empty, as tsr_model_spec_init does (a no-op on an empty spec).
+ */
+TSR_API void tsr_model_spec_fini(tsr_model_spec_t *spec);
+/* Appends a copy of *layer (borrowed). TSR_ENOMEM leaves spec as it was. */
+TSR_API int tsr_model_spec_add(tsr_model_spec_t *spec, const tsr_layer_spec_t *layer);
+/* dst = a copy of src (dst is started by the call, its old contents not freed: fini it first).
+ * TSR_ENOMEM leaves dst empty. */
+TSR_API int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *src);
+/* Sets layer's inputs from a comma-separated list of names ("a, b"; "" for the default).
+ * TSR_EINVAL, layer unchanged, for more than TSR_MAX_INPUTS names, an empty or too long one, or
+ * one holding any of ; # = [ ] (which a model file could not say). */
+TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names);
 
 /* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
  * (hidden dense layers with ReLU), "linear", or "cnn" (conv 3x3 32 - ReLU -
  * maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU, convolutions
- * with padding 1). The output dense layer of `classes` units is appended. */
+ * with padding 1). The output dense layer of `classes` units is appended. A stack: its layers
+ * are unnamed and each reads the previous one. spec is started by the call (on an error it is
+ * left empty); fini it. */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout`. dense:
+ * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat`. dense:
  * `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
- * optional `stride`. dropout: `rate = P`. Errors name the file, line and key. */
+ * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
+ * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
+ * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
+ * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU
+ * named NAME.relu, and other sections naming NAME read the ReLU's output. Errors name the
+ * file, line and key; the graph itself (unknown names, cycles, shapes) is checked when a
+ * network is built or estimated. spec is started by the call (left empty on an error); fini it. */
 TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
 /* An INI model file's text (name: for messages, as the file's path would be). */
 TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                                      tsr_errbuf_t *err);
 /* Writes spec as an INI model file that tsr_model_parse_ini_text (or
- * tsr_model_load_ini) reads back to the same spec: one section per layer,
- * every key that differs from its default. TSR_EINVAL when buf (size bytes)
- * is too small. */
+ * tsr_model_load_ini) reads back to the same spec: one section per layer named as the layer
+ * (layer<N> when unnamed), every key that differs from its default, the inputs where they are
+ * not the previous layer. TSR_EINVAL when buf (size bytes) is too small. */
 TSR_API int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size);
-/* Writes a one-line description, e.g. "784-512-512-10 (dense relu dense relu dense)". */
+/* Writes a one-line description, e.g. "784-512-relu-512-relu-10"; a layer that does not read
+ * the previous one shows its inputs, "add[a,b.relu]". */
 TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
 
 /* How the learning rate moves over a run (tsr_train_opts_t.lr_schedule). */
@@ -104,7 +150,11 @@ typedef struct tsr_net tsr_net_t;
 
 /* Builds a network for `inputs` features and `classes` classes; the last
  * layer must be dense with `classes` units. Parameters get He-uniform
- * initialization from opts->seed. The runtime must be started. */
+ * initialization from opts->seed. The runtime must be started. spec is borrowed (the net keeps
+ * its own copy). The graph is checked first, each error naming the layers and shapes: an
+ * unknown or ambiguous input name, a cycle, a layer whose output nothing reads, inputs of
+ * different shapes at an add or of different h x w at a concat, a grid placement that cannot
+ * work. Layers run in the spec's order where it allows (a layer after its inputs). */
 TSR_API int tsr_net_create(tsr_net_t **net, const tsr_model_spec_t *spec, int inputs, int classes,
                            const tsr_net_opts_t *opts, tsr_errbuf_t *err);
 TSR_API void tsr_net_destroy(tsr_net_t **net);

@@ -125,7 +125,7 @@ int tsr_cli_eval(int argc, char **argv) {
   }
   tsr_errbuf_t err = {""};
   tsr_checkpoint_info_t info;
-  tsr_model_spec_t spec;
+  tsr_model_spec_t spec = {0};
   tsr_net_opts_t no;
   int inputs, classes;
   int rc = tsr_checkpoint_read(path, &info, &spec, &no, &inputs, &classes, &err);
@@ -160,6 +160,7 @@ int tsr_cli_eval(int argc, char **argv) {
     fprintf(stderr, "tessera eval: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
   free(pred);
   tsr_net_destroy(&net);
+  tsr_model_spec_fini(&spec);
   if (started) tsr_runtime_fini();
   tsr_dataset_fini(&test);
   return rc ? 1 : 0;

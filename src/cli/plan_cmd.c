@@ -335,6 +335,7 @@ int tsr_cli_plan(int argc, char **argv) {
                : tsr_machine_here(&m, machine_path, cache_path, &calibrated, &err);
   if (rc) {
     fprintf(stderr, "tessera plan: %s\n", err.msg);
+    tsr_model_spec_fini(&spec);
     return 1;
   }
   if (!calibrated && !json)
@@ -350,8 +351,12 @@ int tsr_cli_plan(int argc, char **argv) {
             o.ranks, m.nodes, m.name);
   tsr_plan_row_t *rows = calloc(MAX_ROWS, sizeof *rows);
   int n = 0;
-  if (!rows) return 1;
+  if (!rows) {
+    tsr_model_spec_fini(&spec);
+    return 1;
+  }
   rc = tsr_plan_run(&spec, &o, &m, rows, MAX_ROWS, &n, &err);
+  tsr_model_spec_fini(&spec);
   if (rc) {
     fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
     free(rows);

@@ -571,8 +571,11 @@ static int check_together(parse_t *p) {
   if (refused(tsr_sync_check(&cfg->sync, &err), &err)) return 2;
   /* A shorthand is checked here, with a stand-in for the classes the data will give; a model file
    * is read by the run, before the data (a file's problems exit 1). */
+  if (cfg->model_file) return 0;
   tsr_model_spec_t spec;
-  return cfg->model_file ? 0 : refused(tsr_model_parse(&spec, cfg->model, 2, &err), &err);
+  int rc = refused(tsr_model_parse(&spec, cfg->model, 2, &err), &err);
+  tsr_model_spec_fini(&spec); /* left empty on an error */
+  return rc;
 }
 
 int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {

@@ -420,6 +420,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   if (r.started) tsr_runtime_fini();
   if (rc == 0) rc = report(&r);
   tsr_log_close(&r.log);
+  tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
   tsr_dist_stop();

@@ -1,5 +1,6 @@
-/* Element-wise kernels on one tile: bias, ReLU, fill, copy, axpby, scale and
- * the row gather that assembles a batch. Plain loops the compiler vectorizes. */
+/* Element-wise kernels on one tile: bias, ReLU, fill, copy, axpby, scale, add, the channel
+ * block copy of a concat and the row gather that assembles a batch. Plain loops the compiler
+ * vectorizes. */
 #include <math.h>
 #include <string.h>
 
@@ -94,4 +95,21 @@ void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int
     else
       memset(d, 0, sizeof(float) * (size_t)n);
   }
+}
+
+void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb) {
+  for (int i = 0; i < m; i++) {
+    float *yr = y + (long)i * ldy;
+    const float *ar = a + (long)i * lda, *br = b + (long)i * ldb;
+    for (int j = 0; j < n; j++)
+      yr[j] = ar[j] + br[j];
+  }
+}
+
+void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
+                          int dst_off, const float *src, int lds, int src_stride, int src_off) {
+  for (int i = 0; i < m; i++)
+    for (int p = 0; p < pixels; p++)
+      memcpy(dst + (long)i * ldd + (long)p * dst_stride + dst_off,
+             src + (long)i * lds + (long)p * src_stride + src_off, sizeof(float) * (size_t)width);
 }

@@ -83,6 +83,13 @@ void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds);
 void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
                   int ldy);
 void tsr__k_scale(int m, int n, float alpha, float *x, int ldx);
+/* y (m, n) = a + b (the add layer). */
+void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb);
+/* A block of channels between two tiles of channels-last rows (the concat layer): for each of
+ * m rows and each of `pixels` pixels, the `width` values at column p * src_stride + src_off of
+ * src go to column p * dst_stride + dst_off of dst (rows lds and ldd floats apart). */
+void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
+                          int dst_off, const float *src, int lds, int src_stride, int src_off);
 
 /* dst (m, n) row r = src row rows[r], columns [col0, col0 + n), for r < nvalid;
  * rows from nvalid on are zero (padding of a short last batch). */

@@ -11,19 +11,21 @@
 #include "tile/ops.h"
 #include "try.h"
 
-static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_conv_fwd(o, l->y, x, l->params[0].w, l->params[1].w, &l->geom, l->relu);
+  return tsr__tiles_conv_fwd(o, l->y, x[0], l->params[0].w, l->params[1].w, &l->geom, l->relu);
 }
 
 /* The input gradient first, at the highest priority (the layer below waits for it).
  * Each batch-row tile's weight gradient is its own task writing its own
  * partial, summed by a fixed tree: with a chain instead, the last layer's
  * gradient (the end of the step's critical path) ran on one worker only. */
-static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                         const tsr_task_opts_t *o) {
+static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs,
+                         tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
   (void)net;
+  const tsr_tiles_t *x = xs[0];
+  tsr_tiles_t *dx = dxs[0];
   if (l->relu && !l->relu_grad_by_next) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
   tsr_task_opts_t critical = tsr__net_critical(o);
   if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(&critical, dx, l->dy, l->params[0].w, &l->geom));
@@ -31,7 +33,7 @@ static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, t
                                     x, l->dy, &l->geom);
 }
 
-static const tsr_layer_ops_t conv_ops = {"conv", true, conv_forward, conv_backward};
+static const tsr_layer_ops_t conv_ops = {"conv", conv_forward, conv_backward};
 
 /* Strides default to 1, kernel_w to kernel_h (square), padding to 0. */
 static int conv_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
@@ -61,23 +63,62 @@ static int conv_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_l
   return 0;
 }
 
-static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+/* W (kh kw c, oc) and b (1, oc), one tile each; with more than one batch-row tile, the
+ * per-tile gradient partials of tiles 1.. (tsr__tiles_conv_bwd_filter) and the lowered input of
+ * one batch-row tile as each worker's workspace. */
+static void conv_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   const tsr_conv_geom_t *g = &l->geom;
-  l->ops = &conv_ops;
-  l->fout = g->oh * g->ow * g->oc;
-  l->out_nb = l->fout;
-  if (l->in_nb != l->fin) return TSR_ESHAPE; /* create_layers gives whole samples */
-  int fan_in = g->kh * g->kw * g->c;
+  int fan_in = g->kh * g->kw * g->c, mt = (lay->batch + lay->mb - 1) / lay->mb;
   l->nparams = 2;
-  TSR_TRY(tsr__net_param_create(net, &l->params[0], fan_in, g->oc, fan_in, g->oc, true));
-  TSR_TRY(tsr__net_param_create(net, &l->params[1], 1, g->oc, 1, g->oc, false));
-  TSR_TRY(tsr__net_activations(net, l, true));
-  int mt = (net->batch + net->mb - 1) / net->mb;
-  if (mt > 1) {
-    TSR_TRY(tsr__net_tiles(&l->scratch[0], (int64_t)(mt - 1) * fan_in, g->oc, fan_in, g->oc));
-    TSR_TRY(tsr__net_tiles(&l->scratch[1], mt - 1, g->oc, 1, g->oc));
+  l->params[0] = (tsr_layout_matrix_t){fan_in, g->oc, fan_in, g->oc, true};
+  l->params[1] = (tsr_layout_matrix_t){1, g->oc, 1, g->oc, false};
+  l->nscratch = mt > 1 ? 2 : 0;
+  l->scratch[0] = (tsr_layout_matrix_t){(int64_t)(mt - 1) * fan_in, g->oc, fan_in, g->oc, false};
+  l->scratch[1] = (tsr_layout_matrix_t){mt - 1, g->oc, 1, g->oc, false};
+  l->workspace = (int64_t)tsr__k_conv_work(g, lay->mb);
+}
+
+/* One task per batch-row tile and pass (forward, input gradient when computed, filter
+ * gradient), the pairwise tree of the per-tile gradients and the update. The chain: tile 0's
+ * forward, then its input gradient (or filter gradient). */
+static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
+                        tsr_cost_sink_t *c, double *bwd) {
+  (void)lay;
+  const tsr_conv_geom_t *g = &l->geom;
+  int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb);
+  double per_sample = tsr__gemm_flops((int64_t)g->oh * g->ow, g->oc, (int64_t)g->kh * g->kw * g->c);
+  double r_fwd = c->conv_rate(c, g, mb, 0), r_dx = c->conv_rate(c, g, mb, 1),
+         r_dw = c->conv_rate(c, g, mb, 2);
+  double chain = 0, before = c->work(c);
+  for (int i = 0; i < mt; i++) {
+    int m = tsr__cost_tsize(c->batch, mb, i);
+    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double t = c->task(c, per_sample * m, r_fwd, bytes);
+    if (i == 0) chain += t;
   }
-  return tsr__init_he_uniform(l->params[0].w, fan_in, g->oc, at->rng);
+  before = c->work(c);
+  double bchain = 0;
+  for (int i = 0; i < mt; i++) {
+    int m = tsr__cost_tsize(c->batch, mb, i);
+    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double t = 0;
+    if (l->has_dx) t = c->task(c, per_sample * m, r_dx, bytes);
+    double f = c->task(c, per_sample * m, r_dw, bytes);
+    if (i == 0) bchain = l->has_dx ? t : f;
+  }
+  double fan = (double)g->kh * g->kw * g->c * g->oc + g->oc;
+  for (int i = 1; i < mt; i++) /* the pairwise tree of per-tile gradients */
+    c->task(c, 0, 1, 4.0 * 3 * fan);
+  c->update(c, fan);
+  *bwd = c->work(c) - before;
+  return chain + bchain;
+}
+
+/* The parameters and partials exist (layout): He-uniform weights, zero biases. */
+static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+  (void)net;
+  const tsr_conv_geom_t *g = &l->geom;
+  return tsr__init_he_uniform(l->params[0].w, g->kh * g->kw * g->c, g->oc, at->rng);
 }
 
 /* "conv3x3/32", then the strides when not 1 and the padding when not 0. */
@@ -108,7 +149,12 @@ const tsr_layer_type_t tsr__conv_type = {
     .alias = "conv2d",
     .keys = conv_keys,
     .whole_samples = true,
+    .fuses_relu = true,
+    .defers_relu_grad = true,
     .shape = conv_shape,
+    .layout = conv_layout,
+    .cost = conv_cost,
+    .ops = &conv_ops,
     .create = conv_create,
     .describe = conv_describe,
 };

@@ -1,6 +1,6 @@
 /* Dense layers (y = x W + b, with a following ReLU fused into the bias add)
  * and standalone ReLU layers, as tiled operations, with their registry
- * descriptors (layers.h). */
+ * descriptors (layers.h): shapes, parameters, the tasks' costs, forward and backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +11,10 @@
 
 /* Under a grid (l->split) each rank of the column computes its own column
  * tiles, from the input tiles it gathers once per step (src/tile/ops.h). */
-static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs, bool train,
                          const tsr_task_opts_t *o) {
   (void)train;
+  const tsr_tiles_t *x = xs[0];
   if (l->split) {
     int n = net->grid_rows;
     TSR_TRY(tsr__tiles_spread_gather(o, x, l->gathered, n, l->params[0].w, &net->traffic));
@@ -26,8 +27,10 @@ static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, b
 
 /* The input gradient goes first (at the highest priority): the layer below
  * waits for it, while the weight gradient has slack until the update. */
-static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                          const tsr_task_opts_t *o) {
+static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs,
+                          tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
+  const tsr_tiles_t *x = xs[0];
+  tsr_tiles_t *dx = dxs[0];
   if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
   tsr_task_opts_t critical = tsr__net_critical(o);
   if (l->split) {
@@ -43,7 +46,7 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, 
   return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
 }
 
-static const tsr_layer_ops_t dense_ops = {"dense", true, dense_forward, dense_backward};
+static const tsr_layer_ops_t dense_ops = {"dense", dense_forward, dense_backward};
 
 /* He-uniform weights for ReLU networks (biases stay zero). */
 int tsr__init_he_uniform(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
@@ -75,19 +78,83 @@ static int dense_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_
   return 0;
 }
 
-/* W's rows are tiled like the input's columns (l->in_nb: the feature tile,
- * or whole samples after a convolution); its columns like the output's. With
- * at->whole_out (the logits, or a layer feeding a convolution) the output is
- * one tile wide. */
-static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  bool whole = at->whole_out;
-  l->ops = &dense_ops;
-  l->fout = l->spec.units;
-  l->out_nb = whole ? l->fout : net->nb;
+/* W (fin, fout), its rows tiled like the input's columns (l->in_nb: the feature tile, or whole
+ * samples after a convolution), its columns like the output's; b (1, fout). */
+static void dense_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
+  (void)lay;
   l->nparams = 2;
-  TSR_TRY(tsr__net_param_create(net, &l->params[0], l->fin, l->fout, l->in_nb, l->out_nb, true));
-  TSR_TRY(tsr__net_param_create(net, &l->params[1], 1, l->fout, 1, l->out_nb, false));
-  TSR_TRY(tsr__net_activations(net, l, whole));
+  l->params[0] = (tsr_layout_matrix_t){l->fin, l->fout, l->in_nb, l->out_nb, true};
+  l->params[1] = (tsr_layout_matrix_t){1, l->fout, 1, l->out_nb, false};
+}
+
+static int imin(int a, int b) {
+  return a < b ? a : b;
+}
+
+/* Per output tile column j (row 0's under a grid): the forward GEMMs over the input tiles and
+ * the bias add; backward the fused ReLU, the input gradient's GEMMs (when computed), the
+ * weight gradient's, the bias gradient and the updates. The chain: the slowest forward output
+ * tile, the ReLU, then the input gradient (or, for the first layer, the weight gradient and an
+ * update). */
+static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
+                         tsr_cost_sink_t *c, double *bwd) {
+  (void)lay;
+  int kb = imin(l->in_nb, l->fin), nb = imin(l->out_nb, l->fout), mb = c->mb;
+  int mt = tsr__cost_ntiles(c->batch, mb), kt = tsr__cost_ntiles(l->fin, kb),
+      nt = tsr__cost_ntiles(l->fout, nb);
+  double r_fwd = c->gemm_rate(c, false, false, mb, nb, kb);
+  double r_dx = c->gemm_rate(c, false, true, mb, kb, nb);
+  double r_dw = c->gemm_rate(c, true, false, kb, nb, mb);
+  double fwd_chain = 0;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < nt; j++) {
+      if (j % c->pr != 0) continue; /* row 0's tile columns */
+      int m = tsr__cost_tsize(c->batch, mb, i), n = tsr__cost_tsize(l->fout, nb, j);
+      double ch = 0;
+      for (int k = 0; k < kt; k++)
+        ch += tsr__cost_gemm(c, m, n, tsr__cost_tsize(l->fin, kb, k), r_fwd);
+      ch += c->task(c, 0, 1, 4.0 * (2.0 * m * n + n)); /* bias (and ReLU) */
+      if (ch > fwd_chain) fwd_chain = ch;
+    }
+  double before = c->work(c);
+  double relu_chain = 0, dx_chain = 0, dw_chain = 0;
+  for (int i = 0; i < mt; i++)
+    for (int j = 0; j < nt; j += c->pr) {
+      int m = tsr__cost_tsize(c->batch, mb, i), n = tsr__cost_tsize(l->fout, nb, j);
+      if (l->relu) relu_chain = c->task(c, 0, 1, 4.0 * 3 * m * n);
+    }
+  if (l->has_dx)
+    for (int i = 0; i < mt; i++)
+      for (int k = 0; k < kt; k++) {
+        double ch = 0;
+        for (int j = 0; j < nt; j += c->pr)
+          ch += tsr__cost_gemm(c, tsr__cost_tsize(c->batch, mb, i), tsr__cost_tsize(l->fin, kb, k),
+                               tsr__cost_tsize(l->fout, nb, j), r_dx);
+        if (ch > dx_chain) dx_chain = ch;
+      }
+  for (int k = 0; k < kt; k++)
+    for (int j = 0; j < nt; j += c->pr) {
+      double ch = 0;
+      for (int i = 0; i < mt; i++)
+        ch += tsr__cost_gemm(c, tsr__cost_tsize(l->fin, kb, k), tsr__cost_tsize(l->fout, nb, j),
+                             tsr__cost_tsize(c->batch, mb, i), r_dw);
+      if (ch > dw_chain) dw_chain = ch;
+    }
+  double upd = 0;
+  for (int j = 0; j < nt; j += c->pr) {
+    for (int i = 0; i < mt; i++) /* bias gradient */
+      c->task(c, 0, 1, 4.0 * tsr__cost_tsize(c->batch, mb, i) * tsr__cost_tsize(l->fout, nb, j));
+    for (int k = 0; k < kt; k++)
+      upd = c->update(c, (double)tsr__cost_tsize(l->fin, kb, k) * tsr__cost_tsize(l->fout, nb, j));
+    c->update(c, tsr__cost_tsize(l->fout, nb, j));
+  }
+  *bwd = c->work(c) - before;
+  return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
+}
+
+/* The parameters exist (layout): He-uniform weights, zero biases. */
+static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+  (void)net;
   return tsr__init_he_uniform(l->params[0].w, l->fin, l->fout, at->rng);
 }
 
@@ -109,36 +176,33 @@ const tsr_layer_type_t tsr__dense_type = {
     .keys = dense_keys,
     .output = true,
     .cuts_features = true,
+    .fuses_relu = true,
     .shape = dense_shape,
+    .layout = dense_layout,
+    .cost = dense_cost,
+    .ops = &dense_ops,
     .create = dense_create,
     .describe = dense_describe,
 };
 
-static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+static int relu_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_relu_fwd(o, l->y, x);
+  return tsr__tiles_relu_fwd(o, l->y, x[0]);
 }
 
-static int relu_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                         const tsr_task_opts_t *o) {
+static int relu_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
+                         tsr_tiles_t *const *dx, const tsr_task_opts_t *o) {
   (void)net, (void)x;
-  return dx ? tsr__tiles_relu_bwd(o, dx, l->dy, l->y) : 0;
+  return dx[0] ? tsr__tiles_relu_bwd(o, dx[0], l->dy, l->y) : 0;
 }
 
-static const tsr_layer_ops_t relu_ops = {"relu", false, relu_forward, relu_backward};
+static const tsr_layer_ops_t relu_ops = {"relu", relu_forward, relu_backward};
 
 static int relu_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
   (void)s, (void)at;
   g->oc = g->c, g->oh = g->h, g->ow = g->w;
   return 0;
-}
-
-static int relu_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  l->ops = &relu_ops;
-  l->fout = l->fin;
-  l->out_nb = l->in_nb;
-  return tsr__net_activations(net, l, at->last);
 }
 
 const tsr_layer_type_t tsr__relu_type = {
@@ -147,5 +211,6 @@ const tsr_layer_type_t tsr__relu_type = {
     .elementwise = true,
     .is_relu = true,
     .shape = relu_shape,
-    .create = relu_create,
+    .cost = tsr__cost_pass,
+    .ops = &relu_ops,
 };

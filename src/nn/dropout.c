@@ -15,8 +15,9 @@ uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step) {
   return tsr__rng_next(&r) + 0x9e3779b97f4a7c15ULL * step;
 }
 
-static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs, bool train,
                            const tsr_task_opts_t *o) {
+  const tsr_tiles_t *x = xs[0];
   if (!train || l->spec.rate == 0.0f) return tsr__tiles_copy(o, l->y, x);
   l->calls++;
   return tsr__tiles_dropout(o, l->y, x, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
@@ -25,16 +26,17 @@ static int dropout_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x,
 
 /* Uses the mask of the latest training forward pass (this step's: forward
  * and backward of a step are submitted one after the other). */
-static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                            const tsr_task_opts_t *o) {
+static int dropout_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
+                            tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
   (void)x;
+  tsr_tiles_t *dx = dxs[0];
   if (!dx) return 0;
   if (l->spec.rate == 0.0f) return tsr__tiles_copy(o, dx, l->dy);
   return tsr__tiles_dropout(o, dx, l->dy, tsr__dropout_seed(net->opts.seed, l->index, l->calls),
                             l->spec.rate);
 }
 
-static const tsr_layer_ops_t dropout_ops = {"dropout", false, dropout_forward, dropout_backward};
+static const tsr_layer_ops_t dropout_ops = {"dropout", dropout_forward, dropout_backward};
 
 static int dropout_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g,
                          const tsr_layer_site_t *at) {
@@ -43,13 +45,6 @@ static int dropout_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g,
                          at->index, (double)s->rate);
   g->oc = g->c, g->oh = g->h, g->ow = g->w;
   return 0;
-}
-
-static int dropout_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  l->ops = &dropout_ops;
-  l->fout = l->fin;
-  l->out_nb = l->in_nb;
-  return tsr__net_activations(net, l, at->last);
 }
 
 static int dropout_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
@@ -68,6 +63,7 @@ const tsr_layer_type_t tsr__dropout_type = {
     .keys = dropout_keys,
     .elementwise = true,
     .shape = dropout_shape,
-    .create = dropout_create,
+    .cost = tsr__cost_pass,
+    .ops = &dropout_ops,
     .describe = dropout_describe,
 };

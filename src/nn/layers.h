@@ -1,7 +1,8 @@
 /* The layer registry: one descriptor per layer type says everything the
- * model parser (model.c), the network builder (net.c) and tsr_model_describe
+ * model parser (model.c), the layout (layout.c: shapes, tiling, parameters, bytes), the network
+ * builder (net.c), the planner (its tasks, through the cost hook) and tsr_model_describe
  * need to know about the type, so that a layer type is its own file (its
- * descriptor next to its create, forward and backward functions) plus one
+ * descriptor next to its forward and backward functions) plus one
  * line in layers.c. No StarPU here. */
 #ifndef TSR_LAYERS_H
 #define TSR_LAYERS_H
@@ -37,38 +38,59 @@ typedef struct {
 /* A layer's place in the network being built. */
 typedef struct {
   int index;             /* 1-based position in the model description (for messages) */
-  bool last;             /* the last layer: its output is the logits, one tile wide */
-  bool whole_out;        /* last, or the next layer that is not element-wise works on whole
-                          * samples: a layer that cuts its output in feature tiles must not */
-  tsr_conv_geom_t shown; /* the input's sample shape as the model shows it (before a
+  const char *name;      /* the name it goes by (for messages about its inputs) */
+  bool last;             /* the last layer: its output is the logits */
+  tsr_conv_geom_t shown; /* input 0's sample shape as the model shows it (before a
                           * flatten), for messages; input side only */
-  tsr_rng_t *rng;        /* borrowed: parameter initialization */
-  tsr_errbuf_t *err;     /* borrowed, may be NULL: what does not fit */
+  int n_in;              /* its inputs: their sample shapes (c, h, w; in[0] is g's) and names */
+  const tsr_conv_geom_t *in;
+  const char *const *in_names;
+  tsr_rng_t *rng;    /* borrowed: parameter initialization */
+  tsr_errbuf_t *err; /* borrowed, may be NULL: what does not fit */
 } tsr_layer_site_t;
 
-typedef struct {
+typedef struct tsr_layer_type {
   tsr_layer_kind_t kind;       /* the public enum value model specs use */
   const char *name;            /* `type = name` in model files, and in descriptions */
   const char *alias;           /* also accepted as `type = alias` (conv: conv2d), or NULL */
   const tsr_layer_key_t *keys; /* model-file keys, ended by {0}; NULL: none */
+  int min_inputs, max_inputs;  /* how many inputs it reads (0, 0: exactly one) */
   bool output;                 /* may be the last layer: its `units` outputs are the logits */
   bool whole_samples;          /* works on whole samples: its input must be one tile wide */
   bool elementwise;            /* feature by feature, or only a new shape over the same storage:
-                                * the tiling of its input passes through it */
+                                * the tiling of its inputs passes through it (all alike) */
   bool cuts_features;          /* its output, `units` features, is cut in feature tiles: the
-                                * automatic feature tile is sized from the widest such layer */
-  bool is_relu;                /* a ReLU: a dense or conv layer right before applies it itself
-                                * (ops->fuses_relu), and then no layer is built for it */
-  /* Required. Checks s against its input sample shape (g's c, h, w) and
-   * fills the rest of g: the window where the type has one (defaults
+                                * automatic feature tile is sized from the widest such layer,
+                                * and under a grid it spreads its output over the column */
+  bool is_relu;                /* a ReLU: a layer before it that fuses_relu applies it itself
+                                * when it alone reads that layer, and then no layer is built */
+  bool fuses_relu;             /* applies a following ReLU itself (l->relu) */
+  bool defers_relu_grad;       /* with a fused ReLU, lets its one reader's backward apply the
+                                * ReLU's backward (l->relu_grad_by_next) */
+  /* Required. Checks s against its input sample shape (g's c, h, w; every input's in at->in)
+   * and fills the rest of g: the window where the type has one (defaults
    * applied) and the output side (oc, oh, ow). A misfit returns TSR_EINVAL or
    * TSR_ESHAPE with a message in at->err naming layer at->index and the
-   * shapes. Reads only at->index, shown and err. */
+   * shapes. Reads only at->index, name, shown, n_in, in, in_names and err. */
   int (*shape)(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at);
-  /* Builds l from l->spec once shape() accepted it: l->fin, l->in_nb, l->geom
-   * (shape's result), l->index are set; sets l->ops, fout, out_nb, parameters
-   * and activations. NULL: the type only changes the shape and builds no layer
+  /* Optional: whether this instance works on whole samples, from its input shape g (after
+   * shape()); NULL: the whole_samples flag. */
+  bool (*whole)(const tsr_conv_geom_t *g);
+  /* Optional: l's parameters (shapes, tiles, decay), own scratch matrices, per-worker
+   * workspace and its ReLU-gradient decisions, once the layout has its shapes, tiles and
+   * placement (l->fin, fout, in_nb, out_nb, geom, relu, spread, in[], and the layers before it
+   * in lay). NULL: none of these. */
+  void (*layout)(tsr_net_layout_t *lay, tsr_layout_layer_t *l);
+  /* The tasks of its forward and backward passes in a step (and the updates of its
+   * parameters), priced one by one by k; returns its part of the step's critical path and
+   * sets *bwd to the seconds of its backward pass. Required for a type that builds a layer. */
+  double (*cost)(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
+                 double *bwd);
+  /* Its forward and backward passes. NULL: the type only changes the shape and builds no layer
    * (flatten). */
+  const tsr_layer_ops_t *ops;
+  /* Optional: the initial parameter values (from at->rng) once the network created what the
+   * layout says (parameters, activations, scratch). NULL: none (zeros). */
   int (*create)(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at);
   /* Writes the type's part of tsr_model_describe ("conv3x3/32p1x1"), as
    * snprintf does. NULL: the name. */

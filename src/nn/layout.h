@@ -1,33 +1,152 @@
-/* A network's layers and tiles as tsr_net_create would build them, without
- * building anything: for the planner (src/plan/), which counts tasks and
- * transfers tile by tile and must see the same tiles a run uses. */
+/* A network's layout: the one description of what tsr_net_create builds, computed once from
+ * the model spec, the input shape, the rank's batch, its workers, the grid rows and the
+ * optimizer's state count, without building anything. Per layer: its inputs (the graph), output
+ * shape, tiling, parameter shapes and tiles, placement under a grid, fusion decisions and bytes.
+ * src/nn/net.c builds a network from it, tsr_net_estimate sums its bytes, and the planner
+ * (src/plan/) prices its tasks (each layer type describes its own to a tsr_cost_sink_t) and
+ * counts its transfers. Each layer type fills its part through its registry entry (layers.h);
+ * nobody else tests a layer kind. No StarPU here. */
 #ifndef TSR_NN_LAYOUT_H
 #define TSR_NN_LAYOUT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "kernels/kernels.h"
 #include "tessera/net.h"
 
+#define TSR_LAYER_MAX_PARAMS 2
+
+struct tsr_layer_type;
+
+/* A matrix the network creates: rows x cols floats in mb x nb tiles (as given to
+ * tsr_tiles_create, which clamps them to the matrix). */
 typedef struct {
-  tsr_layer_kind_t kind; /* dense, conv, maxpool, avgpool, dropout, relu (one not fused) */
-  int fin, fout;         /* features of a sample in and out */
-  int in_nb, out_nb;     /* column tile of the input and of the output (whole samples: fin, fout) */
-  bool relu;             /* a following ReLU is fused into it */
-  bool whole_samples;    /* works on whole samples (conv, pooling): one task per batch-row tile */
-  bool has_dx;           /* its input gradient is computed (every layer but the first) */
-  tsr_conv_geom_t geom;  /* conv and pooling: the window; dense: c h w in, oc out */
+  int64_t rows, cols;
+  int mb, nb;
+  bool decay; /* parameters: weight decay applies (weights yes, biases no) */
+} tsr_layout_matrix_t;
+
+/* One input of a layer: an edge of the graph. */
+typedef struct {
+  int from;              /* the layer (index in tsr_net_layout_t.layers) whose output it reads; -1:
+                          * the input batch */
+  int slot;              /* the gradient this layer's backward writes: 0 the producer's dy itself,
+                          * k > 0 the producer's k-th extra gradient, added into dy right after */
+  bool dx;               /* its gradient is computed in training (not for the input batch) */
+  tsr_conv_geom_t shape; /* the sample shape read (c, h, w; after a flatten: 1 x 1 x c h w) */
+  tsr_conv_geom_t shown; /* the sample shape as its producer made it, for messages */
+  int nb;                /* the column tile of the matrix read */
+  int spec;              /* the spec layer named as the input (-1: the input batch), for messages */
+} tsr_layout_input_t;
+
+typedef struct {
+  tsr_layer_kind_t kind;
+  const struct tsr_layer_type *type; /* its registry entry */
+  int spec;                          /* its index in the spec */
+  int index;                         /* spec + 1: its position in the model description (messages,
+                                      * checkpoint tensor names, dropout seeds) */
+  char name[TSR_NAME_MAX];           /* the name it goes by (layer<index> when unnamed) */
+  int n_inputs;
+  tsr_layout_input_t in[TSR_MAX_INPUTS];
+  int fin, fout;          /* features of a sample read (input 0) and written */
+  int in_nb, out_nb;      /* column tile of input 0 and of the output (whole samples: fin, fout) */
+  tsr_conv_geom_t geom;   /* input 0's c h w, the window where the type has one, oc oh ow out */
+  bool whole_samples;     /* works on whole samples (one task per batch-row tile) */
+  bool relu;              /* the ReLU reading it is fused into it (it alone read its output) */
+  bool relu_grad_by_next; /* its one reader's backward applies that ReLU's backward */
+  bool relu_grad_in;      /* this layer's backward applies its input's fused ReLU's backward */
+  bool has_dx;            /* input 0's gradient is computed in training */
+  int consumers;          /* inputs of other layers that read its output (its gradient slots) */
+  /* Grid (opts->grid_rows > 1): */
+  bool spread;    /* its output's column tiles are spread over the grid column (j on row j % Pr) */
+  bool in_spread; /* its inputs are */
+  bool cuts;      /* it cuts its own output over the column (a dense layer): forward it gathers
+                   * a spread input, backward it sums partial input gradients */
+  bool gathers, partials, dx_sums; /* the grid scratch it holds (net_impl.h, tsr_layer_t) */
+  int nparams;
+  tsr_layout_matrix_t params[TSR_LAYER_MAX_PARAMS]; /* in the order of tsr_layer_t.params */
+  int nscratch;
+  tsr_layout_matrix_t scratch[2]; /* its own matrices (conv: per-batch-tile gradient partials) */
+  int64_t workspace;              /* floats of per-worker scratch one of its tasks needs */
+  /* Floats the busiest rank of a grid column (row 0) holds: */
+  int64_t share;        /* output columns */
+  int64_t param_floats; /* parameters (as many again of gradients, nstate times of state) */
+  int64_t act_floats;   /* output and gradient, extra gradients, grid scratch, own scratch */
 } tsr_layout_layer_t;
 
 typedef struct {
-  int mb, nb; /* the batch-row and feature tiles chosen for `workers` workers */
-  int n_layers;
-  tsr_layout_layer_t layers[TSR_MAX_LAYERS];
+  int batch, mb, nb;          /* the rank's batch; the batch-row and feature tiles chosen */
+  int workers;                /* CPU workers the tiles were chosen for */
+  int grid_rows;              /* Pr (1: no grid) */
+  int nstate;                 /* optimizer state matrices per parameter */
+  int inputs, classes;        /* features of a sample, classes (the output layer's units) */
+  tsr_conv_geom_t in_geom;    /* the input sample (c, h, w) */
+  int in_nb;                  /* column tile of the input batch */
+  int in_consumers;           /* layer inputs that read the input batch */
+  int n_layers;               /* layers built, in the order they run (a topological order) */
+  tsr_layout_layer_t *layers; /* owned: [n_layers] */
+  /* A placement under the grid that cannot run: tsr_net_create and tsr_net_estimate refuse it
+   * with this message; the planner prices the layout regardless. 0: none. */
+  int grid_rc;
+  tsr_errbuf_t grid_err;
+  tsr_net_memory_t memory; /* tsr_net_estimate's bytes */
 } tsr_net_layout_t;
 
-/* The layers tsr_net_create(spec, inputs, classes, opts) would build in a
- * process with `workers` CPU workers, with the same shape checks and messages. */
+/* The layers tsr_net_create(spec, inputs, classes, opts) builds in a process with `workers` CPU
+ * workers and an optimizer keeping `nstate` state matrices per parameter, with the same checks
+ * and messages (graph and shapes; a grid misfit only in out->grid_rc). out is filled (and owns
+ * its layers: tsr__net_layout_fini) on success, left empty on an error. */
+int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, int inputs,
+                          int classes, const tsr_net_opts_t *opts, int workers, int nstate,
+                          tsr_errbuf_t *err);
+/* The same with the state count of opts->opt's optimizer. */
 int tsr__net_layout(tsr_net_layout_t *out, const tsr_model_spec_t *spec, int inputs, int classes,
                     const tsr_net_opts_t *opts, int workers, tsr_errbuf_t *err);
+void tsr__net_layout_fini(tsr_net_layout_t *lay);
+
+/* ---- What a layer's tasks cost: the layer types describe, the planner prices. ---- */
+
+/* The planner's side. A layer type's cost hook (layers.h) walks the tasks its forward and
+ * backward passes submit, asks the sink for each task's seconds on one worker and adds up its
+ * critical path; the sink keeps the totals (work, flops) and what it knows of the machine. */
+typedef struct tsr_cost_sink tsr_cost_sink_t;
+struct tsr_cost_sink {
+  int batch, mb; /* samples per step and the batch-row tile (clamped to the batch) */
+  int pr;        /* grid rows: the sink prices row 0, which owns tile columns j % pr == 0 */
+  /* One task: max(flops / rate, bytes / memory bandwidth) plus the task overhead. */
+  double (*task)(tsr_cost_sink_t *k, double flops, double rate, double bytes);
+  /* An optimizer update of n floats of parameters. */
+  double (*update)(tsr_cost_sink_t *k, double n);
+  /* One worker's flop/s on a GEMM tile of this shape (ta, tb: transposed operands), and on a
+   * convolution task of geometry g over n samples (which: 0 forward, 1 input gradient, 2 filter
+   * gradient). */
+  double (*gemm_rate)(const tsr_cost_sink_t *k, bool ta, bool tb, int rows, int cols, int inner);
+  double (*conv_rate)(const tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, int which);
+  /* Seconds of the tasks priced so far (a layer's backward work is a difference of two). */
+  double (*work)(const tsr_cost_sink_t *k);
+};
+
+/* 2 m n k: the flops of a GEMM (m, k) x (k, n). */
+static inline double tsr__gemm_flops(int64_t m, int64_t n, int64_t k) {
+  return 2.0 * (double)m * (double)n * (double)k;
+}
+
+/* A GEMM tile task (rows, cols) += (rows, inner) (inner, cols): reads its two operands, reads
+ * and writes its output. */
+static inline double tsr__cost_gemm(tsr_cost_sink_t *k, int rows, int cols, int inner,
+                                    double rate) {
+  double bytes = 4.0 * ((double)rows * inner + (double)inner * cols + 2.0 * rows * cols);
+  return k->task(k, tsr__gemm_flops(rows, cols, inner), rate, bytes);
+}
+
+/* Pricing helpers shared by the layer types' cost hooks (layout.c). */
+int tsr__cost_ntiles(int64_t n, int b);       /* tiles of b in n */
+int tsr__cost_tsize(int64_t n, int b, int i); /* size of tile i of n cut in b */
+/* The cost of a memory-bound layer (pooling, dropout, a ReLU not fused): per output tile one
+ * forward task reading its input and writing its output, and a backward task when its input
+ * gradient is computed; its backward seconds are counted as half of both. */
+double tsr__cost_pass(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
+                      double *bwd);
 
 #endif

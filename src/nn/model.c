@@ -17,25 +17,102 @@
 #include "nn/layers.h"
 #include "nn/model.h"
 #include "tessera/net.h"
+#include "try.h"
+
+void tsr_model_spec_init(tsr_model_spec_t *spec) {
+  *spec = (tsr_model_spec_t){0};
+}
+
+void tsr_model_spec_fini(tsr_model_spec_t *spec) {
+  free(spec->layers);
+  tsr_model_spec_init(spec);
+}
+
+int tsr_model_spec_add(tsr_model_spec_t *spec, const tsr_layer_spec_t *layer) {
+  if (spec->n_layers == spec->cap) {
+    int cap = spec->cap ? 2 * spec->cap : 16;
+    tsr_layer_spec_t *more = realloc(spec->layers, sizeof *more * (size_t)cap);
+    if (!more) return TSR_ENOMEM;
+    spec->layers = more, spec->cap = cap;
+  }
+  spec->layers[spec->n_layers++] = *layer;
+  return 0;
+}
+
+int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *src) {
+  tsr_model_spec_init(dst);
+  if (src->n_layers == 0) return 0;
+  dst->layers = malloc(sizeof *dst->layers * (size_t)src->n_layers);
+  if (!dst->layers) return TSR_ENOMEM;
+  memcpy(dst->layers, src->layers, sizeof *dst->layers * (size_t)src->n_layers);
+  dst->n_layers = dst->cap = src->n_layers;
+  return 0;
+}
+
+/* Appends the comma-separated names to got[*n ..]: 0, or TSR_EINVAL for an empty or too long
+ * name, one with a character of ; # = [ ], or more than TSR_MAX_INPUTS in all. */
+static int append_names(char (*got)[TSR_NAME_MAX], int *n, const char *names) {
+  const char *p = names;
+  while (*p == ' ' || *p == '\t')
+    p++;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    if (!end) end = p + strlen(p);
+    const char *last = end;
+    while (last > p && (last[-1] == ' ' || last[-1] == '\t'))
+      last--;
+    size_t len = (size_t)(last - p);
+    if (len == 0 || len >= TSR_NAME_MAX || *n == TSR_MAX_INPUTS) return TSR_EINVAL;
+    for (size_t c = 0; c < len; c++) /* what an INI line could not say back */
+      if (strchr(";#=[]", p[c])) return TSR_EINVAL;
+    memset(got[*n], 0, TSR_NAME_MAX);
+    memcpy(got[(*n)++], p, len);
+    if (!*end) break;
+    p = end + 1;
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (!*p) return TSR_EINVAL; /* "a," */
+  }
+  return 0;
+}
+
+int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names) {
+  char got[TSR_MAX_INPUTS][TSR_NAME_MAX] = {{0}};
+  int n = 0;
+  TSR_TRY(append_names(got, &n, names));
+  memcpy(layer->inputs, got, sizeof got);
+  layer->n_inputs = n;
+  return 0;
+}
+
+void tsr__layer_name(const tsr_model_spec_t *spec, int i, char *buf, size_t size) {
+  if (spec->layers[i].name[0])
+    snprintf(buf, size, "%s", spec->layers[i].name);
+  else
+    snprintf(buf, size, "layer%d", i + 1);
+}
+
+bool tsr__layer_is(const tsr_model_spec_t *spec, int i, const char *name) {
+  if (spec->layers[i].name[0]) return strcmp(spec->layers[i].name, name) == 0;
+  char own[32];
+  snprintf(own, sizeof own, "layer%d", i + 1);
+  return strcmp(own, name) == 0;
+}
 
 static int add_layer(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units) {
-  if (spec->n_layers >= TSR_MAX_LAYERS) return TSR_EINVAL;
-  spec->layers[spec->n_layers++] = (tsr_layer_spec_t){.kind = kind, .units = units};
-  return 0;
+  return tsr_model_spec_add(spec, &(tsr_layer_spec_t){.kind = kind, .units = units});
 }
 
 /* A window layer (conv, pools) with a square kernel, default strides and
  * zero padding `pad` on every side. */
 static int add_window(tsr_model_spec_t *spec, tsr_layer_kind_t kind, int units, int kernel,
                       int pad) {
-  if (spec->n_layers >= TSR_MAX_LAYERS) return TSR_EINVAL;
-  spec->layers[spec->n_layers++] = (tsr_layer_spec_t){.kind = kind,
+  return tsr_model_spec_add(spec, &(tsr_layer_spec_t){.kind = kind,
                                                       .units = units,
                                                       .kernel_h = kernel,
                                                       .kernel_w = kernel,
                                                       .pad_h = pad,
-                                                      .pad_w = pad};
-  return 0;
+                                                      .pad_w = pad});
 }
 
 static int parse_int(const char *s, char **end, long max, long *out) {
@@ -46,8 +123,8 @@ static int parse_int(const char *s, char **end, long max, long *out) {
   return 0;
 }
 
-int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_errbuf_t *err) {
-  memset(spec, 0, sizeof *spec);
+static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes,
+                           tsr_errbuf_t *err) {
   const char *hint =
       "use mlp, mlp:W1,W2,... (hidden widths), linear or cnn, or a model file (.ini)";
   if (strcmp(text, "linear") == 0) return add_layer(spec, TSR_LAYER_DENSE, classes);
@@ -84,14 +161,20 @@ int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_e
     if (parse_int(p, &end, 1 << 20, &w) || (*end && *end != ',') || (*end == ',' && !end[1]))
       return tsr_error_set(err, TSR_EINVAL, "--model '%s': '%s' is not a positive width; %s", text,
                            p, hint);
-    if (add_layer(spec, TSR_LAYER_DENSE, (int)w) || add_layer(spec, TSR_LAYER_RELU, 0))
-      return tsr_error_set(err, TSR_EINVAL, "--model '%s': more than %d layers", text,
-                           TSR_MAX_LAYERS);
+    int rc = add_layer(spec, TSR_LAYER_DENSE, (int)w);
+    if (rc == 0) rc = add_layer(spec, TSR_LAYER_RELU, 0);
+    if (rc) return rc;
     p = *end ? end + 1 : end;
   }
-  if (add_layer(spec, TSR_LAYER_DENSE, classes))
-    return tsr_error_set(err, TSR_EINVAL, "--model '%s': too many layers", text);
-  return 0;
+  return add_layer(spec, TSR_LAYER_DENSE, classes);
+}
+
+int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_errbuf_t *err) {
+  tsr_model_spec_init(spec);
+  int rc = parse_shorthand(spec, text, classes, err);
+  if (rc == TSR_ENOMEM) tsr_error_set(err, rc, "--model '%s': out of memory", text);
+  if (rc) tsr_model_spec_fini(spec);
+  return rc;
 }
 
 struct ini_state {
@@ -99,10 +182,13 @@ struct ini_state {
   const char *path;
   tsr_errbuf_t *err;
   int rc;
-  char section[64];
-  bool has_type; /* the current section said its type */
-  unsigned seen; /* the current section's keys given so far, bit k for its type's keys[k] */
-  int layer;     /* index of the current section's layer in spec */
+  char section[256];
+  bool has_type;   /* the current section said its type */
+  bool has_input;  /* ... and `input` (once, alone) */
+  unsigned seen;   /* the current section's keys given so far, bit k for its type's keys[k] */
+  int layer;       /* index of the current section's layer in spec */
+  bool *activated; /* [spec cap] a layer whose section said activation = relu (the ReLU follows) */
+  int activated_cap;
 };
 
 /* "dense, relu, ... or dropout": the registered type names. */
@@ -149,7 +235,7 @@ static int parse_pair(const char *v, int lo, int *a, int *b) {
 
 /* A section ends: it said its type and every key its type requires. */
 static int section_done(struct ini_state *st) {
-  if (st->section[0] == '\0') return 0;
+  if (st->section[0] == '\0' && !st->has_type) return 0; /* nothing started yet */
   if (!st->has_type) {
     char types[256];
     type_list(types, sizeof types);
@@ -164,12 +250,31 @@ static int section_done(struct ini_state *st) {
   return 0;
 }
 
+/* `activation = relu` on layer st->layer: a ReLU layer right after it, named NAME.relu, which
+ * the other sections that name NAME read (resolve_activations). TSR_ENOMEM or 0. */
+static int add_activation(struct ini_state *st) {
+  tsr_model_spec_t *spec = st->spec;
+  if (st->activated_cap < spec->n_layers + 1) {
+    int cap = 2 * (spec->n_layers + 1);
+    bool *more = realloc(st->activated, sizeof *more * (size_t)cap);
+    if (!more) return TSR_ENOMEM;
+    memset(more + st->activated_cap, 0, sizeof *more * (size_t)(cap - st->activated_cap));
+    st->activated = more, st->activated_cap = cap;
+  }
+  tsr_layer_spec_t relu = {.kind = TSR_LAYER_RELU};
+  char name[TSR_NAME_MAX + 8];
+  tsr__layer_name(spec, st->layer, name, sizeof name);
+  strcat(name, ".relu");
+  if (strlen(name) < TSR_NAME_MAX) memcpy(relu.name, name, strlen(name));
+  TSR_TRY(tsr_model_spec_add(spec, &relu));
+  st->activated[st->layer] = true;
+  return 0;
+}
+
 /* Sets what key k says in spec->layers[layer]: 0, TSR_EINVAL for a value
- * that does not parse, or TSR_ESHAPE when an activation's layer does not fit
- * in the spec. */
-static int parse_value(const tsr_layer_key_t *k, tsr_model_spec_t *spec, int layer,
-                       const char *value) {
-  char *at = (char *)&spec->layers[layer];
+ * that does not parse, or TSR_ENOMEM. */
+static int parse_value(const tsr_layer_key_t *k, struct ini_state *st, const char *value) {
+  char *at = (char *)&st->spec->layers[st->layer];
   int *a = (int *)(at + k->field), *b = (int *)(at + k->field2);
   switch (k->form) {
   case TSR_KEY_COUNT: {
@@ -190,7 +295,7 @@ static int parse_value(const tsr_layer_key_t *k, tsr_model_spec_t *spec, int lay
     return 0;
   }
   case TSR_KEY_ACTIVATION:
-    if (strcmp(value, "relu") == 0) return add_layer(spec, TSR_LAYER_RELU, 0) ? TSR_ESHAPE : 0;
+    if (strcmp(value, "relu") == 0) return add_activation(st);
     return strcmp(value, "none") == 0 ? 0 : TSR_EINVAL;
   }
   return TSR_EINVAL;
@@ -206,6 +311,41 @@ static const char *expected(tsr_key_form_t form) {
   case TSR_KEY_ACTIVATION: return "use relu or none";
   }
   return "see the README";
+}
+
+/* A new layer of type t for the current section, named as it. */
+static int add_section_layer(struct ini_state *st, const tsr_layer_type_t *t, const char *section) {
+  tsr_layer_spec_t l = {.kind = t->kind};
+  snprintf(l.name, sizeof l.name, "%s", section);
+  TSR_TRY(tsr_model_spec_add(st->spec, &l));
+  st->has_type = true, st->has_input = false;
+  st->seen = 0;
+  st->layer = st->spec->n_layers - 1;
+  return 0;
+}
+
+/* `input = NAME` (once) or `inputs = A, B, ...` (each line adding names), any type's keys. */
+static int on_inputs(struct ini_state *st, const char *section, const char *name,
+                     const char *value) {
+  tsr_layer_spec_t *l = &st->spec->layers[st->layer];
+  bool single = strcmp(name, "input") == 0;
+  if (st->has_input || (single && l->n_inputs > 0))
+    return tsr_error_set(st->err, TSR_EFORMAT,
+                         "%s: [%s] %s: the section already said its inputs; give input once, or "
+                         "inputs (on one or more lines)",
+                         st->path, section, name);
+  st->has_input = single;
+  int before = l->n_inputs;
+  if (append_names(l->inputs, &l->n_inputs, value) || l->n_inputs == before ||
+      (single && l->n_inputs != 1))
+    return tsr_error_set(
+        st->err, TSR_EFORMAT,
+        "%s: [%s] %s = %s: expected %s (at most %d in all, each 1 to %d characters)", st->path,
+        section, name, value,
+        single ? "one section name, or input for the input batch"
+               : "section names separated by commas",
+        single ? 1 : TSR_MAX_INPUTS, TSR_NAME_MAX - 1);
+  return 0;
 }
 
 static int on_key(void *user, const char *section, const char *name, const char *value) {
@@ -226,17 +366,16 @@ static int on_key(void *user, const char *section, const char *name, const char 
                              st->path, section, value, types);
       return 0;
     }
-    if (st->has_type || add_layer(spec, t->kind, 0)) {
-      st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s]: %s", st->path, section,
-                             st->has_type ? "a second 'type' key in one section (one section "
-                                            "per layer)"
-                                          : "too many layers");
+    if (st->has_type) {
+      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                             "%s: [%s]: a second 'type' key in one section (one section per "
+                             "layer)",
+                             st->path, section);
       return 0;
     }
-    st->has_type = true;
-    st->seen = 0;
-    st->layer = spec->n_layers - 1;
-    return 1;
+    st->rc = add_section_layer(st, t, section);
+    if (st->rc) tsr_error_set(st->err, st->rc, "%s: [%s]: out of memory", st->path, section);
+    return st->rc == 0;
   }
   if (!st->has_type) {
     st->rc =
@@ -244,30 +383,93 @@ static int on_key(void *user, const char *section, const char *name, const char 
                       st->path, section, name);
     return 0;
   }
+  if (strcmp(name, "input") == 0 || strcmp(name, "inputs") == 0) {
+    st->rc = on_inputs(st, section, name, value);
+    return st->rc == 0;
+  }
   const tsr_layer_type_t *t = tsr__layer_type(spec->layers[st->layer].kind);
   int k = find_key(t, name);
   if (k < 0) {
     char known[256];
     key_list(t, known, sizeof known);
-    st->rc =
-        tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] unknown key '%s' for a %s layer (known: %s)",
-                      st->path, section, name, t->name, known);
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                           "%s: [%s] unknown key '%s' for a %s layer (known: %s, input, inputs)",
+                           st->path, section, name, t->name, known);
     return 0;
   }
   assert(k < 32);
+  if (t->keys[k].form == TSR_KEY_ACTIVATION && (st->seen & (1u << k))) {
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                           "%s: [%s] %s: a second activation for one layer; give it once", st->path,
+                           section, name);
+    return 0;
+  }
   st->seen |= 1u << k;
-  int rc = parse_value(&t->keys[k], spec, st->layer, value);
+  int rc = parse_value(&t->keys[k], st, value);
   if (rc == TSR_EINVAL)
     st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s = %s: %s", st->path, section, name,
                            value, expected(t->keys[k].form));
   else if (rc)
-    st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: too many layers", st->path);
+    st->rc = tsr_error_set(st->err, rc, "%s: [%s]: out of memory", st->path, section);
   return st->rc == 0;
+}
+
+/* How many layers of spec are called `name`, and the last of them (-1: none). */
+static int count_named(const tsr_model_spec_t *spec, const char *name, int *found) {
+  int n = 0;
+  *found = -1;
+  for (int j = 0; j < spec->n_layers; j++)
+    if (tsr__layer_is(spec, j, name)) n++, *found = j;
+  return n;
+}
+
+/* Whether spec layer i reads what it would without inputs: the previous layer (the input batch
+ * for the first), named unambiguously, or nothing named. */
+static bool reads_default(const tsr_model_spec_t *spec, int i) {
+  const tsr_layer_spec_t *l = &spec->layers[i];
+  if (l->n_inputs != 1) return l->n_inputs == 0;
+  int j, n = count_named(spec, l->inputs[0], &j);
+  if (i == 0) return strcmp(l->inputs[0], "input") == 0 && n == 0;
+  return n == 1 && j == i - 1;
+}
+
+/* After the whole file: a name of a section that said activation = relu means the ReLU's
+ * output; an input that is the default (the previous layer, or the input batch for the first)
+ * is not kept as a name; a name that is the default one (layer<N>) neither, so that the file
+ * tsr_model_to_ini writes reads back to the same spec. Ambiguous names stay as written: the
+ * graph check names them. */
+static void resolve_names(struct ini_state *st) {
+  tsr_model_spec_t *spec = st->spec;
+  for (int i = 0; i < spec->n_layers; i++) {
+    tsr_layer_spec_t *l = &spec->layers[i];
+    for (int k = 0; k < l->n_inputs; k++) {
+      int j;
+      if (count_named(spec, l->inputs[k], &j) == 1 && j + 1 < spec->n_layers &&
+          j < st->activated_cap && st->activated[j]) {
+        memset(l->inputs[k], 0, sizeof l->inputs[k]);
+        tsr__layer_name(spec, j + 1, l->inputs[k], sizeof l->inputs[k]);
+      }
+    }
+  }
+  for (int i = 0; i < spec->n_layers; i++) {
+    tsr_layer_spec_t *l = &spec->layers[i];
+    if (l->n_inputs == 1 && reads_default(spec, i)) {
+      l->n_inputs = 0;
+      memset(l->inputs, 0, sizeof l->inputs);
+    }
+  }
+  for (int i = 0; i < spec->n_layers; i++) {
+    char own[32];
+    snprintf(own, sizeof own, "layer%d", i + 1);
+    if (strcmp(spec->layers[i].name, own) == 0)
+      memset(spec->layers[i].name, 0, sizeof spec->layers[i].name);
+  }
 }
 
 /* Reads the model text of f (borrowed; NULL reads as an empty file) into
  * spec; path names it in messages. */
 static int model_load(tsr_model_spec_t *spec, FILE *f, const char *path, tsr_errbuf_t *err) {
+  tsr_model_spec_init(spec);
   struct ini_state st = {.spec = spec, .path = path, .err = err};
   int line = f ? ini_parse_file(f, on_key, &st) : 0;
   if (st.rc == 0 && line > 0)
@@ -276,12 +478,14 @@ static int model_load(tsr_model_spec_t *spec, FILE *f, const char *path, tsr_err
   if (st.rc == 0) st.rc = section_done(&st);
   if (st.rc == 0 && spec->n_layers == 0)
     st.rc = tsr_error_set(err, TSR_EFORMAT, "%s: no layers; add one section per layer", path);
-  if (st.rc) memset(spec, 0, sizeof *spec);
+  if (st.rc == 0) resolve_names(&st);
+  free(st.activated);
+  if (st.rc) tsr_model_spec_fini(spec);
   return st.rc;
 }
 
 int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err) {
-  memset(spec, 0, sizeof *spec);
+  tsr_model_spec_init(spec);
   /* Opened without blocking, so that a named pipe is refused rather than waited on forever. */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
@@ -310,7 +514,7 @@ int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *e
 
 int tsr__model_load_ini_mem(tsr_model_spec_t *spec, const void *text, size_t len, const char *name,
                             tsr_errbuf_t *err) {
-  memset(spec, 0, sizeof *spec);
+  tsr_model_spec_init(spec);
   /* fmemopen refuses a size of 0: an empty text reads as no stream at all. */
   FILE *f = len ? fmemopen((void *)text, len, "r") : NULL;
   if (len && !f)
@@ -332,6 +536,9 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
     else
       snprintf(part, sizeof part, "%s", t ? t->name : "unknown");
     n += snprintf(buf + n, (size_t)(size - n), "-%s", part);
+    for (int k = 0; k < l->n_inputs && n < size; k++)
+      n += snprintf(buf + n, (size_t)(size - n), "%s%s%s", k ? "," : "[", l->inputs[k],
+                    k == l->n_inputs - 1 ? "]" : "");
   }
 }
 
@@ -364,9 +571,21 @@ int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size) {
     const tsr_layer_spec_t *l = &spec->layers[i];
     const tsr_layer_type_t *t = tsr__layer_type(l->kind);
     if (!t) return TSR_EINVAL;
-    int w = snprintf(buf + n, n < size ? size - n : 0, "%s[layer%d]\ntype = %s\n", i ? "\n" : "",
-                     i + 1, t->name);
+    char name[TSR_NAME_MAX];
+    tsr__layer_name(spec, i, name, sizeof name);
+    int w = snprintf(buf + n, n < size ? size - n : 0, "%s[%s]\ntype = %s\n", i ? "\n" : "", name,
+                     t->name);
     n += (size_t)(w > 0 ? w : 0);
+    /* input = A, or inputs = A, B, ... in lines the INI reader takes whole (under 200); none
+     * where the layer reads the previous one */
+    for (int k = 0, line = 0; k < l->n_inputs && !reads_default(spec, i); k++) {
+      bool start = k == 0 || line + strlen(l->inputs[k]) > 160;
+      const char *lead = !start ? ", " : l->n_inputs == 1 ? "input = " : "inputs = ";
+      w = snprintf(buf + n, n < size ? size - n : 0, "%s%s%s%s", start && k ? "\n" : "", lead,
+                   l->inputs[k], k == l->n_inputs - 1 ? "\n" : "");
+      line = start ? w - (k ? 1 : 0) : line + w;
+      n += (size_t)(w > 0 ? w : 0);
+    }
     for (int k = 0; t->keys && t->keys[k].name; k++) {
       w = write_key(&t->keys[k], l, buf + n, n < size ? size - n : 0);
       n += (size_t)(w > 0 ? w : 0);

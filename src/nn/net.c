@@ -1,8 +1,9 @@
-/* A network: a stack of layers over tiled matrices (the layer types live in
- * dense.c, ..., and are looked up in the registry, layers.c). Forward, loss,
+/* A network: a graph of layers over tiled matrices, built as its layout (layout.c) says (the
+ * layer types live in dense.c, ..., and are looked up in the registry, layers.c). Forward, loss,
  * backward and update are submitted as tasks for a whole step and never
  * waited on here; the caller decides when to wait (evaluation, epoch ends,
- * reading parameters).
+ * reading parameters). A layer's output read by several layers gets their gradients added into
+ * its own, one after the other in the order the backward pass submits them.
  *
  * Tiling: batch rows are cut in tile_rows, features in tile_cols, except the
  * logits, which stay one tile wide so that the softmax sees a whole row. */
@@ -13,7 +14,6 @@
 #include <string.h>
 
 #include "nn/layers.h"
-#include "nn/layout.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "tile/ops.h"
@@ -24,60 +24,6 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   o->batch = 64;
   o->seed = 1;
   tsr_optimizer_init(&o->opt, "sgd", NULL);
-}
-
-/* The registered type of spec layer i (check_spec made sure there is one). */
-static const tsr_layer_type_t *type_of(const tsr_model_spec_t *spec, int i) {
-  const tsr_layer_type_t *t = tsr__layer_type(spec->layers[i].kind);
-  assert(t);
-  return t;
-}
-
-/* Default tiles, for this process's workers (under MPI, each rank's), from
- * the training benchmark's sweeps (README). Feature tiles cut the widest
- * layer into about two tiles per worker, between 256 and 1024 features:
- * fewer, larger GEMM tasks let BLIS run near its peak, and two per worker
- * keep every worker busy while another waits on a dependency. One worker
- * gains nothing from more tasks: 1024 (2 ranks x 1 worker, --sync batch:
- * 35k samples/s with 64x1024 against 27k with 64x256). Where the features
- * give fewer tiles than workers, the batch is cut too: 4 ranks x 4 workers
- * on a 16-core node trained 2x faster with 32x256 tiles than with 64x1024
- * (issue 11). Batch-row tiles hold at most 512 samples. Averaging over MPI
- * does not need large tiles: it moves chunks sized on their own
- * (src/parallel/sync.c). */
-static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o,
-                         int workers, int *mb, int *nb) {
-  bool spatial = false;
-  for (int i = 0; i < spec->n_layers; i++)
-    spatial |= type_of(spec, i)->whole_samples;
-  int widest = 0;
-  for (int i = 0; i < spec->n_layers - 1; i++)
-    if (type_of(spec, i)->cuts_features && spec->layers[i].units > widest)
-      widest = spec->layers[i].units;
-  if (widest == 0) widest = inputs;
-  int cols = workers == 1 ? 1024 : 256;
-  while (cols < 1024 && widest / (2 * workers) >= 2 * cols)
-    cols *= 2;
-  /* A grid column's Pr ranks share the widest layer's column tiles: at least one each. */
-  int rows = o->grid_rows;
-  if (rows > 1 && cols > (widest + rows - 1) / rows) cols = (widest + rows - 1) / rows;
-  int batch = o->batch <= 512 ? o->batch : 512;
-  int col_tiles = (widest + cols - 1) / cols;
-  if (col_tiles < workers) {
-    int cuts = (workers + col_tiles - 1) / col_tiles; /* batch-row tiles wanted */
-    batch = (batch + cuts - 1) / cuts;
-    batch = batch < 16 ? (o->batch < 16 ? o->batch : 16) : batch;
-  }
-  *mb = o->tile_rows > 0 ? o->tile_rows : batch;
-  /* Convolutions are one task per batch-row tile (their activations are one
-   * tile wide): cut the batch into one tile per worker. With the default CNN
-   * at batch 64 on 2 workers, tiles of 32 rows trained 5% faster than 16 and
-   * 40% faster than 64 (benchmarks/bench_cnn --tile R, quiet machine). */
-  if (spatial && o->tile_rows == 0) {
-    int rows = (o->batch + workers - 1) / workers;
-    *mb = rows < 8 ? (o->batch < 8 ? o->batch : 8) : rows > 512 ? 512 : rows;
-  }
-  *nb = o->tile_cols > 0 ? o->tile_cols : cols;
 }
 
 /* This process's CPU workers, at least 1. */
@@ -103,14 +49,21 @@ static int grid_slot_rank(int i, int j, void *ctx) {
   return *(const int *)ctx;
 }
 
-int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
-  if (net->split_out) return tsr_tiles_create_distributed(t, m, n, mb, nb, grid_column_rank, net);
+/* An activation-sized matrix: spread over the grid column by column tile (spread), per-node
+ * under a grid otherwise, else local. */
+static int act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb,
+                     bool spread) {
+  if (spread) return tsr_tiles_create_distributed(t, m, n, mb, nb, grid_column_rank, net);
   if (net->grid_rows > 1) return tsr_tiles_create_per_node(t, m, n, mb, nb);
   return tsr_tiles_create(t, m, n, mb, nb);
 }
 
-int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx) {
-  if (!in_split && !need_dx) return 0; /* a per-node input, no gradient below */
+/* Grid, a dense layer spreading its output: with a spread input (l->lay->gathers) l->gathered
+ * and l->partials, one (batch, fin) matrix per rank of the column, each allocated on its rank
+ * only; with a per-node input whose gradient is computed, l->partials and l->dx_sums. */
+static int grid_scratch(tsr_net_t *net, tsr_layer_t *l) {
+  bool in_split = l->lay->gathers;
+  if (!l->lay->partials) return 0; /* a per-node input, no gradient below */
   int n = net->grid_rows;
   l->gathered = calloc((size_t)n, sizeof *l->gathered);
   l->partials = calloc((size_t)n, sizeof *l->partials);
@@ -128,10 +81,14 @@ int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool ne
   return 0;
 }
 
-int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
-                          int nb, bool decay) {
+/* p's value, gradient and optimizer-state matrices as m says, spread over the grid column like
+ * the layer's output (spread) or local. */
+static int param_create(tsr_net_t *net, tsr_param_t *p, const tsr_layout_matrix_t *m, bool spread) {
+  int64_t rows = m->rows, cols = m->cols;
+  int mb = m->mb, nb = m->nb;
+  bool decay = m->decay;
   p->decay = decay;
-  if (net->split_out) {
+  if (spread) {
     TSR_TRY(tsr_tiles_create_distributed(&p->w, rows, cols, mb, nb, grid_column_rank, net));
     TSR_TRY(tsr_tiles_create_like(&p->g, p->w));
   } else {
@@ -141,11 +98,19 @@ int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t 
   return tsr__optim_add(net->optim, p->w, decay, &p->index);
 }
 
-int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last) {
-  int onb = last ? l->fout : l->out_nb;
-  l->split = net->split_out;
-  TSR_TRY(tsr__net_act_tiles(net, &l->y, net->batch, l->fout, net->mb, onb));
-  return tsr__net_act_tiles(net, &l->dy, net->batch, l->fout, net->mb, onb);
+/* l->y and l->dy (batch, fout) in net->mb x l->out_nb tiles, and the gradients of its other
+ * readers (l->grads), placed as the layout says. */
+static int activations(tsr_net_t *net, tsr_layer_t *l) {
+  l->split = l->lay->spread;
+  TSR_TRY(act_tiles(net, &l->y, net->batch, l->fout, net->mb, l->out_nb, l->split));
+  TSR_TRY(act_tiles(net, &l->dy, net->batch, l->fout, net->mb, l->out_nb, l->split));
+  int extra = l->lay->consumers - 1;
+  if (extra <= 0) return 0;
+  l->grads = calloc((size_t)extra, sizeof *l->grads);
+  if (!l->grads) return TSR_ENOMEM;
+  for (int k = 0; k < extra; k++)
+    TSR_TRY(tsr_tiles_create_like(&l->grads[k], l->dy));
+  return 0;
 }
 
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *to) {
@@ -182,121 +147,57 @@ void tsr__net_label_step(tsr_net_t *net, int64_t step) {
   net->step_label = step;
 }
 
-static int check_spec(const tsr_model_spec_t *spec, int inputs, int classes, tsr_errbuf_t *err) {
-  if (inputs <= 0 || classes < 2)
-    return tsr_error_set(err, TSR_EINVAL, "a network needs inputs > 0 and at least 2 classes");
-  if (spec->n_layers <= 0 || spec->n_layers > TSR_MAX_LAYERS)
-    return tsr_error_set(err, TSR_EINVAL, "a model needs 1 to %d layers (got %d)", TSR_MAX_LAYERS,
-                         spec->n_layers);
-  const tsr_layer_spec_t *last = &spec->layers[spec->n_layers - 1];
-  const tsr_layer_type_t *lt = tsr__layer_type(last->kind);
-  if (!lt || !lt->output || last->units != classes)
-    return tsr_error_set(err, TSR_ESHAPE,
-                         "the last layer must be dense with one unit per class (%d); it is %s "
-                         "with %d units",
-                         classes, lt ? lt->name : "unknown", lt && lt->output ? last->units : 0);
-  for (int i = 0; i < spec->n_layers; i++)
-    if (!tsr__layer_type(spec->layers[i].kind))
-      return tsr_error_set(err, TSR_EINVAL, "layer %d: unknown layer kind %d", i + 1,
-                           (int)spec->layers[i].kind);
-  return 0;
-}
-
-/* Whether the activations entering spec layer i must hold whole samples in
- * one tile: the next layer that is not element-wise works on whole samples
- * (a convolution or a pooling). */
-static bool whole_rows_from(const tsr_model_spec_t *spec, int i) {
-  for (; i < spec->n_layers; i++)
-    if (!type_of(spec, i)->elementwise) return type_of(spec, i)->whole_samples;
-  return false;
-}
-
-/* The input sample's shape: the options', or a square one-channel image
- * when inputs is a perfect square, or 1 x 1 x inputs. */
-static int input_geometry(const tsr_net_opts_t *o, int inputs, tsr_conv_geom_t *g,
-                          tsr_errbuf_t *err) {
-  *g = (tsr_conv_geom_t){.c = o->in_channels, .h = o->in_height, .w = o->in_width};
-  if (g->c == 0 && g->h == 0 && g->w == 0) {
-    int side = (int)lround(sqrt((double)inputs));
-    *g = side * side == inputs ? (tsr_conv_geom_t){.c = 1, .h = side, .w = side}
-                               : (tsr_conv_geom_t){.c = inputs, .h = 1, .w = 1};
-    return 0;
-  }
-  if (g->c <= 0 || g->h <= 0 || g->w <= 0 || (int64_t)g->c * g->h * g->w != inputs)
-    return tsr_error_set(err, TSR_ESHAPE,
-                         "input geometry %d channels x %d x %d does not match the %d input "
-                         "features of a sample",
-                         g->c, g->h, g->w, inputs);
-  return 0;
-}
-
 static void err_clear(tsr_errbuf_t *err) {
   if (err) err->msg[0] = '\0';
 }
 
-/* Builds the layers in order, following each sample's shape through the
- * registry's shape checks. A ReLU right after a dense or conv layer is folded
- * into it (its bias task applies it), saving a pass over the activations; a
- * type without a create function (flatten) changes only the shape. */
-static int create_layers(tsr_net_t *net, const tsr_model_spec_t *spec, tsr_rng_t *rng,
-                         tsr_errbuf_t *err) {
-  int fin = net->inputs;
-  int nb = whole_rows_from(spec, 0) ? net->inputs : net->nb; /* column tile of the activations */
-  tsr_conv_geom_t g;                                         /* their sample shape, (h, w, c) */
-  TSR_TRY(input_geometry(&net->opts, net->inputs, &g, err));
-  tsr_conv_geom_t shown = g; /* messages show the shape before a flatten */
-  for (int i = 0; i < spec->n_layers; i++) {
-    const tsr_layer_spec_t *s = &spec->layers[i];
-    const tsr_layer_type_t *t = type_of(spec, i);
-    bool last = i == spec->n_layers - 1;
-    tsr_layer_t *prev = net->n_layers > 0 ? &net->layers[net->n_layers - 1] : NULL;
-    if (t->is_relu && prev && prev->ops->fuses_relu && !prev->relu) {
-      prev->relu = true;
-      continue;
+/* The layers as net->layout says, in its order: each one's parameters, activations, scratch
+ * and grid scratch, its type's ops, then its type's initial values (in layout order, which is
+ * the order the parameters draw from rng). */
+static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
+  const tsr_net_layout_t *lay = &net->layout;
+  net->layers = calloc((size_t)lay->n_layers, sizeof *net->layers);
+  if (!net->layers) return TSR_ENOMEM;
+  for (int i = 0; i < lay->n_layers; i++) {
+    const tsr_layout_layer_t *ll = &lay->layers[i];
+    tsr_layer_t *l = &net->layers[net->n_layers++];
+    l->lay = ll;
+    l->spec = net->spec.layers[ll->spec], l->index = ll->index;
+    l->fin = ll->fin, l->fout = ll->fout, l->in_nb = ll->in_nb, l->out_nb = ll->out_nb;
+    l->geom = ll->geom, l->relu = ll->relu;
+    l->relu_grad_by_next = ll->relu_grad_by_next, l->relu_grad_in = ll->relu_grad_in;
+    l->nparams = ll->nparams;
+    for (int k = 0; k < ll->nparams; k++)
+      TSR_TRY(param_create(net, &l->params[k], &ll->params[k], ll->spread));
+    TSR_TRY(activations(net, l));
+    for (int k = 0; k < ll->nscratch; k++) {
+      const tsr_layout_matrix_t *m = &ll->scratch[k];
+      TSR_TRY(tsr__net_tiles(&l->scratch[k], m->rows, m->cols, m->mb, m->nb));
     }
-    if (i == 0 || type_of(spec, i - 1)->create) shown = g;
-    tsr_layer_site_t at = {.index = i + 1,
-                           .last = last,
-                           .whole_out = last || whole_rows_from(spec, i + 1),
-                           .shown = shown,
+    TSR_TRY(grid_scratch(net, l));
+    tsr_layer_site_t at = {.index = ll->index,
+                           .name = ll->name,
+                           .last = i == lay->n_layers - 1,
+                           .shown = ll->in[0].shown,
                            .rng = rng,
                            .err = err};
-    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
-    assert((int64_t)g.c * g.h * g.w == fin);
-    TSR_TRY(t->shape(s, &io, &at));
-    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
-    if (!t->create) continue;
-    tsr_layer_t *l = &net->layers[net->n_layers++];
-    l->fin = fin, l->in_nb = nb, l->spec = *s, l->index = i + 1, l->geom = io;
-    /* Grid: dense layers spread their output columns, element-wise layers keep their input's
-     * layout, the rest stay replicated in the column. */
-    bool in_split = net->n_layers > 1 && net->layers[net->n_layers - 2].split;
-    net->split_out = net->grid_rows > 1 && (t->cuts_features || (t->elementwise && in_split));
-    if (in_split && !net->split_out)
-      return tsr_error_set(err, TSR_EINVAL,
-                           "layer %d (%s): under --grid, a layer after a dense layer must be dense "
-                           "or element-wise (convolutions and pooling are replicated in a grid "
-                           "column and take the input batch or another convolution's output); "
-                           "use --grid 1xP for this model",
-                           i + 1, t->name);
-    TSR_TRY(t->create(net, l, &at));
-    if (net->split_out && t->cuts_features)
-      TSR_TRY(tsr__net_grid_scratch(net, l, in_split, net->n_layers > 1));
-    net->split_out = false;
-    fin = l->fout, nb = l->out_nb;
+    l->ops = ll->type->ops;
+    if (ll->type->create) TSR_TRY(ll->type->create(net, l, &at));
   }
+  return 0;
+}
+
+static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
+  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
+    return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
   return 0;
 }
 
 int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, int classes,
                    const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   *out = NULL;
-  int rc = check_spec(spec, inputs, classes, err);
-  if (rc) return rc;
-  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
-    return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
-  rc = tsr_optimizer_check(&opts->opt, err);
-  if (rc) return rc;
+  TSR_TRY(check_opts(opts, err));
+  TSR_TRY(tsr_optimizer_check(&opts->opt, err));
   int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
   if (pr > 1 && (!tsr_dist_active() || tsr_dist_size() % pr != 0))
     return tsr_error_set(err, TSR_EINVAL,
@@ -305,33 +206,37 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
                          pr, pr, tsr_dist_size());
   tsr_net_t *net = calloc(1, sizeof *net);
   if (!net) return TSR_ENOMEM;
+  err_clear(err);
+  int rc = tsr__net_layout(&net->layout, spec, inputs, classes, opts, this_workers(), err);
+  if (rc == 0 && net->layout.grid_rc) {
+    rc = net->layout.grid_rc;
+    if (err) *err = net->layout.grid_err;
+  }
+  if (rc == 0) rc = tsr_model_spec_copy(&net->spec, spec);
   net->grid_rows = pr;
-  net->grid_slot = malloc(sizeof(int) * (size_t)pr);
-  if (!net->grid_slot) {
-    free(net);
-    return TSR_ENOMEM;
+  net->grid_slot = rc == 0 ? malloc(sizeof(int) * (size_t)pr) : NULL;
+  if (rc == 0 && !net->grid_slot) rc = TSR_ENOMEM;
+  if (rc) {
+    tsr_net_destroy(&net);
+    if (err && err->msg[0]) return rc; /* the layout said what does not fit */
+    return tsr_error_set(err, rc, "cannot build the network: %s", tsr_strerror(rc));
   }
   for (int p = 0; p < pr; p++)
     net->grid_slot[p] = tsr_dist_rank() / pr * pr + p;
   net->inputs = inputs, net->classes = classes, net->batch = opts->batch, net->opts = *opts;
-  net->spec = *spec;
-  choose_tiles(spec, inputs, opts, this_workers(), &net->mb, &net->nb);
+  net->mb = net->layout.mb, net->nb = net->layout.nb;
   tsr_rng_t rng = {opts->seed};
 
   net->on_grad = (tsr_grad_hook_t){default_grad_hook, NULL};
-  err_clear(err);
   rc = tsr__optim_create(&net->optim, &opts->opt);
-  if (rc == 0) rc = create_layers(net, spec, &rng, err);
+  if (rc == 0) rc = create_layers(net, &rng, err);
   /* Grid: every rank of a column loads the batch (per-node); the loss task runs with the
    * logits, on row 0, which holds the statistics. */
-  if (rc == 0)
-    rc = tsr__net_act_tiles(net, &net->x0, net->batch, inputs, net->mb, net->layers[0].in_nb);
-  if (rc == 0) rc = tsr__net_act_tiles(net, &net->labels, net->batch, 1, net->mb, 1);
+  if (rc == 0) rc = act_tiles(net, &net->x0, net->batch, inputs, net->mb, net->layout.in_nb, false);
+  if (rc == 0) rc = act_tiles(net, &net->labels, net->batch, 1, net->mb, 1, false);
   int mt = (net->batch + net->mb - 1) / net->mb;
-  net->split_out = pr > 1;
-  if (rc == 0) rc = tsr__net_act_tiles(net, &net->train_stats, mt, 2, 1, 2);
-  if (rc == 0) rc = tsr__net_act_tiles(net, &net->eval_stats, mt, 2, 1, 2);
-  net->split_out = false;
+  if (rc == 0) rc = act_tiles(net, &net->train_stats, mt, 2, 1, 2, pr > 1);
+  if (rc == 0) rc = act_tiles(net, &net->eval_stats, mt, 2, 1, 2, pr > 1);
   if (rc) {
     tsr_net_destroy(&net);
     if (err && err->msg[0]) return rc; /* a layer said what does not fit */
@@ -341,69 +246,18 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   return 0;
 }
 
-/* What create_layers and tsr_net_create allocate, followed layer by layer through the same
- * shape checks, as floats. The kinds with parameters are named here (dense, conv): the registry
- * says nothing of sizes, and these two are the only ones. */
+/* What tsr_net_create allocates, as its layout counts it (layout.c). */
 int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int inputs, int classes,
                      const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   memset(mem, 0, sizeof *mem);
-  TSR_TRY(check_spec(spec, inputs, classes, err));
-  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
-    return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
-  int mb, nb;
-  choose_tiles(spec, inputs, opts, this_workers(), &mb, &nb);
-  tsr_optim_t *optim;
-  TSR_TRY(tsr__optim_create(&optim, &opts->opt));
-  int nstate = tsr__optim_nstate(optim);
-  tsr__optim_destroy(&optim);
-  tsr_conv_geom_t g;
-  TSR_TRY(input_geometry(opts, inputs, &g, err));
-  int64_t batch = opts->batch, mt = (batch + mb - 1) / mb;
-  int64_t params = 0, activations = batch * inputs + batch, workspace = 0;
-  bool fusable = false; /* the last layer built is dense or conv, without a ReLU yet */
-  /* A grid: the busiest rank of a column holds its share of each spread layer's columns (the
-   * logits whole, on row 0), and gathered inputs and partial input gradients. */
-  int pr = opts->grid_rows > 1 ? opts->grid_rows : 1;
-  bool split_in = false, built = false;
-  int64_t share_in = 0;
-  for (int i = 0; i < spec->n_layers; i++) {
-    const tsr_layer_spec_t *s = &spec->layers[i];
-    const tsr_layer_type_t *t = type_of(spec, i);
-    if (t->is_relu && fusable) {
-      fusable = false;
-      continue;
-    }
-    tsr_layer_site_t at = {.index = i + 1, .last = i == spec->n_layers - 1, .shown = g, .err = err};
-    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
-    TSR_TRY(t->shape(s, &io, &at));
-    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
-    if (!t->create) continue;
-    int64_t fin = (int64_t)io.c * io.h * io.w, fout = (int64_t)io.oc * io.oh * io.ow;
-    bool split = pr > 1 && (t->cuts_features || (t->elementwise && split_in));
-    int64_t share = split && !t->cuts_features ? share_in : fout; /* columns held here */
-    if (split && t->cuts_features) {
-      int64_t onb = at.last ? fout : nb, nt = (fout + onb - 1) / onb;
-      share = (nt + pr - 1) / pr * onb < fout ? (nt + pr - 1) / pr * onb : fout;
-      if (split_in || built) activations += 2 * batch * fin; /* gathered, partials */
-    }
-    activations += 2 * batch * share; /* y and dy */
-    fusable = s->kind == TSR_LAYER_DENSE || s->kind == TSR_LAYER_CONV;
-    if (s->kind == TSR_LAYER_DENSE) params += fin * share + share;
-    split_in = split, share_in = share, built = true;
-    if (s->kind == TSR_LAYER_CONV) {
-      int64_t fan_in = (int64_t)io.kh * io.kw * io.c;
-      params += fan_in * io.oc + io.oc;
-      activations += (mt - 1) * (fan_in * io.oc + io.oc); /* per-tile gradient partials */
-      int64_t work = (int64_t)tsr__k_conv_work(&io, mb);
-      if (work > workspace) workspace = work;
-    }
-  }
-  int workers = tsr_runtime_ncpus() > 0 ? tsr_runtime_ncpus() : 1;
-  int64_t f = (int64_t)sizeof(float);
-  mem->params = f * params, mem->grads = f * params, mem->optimizer = f * nstate * params;
-  mem->activations = f * activations, mem->workspace = f * workers * workspace;
-  mem->total = mem->params + mem->grads + mem->optimizer + mem->activations + mem->workspace;
-  return 0;
+  TSR_TRY(check_opts(opts, err));
+  tsr_net_layout_t lay;
+  TSR_TRY(tsr__net_layout(&lay, spec, inputs, classes, opts, this_workers(), err));
+  int rc = lay.grid_rc;
+  if (rc && err) *err = lay.grid_err;
+  if (rc == 0) *mem = lay.memory;
+  tsr__net_layout_fini(&lay);
+  return rc;
 }
 
 void tsr_net_destroy(tsr_net_t **np) {
@@ -421,14 +275,23 @@ void tsr_net_destroy(tsr_net_t **np) {
       tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
     free(l->gathered), free(l->partials);
     tsr_tiles_destroy(&l->dx_sums);
+    for (int k = 0; l->grads && k < l->lay->consumers - 1; k++)
+      tsr_tiles_destroy(&l->grads[k]);
+    free(l->grads);
   }
+  free(net->layers);
   tsr_tiles_destroy(&net->x0);
   tsr_tiles_destroy(&net->dx0);
+  for (int k = 0; net->dx0_grads && k < net->layout.in_consumers - 1; k++)
+    tsr_tiles_destroy(&net->dx0_grads[k]);
+  free(net->dx0_grads);
   tsr_tiles_destroy(&net->labels);
   tsr_tiles_destroy(&net->train_stats);
   tsr_tiles_destroy(&net->eval_stats);
   tsr__optim_destroy(&net->optim);
   free(net->grid_slot);
+  tsr__net_layout_fini(&net->layout);
+  tsr_model_spec_fini(&net->spec);
   free(net);
   *np = NULL;
 }
@@ -463,8 +326,19 @@ int64_t tsr_net_param_count(const tsr_net_t *net) {
   return n;
 }
 
-static const tsr_tiles_t *layer_input(const tsr_net_t *net, int i) {
-  return i == 0 ? net->x0 : net->layers[i - 1].y;
+/* The matrix input k of layer i reads. */
+static const tsr_tiles_t *layer_input(const tsr_net_t *net, int i, int k) {
+  int from = net->layers[i].lay->in[k].from;
+  return from < 0 ? net->x0 : net->layers[from].y;
+}
+
+/* The gradient input k of layer i writes in training: the producer's dy or one of its extra
+ * gradients (NULL: the input batch's, unless kept). */
+static tsr_tiles_t *layer_input_grad(const tsr_net_t *net, int i, int k) {
+  const tsr_layout_input_t *e = &net->layers[i].lay->in[k];
+  if (e->from < 0) return !net->dx0 ? NULL : e->slot == 0 ? net->dx0 : net->dx0_grads[e->slot - 1];
+  const tsr_layer_t *p = &net->layers[e->from];
+  return e->slot == 0 ? p->dy : p->grads[e->slot - 1];
 }
 
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
@@ -477,23 +351,37 @@ static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *ro
 static int forward(tsr_net_t *net, bool train) {
   for (int i = 0; i < net->n_layers; i++) {
     tsr_layer_t *l = &net->layers[i];
+    const tsr_tiles_t *x[TSR_MAX_INPUTS];
+    for (int k = 0; k < l->lay->n_inputs; k++)
+      x[k] = layer_input(net, i, k);
     tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, false);
-    TSR_TRY(l->ops->forward(net, l, layer_input(net, i), train, &o));
+    TSR_TRY(l->ops->forward(net, l, x, train, &o));
   }
   return 0;
 }
 
-/* Backward from the last layer to the first. Each layer's parameters are
- * handed to the gradient hook (the optimizer step, or a synchronization
- * policy) as soon as their gradients are submitted, so updates overlap the
- * backward pass of the layers below. */
+/* Backward from the last layer to the first. A layer's input gradients that are extra
+ * gradients of their producer (it has other readers) are added into the producer's dy right
+ * away, in this fixed order, at the priority of input gradients. Each layer's parameters are
+ * handed to the gradient hook (the optimizer step, or a synchronization policy) as soon as
+ * their gradients are submitted, so updates overlap the backward pass of the layers below. */
 static int backward(tsr_net_t *net, bool do_update) {
   if (do_update) tsr__optim_next_step(net->optim);
   for (int i = net->n_layers - 1; i >= 0; i--) {
     tsr_layer_t *l = &net->layers[i];
-    tsr_tiles_t *dx = i > 0 ? net->layers[i - 1].dy : net->dx0;
+    const tsr_tiles_t *x[TSR_MAX_INPUTS];
+    tsr_tiles_t *dx[TSR_MAX_INPUTS];
+    for (int k = 0; k < l->lay->n_inputs; k++)
+      x[k] = layer_input(net, i, k), dx[k] = layer_input_grad(net, i, k);
     tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, true);
-    TSR_TRY(l->ops->backward(net, l, layer_input(net, i), dx, &o));
+    TSR_TRY(l->ops->backward(net, l, x, dx, &o));
+    for (int k = 0; k < l->lay->n_inputs; k++) {
+      const tsr_layout_input_t *e = &l->lay->in[k];
+      if (e->slot == 0 || !dx[k]) continue;
+      tsr_tiles_t *sum = e->from < 0 ? net->dx0 : net->layers[e->from].dy;
+      tsr_task_opts_t critical = tsr__net_critical(&o);
+      TSR_TRY(tsr__tiles_axpby(&critical, 1.0f, dx[k], 1.0f, sum));
+    }
     for (int k = 0; do_update && k < l->nparams; k++)
       TSR_TRY(net->on_grad.fn(net, &l->params[k], &o, net->on_grad.ctx));
   }
@@ -606,54 +494,17 @@ int tsr_net_grad_get(const tsr_net_t *net, int index, float *dst) {
 
 int tsr_net_keep_input_grad(tsr_net_t *net) {
   if (net->dx0) return 0;
-  return tsr__net_tiles(&net->dx0, net->batch, net->inputs, net->mb, net->layers[0].in_nb);
+  int extra = net->layout.in_consumers - 1;
+  if (extra > 0) {
+    net->dx0_grads = calloc((size_t)extra, sizeof *net->dx0_grads);
+    if (!net->dx0_grads) return TSR_ENOMEM;
+    for (int k = 0; k < extra; k++)
+      TSR_TRY(
+          tsr__net_tiles(&net->dx0_grads[k], net->batch, net->inputs, net->mb, net->layout.in_nb));
+  }
+  return tsr__net_tiles(&net->dx0, net->batch, net->inputs, net->mb, net->layout.in_nb);
 }
 
 int tsr_net_input_grad_get(const tsr_net_t *net, float *dst) {
   return net->dx0 ? tsr_tiles_read(net->dx0, dst) : TSR_EINVAL;
-}
-
-int tsr__net_layout(tsr_net_layout_t *out, const tsr_model_spec_t *spec, int inputs, int classes,
-                    const tsr_net_opts_t *opts, int workers, tsr_errbuf_t *err) {
-  memset(out, 0, sizeof *out);
-  TSR_TRY(check_spec(spec, inputs, classes, err));
-  if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0 || workers <= 0)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "batch and workers must be positive and tile sizes non-negative");
-  choose_tiles(spec, inputs, opts, workers, &out->mb, &out->nb);
-  tsr_conv_geom_t g;
-  TSR_TRY(input_geometry(opts, inputs, &g, err));
-  /* create_layers' walk, recording instead of creating. */
-  int fin = inputs, nb = whole_rows_from(spec, 0) ? inputs : out->nb;
-  for (int i = 0; i < spec->n_layers; i++) {
-    const tsr_layer_spec_t *s = &spec->layers[i];
-    const tsr_layer_type_t *t = type_of(spec, i);
-    bool last = i == spec->n_layers - 1;
-    tsr_layout_layer_t *prev = out->n_layers > 0 ? &out->layers[out->n_layers - 1] : NULL;
-    if (t->is_relu && prev && (prev->kind == TSR_LAYER_DENSE || prev->kind == TSR_LAYER_CONV) &&
-        !prev->relu) {
-      prev->relu = true;
-      continue;
-    }
-    tsr_layer_site_t at = {.index = i + 1, .last = last, .shown = g, .err = err};
-    tsr_conv_geom_t io = {.c = g.c, .h = g.h, .w = g.w};
-    TSR_TRY(t->shape(s, &io, &at));
-    g = (tsr_conv_geom_t){.c = io.oc, .h = io.oh, .w = io.ow};
-    if (!t->create) continue;
-    tsr_layout_layer_t *l = &out->layers[out->n_layers++];
-    int fout = io.oc * io.oh * io.ow;
-    bool whole_out = last || whole_rows_from(spec, i + 1);
-    *l = (tsr_layout_layer_t){.kind = s->kind,
-                              .fin = fin,
-                              .fout = fout,
-                              .in_nb = nb,
-                              .whole_samples = t->whole_samples,
-                              .has_dx =
-                                  out->n_layers > 1, /* backward(): every layer but the first */
-                              .geom = io};
-    /* As each type's create sets out_nb (dense.c, conv.c, pool.c, dropout.c). */
-    l->out_nb = t->whole_samples ? fout : t->elementwise ? nb : whole_out ? fout : out->nb;
-    fin = fout, nb = l->out_nb;
-  }
-  return 0;
 }

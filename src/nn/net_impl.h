@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "nn/layout.h"
 #include "optim/optim.h"
 #include "rng.h"
 #include "runtime/task_opts.h"
@@ -27,27 +28,26 @@ typedef struct tsr_layer tsr_layer_t;
 
 typedef struct {
   const char *name;
-  bool fuses_relu; /* the layer applies a following ReLU itself when l->relu is set */
-  /* l->y (batch, fout) = f(x (batch, fin)); train is false during evaluation. Tasks are
-   * submitted with o (tsr__net_critical(o) for input gradients). */
-  int (*forward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+  /* l->y (batch, fout) = f(x[0], ... x[n_inputs - 1]) (each (batch, its features)); train is
+   * false during evaluation. Tasks are submitted with o (tsr__net_critical(o) for input
+   * gradients). */
+  int (*forward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                  const tsr_task_opts_t *o);
-  /* From l->dy: the parameters' gradients, and dx (batch, fin) unless NULL.
-   * May overwrite l->dy. */
-  int (*backward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                  const tsr_task_opts_t *o);
+  /* From l->dy: the parameters' gradients, and dx[k] (tiled like x[k]) of each input k unless
+   * NULL. May overwrite l->dy. */
+  int (*backward)(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
+                  tsr_tiles_t *const *dx, const tsr_task_opts_t *o);
 } tsr_layer_ops_t;
-
-#define TSR_LAYER_MAX_PARAMS 2
 
 struct tsr_layer {
   const tsr_layer_ops_t *ops;
-  int fin, fout;           /* features per sample, in and out */
-  bool relu;               /* dense, conv: a following ReLU fused into the bias add */
-  int in_nb, out_nb;       /* column tile of the input and of y (fin, fout: whole samples) */
-  tsr_conv_geom_t geom;    /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
-  tsr_layer_spec_t spec;   /* what the layer was built from */
-  int index;               /* 1-based position in the model description (for messages) */
+  const tsr_layout_layer_t *lay; /* borrowed from net->layout: its inputs, tiles, decisions */
+  int fin, fout;                 /* features per sample, in (input 0) and out */
+  bool relu;                     /* dense, conv: a following ReLU fused into the bias add */
+  int in_nb, out_nb;             /* column tile of the input and of y (fin, fout: whole samples) */
+  tsr_conv_geom_t geom;          /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
+  tsr_layer_spec_t spec;         /* what the layer was built from */
+  int index;                     /* 1-based position in the model description (for messages) */
   uint64_t calls;          /* dropout: training forward passes so far (part of the mask's seed) */
   tsr_tiles_t *scratch[2]; /* owned (conv: per-batch-tile weight and bias gradient partials) */
   bool relu_grad_by_next;  /* the next layer's backward applies this layer's fused ReLU */
@@ -55,6 +55,8 @@ struct tsr_layer {
   int nparams;
   tsr_param_t params[TSR_LAYER_MAX_PARAMS]; /* dense: W (fin, fout), b (1, fout) */
   tsr_tiles_t *y, *dy;                      /* (batch, fout) output and its gradient */
+  tsr_tiles_t **grads;    /* owned, [lay->consumers - 1] (batch, fout) like dy: the gradients its
+                           * other readers write, added into dy in a fixed order (fan-out) */
   bool split;             /* grid: y's column tiles (and a dense layer's) spread over the column */
   tsr_tiles_t **gathered; /* grid, dense: [grid_rows] (batch, fin) per rank: input tiles gathered */
   tsr_tiles_t **partials; /* grid, dense: [grid_rows] (batch, fin) per rank: input-gradient sums */
@@ -74,10 +76,12 @@ typedef struct {
 struct tsr_net {
   int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
   tsr_net_opts_t opts;
-  tsr_model_spec_t spec; /* what the net was built from */
-  int n_layers;
-  tsr_layer_t layers[TSR_MAX_LAYERS];
+  tsr_model_spec_t spec;    /* owned copy of what the net was built from */
+  tsr_net_layout_t layout;  /* owned: what was built, layer by layer */
+  int n_layers;             /* layers built, in the order they run */
+  tsr_layer_t *layers;      /* owned, [n_layers] */
   tsr_tiles_t *x0, *dx0;    /* (batch, inputs) input and, when kept, its gradient */
+  tsr_tiles_t **dx0_grads;  /* kept input gradient: [layout.in_consumers - 1] like dx0 (fan-out) */
   tsr_tiles_t *labels;      /* (batch, 1) */
   tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
   tsr_tiles_t *eval_stats;
@@ -88,27 +92,11 @@ struct tsr_net {
   tsr_grad_hook_t on_grad; /* the optimizer step unless a sync policy installed its own */
   int grid_rows;           /* Pr (1: no grid) */
   int *grid_slot;          /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
-  bool split_out;          /* while building: the layer being created spreads its output */
   tsr_traffic_t traffic;   /* grid transfers inside the column so far */
 };
 
 /* Creates a local tiled matrix (every rank's replica is its own). */
 int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
-/* Creates a layer's activation-sized matrix: spread over the grid column by
- * column tile when the layer being built spreads its output (net->split_out),
- * per-node under a grid otherwise, else local. */
-int tsr__net_act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
-/* Grid, a dense layer spreading its output: with a spread input (in_split)
- * creates l->gathered and l->partials, one (batch, fin) matrix per rank of
- * the column, each allocated on its rank only; with a per-node input whose
- * gradient a layer below needs (need_dx), l->partials and l->dx_sums. */
-int tsr__net_grid_scratch(tsr_net_t *net, tsr_layer_t *l, bool in_split, bool need_dx);
-/* Creates p's value, gradient and optimizer-state matrices (rows, cols) in mb x nb tiles. */
-int tsr__net_param_create(tsr_net_t *net, tsr_param_t *p, int64_t rows, int64_t cols, int mb,
-                          int nb, bool decay);
-/* Creates l->y and l->dy (batch, fout) in net->mb x l->out_nb tiles; with
- * last (the logits) one tile wide. */
-int tsr__net_activations(tsr_net_t *net, tsr_layer_t *l, bool last);
 /* Installs hook and returns the one it replaces; installing that one again
  * restores it (hooks come in pairs: a synchronization policy installs its
  * own for a run and puts the previous one back at its end). */

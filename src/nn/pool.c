@@ -13,23 +13,23 @@ static bool is_max(const tsr_layer_t *l) {
   return l->spec.kind == TSR_LAYER_MAXPOOL;
 }
 
-static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, bool train,
+static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  return tsr__tiles_pool_fwd(o, l->y, x, &l->geom, is_max(l));
+  return tsr__tiles_pool_fwd(o, l->y, x[0], &l->geom, is_max(l));
 }
 
-static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *x, tsr_tiles_t *dx,
-                         const tsr_task_opts_t *o) {
+static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
+                         tsr_tiles_t *const *dx, const tsr_task_opts_t *o) {
   (void)net;
   tsr_task_opts_t critical = tsr__net_critical(o);
-  return dx ? tsr__tiles_pool_bwd(&critical, dx, l->dy, x, l->y, &l->geom, is_max(l),
-                                  l->relu_grad_in)
-            : 0;
+  return dx[0] ? tsr__tiles_pool_bwd(&critical, dx[0], l->dy, x[0], l->y, &l->geom, is_max(l),
+                                     l->relu_grad_in)
+               : 0;
 }
 
-static const tsr_layer_ops_t maxpool_ops = {"maxpool", false, pool_forward, pool_backward};
-static const tsr_layer_ops_t avgpool_ops = {"avgpool", false, pool_forward, pool_backward};
+static const tsr_layer_ops_t maxpool_ops = {"maxpool", pool_forward, pool_backward};
+static const tsr_layer_ops_t avgpool_ops = {"avgpool", pool_forward, pool_backward};
 
 static int pool_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
   const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
@@ -52,19 +52,14 @@ static int pool_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_l
   return 0;
 }
 
-static int pool_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)at;
-  const tsr_conv_geom_t *g = &l->geom;
-  l->ops = l->spec.kind == TSR_LAYER_MAXPOOL ? &maxpool_ops : &avgpool_ops;
-  l->fout = g->oh * g->ow * g->oc;
-  l->out_nb = l->fout;
-  if (l->in_nb != l->fin) return TSR_ESHAPE; /* create_layers gives whole samples */
-  /* After a conv with a fused ReLU, max pooling's backward task applies the
-   * ReLU's backward pass too: one pass over the conv's output fewer. */
-  tsr_layer_t *prev = l > net->layers ? l - 1 : NULL;
-  if (l->spec.kind == TSR_LAYER_MAXPOOL && prev && prev->spec.kind == TSR_LAYER_CONV && prev->relu)
-    prev->relu_grad_by_next = l->relu_grad_in = true;
-  return tsr__net_activations(net, l, true);
+/* After a layer with a fused ReLU that lets its reader apply the ReLU's backward (a
+ * convolution) and that only this max pooling reads, the pooling's backward task applies it:
+ * one pass over the convolution's output fewer. */
+static void pool_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
+  const tsr_layout_layer_t *in = l->in[0].from >= 0 ? &lay->layers[l->in[0].from] : NULL;
+  if (l->kind == TSR_LAYER_MAXPOOL && in && in->type->defers_relu_grad && in->relu &&
+      in->consumers == 1)
+    l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
 }
 
 /* "maxpool2x2", then the strides when they are not the kernel's. */
@@ -90,7 +85,9 @@ const tsr_layer_type_t tsr__maxpool_type = {
     .keys = pool_keys,
     .whole_samples = true,
     .shape = pool_shape,
-    .create = pool_create,
+    .layout = pool_layout,
+    .cost = tsr__cost_pass,
+    .ops = &maxpool_ops,
     .describe = pool_describe,
 };
 
@@ -100,6 +97,8 @@ const tsr_layer_type_t tsr__avgpool_type = {
     .keys = pool_keys,
     .whole_samples = true,
     .shape = pool_shape,
-    .create = pool_create,
+    .layout = pool_layout,
+    .cost = tsr__cost_pass,
+    .ops = &avgpool_ops,
     .describe = pool_describe,
 };

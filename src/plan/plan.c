@@ -1,5 +1,6 @@
 /* The planner's model of a step: tasks and transfers counted tile by tile
- * from the layout a run would build (nn/layout.h), costed on a machine.
+ * from the layout a run would build (nn/layout.h): each layer type describes its tasks to the
+ * sink here (its cost hook), which prices them on a machine; no layer kind is named here.
  *
  * The grid (README, "Grids"): rank q is row p = q % Pr of column c = q / Pr.
  * A column is one replica training on its own batch. Inside it, a dense
@@ -20,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/layout.h"
+#include "nn/layers.h"
 #include "parallel/policy.h"
 #include "plan/plan_impl.h"
 #include "try.h"
@@ -50,17 +51,16 @@ int tsr_plan_sync_parse(tsr_sync_schedule_t *sync, const char *text, tsr_errbuf_
 }
 
 double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k) {
-  return 2.0 * (double)m * (double)n * (double)k;
+  return tsr__gemm_flops(m, n, k);
 }
 
 static int ntiles(int64_t n, int b) {
-  return (int)((n + b - 1) / b);
+  return tsr__cost_ntiles(n, b);
 }
 
 /* Size of tile i of a dimension n cut in b. */
 static int tsize(int64_t n, int b, int i) {
-  int64_t r = n - (int64_t)i * b;
-  return (int)(r < b ? r : b);
+  return tsr__cost_tsize(n, b, i);
 }
 
 static int imin(int a, int b) {
@@ -69,14 +69,17 @@ static int imin(int a, int b) {
 
 /* ---- Compute ---------------------------------------------------------- */
 
+/* The sink the layer types describe their tasks to (nn/layout.h): a roofline per task on this
+ * machine, summed over one rank's tasks of a step. */
 typedef struct {
+  tsr_cost_sink_t sink; /* first: the layer types see only this */
   const tsr_machine_t *m;
   const tsr_net_layout_t *lay;
   int batch, mb, pr, pc, nstate, classes, inputs, workers;
-  bool sharded_update;        /* batch averaging: each chunk's update runs once, on its home */
-  double work, flops;         /* one worker's seconds of tasks, and their flops, per step */
-  double chain;               /* critical path per step */
-  double bwd[TSR_MAX_LAYERS]; /* seconds of each layer's backward pass on the rank */
+  bool sharded_update; /* batch averaging: each chunk's update runs once, on its home */
+  double work, flops;  /* one worker's seconds of tasks, and their flops, per step */
+  double chain;        /* critical path per step */
+  double *bwd;         /* [n_layers] seconds of each layer's backward pass on the rank */
 } compute_t;
 
 /* One task: its overhead plus the roofline bound of its kernel. */
@@ -86,12 +89,6 @@ static double task(compute_t *c, double flops, double rate, double bytes) {
   t += c->m->task_overhead;
   c->work += t, c->flops += flops;
   return t;
-}
-
-/* A GEMM tile task: reads its two operands, reads and writes its output. */
-static double gemm_task(compute_t *c, int rows, int cols, int inner, double rate) {
-  double bytes = 4.0 * ((double)rows * inner + (double)inner * cols + 2.0 * rows * cols);
-  return task(c, tsr__plan_gemm_flops(rows, cols, inner), rate, bytes);
 }
 
 /* An update of n floats: reads w, g and the state, writes w and the state. */
@@ -104,123 +101,51 @@ static double update_task(compute_t *c, double n) {
   return t;
 }
 
-static double dense_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
-  int kb = imin(l->in_nb, l->fin), nb = imin(l->out_nb, l->fout), mb = c->mb;
-  int mt = ntiles(c->batch, mb), kt = ntiles(l->fin, kb), nt = ntiles(l->fout, nb);
-  double r_fwd = tsr__plan_gemm_rate(c->m, false, false, mb, nb, kb);
-  double r_dx = tsr__plan_gemm_rate(c->m, false, true, mb, kb, nb);
-  double r_dw = tsr__plan_gemm_rate(c->m, true, false, kb, nb, mb);
-  double fwd_chain = 0;
-  for (int i = 0; i < mt; i++)
-    for (int j = 0; j < nt; j++) {
-      if (j % c->pr != 0) continue; /* row 0's tile columns */
-      int m = tsize(c->batch, mb, i), n = tsize(l->fout, nb, j);
-      double ch = 0;
-      for (int k = 0; k < kt; k++)
-        ch += gemm_task(c, m, n, tsize(l->fin, kb, k), r_fwd);
-      ch += task(c, 0, 1, 4.0 * (2.0 * m * n + n)); /* bias (and ReLU) */
-      if (ch > fwd_chain) fwd_chain = ch;
-    }
-  double before = c->work;
-  double relu_chain = 0, dx_chain = 0, dw_chain = 0;
-  for (int i = 0; i < mt; i++)
-    for (int j = 0; j < nt; j += c->pr) {
-      int m = tsize(c->batch, mb, i), n = tsize(l->fout, nb, j);
-      if (l->relu) relu_chain = task(c, 0, 1, 4.0 * 3 * m * n);
-    }
-  if (l->has_dx)
-    for (int i = 0; i < mt; i++)
-      for (int k = 0; k < kt; k++) {
-        double ch = 0;
-        for (int j = 0; j < nt; j += c->pr)
-          ch += gemm_task(c, tsize(c->batch, mb, i), tsize(l->fin, kb, k), tsize(l->fout, nb, j),
-                          r_dx);
-        if (ch > dx_chain) dx_chain = ch;
-      }
-  for (int k = 0; k < kt; k++)
-    for (int j = 0; j < nt; j += c->pr) {
-      double ch = 0;
-      for (int i = 0; i < mt; i++)
-        ch +=
-            gemm_task(c, tsize(l->fin, kb, k), tsize(l->fout, nb, j), tsize(c->batch, mb, i), r_dw);
-      if (ch > dw_chain) dw_chain = ch;
-    }
-  double upd = 0;
-  for (int j = 0; j < nt; j += c->pr) {
-    for (int i = 0; i < mt; i++)
-      task(c, 0, 1, 4.0 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j)); /* bias gradient */
-    for (int k = 0; k < kt; k++)
-      upd = update_task(c, (double)tsize(l->fin, kb, k) * tsize(l->fout, nb, j));
-    update_task(c, tsize(l->fout, nb, j));
-  }
-  c->bwd[index] = c->work - before;
-  return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
+static double sink_task(tsr_cost_sink_t *k, double flops, double rate, double bytes) {
+  return task((compute_t *)k, flops, rate, bytes);
 }
 
-static double conv_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
-  const tsr_conv_geom_t *g = &l->geom;
-  int mb = c->mb, mt = ntiles(c->batch, mb);
-  double per_sample =
-      tsr__plan_gemm_flops((int64_t)g->oh * g->ow, g->oc, (int64_t)g->kh * g->kw * g->c);
-  double r_fwd = tsr__plan_conv_rate(c->m, g, mb, 0), r_dx = tsr__plan_conv_rate(c->m, g, mb, 1),
-         r_dw = tsr__plan_conv_rate(c->m, g, mb, 2);
-  double chain = 0, before = c->work;
-  for (int i = 0; i < mt; i++) {
-    int m = tsize(c->batch, mb, i);
-    double bytes = 4.0 * m * ((double)l->fin + l->fout);
-    double t = task(c, per_sample * m, r_fwd, bytes);
-    if (i == 0) chain += t;
-  }
-  before = c->work;
-  double bchain = 0;
-  for (int i = 0; i < mt; i++) {
-    int m = tsize(c->batch, mb, i);
-    double bytes = 4.0 * m * ((double)l->fin + l->fout);
-    double t = 0;
-    if (l->has_dx) t = task(c, per_sample * m, r_dx, bytes);
-    double f = task(c, per_sample * m, r_dw, bytes);
-    if (i == 0) bchain = l->has_dx ? t : f;
-  }
-  double fan = (double)g->kh * g->kw * g->c * g->oc + g->oc;
-  for (int i = 1; i < mt; i++) /* the pairwise tree of per-tile gradients */
-    task(c, 0, 1, 4.0 * 3 * fan);
-  update_task(c, fan);
-  c->bwd[index] = c->work - before;
-  return chain + bchain;
+static double sink_update(tsr_cost_sink_t *k, double n) {
+  return update_task((compute_t *)k, n);
 }
 
-/* Pooling, dropout, a ReLU that is not fused: memory-bound, per tile. */
-static double pass_compute(compute_t *c, const tsr_layout_layer_t *l, int index) {
-  int mb = c->mb, mt = ntiles(c->batch, mb), nb = imin(l->out_nb, l->fout);
-  int nt = l->whole_samples ? 1 : ntiles(l->fout, nb);
-  double chain = 0, before = c->work;
-  for (int i = 0; i < mt; i++)
-    for (int j = 0; j < nt; j++) {
-      if (!l->whole_samples && j % c->pr != 0) continue;
-      int m = tsize(c->batch, mb, i);
-      double in = l->whole_samples ? l->fin : tsize(l->fin, nb, j);
-      double out = l->whole_samples ? l->fout : tsize(l->fout, nb, j);
-      double t = task(c, 0, 1, 4.0 * m * (in + out));
-      double b = l->has_dx ? task(c, 0, 1, 4.0 * m * (2 * in + 2 * out)) : 0;
-      if (i == 0 && j == 0) chain += t + b;
-    }
-  c->bwd[index] = (c->work - before) / 2;
-  return chain;
+static double sink_gemm_rate(const tsr_cost_sink_t *k, bool ta, bool tb, int rows, int cols,
+                             int inner) {
+  return tsr__plan_gemm_rate(((const compute_t *)k)->m, ta, tb, rows, cols, inner);
 }
 
+static double sink_conv_rate(const tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, int which) {
+  return tsr__plan_conv_rate(((const compute_t *)k)->m, g, n, which);
+}
+
+static double sink_work(const tsr_cost_sink_t *k) {
+  return ((const compute_t *)k)->work;
+}
+
+/* Batch assembly, every layer's tasks as its type describes them, the loss; and the sums of
+ * the gradients of an output read by several layers (one memory-bound task per tile and extra
+ * reader, row 0's tiles). */
 static void compute_step(compute_t *c) {
+  c->sink = (tsr_cost_sink_t){.batch = c->batch,
+                              .mb = c->mb,
+                              .pr = c->pr,
+                              .task = sink_task,
+                              .update = sink_update,
+                              .gemm_rate = sink_gemm_rate,
+                              .conv_rate = sink_conv_rate,
+                              .work = sink_work};
   int mb = c->mb, mt = ntiles(c->batch, mb);
   double chain = 0;
   for (int i = 0; i < mt; i++) /* batch assembly: rows gathered from the data set */
     chain = task(c, 0, 1, 4.0 * 2 * tsize(c->batch, mb, i) * (c->inputs + 1.0));
   for (int k = 0; k < c->lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &c->lay->layers[k];
-    if (l->kind == TSR_LAYER_DENSE)
-      chain += dense_compute(c, l, k);
-    else if (l->kind == TSR_LAYER_CONV)
-      chain += conv_compute(c, l, k);
-    else
-      chain += pass_compute(c, l, k);
+    chain += l->type->cost(c->lay, l, &c->sink, &c->bwd[k]);
+    int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
+    for (int s = 1; s < l->consumers; s++)
+      for (int i = 0; i < mt; i++)
+        for (int j = 0; j < nt; j += l->spread ? c->pr : 1)
+          c->bwd[k] += task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j));
   }
   for (int i = 0; i < mt; i++) { /* softmax and cross-entropy, on row 0 */
     double t = task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * c->classes);
@@ -259,16 +184,18 @@ static void phase_end(grid_t *g, const tsr_machine_t *m) {
   g->seconds += worst;
 }
 
-/* Per layer, where its output lives: replicated on every row, or tile
- * column j on row j mod Pr. */
+/* Per layer, where its inputs live (the layout's placement): replicated on every row, or tile
+ * column j on row j mod Pr. A layer that cuts its output over the column (a dense layer)
+ * gathers a spread input forward and sends partial input gradients backward; a layer working
+ * on whole samples after a spread input (a placement tessera train refuses) would gather it. */
 static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
                       const tsr_machine_t *m) {
   int pr = g->pr, mt = ntiles(batch, mb);
-  bool in_repl = true; /* the input batch: every row loads it */
   for (int k = 0; k < lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &lay->layers[k];
+    bool in_repl = !l->in_spread;
     int kb = imin(l->in_nb, l->fin), kt = ntiles(l->fin, kb);
-    if (l->kind == TSR_LAYER_DENSE) {
+    if (l->cuts) {
       int nt = ntiles(l->fout, imin(l->out_nb, l->fout)), owners = imin(nt, pr);
       for (int i = 0; i < mt; i++)
         for (int t = 0; t < kt; t++) {
@@ -288,7 +215,6 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
             if (p != o) send(g, o, p, bytes, false);
         }
       phase_end(g, m);
-      in_repl = false;
     } else if (l->whole_samples) {
       for (int i = 0; i < mt && !in_repl; i++)
         for (int t = 0; t < kt; t++)
@@ -296,7 +222,6 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
             if (p != t % pr)
               send(g, t % pr, p, 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t), false);
       phase_end(g, m);
-      in_repl = true;
     }
   }
   for (int p = 0; p < pr; p++) {
@@ -307,8 +232,9 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 
 /* ---- Averaging across columns ------------------------------------------ */
 
-/* Row 0's slice of every parameter: a dense layer's tile columns j with
- * j mod Pr = 0 (as separate matrices when Pr > 1), a convolution whole. */
+/* Row 0's slice of every parameter, layer by layer in the layout's order: a spread layer's
+ * tile columns j with j mod Pr = 0 (as separate matrices when Pr > 1, each tile column's
+ * parameters in turn), a replicated layer's parameters whole. */
 static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int *n,
                       double *layer_bytes) {
   int cap = 16, cnt = 0;
@@ -316,25 +242,17 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
   if (!ps) return TSR_ENOMEM;
   for (int k = 0; k < lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &lay->layers[k];
-    tsr__plan_param_t add[2];
     layer_bytes[k] = 0;
-    if (l->kind == TSR_LAYER_CONV) {
-      int fan = l->geom.kh * l->geom.kw * l->geom.c;
-      add[0] = (tsr__plan_param_t){fan, l->geom.oc, fan, l->geom.oc};
-      add[1] = (tsr__plan_param_t){1, l->geom.oc, 1, l->geom.oc};
-    } else if (l->kind != TSR_LAYER_DENSE) {
-      continue;
-    }
-    int nb = l->kind == TSR_LAYER_DENSE ? imin(l->out_nb, l->fout) : 0;
-    int kb = l->kind == TSR_LAYER_DENSE ? imin(l->in_nb, l->fin) : 0;
-    int nt = l->kind == TSR_LAYER_DENSE ? ntiles(l->fout, nb) : 1;
+    if (l->nparams == 0) continue;
+    bool sliced = l->spread && pr > 1;
+    /* the tile columns: every parameter of a spread layer is tiled like its output */
+    int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
     for (int j = 0; j < nt; j += pr) {
-      if (l->kind == TSR_LAYER_DENSE) {
-        int64_t cols = pr == 1 ? l->fout : tsize(l->fout, nb, j);
-        add[0] = (tsr__plan_param_t){l->fin, cols, kb, imin(nb, (int)cols)};
-        add[1] = (tsr__plan_param_t){1, cols, 1, imin(nb, (int)cols)};
-      }
-      for (int a = 0; a < 2; a++) {
+      for (int a = 0; a < l->nparams; a++) {
+        const tsr_layout_matrix_t *p = &l->params[a];
+        int pnb = imin(p->nb, (int)p->cols), kb = imin(p->mb, (int)p->rows);
+        int64_t cols = sliced ? tsize(p->cols, pnb, j) : p->cols;
+        tsr__plan_param_t add = {p->rows, cols, kb, imin(pnb, (int)cols)};
         if (cnt == cap) {
           tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap *= 2));
           if (!more) {
@@ -343,10 +261,9 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
           }
           ps = more;
         }
-        ps[cnt++] = add[a];
-        layer_bytes[k] += 4.0 * (double)add[a].rows * (double)add[a].cols;
+        ps[cnt++] = add;
+        layer_bytes[k] += 4.0 * (double)add.rows * (double)add.cols;
       }
-      if (l->kind == TSR_LAYER_DENSE && pr == 1) break;
     }
   }
   *out = ps, *n = cnt;
@@ -378,12 +295,14 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
   no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
   no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
-  tsr_net_layout_t *lay = malloc(sizeof *lay);
-  if (!lay) return TSR_ENOMEM;
-  int rc = tsr__net_layout(lay, spec, o->inputs, o->classes, &no, workers, err);
-  if (rc) {
-    free(lay);
-    return rc;
+  tsr_net_layout_t layout, *lay = &layout;
+  TSR_TRY(tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err));
+  /* per layer: the seconds of its backward pass, its parameters' bytes on row 0 */
+  double *bwd = calloc((size_t)lay->n_layers + 1, sizeof *bwd);
+  double *layer_bytes = calloc((size_t)lay->n_layers + 1, sizeof *layer_bytes);
+  if (!bwd || !layer_bytes) {
+    free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
+    return TSR_ENOMEM;
   }
   memset(row, 0, sizeof *row);
   row->pr = pr, row->pc = pc, row->sync = *sync;
@@ -401,7 +320,8 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
                  .classes = o->classes,
                  .inputs = o->inputs,
                  .workers = workers,
-                 .sharded_update = grads && pc > 1};
+                 .sharded_update = grads && pc > 1,
+                 .bwd = bwd};
   compute_step(&c);
   double spread = c.work / workers;
   row->compute_s = oversubscribed * (spread > c.chain ? spread : c.chain);
@@ -411,7 +331,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   grid_t g = {.pr = pr};
   double *buf = calloc((size_t)pr * 7, sizeof *buf);
   if (!buf) {
-    free(lay);
+    free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
     return TSR_ENOMEM;
   }
   g.sent = buf, g.recv = buf + pr, g.msent = buf + 2 * pr, g.mrecv = buf + 3 * pr;
@@ -424,13 +344,13 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   /* Across columns. */
   tsr__plan_param_t *ps = NULL;
   int nps = 0;
-  double layer_bytes[TSR_MAX_LAYERS] = {0}, slice = 0;
-  rc = row0_slice(lay, pr, &ps, &nps, layer_bytes);
+  double slice = 0;
+  int rc = row0_slice(lay, pr, &ps, &nps, layer_bytes);
   tsr__plan_average_t a = {0};
   if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, &a);
   free(ps);
   if (rc) {
-    free(lay);
+    free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
     return rc;
   }
   for (int k = 0; k < lay->n_layers; k++)
@@ -469,21 +389,21 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   double acts = 4.0 * o->batch * (o->inputs + 1.0);
   for (int k = 0; k < lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &lay->layers[k];
+    const tsr_layout_layer_t *in = l->in[0].from >= 0 ? &lay->layers[l->in[0].from] : NULL;
     int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
-    double owned = l->kind == TSR_LAYER_DENSE || (!l->whole_samples && k > 0 &&
-                                                  lay->layers[k - 1].kind == TSR_LAYER_DENSE)
+    /* a layer cutting its output, or one right after it that works on features */
+    double owned = l->cuts || (!l->whole_samples && in && in->cuts)
                        ? (double)l->fout * ntiles(nt, pr) / nt
                        : l->fout;
     if (l->whole_samples || pr == 1) owned = l->fout;
     acts += 4.0 * 2 * o->batch * owned;
     /* Under a grid a dense layer keeps a gathered copy of a spread input and a partial input
      * gradient (tessera train --grid's scratch). */
-    bool in_spread = k > 0 && !lay->layers[k - 1].whole_samples;
-    if (pr > 1 && l->kind == TSR_LAYER_DENSE && (in_spread || l->has_dx))
-      acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
+    bool in_spread = in && !in->whole_samples;
+    if (l->cuts && (in_spread || l->has_dx)) acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
   }
   row->memory_bytes = slice * (2 + o->nstate) + acts + (pc > 1 ? slice / pc * (grads ? 2 : 1) : 0);
-  free(lay);
+  free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
   return 0;
 }
 

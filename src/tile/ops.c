@@ -162,6 +162,52 @@ int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x
   return 0;
 }
 
+int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
+                   const tsr_tiles_t *b) {
+  ROUTE(o, y);
+  if (!same_tiling(y, a) || !same_tiling(y, b)) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    for (int j = 0; j < y->nt; j++)
+      TSR_TRY(tsr__insert_add(o, tsr__tile(y, i, j), tsr__tile(a, i, j), tsr__tile(b, i, j)));
+  return 0;
+}
+
+/* With one pixel per row the block is a range of columns, cut wherever a tile of either side
+ * ends: one task per pair of overlapping tiles. With several, both sides hold whole samples
+ * (one tile wide) and each batch-row tile is one task. */
+int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst_stride,
+                             int dst_off, const tsr_tiles_t *src, int src_stride, int src_off,
+                             int pixels, int width) {
+  ROUTE(o, dst);
+  if (dst->m != src->m || dst->mb != src->mb || pixels < 1 || width < 1 ||
+      (int64_t)(pixels - 1) * dst_stride + dst_off + width > dst->n ||
+      (int64_t)(pixels - 1) * src_stride + src_off + width > src->n ||
+      (pixels > 1 && (dst->nt != 1 || src->nt != 1)))
+    return TSR_ESHAPE;
+  for (int i = 0; i < dst->mt; i++) {
+    if (pixels > 1) {
+      TSR_TRY(tsr__insert_channels_copy(o, tsr__tile(dst, i, 0), dst_stride, dst_off,
+                                        tsr__tile(src, i, 0), src_stride, src_off, pixels, width));
+      continue;
+    }
+    for (int j = dst_off / dst->nb; j < dst->nt && (int64_t)j * dst->nb < dst_off + width; j++) {
+      int64_t d0 = (int64_t)j * dst->nb, d1 = d0 + tsr_tiles_tile_cols(dst, j);
+      int64_t lo = d0 > dst_off ? d0 : dst_off, hi = d1 < dst_off + width ? d1 : dst_off + width;
+      /* [lo, hi) of dst is [lo + shift, hi + shift) of src */
+      int64_t shift = (int64_t)src_off - dst_off;
+      for (int t = (int)((lo + shift) / src->nb); t < src->nt; t++) {
+        int64_t s0 = (int64_t)t * src->nb, s1 = s0 + tsr_tiles_tile_cols(src, t);
+        int64_t a = s0 - shift > lo ? s0 - shift : lo, b = s1 - shift < hi ? s1 - shift : hi;
+        if (a >= b) break;
+        TSR_TRY(tsr__insert_channels_copy(o, tsr__tile(dst, i, j), 0, (int)(a - d0),
+                                          tsr__tile(src, i, t), 0, (int)(a + shift - s0), 1,
+                                          (int)(b - a)));
+      }
+    }
+  }
+  return 0;
+}
+
 int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha) {
   ROUTE(o, x);
   for (int i = 0; i < x->mt; i++)

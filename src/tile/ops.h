@@ -47,6 +47,17 @@ int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_
 int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
                      tsr_tiles_t *y);
 int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha);
+/* y = a + b, all of one shape and tiling. */
+int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
+                   const tsr_tiles_t *b);
+/* Rows of channels-last samples of `pixels` pixels: for every pixel p, the `width` values at
+ * column p src_stride + src_off of src go to column p dst_stride + dst_off of dst (a concat's
+ * input into its output, or its output's gradient back out); dst's other columns are kept.
+ * Row tilings must agree; with pixels > 1 both must be one tile wide, with one pixel any
+ * column tiling works (a task per pair of overlapping tiles). */
+int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst_stride,
+                             int dst_off, const tsr_tiles_t *src, int src_stride, int src_off,
+                             int pixels, int width);
 /* dst (M, N) row r = src row rows[r] (src is (*, lds) row-major, borrowed
  * until the tasks ran; rows is copied), zero from row nvalid on. */
 int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src, int64_t lds,

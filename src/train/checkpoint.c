@@ -30,7 +30,7 @@ typedef struct {
   char (*names)[128];
   int n, cap;
   tsr_st_meta_t *meta;
-  char (*keys)[160], (*values)[2048];
+  char (*keys)[160], **values; /* values: owned, each of its own length */
   int nmeta, capmeta;
 } bundle_t;
 
@@ -40,10 +40,15 @@ static int add_meta(bundle_t *b, const char *key, const char *fmt, ...)
 static int add_meta(bundle_t *b, const char *key, const char *fmt, ...) {
   if (b->nmeta == b->capmeta) return TSR_ENOMEM;
   snprintf(b->keys[b->nmeta], sizeof b->keys[0], "%s", key);
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  vsnprintf(b->values[b->nmeta], sizeof b->values[0], fmt, ap);
+  va_copy(again, ap);
+  int len = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
+  b->values[b->nmeta] = len >= 0 ? malloc((size_t)len + 1) : NULL;
+  if (b->values[b->nmeta]) vsnprintf(b->values[b->nmeta], (size_t)len + 1, fmt, again);
+  va_end(again);
+  if (!b->values[b->nmeta]) return TSR_ENOMEM;
   b->meta[b->nmeta] = (tsr_st_meta_t){b->keys[b->nmeta], b->values[b->nmeta]};
   b->nmeta++;
   return 0;
@@ -78,6 +83,8 @@ static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
 static void bundle_fini(bundle_t *b) {
   for (int i = 0; i < b->n; i++)
     free(b->owned[i]);
+  for (int i = 0; b->values && i < b->nmeta; i++)
+    free(b->values[i]);
   free(b->t), free(b->owned), free(b->names), free(b->meta), free(b->keys), free(b->values);
 }
 
@@ -96,14 +103,25 @@ static int bundle_init(bundle_t *b, int tensors) {
 
 static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoint_info_t *in) {
   const tsr_optimizer_t *hp = &net->opts.opt;
-  char ini[8192], model[256];
+  char model[256];
   tsr_model_describe(&net->spec, net->inputs, model, sizeof model);
-  if (tsr_model_to_ini(&net->spec, ini, sizeof ini)) return TSR_EINVAL;
+  /* The model file as long as it takes (a graph's names and inputs). */
+  char *ini = NULL;
+  for (size_t size = 8192;; size *= 2) {
+    char *more = realloc(ini, size);
+    if (!more) {
+      free(ini);
+      return TSR_ENOMEM;
+    }
+    ini = more;
+    if (tsr_model_to_ini(&net->spec, ini, size) == 0) break;
+  }
   const tsr_layer_t *first = &net->layers[0];
   int rc = add_meta(b, "format", FORMAT);
   rc = rc ? rc : add_meta(b, "tessera_version", "%s", TSR_VERSION);
   rc = rc ? rc : add_meta(b, "model", "%s", model);
   rc = rc ? rc : add_meta(b, "model_ini", "%s", ini);
+  free(ini);
   rc = rc ? rc : add_meta(b, "inputs", "%d", net->inputs);
   rc = rc ? rc : add_meta(b, "classes", "%d", net->classes);
   rc =
@@ -369,6 +387,7 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
                   meta_int(f, "net_seed", &seed)))
     rc = tsr_error_set(err, TSR_EFORMAT, "%s: no inputs, classes or seed in the metadata", path);
   tsr_model_spec_t s;
+  tsr_model_spec_init(&s);
   const char *ini = tsr__st_meta(f, "model_ini");
   if (rc == 0 && !ini) rc = tsr_error_set(err, TSR_EFORMAT, "%s: no model in the metadata", path);
   if (rc == 0) rc = tsr_model_parse_ini_text(&s, ini, path, err);
@@ -385,9 +404,13 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
     rc = tsr_error_set(err, TSR_EFORMAT, "%s: no optimizer or input shape in the metadata", path);
   o.seed = (uint64_t)seed;
   tsr__st_close(&f);
+  if (rc) tsr_model_spec_fini(&s);
   if (rc) return rc;
   if (info) *info = got;
-  if (spec) *spec = s;
+  if (spec)
+    *spec = s; /* the caller's now */
+  else
+    tsr_model_spec_fini(&s);
   if (opts) *opts = o;
   if (inputs) *inputs = (int)in;
   if (classes) *classes = (int)cls;
