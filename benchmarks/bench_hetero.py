@@ -25,7 +25,8 @@ balanced, N / (sum of the ranks' rates).
   /usr/bin/python3 benchmarks/bench_hetero.py --dry-run         # print the commands
   /usr/bin/python3 benchmarks/bench_hetero.py --no-run          # re-read the logs in --out
 
-Writes --out (default benchmarks/results/hetero/): runs.csv (one row per run
+Writes --out (default a new benchmarks/out/hetero-TIMESTAMP/; benchmarks/results/hetero/ only
+with --force): runs.csv (one row per run
 and epoch, with every rank's share, steps, compute and wait seconds),
 summary.csv, summary.md and, when matplotlib is installed, hetero.png (epoch
 time against epochs, uniform and auto, per policy). Needs at least 2 cores.
@@ -40,6 +41,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,11 +53,13 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--rounds", type=int, default=1, help="uniform, auto pairs per policy")
     p.add_argument("--train-limit", type=int, default=0, help="0: every training sample")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "hetero"))
+    add_out_arguments(p)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--no-run", action="store_true", help="re-read the logs already in --out")
     p.add_argument("extra", nargs="*", help="more tessera train options, after --")
-    return p.parse_args()
+    args = p.parse_args()
+    resolve_out(p, args, "hetero")
+    return args
 
 
 def command(args, policy, shares, log):

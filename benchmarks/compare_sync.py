@@ -52,6 +52,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
 DEFAULT_CONFIGS = ("batch,every=8,every=8+slowmo,every=8+nesterov,epoch,epoch+slowmo,"
                    "epoch+nesterov,async-epoch,async-epoch+slowmo,post-local:2,8,hier:2,8")
 NAN = float("nan")
@@ -248,8 +249,7 @@ def main():
     p.add_argument("--networks", default="1:50,10:5,100:2",
                    help="modelled networks, GBITS:LATENCY_US, comma-separated [%(default)s]")
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"), metavar="PATH")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "sync"),
-                   metavar="DIR")
+    add_out_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--no-run", action="store_true", help="only read the logs already in DIR")
     p.add_argument("--keep", action="store_true", help="do not rerun a run whose log is complete")
@@ -257,6 +257,7 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
+    resolve_out(p, args, "sync", create=not args.dry_run)
     configs = split_configs(args.configs)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -15,14 +15,16 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--label", action="append", help="one per log, in order")
-    ap.add_argument("--out", default="runs.png")
+    add_out_arguments(ap, "FILE.png")
     args = ap.parse_args()
+    resolve_out(ap, args, "plot-logs", file="runs.png")
     if args.label and len(args.label) != len(args.logs):
         ap.error("give --label once per log")
     try:

@@ -19,7 +19,7 @@ OUT/scaling.png (samples/s and efficiency against ranks).
 
   /usr/bin/python3 benchmarks/scaling.py [--ranks 1,2,4,8,16] [--workers 1]
       [--policies batch,every=8,epoch] [--samples 30000] [--epochs 2] [--seconds 8]
-      [--tiles 32x256,64x256,64x1024] [--out benchmarks/results/scaling]
+      [--tiles 32x256,64x256,64x1024] [--out DIR] [--force] [--plot-only]
 """
 import argparse
 import csv
@@ -28,6 +28,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from outdir import add_out_arguments, resolve_out
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -94,9 +96,10 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seconds", type=float, default=8, help="PyTorch measuring time [8]")
     p.add_argument("--tiles", default="", help="tile sweep at the largest P (--sync epoch)")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "scaling"))
+    add_out_arguments(p)
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     args = p.parse_args()
+    resolve_out(p, args, "scaling")
     cores = os.cpu_count() or 1
     ranks = [r for r in (int(x) for x in args.ranks.split(",")) if r * args.workers <= cores]
     if 1 not in ranks:

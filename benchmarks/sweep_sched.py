@@ -8,7 +8,7 @@ calibrates the performance models dm* policies use), and the workers'
 utilization (time executing / time profiled) from the statistics line.
 Writes sweep.csv and PNG plots to the output folder.
 
-    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results/schedulers
+    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results/schedulers --force
 
 Timings on a shared machine move between runs: --repeat N runs each
 configuration N times, interleaved, and keeps the fastest.
@@ -21,6 +21,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from outdir import add_out_arguments, resolve_out
 
 POLICIES = ["lws", "ws", "eager", "prio", "dmda", "dmdas", "heteroprio", "modular-heft",
             "critical-first"]
@@ -107,7 +109,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tessera", default="build/tessera")
     ap.add_argument("--custom", default="build/benchmarks/custom_sched")
-    ap.add_argument("--out", default="benchmarks/results/schedulers")
+    add_out_arguments(ap)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--workloads", default="mlp,cnn")
     ap.add_argument("--workers", default="1,2")
@@ -116,7 +118,7 @@ def main():
     ap.add_argument("--no-priorities", action="store_true")
     ap.add_argument("--plot-only", action="store_true", help="replot OUT/sweep.csv")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    resolve_out(ap, args, "schedulers")
     path = os.path.join(args.out, "sweep.csv")
     fields = ["workload", "policy", "tile", "workers", "epoch_s", "samples_per_s", "utilization",
               "idle", "overhead", "tasks"]

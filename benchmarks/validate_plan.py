@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 
+from outdir import add_out_arguments, resolve_out
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn"}
 # Training images per configuration: enough steps for a steady epoch, a few seconds a run here.
@@ -142,13 +144,14 @@ def predict(args, cfg):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
-    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "plan"))
+    add_out_arguments(ap)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=0, help="training images (default: per model)")
     ap.add_argument("--cluster", help="predict with this machine file instead of measuring here")
     ap.add_argument("--only", help="only configurations whose name contains this")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
+    resolve_out(ap, args, "validate-plan")
     grid_ok = has_grid(args.tessera)
     load_before = os.getloadavg()[0]
     rows = []
