@@ -3,7 +3,8 @@
 # never over the committed results in benchmarks/results/ without --force: every script that
 # writes (uses args.out) goes through benchmarks/outdir.py; the default path's logic; a real
 # run of plan_table.py into a temporary --out; the same run pointed into benchmarks/results/
-# refused (exit 2) with the committed files left byte for byte as they were.
+# refused (exit 2) with the committed files left byte for byte as they were; the four plots
+# (scaling, sync, hetero, plan) redrawn from their committed CSVs are readable alone.
 # Usage: test_benchmarks.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -67,6 +68,14 @@ if [[ $rc == 2 ]] && grep -q "inside benchmarks/results/, the committed results"
 else
   fail "plan_table.py --out benchmarks/results/plan: exit $rc ($out); committed files changed: $([[ $before == "$after" ]] && echo no || echo yes)"
 fi
+
+# The plots, redrawn from the committed CSVs into $tmp: readable alone (tests/check_plots.py).
+"$python" "$src/tests/check_plots.py" "$src" "$tmp/plots" >"$tmp/plots.txt" 2>&1
+case $? in
+  0) pass ;;
+  77) echo "SKIP (plots): $(cat "$tmp/plots.txt")" ;;
+  *) fail "plots: $(cat "$tmp/plots.txt")" ;;
+esac
 
 echo "benchmarks: $passed passed, $failed failed"
 [[ $failed == 0 ]]
