@@ -54,3 +54,30 @@ def resolve_out(parser, args, name, file=None, create=True):
     if create and folder:
         os.makedirs(folder, exist_ok=True)
     return args.out
+
+
+class _Tee:
+    """A stream that writes to two: the terminal and the report file."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self):
+        for s in self.streams:
+            s.flush()
+
+
+def tee_stdout(folder, name="report.txt"):
+    """For a benchmark that prints its results: from now on stdout is also written to
+    folder/name (the command line first), so that --out holds what it printed."""
+    import sys
+    path = os.path.join(folder, name)
+    report = open(path, "w")
+    report.write("$ %s\n" % " ".join(sys.argv))
+    sys.stdout = _Tee(sys.stdout, report)
+    return path
