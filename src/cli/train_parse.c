@@ -397,7 +397,8 @@ static const row_t rows[] = {
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
              "or an INI\n"
-             "model file with one section per layer [mlp]"},
+             "model file with one section per layer; a bare NAME.ini is\n"
+             "looked up in the installed share/tessera/models/ [mlp]"},
     /* 0 would train nothing and say nothing of it. */
     {"epochs", "N", read_int, AT(train.epochs), 1, 100000, "an integer from 1 to 100000",
      "epochs, 1 or more [10]"},
