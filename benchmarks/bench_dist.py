@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from outdir import add_out_arguments, resolve_out, tee_stdout
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
@@ -56,7 +58,10 @@ def main():
     p.add_argument("--seconds", type=float, default=10, help="PyTorch measuring time [10]")
     p.add_argument("--mpi-progress", default="auto", choices=["auto", "thread", "worker"])
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
+    add_out_arguments(p)
     args = p.parse_args()
+    resolve_out(p, args, "dist")
+    tee_stdout(args.out)
     rows = []
     for policy, mode in (("batch", "ddp"), ("epoch", "epoch-avg")):
         ours, line = tessera(args, policy)

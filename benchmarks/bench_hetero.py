@@ -25,7 +25,8 @@ balanced, N / (sum of the ranks' rates).
   /usr/bin/python3 benchmarks/bench_hetero.py --dry-run         # print the commands
   /usr/bin/python3 benchmarks/bench_hetero.py --no-run          # re-read the logs in --out
 
-Writes --out (default benchmarks/results/hetero/): runs.csv (one row per run
+Writes --out (default a new benchmarks/out/hetero-TIMESTAMP/; benchmarks/results/hetero/ only
+with --force): runs.csv (one row per run
 and epoch, with every rank's share, steps, compute and wait seconds),
 summary.csv, summary.md and, when matplotlib is installed, hetero.png (epoch
 time against epochs, uniform and auto, per policy). Needs at least 2 cores.
@@ -40,6 +41,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
+from plotting import add_title_arguments, finish  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,11 +54,16 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--rounds", type=int, default=1, help="uniform, auto pairs per policy")
     p.add_argument("--train-limit", type=int, default=0, help="0: every training sample")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "hetero"))
+    add_out_arguments(p)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--no-run", action="store_true", help="re-read the logs already in --out")
     p.add_argument("extra", nargs="*", help="more tessera train options, after --")
-    return p.parse_args()
+    p.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as hetero.png "
+                   "in --out")
+    add_title_arguments(p)
+    args = p.parse_args()
+    resolve_out(p, args, "hetero")
+    return args
 
 
 def command(args, policy, shares, log):
@@ -90,6 +98,10 @@ def balanced_cut(epoch):
 
 def main():
     args = parse_args()
+    if args.plot_only:
+        runs, policies = read_runs_csv(args.plot_only)
+        plot(runs, policies, os.path.join(args.out, "hetero.png"), args.machine, args.command)
+        return
     if (os.cpu_count() or 1) < 2:
         sys.exit("bench_hetero needs at least 2 cores (rank 0 on core 0, ranks 1-3 on core 1)")
     os.makedirs(args.out, exist_ok=True)
@@ -200,6 +212,11 @@ def main():
         argv = [a for a in sys.argv[1:] if a != "--no-run"]
         f.write("`%s`\n\n%s\n\n%s\n" % (" ".join(["benchmarks/bench_hetero.py"] + argv),
                                         "\n".join(lines), "\n\n".join(notes)))
+    plot(runs, policies, os.path.join(args.out, "hetero.png"), args.machine, args.command)
+
+
+def plot(runs, policies, png, machine=None, command=None):
+    """Epoch time against epochs, a panel per policy; runs: (policy, shares) -> rounds."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -207,21 +224,44 @@ def main():
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    fig, axes = plt.subplots(1, len(policies), figsize=(5 * len(policies), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(policies), figsize=(5.5 * len(policies), 4.6), squeeze=False)
     for ax, policy in zip(axes[0], policies):
+        top = 0
         for shares in ("uniform", "auto"):
-            for rnd, epochs in enumerate(runs[(policy, shares)]):
-                ax.plot([e["epoch"] for e in epochs], [e["seconds"] for e in epochs],
-                        marker="o", color="C0" if shares == "uniform" else "C1",
-                        label=shares if rnd == 0 else None)
-        ax.set_title("--sync %s: rank 0 on core 0, ranks 1-3 on core 1" % policy, fontsize=10)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("epoch time (s)")
-        ax.set_ylim(bottom=0)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "hetero.png"), dpi=100)
-    print("wrote %s" % os.path.join(args.out, "hetero.png"))
+            rounds = runs.get((policy, shares), [])
+            for rnd, epochs in enumerate(rounds):
+                ys = [e["seconds"] for e in epochs]
+                top = max([top] + ys)
+                ax.plot([e["epoch"] for e in epochs], ys, marker="o",
+                        color="C0" if shares == "uniform" else "C1",
+                        label=("--shares %s (%d round%s)" % (shares, len(rounds),
+                                                            "s" if len(rounds) > 1 else ""))
+                        if rnd == 0 else None)
+        ax.set_title("--sync %s" % policy, fontsize=10)
+        ax.set_xlabel("epoch (passes over the training set)")
+        ax.set_ylabel("epoch time (s, wall clock)")
+        ax.set_ylim(0, top * 1.15 if top else None)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    finish(fig, png, "4 ranks x 1 worker of different speed: rank 0 alone on core 0, ranks 1-3 "
+           "on core 1", machine, command, dpi=100)
+    print("wrote %s" % png)
+
+
+def read_runs_csv(path):
+    """(runs, policies) from a runs.csv this script wrote: an epoch's seconds by round."""
+    runs, policies = {}, []
+    for r in csv.DictReader(open(path)):
+        if r["policy"] not in policies:
+            policies.append(r["policy"])
+        rounds = runs.setdefault((r["policy"], r["shares"]), [])
+        rnd, epoch = int(r["round"]), int(r["epoch"])
+        while len(rounds) < rnd:
+            rounds.append([])
+        if not rounds[rnd - 1] or rounds[rnd - 1][-1]["epoch"] != epoch:
+            rounds[rnd - 1].append({"epoch": epoch, "seconds": float(r["seconds"])})
+    return runs, policies
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import statistics
 import subprocess
 import tempfile
 
+from outdir import add_out_arguments, resolve_out, tee_stdout
+
 
 def bench_train(build, config, seconds):
     out = subprocess.run([os.path.join(build, "benchmarks", "bench_train"), "--config", config,
@@ -60,7 +62,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--only", default="mlp64,mlp256,cnn,batch,epoch")
+    add_out_arguments(ap)
     args = ap.parse_args()
+    resolve_out(ap, args, "builds")
+    tee_stdout(args.out)
     os.environ.setdefault("STARPU_SILENT", "1")
     measures = {
         "mlp64": lambda b: bench_train(b, "512,512:64", args.seconds),

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+from outdir import add_out_arguments, resolve_out, tee_stdout
+
 
 def run(args, model, devices, home, log):
     cmd = [args.tessera, "train", "--model", model, "--epochs", str(args.epochs), "--devices",
@@ -59,7 +61,10 @@ def main():
     p.add_argument("--sched", default="dmda")
     p.add_argument("--starpu-home", default="", metavar="DIR",
                    help="calibration folder shared by the runs (default: a scratch one each)")
+    add_out_arguments(p)
     args = p.parse_args()
+    resolve_out(p, args, "devices")
+    tee_stdout(args.out)
 
     print("model  devices        workers  samples/s  test acc  tasks by worker kind          MB moved")
     with tempfile.TemporaryDirectory() as tmp:

@@ -52,6 +52,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
+from plotting import add_title_arguments, finish  # noqa: E402
 DEFAULT_CONFIGS = ("batch,every=8,every=8+slowmo,every=8+nesterov,epoch,epoch+slowmo,"
                    "epoch+nesterov,async-epoch,async-epoch+slowmo,post-local:2,8,hier:2,8")
 NAN = float("nan")
@@ -201,7 +203,7 @@ def mean_curve(runs, key):
     return xs, ys
 
 
-def plot(all_runs, png, networks, title):
+def plot(all_runs, png, networks, title, machine=None, command=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -210,28 +212,35 @@ def plot(all_runs, png, networks, title):
         print("compare_sync: no matplotlib: no %s" % png, file=sys.stderr)
         return
     slow = "model_" + net_name(*min(networks))
-    panels = [("epoch", "epoch"), ("wall_time_s", "measured time (s), this machine"),
-              (slow, "modelled time (s) at %s" % net_name(*min(networks)))]
-    fig, axes = plt.subplots(1, len(panels), figsize=(16, 4.8))
+    panels = [("epoch", "epoch (passes over the training set)", "by epoch"),
+              ("wall_time_s", "measured time (s), training only, this run's machine",
+               "by measured time"),
+              (slow, "modelled time (s) at %s" % net_name(*min(networks)),
+               "by modelled time on a %s network" % net_name(*min(networks)))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(17, 6.2))
     colors = plt.get_cmap("tab20").colors  # 20 distinct colours: no two configurations alike
     for n, (config, runs) in enumerate(all_runs.items()):
         style = "--" if "+" in config else "-"
-        for ax, (key, _) in zip(axes, panels):
+        for ax, (key, _, _) in zip(axes, panels):
             xs, ys = mean_curve(runs, key)
             ax.plot(xs, [100 * y for y in ys], style, marker=".", label=config,
                     color=colors[(2 * n) % 20 + (2 * n) // 20 % 2])
-    for ax, (_, xlabel) in zip(axes, panels):
+    for ax, (_, xlabel, name) in zip(axes, panels):
         ax.set_xlabel(xlabel)
         ax.set_ylabel("test accuracy (%), mean over seeds")
+        ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    lo = min(100 * r["test_accuracy"] for runs in all_runs.values() for rows in runs.values()
-             for r in rows[len(rows) // 3:])
-    for ax in axes:
-        ax.set_ylim(max(lo - 1, 0), None)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
+        ax.legend(fontsize=6, ncol=2, loc="lower right")
+    finish(fig, png, title, machine, command, dpi=100)
+
+
+def read_runs_csv(path):
+    """all_runs ({config: {seed: [epoch rows]}}) from a runs.csv this script wrote."""
+    all_runs = {}
+    for r in csv.DictReader(open(path)):
+        row = {k: (v if k in ("config", "sync") else float(v)) for k, v in r.items()}
+        all_runs.setdefault(r["config"], {}).setdefault(int(r["seed"]), []).append(row)
+    return all_runs
 
 
 def main():
@@ -248,15 +257,25 @@ def main():
     p.add_argument("--networks", default="1:50,10:5,100:2",
                    help="modelled networks, GBITS:LATENCY_US, comma-separated [%(default)s]")
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"), metavar="PATH")
-    p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "sync"),
-                   metavar="DIR")
+    add_out_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--no-run", action="store_true", help="only read the logs already in DIR")
     p.add_argument("--keep", action="store_true", help="do not rerun a run whose log is complete")
+    p.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as sync.png "
+                   "in --out; --title TEXT names the run")
+    p.add_argument("--title", default=None, help="with --plot-only: what the runs were")
+    add_title_arguments(p)
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
+    resolve_out(p, args, "sync", create=not args.dry_run)
+    if args.plot_only:
+        png = os.path.join(args.out, "sync.png")
+        plot(read_runs_csv(args.plot_only), png, parse_networks(args.networks),
+             args.title or "tessera: synchronization policies", args.machine, args.command)
+        print("plot:", png)
+        return 0
     configs = split_configs(args.configs)
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -368,7 +387,7 @@ def main():
             f.write("| " + " | ".join(r) + " |\n")
     title = "tessera: synchronization policies and outer optimizers, %d ranks%s" % (
         args.ranks, (", " + " ".join(args.extra)) if args.extra else ", default MLP")
-    plot(all_runs, os.path.join(args.out, "sync.png"), networks, title)
+    plot(all_runs, os.path.join(args.out, "sync.png"), networks, title, args.machine, args.command)
     print("wrote runs.csv, summary.csv, summary.md and sync.png in %s" % args.out)
     if failed:
         print("compare_sync: failed runs: %s" % ", ".join("%s seed %d" % f for f in failed),

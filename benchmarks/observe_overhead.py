@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import tempfile
 
+from outdir import add_out_arguments, resolve_out, tee_stdout
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -26,7 +28,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--args", default="--epochs 3 --train-limit 12000 --test-limit 0",
                     help="training options shared by every variant")
+    add_out_arguments(ap)
     a = ap.parse_args()
+    resolve_out(ap, a, "observe")
+    tee_stdout(a.out)
     variants = {"off": (a.tessera, []), "stats": (a.tessera, ["--stats"]),
                 "trace": (a.tessera, ["--trace", "TRACE"]),
                 "stats+trace": (a.tessera, ["--stats", "--trace", "TRACE"])}

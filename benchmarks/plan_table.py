@@ -9,7 +9,7 @@ batch averaging (the Pr x Pc that Gholami et al. predict can beat both ends),
 pure data parallelism with epoch averaging (1xP epoch), and which is fastest.
 Writes OUT/table.md and OUT/plans.csv and prints the table.
 
-  /usr/bin/python3 benchmarks/plan_table.py                  # benchmarks/results/plan/table.md
+  /usr/bin/python3 benchmarks/plan_table.py                  # benchmarks/out/plan-table-TIME/table.md
   /usr/bin/python3 benchmarks/plan_table.py --nodes 16,64 --batches 64
 """
 import argparse
@@ -19,6 +19,8 @@ import os
 import shlex
 import subprocess
 import sys
+
+from outdir import add_out_arguments, resolve_out
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"mlp4096": "mlp:4096,4096", "cnn": "cnn"}
@@ -41,8 +43,9 @@ def main():
     ap.add_argument("--batches", default="32,128,512", help="samples per step of one replica")
     ap.add_argument("--samples", type=int, default=10_000_000,
                     help="samples per epoch (default 10 M: 1024 nodes still take steps)")
-    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "plan"))
+    add_out_arguments(ap)
     args = ap.parse_args()
+    resolve_out(ap, args, "plan-table")
     rows = []
     for cl in args.clusters.split(","):
         path = os.path.join(REPO, "benchmarks", "clusters", cl + ".ini")

@@ -15,14 +15,18 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import tessera  # noqa: E402
+from outdir import add_out_arguments, resolve_out  # noqa: E402
+from plotting import add_title_arguments, finish  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--label", action="append", help="one per log, in order")
-    ap.add_argument("--out", default="runs.png")
+    add_out_arguments(ap, "FILE.png")
+    add_title_arguments(ap)
     args = ap.parse_args()
+    resolve_out(ap, args, "plot-logs", file="runs.png")
     if args.label and len(args.label) != len(args.logs):
         ap.error("give --label once per log")
     try:
@@ -53,18 +57,20 @@ def main():
             axes[1][col].plot(xs, log.column("loss"), "--", color=line.get_color(), alpha=0.6)
             if all(v is not None for v in test_loss):
                 axes[1][col].plot(xs, test_loss, "-o", ms=3, color=line.get_color(), label=label)
-    for col, xlabel in ((0, "epoch"), (1, "training time (s), evaluation excluded")):
+    for col, xlabel in ((0, "epoch (passes over the training set)"),
+                        (1, "training time (s), evaluation excluded")):
         axes[1][col].set_xlabel(xlabel)
-    axes[0][0].set_ylabel("accuracy (%): test solid, training dashed")
-    axes[1][0].set_ylabel("loss (cross-entropy): test solid, training dashed")
+    axes[0][0].set_ylabel("accuracy (%)")
+    axes[1][0].set_ylabel("loss (cross-entropy, nats)")
+    axes[0][1].set_ylabel("accuracy (%)")
+    axes[1][1].set_ylabel("loss (cross-entropy, nats)")
     for row in axes:
         for ax in row:
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
-    fig.suptitle("tessera runs: %s" % (", ".join(sorted(models)) or "no epochs"), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    finish(fig, args.out, "tessera runs: %s (test solid, training dashed)" % (", ".join(sorted(models)) or "no epochs"),
+           args.machine, args.command)
     print("wrote", args.out)
 
 

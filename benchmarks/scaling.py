@@ -19,7 +19,7 @@ OUT/scaling.png (samples/s and efficiency against ranks).
 
   /usr/bin/python3 benchmarks/scaling.py [--ranks 1,2,4,8,16] [--workers 1]
       [--policies batch,every=8,epoch] [--samples 30000] [--epochs 2] [--seconds 8]
-      [--tiles 32x256,64x256,64x1024] [--out benchmarks/results/scaling]
+      [--tiles 32x256,64x256,64x1024] [--out DIR] [--force] [--plot-only]
 """
 import argparse
 import csv
@@ -28,6 +28,9 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from outdir import add_out_arguments, resolve_out
+from plotting import add_title_arguments, finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -62,26 +65,38 @@ def pytorch(args, ranks, mode):
     return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
 
 
-def plot(rows, path):
+def plot(rows, path, machine=None, command=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.8))
+    ranks = sorted({int(r["ranks"]) for r in rows})
     for name in sorted({r["engine"] + " " + r["policy"] for r in rows}):
-        pts = sorted((r["ranks"], r["samples_per_s"], r["efficiency"]) for r in rows
-                     if r["engine"] + " " + r["policy"] == name)
+        pts = sorted((int(r["ranks"]), float(r["samples_per_s"]), float(r["efficiency"]))
+                     for r in rows if r["engine"] + " " + r["policy"] == name)
         style = "-o" if name.startswith("tessera") else "--s"
         a.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
         b.plot([p[0] for p in pts], [p[2] for p in pts], style, label=name)
-    a.set_xlabel("ranks"), a.set_ylabel("samples/s"), a.set_xscale("log", base=2)
-    b.set_xlabel("ranks"), b.set_ylabel("efficiency (samples/s / (P x 1 rank))")
-    b.set_xscale("log", base=2), b.set_ylim(0, 1.2), b.axhline(1.0, color="grey", lw=0.5)
-    a.legend(fontsize=7), b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    a.set_xlabel("ranks (MPI processes)"), a.set_ylabel("throughput (samples/s, all ranks)")
+    a.set_title("throughput", fontsize=9)
+    b.set_xlabel("ranks (MPI processes)")
+    b.set_ylabel("efficiency: samples/s / (P x 1 rank's samples/s)")
+    b.set_title("scaling efficiency (1 = linear)", fontsize=9)
+    top = max([1.2] + [float(r["efficiency"]) * 1.1 for r in rows])
+    a.set_ylim(0, max(float(r["samples_per_s"]) for r in rows) * 1.15)
+    b.set_ylim(0, top), b.axhline(1.0, color="grey", lw=0.5)
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.margins(x=0.08)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    workers = sorted({r.get("workers", "?") for r in rows})
+    finish(fig, path, "Default MLP, batch 64 per rank, %s StarPU worker(s) per rank: tessera's "
+           "policies against PyTorch's" % "/".join(str(w) for w in workers), machine, command)
     return True
 
 
@@ -94,9 +109,19 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seconds", type=float, default=8, help="PyTorch measuring time [8]")
     p.add_argument("--tiles", default="", help="tile sweep at the largest P (--sync epoch)")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "scaling"))
+    add_out_arguments(p)
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
+    p.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a scaling.csv) into --out")
+    add_title_arguments(p)
     args = p.parse_args()
+    resolve_out(p, args, "scaling")
+    if args.plot_only:
+        rows = list(csv.DictReader(open(args.plot_only)))
+        png = os.path.join(args.out, "scaling.png")
+        if not plot(rows, png, args.machine, args.command):
+            sys.exit("scaling.py: --plot-only needs matplotlib (apt-get install python3-matplotlib)")
+        print("plot:", png)
+        return 0
     cores = os.cpu_count() or 1
     ranks = [r for r in (int(x) for x in args.ranks.split(",")) if r * args.workers <= cores]
     if 1 not in ranks:
@@ -162,7 +187,7 @@ def main():
     with open(os.path.join(args.out, "scaling.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    if plot(rows, os.path.join(args.out, "scaling.png")):
+    if plot(rows, os.path.join(args.out, "scaling.png"), args.machine, args.command):
         print("plot:", os.path.join(args.out, "scaling.png"))
     return 0
 

@@ -8,7 +8,7 @@ calibrates the performance models dm* policies use), and the workers'
 utilization (time executing / time profiled) from the statistics line.
 Writes sweep.csv and PNG plots to the output folder.
 
-    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results/schedulers
+    /usr/bin/python3 benchmarks/sweep_sched.py --out benchmarks/results/schedulers --force
 
 Timings on a shared machine move between runs: --repeat N runs each
 configuration N times, interleaved, and keeps the fastest.
@@ -21,6 +21,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from outdir import add_out_arguments, resolve_out
+from plotting import add_title_arguments, finish
 
 POLICIES = ["lws", "ws", "eager", "prio", "dmda", "dmdas", "heteroprio", "modular-heft",
             "critical-first"]
@@ -55,7 +58,7 @@ def run(args, workload, policy, tile, workers, tmp):
             "tasks": sum(w["tasks"] for w in st["workers"])}
 
 
-def plot(rows, out):
+def plot(rows, out, machine=None, command=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -78,9 +81,11 @@ def plot(rows, out):
         axes[0].set_xticks([i + 0.4 - width / 2 for i in range(len(pols))])
         axes[0].set_xticklabels(pols, rotation=30, ha="right")
         axes[0].set_ylabel("epoch time (s)")
+        axes[0].set_xlabel("StarPU scheduling policy (--sched)")
+        axes[0].set_ylim(0, max(r["epoch_s"] for r in rows if r["workload"] == workload) * 1.25)
         axes[0].set_title(f"{workload}: epoch time, {wmax} workers "
                           f"({WORKLOADS[workload][1]} samples)")
-        axes[0].legend(fontsize=8)
+        axes[0].legend(fontsize=8, loc="upper center", ncol=len(tiles))
         workers = sorted({r["workers"] for r in rows if r["workload"] == workload})
         width = 0.8 / len(workers)
         for k, w in enumerate(workers):
@@ -95,11 +100,13 @@ def plot(rows, out):
         axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(pols))])
         axes[1].set_xticklabels(pols, rotation=30, ha="right")
         axes[1].set_ylabel("worker utilization (% of time executing)")
-        axes[1].set_ylim(0, 100)
+        axes[1].set_ylim(0, 120)
+        axes[1].set_yticks(range(0, 101, 20))
+        axes[1].set_xlabel("StarPU scheduling policy (--sched)")
         axes[1].set_title(f"{workload}: utilization at each policy's best tile")
-        axes[1].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, f"sweep_{workload}.png"), dpi=110)
+        axes[1].legend(fontsize=8, loc="upper center", ncol=len(workers))
+        finish(fig, os.path.join(out, f"sweep_{workload}.png"),
+               f"StarPU scheduling policies on the {workload}, tessera train", machine, command)
         plt.close(fig)
 
 
@@ -107,7 +114,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tessera", default="build/tessera")
     ap.add_argument("--custom", default="build/benchmarks/custom_sched")
-    ap.add_argument("--out", default="benchmarks/results/schedulers")
+    add_out_arguments(ap)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--workloads", default="mlp,cnn")
     ap.add_argument("--workers", default="1,2")
@@ -115,8 +122,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-priorities", action="store_true")
     ap.add_argument("--plot-only", action="store_true", help="replot OUT/sweep.csv")
+    add_title_arguments(ap)
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    resolve_out(ap, args, "schedulers")
     path = os.path.join(args.out, "sweep.csv")
     fields = ["workload", "policy", "tile", "workers", "epoch_s", "samples_per_s", "utilization",
               "idle", "overhead", "tasks"]
@@ -125,7 +133,8 @@ def main():
         for r in rows:
             for k in fields[3:]:
                 r[k] = float(r[k])
-        plot(rows, args.out)
+            r["workers"] = int(r["workers"])
+        plot(rows, args.out, args.machine, args.command)
         return
     configs = [(w, p, t, int(n)) for w in args.workloads.split(",")
                for t in WORKLOADS[w][2] for n in args.workers.split(",")
@@ -147,7 +156,7 @@ def main():
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.5g}" if isinstance(v, float) else v) for k, v in r.items()})
-    plot(rows, args.out)
+    plot(rows, args.out, args.machine, args.command)
     for workload in args.workloads.split(","):
         rs = sorted((r for r in rows if r["workload"] == workload), key=lambda r: r["epoch_s"])
         if rs:

@@ -36,6 +36,9 @@ import subprocess
 import sys
 import tempfile
 
+from outdir import add_out_arguments, resolve_out
+from plotting import add_title_arguments, finish
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn"}
 # Training images per configuration: enough steps for a steady epoch, a few seconds a run here.
@@ -142,13 +145,21 @@ def predict(args, cfg):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
-    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "plan"))
+    add_out_arguments(ap)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=0, help="training images (default: per model)")
     ap.add_argument("--cluster", help="predict with this machine file instead of measuring here")
     ap.add_argument("--only", help="only configurations whose name contains this")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as plan.png "
+                    "in --out")
+    add_title_arguments(ap)
     args = ap.parse_args()
+    resolve_out(ap, args, "validate-plan")
+    if args.plot_only:
+        plot(read_runs_csv(args.plot_only), os.path.join(args.out, "plan.png"), args.machine,
+             args.command)
+        return 0
     grid_ok = has_grid(args.tessera)
     load_before = os.getloadavg()[0]
     rows = []
@@ -221,30 +232,52 @@ def main():
     open(os.path.join(args.out, "summary.md"), "w").write(text)
     print()
     print(text)
+    plot(ok, os.path.join(args.out, "plan.png"), args.machine, args.command)
+    return 0
+
+
+def plot(ok, png, machine=None, command=None):
+    """Predicted against measured step time, one marker per model; ok: the runs that ran."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 6))
-        for model, mark in (("mlp512", "o"), ("mlp4096", "s"), ("cnn", "^")):
-            pts = [r for r in ok if r["model"] == model]
-            ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
-                       marker=mark, label=model)
-        if ok:
-            lo = min(min(r["measured_ms"], r["predicted_ms"]) for r in ok) / 1.5
-            hi = max(max(r["measured_ms"], r["predicted_ms"]) for r in ok) * 1.5
-            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
-            ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.8, label="±20%")
-            ax.plot([lo, hi], [lo / 1.2, hi / 1.2], "k:", lw=0.8)
-        ax.set_xscale("log"), ax.set_yscale("log")
-        ax.set_xlabel("measured ms per step"), ax.set_ylabel("predicted ms per step")
-        ax.set_title("tessera plan: median |error| %.1f%%, max %.1f%%" % (100 * med, 100 * worst))
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "plan.png"), dpi=110)
     except ImportError:
         print("matplotlib missing: no plot")
-    return 0
+        return
+    errors = sorted(abs(r["error"]) for r in ok)
+    med = statistics.median(errors) if errors else float("nan")
+    worst = max(errors) if errors else float("nan")
+    fig, ax = plt.subplots(figsize=(7.5, 7.5))
+    for model, mark in (("mlp512", "o"), ("mlp4096", "s"), ("cnn", "^")):
+        pts = [r for r in ok if r["model"] == model]
+        ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
+                   marker=mark, label="%s (%d runs)" % (model, len(pts)))
+    if ok:
+        lo = min(min(r["measured_ms"], r["predicted_ms"]) for r in ok) / 1.5
+        hi = max(max(r["measured_ms"], r["predicted_ms"]) for r in ok) * 1.5
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="exact")
+        ax.plot([lo, hi], [lo * 1.2, hi * 1.2], "k:", lw=0.8, label="±20%")
+        ax.plot([lo, hi], [lo / 1.2, hi / 1.2], "k:", lw=0.8)
+        ax.set_xlim(lo, hi), ax.set_ylim(lo, hi)
+    ax.set_xscale("log"), ax.set_yscale("log")
+    ax.set_xlabel("measured time per training step (ms)")
+    ax.set_ylabel("tessera plan's predicted time per step (ms)")
+    ax.set_title("median |error| %.1f%%, max %.1f%%" % (100 * med, 100 * worst), fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    finish(fig, png, "tessera plan against measured runs (grids, syncs, batches)", machine,
+           command)
+
+
+def read_runs_csv(path):
+    """The runs that ran, from a runs.csv this script wrote."""
+    out = []
+    for r in csv.DictReader(open(path)):
+        if r["status"] == "ok":
+            out.append(dict(r, predicted_ms=float(r["predicted_ms"]),
+                            measured_ms=float(r["measured_ms"]), error=float(r["error"])))
+    return out
 
 
 if __name__ == "__main__":

@@ -811,6 +811,65 @@ Test(data, normalize_constant_features_stays_finite) {
   tsr_dataset_fini(&ds);
 }
 
+/* Per-column standardization (--standardize column): each column by its own mean and std, a
+ * constant column only centred, the test set through the training columns' statistics; auto is
+ * column for CSV; a test set of other columns is refused by name. */
+Test(data, standardize_per_column) {
+  const char *p = write_text("cols.csv", "0,1,1000,5\n1,3,3000,5\n0,5,8000,5\n");
+  const char *q = write_text("cols_test.csv", "1,3,1000,6\n");
+  tsr_dataset_t tr, te;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_csv(&tr, p, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_dataset_load_csv(&te, q, &err), 0, "%s", err.msg);
+  tsr_standardization_t z;
+  cr_assert_eq(tsr_standardization_fit(&z, TSR_STANDARDIZE_AUTO, &tr, &err), 0, "%s", err.msg);
+  cr_assert_eq(z.kind, TSR_STANDARDIZE_COLUMN);
+  cr_assert_eq(z.n, 3);
+  /* Column 0: 1, 3, 5 (mean 3, variance 8/3); column 1: mean 4000, variance 26e6/3; column 2. */
+  cr_assert_float_eq(z.mean[0], 3.0f, 1e-6f);
+  cr_assert_float_eq(z.std[0], sqrtf(8.0f / 3.0f), 1e-6f);
+  cr_assert_float_eq(z.mean[1], 4000.0f, 1e-3f);
+  cr_assert_float_eq(z.std[1], (float)sqrt(26e6 / 3.0), 1e-2f);
+  cr_assert_eq(z.mean[2], 5.0f);
+  cr_assert_eq(z.std[2], 0.0f);
+  cr_assert_eq(tsr_standardization_apply(&z, &tr, "the training set", &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_standardization_apply(&z, &te, "the test set", &err), 0, "%s", err.msg);
+  for (int j = 0; j < 2; j++) { /* each column now has mean 0 and std 1 */
+    double m = 0, v = 0;
+    for (int i = 0; i < 3; i++)
+      m += tr.x[i * 3 + j] / 3.0;
+    for (int i = 0; i < 3; i++)
+      v += (tr.x[i * 3 + j] - m) * (tr.x[i * 3 + j] - m) / 3.0;
+    cr_assert(fabs(m) < 1e-6 && fabs(v - 1) < 1e-5, "column %d: mean %g, variance %g", j, m, v);
+  }
+  cr_assert_eq(tr.x[2], 0.0f);
+  cr_assert_float_eq(te.x[0], 0.0f, 1e-6f);
+  cr_assert_float_eq(te.x[1], -3000.0f / (float)sqrt(26e6 / 3.0), 1e-5f);
+  cr_assert_eq(te.x[2], 1.0f);
+  tsr_dataset_t other = {.n = 1, .features = 2, .x = (float[]){1, 2}};
+  cr_assert_eq(tsr_standardization_apply(&z, &other, "the test set", &err), TSR_ESHAPE);
+  cr_assert(strstr(err.msg, "the test set has 2 features, but the standardization was fitted to 3"),
+            "%s", err.msg);
+  tsr_standardization_fini(&z);
+  /* scalar is tsr_dataset_stats; none changes nothing. */
+  tsr_dataset_fini(&tr);
+  cr_assert_eq(tsr_dataset_load_csv(&tr, p, &err), 0, "%s", err.msg);
+  float mean, std;
+  tsr_dataset_stats(&tr, &mean, &std);
+  cr_assert_eq(tsr_standardization_fit(&z, TSR_STANDARDIZE_SCALAR, &tr, &err), 0);
+  cr_assert(z.n == 1 && z.mean[0] == mean && z.std[0] == std);
+  tsr_standardization_fini(&z);
+  cr_assert_eq(tsr_standardization_fit(&z, TSR_STANDARDIZE_NONE, &tr, &err), 0);
+  cr_assert_eq(tsr_standardization_apply(&z, &tr, "the training set", &err), 0);
+  cr_assert(z.n == 0 && tr.x[1] == 1000.0f);
+  tsr_standardization_fini(&z);
+  tsr_standardize_t k;
+  cr_assert_eq(tsr_standardize_parse("column", &k), 0);
+  cr_assert_eq(k, TSR_STANDARDIZE_COLUMN);
+  cr_assert_eq(tsr_standardize_parse("mean", &k), TSR_EINVAL);
+  tsr_dataset_fini(&tr), tsr_dataset_fini(&te);
+}
+
 Test(data, fini_is_safe_on_zeroed_and_twice) {
   tsr_dataset_t ds = {0};
   tsr_dataset_fini(&ds);

@@ -290,7 +290,7 @@ Test(plan, a_cluster_path_that_is_a_directory_says_so) {
   tsr_machine_t m;
   tsr_errbuf_t err = {""};
   cr_expect_eq(tsr_machine_load_ini(&m, "/tmp", &err), TSR_EIO);
-  cr_expect(strstr(err.msg, "/tmp: is a directory") != NULL, "%s", err.msg);
+  cr_expect(strstr(err.msg, "/tmp: is a folder, not a cluster file") != NULL, "%s", err.msg);
 }
 
 Test(plan, grid_count_matches_the_grid_branchs_example) {

@@ -5,7 +5,8 @@
  * i (0-based) of the model description, and `optimizer.<parameter>.<state>`
  * for the optimizer's state (its registry entry names them, PyTorch's names:
  * momentum_buffer, exp_avg, exp_avg_sq; tessera/optim.h). The metadata holds
- * the model (as an INI model file), the input shape and standardization, the
+ * the model (as an INI model file), the input shape and standardization (its kind, and a mean
+ * and std, or one per column, space-separated), the
  * optimizer (its registered name), its hyper-parameters and step count, where
  * training stands (tsr_checkpoint_info_t), and a CRC-32 per tensor, checked
  * on load. */
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tessera/data.h"
 #include "tessera/error.h"
 #include "tessera/net.h"
 
@@ -33,8 +35,12 @@ typedef struct {
   /* What it was written for. */
   char model[256];             /* tsr_model_describe of the net */
   char data[128];              /* tsr_dataset_fingerprint of the training set, or "" */
-  float input_mean, input_std; /* the standardization the inputs got (tsr_dataset_stats) */
-  char version[16];            /* tessera's version that wrote it */
+  float input_mean, input_std; /* the scalar standardization the inputs got (tsr_dataset_stats);
+                                  0 and 1 when it was per column or none */
+  /* Saving: how the inputs were standardized (borrowed), or NULL for the scalar input_mean and
+   * input_std. Loading and reading leave it NULL: tsr_checkpoint_read_standardization. */
+  const tsr_standardization_t *standardization;
+  char version[16]; /* tessera's version that wrote it */
 } tsr_checkpoint_info_t;
 
 /* Writes net (its parameters, optimizer state and step count) and info to
@@ -60,6 +66,13 @@ TSR_API int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *da
 TSR_API int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info,
                                 tsr_model_spec_t *spec, tsr_net_opts_t *opts, int *inputs,
                                 int *classes, tsr_errbuf_t *err);
+
+/* How path's inputs were standardized, into *s (the caller's to fini, tsr_standardization_fini):
+ * the metadata's input_standardize ("column" or "none"; absent in a scalar checkpoint, and in
+ * every checkpoint of before) with input_mean and input_std (one number, or one per column).
+ * TSR_EFORMAT when they do not read as that kind. */
+TSR_API int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t *s,
+                                                tsr_errbuf_t *err);
 
 /* Prints path's tensors (name, shape) and metadata, after checking the file. */
 TSR_API int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err);

@@ -55,12 +55,48 @@ TSR_API int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n);
 TSR_API void tsr_dataset_stats(const tsr_dataset_t *ds, float *mean, float *std);
 TSR_API void tsr_dataset_normalize(tsr_dataset_t *ds, float mean, float std);
 
-/* Standardizes a training set and its test set the way tsr_train's callers
- * should: the training set's mean and std (tsr_dataset_stats), applied to the
+/* Standardizes a training set and its test set with one mean and std (scalar): the training
+ * set's mean and std (tsr_dataset_stats), applied to the
  * training set and to test (tsr_dataset_normalize), so the test set is seen
  * through the statistics the net was trained with, never its own. train and
  * test are borrowed and changed in place; test may be NULL or empty. */
 TSR_API void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test);
+
+/* How inputs are standardized (tessera train --standardize): one mean and std over every feature
+ * (scalar: images, whose pixels share a scale), a mean and std per feature column (column:
+ * tabular data, whose columns do not), or not at all (none). */
+typedef enum {
+  TSR_STANDARDIZE_AUTO,   /* column for tabular data (CSV: no image geometry), scalar for images */
+  TSR_STANDARDIZE_SCALAR, /* tsr_dataset_stats, tsr_dataset_normalize */
+  TSR_STANDARDIZE_COLUMN,
+  TSR_STANDARDIZE_NONE,
+} tsr_standardize_t;
+
+/* A standardization fitted to a training set: x[i][j] becomes (x[i][j] - mean[j']) * (1 / std[j'])
+ * in float32, j' = j for column and 0 for scalar; a std of 0 (a constant column) or not finite
+ * removes only the mean. */
+typedef struct {
+  tsr_standardize_t kind; /* scalar, column or none, never auto once fitted */
+  int64_t n;              /* entries of mean and std: 1 (scalar), the features (column), 0 (none) */
+  float *mean, *std;      /* (n) owned; NULL when n is 0 */
+} tsr_standardization_t;
+
+/* "scalar", "column", "none" or "auto" into *kind; TSR_EINVAL for another name. */
+TSR_API int tsr_standardize_parse(const char *name, tsr_standardize_t *kind);
+/* The name of kind ("scalar", ...). */
+TSR_API const char *tsr_standardize_name(tsr_standardize_t kind);
+
+/* Fits s (the caller's to fini) to train (borrowed): kind's statistics over every training
+ * sample, in double, rounded to float32; auto picks column or scalar by train's geometry.
+ * TSR_ENOMEM. */
+TSR_API int tsr_standardization_fit(tsr_standardization_t *s, tsr_standardize_t kind,
+                                    const tsr_dataset_t *train, tsr_errbuf_t *err);
+/* Applies s to ds in place (train and test alike, so the test set is seen through the training
+ * statistics). TSR_ESHAPE, naming what (e.g. "the test set"), when a column standardization
+ * has another number of features than ds. */
+TSR_API int tsr_standardization_apply(const tsr_standardization_t *s, tsr_dataset_t *ds,
+                                      const char *what, tsr_errbuf_t *err);
+TSR_API void tsr_standardization_fini(tsr_standardization_t *s);
 
 TSR_API void tsr_dataset_fini(tsr_dataset_t *ds);
 

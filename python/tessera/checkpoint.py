@@ -126,6 +126,12 @@ class Checkpoint:
         return parse_floats(self.metadata["input_std"])
 
     @property
+    def input_standardize(self):
+        """How the inputs were standardized: "scalar" (no key: every checkpoint of before),
+        "column" (input_mean and input_std per feature) or "none"."""
+        return self.metadata.get("input_standardize", "scalar")
+
+    @property
     def optimizer(self):
         return self.metadata["optimizer"]
 

@@ -5,11 +5,14 @@ give pixels p / 255 as float32 (correctly rounded); CSV folders (train.csv, test
 first, then the features; an optional header line) give the numbers as written. Samples are rows
 of h w c features (channels last), labels are ints.
 
-tessera standardizes with the training set's statistics (after --train-limit): one mean and one
-standard deviation over every feature of every training sample, in double precision, rounded
-to float32; then each feature becomes (x - mean) * (1 / std) in float32 (the mean alone is
-removed when std is 0). A checkpoint records them as input_mean and input_std, and its `data`
-key is a fingerprint of the training set that `train --resume` compares.
+tessera standardizes with the training set's statistics (after --train-limit), as --standardize
+says: IDX images by default with one mean and one standard deviation over every feature of every
+training sample (scalar), CSV data by default with a mean and deviation per feature column
+(column), in double precision, rounded to float32; then each feature becomes (x - mean) * (1 /
+std) in float32 (the mean alone is removed when std is 0). A checkpoint records them as
+input_mean and input_std (one number, or one per column, space-separated) and, when not scalar,
+the kind as input_standardize; its `data` key is a fingerprint of the training set that
+`train --resume` compares.
 """
 import gzip
 import os
@@ -65,10 +68,11 @@ def _read_csv(path):
 
 class Dataset:
     """x: (n, features) float32, as tessera reads them (not standardized); y: (n,) int64;
-    classes: 1 + the largest label of the whole file (a limit keeps it); shape: (c, h, w)."""
+    classes: 1 + the largest label of the whole file (a limit keeps it); shape: (c, h, w);
+    images: read from IDX images (True) or a CSV table (False)."""
 
-    def __init__(self, x, y, classes, shape):
-        self.x, self.y, self.classes, self.shape = x, y, classes, shape
+    def __init__(self, x, y, classes, shape, images=False):
+        self.x, self.y, self.classes, self.shape, self.images = x, y, classes, shape, images
 
     def __len__(self):
         return len(self.y)
@@ -77,7 +81,7 @@ class Dataset:
         """The first n samples (all if n is None or 0, as tessera's --train-limit)."""
         if not n or n >= len(self.y):
             return self
-        return Dataset(self.x[:n], self.y[:n], self.classes, self.shape)
+        return Dataset(self.x[:n], self.y[:n], self.classes, self.shape, self.images)
 
 
 def load(folder):
@@ -90,7 +94,7 @@ def load(folder):
             n = pix.shape[0]
             x = pix.reshape(n, -1).astype(np.float32) / np.float32(255)
             shape = (1,) + tuple(pix.shape[1:3]) if pix.ndim == 3 else default_shape(x.shape[1])
-            sets.append(Dataset(x, lab.astype(np.int64), int(lab.max()) + 1, shape))
+            sets.append(Dataset(x, lab.astype(np.int64), int(lab.max()) + 1, shape, True))
         sets[1].classes = sets[0].classes
         return sets[0], sets[1]
     train_csv, test_csv = os.path.join(folder, "train.csv"), os.path.join(folder, "test.csv")
@@ -138,6 +142,43 @@ def stats(x):
     return np.float32(m), np.float32(np.sqrt(var / x.size))
 
 
+def column_stats(x):
+    """(mean, std) per feature column of x as tessera computes them (--standardize column:
+    per column, two passes in double over the samples in order, rounded to float32)."""
+    x = np.asarray(x, dtype=np.float32)
+    n = x.shape[0]
+    if n == 0:
+        z = np.zeros(x.shape[1], dtype=np.float32)
+        return z, z
+    xd = x.astype(np.float64)
+    m = np.add.accumulate(xd, axis=0)[-1] / n
+    d = xd - m
+    var = np.add.accumulate(d * d, axis=0)[-1] / n
+    return m.astype(np.float32), np.sqrt(var).astype(np.float32)
+
+
+def default_standardize(train):
+    """tessera's default --standardize for a Dataset: scalar for images (IDX), column for
+    tabular data (CSV)."""
+    return "scalar" if getattr(train, "images", False) else "column"
+
+
+def standardization(train, kind=None):
+    """(kind, mean, std) that tessera fits to a training set with --standardize kind (default
+    default_standardize(train)): scalars for scalar, per-column arrays for column, 0 and 1 for
+    none."""
+    kind = kind or default_standardize(train)
+    if kind == "scalar":
+        mean, std = stats(train.x)
+    elif kind == "column":
+        mean, std = column_stats(train.x)
+    elif kind == "none":
+        mean, std = np.float32(0), np.float32(1)
+    else:
+        raise ValueError("standardization %r: expected column, scalar or none" % kind)
+    return kind, mean, std
+
+
 def standardize(x, mean, std):
     """x standardized as tessera does it (tsr_dataset_normalize), float32: (x - mean) *
     (1 / std), or x - mean when std is 0 or not finite. mean and std: scalars or per-feature
@@ -159,10 +200,11 @@ def fingerprint(train):
     return "%d x %d, %d classes, checksum %.9g" % (n, f, train.classes, total)
 
 
-def describe(train):
+def describe(train, kind=None):
     """(data, input_mean, input_std): what a checkpoint records of a training set, for
-    from_torch. train: a Dataset as tessera trains on it (after --train-limit)."""
-    mean, std = stats(train.x)
+    from_torch. train: a Dataset as tessera trains on it (after --train-limit); kind: its
+    --standardize (default default_standardize(train))."""
+    _, mean, std = standardization(train, kind)
     return fingerprint(train), mean, std
 
 

@@ -502,7 +502,7 @@ def _optimizer_of(opt, name_hint=None):
 
 def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
                input_std=None, data=None, optimizer=None, optimizer_steps=None, like=None,
-               seed=1, epochs=0, lr_schedule="cosine"):
+               seed=1, epochs=0, lr_schedule="cosine", standardize=None):
     """Writes module as a tessera checkpoint at path that `tessera eval --checkpoint` and
     `tessera train --resume` load; returns the Checkpoint written.
 
@@ -513,7 +513,10 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         dataset: the training set (tessera.data.Dataset, after any --train-limit) that
             tessera will train on: its mean, std and fingerprint (`train --resume` refuses
             other data), computed as tessera does; or
-        input_mean, input_std (and data: the fingerprint string) given directly; or
+            standardize: its --standardize (column, scalar or none; default column for
+            CSV data, scalar for images, as tessera train); or
+        input_mean, input_std (and data: the fingerprint string) given directly: scalars,
+            or per-column arrays (standardize="column"); or
         like: a Checkpoint whose training state is copied (data, standardization, epoch,
             seeds, schedule; its optimizer's name, hyper-parameters and state when no
             optimizer is given and its tensors fit).
@@ -538,8 +541,12 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         raise ValueError("input_shape %s, but the network takes %s" % (tuple(input_shape),
                                                                         graph.input_shape))
     base = dict(like.metadata) if like is not None else {}
+    kind = base.get("input_standardize", "scalar")
     if dataset is not None:
-        data, input_mean, input_std = _data.describe(dataset)
+        kind = standardize or _data.default_standardize(dataset)
+        data, input_mean, input_std = _data.describe(dataset, kind)
+    elif input_mean is not None:
+        kind = standardize or ("column" if np.asarray(input_mean).size > 1 else "scalar")
     if input_mean is None and "input_mean" not in base:
         raise ValueError("from_torch needs the inputs' standardization: give dataset= (the "
                          "training set), like= (a checkpoint), or input_mean= and input_std=")
@@ -563,6 +570,8 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         "ranks": base.get("ranks", 1),
         "dropout_calls": base.get("dropout_calls", ""),
     }
+    if kind != "scalar":  # last, as tessera writes it; no key means scalar
+        meta["input_standardize"] = kind
     # The optimizer: a torch one, a name, the like checkpoint's, or tessera's default.
     old = like.tensors if like is not None else {}
     torch_opt = None

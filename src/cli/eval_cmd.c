@@ -139,7 +139,10 @@ int tsr_cli_eval(int argc, char **argv) {
                        "and %d classes",
                        data, (long long)test.n, (long long)test.features, test.classes, path,
                        inputs, classes);
-  if (rc == 0) tsr_dataset_normalize(&test, info.input_mean, info.input_std);
+  tsr_standardization_t z = {0};
+  if (rc == 0) rc = tsr_checkpoint_read_standardization(path, &z, &err);
+  if (rc == 0) rc = tsr_standardization_apply(&z, &test, data, &err);
+  tsr_standardization_fini(&z);
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
   ro.ncpus = (int)workers, ro.opencl = opencl;

@@ -236,6 +236,13 @@ static int read_lr_schedule(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
+static int read_standardize(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"column", "scalar", "none", NULL};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  return tsr_standardize_parse(names[i], &p->cfg->standardize) == 0 ? 0 : 2;
+}
+
 static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
   static const char *const names[] = {"none", "linear", NULL};
   static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
@@ -390,7 +397,8 @@ static const row_t rows[] = {
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
              "or an INI\n"
-             "model file with one section per layer [mlp]"},
+             "model file with one section per layer; a bare NAME.ini is\n"
+             "looked up in the installed share/tessera/models/ [mlp]"},
     /* 0 would train nothing and say nothing of it. */
     {"epochs", "N", read_int, AT(train.epochs), 1, 100000, "an integer from 1 to 100000",
      "epochs, 1 or more [10]"},
@@ -434,6 +442,10 @@ static const row_t rows[] = {
      "an integer from 1 to 2147483647", "use only the first N training samples"},
     {"test-limit", "N", read_int64, AT(test_limit), 0, 0x7fffffffL,
      "an integer from 0 to 2147483647", "use only the first N test samples"},
+    {"standardize", "S", read_standardize, .want = "column, scalar or none",
+     .help = "inputs standardized with the training set's mean and std per\n"
+             "feature column, over every feature (scalar), or not at all\n"
+             "[column for CSV data, scalar for IDX images]"},
     {"classes", "N", read_int, AT(classes), 2, 1 << 24, "an integer from 2 to 16777216",
      "classes (labels 0 to N-1; a label >= N is an error)\n"
      "[1 + the largest training label]"},

@@ -104,6 +104,7 @@ typedef struct {
   char desc[256], sync_text[64];
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
+  tsr_standardization_t standardization; /* fitted to the training set, owned */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
   tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
   tsr_run_setup_t setup;         /* each rank's batch and shard, shares as measured, from the
@@ -199,8 +200,17 @@ static int load(run_t *r) {
   if (rc == 0) {
     /* What a checkpoint records of the data: the raw training set, and the standardization. */
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
-    tsr_dataset_stats(&r->train, &r->ckpt.input_mean, &r->ckpt.input_std);
-    tsr_dataset_standardize(&r->train, &r->test);
+    rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
+    if (rc == 0)
+      rc = tsr_standardization_apply(&r->standardization, &r->train, "the training set", &r->err);
+    if (rc == 0)
+      rc = tsr_standardization_apply(&r->standardization, &r->test, "the test set", &r->err);
+    r->ckpt.standardization = &r->standardization;
+    const tsr_standardization_t *z = &r->standardization;
+    bool scalar = z->kind == TSR_STANDARDIZE_SCALAR;
+    r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
+  }
+  if (rc == 0) {
     if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   }
   return rc;
@@ -423,6 +433,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
+  tsr_standardization_fini(&r.standardization);
   tsr_dist_stop();
   if (rc == TSR_ESTOPPED) return 128 + (stop_signal ? stop_signal : SIGINT);
   return rc == TSR_EDIVERGED ? 3 : rc ? 1 : 0;

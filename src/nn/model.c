@@ -6,14 +6,14 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ini.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/datafile.h"
 #include "nn/layers.h"
 #include "nn/model.h"
 #include "tessera/net.h"
@@ -486,28 +486,10 @@ static int model_load(tsr_model_spec_t *spec, FILE *f, const char *path, tsr_err
 
 int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err) {
   tsr_model_spec_init(spec);
-  /* Opened without blocking, so that a named pipe is refused rather than waited on forever. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return tsr_error_set(err, TSR_EIO, "%s: cannot open model file: %s", path, strerror(errno));
-  struct stat sb;
-  const char *bad = fstat(fd, &sb) != 0   ? strerror(errno)
-                    : S_ISDIR(sb.st_mode) ? "is a folder, not a model file"
-                    : !S_ISREG(sb.st_mode)
-                        ? "is not a regular file (a named pipe, a device or a socket)"
-                        : NULL;
-  if (bad) {
-    close(fd);
-    return tsr_error_set(err, TSR_EIO, "%s: %s; a model is read from a regular INI file", path,
-                         bad);
-  }
-  FILE *f = fdopen(fd, "r");
-  if (!f) {
-    int e = errno;
-    close(fd);
-    return tsr_error_set(err, TSR_EIO, "%s: cannot open model file: %s", path, strerror(e));
-  }
-  int rc = model_load(spec, f, path, err);
+  FILE *f;
+  char found[PATH_MAX];
+  TSR_TRY(tsr__datafile_open(&tsr__datafile_models, path, &f, found, sizeof found, err));
+  int rc = model_load(spec, f, found, err);
   fclose(f);
   return rc;
 }

@@ -4,17 +4,17 @@
  * later plans are fast, and whose alpha and beta come from a StarPU-MPI
  * ping-pong (tsr_plan_calibrate_save) or documented defaults. */
 #include <errno.h>
-#include <fcntl.h>
 #include <ini.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "io/datafile.h"
 #include "plan/plan_impl.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
@@ -299,24 +299,13 @@ static int parse_ini(tsr_machine_t *m, FILE *f, const char *path, tsr_errbuf_t *
   return 0;
 }
 
-static int load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
-  /* Opened without blocking, so that a named pipe is refused rather than waited on. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return tsr_error_set(err, TSR_EIO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  const char *bad = fstat(fd, &sb) != 0   ? strerror(errno)
-                    : S_ISDIR(sb.st_mode) ? "is a directory, not a cluster file"
-                    : !S_ISREG(sb.st_mode)
-                        ? "is not a regular file (a named pipe, a device or a socket)"
-                        : NULL;
-  FILE *f = bad ? NULL : fdopen(fd, "r");
-  if (!f) {
-    int e = errno;
-    close(fd);
-    return tsr_error_set(err, TSR_EIO, "%s: %s; a machine is described in a regular INI file", path,
-                         bad ? bad : strerror(e));
-  }
-  int rc = parse_ini(m, f, path, err);
+/* Reads the cluster file path means (io/datafile.h) into m; its path is written into found. */
+static int load_ini(tsr_machine_t *m, const char *path, char *found, size_t found_size,
+                    tsr_errbuf_t *err) {
+  FILE *f;
+  int rc = tsr__datafile_open(&tsr__datafile_clusters, path, &f, found, found_size, err);
+  if (rc) return rc;
+  rc = parse_ini(m, f, found, err);
   fclose(f);
   return rc;
 }
@@ -361,8 +350,9 @@ int tsr__machine_parse_ini_mem(tsr_machine_t *m, const void *text, size_t len, c
 int tsr_machine_load_ini(tsr_machine_t *m, const char *path, tsr_errbuf_t *err) {
   memset(m, 0, sizeof *m);
   m->task_overhead = TASK_OVERHEAD;
-  int rc = load_ini(m, path, err);
-  return rc ? rc : finish_described(m, path, err);
+  char found[PATH_MAX];
+  int rc = load_ini(m, path, found, sizeof found, err);
+  return rc ? rc : finish_described(m, found, err);
 }
 
 int tsr_machine_here(tsr_machine_t *m, const char *calibration, const char *cache, bool *calibrated,
@@ -378,7 +368,8 @@ int tsr_machine_here(tsr_machine_t *m, const char *calibration, const char *cach
   if (calibration && access(calibration, F_OK) == 0) {
     tsr_machine_t c;
     memset(&c, 0, sizeof c);
-    int rc = load_ini(&c, calibration, err);
+    char found[PATH_MAX];
+    int rc = load_ini(&c, calibration, found, sizeof found, err);
     if (rc) return rc;
     if (c.alpha > 0) m->alpha = c.alpha;
     if (c.beta > 0) m->beta = c.beta;

@@ -101,6 +101,54 @@ static int bundle_init(bundle_t *b, int tensors) {
 
 /* ---- saving ---- */
 
+/* ---- the inputs' standardization (CSV columns: issue 21) ---- */
+
+/* "v0 v1 ...", each %.9g (reads back to the same float32), as an owned string; NULL when out of
+ * memory. */
+static char *floats_text(const float *v, int64_t n) {
+  size_t size = 16 * (size_t)(n > 0 ? n : 1) + 1, at = 0;
+  char *text = malloc(size);
+  for (int64_t j = 0; text && j < n; j++)
+    at += (size_t)snprintf(text + at, size - at, "%s%.9g", j ? " " : "", (double)v[j]);
+  if (text && n == 0) text[0] = '\0';
+  return text;
+}
+
+/* input_mean and input_std: in's scalar, or the standardization's numbers (one per column);
+ * a standardization of none writes 0 and 1, which read as none by a tessera of before. */
+static int add_input_stats(bundle_t *b, const tsr_checkpoint_info_t *in) {
+  const tsr_standardization_t *z = in->standardization;
+  if (!z || z->kind == TSR_STANDARDIZE_SCALAR) {
+    float mean = z ? z->mean[0] : in->input_mean, std = z ? z->std[0] : in->input_std;
+    int rc = add_meta(b, "input_mean", "%.9g", (double)mean);
+    return rc ? rc : add_meta(b, "input_std", "%.9g", (double)std);
+  }
+  if (z->n == 0) {
+    int rc = add_meta(b, "input_mean", "0");
+    return rc ? rc : add_meta(b, "input_std", "1");
+  }
+  char *mean = floats_text(z->mean, z->n), *std = floats_text(z->std, z->n);
+  int rc = mean && std ? add_meta(b, "input_mean", "%s", mean) : TSR_ENOMEM;
+  rc = rc ? rc : add_meta(b, "input_std", "%s", std);
+  free(mean), free(std);
+  return rc;
+}
+
+/* Reads n space-separated numbers of text into v (n entries); 0, or TSR_EFORMAT. */
+static int read_floats(const char *text, float *v, int64_t n) {
+  const char *p = text;
+  for (int64_t j = 0; j < n; j++) {
+    char *end;
+    double x = strtod(p, &end);
+    if (end == p) return TSR_EFORMAT;
+    v[j] = (float)x;
+    p = end;
+  }
+  while (*p == ' ')
+    p++;
+  return *p ? TSR_EFORMAT : 0;
+}
+
 static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoint_info_t *in) {
   const tsr_optimizer_t *hp = &net->opts.opt;
   char model[256];
@@ -126,8 +174,7 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   rc = rc ? rc : add_meta(b, "classes", "%d", net->classes);
   rc =
       rc ? rc : add_meta(b, "input_shape", "%d %d %d", first->geom.c, first->geom.h, first->geom.w);
-  rc = rc ? rc : add_meta(b, "input_mean", "%.9g", (double)in->input_mean);
-  rc = rc ? rc : add_meta(b, "input_std", "%.9g", (double)in->input_std);
+  rc = rc ? rc : add_input_stats(b, in);
   rc = rc ? rc : add_meta(b, "data", "%s", in->data);
   rc = rc ? rc : add_meta(b, "net_seed", "%" PRIu64, net->opts.seed);
   rc = rc ? rc : add_meta(b, "optimizer", "%s", tsr_optimizer_name(hp));
@@ -155,6 +202,10 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
       n += snprintf(calls + n, sizeof calls - (size_t)n, "%s%d:%" PRIu64, n ? " " : "",
                     net->layers[i].index - 1, net->layers[i].calls);
   rc = rc ? rc : add_meta(b, "dropout_calls", "%s", calls);
+  const tsr_standardization_t *z = in->standardization;
+  /* Last, and only when not scalar: a scalar checkpoint reads as every one of before. */
+  if (rc == 0 && z && z->kind != TSR_STANDARDIZE_SCALAR)
+    rc = add_meta(b, "input_standardize", "%s", tsr_standardize_name(z->kind));
   return rc;
 }
 
@@ -263,6 +314,50 @@ static int open_checked(tsr_st_file_t **out, const char *path, tsr_errbuf_t *err
   return 0;
 }
 
+/* info's input_mean and input_std: the scalar, or 0 and 1 when the file standardized per column
+ * or not at all (tsr_checkpoint_read_standardization reads those). */
+static int read_input_stats(const tsr_st_file_t *f, tsr_checkpoint_info_t *info) {
+  if (!tsr__st_meta(f, "input_standardize"))
+    return meta_float(f, "input_mean", &info->input_mean) ||
+                   meta_float(f, "input_std", &info->input_std)
+               ? TSR_EFORMAT
+               : 0;
+  info->input_mean = 0.0f, info->input_std = 1.0f;
+  return tsr__st_meta(f, "input_mean") && tsr__st_meta(f, "input_std") ? 0 : TSR_EFORMAT;
+}
+
+int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t *s,
+                                        tsr_errbuf_t *err) {
+  *s = (tsr_standardization_t){0};
+  tsr_st_file_t *f;
+  int rc = open_checked(&f, path, err);
+  if (rc) return rc;
+  const char *kind = tsr__st_meta(f, "input_standardize");
+  const char *mean = tsr__st_meta(f, "input_mean"), *std = tsr__st_meta(f, "input_std");
+  tsr_standardize_t k = TSR_STANDARDIZE_SCALAR;
+  int64_t n = 1;
+  if (kind && (tsr_standardize_parse(kind, &k) || k == TSR_STANDARDIZE_AUTO))
+    rc = tsr_error_set(err, TSR_EFORMAT,
+                       "%s: input_standardize is '%s'; expected column or none (or no key: scalar)",
+                       path, kind);
+  if (rc == 0 && k == TSR_STANDARDIZE_NONE) n = 0;
+  if (rc == 0 && k == TSR_STANDARDIZE_COLUMN && meta_int(f, "inputs", &n))
+    rc = tsr_error_set(err, TSR_EFORMAT, "%s: no inputs in the metadata", path);
+  s->kind = k, s->n = n;
+  s->mean = rc == 0 && n ? malloc(sizeof *s->mean * (size_t)n) : NULL;
+  s->std = rc == 0 && n ? malloc(sizeof *s->std * (size_t)n) : NULL;
+  if (rc == 0 && n && (!s->mean || !s->std)) rc = TSR_ENOMEM;
+  if (rc == 0 && n &&
+      (!mean || !std || read_floats(mean, s->mean, n) || read_floats(std, s->std, n)))
+    rc = tsr_error_set(err, TSR_EFORMAT,
+                       "%s: input_mean and input_std are not %lld number%s each (the %s "
+                       "standardization)",
+                       path, (long long)n, n == 1 ? "" : "s", tsr_standardize_name(k));
+  tsr__st_close(&f);
+  if (rc) tsr_standardization_fini(s);
+  return rc;
+}
+
 static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
                      tsr_errbuf_t *err) {
   memset(info, 0, sizeof *info);
@@ -270,8 +365,7 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
   int rc = meta_int(f, "epoch", &epoch) || meta_int(f, "step_in_epoch", &step) ||
                    meta_int(f, "epochs", &epochs) || meta_int(f, "seed", &seed) ||
                    meta_int(f, "ranks", &ranks) || meta_float(f, "base_lr", &info->base_lr) ||
-                   meta_float(f, "input_mean", &info->input_mean) ||
-                   meta_float(f, "input_std", &info->input_std)
+                   read_input_stats(f, info)
                ? TSR_EFORMAT
                : 0;
   const char *sched = tsr__st_meta(f, "lr_schedule");
