@@ -87,6 +87,17 @@ check "SIGTERM to mpirun: exit 1 (Open MPI's for a signalled mpirun) or 143 (got
   test "$rc" = 1 -o "$rc" = 143
 check "SIGTERM to mpirun: every process ended within 10 s ($took)" test "${took%.*}" -lt 10
 
+# 1b. SIGTERM to every rank (what docs/checkpoints.md advises instead): mpirun exits 143.
+start "$tmp/1b.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
+  --checkpoint "$tmp/1b.st"
+wait_file "$tmp/1b.st"
+t0=$(date +%s.%N)
+kill -TERM $(pgrep -P "$pid")
+finish "SIGTERM to every rank"
+check "SIGTERM to every rank: exit 143 (got $rc)" test "$rc" = 143
+check "SIGTERM to every rank: one line" test "$(grep -cE "^tessera train: SIGTERM on every rank: \
+stopped on request; the checkpoint $tmp/1b.st holds epoch [0-9]+" "$tmp/1b.out")" = 1
+
 # 2. SIGTERM to rank 1 alone: every rank stops at the epoch end with 143, and the line names
 # rank 1 (rank 0, which got no signal, used to claim SIGINT: 130).
 start "$tmp/2.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
