@@ -145,14 +145,15 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* The exit status, once every rank is done (collective: each rank's rc may differ after a
- * failure of rank 0's own, such as the statistics' log line). After a stop on request (rc
- * TSR_ESTOPPED on every rank), or a run that ended (rc 0), which signal stopped it and on
- * which rank, agreed by every rank, for rank 0's one line: 128 + the lowest signalled rank's
- * signal after a stop; 0, said, when a signal came too late to stop anything (under MPI ranks
- * stop at an epoch end: one that came in the last epoch finds it trained). */
-static int stop_line(const run_t *r, int rc) {
+/* The exit status once training is over, from rc, the run's result as every rank has it
+ * (collective). After a stop on request (rc TSR_ESTOPPED on every rank), or a run that ended
+ * (rc 0), which signal stopped it and on which rank, agreed by every rank, for rank 0's one
+ * line: 128 + the lowest signalled rank's signal after a stop; 0, said, when a signal came too
+ * late to stop anything (under MPI ranks stop at an epoch end: one that came in the last epoch
+ * finds it trained). *signalled: whether any rank had got a signal (the same on every rank). */
+static int stop_line(const run_t *r, int rc, bool *signalled) {
   int sig, ranks, first = tsr_dist_first_signal(stop_signal, &sig, &ranks);
+  *signalled = first >= 0;
   if (rc != 0 && rc != TSR_ESTOPPED) return exit_status(rc);
   if (first < 0 && rc == 0) return 0;
   char who[96] = "";
@@ -465,10 +466,14 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   if (rc == 0) rc = train(&r);
   if (rc && rc != TSR_ESTOPPED && r.speaker)
     fprintf(stderr, "tessera train: %s\n", r.err.msg[0] ? r.err.msg : tsr_strerror(rc));
+  /* Said before the runtime stops: under mpirun a signalled job's ranks are killed a second
+   * after their SIGTERM (docs/checkpoints.md, "Signalling mpirun"). */
+  bool signalled;
+  int status = stop_line(&r, rc, &signalled);
   tsr_net_destroy(&r.net);
   if (r.started) tsr_runtime_fini();
-  if (rc == 0) rc = report(&r);
-  int status = stop_line(&r, rc);
+  if (rc == 0 && report(&r) != 0) status = 1;
+  if (rc == 0 && !signalled) (void)stop_line(&r, 0, &signalled); /* one in the teardown */
   tsr_log_close(&r.log);
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
