@@ -165,6 +165,33 @@ MUTANTS = [
     ("critical-path-first-dep", "the critical path follows a task's first dependency, not its "
      "heaviest", "src/io/trace_summary.c",
      [("if (v > b) b = v, arg = j;", "if (arg < 0) b = v, arg = j;")] * 2, ["trace"]),
+    # Issue 20: faults under mpirun (tests/test_faults.sh).
+    ("second-signal-ignored", "a second SIGINT or SIGTERM is ignored like the first",
+     "src/cli/train_run.c",
+     [("  if (stop_signal) {\n    signal(sig, SIG_DFL);\n    raise(sig);\n    return;\n  }\n",
+       "  if (stop_signal) return;\n")], ["mpi-faults"]),
+    ("signal-rank-not-reduced", "each rank's exit status and line from its own signal, not the "
+     "ranks' agreed (signal, rank)", "src/cli/train_run.c",
+     [("int sig, ranks, first = tsr_dist_first_signal(stop_signal, &sig, &ranks);",
+       "int sig = stop_signal, ranks = sig != 0, first = sig ? tsr_dist_rank() : -1;")],
+     ["mpi-faults"]),
+    ("late-signal-silent", "a signal that came in the last epoch goes unsaid",
+     "src/cli/train_run.c",
+     [("  if (first < 0 && rc == 0) return 0;", "  if (rc == 0) return 0;")], ["mpi-faults"]),
+    ("agreed-error-aborts", "an error every rank agreed on (a full disk) still ends in MPI_Abort",
+     "src/cli/train_run.c", [(" && !tsr_dist_agreed(rc))", ")")], ["mpi-faults"]),
+    ("report-not-agreed", "what rank 0 decides at an epoch end (divergence) is its alone",
+     "src/train/train.c",
+     [("  if (r->rep) report_rc = tsr_dist_agree(report_rc, r->err, r->err);\n", "")],
+     ["mpi-faults"]),
+    ("test-loss-unchecked", "a test loss that is not finite is not divergence",
+     "src/train/train.c",
+     [("test_bad = st->test_samples > 0 && !isfinite(st->test_loss);", "test_bad = false;")],
+     ["mpi-faults"]),
+    ("resume-sync-silent", "resuming under another --sync than the checkpoint's, silently",
+     "src/cli/train_run.c",
+     [("if (cfg->resume && r->speaker && r->resumed.sync[0] &&",
+       "if (!cfg && cfg->resume && r->speaker && r->resumed.sync[0] &&")], ["mpi-faults"]),
 ]
 
 

@@ -172,6 +172,14 @@ TSR_API int tsr_dist_local_size(void);
 /* Every rank calls this with its own status: the result is the first failing
  * rank's code, with its message prefixed by its rank, on every rank. */
 TSR_API int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err);
+/* Whether rc, a failure this rank ran into, is every rank's: the last failure tsr_dist_agree
+ * returned here (so every rank holds it and can stop cleanly, without tsr_dist_abort). True
+ * without MPI or on one rank. */
+TSR_API bool tsr_dist_agreed(int rc);
+/* A stop on request, agreed by every rank: each passes the signal it got (0: none). Returns
+ * the lowest rank that got one (-1: none did), with its signal in *sig and in *ranks how many
+ * ranks got one. Collective under MPI (an allgather); without MPI this process's. */
+TSR_API int tsr_dist_first_signal(int mine, int *sig, int *ranks);
 /* Every rank passes a description of its configuration; ranks that differ
  * from rank 0 are named in err and TSR_EINVAL returned on every rank. */
 TSR_API int tsr_dist_check_same(const char *config, tsr_errbuf_t *err);

@@ -121,8 +121,8 @@ typedef struct {
   int global_batch; /* with shares, under batch and post-local; 0: ranks x the net's batch */
   /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
    * training: tsr_train returns it (a positive value as TSR_EINVAL) and leaves err as the
-   * callback may have filled it, e.g. with why a log line could not be written. Under MPI only
-   * rank 0 stops: its caller stops the others (tsr_dist_abort), as after any error there. */
+   * callback may have filled it, e.g. with why a log line could not be written. Under MPI the
+   * ranks agree on it at the epoch end (tsr_dist_agree): every rank returns it. */
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
   void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
@@ -277,10 +277,13 @@ TSR_API int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_con
  * under opts->lr_schedule. An epoch whose mean training loss, or test loss, is
  * not a finite number stops the run after its on_epoch call with
  * TSR_EDIVERGED: NaN weights stay NaN, so no later epoch could recover. Under
- * MPI an error may be this rank's alone (rank 0 evaluates and decides
- * divergence, and runs on_epoch; a failed step): the other ranks keep waiting
- * for it, so the caller stops them all with tsr_dist_abort (the replicas,
- * whose release is collective, are not released then). */
+ * MPI the ranks agree on what rank 0 decides at an epoch end (divergence,
+ * on_epoch's failure) and on a checkpoint that could not be written: every
+ * rank returns that error and tsr_dist_agreed(rc) is true, so they can stop
+ * cleanly. Any other error may be this rank's alone (a failed step): the
+ * other ranks keep waiting for it, so the caller stops them all with
+ * tsr_dist_abort (the replicas, whose release is collective, are not released
+ * then). */
 TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
                       const tsr_train_opts_t *opts, tsr_errbuf_t *err);
 

@@ -114,8 +114,14 @@ typedef struct {
 
 /* SIGINT/SIGTERM: the first asks training to stop (it finishes the tasks in
  * flight, writes the checkpoint if one was asked for, and the command exits
- * 128 + the signal); a second ends the process at once. */
+ * 128 + the signal); a second ends the process at once, by that signal. */
 static volatile sig_atomic_t stop_signal;
+
+/* The command's exit status for what the run returned (docs/training.md's table); a stop on
+ * request is 128 + the signal, which only the ranks together know (stop_line). */
+static int exit_status(int rc) {
+  return rc == TSR_EDIVERGED ? 3 : rc ? 1 : 0;
+}
 
 static void on_signal(int sig) {
   if (stop_signal) {
@@ -138,6 +144,42 @@ static void catch_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The exit status once training is over, from rc, the run's result as every rank has it
+ * (collective). After a stop on request (rc TSR_ESTOPPED on every rank), or a run that ended
+ * (rc 0), which signal stopped it and on which rank, agreed by every rank, for rank 0's one
+ * line: 128 + the lowest signalled rank's signal after a stop; 0, said, when a signal came too
+ * late to stop anything (under MPI ranks stop at an epoch end: one that came in the last epoch
+ * finds it trained). *signalled: whether any rank had got a signal (the same on every rank). */
+static int stop_line(const run_t *r, int rc, bool *signalled) {
+  int sig, ranks, first = tsr_dist_first_signal(stop_signal, &sig, &ranks);
+  *signalled = first >= 0;
+  if (rc != 0 && rc != TSR_ESTOPPED) return exit_status(rc);
+  if (first < 0 && rc == 0) return 0;
+  char who[96] = "";
+  if (first >= 0 && tsr_dist_size() > 1)
+    snprintf(who, sizeof who,
+             ranks == tsr_dist_size() ? " on every rank"
+             : ranks > 1              ? " on rank %d and %d other ranks"
+                                      : " on rank %d",
+             first, ranks - 1);
+  const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+  if (rc == 0) {
+    if (r->speaker)
+      fprintf(stderr,
+              "tessera train: %s%s: nothing was left to stop, every epoch was trained%s%s\n", name,
+              who, r->cfg->checkpoint ? " and the checkpoint holds the end: " : "",
+              r->cfg->checkpoint ? r->cfg->checkpoint : "");
+    return 0;
+  }
+  if (r->speaker) {
+    if (first >= 0)
+      fprintf(stderr, "tessera train: %s%s: %s\n", name, who, r->err.msg);
+    else
+      fprintf(stderr, "tessera train: %s\n", r->err.msg);
+  }
+  return 128 + (sig ? sig : SIGINT);
 }
 
 /* Classes inferred from the largest label that have no training sample: a stray label (200 in a
@@ -322,6 +364,13 @@ static int announce(run_t *r) {
       fprintf(stderr, "tessera train: note: checkpoints hold the outer optimizer's anchor (the "
                       "weights) but not its momentum, which restarts from zero\n");
   }
+  /* Resuming under another policy than the checkpoint's is allowed (the weights are whole at
+   * every point a checkpoint is written), but never silently. */
+  if (cfg->resume && r->speaker && r->resumed.sync[0] && strcmp(r->resumed.sync, r->sync_text))
+    fprintf(stderr,
+            "tessera train: note: %s was written under sync %s on %d rank(s); this run "
+            "synchronizes with %s on %d: it goes on from the checkpoint's weights\n",
+            cfg->resume, r->resumed.sync, r->resumed.ranks, r->sync_text, tsr_dist_size());
   int rc = 0;
   if (cfg->log_path && r->speaker) {
     tsr_run_info_t run = {.model = r->desc,
@@ -367,11 +416,12 @@ static int train(run_t *r) {
   int rc = tsr_train(r->net, &r->train, &r->test, &to, &r->err);
   if (rc == 0) rc = cx.failed;
   /* Past start-up the ranks' task graphs are tied together: a rank that
-   * fails mid-run stops them all rather than leaving them waiting. (A stop on
-   * request is agreed by every rank.) */
-  if (rc && rc != TSR_ESTOPPED && tsr_dist_size() > 1)
-    tsr_dist_abort_status(r->err.msg[0] ? r->err.msg : tsr_strerror(rc),
-                          rc == TSR_EDIVERGED ? 3 : 1);
+   * fails mid-run alone stops them all rather than leaving them waiting. A
+   * stop on request and the errors the ranks agreed on (divergence, a
+   * checkpoint that could not be written) are every rank's: they all end
+   * cleanly, with rank 0's message. */
+  if (rc && rc != TSR_ESTOPPED && tsr_dist_size() > 1 && !tsr_dist_agreed(rc))
+    tsr_dist_abort_status(r->err.msg[0] ? r->err.msg : tsr_strerror(rc), exit_status(rc));
   return rc;
 }
 
@@ -424,17 +474,21 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   int rc = start(&r, argc, argv);
   if (rc == 0) rc = announce(&r);
   if (rc == 0) rc = train(&r);
-  if (rc && r.speaker)
+  if (rc && rc != TSR_ESTOPPED && r.speaker)
     fprintf(stderr, "tessera train: %s\n", r.err.msg[0] ? r.err.msg : tsr_strerror(rc));
+  /* Said before the runtime stops: under mpirun a signalled job's ranks are killed a second
+   * after their SIGTERM (docs/checkpoints.md, "Signalling mpirun"). */
+  bool signalled;
+  int status = stop_line(&r, rc, &signalled);
   tsr_net_destroy(&r.net);
   if (r.started) tsr_runtime_fini();
-  if (rc == 0) rc = report(&r);
+  if (rc == 0 && report(&r) != 0) status = 1;
+  if (rc == 0 && !signalled) (void)stop_line(&r, 0, &signalled); /* one in the teardown */
   tsr_log_close(&r.log);
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
   tsr_standardization_fini(&r.standardization);
   tsr_dist_stop();
-  if (rc == TSR_ESTOPPED) return 128 + (stop_signal ? stop_signal : SIGINT);
-  return rc == TSR_EDIVERGED ? 3 : rc ? 1 : 0;
+  return status;
 }

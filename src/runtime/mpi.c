@@ -12,6 +12,7 @@
 
 static bool active, we_started, multiple;
 static int rank, size = 1, local_rank, local_size = 1;
+static int agreed_rc; /* the last failure tsr_dist_agree returned: every rank's */
 
 static int env_int(const char *name, int fallback) {
   const char *v = getenv(name);
@@ -111,7 +112,28 @@ int tsr_dist_agree(int rc, const tsr_errbuf_t *mine, tsr_errbuf_t *err) {
   snprintf(msg, sizeof msg, "%.*s", (int)sizeof msg - 1, mine ? mine->msg : "");
   MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
   MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, MPI_COMM_WORLD);
+  agreed_rc = code;
   return tsr_error_set(err, code, "rank %d: %s", first, msg[0] ? msg : tsr_strerror(code));
+}
+
+bool tsr_dist_agreed(int rc) {
+  return !active || size == 1 || (rc != 0 && rc == agreed_rc);
+}
+
+int tsr_dist_first_signal(int mine, int *sig, int *ranks) {
+  *sig = mine, *ranks = mine != 0;
+  if (!active || size == 1) return mine ? 0 : -1;
+  int *all = malloc(sizeof *all * (size_t)size), first = -1;
+  if (!all) return -1;
+  if (MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) all[0] = 0;
+  *sig = 0, *ranks = 0;
+  for (int q = 0; q < size; q++) {
+    if (!all[q]) continue;
+    if (first < 0) first = q, *sig = all[q];
+    ++*ranks;
+  }
+  free(all);
+  return first;
 }
 
 /* FNV-1a: enough to tell configurations apart. */

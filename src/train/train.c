@@ -546,7 +546,11 @@ static int end_epoch(run_t *r, epoch_t *ep) {
   int e = ep->e;
   TSR_TRY(epoch_sums(r, ep, &st));
   if (r->rep) TSR_TRY(epoch_work(r, ep, &st, &sync_seen));
-  TSR_TRY(epoch_report(r, &st, &sync_seen));
+  /* What rank 0 decided (divergence, a log line that could not be written) becomes every
+   * rank's, with its message: all of them stop here, cleanly, with the same error. */
+  int report_rc = epoch_report(r, &st, &sync_seen);
+  if (r->rep) report_rc = tsr_dist_agree(report_rc, r->err, r->err);
+  if (report_rc) return report_rc;
   bool stop = o->should_stop && o->should_stop(o->ctx);
   if (r->rep) stop = tsr_dist_any(stop);
   bool due = e == o->epochs || stop ||
@@ -575,8 +579,9 @@ static int finish_run(run_t *r, int rc) {
   if (rc == 0 && r->rep) rc = report_ranks(&r->totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. A
-   * failed start is every rank's (the setup's checks are the same everywhere). */
-  if (rc == 0 || !r->rep || !r->started) tsr__replicas_destroy(&r->rep);
+   * failed start is every rank's (the setup's checks are the same everywhere), and so is an
+   * error the ranks agreed on (a checkpoint that could not be written, divergence). */
+  if (rc == 0 || !r->rep || !r->started || tsr_dist_agreed(rc)) tsr__replicas_destroy(&r->rep);
   if (rc == 0 && r->stopped) {
     if (o->checkpoint_path)
       return tsr_error_set(err, TSR_ESTOPPED,
