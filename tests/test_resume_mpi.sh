@@ -48,7 +48,7 @@ resume_case() {
   shift 2
   mkdir -p "$dir"
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" "$@" --epochs 4 --checkpoint "$dir/full.st" \
-    >"$dir/full.out" 2>&1 &&
+    --log "$dir/full.jsonl" >"$dir/full.out" 2>&1 &&
     "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" "$@" --epochs 2 --checkpoint "$dir/part.st" \
       >"$dir/part.out" 2>&1 &&
     "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" "$@" --epochs 4 --resume "$dir/part.st" \
@@ -101,6 +101,40 @@ def data(k):
     return raw[base + o[0]:base + o[1]]
 assert data("optimizer.layers.0.dense.weight.momentum_buffer") != data("optimizer.rank1.layers.0.dense.weight.momentum_buffer")
 PY
+
+# The checkpoint records the training set's standardization (mean and deviation: their ratio
+# is the raw subset's, whatever the scale), and `tessera eval` of the final checkpoint gives
+# the log's last test accuracy exactly (and its loss but for the evaluation's batch): under
+# batch, after local SGD's final average, and in one process.
+"$tessera" train "${common[@]}" --epochs 1 --checkpoint "$tmp/one.st" --log "$tmp/one.jsonl" \
+  >"$tmp/one.out" 2>&1
+for run in batch/full every/full slowmo/full one; do
+  if "$tessera" eval --checkpoint "$tmp/$run.st" --data "$data" --test-limit 200 --json \
+    >"$tmp/eval.json" 2>"$tmp/eval.err" &&
+    /usr/bin/python3 - "$tmp/$run.st" "${tmp}/$run.jsonl" "$tmp/eval.json" "$data" <<'PY'; then
+import gzip, json, struct, sys
+ckpt, log, ev, data = sys.argv[1:5]
+raw = open(ckpt, "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+last = [json.loads(l) for l in open(log) if '"event"' not in l][-1]
+e = json.load(open(ev))
+assert e["accuracy"] == last["test_accuracy"], (e["accuracy"], last["test_accuracy"])
+assert abs(e["loss"] - last["test_loss"]) <= 1e-5 * abs(last["test_loss"]), (e["loss"], last["test_loss"])
+def ratio(path, n):
+    b = gzip.open(path).read()[16:16 + n * 784]
+    m = sum(b) / len(b)
+    return (sum((x - m) ** 2 for x in b) / len(b)) ** 0.5 / m
+want = ratio(data + "/train-images-idx3-ubyte.gz", 512)
+got = float(meta["input_std"]) / float(meta["input_mean"])
+assert abs(got - want) <= 1e-5 * want, ("std/mean", got, "want the training subset's", want)
+PY
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: eval of $run's final checkpoint is not the log's last test accuracy, or its standardization is not the training set's"
+    cat "$tmp/eval.err"
+  fi
+done
 
 # Where the checkpoint cannot give everything back, --deterministic refuses, saying why.
 # async-epoch's checkpoint is its final uniform average; epoch=3 stopped after 2 averaged at
