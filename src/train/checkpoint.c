@@ -221,8 +221,9 @@ static int gather_outer(bundle_t *b, tsr_replicas_t *rep, const char *name, cons
   return rc;
 }
 
-/* What the replicas hold beyond the net, in the metadata (rank 0's b): how the optimizer
- * state is kept, the outer momentum, the switch of post-local, each rank's step count. */
+/* What the replicas hold beyond the net, in the metadata (rank 0's b), under MPI only (a file
+ * of one process is as it was): how the optimizer state is kept, the outer momentum, the
+ * switch of post-local, each rank's step count. */
 static int add_replicas_meta(bundle_t *b, bool per_rank, bool outer, tsr_replicas_t *rep,
                              const int64_t *steps) {
   int rc = add_meta(b, "optimizer_state", "%s", per_rank ? "per-rank" : "shared");
@@ -271,7 +272,7 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   }
   rc = rc ? rc : crc;
   if (writer && rc == 0) rc = add_state_meta(&b, net, info);
-  if (writer && rc == 0) rc = add_replicas_meta(&b, per_rank, outer, rep, steps);
+  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_rank, outer, rep, steps);
   if (writer && rc == 0)
     rc = tsr__st_write(path, b.t, b.n, b.meta, b.nmeta, err);
   else if (rc)
