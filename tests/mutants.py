@@ -148,6 +148,46 @@ MUTANTS = [
        "  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0 ||\n"
        "      tsr_optimizer_init(opt ? opt : &o, \"sgd\", NULL) == 0)\n    return 0;")],
      ["checkpoint"]),
+    # Issue 20: checkpoints that lose nothing, and their contracts.
+    ("resume-rank0-state", "a resumed local SGD run gives every rank rank 0's optimizer state "
+     "(the file holds each rank's)", "src/train/checkpoint.c",
+     [("got.state_ranks == tsr_dist_size() && q > 0)", "got.state_ranks == tsr_dist_size() && q > 1)")],
+     ["resume-mpi"]),
+    ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint.c",
+     [("(rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)",
+       "(rc = 0) != 0)")], ["resume-mpi"]),
+    ("resume-post-local-again", "post-local resumed past its switch switches again (sharing one "
+     "rank's state, counting from the resume)", "src/train/checkpoint.c",
+     [("(rc = tsr__replicas_resume_local(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
+    ("outer-gather-rank0", "the outer momentum gathered from rank 0's tiles only, not each tile's "
+     "home", "src/parallel/sync.c",
+     [("every + (size_t)tsr_tiles_rank_of(u, i, j) * (size_t)count", "every")], ["resume-mpi"]),
+    ("final-average-unmarked", "async-epoch's final average not recorded: a resume from it is "
+     "taken for the uninterrupted run", "src/parallel/sync_async_epoch.c",
+     [("    tsr__replicas_mark_final(r);\n", "")], ["resume-mpi"]),
+    ("checkpoint-unagreed", "a checkpoint written where local SGD's replicas differ (rank 0's "
+     "weights between averages)", "src/train/train.c",
+     [("  if (cp->rep && !tsr__replicas_agree(cp->rep)) return 0;\n", "")],
+     ["mpi-checkpoint-agree-2"]),
+    ("checkpoint-test-stats", "the checkpoint records the test set's standardization",
+     "src/cli/train_run.c",
+     [("tsr_dataset_stats(&r->train, &r->ckpt.input_mean", "tsr_dataset_stats(&r->test, &r->ckpt.input_mean")],
+     ["resume-mpi"]),
+    ("checksum-missing-trusted", "a tensor with no recorded checksum is trusted",
+     "src/train/checkpoint.c",
+     [("    if (!want || strcmp(want, got) != 0)", "    if (want && strcmp(want, got) != 0)")],
+     ["checkpoint-contracts"]),
+    ("failed-write-keeps-tmp", "a failed checkpoint write leaves its temporary file",
+     "src/io/safetensors.c", [("  if (rc) {\n    unlink(tmp);\n", "  if (rc) {\n")],
+     ["checkpoint-contracts"]),
+    ("meta-float-unchecked", "a float of the metadata cast to float checked for inf and nan "
+     "only (1e300 and 1e39 overflow the cast, 1e-40 is subnormal)", "src/train/checkpoint.c",
+     [("if (end == *s || !isfinite(x) || m > FLT_MAX || (m != 0 && m < FLT_MIN)) {",
+       "if (end == *s || !isfinite(m)) {")], ["checkpoint-contracts"]),
+    ("meta-int-unchecked", "a whole number of the metadata cast to int without its range",
+     "src/train/checkpoint.c",
+     [("if (end == *s || errno || x < lo || x > hi) {", "if (end == *s || errno) {")],
+     ["checkpoint-contracts"]),
     # Issue 21: traces people can read.
     ("trace-busy-last", "trace-summary keeps a codelet's last task time instead of the sum",
      "src/io/trace_summary.c",

@@ -13,10 +13,12 @@
 #ifndef TESSERA_CHECKPOINT_H
 #define TESSERA_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "tessera/data.h"
+#include "tessera/dist.h"
 #include "tessera/error.h"
 #include "tessera/net.h"
 
@@ -41,6 +43,13 @@ typedef struct {
    * input_std. Loading and reading leave it NULL: tsr_checkpoint_read_standardization. */
   const tsr_standardization_t *standardization;
   char version[16]; /* tessera's version that wrote it */
+  /* What it holds of the replicas under MPI (docs/checkpoints.md). */
+  int state_ranks;     /* the optimizer states it holds: 1, one for every rank (one process,
+                          batch); ranks, each rank's own (local SGD); 0, unknown: written
+                          before issue 20, rank 0's only under weight averaging */
+  bool outer_momentum; /* the outer optimizer's momentum (outer.<parameter>.momentum) */
+  bool final_average;  /* written after the last epoch's average, one the schedule would not
+                          have taken there (async-epoch's; every=K, epoch=n off their count) */
 } tsr_checkpoint_info_t;
 
 /* Writes net (its parameters, optimizer state and step count) and info to
@@ -73,6 +82,16 @@ TSR_API int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info,
  * TSR_EFORMAT when they do not read as that kind. */
 TSR_API int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t *s,
                                                 tsr_errbuf_t *err);
+
+/* Whether resuming a checkpoint that holds info (tsr_checkpoint_read's) with net (built for
+ * the run) on `ranks` ranks under sync gives every rank back all of its training state: 0, or
+ * 1 with why (one sentence, without a final period) saying what restarts instead: rank 0's
+ * optimizer state on ranks whose own the file does not hold (a checkpoint of before issue 20,
+ * or of another number of ranks, under weight averaging), an outer momentum from zero, or
+ * weights of a finished run's final average (tsr_checkpoint_info_t.final_average). A run
+ * that promises the uninterrupted run's digits (--deterministic) refuses such a resume. */
+TSR_API int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
+                                        const tsr_sync_t *sync, int ranks, char *why, size_t size);
 
 /* Prints path's tensors (name, shape) and metadata, after checking the file. */
 TSR_API int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err);

@@ -142,6 +142,10 @@ typedef struct {
    * already taken, from a loaded checkpoint (its epoch + 1 and step_in_epoch). */
   int start_epoch;
   int64_t start_step;
+  /* The checkpoint loaded into the net (tsr_checkpoint_load), or NULL: under MPI, once the
+   * replicas exist, each rank's optimizer state, the outer momentum and post-local's switch
+   * are restored from it where it holds them (tsr_checkpoint_resume_check says what not). */
+  const char *resume_path;
   /* Polled after every step (one process) or at every epoch end (MPI, all ranks agreeing):
    * when it returns true, training stops there, writes a checkpoint if asked, and tsr_train
    * returns TSR_ESTOPPED. NULL: never. */

@@ -306,6 +306,19 @@ static int start(run_t *r, int argc, char **argv) {
     r->train_opts.start_epoch = r->resumed.epoch + 1;
     r->train_opts.start_step = r->resumed.step_in_epoch;
   }
+  /* What the checkpoint cannot give back: a note, or a refusal where digits are promised. */
+  char why[256];
+  if (rc == 0 && r->cfg->resume &&
+      tsr_checkpoint_resume_check(r->net, &r->resumed, &r->cfg->sync, tsr_dist_size(), why,
+                                  sizeof why)) {
+    if (r->cfg->sync.deterministic)
+      rc = tsr_error_set(&r->err, TSR_EINVAL,
+                         "--resume %s --deterministic: %s, so the resumed run would not be the "
+                         "uninterrupted one; resume without --deterministic",
+                         r->cfg->resume, why);
+    else if (r->speaker)
+      fprintf(stderr, "tessera train: note: --resume %s: %s\n", r->cfg->resume, why);
+  }
   return rc;
 }
 
@@ -360,9 +373,6 @@ static int announce(run_t *r) {
         printf(q + 1 < s->replicas ? "," : "\n");
       }
     }
-    if (cfg->resume && tsr_dist_size() > 1 && cfg->sync.outer.kind != TSR_OUTER_NONE)
-      fprintf(stderr, "tessera train: note: checkpoints hold the outer optimizer's anchor (the "
-                      "weights) but not its momentum, which restarts from zero\n");
   }
   /* Resuming under another policy than the checkpoint's is allowed (the weights are whole at
    * every point a checkpoint is written), but never silently. */
@@ -406,6 +416,7 @@ static int train(run_t *r) {
   to.setup = &r->setup;
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
   to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
+  to.resume_path = cfg->resume;
   if (cfg->resume && r->resumed.epoch >= cfg->train.epochs) {
     if (r->speaker)
       printf("tessera train: %s already holds %d epochs; --epochs %d is the total, so there is "

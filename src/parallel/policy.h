@@ -75,6 +75,9 @@ int tsr__replicas_fold(tsr_replicas_t *r);
 /* Local SGD's epoch end (every=K, post-local, hier): on the last epoch, one model at the end
  * unless the last step averaged already; then, unless gradients are being averaged, waits. */
 int tsr__replicas_end_local(tsr_replicas_t *r, bool last);
+/* The average just taken is the end's, one the schedule would not have taken there (a
+ * checkpoint of it says so: a run resumed from it is not the uninterrupted one). */
+void tsr__replicas_mark_final(tsr_replicas_t *r);
 /* Waits for everything submitted (an epoch end's average is a point users see). */
 int tsr__replicas_wait(tsr_replicas_t *r);
 /* Whether gradients are averaged every step (batch, post-local's first epochs) now. */

@@ -54,6 +54,21 @@ bool tsr__replicas_agree(const tsr_replicas_t *r);
  * so that each rank holds the whole state (sharded during training), e.g.
  * for a checkpoint. Other policies: nothing to do. */
 int tsr__replicas_share_state(tsr_replicas_t *r);
+/* Checkpoints (src/train/checkpoint.c). Whether an outer optimizer runs. The outer momentum
+ * of the net's parameter index (tsr_param_t.index) into all (its (m, n), row-major) on rank
+ * 0, gathered from the ranks that home its tiles: collective, every rank calling with the same
+ * index (all is ignored elsewhere). The same momentum from all (m, n), which every rank gives:
+ * each keeps the tiles it homes. TSR_EINVAL without an outer optimizer
+ * or for a parameter it does not know. */
+bool tsr__replicas_has_outer(const tsr_replicas_t *r);
+/* Whether the last average was the end's, off the schedule (tsr__replicas_mark_final). */
+bool tsr__replicas_final_extra(const tsr_replicas_t *r);
+int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all);
+int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all);
+/* post-local resumed past its switch: local SGD from the start, counted from local_from (the
+ * step at which the checkpointed run switched), each rank keeping the optimizer state it was
+ * given. Nothing to do if local already. */
+int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t local_from);
 /* Statistics since the last call, then reset. */
 void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
 

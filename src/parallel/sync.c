@@ -37,6 +37,7 @@
  * elsewhere. Deterministic mode sums in rank order: acc = w_0 x_0, then acc =
  * w_q x_q + acc for q = 1 .. P-1 (tsr_sync_t.deterministic, tested bit for
  * bit). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -119,6 +120,7 @@ struct tsr_replicas {
   double lambda;            /* --weighting steps: the extrapolation of the next average */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
   bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
+  bool final_extra;         /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
 };
 
@@ -730,6 +732,79 @@ int tsr__replicas_share_state(tsr_replicas_t *r) {
   return rc == 0 ? tsr__progress_wait_all() : rc;
 }
 
+/* ---- What a checkpoint needs of the replicas ---- */
+
+void tsr__replicas_mark_final(tsr_replicas_t *r) {
+  r->final_extra = true;
+}
+
+bool tsr__replicas_final_extra(const tsr_replicas_t *r) {
+  return r->final_extra;
+}
+
+bool tsr__replicas_has_outer(const tsr_replicas_t *r) {
+  return r->outer != NULL;
+}
+
+static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
+  for (int k = 0; k < r->nparams; k++)
+    if (r->params[k].p->index == index) return &r->params[k];
+  return NULL;
+}
+
+/* Tile (i, j) of t, whose top-left element is (i0, j0), between the (m, n) row-major buffers
+ * from and to. */
+static void copy_tile_of(const tsr_tiles_t *t, int i, int j, const float *from, float *to) {
+  int64_t n = tsr_tiles_cols(t), i0 = (int64_t)i * tsr_tiles_mb(t),
+          j0 = (int64_t)j * tsr_tiles_nb(t);
+  int64_t rows = tsr_tiles_tile_rows(t, i),
+          cols = n - j0 < tsr_tiles_nb(t) ? n - j0 : tsr_tiles_nb(t);
+  for (int64_t a = i0; a < i0 + rows; a++)
+    memcpy(to + a * n + j0, from + a * n + j0, sizeof(float) * (size_t)cols);
+}
+
+int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all) {
+  const rparam_t *rp = param_of(r, index);
+  const tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
+  if (!u) return TSR_EINVAL;
+  int64_t count = tsr_tiles_rows(u) * tsr_tiles_cols(u);
+  if (count > INT_MAX / (int64_t)sizeof(float) / r->size) return TSR_EINVAL;
+  int bytes = (int)(sizeof(float) * (size_t)count);
+  float *mine = calloc((size_t)count, sizeof(float));
+  float *every = r->rank == 0 ? malloc((size_t)bytes * (size_t)r->size) : NULL;
+  /* Every rank takes part in the gather or none does. */
+  int rc = tsr_dist_any(!mine || (r->rank == 0 && !every)) ? TSR_ENOMEM : 0;
+  if (rc == 0) {
+    rc = tsr_tiles_read_owned(u, mine);
+    int rc2 = tsr_dist_gather(mine, bytes, every);
+    rc = rc ? rc : rc2;
+  }
+  /* Each tile from the rank that homes it. */
+  for (int i = 0; rc == 0 && r->rank == 0 && i < tsr_tiles_mt(u); i++)
+    for (int j = 0; j < tsr_tiles_nt(u); j++)
+      copy_tile_of(u, i, j, every + (size_t)tsr_tiles_rank_of(u, i, j) * (size_t)count, all);
+  free(mine), free(every);
+  return rc;
+}
+
+int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all) {
+  const rparam_t *rp = param_of(r, index);
+  tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
+  return u ? tsr_tiles_write_owned(u, all) : TSR_EINVAL;
+}
+
+int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t local_from) {
+  /* As tsr__replicas_go_local, but every rank holds its own optimizer state already (the
+   * checkpoint's): nothing to share. */
+  if (!r->batch) return 0;
+  tsr__net_set_grad_hook(r->net, r->previous);
+  r->previous = (tsr_grad_hook_t){0};
+  r->batch = false, r->agreed = true;
+  r->local_from = local_from;
+  clear_samples(r, -1);
+  return set_anchors(r);
+}
+
 void tsr__replicas_destroy(tsr_replicas_t **rp) {
   tsr_replicas_t *r = *rp;
   if (!r) return;
@@ -821,7 +896,10 @@ static bool nothing_since_average(const tsr_replicas_t *r) {
 int tsr__replicas_end_local(tsr_replicas_t *r, bool last) {
   int rc = 0;
   /* One model at the end, unless the last step averaged already (no samples since). */
-  if (last && !r->batch && !nothing_since_average(r)) rc = tsr__replicas_average_all(r);
+  if (last && !r->batch && !nothing_since_average(r)) {
+    rc = tsr__replicas_average_all(r);
+    tsr__replicas_mark_final(r);
+  }
   if (rc == 0 && !r->batch) rc = tsr__progress_wait_all();
   return rc;
 }

@@ -20,7 +20,10 @@ static int describe(const tsr_sync_schedule_t *s, char *buf, int size) {
 static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last) {
   (void)s, (void)epoch;
   int rc = tsr__replicas_fold(r);
-  if (rc == 0 && last) rc = tsr__replicas_average_plain(r); /* a final uniform average */
+  if (rc == 0 && last) { /* a final uniform average */
+    rc = tsr__replicas_average_plain(r);
+    tsr__replicas_mark_final(r);
+  }
   return rc;
 }
 

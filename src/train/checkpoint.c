@@ -1,7 +1,10 @@
 /* Checkpoints (tessera/checkpoint.h): the network's tensors and the
  * training state, through the safetensors reader and writer of src/io/. */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
+#include <math.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,10 +14,15 @@
 
 #include "io/safetensors.h"
 #include "nn/net_impl.h"
+#include "parallel/policy.h"
 #include "tessera/checkpoint.h"
+#include "tessera/dist.h"
+#include "tessera/train.h"
+#include "train/checkpoint_run.h"
+#include "try.h"
 
 #define FORMAT "tessera-checkpoint/1"
-#define MAX_META 64 /* keys besides the per-tensor checksums */
+#define MAX_META 72 /* keys besides the per-tensor checksums */
 
 /* ---- names ---- */
 
@@ -27,10 +35,10 @@ static void param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
 typedef struct {
   tsr_st_tensor_t *t;
   float **owned; /* the copies of the tensors' data */
-  char (*names)[128];
+  char (*names)[160];
   int n, cap;
   tsr_st_meta_t *meta;
-  char (*keys)[160], **values; /* values: owned, each of its own length */
+  char (*keys)[176], **values; /* values: owned, each of its own length */
   int nmeta, capmeta;
 } bundle_t;
 
@@ -54,16 +62,11 @@ static int add_meta(bundle_t *b, const char *key, const char *fmt, ...) {
   return 0;
 }
 
-/* Adds a copy of matrix t (read through the runtime) as tensor name, and its checksum. */
-static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
-  if (b->n == b->cap) return TSR_ENOMEM;
-  int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t);
-  float *data = malloc(sizeof(float) * (size_t)(rows * cols));
-  if (!data) return TSR_ENOMEM;
-  int rc = tsr_tiles_read(t, data);
-  if (rc) {
+/* Adds data ((rows, cols), taken) as tensor name, and its checksum. */
+static int add_data(bundle_t *b, const char *name, int64_t rows, int64_t cols, float *data) {
+  if (b->n == b->cap) {
     free(data);
-    return rc;
+    return TSR_ENOMEM;
   }
   b->owned[b->n] = data;
   snprintf(b->names[b->n], sizeof b->names[0], "%s", name);
@@ -74,10 +77,23 @@ static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
   else
     b->t[b->n].shape[0] = rows, b->t[b->n].shape[1] = cols;
   uLong crc = crc32(0L, (const Bytef *)data, (uInt)(sizeof(float) * (size_t)(rows * cols)));
-  char key[160];
+  char key[176];
   snprintf(key, sizeof key, "crc32.%s", name);
   b->n++;
   return add_meta(b, key, "%08lx", (unsigned long)crc);
+}
+
+/* Adds a copy of matrix t (read through the runtime) as tensor name, and its checksum. */
+static int add_tensor(bundle_t *b, const char *name, const tsr_tiles_t *t) {
+  int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t);
+  float *data = malloc(sizeof(float) * (size_t)(rows * cols));
+  if (!data) return TSR_ENOMEM;
+  int rc = tsr_tiles_read(t, data);
+  if (rc) {
+    free(data);
+    return rc;
+  }
+  return add_data(b, name, rows, cols, data);
 }
 
 static void bundle_fini(bundle_t *b) {
@@ -132,21 +148,6 @@ static int add_input_stats(bundle_t *b, const tsr_checkpoint_info_t *in) {
   rc = rc ? rc : add_meta(b, "input_std", "%s", std);
   free(mean), free(std);
   return rc;
-}
-
-/* Reads n space-separated numbers of text into v (n entries); 0, or TSR_EFORMAT. */
-static int read_floats(const char *text, float *v, int64_t n) {
-  const char *p = text;
-  for (int64_t j = 0; j < n; j++) {
-    char *end;
-    double x = strtod(p, &end);
-    if (end == p) return TSR_EFORMAT;
-    v[j] = (float)x;
-    p = end;
-  }
-  while (*p == ' ')
-    p++;
-  return *p ? TSR_EFORMAT : 0;
 }
 
 static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoint_info_t *in) {
@@ -209,53 +210,212 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   return rc;
 }
 
-int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_t *info, const char *path,
-                        tsr_errbuf_t *err) {
-  int nstate = tsr__optim_nstate(net->optim), ntensors = tsr_net_n_params(net) * (1 + nstate);
-  bundle_t b;
-  int rc = bundle_init(&b, ntensors);
-  for (int i = 0; i < net->n_layers && rc == 0; i++) {
+/* Under MPI with weight averaging every rank's optimizer state is its own: state s of
+ * parameter name, this rank's matrix t, gathered to rank 0 as optimizer.rank<q>.<name>.<s>
+ * for q >= 1 (rank 0's is the plain optimizer.<name>.<s>). Collective, its result the same
+ * on every rank; b is rank 0's (NULL elsewhere), *added its own result there. */
+static int gather_state(bundle_t *b, const char *name, const char *state, const tsr_tiles_t *t,
+                        int *added) {
+  int ranks = tsr_dist_size(), rank = tsr_dist_rank();
+  int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t), count = rows * cols;
+  if (count > INT_MAX / (int64_t)sizeof(float) / ranks) return TSR_EINVAL; /* MPI's int count */
+  float *mine = malloc(sizeof(float) * (size_t)count);
+  float *every = rank == 0 ? malloc(sizeof(float) * (size_t)(count * ranks)) : NULL;
+  int rc = tsr_dist_any(!mine || (rank == 0 && !every)) ? TSR_ENOMEM : 0;
+  if (rc == 0) {
+    rc = tsr_tiles_read(t, mine);
+    int rc2 = tsr_dist_gather(mine, (int)(sizeof(float) * (size_t)count), every);
+    rc = tsr_dist_any(rc || rc2) ? (rc ? rc : rc2 ? rc2 : TSR_ERUNTIME) : 0;
+  }
+  for (int q = 1; rc == 0 && b && q < ranks && *added == 0; q++) {
+    char full[160];
+    snprintf(full, sizeof full, "optimizer.rank%d.%s.%s", q, name, state);
+    float *copy = malloc(sizeof(float) * (size_t)count);
+    if (copy) memcpy(copy, every + q * count, sizeof(float) * (size_t)count);
+    *added = copy ? add_data(b, full, rows, cols, copy) : TSR_ENOMEM;
+  }
+  free(mine), free(every);
+  return rc;
+}
+
+/* The outer momentum of parameter index, gathered from its homes to rank 0 as
+ * outer.<name>.momentum: as gather_state. */
+static int gather_outer(bundle_t *b, tsr_replicas_t *rep, const char *name, const tsr_tiles_t *w,
+                        int index, int *added) {
+  int64_t rows = tsr_tiles_rows(w), cols = tsr_tiles_cols(w);
+  float *all = tsr_dist_rank() == 0 ? malloc(sizeof(float) * (size_t)(rows * cols)) : NULL;
+  int rc = tsr_dist_any(tsr_dist_rank() == 0 && !all) ? TSR_ENOMEM : 0;
+  if (rc == 0) rc = tsr__replicas_outer_read(rep, index, all);
+  rc = tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
+  char full[160];
+  snprintf(full, sizeof full, "outer.%s.momentum", name);
+  if (rc == 0 && b && *added == 0) {
+    *added = add_data(b, full, rows, cols, all);
+    all = NULL;
+  }
+  free(all);
+  return rc;
+}
+
+/* What the replicas hold beyond the net, in the metadata (rank 0's b), under MPI only (a file
+ * of one process is as it was): how the optimizer state is kept, the outer momentum, the
+ * switch of post-local, each rank's step count. */
+static int add_replicas_meta(bundle_t *b, bool per_rank, bool outer, tsr_replicas_t *rep,
+                             const int64_t *steps) {
+  int rc = add_meta(b, "optimizer_state", "%s", per_rank ? "per-rank" : "shared");
+  if (rc == 0 && outer) rc = add_meta(b, "outer_state", "momentum");
+  if (rc == 0 && rep && tsr__replicas_final_extra(rep)) rc = add_meta(b, "final_average", "1");
+  if (rc == 0 && rep && !tsr__replicas_averaging_gradients(rep))
+    rc = add_meta(b, "local_since", "%" PRId64, tsr__replicas_local_from(rep));
+  char text[1024] = "";
+  int n = 0;
+  for (int q = 0; per_rank && q < tsr_dist_size() && n < (int)sizeof text - 24; q++)
+    n += snprintf(text + n, sizeof text - (size_t)n, "%s%" PRId64, q ? " " : "", steps[q]);
+  if (rc == 0 && per_rank) rc = add_meta(b, "optimizer_steps_ranks", "%s", text);
+  return rc;
+}
+
+int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
+                             const tsr_checkpoint_info_t *info, const char *path,
+                             tsr_errbuf_t *err) {
+  bool writer = !rep || tsr_dist_rank() == 0;
+  int ranks = rep ? tsr_dist_size() : 1, nstate = tsr__optim_nstate(net->optim);
+  /* Local SGD: each replica's optimizer state is its own (batch shares it before this). */
+  bool per_rank = rep && ranks > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
+  bool outer = rep && tsr__replicas_has_outer(rep);
+  int ntensors = tsr_net_n_params(net) * (1 + nstate * (per_rank ? ranks : 1) + (outer ? 1 : 0));
+  bundle_t b = {0};
+  /* rc: the writer's own; crc: the collectives', the same on every rank. */
+  int rc = writer ? bundle_init(&b, ntensors) : 0, crc = 0;
+  int64_t steps[TSR_MAX_RANKS] = {0}, mine = tsr__optim_steps(net->optim);
+  if (per_rank && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
+  for (int i = 0; i < net->n_layers && crc == 0; i++) {
     const tsr_layer_t *l = &net->layers[i];
-    for (int k = 0; k < l->nparams && rc == 0; k++) {
+    for (int k = 0; k < l->nparams && crc == 0; k++) {
       char name[96], state[128];
       param_name(l, k, name, sizeof name);
-      rc = add_tensor(&b, name, l->params[k].w);
-      for (int s = 0; s < nstate && rc == 0; s++) {
-        snprintf(state, sizeof state, "optimizer.%s.%s", name,
-                 tsr__optim_state_name(net->optim, s));
-        rc = add_tensor(&b, state, tsr__optim_state(net->optim, l->params[k].index, s));
+      if (writer && rc == 0) rc = add_tensor(&b, name, l->params[k].w);
+      for (int s = 0; s < nstate && crc == 0; s++) {
+        const tsr_tiles_t *t = tsr__optim_state(net->optim, l->params[k].index, s);
+        const char *sname = tsr__optim_state_name(net->optim, s);
+        snprintf(state, sizeof state, "optimizer.%s.%s", name, sname);
+        if (writer && rc == 0) rc = add_tensor(&b, state, t);
+        if (per_rank) crc = gather_state(writer ? &b : NULL, name, sname, t, &rc);
       }
+      if (outer && crc == 0)
+        crc = gather_outer(writer ? &b : NULL, rep, name, l->params[k].w, l->params[k].index, &rc);
     }
   }
-  if (rc == 0) rc = add_state_meta(&b, net, info);
-  if (rc == 0)
+  rc = rc ? rc : crc;
+  if (writer && rc == 0) rc = add_state_meta(&b, net, info);
+  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_rank, outer, rep, steps);
+  if (writer && rc == 0)
     rc = tsr__st_write(path, b.t, b.n, b.meta, b.nmeta, err);
-  else
+  else if (rc)
     tsr_error_set(err, rc, "%s: cannot gather the checkpoint: %s", path, tsr_strerror(rc));
-  bundle_fini(&b);
+  if (writer) bundle_fini(&b);
   return rc;
+}
+
+int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_t *info, const char *path,
+                        tsr_errbuf_t *err) {
+  return tsr__checkpoint_save_run(net, NULL, info, path, err);
 }
 
 /* ---- loading ---- */
 
-static int meta_int(const tsr_st_file_t *f, const char *key, int64_t *v) {
-  const char *s = tsr__st_meta(f, key);
+/* ---- numbers of the metadata, each range-checked before any cast ----
+ *
+ * A number out of range (1e300 for an int, inf, nan, a float's subnormal) is refused with the
+ * key that holds it, rather than cast into undefined behaviour or a wrong value. */
+
+/* The whole number at *s (moved past it) in [lo, hi]. */
+static int whole_at(const char **s, const char *path, const char *key, int64_t lo, int64_t hi,
+                    int64_t *v, tsr_errbuf_t *err) {
   char *end;
-  if (!s) return TSR_EFORMAT;
   errno = 0;
-  long long x = strtoll(s, &end, 10);
-  if (end == s || *end || errno) return TSR_EFORMAT;
-  *v = x;
+  long long x = strtoll(*s, &end, 10);
+  if (end == *s || errno || x < lo || x > hi) {
+    int len = (int)strcspn(*s, " ");
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata %s holds '%.*s', not a whole number in [%lld, %lld]; the "
+                         "file is damaged or not tessera's",
+                         path, key, len > 40 ? 40 : len, *s, (long long)lo, (long long)hi);
+  }
+  *s = end, *v = x;
   return 0;
 }
 
-static int meta_float(const tsr_st_file_t *f, const char *key, float *v) {
-  const char *s = tsr__st_meta(f, key);
+/* The number at *s (moved past it), finite and a float that is 0 or normal. */
+static int real_at(const char **s, const char *path, const char *key, float *v, tsr_errbuf_t *err) {
   char *end;
-  if (!s) return TSR_EFORMAT;
-  double x = strtod(s, &end);
-  if (end == s || *end) return TSR_EFORMAT;
-  *v = (float)x;
+  double x = strtod(*s, &end), m = fabs(x);
+  if (end == *s || !isfinite(x) || m > FLT_MAX || (m != 0 && m < FLT_MIN)) {
+    int len = (int)strcspn(*s, " ");
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata %s holds '%.*s', not a finite number a float holds "
+                         "(0, or between %g and %g in size); the file is damaged or not tessera's",
+                         path, key, len > 40 ? 40 : len, *s, (double)FLT_MIN, (double)FLT_MAX);
+  }
+  *s = end, *v = (float)x;
+  return 0;
+}
+
+static int meta_text(const tsr_st_file_t *f, const char *path, const char *key, const char **s,
+                     tsr_errbuf_t *err) {
+  *s = tsr__st_meta(f, key);
+  return *s ? 0 : tsr_error_set(err, TSR_EFORMAT, "%s: no %s in the metadata", path, key);
+}
+
+/* The end of a value read: nothing after the number. */
+static int at_end(const char *s, const char *path, const char *key, tsr_errbuf_t *err) {
+  return *s ? tsr_error_set(err, TSR_EFORMAT, "%s: metadata %s ends in '%.40s', not a number", path,
+                            key, s)
+            : 0;
+}
+
+/* Reads n space-separated numbers of metadata key's text into v (n entries), each range-checked
+ * as real_at does; 0, or TSR_EFORMAT naming the key. */
+static int read_floats(const char *text, const char *path, const char *key, float *v, int64_t n,
+                       tsr_errbuf_t *err) {
+  const char *p = text;
+  for (int64_t j = 0; j < n; j++)
+    TSR_TRY(real_at(&p, path, key, &v[j], err));
+  while (*p == ' ')
+    p++;
+  return at_end(p, path, key, err);
+}
+
+static int meta_int(const tsr_st_file_t *f, const char *path, const char *key, int64_t lo,
+                    int64_t hi, int64_t *v, tsr_errbuf_t *err) {
+  const char *s;
+  TSR_TRY(meta_text(f, path, key, &s, err));
+  TSR_TRY(whole_at(&s, path, key, lo, hi, v, err));
+  return at_end(s, path, key, err);
+}
+
+static int meta_float(const tsr_st_file_t *f, const char *path, const char *key, float *v,
+                      tsr_errbuf_t *err) {
+  const char *s;
+  TSR_TRY(meta_text(f, path, key, &s, err));
+  TSR_TRY(real_at(&s, path, key, v, err));
+  return at_end(s, path, key, err);
+}
+
+/* A seed: any 64-bit unsigned number. */
+static int meta_seed(const tsr_st_file_t *f, const char *path, const char *key, uint64_t *v,
+                     tsr_errbuf_t *err) {
+  const char *s;
+  TSR_TRY(meta_text(f, path, key, &s, err));
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(s, &end, 10);
+  if (s[0] < '0' || s[0] > '9' || end == s || *end || errno)
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata %s holds '%.40s', not a whole number in [0, 2^64); the "
+                         "file is damaged or not tessera's",
+                         path, key, s);
+  *v = (uint64_t)x;
   return 0;
 }
 
@@ -316,14 +476,16 @@ static int open_checked(tsr_st_file_t **out, const char *path, tsr_errbuf_t *err
 
 /* info's input_mean and input_std: the scalar, or 0 and 1 when the file standardized per column
  * or not at all (tsr_checkpoint_read_standardization reads those). */
-static int read_input_stats(const tsr_st_file_t *f, tsr_checkpoint_info_t *info) {
-  if (!tsr__st_meta(f, "input_standardize"))
-    return meta_float(f, "input_mean", &info->input_mean) ||
-                   meta_float(f, "input_std", &info->input_std)
-               ? TSR_EFORMAT
-               : 0;
+static int read_input_stats(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
+                            tsr_errbuf_t *err) {
+  if (!tsr__st_meta(f, "input_standardize")) {
+    TSR_TRY(meta_float(f, path, "input_mean", &info->input_mean, err));
+    return meta_float(f, path, "input_std", &info->input_std, err);
+  }
   info->input_mean = 0.0f, info->input_std = 1.0f;
-  return tsr__st_meta(f, "input_mean") && tsr__st_meta(f, "input_std") ? 0 : TSR_EFORMAT;
+  const char *s;
+  TSR_TRY(meta_text(f, path, "input_mean", &s, err));
+  return meta_text(f, path, "input_std", &s, err);
 }
 
 int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t *s,
@@ -341,18 +503,18 @@ int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t 
                        "%s: input_standardize is '%s'; expected column or none (or no key: scalar)",
                        path, kind);
   if (rc == 0 && k == TSR_STANDARDIZE_NONE) n = 0;
-  if (rc == 0 && k == TSR_STANDARDIZE_COLUMN && meta_int(f, "inputs", &n))
-    rc = tsr_error_set(err, TSR_EFORMAT, "%s: no inputs in the metadata", path);
+  if (rc == 0 && k == TSR_STANDARDIZE_COLUMN) rc = meta_int(f, path, "inputs", 1, INT_MAX, &n, err);
   s->kind = k, s->n = n;
   s->mean = rc == 0 && n ? malloc(sizeof *s->mean * (size_t)n) : NULL;
   s->std = rc == 0 && n ? malloc(sizeof *s->std * (size_t)n) : NULL;
   if (rc == 0 && n && (!s->mean || !s->std)) rc = TSR_ENOMEM;
-  if (rc == 0 && n &&
-      (!mean || !std || read_floats(mean, s->mean, n) || read_floats(std, s->std, n)))
+  if (rc == 0 && n && (!mean || !std))
     rc = tsr_error_set(err, TSR_EFORMAT,
-                       "%s: input_mean and input_std are not %lld number%s each (the %s "
+                       "%s: no input_mean or input_std in the metadata (the %s "
                        "standardization)",
-                       path, (long long)n, n == 1 ? "" : "s", tsr_standardize_name(k));
+                       path, tsr_standardize_name(k));
+  if (rc == 0 && n) rc = read_floats(mean, path, "input_mean", s->mean, n, err);
+  if (rc == 0 && n) rc = read_floats(std, path, "input_std", s->std, n, err);
   tsr__st_close(&f);
   if (rc) tsr_standardization_fini(s);
   return rc;
@@ -361,19 +523,19 @@ int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t 
 static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
                      tsr_errbuf_t *err) {
   memset(info, 0, sizeof *info);
-  int64_t epoch, step, epochs, seed, ranks;
-  int rc = meta_int(f, "epoch", &epoch) || meta_int(f, "step_in_epoch", &step) ||
-                   meta_int(f, "epochs", &epochs) || meta_int(f, "seed", &seed) ||
-                   meta_int(f, "ranks", &ranks) || meta_float(f, "base_lr", &info->base_lr) ||
-                   read_input_stats(f, info)
-               ? TSR_EFORMAT
-               : 0;
-  const char *sched = tsr__st_meta(f, "lr_schedule");
-  if (rc || !sched)
-    return tsr_error_set(err, TSR_EFORMAT, "%s: the training state in the metadata is incomplete",
-                         path);
+  int64_t epoch = 0, step = 0, epochs = 0, ranks = 0;
+  int rc = meta_int(f, path, "epoch", 0, INT_MAX, &epoch, err);
+  if (rc == 0) rc = meta_int(f, path, "step_in_epoch", 0, INT64_MAX, &step, err);
+  if (rc == 0) rc = meta_int(f, path, "epochs", 0, INT_MAX, &epochs, err);
+  if (rc == 0) rc = meta_seed(f, path, "seed", &info->seed, err);
+  if (rc == 0) rc = meta_int(f, path, "ranks", 1, TSR_MAX_RANKS, &ranks, err);
+  if (rc == 0) rc = meta_float(f, path, "base_lr", &info->base_lr, err);
+  if (rc == 0) rc = read_input_stats(f, path, info, err);
+  const char *sched = NULL;
+  if (rc == 0) rc = meta_text(f, path, "lr_schedule", &sched, err);
+  if (rc) return rc;
   info->epoch = (int)epoch, info->step_in_epoch = step, info->epochs = (int)epochs;
-  info->seed = (uint64_t)seed, info->ranks = (int)ranks;
+  info->ranks = (int)ranks;
   info->lr_schedule = strcmp(sched, "cosine") == 0 ? TSR_LR_COSINE : TSR_LR_CONSTANT;
   const char *s;
   if ((s = tsr__st_meta(f, "sync"))) snprintf(info->sync, sizeof info->sync, "%s", s);
@@ -381,6 +543,11 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
   if ((s = tsr__st_meta(f, "data"))) snprintf(info->data, sizeof info->data, "%s", s);
   if ((s = tsr__st_meta(f, "tessera_version")))
     snprintf(info->version, sizeof info->version, "%s", s);
+  /* Written before issue 20: 0, unknown (rank 0's state under weight averaging). */
+  if ((s = tsr__st_meta(f, "optimizer_state")))
+    info->state_ranks = strcmp(s, "per-rank") == 0 ? info->ranks : 1;
+  info->outer_momentum = (s = tsr__st_meta(f, "outer_state")) && strcmp(s, "momentum") == 0;
+  info->final_average = tsr__st_meta(f, "final_average") != NULL;
   return 0;
 }
 
@@ -449,24 +616,130 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
     }
   }
   int64_t steps = 0;
-  if (rc == 0 && meta_int(f, "optimizer_steps", &steps))
-    rc = tsr_error_set(err, TSR_EFORMAT, "%s: no optimizer step count", path);
+  if (rc == 0) rc = meta_int(f, path, "optimizer_steps", 0, INT64_MAX, &steps, err);
   if (rc == 0) tsr__optim_set_steps(net->optim, steps);
-  /* Dropout masks depend on each dropout layer's training passes so far. */
-  const char *calls = tsr__st_meta(f, "dropout_calls");
-  for (const char *p = calls; rc == 0 && p && *p;) {
-    int index, used;
-    unsigned long long n;
-    if (sscanf(p, "%d:%llu%n", &index, &n, &used) != 2) break;
-    for (int i = 0; i < net->n_layers; i++)
-      if (net->layers[i].index - 1 == index) net->layers[i].calls = n;
-    p += used;
-    while (*p == ' ')
+  /* Dropout masks depend on each dropout layer's training passes so far: "index:calls ...". */
+  const char *p = tsr__st_meta(f, "dropout_calls");
+  while (rc == 0 && p && *p) {
+    int64_t index = 0, n = 0;
+    rc = whole_at(&p, path, "dropout_calls", 0, INT_MAX, &index, err);
+    if (rc == 0 && *p++ != ':') rc = at_end(p - 1, path, "dropout_calls", err);
+    if (rc == 0) rc = whole_at(&p, path, "dropout_calls", 0, INT64_MAX, &n, err);
+    for (int i = 0; rc == 0 && i < net->n_layers; i++)
+      if (net->layers[i].index - 1 == index) net->layers[i].calls = (uint64_t)n;
+    while (rc == 0 && *p == ' ')
       p++;
   }
   tsr__st_close(&f);
   if (rc == 0 && info) *info = got;
   return rc;
+}
+
+/* The tensor name of f into the (rows, cols) row-major buffer *data (borrowed from f), after
+ * checking its size. */
+static int find_sized(const tsr_st_file_t *f, const char *path, const char *name, int64_t count,
+                      const float **data, tsr_errbuf_t *err) {
+  int i = tsr__st_find(f, name);
+  if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
+  tsr_st_tensor_t x;
+  tsr__st_tensor(f, i, &x);
+  int64_t n = 1;
+  for (int d = 0; d < x.ndims; d++)
+    n *= x.shape[d];
+  if (n != count)
+    return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s holds %lld values, not %lld", path, name,
+                         (long long)n, (long long)count);
+  *data = x.data;
+  return 0;
+}
+
+/* This rank's (q >= 1) optimizer state and step count, from a file of every rank's. */
+static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char *path, int q,
+                             tsr_errbuf_t *err) {
+  int rc = 0, nstate = tsr__optim_nstate(net->optim);
+  for (int i = 0; i < net->n_layers && rc == 0; i++) {
+    tsr_layer_t *l = &net->layers[i];
+    for (int k = 0; k < l->nparams && rc == 0; k++) {
+      char name[96], state[160];
+      param_name(l, k, name, sizeof name);
+      for (int s = 0; s < nstate && rc == 0; s++) {
+        snprintf(state, sizeof state, "optimizer.rank%d.%s.%s", q, name,
+                 tsr__optim_state_name(net->optim, s));
+        rc = load_tensor(f, path, state, tsr__optim_state(net->optim, l->params[k].index, s), err);
+      }
+    }
+  }
+  const char *steps = tsr__st_meta(f, "optimizer_steps_ranks");
+  int64_t v = 0;
+  for (int r = 0; rc == 0 && steps && r <= q; r++)
+    rc = whole_at(&steps, path, "optimizer_steps_ranks", 0, INT64_MAX, &v, err);
+  if (rc == 0 && steps) tsr__optim_set_steps(net->optim, v);
+  return rc;
+}
+
+int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char *path,
+                                const char *sync, tsr_errbuf_t *err) {
+  tsr_st_file_t *f;
+  int rc = open_checked(&f, path, err);
+  if (rc) return rc;
+  tsr_checkpoint_info_t got;
+  rc = read_info(f, path, &got, err);
+  int q = tsr_dist_rank();
+  if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() && q > 0)
+    rc = restore_own_state(net, f, path, q, err);
+  for (int i = 0;
+       rc == 0 && got.outer_momentum && tsr__replicas_has_outer(rep) && i < net->n_layers; i++) {
+    tsr_layer_t *l = &net->layers[i];
+    for (int k = 0; k < l->nparams && rc == 0; k++) {
+      char name[96], full[160];
+      param_name(l, k, name, sizeof name);
+      snprintf(full, sizeof full, "outer.%s.momentum", name);
+      const float *data = NULL;
+      rc = find_sized(f, path, full,
+                      tsr_tiles_rows(l->params[k].w) * tsr_tiles_cols(l->params[k].w), &data, err);
+      if (rc == 0 && (rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)
+        tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
+    }
+  }
+  int64_t since = 0;
+  bool local = rc == 0 && strcmp(got.sync, sync) == 0 && tsr__st_meta(f, "local_since");
+  if (local) rc = meta_int(f, path, "local_since", 0, INT64_MAX, &since, err);
+  if (local && rc == 0 && (rc = tsr__replicas_resume_local(rep, since)) != 0)
+    tsr_error_set(err, rc, "%s: cannot resume local SGD: %s", path, tsr_strerror(rc));
+  tsr__st_close(&f);
+  return rc;
+}
+
+/* The optimizer's hyper-parameters ("lr X momentum X ...") and the input shape ("C H W") into
+ * o. */
+static int read_hyper(const tsr_st_file_t *f, const char *path, tsr_net_opts_t *o,
+                      tsr_errbuf_t *err) {
+  static const char *const names[] = {"lr", "momentum", "weight_decay", "beta1", "beta2", "eps"};
+  float *to[] = {&o->opt.lr,    &o->opt.momentum, &o->opt.weight_decay,
+                 &o->opt.beta1, &o->opt.beta2,    &o->opt.eps};
+  const char *s;
+  TSR_TRY(meta_text(f, path, "optimizer_hyper", &s, err));
+  for (int k = 0; k < 6; k++) {
+    char key[48];
+    snprintf(key, sizeof key, "optimizer_hyper's %s", names[k]);
+    size_t len = strlen(names[k]);
+    while (*s == ' ')
+      s++;
+    if (strncmp(s, names[k], len) != 0 || s[len] != ' ')
+      return tsr_error_set(err, TSR_EFORMAT, "%s: metadata optimizer_hyper has no %s", path,
+                           names[k]);
+    s += len;
+    TSR_TRY(real_at(&s, path, key, to[k], err));
+  }
+  TSR_TRY(at_end(s, path, "optimizer_hyper", err));
+  TSR_TRY(meta_text(f, path, "input_shape", &s, err));
+  int *dims[] = {&o->in_channels, &o->in_height, &o->in_width};
+  for (int k = 0; k < 3; k++) {
+    int64_t v = 0;
+    TSR_TRY(whole_at(&s, path, "input_shape", 1, 1 << 20, &v, err));
+    *dims[k] = (int)v;
+  }
+  return at_end(s, path, "input_shape", err);
 }
 
 int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model_spec_t *spec,
@@ -476,10 +749,11 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   if (rc) return rc;
   tsr_checkpoint_info_t got;
   rc = read_info(f, path, &got, err);
-  int64_t in = 0, cls = 0, seed = 0;
-  if (rc == 0 && (meta_int(f, "inputs", &in) || meta_int(f, "classes", &cls) ||
-                  meta_int(f, "net_seed", &seed)))
-    rc = tsr_error_set(err, TSR_EFORMAT, "%s: no inputs, classes or seed in the metadata", path);
+  int64_t in = 0, cls = 0;
+  uint64_t seed = 0;
+  if (rc == 0) rc = meta_int(f, path, "inputs", 1, INT_MAX, &in, err);
+  if (rc == 0) rc = meta_int(f, path, "classes", 1, INT_MAX, &cls, err);
+  if (rc == 0) rc = meta_seed(f, path, "net_seed", &seed, err);
   tsr_model_spec_t s;
   tsr_model_spec_init(&s);
   const char *ini = tsr__st_meta(f, "model_ini");
@@ -487,16 +761,10 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   if (rc == 0) rc = tsr_model_parse_ini_text(&s, ini, path, err);
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
-  const char *opt = tsr__st_meta(f, "optimizer"), *hyper = tsr__st_meta(f, "optimizer_hyper");
-  const char *shape = tsr__st_meta(f, "input_shape");
+  const char *opt = tsr__st_meta(f, "optimizer");
   if (rc == 0) rc = known_optimizer(opt, path, &o.opt, err);
-  if (rc == 0 &&
-      (!hyper || !shape ||
-       sscanf(hyper, "lr %f momentum %f weight_decay %f beta1 %f beta2 %f eps %f", &o.opt.lr,
-              &o.opt.momentum, &o.opt.weight_decay, &o.opt.beta1, &o.opt.beta2, &o.opt.eps) != 6 ||
-       sscanf(shape, "%d %d %d", &o.in_channels, &o.in_height, &o.in_width) != 3))
-    rc = tsr_error_set(err, TSR_EFORMAT, "%s: no optimizer or input shape in the metadata", path);
-  o.seed = (uint64_t)seed;
+  if (rc == 0) rc = read_hyper(f, path, &o, err);
+  o.seed = seed;
   tsr__st_close(&f);
   if (rc) tsr_model_spec_fini(&s);
   if (rc) return rc;
@@ -508,6 +776,48 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   if (opts) *opts = o;
   if (inputs) *inputs = (int)in;
   if (classes) *classes = (int)cls;
+  return 0;
+}
+
+int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
+                                const tsr_sync_t *sync, int ranks, char *why, size_t size) {
+  /* The checkpoint's policy: its schedule, then the outer optimizer if any ("every=4
+   * slowmo(1,0.5)"). */
+  char schedule[64];
+  snprintf(schedule, sizeof schedule, "%s", info->sync);
+  char *space = strchr(schedule, ' ');
+  bool outer_then = space != NULL;
+  if (space) *space = '\0';
+  tsr_sync_schedule_t then;
+  bool averaged_weights = info->ranks > 1 && tsr_sync_schedule_parse(&then, schedule, NULL) == 0 &&
+                          tsr_sync_traits(&then)->averages_weights;
+  bool stateful = tsr__optim_nstate(net->optim) > 0;
+  if (info->final_average) {
+    snprintf(why, size,
+             "the checkpoint holds the final average of a finished run (--sync %s), which the "
+             "uninterrupted run does not take after epoch %d: the resumed run continues from it",
+             info->sync, info->epoch);
+    return 1;
+  }
+  if (stateful && averaged_weights && info->state_ranks == 0) {
+    snprintf(why, size,
+             "the checkpoint holds rank 0's optimizer state only (written before every rank's "
+             "was saved): every rank resumes from it");
+    return 1;
+  }
+  if (stateful && info->state_ranks > 1 && info->state_ranks != ranks) {
+    snprintf(why, size,
+             "the checkpoint holds the optimizer states of its %d ranks, which a run on %d "
+             "cannot take over rank by rank: every rank resumes from rank 0's",
+             info->state_ranks, ranks);
+    return 1;
+  }
+  if (ranks > 1 && sync->outer.kind != TSR_OUTER_NONE && outer_then && !info->outer_momentum) {
+    snprintf(why, size,
+             "the checkpoint holds no outer momentum (written before it was saved): it restarts "
+             "from zero");
+    return 1;
+  }
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/progress.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
+#include "train/checkpoint_run.h"
 #include "train/setup_impl.h"
 #include "try.h"
 #include "nn/net_impl.h"
@@ -197,11 +198,21 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   else
     snprintf(info.sync, sizeof info.sync, "none");
   tsr_errbuf_t mine = {""};
-  if (rc == 0 && tsr_dist_rank() == 0)
-    rc = tsr_checkpoint_save(cp->net, &info, cp->o->checkpoint_path, &mine);
+  if (rc == 0)
+    rc = tsr__checkpoint_save_run(cp->net, cp->rep, &info, cp->o->checkpoint_path, &mine);
   if (cp->rep) return tsr_dist_agree(rc, &mine, cp->err);
   if (rc && cp->err) *cp->err = mine;
   return rc;
+}
+
+/* What a resumed run's replicas hold beyond the net, from o->resume_path: every rank agreeing. */
+static int restore(tsr_replicas_t *rep, tsr_net_t *net, const tsr_train_opts_t *o,
+                   tsr_errbuf_t *err) {
+  char sync[64] = "none";
+  if (policy_of(o)) tsr_sync_describe(policy_of(o), sync, sizeof sync);
+  tsr_errbuf_t mine = {""};
+  int rc = tsr__checkpoint_restore_run(net, rep, o->resume_path, sync, &mine);
+  return tsr_dist_agree(rc, &mine, err);
 }
 
 /* Under a grid, every rank's transfers of the epoch on rank 0 (all[size], ignored elsewhere):
@@ -357,6 +368,7 @@ static int start_run(run_t *r) {
     /* Uneven shares: each rank homes chunks in proportion to its share. */
     bool uneven = sh->shares.kind != TSR_SHARES_UNIFORM && sh->shares.n == sh->replicas;
     TSR_TRY(tsr__replicas_create(&r->rep, r->net, &sh->sync, uneven ? sh->share : NULL, r->err));
+    if (o->resume_path) TSR_TRY(restore(r->rep, r->net, o, r->err));
   }
   r->idx = malloc(sizeof(int32_t) * (size_t)r->train->n);
   if (r->pr > 1) {
