@@ -165,6 +165,15 @@ MUTANTS = [
     ("critical-path-first-dep", "the critical path follows a task's first dependency, not its "
      "heaviest", "src/io/trace_summary.c",
      [("if (v > b) b = v, arg = j;", "if (arg < 0) b = v, arg = j;")] * 2, ["trace"]),
+    # Issue 20: the contracts no test checked (tests20).
+    ("init-pytorch-he-bound", "--init pytorch draws weights with He's bound", "src/nn/dense.c",
+     [("double bound = 1.0 / sqrt((double)fin);", "double bound = sqrt(6.0 / fin);")], ["train"]),
+    ("init-pytorch-zero-bias", "--init pytorch leaves the biases zero", "src/nn/dense.c",
+     [("return init_uniform(params[1].w, (size_t)fout, bound, rng);", "return 0;")], ["train"]),
+    ("checkpoint-init-unread", "a checkpoint's initialization is read as the default",
+     "src/train/checkpoint.c",
+     [('tsr_init_from_name(&o.init, init ? init : "he")',
+       'tsr_init_from_name(&o.init, "pytorch")')], ["checkpoint"]),
 ]
 
 
