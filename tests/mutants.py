@@ -166,6 +166,12 @@ MUTANTS = [
      "heaviest", "src/io/trace_summary.c",
      [("if (v > b) b = v, arg = j;", "if (arg < 0) b = v, arg = j;")] * 2, ["trace"]),
     # Issue 20: the contracts no test checked (tests20).
+    ("cosine-step-ahead", "the cosine schedule one step ahead", "src/train/train.c",
+     [("(int64_t)((e - 1) * sh->steps + k)", "(int64_t)((e - 1) * sh->steps + k + 1)")],
+     ["train"]),
+    ("cosine-formula-ahead", "the cosine formula one step ahead", "src/optim/schedule.c",
+     [("double progress = (double)t / (double)total;",
+       "double progress = (double)(t + 1) / (double)total;")], ["train"]),
     ("init-pytorch-he-bound", "--init pytorch draws weights with He's bound", "src/nn/dense.c",
      [("double bound = 1.0 / sqrt((double)fin);", "double bound = sqrt(6.0 / fin);")], ["train"]),
     ("init-pytorch-zero-bias", "--init pytorch leaves the biases zero", "src/nn/dense.c",

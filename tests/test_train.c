@@ -371,6 +371,32 @@ Test(train, tsr_train_equals_the_documented_steps_replayed) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
+/* The cosine schedule at given steps, against its closed values: with one step per epoch
+ * (32 samples, batch 32) over 4 epochs, step t = e - 1 of T = 4 runs at lr (1 + cos(pi t / 4))
+ * / 2, so epoch e's last (only) rate is lr, lr (2 + sqrt 2) / 4, lr / 2 and lr (2 - sqrt 2) / 4:
+ * a schedule one step (here one epoch) ahead or behind is off by far more than rounding. */
+Test(train, the_cosine_rate_at_each_step_is_the_closed_formula) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 32);
+  tsr_net_t *net = small_net(&train, 32);
+  tsr_train_opts_t to;
+  tsr_train_opts_init(&to);
+  epochs_t got = {0};
+  to.epochs = 4, to.on_epoch = keep_epoch, to.ctx = &got;
+  cr_assert_eq(to.lr_schedule, TSR_LR_COSINE, "cosine is the default schedule");
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
+  const double lr = 0.05, r2 = sqrt(2.0);
+  const double want[4] = {lr, lr * (2 + r2) / 4, lr / 2, lr * (2 - r2) / 4};
+  cr_assert_eq(got.n, 4);
+  for (int e = 0; e < 4; e++)
+    cr_assert(fabs(got.s[e].lr_end - want[e]) <= 1e-7 * lr,
+              "epoch %d (step %d of 4): rate %.9g, the closed formula %.9g", e + 1, e,
+              got.s[e].lr_end, want[e]);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
 Test(train, constant_schedule_keeps_the_rate) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 100);
