@@ -176,10 +176,16 @@ MUTANTS = [
      [("double bound = 1.0 / sqrt((double)fin);", "double bound = sqrt(6.0 / fin);")], ["train"]),
     ("init-pytorch-zero-bias", "--init pytorch leaves the biases zero", "src/nn/dense.c",
      [("return init_uniform(params[1].w, (size_t)fout, bound, rng);", "return 0;")], ["train"]),
+    ("plan-memory-workspace", "the planner's memory per rank leaves out the workers' scratch",
+     "src/plan/plan.c",
+     [("(double)mem->total + (pc > 1", "(double)(mem->total - mem->workspace) + (pc > 1")],
+     ["plan"]),
     ("checkpoint-init-unread", "a checkpoint's initialization is read as the default",
      "src/train/checkpoint.c",
      [('tsr_init_from_name(&o.init, init ? init : "he")',
        'tsr_init_from_name(&o.init, "pytorch")')], ["checkpoint"]),
+    ("plan-memory-sums", "the planner's memory per rank leaves out batch's updated chunk copies",
+     "src/plan/plan.c", [("/ pc * (grads ? 2 : 1)", "/ pc")], ["plan"]),
 ]
 
 
