@@ -176,6 +176,30 @@ MUTANTS = [
      [("double bound = 1.0 / sqrt((double)fin);", "double bound = sqrt(6.0 / fin);")], ["train"]),
     ("init-pytorch-zero-bias", "--init pytorch leaves the biases zero", "src/nn/dense.c",
      [("return init_uniform(params[1].w, (size_t)fout, bound, rng);", "return 0;")], ["train"]),
+    ("fednova-anchor-stays", "FedNova without --outer extrapolates from the initial weights at "
+     "every average (its anchor never moves)", "src/parallel/sync.c",
+     [("if (rc == 0 && !outer) rc = tsr__tile_copy(&local, rp->anchor, rp->acc, I, j);", "")],
+     ["mpi-fednova-2"]),
+    ("fednova-empty-steps", "FedNova counts a step without samples as a local step",
+     "src/parallel/sync.c",
+     [("r->steps[q] += samples_per_rank[q] > 0;", "r->steps[q] += 1;")], ["mpi-fednova-2"]),
+    ("hier-group-samples-kept", "hier's group averages keep counting samples from before a "
+     "global average", "src/parallel/sync.c",
+     [("if (r->gsamples) r->gsamples[q] = 0;", "if (r->gsamples && gi >= 0) r->gsamples[q] = 0;")],
+     ["mpi-hiersamples-3"]),
+    ("postlocal-state-sharded", "post-local's switch keeps the optimizer state sharded (each "
+     "rank only its chunks')", "src/parallel/sync.c",
+     [("  int rc = tsr__replicas_share_state(r);\n  tsr__net_set_grad_hook(r->net, r->previous);",
+       "  int rc = 0;\n  tsr__net_set_grad_hook(r->net, r->previous);")],
+     ["mpi-postlocalstate-2"]),
+    ("epoch-n-no-final", "epoch=n skips the average at the end when the epochs are not a "
+     "multiple of n", "src/parallel/sync_epoch.c",
+     [("epoch % s->every == 0 || last ?",
+       "epoch % s->every == 0 || (last && epoch % s->every == 0) ?")], ["mpi-epochn-2"]),
+    ("grid-estimate-partials", "the memory estimate under a grid counts a dense layer's gathered "
+     "inputs but not its partial input gradients", "src/nn/layout.c",
+     [("if (l->partials) l->act_floats += 2 * batch * l->fin;",
+       "if (l->partials) l->act_floats += batch * l->fin;")], ["mpi-grid-2"]),
     ("plan-memory-workspace", "the planner's memory per rank leaves out the workers' scratch",
      "src/plan/plan.c",
      [("(double)mem->total + (pc > 1", "(double)(mem->total - mem->workspace) + (pc > 1")],
