@@ -244,11 +244,13 @@ static void train(tsr_net_t *net, const char *policy, int epochs, bool determini
              (run_t){.epochs = epochs, .deterministic = deterministic, .shuffle = true});
 }
 
-static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by_samples,
-                                     const char *outer) {
+/* The replicas of net under policy, weighted by samples, by local steps (FedNova) or evenly,
+ * with an outer optimizer or none (NULL). */
+static tsr_replicas_t *replicas_weighted(tsr_net_t *net, const char *policy, bool by_samples,
+                                         bool by_steps, const char *outer) {
   tsr_sync_t sync;
   tsr_sync_parse(&sync, policy, NULL);
-  sync.by_samples = by_samples;
+  sync.by_samples = by_samples, sync.by_steps = by_steps;
   if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
@@ -257,6 +259,11 @@ static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return rep;
+}
+
+static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by_samples,
+                                     const char *outer) {
+  return replicas_weighted(net, policy, by_samples, false, outer);
 }
 
 static tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samples) {
@@ -1601,20 +1608,6 @@ static void test_shares(void) {
   tsr_net_destroy(&alone);
 }
 
-/* replicas_with, weighting by local steps (FedNova) instead. */
-static tsr_replicas_t *replicas_by_steps(tsr_net_t *net, const char *policy) {
-  tsr_sync_t sync;
-  tsr_sync_parse(&sync, policy, NULL);
-  sync.by_steps = true;
-  tsr_replicas_t *rep = NULL;
-  tsr_errbuf_t err = {""};
-  if (tsr__replicas_create(&rep, net, &sync, NULL, &err)) {
-    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return rep;
-}
-
 /* --weighting steps without --outer (FedNova) over two averaging rounds of every=2 on 2 ranks
  * with uneven local steps: rank 1 takes no samples at step 2 (round 1: 2 and 1 steps), rank 0
  * none at step 3 (round 2: 1 and 2 steps). Each average is
@@ -1629,7 +1622,7 @@ static void test_fednova(void) {
   enum { B = 16, K = 2, STEPS = 4 };
   load(B * size * STEPS);
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
-  tsr_replicas_t *rep = replicas_by_steps(net, "every=2");
+  tsr_replicas_t *rep = replicas_weighted(net, "every=2", false, true, NULL);
   int32_t *rows = batch_rows(B, STEPS);
   int64_t n;
   float *x0 = params(net, &n), *anchor = params(net, &n);

@@ -371,46 +371,46 @@ Test(train, tsr_train_equals_the_documented_steps_replayed) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
-/* The cosine schedule at given steps, against its closed values: with one step per epoch
- * (32 samples, batch 32) over 4 epochs, step t = e - 1 of T = 4 runs at lr (1 + cos(pi t / 4))
- * / 2, so epoch e's last (only) rate is lr, lr (2 + sqrt 2) / 4, lr / 2 and lr (2 - sqrt 2) / 4:
- * a schedule one step (here one epoch) ahead or behind is off by far more than rounding. */
-Test(train, the_cosine_rate_at_each_step_is_the_closed_formula) {
+/* The epochs' statistics of small_net trained `epochs` epochs of `samples` images, batch 32,
+ * under schedule. */
+static epochs_t rates_of(int samples, int epochs, tsr_lr_schedule_t schedule) {
   tsr_dataset_t train = {0}, test = {0};
-  load(&train, &test, 32);
+  load(&train, &test, samples);
   tsr_net_t *net = small_net(&train, 32);
   tsr_train_opts_t to;
   tsr_train_opts_init(&to);
   epochs_t got = {0};
-  to.epochs = 4, to.on_epoch = keep_epoch, to.ctx = &got;
-  cr_assert_eq(to.lr_schedule, TSR_LR_COSINE, "cosine is the default schedule");
+  to.epochs = epochs, to.lr_schedule = schedule, to.on_epoch = keep_epoch, to.ctx = &got;
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
+  cr_assert_eq(got.n, epochs);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  return got;
+}
+
+/* The cosine schedule (the default) at given steps, against its closed values: with one step
+ * per epoch (32 samples, batch 32) over 4 epochs, step t = e - 1 of T = 4 runs at lr (1 +
+ * cos(pi t / 4)) / 2, so epoch e's last (only) rate is lr, lr (2 + sqrt 2) / 4, lr / 2 and
+ * lr (2 - sqrt 2) / 4: a schedule one step (here one epoch) ahead or behind is off by far more
+ * than rounding. */
+Test(train, the_cosine_rate_at_each_step_is_the_closed_formula) {
+  tsr_train_opts_t defaults;
+  tsr_train_opts_init(&defaults);
+  cr_assert_eq(defaults.lr_schedule, TSR_LR_COSINE, "cosine is the default schedule");
+  epochs_t got = rates_of(32, 4, TSR_LR_COSINE);
   const double lr = 0.05, r2 = sqrt(2.0);
   const double want[4] = {lr, lr * (2 + r2) / 4, lr / 2, lr * (2 - r2) / 4};
-  cr_assert_eq(got.n, 4);
   for (int e = 0; e < 4; e++)
     cr_assert(fabs(got.s[e].lr_end - want[e]) <= 1e-7 * lr,
               "epoch %d (step %d of 4): rate %.9g, the closed formula %.9g", e + 1, e,
               got.s[e].lr_end, want[e]);
-  tsr_net_destroy(&net);
-  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
 Test(train, constant_schedule_keeps_the_rate) {
-  tsr_dataset_t train = {0}, test = {0};
-  load(&train, &test, 100);
-  tsr_net_t *net = small_net(&train, 32);
-  tsr_train_opts_t to;
-  tsr_train_opts_init(&to);
-  epochs_t got = {0};
-  to.epochs = 2, to.lr_schedule = TSR_LR_CONSTANT, to.on_epoch = keep_epoch, to.ctx = &got;
-  tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
+  epochs_t got = rates_of(100, 2, TSR_LR_CONSTANT);
   for (int e = 0; e < 2; e++)
     cr_assert_float_eq(got.s[e].lr_end, 0.05, 1e-9, "epoch %d: rate %g", e + 1, got.s[e].lr_end);
-  tsr_net_destroy(&net);
-  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
 /* The test metrics of each epoch are those of tsr_evaluate on the test set with the weights
@@ -528,6 +528,24 @@ Test(train, the_memory_estimate_counts_what_the_net_builds) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
+/* A net of model (a shorthand) for ds, batch 64, with the seed and initialization given; the
+ * default initialization is checked to be PyTorch's. */
+static tsr_net_t *net_with_init(const tsr_dataset_t *ds, const char *model, uint64_t seed,
+                                tsr_init_t init) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, model, ds->classes, &err), 0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  cr_assert_eq(o.init, TSR_INIT_PYTORCH, "the default initialization is PyTorch's");
+  o.batch = 64, o.seed = seed, o.init = init;
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err), 0, "%s",
+               err.msg);
+  tsr_model_spec_fini(&spec);
+  return net;
+}
+
 /* A default network's parameters as tsr_init_t says: under TSR_INIT_PYTORCH every weight and
  * bias of a layer with fan-in f lies in [-1/sqrt f, 1/sqrt f] and fills it (the largest
  * magnitude within 2% of the bound, biases not zero); under TSR_INIT_HE the weights fill
@@ -539,16 +557,8 @@ Test(train, parameters_start_as_the_initialization_says) {
   const char *models[] = {"mlp", "cnn"};
   for (int k = 0; k < 2; k++)
     for (int he = 0; he < 2; he++) {
-      tsr_model_spec_t spec;
-      tsr_errbuf_t err = {""};
-      cr_assert_eq(tsr_model_parse(&spec, models[k], train.classes, &err), 0, "%s", err.msg);
-      tsr_net_opts_t o;
-      tsr_net_opts_init(&o);
-      cr_assert_eq(o.init, TSR_INIT_PYTORCH, "the default initialization is PyTorch's");
-      o.batch = 16, o.init = he ? TSR_INIT_HE : TSR_INIT_PYTORCH;
-      tsr_net_t *net;
-      cr_assert_eq(tsr_net_create(&net, &spec, (int)train.features, train.classes, &o, &err), 0,
-                   "%s", err.msg);
+      tsr_init_t init = he ? TSR_INIT_HE : TSR_INIT_PYTORCH;
+      tsr_net_t *net = net_with_init(&train, models[k], 1, init);
       for (int p = 0; p + 1 < tsr_net_n_params(net); p += 2) {
         int64_t fin, fout, br, bc;
         tsr_net_param_info(net, p, &fin, &fout);
@@ -565,7 +575,7 @@ Test(train, parameters_start_as_the_initialization_says) {
         double bound = he ? sqrt(6.0 / (double)fin) : 1.0 / sqrt((double)fin);
         cr_assert(wmax <= bound * (1 + 1e-6) && wmax >= 0.98 * bound,
                   "%s, init %s: weights %d (fan-in %lld) reach %g, want up to %g", models[k],
-                  tsr_init_name(o.init), p, (long long)fin, wmax, bound);
+                  tsr_init_name(init), p, (long long)fin, wmax, bound);
         if (he)
           cr_assert(bmax == 0, "%s, init he: biases %d not zero (%g)", models[k], p + 1, bmax);
         else
@@ -575,7 +585,6 @@ Test(train, parameters_start_as_the_initialization_says) {
         free(w), free(b);
       }
       tsr_net_destroy(&net);
-      tsr_model_spec_fini(&spec);
     }
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
@@ -593,16 +602,8 @@ Test(train, an_untrained_network_starts_near_chance_loss) {
     double worst_he = 0;
     for (int he = 0; he < 2; he++)
       for (uint64_t seed = 1; seed <= 5; seed++) {
-        tsr_model_spec_t spec;
-        tsr_errbuf_t err = {""};
-        cr_assert_eq(tsr_model_parse(&spec, models[k], train.classes, &err), 0, "%s", err.msg);
-        tsr_net_opts_t o;
-        tsr_net_opts_init(&o);
-        o.batch = 64, o.seed = seed;
-        if (he) o.init = TSR_INIT_HE;
-        tsr_net_t *net;
-        cr_assert_eq(tsr_net_create(&net, &spec, (int)train.features, train.classes, &o, &err), 0,
-                     "%s", err.msg);
+        tsr_net_t *net =
+            net_with_init(&train, models[k], seed, he ? TSR_INIT_HE : TSR_INIT_PYTORCH);
         double loss, acc;
         cr_assert_eq(tsr_evaluate(net, &train, &loss, &acc), 0);
         if (he)
@@ -612,7 +613,6 @@ Test(train, an_untrained_network_starts_near_chance_loss) {
                     "%s, seed %llu: untrained loss %.4f, chance ln %d = %.4f (10%%: %.4f)",
                     models[k], (unsigned long long)seed, loss, train.classes, chance, 0.1 * chance);
         tsr_net_destroy(&net);
-        tsr_model_spec_fini(&spec);
       }
     cr_assert(worst_he > 0.1 * chance,
               "%s: He's initialization should start off chance on some seed (worst %.4f) for the "
