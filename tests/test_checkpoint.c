@@ -396,7 +396,8 @@ Test(checkpoint, refuses_another_model_optimizer_data_or_a_damaged_tensor) {
 }
 
 /* A net rebuilt from what the checkpoint says (tsr_checkpoint_read) loads it: what `tessera
- * eval` does; the CNN exercises the input geometry and a dropout layer's pass count. */
+ * eval` does; the CNN exercises the input geometry and a dropout layer's pass count, and the
+ * net's initialization (he, not the default) is recorded. */
 Test(checkpoint, read_builds_a_net_that_loads_it) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 200);
@@ -409,6 +410,7 @@ Test(checkpoint, read_builds_a_net_that_loads_it) {
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.batch = 16, o.in_channels = 1, o.in_height = 28, o.in_width = 28, o.seed = 9;
+  o.init = TSR_INIT_HE; /* not the default: the file must say it */
   tsr_net_t *a;
   cr_assert_eq(tsr_net_create(&a, &spec, 784, 10, &o, &err), 0, "%s", err.msg);
   int32_t rows[16];
@@ -424,6 +426,7 @@ Test(checkpoint, read_builds_a_net_that_loads_it) {
   cr_assert_eq(tsr_checkpoint_read(p, NULL, &rspec, &ro, &inputs, &classes, &err), 0, "%s",
                err.msg);
   cr_assert(inputs == 784 && classes == 10 && ro.in_height == 28 && ro.seed == 9);
+  cr_assert_eq(ro.init, TSR_INIT_HE, "the checkpoint records the initialization");
   ro.batch = 16;
   tsr_net_t *b;
   cr_assert_eq(tsr_net_create(&b, &rspec, inputs, classes, &ro, &err), 0, "%s", err.msg);

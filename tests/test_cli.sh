@@ -282,17 +282,19 @@ if [[ -d $data ]]; then
     --tile 32x100 --optimizer adamw --log "$tmp/adamw.jsonl"
   check_log "AdamW on Fashion-MNIST" "$tmp/adamw.jsonl" 2 optimizer=adamw "test_accuracy>0.65"
   # SGD with Nesterov momentum (--momentum 0.9 by default), the same run: seeds 1-6 reached
-  # 0.760-0.778 (epoch 1: 0.714-0.764), loss 1.18-1.33 -> 0.53-0.56.
+  # 0.546-0.582 (epoch 1: 0.528-0.562), loss 2.05-2.08 -> 1.40-1.45, from PyTorch's
+  # initialization (--init he: 0.760-0.778, epoch 1 0.714-0.764).
   expect 0 "sgd-nesterov lr 0.01" -- train --epochs 2 --train-limit 1000 --test-limit 500 \
     --tile 32x100 --optimizer sgd --nesterov --log "$tmp/nesterov.jsonl"
   check_log "Nesterov SGD on Fashion-MNIST" "$tmp/nesterov.jsonl" 2 optimizer=sgd-nesterov \
-    "test_accuracy>0.65"
-  # The CNN, 2 epochs on 512 images: seed 1 (the default) reached test accuracy
-  # 0.688-0.719 (two epoch-2 shuffles), seeds 1-8 0.328-0.719 (chance: 0.1);
-  # the loss fell on every seed.
+    "test_accuracy>0.45"
+  # The CNN, 2 epochs on 512 images: seed 1 (the default) reached test accuracy 0.344, seeds
+  # 1-3 0.297-0.344 (chance: 0.1), loss 2.20-2.23 (from 2.30), from PyTorch's initialization;
+  # with He's (--init he, the default before issue 20) seed 1 reached 0.688-0.719 (two epoch-2
+  # shuffles), seeds 1-8 0.328-0.719.
   expect 0 "conv3x3/32p1x1" -- train --model cnn --epochs 2 --train-limit 512 --test-limit 128 \
     --log "$tmp/cnn.jsonl"
-  check_log "CNN on Fashion-MNIST" "$tmp/cnn.jsonl" 2 "test_accuracy>0.3"
+  check_log "CNN on Fashion-MNIST" "$tmp/cnn.jsonl" 2 "test_accuracy>0.2"
   # A diverging run (lr 1e6: the loss is NaN in epoch 1) stops after that epoch with exit 3 and
   # a message naming the epoch; the log writes the NaN as "nan", distinct from null, which means
   # no test set (--test-limit 0). It used to print 'loss -nan' every epoch and exit 0.

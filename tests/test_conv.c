@@ -307,7 +307,9 @@ Test(conv, cnn_training_steps_do_not_depend_on_the_tile_size) {
   double t8 = loss_after_steps(&train, &spec, 5, 8, 8);
   double t5x7 = loss_after_steps(&train, &spec, 5, 5, 7);
   double start = loss_after_steps(&train, &spec, 0, 32, 32);
-  cr_assert(one < start * 0.95, "5 steps must lower the loss (%g -> %g)", start, one);
+  /* From PyTorch's initialization (the default) the loss starts at chance and 5 steps lower it by
+   * about 3% (2.334 -> 2.271); He's fell further. Either is far beyond the 1e-5 compared. */
+  cr_assert(one < start * 0.98, "5 steps must lower the loss (%g -> %g)", start, one);
   cr_assert(fabs(t8 - one) <= 1e-5 * one, "tile 8: %.9g vs one tile %.9g", t8, one);
   cr_assert(fabs(t5x7 - one) <= 1e-5 * one, "tile 5x7: %.9g vs one tile %.9g", t5x7, one);
   double again = loss_after_steps(&train, &spec, 5, 8, 8);

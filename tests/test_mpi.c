@@ -244,11 +244,13 @@ static void train(tsr_net_t *net, const char *policy, int epochs, bool determini
              (run_t){.epochs = epochs, .deterministic = deterministic, .shuffle = true});
 }
 
-static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by_samples,
-                                     const char *outer) {
+/* The replicas of net under policy, weighted by samples, by local steps (FedNova) or evenly,
+ * with an outer optimizer or none (NULL). */
+static tsr_replicas_t *replicas_weighted(tsr_net_t *net, const char *policy, bool by_samples,
+                                         bool by_steps, const char *outer) {
   tsr_sync_t sync;
   tsr_sync_parse(&sync, policy, NULL);
-  sync.by_samples = by_samples;
+  sync.by_samples = by_samples, sync.by_steps = by_steps;
   if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
@@ -257,6 +259,11 @@ static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return rep;
+}
+
+static tsr_replicas_t *replicas_with(tsr_net_t *net, const char *policy, bool by_samples,
+                                     const char *outer) {
+  return replicas_weighted(net, policy, by_samples, false, outer);
 }
 
 static tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samples) {
@@ -984,6 +991,28 @@ static double formula_sent(tsr_net_t *net, int pr) {
   return bytes;
 }
 
+/* Bytes of activation tiles this rank stores: the input batch and its labels, each layer's
+ * output and gradient, the gradients of its other readers, its scratch (a conv's per-batch-tile
+ * weight-gradient partials), and under a grid a dense layer's gathered inputs, partial input
+ * gradients and input-gradient sums (tsr_net_memory_t.activations). */
+static int64_t activation_local_bytes(const tsr_net_t *net) {
+  int64_t bytes = tsr_tiles_local_bytes(net->x0) + tsr_tiles_local_bytes(net->labels);
+  for (int l = 0; l < net->n_layers; l++) {
+    const tsr_layer_t *layer = &net->layers[l];
+    bytes += tsr_tiles_local_bytes(layer->y) + tsr_tiles_local_bytes(layer->dy);
+    for (int c = 0; c + 1 < layer->lay->consumers; c++)
+      bytes += tsr_tiles_local_bytes(layer->grads[c]);
+    for (int s = 0; s < 2; s++)
+      if (layer->scratch[s]) bytes += tsr_tiles_local_bytes(layer->scratch[s]);
+    for (int q = 0; q < net->grid_rows; q++) {
+      if (layer->gathered && layer->gathered[q]) bytes += tsr_tiles_local_bytes(layer->gathered[q]);
+      if (layer->partials && layer->partials[q]) bytes += tsr_tiles_local_bytes(layer->partials[q]);
+    }
+    if (layer->dx_sums) bytes += tsr_tiles_local_bytes(layer->dx_sums);
+  }
+  return bytes;
+}
+
 /* --grid PrxPc with --sync batch: Pc columns of batch B each equal one process with the global
  * batch Pc B, step by step. */
 static void grid_equals_one_process(int pr, bool cnn) {
@@ -1076,6 +1105,11 @@ static void grid_equals_one_process(int pr, bool cnn) {
   CHECK(rank % pr == 0 ? m.params == stored : m.params >= stored,
         "%s %dx%d: %lld parameter bytes estimated, %lld stored here (row %d)", model, pr, pc,
         (long long)m.params, (long long)stored, rank % pr);
+  /* And its activations: row 0 holds exactly what the estimate counts, the other rows no more. */
+  int64_t acts = activation_local_bytes(net);
+  CHECK(rank % pr == 0 ? m.activations == acts : m.activations >= acts,
+        "%s %dx%d: %lld activation bytes estimated, %lld stored here (row %d)", model, pr, pc,
+        (long long)m.activations, (long long)acts, rank % pr);
   tsr__replicas_destroy(&rep);
   int64_t n;
   float *w = grid_params(net, pc, &n);
@@ -1574,11 +1608,233 @@ static void test_shares(void) {
   tsr_net_destroy(&alone);
 }
 
+/* --weighting steps without --outer (FedNova) over two averaging rounds of every=2 on 2 ranks
+ * with uneven local steps: rank 1 takes no samples at step 2 (round 1: 2 and 1 steps), rank 0
+ * none at step 3 (round 2: 1 and 2 steps). Each average is
+ *   x' = x - tau_eff sum_q p_q (x - x_q) / tau_q,  tau_eff = sum_q p_q tau_q
+ * from the anchor x, the weights every rank started the round from (the initial weights, then
+ * the first average), p_q the round's samples share, x_q the replica trained alone through the
+ * round; computed here in float64. An anchor left at the initial weights is far off in round 2
+ * (checked). */
+static void test_fednova(void) {
+  CHECK(size == 2, "the steps here are for 2 ranks (mpirun -np 2), not %d", size);
+  if (size != 2) return;
+  enum { B = 16, K = 2, STEPS = 4 };
+  load(B * size * STEPS);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas_weighted(net, "every=2", false, true, NULL);
+  int32_t *rows = batch_rows(B, STEPS);
+  int64_t n;
+  float *x0 = params(net, &n), *anchor = params(net, &n);
+  for (int k = 1; k <= STEPS; k++) {
+    int counts[TSR_MAX_RANKS] = {k == 3 ? 0 : B, k == 2 ? 0 : B};
+    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+    tsr__replicas_count(rep, counts);
+    if (counts[rank] > 0) {
+      CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "step %d", k);
+      CHECK(tsr_net_train_step(alone, &train_set, mine, B, true) == 0, "separate step %d", k);
+    }
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    if (k % K != 0) continue;
+    const double tau[2] = {k == 2 ? 2 : 1, k == 2 ? 1 : 2}, p[2] = {tau[0] / 3, tau[1] / 3};
+    double tau_eff = p[0] * tau[0] + p[1] * tau[1];
+    float *w = params(net, &n), *own = params(alone, &n), *all = gather_all(own, n);
+    float *want = malloc(sizeof(float) * (size_t)n), *stale = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+      double s = 0;
+      for (int q = 0; q < 2; q++)
+        s += p[q] * ((double)anchor[i] - all[q * n + i]) / tau[q];
+      want[i] = (float)(anchor[i] - tau_eff * s);
+      /* an anchor left at x0: x0 + lambda (mean - x0) with the round's mean */
+      double mean = 0, S = p[0] / tau[0] + p[1] / tau[1];
+      for (int q = 0; q < 2; q++)
+        mean += p[q] / tau[q] / S * all[q * n + i];
+      stale[i] = (float)(x0[i] + tau_eff * S * (mean - x0[i]));
+    }
+    double d = max_rel_diff(w, want, n);
+    CHECK(d <= 1e-4, "FedNova, average %d (step %d): weights vs the formula from the anchor: %g",
+          k / K, k, d);
+    CHECK(replicas_equal(w, n), "FedNova, step %d: replicas differ after the average", k);
+    if (k > K) {
+      double apart = max_rel_diff(stale, want, n);
+      CHECK(apart > 1e-3, "FedNova, step %d: an anchor left at the start must be off (%g)", k,
+            apart);
+    }
+    if (rank == 0)
+      printf("fednova: average %d (taus %g, %g) vs the formula: max relative difference %.2e\n",
+             k / K, tau[0], tau[1], d);
+    memcpy(anchor, w, sizeof(float) * (size_t)n);
+    set_params(alone, w);
+    free(w), free(own), free(all), free(want), free(stale);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows), free(x0), free(anchor);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+}
+
+/* hier:2,4,2 with --weighting samples on 3 ranks (groups {0, 1} and {2}): a group average
+ * weighs the samples its members took since the group last averaged, counting a global average
+ * as one. Steps 1-4 ranks 0, 1, 2 take B, B/4, B samples, steps 5-6 B/4, B, B: the group
+ * average at step 2 weighs ranks 0 and 1 by 0.8 and 0.2, the global one at step 4 by 4/9, 1/9,
+ * 4/9, and the group average at step 6 by 0.2 and 0.8 (steps 5 and 6 only; counting from step
+ * 3 would give 0.5 and 0.5). */
+static void test_hier_samples(void) {
+  CHECK(size == 3, "the groups here are for 3 ranks (mpirun -np 3), not %d", size);
+  if (size != 3) return;
+  enum { B = 16, STEPS = 6 };
+  load(B * size * STEPS);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "hier:2,4,2", true);
+  int32_t *rows = batch_rows(B, STEPS);
+  static const double w2[TSR_MAX_RANKS] = {0.8, 0.2, 0},
+                      w4[TSR_MAX_RANKS] = {4.0 / 9, 1.0 / 9, 4.0 / 9};
+  static const double w6[TSR_MAX_RANKS] = {0.2, 0.8, 0}, even[TSR_MAX_RANKS] = {0.5, 0.5, 0};
+  for (int k = 1; k <= STEPS; k++) {
+    int counts[TSR_MAX_RANKS] = {k <= 4 ? B : B / 4, k <= 4 ? B / 4 : B, B};
+    const int32_t *mine = rows + ((k - 1) * size + rank) * B;
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, mine, counts[rank], true) == 0, "step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    CHECK(tsr_net_train_step(alone, &train_set, mine, counts[rank], true) == 0, "alone %d", k);
+    if (k % 2) continue;
+    int64_t n;
+    float *w = params(net, &n), *own = params(alone, &n);
+    const double *weight = k == 2 ? w2 : k == 4 ? w4 : w6;
+    float *mean = weighted_mean(own, n, weight), *wrong = weighted_mean(own, n, even);
+    const float *want = rank == 2 && k != 4 ? own : mean; /* rank 2 is alone in its group */
+    double d = max_rel_diff(w, want, n);
+    CHECK(d <= 1e-5, "hier:2,4,2 --weighting samples, step %d, rank %d: %g off the weighted mean",
+          k, rank, d);
+    if (k == 6 && rank < 2)
+      CHECK(max_rel_diff(wrong, want, n) > 1e-3,
+            "step 6: the weights since the global average must tell from those since step 3");
+    if (rank == 0)
+      printf("hier samples: step %d: max relative difference to the sample-weighted mean %.2e\n", k,
+             d);
+    set_params(alone, w);
+    free(w), free(own), free(mean), free(wrong);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+}
+
+/* Every parameter's optimizer state matrix s, concatenated in the net's order. */
+static float *optimizer_state(tsr_net_t *net, int s, int64_t *count) {
+  int64_t total = tsr_net_param_count(net), off = 0;
+  float *all = malloc(sizeof(float) * (size_t)total);
+  for (int l = 0; l < net->n_layers; l++)
+    for (int k = 0; k < net->layers[l].nparams; k++) {
+      const tsr_tiles_t *st = tsr__optim_state(net->optim, net->layers[l].params[k].index, s);
+      CHECK(tsr_tiles_read(st, all + off) == 0, "read state %d of layer %d", s, l + 1);
+      off += tsr_tiles_rows(st) * tsr_tiles_cols(st);
+    }
+  *count = total;
+  return all;
+}
+
+/* post-local:1,3 with SGD momentum 0.9, then with Adam: in epoch 1 the optimizer state is
+ * sharded (each chunk's on its home); at the switch every rank gets the whole of it, equal on
+ * every rank and equal to the state of one process that took the same steps with the global
+ * batch. */
+static void test_postlocal_state(void) {
+  enum { B = 16, STEPS = 2 };
+  load(B * size * STEPS);
+  for (int adam = 0; adam < 2; adam++) {
+    tsr_net_opts_t o;
+    tsr_net_opts_init(&o);
+    o.opt.momentum = 0.9f, o.opt.lr = 0.05f;
+    if (adam) tsr_optimizer_init(&o.opt, "adam", NULL);
+    const char *name = adam ? "adam" : "sgd momentum 0.9";
+    tsr_net_t *net = make_net_opt(B, &o.opt);
+    tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
+    int32_t *rows = batch_rows(B, STEPS);
+    int counts[TSR_MAX_RANKS];
+    for (int q = 0; q < size; q++)
+      counts[q] = B;
+    CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
+    for (int k = 1; k <= STEPS; k++) {
+      tsr__replicas_count(rep, counts);
+      CHECK(tsr_net_train_step(net, &train_set, rows + ((k - 1) * size + rank) * B, B, true) == 0,
+            "step %d", k);
+      CHECK(tsr__replicas_after_step(rep, k) == 0, "after step %d", k);
+    }
+    CHECK(tsr__replicas_epoch_begin(rep, 2, STEPS) == 0, "epoch 2 begins: the switch");
+    CHECK(tsr__progress_wait_all() == 0, "wait");
+    tsr_net_t *one = NULL;
+    if (rank == 0) {
+      one = make_net_opt(B * size, &o.opt);
+      for (int k = 0; k < STEPS; k++)
+        tsr_net_train_step(one, &train_set, rows + k * size * B, B * size, true);
+    }
+    for (int s = 0; s < tsr__optim_nstate(net->optim); s++) {
+      int64_t n;
+      float *st = optimizer_state(net, s, &n);
+      CHECK(replicas_equal(st, n),
+            "post-local, %s: optimizer state %d differs across ranks "
+            "after the switch",
+            name, s);
+      if (rank == 0) {
+        float *ref = optimizer_state(one, s, &n);
+        double d = max_rel_diff(st, ref, n), zero = 0;
+        for (int64_t i = 0; i < n; i++)
+          zero = fmax(zero, fabs(ref[i]));
+        CHECK(d <= 1e-4,
+              "post-local, %s: optimizer state %d after the switch vs one process "
+              "with the global batch: %g",
+              name, s, d);
+        CHECK(zero > 1e-6,
+              "post-local, %s: the state must not be zero (%g) for the check to mean "
+              "much",
+              name, zero);
+        printf("postlocal state, %s, state %d: max relative difference to one process %.2e\n", name,
+               s, d);
+        free(ref);
+      }
+      free(st);
+    }
+    tsr__replicas_destroy(&rep);
+    free(rows);
+    if (one) tsr_net_destroy(&one);
+    tsr_net_destroy(&net);
+  }
+}
+
+/* --sync epoch=2 over 3 epochs (not a multiple of 2), unshuffled: the replicas average after
+ * epoch 2 and, the run ending, after epoch 3 (docs/distributed.md: every n epochs and at the
+ * end), not after epoch 1. Replicas trained alone through epochs 1-2, averaged, then through
+ * epoch 3 and averaged again give the weights; averaging after epoch 1 too (epoch) is far off. */
+static void test_epoch_n(void) {
+  enum { B = 16, STEPS = 3 };
+  load(B * STEPS * size);
+  tsr_net_t *avg = make_net(B, 0.9f), *every = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  train_with(avg, "epoch=2", (run_t){.epochs = 3});
+  train_with(every, "epoch", (run_t){.epochs = 3});
+  int64_t n;
+  train_with(alone, "none", (run_t){.epochs = 2});
+  float *own = params(alone, &n), *mean = weighted_mean(own, n, NULL);
+  set_params(alone, mean);
+  free(own), free(mean);
+  train_with(alone, "none", (run_t){.epochs = 1});
+  own = params(alone, &n), mean = weighted_mean(own, n, NULL);
+  float *w = params(avg, &n), *w1 = params(every, &n);
+  CHECK(replicas_equal(w, n), "epoch=2 over 3 epochs: the replicas differ at the end");
+  double d = max_rel_diff(w, mean, n), apart = max_rel_diff(w1, mean, n);
+  CHECK(d <= 1e-5, "epoch=2 over 3 epochs: weights vs averages after epochs 2 and 3: %g", d);
+  CHECK(apart > 1e-3, "averaging after every epoch must end elsewhere (%g)", apart);
+  if (rank == 0)
+    printf("epoch=2 over 3 epochs: max relative difference to averages after epochs 2 and 3: "
+           "%.2e\n",
+           d);
+  free(own), free(mean), free(w), free(w1);
+  tsr_net_destroy(&avg), tsr_net_destroy(&every), tsr_net_destroy(&alone);
+}
+
 int main(int argc, char **argv) {
-  static const char *const checks[] = {"batch",         "epoch",  "every", "weighted",  "async",
-                                       "deterministic", "uneven", "tiles", "twice",     "bytes",
-                                       "resume",        "outer",  "hier",  "postlocal", "grid",
-                                       "shares",        NULL};
+  static const char *const checks[] = {
+      "batch", "epoch",  "every",   "weighted",    "async",          "deterministic", "uneven",
+      "tiles", "twice",  "bytes",   "resume",      "outer",          "hier",          "postlocal",
+      "grid",  "shares", "fednova", "hiersamples", "postlocalstate", "epochn",        NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1587,7 +1843,8 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid|shares [thread|worker]\n");
+            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn "
+            "[thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -1637,7 +1894,11 @@ int main(int argc, char **argv) {
   case 12: test_hier(); break;
   case 13: test_postlocal(); break;
   case 14: test_grid(); break;
-  default: test_shares(); break;
+  case 15: test_shares(); break;
+  case 16: test_fednova(); break;
+  case 17: test_hier_samples(); break;
+  case 18: test_postlocal_state(); break;
+  default: test_epoch_n(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -119,9 +119,11 @@ expect 0 "sgd lr 0.01,.*batch 64 per rank$" 120 -- "${mpi[@]}" -np 2 "$tessera" 
 # and epoch 0.410 (4 steps a rank: both average once), async-epoch 0.400-0.415;
 # seeds 1-5 gave 0.295-0.415 except seed 2 (0.10-0.215). Chance is 0.1, and
 # the epoch-1 loss (2.9-3.1) is above ln 10: He-initialized, the CNN starts at 3.3.
+# These 4 steps a rank are too few for PyTorch's initialization (the default since issue 20:
+# every=4 0.145, async-epoch 0.135), hence --init he.
 for policy in batch every=4 epoch async-epoch; do
-  expect 0 "epoch 1/1" 120 -- "${mpi[@]}" -np 2 "$tessera" train --workers 1 --data "$data" \
-    --model cnn --train-limit 512 --test-limit 200 --epochs 1 --sync "$policy" \
+  expect 0 "epoch 1/1" 120 -- "${mpi[@]}" -np 2 "$tessera" train --init he --workers 1 \
+    --data "$data" --model cnn --train-limit 512 --test-limit 200 --epochs 1 --sync "$policy" \
     --log "$tmp/cnn-$policy.jsonl"
   check_log "CNN --sync $policy" "$tmp/cnn-$policy.jsonl" 1 "sync=$policy" ranks=2 \
     "test_accuracy>0.2" "bytes_sent>0" "bytes_received>0"

@@ -331,3 +331,52 @@ Test(plan, grid_caps_the_feature_tile_at_the_widest_layer_over_pr) {
   cr_expect(r.grid_bytes_step > 0);
   tsr_model_spec_fini(&spec);
 }
+
+/* The planner's memory per rank is the memory estimate of the rank it plans for (row 0 of a
+ * grid column: tsr_net_estimate's count for that column's batch, tiles and grid, the layout
+ * both read) plus the averaging's buffers when there are columns to average across: the sums
+ * of the chunks the rank homes, 1/Pc of its parameters, and under batch their updated copies
+ * as many again. For the MLP, the CNN (whose per-batch-tile weight-gradient partials and
+ * lowered inputs are activations and workspace too: the planner once left the workspace out)
+ * and MLP 64-32, on every grid of 4 ranks, with batch and epoch averaging. */
+Test(plan, memory_per_rank_is_the_estimate_of_that_rank) {
+  static const char *const models[] = {"mlp", "cnn", "mlp:64,32"};
+  static const char *const policies[] = {"batch", "epoch"};
+  for (int k = 0; k < 3; k++)
+    for (int s = 0; s < 2; s++) {
+      tsr_model_spec_t spec;
+      tsr_errbuf_t err = {""};
+      cr_assert_eq(tsr_model_parse(&spec, models[k], 10, &err), 0, "%s", err.msg);
+      tsr_plan_opts_t o;
+      tsr_plan_opts_init(&o);
+      o.ranks = 4, o.batch = 32;
+      cr_assert_eq(tsr_plan_sync_parse(&o.sync, policies[s], &err), 0, "%s", err.msg);
+      tsr_machine_t m = round_machine();
+      tsr_plan_row_t rows[8];
+      int n = 0;
+      cr_assert_eq(tsr_plan_run(&spec, &o, &m, rows, 8, &n, &err), 0, "%s", err.msg);
+      cr_assert_geq(n, 2, "%s: every grid of 4 ranks", models[k]);
+      for (int r = 0; r < n; r++) {
+        tsr_net_opts_t no;
+        tsr_net_opts_init(&no);
+        no.batch = o.batch, no.grid_rows = rows[r].pr;
+        no.tile_rows = rows[r].tile_rows, no.tile_cols = rows[r].tile_cols;
+        tsr_net_layout_t lay;
+        cr_assert_eq(tsr__net_layout_build(&lay, &spec, 784, 10, &no, 1, o.nstate, &err), 0, "%s",
+                     err.msg);
+        cr_assert_eq(lay.grid_rc, 0, "%s", lay.grid_err.msg);
+        const tsr_net_memory_t *mem = &lay.memory;
+        int pc = rows[r].pc;
+        double sums = pc > 1 ? (double)mem->params / pc * (s == 0 ? 2 : 1) : 0;
+        double want = (double)mem->total + sums;
+        cr_assert(fabs(rows[r].memory_bytes - want) <= 1e-9 * want,
+                  "%s %dx%d --sync %s: the planner holds %.0f bytes per rank, the estimate %lld "
+                  "(params %lld, activations %lld, workspace %lld) + sums %.0f = %.0f",
+                  models[k], rows[r].pr, pc, policies[s], rows[r].memory_bytes,
+                  (long long)mem->total, (long long)mem->params, (long long)mem->activations,
+                  (long long)mem->workspace, sums, want);
+        tsr__net_layout_fini(&lay);
+      }
+      tsr_model_spec_fini(&spec);
+    }
+}

@@ -262,7 +262,9 @@ if ((rc == 0)); then ok; else
   fail "srun -N 1 -n 2 tessera train: exit $rc:"
   grep -v '^\[' <<<"$out" | tail -8
 fi
-check_log "srun train" "$tmp/jobs/srun.jsonl" 2 ranks=2 sync=batch test_accuracy\>0.7
+# Test accuracy 0.678 from PyTorch's initialization (the default since issue 20; chance 0.1);
+# He's, before, passed 0.7.
+check_log "srun train" "$tmp/jobs/srun.jsonl" 2 ranks=2 sync=batch test_accuracy\>0.55
 timeout -k 5 120 mpirun -np 2 --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT \
   "$tessera" "${train[@]}" --log "$tmp/jobs/mpirun.jsonl" >/dev/null 2>&1 ||
   fail "mpirun -np 2 tessera train failed"
@@ -300,7 +302,8 @@ job=${out##*$'\n'}
 f=$tmp/jobs/tessera-$job.out
 if ((rc == 0)) && [[ -f $tmp/jobs/tessera-$job.jsonl ]]; then
   ok
-  check_log "$what" "$tmp/jobs/tessera-$job.jsonl" 1 ranks=2 workers=2 test_accuracy\>0.6
+  # 0.568 from PyTorch's initialization (He's passed 0.6)
+  check_log "$what" "$tmp/jobs/tessera-$job.jsonl" 1 ranks=2 workers=2 test_accuracy\>0.45
   if grep -q "tessera: job $job, 2 node(s) (n\[1-2\]), 2 rank(s), 2 core(s) each" "$f" &&
     ! grep -qi "error\|lacks support" "$f"; then ok; else
     fail "$what: tessera-$job.out lacks the script's line, or has errors:"

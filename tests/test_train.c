@@ -371,20 +371,46 @@ Test(train, tsr_train_equals_the_documented_steps_replayed) {
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 
-Test(train, constant_schedule_keeps_the_rate) {
+/* The epochs' statistics of small_net trained `epochs` epochs of `samples` images, batch 32,
+ * under schedule. */
+static epochs_t rates_of(int samples, int epochs, tsr_lr_schedule_t schedule) {
   tsr_dataset_t train = {0}, test = {0};
-  load(&train, &test, 100);
+  load(&train, &test, samples);
   tsr_net_t *net = small_net(&train, 32);
   tsr_train_opts_t to;
   tsr_train_opts_init(&to);
   epochs_t got = {0};
-  to.epochs = 2, to.lr_schedule = TSR_LR_CONSTANT, to.on_epoch = keep_epoch, to.ctx = &got;
+  to.epochs = epochs, to.lr_schedule = schedule, to.on_epoch = keep_epoch, to.ctx = &got;
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_train(net, &train, NULL, &to, &err), 0, "%s", err.msg);
-  for (int e = 0; e < 2; e++)
-    cr_assert_float_eq(got.s[e].lr_end, 0.05, 1e-9, "epoch %d: rate %g", e + 1, got.s[e].lr_end);
+  cr_assert_eq(got.n, epochs);
   tsr_net_destroy(&net);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+  return got;
+}
+
+/* The cosine schedule (the default) at given steps, against its closed values: with one step
+ * per epoch (32 samples, batch 32) over 4 epochs, step t = e - 1 of T = 4 runs at lr (1 +
+ * cos(pi t / 4)) / 2, so epoch e's last (only) rate is lr, lr (2 + sqrt 2) / 4, lr / 2 and
+ * lr (2 - sqrt 2) / 4: a schedule one step (here one epoch) ahead or behind is off by far more
+ * than rounding. */
+Test(train, the_cosine_rate_at_each_step_is_the_closed_formula) {
+  tsr_train_opts_t defaults;
+  tsr_train_opts_init(&defaults);
+  cr_assert_eq(defaults.lr_schedule, TSR_LR_COSINE, "cosine is the default schedule");
+  epochs_t got = rates_of(32, 4, TSR_LR_COSINE);
+  const double lr = 0.05, r2 = sqrt(2.0);
+  const double want[4] = {lr, lr * (2 + r2) / 4, lr / 2, lr * (2 - r2) / 4};
+  for (int e = 0; e < 4; e++)
+    cr_assert(fabs(got.s[e].lr_end - want[e]) <= 1e-7 * lr,
+              "epoch %d (step %d of 4): rate %.9g, the closed formula %.9g", e + 1, e,
+              got.s[e].lr_end, want[e]);
+}
+
+Test(train, constant_schedule_keeps_the_rate) {
+  epochs_t got = rates_of(100, 2, TSR_LR_CONSTANT);
+  for (int e = 0; e < 2; e++)
+    cr_assert_float_eq(got.s[e].lr_end, 0.05, 1e-9, "epoch %d: rate %g", e + 1, got.s[e].lr_end);
 }
 
 /* The test metrics of each epoch are those of tsr_evaluate on the test set with the weights
@@ -499,6 +525,100 @@ Test(train, the_memory_estimate_counts_what_the_net_builds) {
       tsr_net_destroy(&net);
       tsr_model_spec_fini(&spec);
     }
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* A net of model (a shorthand) for ds, batch 64, with the seed and initialization given; the
+ * default initialization is checked to be PyTorch's. */
+static tsr_net_t *net_with_init(const tsr_dataset_t *ds, const char *model, uint64_t seed,
+                                tsr_init_t init) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, model, ds->classes, &err), 0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  cr_assert_eq(o.init, TSR_INIT_PYTORCH, "the default initialization is PyTorch's");
+  o.batch = 64, o.seed = seed, o.init = init;
+  tsr_net_t *net;
+  cr_assert_eq(tsr_net_create(&net, &spec, (int)ds->features, ds->classes, &o, &err), 0, "%s",
+               err.msg);
+  tsr_model_spec_fini(&spec);
+  return net;
+}
+
+/* A default network's parameters as tsr_init_t says: under TSR_INIT_PYTORCH every weight and
+ * bias of a layer with fan-in f lies in [-1/sqrt f, 1/sqrt f] and fills it (the largest
+ * magnitude within 2% of the bound, biases not zero); under TSR_INIT_HE the weights fill
+ * [-sqrt(6/f), sqrt(6/f)] and the biases are zero. Parameters come in (W, b) pairs per dense or
+ * conv layer, W (f, out). */
+Test(train, parameters_start_as_the_initialization_says) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 64);
+  const char *models[] = {"mlp", "cnn"};
+  for (int k = 0; k < 2; k++)
+    for (int he = 0; he < 2; he++) {
+      tsr_init_t init = he ? TSR_INIT_HE : TSR_INIT_PYTORCH;
+      tsr_net_t *net = net_with_init(&train, models[k], 1, init);
+      for (int p = 0; p + 1 < tsr_net_n_params(net); p += 2) {
+        int64_t fin, fout, br, bc;
+        tsr_net_param_info(net, p, &fin, &fout);
+        tsr_net_param_info(net, p + 1, &br, &bc);
+        cr_assert(br == 1 && bc == fout, "%s: parameter %d is not W's bias", models[k], p + 1);
+        float *w = malloc(sizeof(float) * (size_t)(fin * fout)), *b = malloc(sizeof(float) * fout);
+        tsr_net_param_get(net, p, w);
+        tsr_net_param_get(net, p + 1, b);
+        double wmax = 0, bmax = 0;
+        for (int64_t i = 0; i < fin * fout; i++)
+          wmax = fmax(wmax, fabs(w[i]));
+        for (int64_t i = 0; i < fout; i++)
+          bmax = fmax(bmax, fabs(b[i]));
+        double bound = he ? sqrt(6.0 / (double)fin) : 1.0 / sqrt((double)fin);
+        cr_assert(wmax <= bound * (1 + 1e-6) && wmax >= 0.98 * bound,
+                  "%s, init %s: weights %d (fan-in %lld) reach %g, want up to %g", models[k],
+                  tsr_init_name(init), p, (long long)fin, wmax, bound);
+        if (he)
+          cr_assert(bmax == 0, "%s, init he: biases %d not zero (%g)", models[k], p + 1, bmax);
+        else
+          cr_assert(bmax <= bound * (1 + 1e-6) && bmax >= 0.5 * bound,
+                    "%s, init pytorch: biases %d reach %g, want U(-%g, %g)", models[k], p + 1, bmax,
+                    bound, bound);
+        free(w), free(b);
+      }
+      tsr_net_destroy(&net);
+    }
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* The loss of an untrained default network (the MLP and the CNN) on a batch of 256 training
+ * images is within 10% of chance, ln 10, for seeds 1 to 5 under the default initialization;
+ * under He's (the default before issue 20) some seed starts far above it, so the check tells
+ * the two apart. */
+Test(train, an_untrained_network_starts_near_chance_loss) {
+  tsr_dataset_t train = {0}, test = {0};
+  load(&train, &test, 256);
+  const double chance = log((double)train.classes);
+  const char *models[] = {"mlp", "cnn"};
+  for (int k = 0; k < 2; k++) {
+    double worst_he = 0;
+    for (int he = 0; he < 2; he++)
+      for (uint64_t seed = 1; seed <= 5; seed++) {
+        tsr_net_t *net =
+            net_with_init(&train, models[k], seed, he ? TSR_INIT_HE : TSR_INIT_PYTORCH);
+        double loss, acc;
+        cr_assert_eq(tsr_evaluate(net, &train, &loss, &acc), 0);
+        if (he)
+          worst_he = fmax(worst_he, fabs(loss - chance));
+        else
+          cr_assert(fabs(loss - chance) <= 0.1 * chance,
+                    "%s, seed %llu: untrained loss %.4f, chance ln %d = %.4f (10%%: %.4f)",
+                    models[k], (unsigned long long)seed, loss, train.classes, chance, 0.1 * chance);
+        tsr_net_destroy(&net);
+      }
+    cr_assert(worst_he > 0.1 * chance,
+              "%s: He's initialization should start off chance on some seed (worst %.4f) for the "
+              "check to mean much",
+              models[k], worst_he);
+  }
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }
 

@@ -126,11 +126,29 @@ typedef enum {
   TSR_LR_COSINE
 } tsr_lr_schedule_t;
 
+/* How tsr_net_create initializes dense and conv parameters (tsr_net_opts_t.init), fan_in
+ * being a dense layer's input features or a conv's kh kw c_in. */
+typedef enum {
+  /* PyTorch's defaults for nn.Linear and nn.Conv2d: weights kaiming-uniform with a = sqrt(5),
+   * i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+   * an untrained network's loss is near ln(classes) */
+  TSR_INIT_PYTORCH,
+  /* He-uniform weights U(-sqrt(6/fan_in), sqrt(6/fan_in)), zero biases (tessera's only
+   * initialization before there was a choice) */
+  TSR_INIT_HE
+} tsr_init_t;
+
+/* "pytorch" or "he" (NULL for a value that is neither). */
+TSR_API const char *tsr_init_name(tsr_init_t init);
+/* *init for a name tsr_init_name gives; TSR_EINVAL for any other name (init untouched). */
+TSR_API int tsr_init_from_name(tsr_init_t *init, const char *name);
+
 typedef struct {
-  int batch;     /* samples per training step */
-  int tile_rows; /* batch rows per tile (0: chosen from the shapes and workers) */
-  int tile_cols; /* features per tile (0: chosen) */
-  uint64_t seed; /* weight initialization and dropout masks */
+  int batch;       /* samples per training step */
+  int tile_rows;   /* batch rows per tile (0: chosen from the shapes and workers) */
+  int tile_cols;   /* features per tile (0: chosen) */
+  uint64_t seed;   /* weight initialization and dropout masks */
+  tsr_init_t init; /* how the parameters start [TSR_INIT_PYTORCH] */
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;
@@ -143,14 +161,15 @@ typedef struct {
   int grid_rows;
 } tsr_net_opts_t;
 
-/* batch 64, SGD lr 0.01 momentum 0.9, seed 1, tiles chosen automatically. */
+/* batch 64, SGD lr 0.01 momentum 0.9, seed 1, PyTorch's initialization, tiles chosen
+ * automatically. */
 TSR_API void tsr_net_opts_init(tsr_net_opts_t *opts);
 
 typedef struct tsr_net tsr_net_t;
 
 /* Builds a network for `inputs` features and `classes` classes; the last
- * layer must be dense with `classes` units. Parameters get He-uniform
- * initialization from opts->seed. The runtime must be started. spec is borrowed (the net keeps
+ * layer must be dense with `classes` units. Parameters are initialized as opts->init says
+ * from opts->seed. The runtime must be started. spec is borrowed (the net keeps
  * its own copy). The graph is checked first, each error naming the layers and shapes: an
  * unknown or ambiguous input name, a cycle, a layer whose output nothing reads, inputs of
  * different shapes at an add or of different h x w at a concat, a grid placement that cannot

@@ -12,7 +12,8 @@ metadata strings: format, tessera_version, model (tsr_model_describe's line), mo
          model as an INI file), inputs, classes, input_shape ("c h w"), input_mean and
          input_std (the training set's standardization: a sample x is fed as (x - mean) /
          std), data (the training set's fingerprint; `train --resume` refuses other data),
-         net_seed, optimizer (sgd, adam, ...), optimizer_hyper ("lr X momentum X weight_decay X
+         net_seed, init (pytorch or he: how the parameters started; files without it were
+         he), optimizer (sgd, adam, ...), optimizer_hyper ("lr X momentum X weight_decay X
          beta1 X beta2 X eps X"), optimizer_steps, epoch, step_in_epoch, epochs, seed,
          lr_schedule (constant or cosine), base_lr, sync, ranks, dropout_calls ("N:calls ..."),
          and crc32.<tensor> for every tensor (zlib's CRC-32 of its bytes, 8 hex digits).
@@ -32,7 +33,7 @@ FORMAT = "tessera-checkpoint/1"
 
 #: The metadata keys tessera writes besides the checksums, in its order.
 KEYS = ("format", "tessera_version", "model", "model_ini", "inputs", "classes", "input_shape",
-        "input_mean", "input_std", "data", "net_seed", "optimizer", "optimizer_hyper",
+        "input_mean", "input_std", "data", "net_seed", "init", "optimizer", "optimizer_hyper",
         "optimizer_steps", "epoch", "step_in_epoch", "epochs", "seed", "lr_schedule", "base_lr",
         "sync", "ranks", "dropout_calls")
 

@@ -260,6 +260,10 @@ static int read_seed(parse_t *p, const row_t *row, const char *arg) {
   return rc;
 }
 
+static int read_init(parse_t *p, const row_t *row, const char *arg) {
+  return tsr_init_from_name(&p->cfg->net.init, arg) ? bad_row(row, arg) : 0;
+}
+
 /* "N" or "RxC"; arg is given back as it was found. */
 static int read_tile(parse_t *p, const row_t *row, const char *arg) {
   long r = 0, cc = 0;
@@ -422,6 +426,10 @@ static const row_t rows[] = {
      "a number from 0 to 1e6", NULL},
     {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
      "seed for initialization and shuffling [1]"},
+    {"init", "I", read_init, .want = "pytorch or he",
+     .help = "how weights and biases start: pytorch (U(+-1/sqrt(fan_in)),\n"
+             "PyTorch's defaults) or he (He-uniform weights, zero biases)\n"
+             "[pytorch]"},
     {"tile", "N | RxC", read_tile, .want = "N or RxC, integers from 1 to 1048576",
      .help = "tile size: N for both, or R batch rows x C features\n"
              "[chosen from the shapes]"},

@@ -114,11 +114,11 @@ static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l
   return chain + bchain;
 }
 
-/* The parameters and partials exist (layout): He-uniform weights, zero biases. */
+/* The parameters and partials exist (layout): initialized as net->opts.init says, with a
+ * fan-in of kh kw c. */
 static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net;
   const tsr_conv_geom_t *g = &l->geom;
-  return tsr__init_he_uniform(l->params[0].w, g->kh * g->kw * g->c, g->oc, at->rng);
+  return tsr__init_params(l->params, g->kh * g->kw * g->c, g->oc, net->opts.init, at->rng);
 }
 
 /* "conv3x3/32", then the strides when not 1 and the padding when not 0. */

@@ -48,17 +48,26 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *con
 
 static const tsr_layer_ops_t dense_ops = {"dense", dense_forward, dense_backward};
 
-/* He-uniform weights for ReLU networks (biases stay zero). */
-int tsr__init_he_uniform(tsr_tiles_t *w, int fin, int fout, tsr_rng_t *rng) {
-  size_t n = (size_t)fin * (size_t)fout;
+/* n values U(-bound, bound) from rng into t (under a grid, this rank's tiles). */
+static int init_uniform(tsr_tiles_t *t, size_t n, double bound, tsr_rng_t *rng) {
   float *v = malloc(n * sizeof *v);
   if (!v) return TSR_ENOMEM;
-  double bound = sqrt(6.0 / fin);
   for (size_t k = 0; k < n; k++)
     v[k] = (float)((2.0 * tsr__rng_uniform(rng) - 1.0) * bound);
-  int rc = tsr_tiles_write_owned(w, v); /* under a grid, this rank's tiles */
+  int rc = tsr_tiles_write_owned(t, v);
   free(v);
   return rc;
+}
+
+/* TSR_INIT_HE: He-uniform weights for ReLU networks, biases left zero (the draws of tessera
+ * before --init). TSR_INIT_PYTORCH: nn.Linear's and nn.Conv2d's reset_parameters, weights
+ * and then biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
+int tsr__init_params(tsr_param_t *params, int fin, int fout, tsr_init_t init, tsr_rng_t *rng) {
+  size_t n = (size_t)fin * (size_t)fout;
+  if (init == TSR_INIT_HE) return init_uniform(params[0].w, n, sqrt(6.0 / fin), rng);
+  double bound = 1.0 / sqrt((double)fin);
+  TSR_TRY(init_uniform(params[0].w, n, bound, rng));
+  return init_uniform(params[1].w, (size_t)fout, bound, rng);
 }
 
 /* Any input shape is seen as its c h w features; the output is 1 x 1 x units. */
@@ -152,10 +161,9 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
 }
 
-/* The parameters exist (layout): He-uniform weights, zero biases. */
+/* The parameters exist (layout): initialized as net->opts.init says. */
 static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net;
-  return tsr__init_he_uniform(l->params[0].w, l->fin, l->fout, at->rng);
+  return tsr__init_params(l->params, l->fin, l->fout, net->opts.init, at->rng);
 }
 
 static int dense_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {

@@ -23,7 +23,23 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->batch = 64;
   o->seed = 1;
+  o->init = TSR_INIT_PYTORCH;
   tsr_optimizer_init(&o->opt, "sgd", NULL);
+}
+
+static const char *const init_names[] = {[TSR_INIT_PYTORCH] = "pytorch", [TSR_INIT_HE] = "he"};
+
+const char *tsr_init_name(tsr_init_t init) {
+  return (unsigned)init < sizeof init_names / sizeof *init_names ? init_names[init] : NULL;
+}
+
+int tsr_init_from_name(tsr_init_t *init, const char *name) {
+  for (unsigned k = 0; k < sizeof init_names / sizeof *init_names; k++)
+    if (name && strcmp(name, init_names[k]) == 0) {
+      *init = (tsr_init_t)k;
+      return 0;
+    }
+  return TSR_EINVAL;
 }
 
 /* This process's CPU workers, at least 1. */
@@ -190,6 +206,10 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
 static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
     return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
+  if (!tsr_init_name(opts->init))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "unknown initialization %d (TSR_INIT_PYTORCH or TSR_INIT_HE)",
+                         (int)opts->init);
   return 0;
 }
 

@@ -122,7 +122,8 @@ void tsr__net_label_step(tsr_net_t *net, int64_t step);
  * layers.h. */
 /* The seed of a dropout layer's mask at one training step. */
 uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step);
-/* He-uniform values (bound sqrt(6 / fan_in)) for w (fan_in, fout) from rng. */
-int tsr__init_he_uniform(tsr_tiles_t *w, int fan_in, int fout, tsr_rng_t *rng);
+/* Initial values from rng for params[0] (W, (fan_in, fout)) and params[1] (b, (1, fout)) as
+ * init says (tessera/net.h's tsr_init_t); TSR_INIT_HE writes only W. */
+int tsr__init_params(tsr_param_t *params, int fan_in, int fout, tsr_init_t init, tsr_rng_t *rng);
 
 #endif

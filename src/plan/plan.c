@@ -382,27 +382,12 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   row->sync_messages_epoch = averages * a.messages_rank0;
   row->bytes_epoch = steps * row->grid_bytes_step + averages * a.sent_max;
 
-  /* Memory: row 0's parameters with gradient and state, its activations
-   * (owned tiles, replicated layers whole, remote inputs held until the
-   * backward pass), and the averaging's sums (its chunks; batch: and their
-   * updated copies). */
-  double acts = 4.0 * o->batch * (o->inputs + 1.0);
-  for (int k = 0; k < lay->n_layers; k++) {
-    const tsr_layout_layer_t *l = &lay->layers[k];
-    const tsr_layout_layer_t *in = l->in[0].from >= 0 ? &lay->layers[l->in[0].from] : NULL;
-    int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
-    /* a layer cutting its output, or one right after it that works on features */
-    double owned = l->cuts || (!l->whole_samples && in && in->cuts)
-                       ? (double)l->fout * ntiles(nt, pr) / nt
-                       : l->fout;
-    if (l->whole_samples || pr == 1) owned = l->fout;
-    acts += 4.0 * 2 * o->batch * owned;
-    /* Under a grid a dense layer keeps a gathered copy of a spread input and a partial input
-     * gradient (tessera train --grid's scratch). */
-    bool in_spread = in && !in->whole_samples;
-    if (l->cuts && (in_spread || l->has_dx)) acts += 4.0 * o->batch * l->fin * (in_spread ? 2 : 1);
-  }
-  row->memory_bytes = slice * (2 + o->nstate) + acts + (pc > 1 ? slice / pc * (grads ? 2 : 1) : 0);
+  /* Memory: what the layout counts for row 0, the busiest (tsr_net_estimate's figures:
+   * parameters with gradient and state, activations, the workers' scratch), and the
+   * averaging's sums (its chunks; batch: and their updated copies). */
+  const tsr_net_memory_t *mem = &lay->memory;
+  row->memory_bytes =
+      (double)mem->total + (pc > 1 ? (double)mem->params / pc * (grads ? 2 : 1) : 0);
   free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
   return 0;
 }

@@ -178,6 +178,7 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   rc = rc ? rc : add_input_stats(b, in);
   rc = rc ? rc : add_meta(b, "data", "%s", in->data);
   rc = rc ? rc : add_meta(b, "net_seed", "%" PRIu64, net->opts.seed);
+  rc = rc ? rc : add_meta(b, "init", "%s", tsr_init_name(net->opts.init));
   rc = rc ? rc : add_meta(b, "optimizer", "%s", tsr_optimizer_name(hp));
   rc = rc ? rc
           : add_meta(b, "optimizer_hyper",
@@ -765,6 +766,11 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
   if (rc == 0) rc = known_optimizer(opt, path, &o.opt, err);
   if (rc == 0) rc = read_hyper(f, path, &o, err);
   o.seed = seed;
+  /* Files from before --init were all He-initialized. */
+  const char *init = tsr__st_meta(f, "init");
+  if (rc == 0 && tsr_init_from_name(&o.init, init ? init : "he"))
+    rc = tsr_error_set(err, TSR_EFORMAT, "%s: unknown initialization '%s' in the metadata", path,
+                       init);
   tsr__st_close(&f);
   if (rc) tsr_model_spec_fini(&s);
   if (rc) return rc;
