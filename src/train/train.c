@@ -173,7 +173,8 @@ typedef struct {
   int ranks;
   float base_lr;
   tsr_errbuf_t *err;
-  char where[64]; /* the last point reached ("epoch 2 step 31") */
+  char where[64];   /* the last point reached ("epoch 2 step 31") */
+  char written[64]; /* the last point written in this run, or "" */
 } checkpoint_t;
 
 /* Writes o->checkpoint_path (if set) with epoch epochs done and step steps
@@ -200,8 +201,11 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   tsr_errbuf_t mine = {""};
   if (rc == 0)
     rc = tsr__checkpoint_save_run(cp->net, cp->rep, &info, cp->o->checkpoint_path, &mine);
-  if (cp->rep) return tsr_dist_agree(rc, &mine, cp->err);
-  if (rc && cp->err) *cp->err = mine;
+  if (cp->rep)
+    rc = tsr_dist_agree(rc, &mine, cp->err);
+  else if (rc && cp->err)
+    *cp->err = mine;
+  if (rc == 0) snprintf(cp->written, sizeof cp->written, "%s", cp->where);
   return rc;
 }
 
@@ -386,7 +390,7 @@ static int start_run(run_t *r) {
   r->first = o->start_epoch > 1 ? o->start_epoch : 1;
   r->step = (int64_t)(r->first - 1) * sh->steps + o->start_step;
   r->totals = (tsr_rank_stats_t){.rank = tsr_dist_rank()};
-  r->cp = (checkpoint_t){r->net, r->rep, o, sh->steps, r->size, (float)r->base_lr, r->err, ""};
+  r->cp = (checkpoint_t){r->net, r->rep, o, sh->steps, r->size, (float)r->base_lr, r->err, "", ""};
   return 0;
 }
 
@@ -595,11 +599,17 @@ static int finish_run(run_t *r, int rc) {
    * error the ranks agreed on (a checkpoint that could not be written, divergence). */
   if (rc == 0 || !r->rep || !r->started || tsr_dist_agreed(rc)) tsr__replicas_destroy(&r->rep);
   if (rc == 0 && r->stopped) {
+    if (o->checkpoint_path && !r->cp.written[0])
+      return tsr_error_set(err, TSR_ESTOPPED,
+                           "stopped on request after %s; the replicas differed there and at every "
+                           "point since the start (between averages), so this run wrote no "
+                           "checkpoint to %s",
+                           r->cp.where, o->checkpoint_path);
     if (o->checkpoint_path)
       return tsr_error_set(err, TSR_ESTOPPED,
                            "stopped on request; the checkpoint %s holds %s: continue with --resume "
                            "%s",
-                           o->checkpoint_path, r->cp.where, o->checkpoint_path);
+                           o->checkpoint_path, r->cp.written, o->checkpoint_path);
     return tsr_error_set(err, TSR_ESTOPPED, "stopped on request after %s (no checkpoint asked for)",
                          r->cp.where);
   }
