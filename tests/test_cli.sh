@@ -94,12 +94,14 @@ expect 2 "^tessera train: --epochs needs a value" -- train --epochs
 # An option's value that looks like an option is the value, not an unknown option.
 expect 2 "--model '--epochs'" -- train --model --epochs
 # srun without a PMI plugin starts N processes that each see MPI of size 1 and would train alone:
-# refused, saying what to run. Inside an allocation but outside a step (salloc's shell, where
+# tessera train refuses, saying what to run. Inside an allocation but outside a step (salloc's shell, where
 # SLURM_NTASKS is set), one process runs as usual (here to the missing data: exit 1).
 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 expect 2 \
   "^tessera train: srun started 2 tasks, but MPI sees this one alone.*srun --mpi=pmix" -- \
   train --epochs 1
-SLURM_NTASKS=4 SLURM_PROCID=0 expect 2 "^tessera info: srun started 4 tasks" -- info
+SLURM_NTASKS=4 SLURM_PROCID=0 expect 2 "^tessera train: srun started 4 tasks" -- train
+# tessera info reports on each task alone (scripts/tessera.sbatch runs it with srun --mpi=none).
+SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 expect 0 "scheduler" -- info
 SLURM_NTASKS=2 expect 1 "/nonexistent" -- train --data /nonexistent
 expect 2 "--log-every needs --log" -- train --log-every 5
 expect 2 "--log-every 0: expected an integer from 1" -- train --log-every 0 --log x.jsonl

@@ -70,9 +70,10 @@ expect 0 "rank 0 0\.750 \(batch 96\), rank 1 0\.250 \(batch 32\)" 120 -- \
 # Rank 0 writes the trace: a path it cannot create stops every rank before training.
 expect 1 "rank 0: --trace /proc/x/y.json: cannot create" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --trace /proc/x/y.json
-# A log line that cannot be written (a full disk) stops every rank after that epoch, with rank 0's
-# message and a non-zero exit; it used to be ignored, and every epoch ran.
-expect 1 "log /dev/full: cannot write epoch 1's line: No space left on device" 60 -- \
+# A log line that cannot be written (a full disk) stops every rank, with rank 0's message and a
+# non-zero exit; it used to be ignored, and every epoch ran. /dev/full takes no line: the first,
+# the run's, fails before training.
+expect 1 "log /dev/full: cannot write the run line: No space left on device" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 3 --log /dev/full
 if grep -q "^epoch 2/3" <<<"$last"; then
   failed=$((failed + 1))

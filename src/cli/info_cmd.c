@@ -58,10 +58,6 @@ int tsr_cli_info(int argc, char **argv) {
     fprintf(stderr, "tessera info: cannot start MPI\n");
     return 1;
   }
-  if (tsr__cli_launch_check("info")) {
-    tsr_dist_stop();
-    return 2;
-  }
   tsr_errbuf_t err = {""};
   int rc = tsr_info_print(stdout, &ro, &err);
   tsr_dist_stop();
