@@ -593,7 +593,9 @@ void tsr__cli_train_usage(FILE *out) {
 }
 
 /* The rows whose value for the log's run line is not at a field of a generic reader; any other
- * row's is the argument as given (null when not given: the default). */
+ * row's is, for a flag, whether it was given, else the argument as given (null when not given:
+ * the default). A new option with a reader of its own and a value the run decides gets a line
+ * here. */
 static const struct {
   const char *name;
   void (*show)(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text, size_t size);
@@ -638,8 +640,12 @@ void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fiel
     for (size_t k = 0; k < sizeof shown / sizeof *shown && !done; k++)
       if ((done = strcmp(row->name, shown[k].name) == 0))
         shown[k].show(cfg, f, out->text[out->n], sizeof out->text[out->n]);
-    if (!done && !show_field(cfg, row, f) && cfg->given[i])
-      f->kind = TSR_LOG_TEXT, f->text = cfg->given[i];
+    if (!done && !show_field(cfg, row, f)) {
+      if (!row->arg) /* a flag: whether it was given */
+        f->kind = TSR_LOG_BOOL, f->number = cfg->given[i] != NULL;
+      else if (cfg->given[i])
+        f->kind = TSR_LOG_TEXT, f->text = cfg->given[i];
+    }
     out->n++;
   }
 }

@@ -42,8 +42,8 @@ struct ctx {
   const char *log_path;
   bool quiet, progress, stats;
   bool terminal;         /* stderr is one: the progress line is redrawn in place */
-  double progress_shown; /* on a pipe, the epoch's seconds at the last progress line (-1: none) */
-  int progress_epoch;
+  double progress_shown; /* on a pipe, the epoch's seconds at its last progress line (0: none) */
+  int progress_epoch;    /* the epoch progress_shown is of */
   int64_t samples_per_batch; /* over all ranks */
   int epochs;
   tsr_errbuf_t *err; /* why a callback failed (the run's, which tsr_train leaves as it is) */
