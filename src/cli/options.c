@@ -86,11 +86,8 @@ static int check_names(const char *cmd, int argc, char **argv, const struct opti
 }
 
 int tsr__cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts) {
-  static char **checked; /* each command's argv once, before its first option */
-  if (checked != argv) {
-    checked = argv;
-    if (check_names(cmd, argc, argv, longopts)) return '?';
-  }
+  /* Before the first option (optind 1, or 0 where a caller restarts getopt, as the fuzzer does). */
+  if (optind <= 1 && check_names(cmd, argc, argv, longopts)) return '?';
   int old = opterr;
   opterr = 0;
   int c = getopt_long(argc, argv, ":h", longopts, NULL);
