@@ -3,9 +3,12 @@
 # non-zero exit and a message naming the problem, never a crash; short runs
 # learn (their JSON Lines logs show the loss falling and the test accuracy
 # above a measured floor), and the test set is standardized with the training
-# set's statistics. Usage: test_cli.sh PATH/TO/tessera
+# set's statistics; the conventions (help, unknown options, the man page and completion, the
+# log's provenance). Usage: test_cli.sh PATH/TO/tessera [mpi-progress] (the second: only the
+# 2-rank progress check, in the mpi suite).
 set -u
 tessera=$1
+mode=${2:-all}
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -36,7 +39,72 @@ fail() {
   echo "FAIL: $*"
 }
 
+# Two ranks piped into a file, as under a batch system: rank 0 prints a progress line at least
+# every 10 s (5 s here: PIPE_PROGRESS_SECONDS), and no StarPU line reaches the user (STARPU_SILENT
+# unset: the default). Each line is stamped as it arrives; the run is long enough for a line
+# (30,000 images: about 13 s on an idle machine, 30 s under load).
+if [[ $mode == mpi-progress ]]; then
+  mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME "${mpi_env[@]}")
+  env -u STARPU_SILENT "${mpi[@]}" -np 2 "$tessera" train --data "$data" --workers 1 \
+    --train-limit 30000 --test-limit 500 --epochs 1 --batch 32 2>&1 |
+    /usr/bin/python3 -c '
+import sys, time
+t0 = time.time()
+for line in sys.stdin:
+    print("%.2f %s" % (time.time() - t0, line), end="", flush=True)' >"$tmp/stamped"
+  if /usr/bin/python3 - "$tmp/stamped" <<'PY'; then pass; else fail "progress under mpirun: $(cat "$tmp/stamped")"; fi
+import sys
+lines = [l.rstrip("\n").split(" ", 1) for l in open(sys.argv[1])]
+lines = [(float(t), text) for t, text in lines]
+assert not [x for _, x in lines if x.startswith("[starpu")], "a StarPU line"
+start = next(t for t, x in lines if x.startswith("tessera: model"))
+ticks = [start] + [t for t, x in lines if x.lstrip().startswith("epoch ")]
+progress = [x for _, x in lines if x.startswith("  epoch ") and "ETA" in x]
+assert progress, "no progress line: %r" % lines
+gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+assert max(gaps) <= 10, "a gap of %.1f s between lines: %r" % (max(gaps), lines)
+PY
+  echo "$passed passed, $failed failed"
+  ((failed == 0))
+  exit
+fi
+
 expect 0 "usage: tessera train" -- train --help
+# Every command: -h and --help print its usage and exit 0; an unknown option names the command
+# and the nearest option (exit 2); a prefix is no option (getopt_long alone took --epoch for
+# --epochs); an option without its value is named.
+for c in train eval inspect info plan trace-summary; do
+  expect 0 "^usage: tessera $c " -- "$c" --help
+  expect 0 "^usage: tessera $c " -- "$c" -h
+done
+expect 2 "^tessera train: unknown option '--epoch'; did you mean '--epochs'\?" -- train --epoch 3
+expect 2 "^tessera train: unknown option '--lerning-rate' \(see tessera train --help\)$" -- \
+  train --lerning-rate 3
+expect 2 "did you mean '--checkpoint-every'" -- train --checkpoint-ev 3
+expect 2 "^tessera eval: unknown option '--jsn'; did you mean '--json'" -- eval --jsn
+expect 2 "^tessera inspect: unknown option '--jsno'; did you mean '--json'" -- inspect --jsno x
+expect 2 "^tessera info: unknown option '--verbos'; did you mean '--verbose'" -- info --verbos
+expect 2 "^tessera plan: unknown option '--rank'; did you mean '--ranks'" -- plan --rank 2
+expect 2 "^tessera trace-summary: unknown option '--tpo'; did you mean '--top'" -- \
+  trace-summary --tpo 3 x.json
+expect 2 "^tessera train: unknown option '--trace-step'; did you mean '--trace-steps'" -- \
+  train --trace-step=1-2
+expect 2 "^tessera train: unknown option '-x'" -- train -x
+expect 2 "^tessera train: --epochs needs a value" -- train --epochs
+# An option's value that looks like an option is the value, not an unknown option.
+expect 2 "--model '--epochs'" -- train --model --epochs
+# srun without a PMI plugin starts N processes that each see MPI of size 1 and would train alone:
+# tessera train refuses, saying what to run. Inside an allocation but outside a step (salloc's shell, where
+# SLURM_NTASKS is set), one process runs as usual (here to the missing data: exit 1).
+SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 expect 2 \
+  "^tessera train: srun started 2 tasks, but MPI sees this one alone.*srun --mpi=pmix" -- \
+  train --epochs 1
+SLURM_NTASKS=4 SLURM_PROCID=0 expect 2 "^tessera train: srun started 4 tasks" -- train
+# tessera info reports on each task alone (scripts/tessera.sbatch runs it with srun --mpi=none).
+SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 expect 0 "scheduler" -- info
+SLURM_NTASKS=2 expect 1 "/nonexistent" -- train --data /nonexistent
+expect 2 "--log-every needs --log" -- train --log-every 5
+expect 2 "--log-every 0: expected an integer from 1" -- train --log-every 0 --log x.jsonl
 expect 0 "usage: tessera <command>" -- --help
 expect 0 "^tessera [0-9]+\.[0-9]+\.[0-9]+ \(git [^)]+\)" -- --version
 expect 0 "StarPU [0-9.]+, BLIS [0-9.]+, MPI [0-9.]+ \(.+\), OpenCL codelets (yes|no)" -- --version
@@ -302,32 +370,33 @@ if [[ -d $data ]]; then
     train --lr 1e6 --epochs 3 --train-limit 500 --test-limit 0 --log "$tmp/nan.jsonl"
   if /usr/bin/python3 - "$tmp/nan.jsonl" <<'PY'; then pass; else fail "NaN in the log: $(cat "$tmp/nan.jsonl")"; fi
 import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
+lines = [json.loads(l) for l in open(sys.argv[1]) if '"event"' not in l]
 assert [o["epoch"] for o in lines] == [1], lines
 assert lines[0]["loss"] == "nan" and lines[0]["test_loss"] is None, lines[0]
 PY
 fi
 
-# A full disk: a log line that cannot be written stops the run after that epoch (exit 1, the file
-# and the error named). /dev/full is always full; under `ulimit -f 1` (SIGXFSZ ignored, so writes
-# fail with EFBIG) a file fills at 1 KiB, part way through epoch 2's line: that part is taken
-# back, and the log holds epoch 1's line, whole.
+# A full disk: a log line that cannot be written stops the run (exit 1, the file and the error
+# named). /dev/full is always full: the first line, the run's, fails before any epoch; under
+# `ulimit -f 2` (SIGXFSZ ignored, so writes fail with EFBIG) a file fills at 2 KiB, part way
+# through epoch 2's line (the run line is about 1050 bytes here, an epoch's 550): that part is
+# taken back, and the log holds the run line and epoch 1's line, whole.
 out=$(timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log /dev/full 2>&1)
 rc=$?
-if [[ $rc == 1 ]] && grep -q "log /dev/full: cannot write epoch 1's line: No space left" <<<"$out" &&
-  ! grep -q "^epoch 2/3" <<<"$out"; then
+if [[ $rc == 1 ]] && grep -q "log /dev/full: cannot write the run line: No space left" <<<"$out" &&
+  ! grep -q "^epoch 1/3" <<<"$out"; then
   pass
 else
   fail "--log /dev/full: exit $rc: $out"
 fi
 out=$(
   trap '' XFSZ
-  ulimit -f 1
+  ulimit -f 2
   timeout 30 "$tessera" train --data "$tmp/csv" --model linear --epochs 3 --log "$tmp/cut.jsonl" 2>&1
 )
 rc=$?
 if [[ $rc == 1 ]] && grep -q "cannot write epoch 2's line: File too large" <<<"$out" &&
-  /usr/bin/python3 -c 'import json, sys; assert [json.loads(l)["epoch"] for l in open(sys.argv[1])] == [1]' \
+  /usr/bin/python3 -c 'import json, sys; assert [json.loads(l).get("epoch", json.loads(l).get("event")) for l in open(sys.argv[1])] == ["run", 1]' \
     "$tmp/cut.jsonl"; then
   pass
 else
@@ -374,6 +443,103 @@ if [[ $rc == 1 && ! -e $tmp/cut.json ]] &&
   pass
 else
   fail "--trace on a disk that fills: exit $rc: $out; $(ls -l "$tmp/cut.json" 2>&1)"
+fi
+
+# --verbose lets StarPU's own messages through (STARPU_MAX_MEMORY_USE=1 makes StarPU 1.3 print its
+# memory use at shutdown); without it they are silenced, as with STARPU_SILENT unset by the user.
+for c in "info" "train --data $tmp/csv --model linear --epochs 1 --quiet"; do
+  # shellcheck disable=SC2086
+  quiet=$(env -u STARPU_SILENT STARPU_MAX_MEMORY_USE=1 "$tessera" $c 2>&1)
+  # shellcheck disable=SC2086
+  loud=$(env -u STARPU_SILENT STARPU_MAX_MEMORY_USE=1 "$tessera" $c --verbose 2>&1)
+  if ! grep -q '^\[starpu' <<<"$quiet" && grep -q '^\[starpu\]\[.*\] Memory used' <<<"$loud"; then
+    pass
+  else
+    fail "--verbose on tessera ${c%% *}: without: $(head -c 300 <<<"$quiet"); with: $(head -c 300 <<<"$loud")"
+  fi
+done
+
+# The log's first line says what ran: tessera's version, the command line, host, ranks, start
+# time, the libraries, and every option's value (floats with their shortest digits: 0.01, not
+# 0.00999999977648258). --log-every 2 adds a step line every 2 steps (60 samples at batch 16 are
+# steps of 16, 16, 16 and 12): their losses, weighted by their samples, are the epoch's loss.
+"$tessera" train --data "$tmp/csv" --model linear --epochs 2 --batch 16 --lr 0.01 --log-every 2 \
+  --log "$tmp/prov.jsonl" --checkpoint "$tmp/prov.st" >/dev/null 2>&1
+if /usr/bin/python3 - "$tmp/prov.jsonl" "$("$tessera" --version | head -1)" "$tessera" "$tmp" <<'PY'; then pass; else fail "the run line: $(head -c 2000 "$tmp/prov.jsonl")"; fi
+import datetime, json, math, socket, sys
+path, version, exe, tmp = sys.argv[1:5]
+text = open(path).read()
+lines = [json.loads(l) for l in text.splitlines()]
+run = lines[0]
+assert run["event"] == "run", run
+assert "tessera %s (git %s)" % (run["tessera"], run["git"]) == version, (run, version)
+assert run["command"] == [exe, "train", "--data", tmp + "/csv", "--model", "linear", "--epochs",
+                          "2", "--batch", "16", "--lr", "0.01", "--log-every", "2", "--log",
+                          path, "--checkpoint", tmp + "/prov.st"], run["command"]
+assert run["ranks"] == 1 and run["hosts"] == [socket.gethostname()], run
+started = datetime.datetime.strptime(run["started"], "%Y-%m-%dT%H:%M:%SZ")
+assert abs((datetime.datetime.utcnow() - started).total_seconds()) < 600, run["started"]
+assert all(w in run["libraries"] for w in ("StarPU ", "BLIS ", "MPI ")), run["libraries"]
+c = run["config"]
+want = {"epochs": 2, "batch": 16, "lr": 0.01, "momentum": 0.9, "model": "linear", "seed": 1,
+        "optimizer": "sgd", "sync": "batch", "log-every": 2, "checkpoint": tmp + "/prov.st",
+        "checkpoint-every": "1epochs", "window": 8, "stats": False, "no-priorities": False,
+        "verbose": False, "lr-schedule": "cosine", "tile": None, "weight-decay": 0}
+assert {k: c.get(k, "missing") for k in want} == want, c
+assert '"lr":0.01,' in text and "0.0099999" not in text, "shortest float digits"
+epochs = [o for o in lines if "event" not in o]
+steps = [o for o in lines if o.get("event") == "step"]
+assert [o["epoch"] for o in epochs] == [1, 2], epochs
+assert [(o["epoch"], o["step"], o["step_in_epoch"]) for o in steps] == \
+    [(1, 2, 2), (1, 4, 4), (2, 6, 2), (2, 8, 4)], steps
+for e in epochs:
+    mine = [o for o in steps if o["epoch"] == e["epoch"]]
+    assert all(o["samples_per_s"] > 0 and 0 < o["lr"] <= 0.01 for o in mine), mine
+    mean = (mine[0]["loss"] * 32 + mine[1]["loss"] * 28) / 60
+    assert math.isclose(mean, e["loss"], rel_tol=1e-5), (mean, e["loss"])
+PY
+# tessera inspect --json: the same checkpoint as one JSON object (linear: 3 features, 3 classes).
+if "$tessera" inspect --json "$tmp/prov.st" >"$tmp/inspect.json" &&
+  /usr/bin/python3 - "$tmp/inspect.json" "$tmp/prov.st" <<'PY'; then pass; else fail "inspect --json: $(cat "$tmp/inspect.json")"; fi
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["file"] == sys.argv[2], o
+shapes = {t["name"]: t["shape"] for t in o["tensors"]}
+assert [3, 3] in shapes.values() and [3] in shapes.values(), shapes
+assert all(t["dtype"] == "F32" for t in o["tensors"]), o["tensors"]
+assert o["parameters"] >= 12 and o["metadata"]["epoch"] == "2", o
+assert not [k for k in o["metadata"] if k.startswith("crc32.")], o["metadata"]
+PY
+expect 2 "^tessera inspect: expected one checkpoint file" -- inspect --json
+
+# The man page and the bash completion are made from the help text at build time: each lists
+# every option of every command's --help, the completion completes them, and meson installs both.
+build=$(dirname "$tessera")
+man=$build/src/cli/tessera.1 comp=$build/src/cli/tessera
+sed 's/\\-/-/g' "$man" >"$tmp/man.txt" # roff's \- as -
+for c in train eval inspect info plan trace-summary; do
+  for o in $("$tessera" "$c" --help | grep -oE '^  (-h, )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+    if grep -qE -- "^\.B (-h, )?$o( |$)" "$tmp/man.txt" && grep -qE -- "^ *opts='.*$o( |')" "$comp"; then
+      pass
+    else
+      fail "$c $o: not in the man page or the completion"
+    fi
+  done
+done
+got=$(bash -c 'source "$1"; COMP_WORDS=(tessera train --epo); COMP_CWORD=2; _tessera
+  echo "${COMPREPLY[*]}"; COMP_WORDS=(tessera in); COMP_CWORD=1; _tessera; echo "${COMPREPLY[*]}"' \
+  _ "$comp")
+[[ $got == $'--epochs\ninspect info' ]] && pass || fail "bash completion: $got"
+if command -v meson >/dev/null && meson install -C "$build" --no-rebuild --destdir "$tmp/dest" \
+  >"$tmp/install.out" 2>&1; then
+  if [[ -n $(find "$tmp/dest" -path '*/man/man1/tessera.1') &&
+    -n $(find "$tmp/dest" -path '*/bash-completion/completions/tessera') ]]; then
+    pass
+  else
+    fail "meson install: no man page or completion: $(find "$tmp/dest" -type f | head)"
+  fi
+else
+  fail "meson install --destdir: $(tail -5 "$tmp/install.out")"
 fi
 
 if [[ -d $data ]]; then

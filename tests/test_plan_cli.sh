@@ -44,7 +44,7 @@ done
 expect 0 "\| 1x4 \| every=3 " -- "$tessera" plan --ranks 4 --grid 1x4 --sync every=3 --workers 1 \
   --cluster "$src/benchmarks/clusters/eth10.ini"
 expect 2 "--optimizer" -- "$tessera" plan --optimizer lbfgs
-expect 2 "unknown or incomplete option '--frobnicate'" -- "$tessera" plan --frobnicate
+expect 2 "plan: unknown option '--frobnicate'" -- "$tessera" plan --frobnicate
 expect 2 "--model 'mlpx'" -- "$tessera" plan --model mlpx
 expect 1 "nosuch.ini: cannot open" -- "$tessera" plan --cluster "$tmp/nosuch.ini"
 expect 0 "\| 1x8192 \| batch" -- "$tessera" plan --cluster "$src/benchmarks/clusters/eth10.ini" \

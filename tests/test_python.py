@@ -392,6 +392,8 @@ class Logs(unittest.TestCase):
         self.assertEqual(r.column("epoch"), [1, 2])
         self.assertLess(r.column("loss")[1], r.column("loss")[0])
         self.assertTrue(r.stats and r.stats["workers"], "the --stats line")
+        self.assertEqual((r.lines[0], r.run["command"][1], r.run["config"]["epochs"]),
+                         (r.run, "train", 2), "the run line first")
         self.assertEqual(len(r.elapsed()), 2)
         try:
             import matplotlib  # noqa: F401

@@ -95,6 +95,10 @@ TSR_API int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoi
 
 /* Prints path's tensors (name, shape) and metadata, after checking the file. */
 TSR_API int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err);
+/* The same as one line of JSON (`tessera inspect --json`): {"file", "tensors": [{"name",
+ * "dtype": "F32", "shape": [...]}], "parameters": the floats of all tensors, "metadata": {key:
+ * value as stored, a string}}; the checksums (crc32.*) left out, as in the text. */
+TSR_API int tsr_checkpoint_print_json(FILE *out, const char *path, tsr_errbuf_t *err);
 
 TSR_EXTERN_C_END
 

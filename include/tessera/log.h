@@ -1,6 +1,9 @@
-/* Metrics log: JSON Lines, one object per epoch, each carrying the run's
- * identity (model, scheduler, batch, tiles, workers) so that lines from
- * several runs can be plotted together. */
+/* Metrics log: JSON Lines. The first line is the run's provenance ("event": "run": tessera's
+ * version, the command line, hosts, ranks, start time, libraries, the whole configuration);
+ * then one object per epoch, each carrying the run's identity (model, scheduler, batch, tiles,
+ * workers) so that lines from several runs can be plotted together, and with a step interval
+ * a line ("event": "step") every so many steps. A float is written with the fewest digits that
+ * read back as the same float ("lr": 0.01). */
 #ifndef TESSERA_LOG_H
 #define TESSERA_LOG_H
 
@@ -13,6 +16,21 @@
 
 TSR_EXTERN_C_BEGIN
 
+/* One entry of the configuration in the run line: key and a value of its kind. */
+typedef enum {
+  TSR_LOG_NULL,
+  TSR_LOG_BOOL,
+  TSR_LOG_INT,
+  TSR_LOG_FLOAT,
+  TSR_LOG_TEXT
+} tsr_log_kind_t;
+typedef struct {
+  const char *key;     /* borrowed */
+  tsr_log_kind_t kind; /* FLOAT: number holds a float, written with its shortest digits */
+  double number;       /* BOOL (0 or 1), INT, FLOAT */
+  const char *text;    /* TEXT, borrowed; NULL writes null */
+} tsr_log_field_t;
+
 typedef struct {
   const char *model;
   const char *sched;
@@ -23,6 +41,16 @@ typedef struct {
   double lr;
   unsigned long long seed;
   bool no_priorities; /* task priorities were turned off */
+  /* The run line's provenance, all borrowed until tsr_log_open returns (NULL, 0: left out):
+   * the command line, each rank's host (hosts[q] for rank q of ranks), when the command
+   * started (seconds since 1970; 0: now), and the configuration, one field per option. */
+  int argc;
+  char *const *argv;
+  int ranks;
+  const char *const *hosts;
+  double started;
+  const tsr_log_field_t *config;
+  int nconfig;
 } tsr_run_info_t;
 
 typedef struct tsr_log tsr_log_t;
@@ -34,7 +62,8 @@ typedef struct tsr_log tsr_log_t;
  * and is not a regular file (a pipe, /dev/stdout) is accepted unopened. */
 TSR_API int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err);
 
-/* Opens (creates or truncates) path for writing; *log is owned by the caller. */
+/* Opens (creates or truncates) path for writing and writes the run line; *log is owned by the
+ * caller. */
 TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run,
                          tsr_errbuf_t *err);
 /* Appends one line, written whole straight to the file, so a crashed run
@@ -42,6 +71,9 @@ TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t
  * cut off again so that no half line stays, and TSR_EIO returned with errno
  * saying why; the same holds for every line below. */
 TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
+/* Appends a step line ("event": "step"): epoch, step, step_in_epoch, loss, accuracy, lr,
+ * samples_per_s, seconds (tsr_train_opts_t.on_step). */
+TSR_API int tsr_log_step(tsr_log_t *log, const tsr_step_stats_t *st);
 /* Appends the run's statistics as one object with "event": "stats": per
  * worker of each rank seconds, executing, idle, overhead, tasks and tasks
  * per codelet; bytes per bus; trace events recorded. */
@@ -54,6 +86,10 @@ TSR_API int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n);
 /* Prints the same as a table, with each rank's share of the bytes. */
 TSR_API void tsr_rank_stats_print(FILE *out, const tsr_rank_stats_t *ranks, int n);
 TSR_API void tsr_log_close(tsr_log_t **log);
+/* v with the fewest significant digits (1 to 9) that strtof reads back as v: "0.01", not
+ * "0.00999999977648258"; "nan", "inf", "-inf" as printf writes them. Into buf (size bytes, 16
+ * suffice). */
+TSR_API void tsr_float_text(char *buf, size_t size, float v);
 
 TSR_EXTERN_C_END
 

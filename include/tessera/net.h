@@ -233,6 +233,8 @@ TSR_API int tsr_net_wait(tsr_net_t *net, int pending);
 /* Waits for all steps, then returns the loss sum and correct count
  * accumulated since the last reset (train or eval counters), and resets them. */
 TSR_API int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct);
+/* The same without the reset: the sums so far, once the steps submitted have run. */
+TSR_API int tsr_net_read_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct);
 
 /* Parameters are numbered in layer order: for each dense layer W (fin, fout)
  * then b (1, fout). Copies go through the runtime (they wait for pending tasks). */

@@ -68,6 +68,19 @@ typedef struct {
                                          during on_epoch); NULL with one process */
 } tsr_epoch_stats_t;
 
+/* Every log_every training steps (tsr_train_opts_t.on_step), on rank 0. */
+typedef struct {
+  int epoch;             /* 1-based */
+  int64_t step;          /* steps of the run so far (1-based: this one's) */
+  int64_t step_in_epoch; /* 1-based */
+  int64_t steps;         /* steps of the epoch */
+  double loss;           /* mean training loss of rank 0's replica's samples since the last call */
+  double accuracy;       /* fraction of them predicted right */
+  double lr;             /* learning rate of this step (after the schedule) */
+  double samples_per_s;  /* training samples of all ranks since the last call / its seconds */
+  double seconds;        /* since the epoch began */
+} tsr_step_stats_t;
+
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
  * that imbalance between ranks shows without a trace. */
 typedef struct {
@@ -126,6 +139,11 @@ typedef struct {
   int (*on_epoch)(const tsr_epoch_stats_t *stats, void *ctx);
   /* Called every few batches with the batches done in this epoch (progress display). */
   void (*on_progress)(int epoch, int64_t batch, int64_t batches, double seconds, void *ctx);
+  /* With log_every > 0, called on rank 0 after every log_every-th step of the run, once that
+   * step has run (each call waits for rank 0's steps in flight: a pipeline drain; a few hundred
+   * steps apart it costs nothing measurable). A non-zero return stops training as on_epoch's. */
+  int log_every;
+  int (*on_step)(const tsr_step_stats_t *stats, void *ctx);
   /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,
    * ranks[q] for rank q (n ranks). */
   void (*on_ranks)(const tsr_rank_stats_t *ranks, int n, void *ctx);

@@ -6,9 +6,11 @@ Each line is one JSON object, written whole:
   "test_accuracy" (null without a test set), "seconds", "eval_seconds", "samples_per_s",
   "ranks", "sync", traffic counters, "work" (per rank), "model", "sched", "optimizer", "lr",
   "lr_end", "batch", ...};
-- event lines, {"event": NAME, ...}: "stats" (--stats: per-worker times and task counts, buses),
+- event lines, {"event": NAME, ...}: "run" (the first line: version, command line, hosts,
+  start time, libraries, "config" with every option), "step" (--log-every N: loss, accuracy,
+  lr, samples/s every N steps), "stats" (--stats: per-worker times and task counts, buses),
   "ranks" (under mpirun, at the end: each rank's time, traffic and work), and whatever later
-  versions add ("run", step lines): every line with an "event" is kept under its name.
+  versions add: every line with an "event" is kept under its name.
 
 JSON has no NaN or infinity: tessera writes a number that is not finite as the string "nan",
 "inf" or "-inf"; read_log turns those back into floats.

@@ -2,6 +2,8 @@
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
+#include <stddef.h>
+
 int tsr_cli_train(int argc, char **argv);
 int tsr_cli_info(int argc, char **argv);
 int tsr_cli_eval(int argc, char **argv);
@@ -15,5 +17,19 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
  * (tsr_runtime_opts_t.opencl): 0, or 2 after saying on stderr what is wrong
  * (a bad value; devices asked of a build without OpenCL). */
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl);
+
+/* getopt_long for command cmd ("train", ...) over longopts, which must have no abbreviation
+ * taken for a name: the next option's val (-h gives the "help" entry's), -1 after the last, or
+ * '?' after saying on stderr what is wrong, naming cmd: an unknown option with the nearest name
+ * of longopts when one is near, a missing value. The caller then exits 2. */
+struct option;
+int tsr__cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts);
+/* The name in longopts nearest to name's first n characters (edit distance, a swap of two
+ * neighbours one edit: at most 1 edit in a name under 6 letters, 2 otherwise; a beginning of a
+ * name counts as 1), or NULL. */
+const char *tsr__cli_nearest(const char *name, size_t n, const struct option *longopts);
+/* After tsr_dist_start: 2 after saying so, when srun started several tasks but MPI sees this
+ * one alone (srun without --mpi=pmix); else 0. */
+int tsr__cli_launch_check(const char *cmd);
 
 #endif

@@ -20,7 +20,8 @@ static void eval_usage(FILE *out) {
           "  --devices D         OpenCL devices beside them: opencl, opencl:N or none, as\n"
           "                      for tessera train [what StarPU finds]\n"
           "  --json              one JSON object instead of text\n"
-          "  --help              this text\n\n"
+          "  --verbose           StarPU's own messages on stderr [off]\n"
+          "  -h, --help          this text\n\n"
           "The test set is standardized as the checkpoint's training data was.\n",
           TSR_DEFAULT_DATA_DIR);
 }
@@ -81,14 +82,15 @@ int tsr_cli_eval(int argc, char **argv) {
                                            {"workers", required_argument, 0, 'w'},
                                            {"devices", required_argument, 0, 'D'},
                                            {"json", no_argument, 0, 'j'},
+                                           {"verbose", no_argument, 0, 'v'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR;
   long limit = -1, batch = 256, workers = -1;
   int opencl = TSR_OPENCL_AUTO;
-  bool json = false;
+  bool json = false, verbose = false;
   int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+  while ((c = tsr__cli_getopt("eval", argc, argv, longopts)) != -1) {
     switch (c) {
     case 'c': path = optarg; break;
     case 'd': data = optarg; break;
@@ -114,6 +116,7 @@ int tsr_cli_eval(int argc, char **argv) {
       if (tsr__cli_devices("eval", optarg, &opencl)) return 2;
       break;
     case 'j': json = true; break;
+    case 'v': verbose = true; break;
     case 'h': eval_usage(stdout); return 0;
     default: return 2;
     }
@@ -145,7 +148,7 @@ int tsr_cli_eval(int argc, char **argv) {
   tsr_standardization_fini(&z);
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
-  ro.ncpus = (int)workers, ro.opencl = opencl;
+  ro.ncpus = (int)workers, ro.opencl = opencl, ro.verbose = verbose;
   bool started = false;
   if (rc == 0) started = (rc = tsr_runtime_init(&ro, &err)) == 0;
   tsr_net_t *net = NULL;
@@ -169,16 +172,32 @@ int tsr_cli_eval(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+static void inspect_usage(FILE *out) {
+  fprintf(out, "usage: tessera inspect [options] FILE\n\n"
+               "Checks a checkpoint (every tensor's checksum) and prints its tensors (name, "
+               "shape)\nand metadata (model, training state).\n\n"
+               "  --json              one JSON object instead of text\n"
+               "  -h, --help          this text\n");
+}
+
 int tsr_cli_inspect(int argc, char **argv) {
-  if (argc != 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-    FILE *out = argc == 2 ? stdout : stderr;
-    fprintf(out, "usage: tessera inspect FILE\n\n"
-                 "Checks a checkpoint (every tensor's checksum) and prints its tensors (name, "
-                 "shape)\nand metadata (model, training state).\n");
-    return argc == 2 ? 0 : 2;
+  static const struct option longopts[] = {
+      {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  bool json = false;
+  int c;
+  while ((c = tsr__cli_getopt("inspect", argc, argv, longopts)) != -1) {
+    switch (c) {
+    case 'j': json = true; break;
+    case 'h': inspect_usage(stdout); return 0;
+    default: return 2;
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "tessera inspect: expected one checkpoint file (see tessera inspect --help)\n");
+    return 2;
   }
   tsr_errbuf_t err = {""};
-  int rc = tsr_checkpoint_print(stdout, argv[1], &err);
+  int rc = (json ? tsr_checkpoint_print_json : tsr_checkpoint_print)(stdout, argv[optind], &err);
   if (rc) fprintf(stderr, "tessera inspect: %s\n", err.msg);
   return rc ? 1 : 0;
 }

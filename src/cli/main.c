@@ -1,20 +1,30 @@
-/* tessera: the command-line entry point, dispatching to subcommands. */
+/* tessera: the command-line entry point, dispatching to subcommands from a table, from which
+ * the usage comes too (and through it the man page and the bash completion, cli_docs.py). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "tessera/runtime.h"
 
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} commands[] = {
+    {"train", tsr_cli_train, "train a network (default: MLP 784-512-512-10 on Fashion-MNIST)"},
+    {"eval", tsr_cli_eval, "evaluate a checkpoint on a test set (accuracy, confusion matrix)"},
+    {"inspect", tsr_cli_inspect, "list a checkpoint's tensors and metadata"},
+    {"info", tsr_cli_info, "show the hardware, StarPU workers, BLIS and MPI this engine runs on"},
+    {"plan", tsr_cli_plan, "predict step and epoch times, bytes and memory per rank for P ranks"},
+    {"trace-summary", tsr_cli_trace_summary, "where a traced run's time went (train --trace)"},
+};
+#define NCOMMANDS (sizeof commands / sizeof *commands)
+
 static void usage(FILE *out) {
-  fprintf(out, "usage: tessera <command> [options]\n\n"
-               "commands:\n"
-               "  train   train a network (default: MLP 784-512-512-10 on Fashion-MNIST)\n"
-               "  eval    evaluate a checkpoint on a test set (accuracy, confusion matrix)\n"
-               "  inspect list a checkpoint's tensors and metadata\n"
-               "  info    show the hardware, StarPU workers, BLIS and MPI this engine runs on\n"
-               "  plan    predict step and epoch times, bytes and memory per rank for P ranks\n"
-               "  trace-summary  where a traced run's time went (tessera train --trace)\n\n"
-               "`tessera <command> --help` describes a command's options; `tessera --version`\n"
+  fprintf(out, "usage: tessera <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    fprintf(out, "  %-13s  %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n`tessera <command> --help` describes a command's options; `tessera --version`\n"
                "says which tessera and libraries this is.\n");
 }
 
@@ -26,12 +36,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (strcmp(argv[1], "train") == 0) return tsr_cli_train(argc - 1, argv + 1);
-  if (strcmp(argv[1], "info") == 0) return tsr_cli_info(argc - 1, argv + 1);
-  if (strcmp(argv[1], "eval") == 0) return tsr_cli_eval(argc - 1, argv + 1);
-  if (strcmp(argv[1], "inspect") == 0) return tsr_cli_inspect(argc - 1, argv + 1);
-  if (strcmp(argv[1], "plan") == 0) return tsr_cli_plan(argc - 1, argv + 1);
-  if (strcmp(argv[1], "trace-summary") == 0) return tsr_cli_trace_summary(argc - 1, argv + 1);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0 ||
       strcmp(argv[1], "version") == 0) {
     char libs[512];

@@ -43,7 +43,7 @@ static void usage(FILE *out) {
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
           "  --json              JSON instead of a table\n"
-          "  --help              this text\n",
+          "  -h, --help          this text\n",
           names);
 }
 
@@ -217,9 +217,8 @@ int tsr_cli_plan(int argc, char **argv) {
   bool json = false, do_calibrate = false;
   int workers = 0;
   long v;
-  opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((c = tsr__cli_getopt("plan", argc, argv, longopts)) != -1) {
     switch (c) {
     case O_MODEL: model = optarg; break;
     case O_BATCH:
@@ -303,10 +302,7 @@ int tsr_cli_plan(int argc, char **argv) {
     case O_CALIBRATE: do_calibrate = true; break;
     case O_JSON: json = true; break;
     case O_HELP: usage(stdout); return 0;
-    default:
-      fprintf(stderr, "tessera plan: unknown or incomplete option '%s' (see tessera plan --help)\n",
-              argv[optind - 1]);
-      return 2;
+    default: return 2; /* said by tsr__cli_getopt */
     }
   }
   if (optind < argc) {

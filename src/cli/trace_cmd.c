@@ -14,7 +14,7 @@ static void trace_usage(FILE *out) {
         "  --json              one JSON object instead of tables\n"
         "  --step N            the step whose critical path is shown [the middle one]\n"
         "  --top N             the longest waits listed [10]\n"
-        "  --help              this text\n",
+        "  -h, --help          this text\n",
         out);
 }
 
@@ -28,7 +28,7 @@ int tsr_cli_trace_summary(int argc, char **argv) {
   tsr_trace_summary_opts_init(&o);
   long v;
   int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+  while ((c = tsr__cli_getopt("trace-summary", argc, argv, longopts)) != -1) {
     switch (c) {
     case 'j': o.json = true; break;
     case 's':

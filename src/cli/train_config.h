@@ -11,11 +11,14 @@
 
 #include "tessera/tessera.h"
 
+#define TSR_CLI_MAX_OPTIONS 64 /* rows of train_parse.c's table at most */
+
 typedef struct {
   const char *data_dir;   /* --data, borrowed from argv */
   const char *model;      /* --model: a shorthand for tsr_model_parse, or an INI file */
   bool model_file;        /* --model names an INI file (ends in .ini) */
   const char *log_path;   /* --log, NULL: no log */
+  int log_every;          /* --log-every N: a step line every N steps (0: none) */
   const char *trace_path; /* --trace, NULL: no timeline */
   const char *checkpoint; /* --checkpoint, NULL: none */
   int checkpoint_every;   /* --checkpoint-every N[epochs|steps] (default 1 epoch) */
@@ -36,10 +39,22 @@ typedef struct {
   tsr_runtime_opts_t runtime;    /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
                                     --stats, --trace */
   /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may
-   * see (tsr_dist_start): borrowed. */
+   * see (tsr_dist_start): borrowed. argv[-1] is main's, the program's name. */
   int argc;
   char **argv;
+  /* Each row of the option table's last argument (a flag's name), NULL: not given. */
+  const char *given[TSR_CLI_MAX_OPTIONS];
 } tsr_cli_train_config_t;
+
+/* The configuration as the log's run line holds it: one field per option (its value as the run
+ * takes it, defaults included), texts in text. */
+typedef struct {
+  tsr_log_field_t field[TSR_CLI_MAX_OPTIONS];
+  char text[TSR_CLI_MAX_OPTIONS][80];
+  int n;
+} tsr_cli_train_fields_t;
+
+void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fields_t *out);
 
 /* Fills cfg from `tessera train`'s arguments (argv[0] is "train"). Returns 0 when cfg is ready
  * (cfg->help: only the usage was asked for), or 2, the command's exit status, after writing

@@ -388,6 +388,60 @@ static int read_trace_steps(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
+/* ---- Values for the log (shown) ---------------------------------------- */
+
+static void show_text(tsr_log_field_t *f, char *text, size_t size, const char *value) {
+  snprintf(text, size, "%s", value);
+  f->kind = TSR_LOG_TEXT, f->text = text;
+}
+
+static void show_optimizer(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                           size_t size) {
+  show_text(f, text, size, tsr_optimizer_name(&cfg->net.opt));
+}
+
+static void show_seed(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                      size_t size) {
+  (void)text, (void)size;
+  f->kind = TSR_LOG_INT, f->number = (double)cfg->net.seed;
+}
+
+static void show_lr_schedule(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                             size_t size) {
+  show_text(f, text, size, cfg->train.lr_schedule == TSR_LR_CONSTANT ? "constant" : "cosine");
+}
+
+static void show_lr_scaling(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                            size_t size) {
+  tsr_lr_scaling_t s = cfg->train.lr_scaling;
+  show_text(f, text, size,
+            s == TSR_LR_SCALING_LINEAR ? "linear"
+            : s == TSR_LR_SCALING_NONE ? "none"
+                                       : "auto");
+}
+
+static void show_sync(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                      size_t size) {
+  tsr_sync_schedule_describe(&cfg->sync.schedule, text, (int)size);
+  f->kind = TSR_LOG_TEXT, f->text = text;
+}
+
+static void show_weighting(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                           size_t size) {
+  show_text(f, text, size,
+            cfg->sync.by_steps     ? "steps"
+            : cfg->sync.by_samples ? "samples"
+                                   : "uniform");
+}
+
+static void show_checkpoint_every(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                                  size_t size) {
+  if (!cfg->checkpoint) return; /* null */
+  snprintf(text, size, "%d%s", cfg->checkpoint_every,
+           cfg->checkpoint_in_steps ? "steps" : "epochs");
+  f->kind = TSR_LOG_TEXT, f->text = text;
+}
+
 /* ---- The table ---------------------------------------------------------- */
 
 #define AT(member) offsetof(tsr_cli_train_config_t, member)
@@ -465,10 +519,10 @@ static const row_t rows[] = {
     {"outer", "NAME", read_outer,
      .help = "what a weight average does with the mean: none (take it),\n"
              "slowmo or nesterov (an outer optimizer step towards it) [none]"},
-    {"outer-lr", "X", read_outer_lr, 0, 1e-6f, 100.0f, "a number in [1e-6, 100]",
+    {"outer-lr", "X", read_outer_lr, AT(sync.outer.lr), 1e-6f, 100.0f, "a number in [1e-6, 100]",
      "the outer rate [1 for slowmo, 0.7 for nesterov]"},
-    {"outer-momentum", "X", read_outer_momentum, 0, 0, 0.999999f, "a number in [0, 1)",
-     "the outer momentum [0.5 for slowmo, 0.9 for nesterov]"},
+    {"outer-momentum", "X", read_outer_momentum, AT(sync.outer.momentum), 0, 0.999999f,
+     "a number in [0, 1)", "the outer momentum [0.5 for slowmo, 0.9 for nesterov]"},
     {"sync-state", NULL, read_true, AT(sync.average_state),
      .help = "average optimizer state with the weights (every, epoch)"},
     {"weighting", "W", read_weighting, .want = "uniform, samples or steps",
@@ -489,7 +543,11 @@ static const row_t rows[] = {
              "worker (that thread also runs a worker's tasks), or auto:\n"
              "worker wherever MPI allows it [auto]"},
     {"log", "FILE.jsonl", read_text, AT(log_path),
-     .help = "write one JSON object per epoch (rank 0)"},
+     .help = "write one JSON object per epoch (rank 0), after a first one\n"
+             "that says what ran (version, command, hosts, configuration)"},
+    {"log-every", "N", read_int, AT(log_every), 1, 1 << 30, "an integer from 1 to 1073741824",
+     "with --log, a step line every N steps (loss, lr, samples/s;\n"
+     "each waits for the steps in flight) [none]"},
     {"checkpoint", "FILE", read_text, AT(checkpoint),
      .help = "write the network, optimizer state and training state\n"
              "(safetensors) at every --checkpoint-every, at the end and\n"
@@ -507,10 +565,13 @@ static const row_t rows[] = {
              "Chrome trace-event format (Perfetto, chrome://tracing)"},
     {"trace-steps", "A-B", read_trace_steps, .want = "A-B, steps with 1 <= A <= B, e.g. 100-110",
      .help = "with --trace, only training steps A to B (1-based) [all]"},
-    {"quiet", NULL, read_true, AT(quiet), .help = "no per-epoch lines"},
+    {"verbose", NULL, read_true, AT(runtime.verbose),
+     .help = "StarPU's own messages on stderr (calibration, warnings) [off]"},
+    {"quiet", NULL, read_true, AT(quiet), .help = "no per-epoch lines and no progress line"},
     {"help", NULL, read_true, AT(help), .help = "this text"},
 };
 #define NROWS ((int)(sizeof rows / sizeof *rows))
+_Static_assert(NROWS <= TSR_CLI_MAX_OPTIONS, "raise TSR_CLI_MAX_OPTIONS in train_config.h");
 
 /* ---- Help and parsing from the table ------------------------------------- */
 
@@ -537,8 +598,8 @@ void tsr__cli_train_usage(FILE *out) {
   fprintf(out, "usage: tessera train [options]\n\n");
   for (int i = 0; i < NROWS; i++) {
     char left[64];
-    snprintf(left, sizeof left, "--%s%s%s", rows[i].name, rows[i].arg ? " " : "",
-             rows[i].arg ? rows[i].arg : "");
+    snprintf(left, sizeof left, "%s--%s%s%s", strcmp(rows[i].name, "help") ? "" : "-h, ",
+             rows[i].name, rows[i].arg ? " " : "", rows[i].arg ? rows[i].arg : "");
     fprintf(out, "  %-18s  ", left);
     char made[512];
     for (const char *h = help_of(&rows[i], made, sizeof made); *h;) {
@@ -548,6 +609,64 @@ void tsr__cli_train_usage(FILE *out) {
       h += n;
       if (*h == '\n' && *++h) fprintf(out, "%22s", "");
     }
+  }
+}
+
+/* The rows whose value for the log's run line is not at a field of a generic reader; any other
+ * row's is, for a flag, whether it was given, else the argument as given (null when not given:
+ * the default). A new option with a reader of its own and a value the run decides gets a line
+ * here. */
+static const struct {
+  const char *name;
+  void (*show)(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text, size_t size);
+} shown[] = {
+    {"optimizer", show_optimizer},
+    {"seed", show_seed},
+    {"lr-schedule", show_lr_schedule},
+    {"lr-scaling", show_lr_scaling},
+    {"sync", show_sync},
+    {"weighting", show_weighting},
+    {"checkpoint-every", show_checkpoint_every},
+};
+
+/* The value of a row with a generic reader, at its field; false for another reader. */
+static bool show_field(const tsr_cli_train_config_t *cfg, const row_t *row, tsr_log_field_t *f) {
+  const void *at = (const char *)cfg + row->field;
+  if (row->read == read_int)
+    f->kind = TSR_LOG_INT, f->number = *(const int *)at;
+  else if (row->read == read_int64)
+    f->kind = TSR_LOG_INT, f->number = (double)*(const int64_t *)at;
+  else if (row->read == read_float || row->read == read_lr || row->read == read_momentum ||
+           row->read == read_weight_decay || row->read == read_outer_lr ||
+           row->read == read_outer_momentum)
+    f->kind = TSR_LOG_FLOAT, f->number = *(const float *)at;
+  else if (row->read == read_text)
+    f->kind = TSR_LOG_TEXT, f->text = *(const char *const *)at;
+  else if (row->read == read_true || row->read == read_false)
+    f->kind = TSR_LOG_BOOL, f->number = *(const bool *)at == (row->read == read_true);
+  else
+    return false;
+  return true;
+}
+
+void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fields_t *out) {
+  out->n = 0;
+  for (int i = 0; i < NROWS && i < TSR_CLI_MAX_OPTIONS; i++) {
+    const row_t *row = &rows[i];
+    if (row->read == read_true && row->field == AT(help)) continue;
+    tsr_log_field_t *f = &out->field[out->n];
+    *f = (tsr_log_field_t){.key = row->name, .kind = TSR_LOG_NULL};
+    bool done = false;
+    for (size_t k = 0; k < sizeof shown / sizeof *shown && !done; k++)
+      if ((done = strcmp(row->name, shown[k].name) == 0))
+        shown[k].show(cfg, f, out->text[out->n], sizeof out->text[out->n]);
+    if (!done && !show_field(cfg, row, f)) {
+      if (!row->arg) /* a flag: whether it was given */
+        f->kind = TSR_LOG_BOOL, f->number = cfg->given[i] != NULL;
+      else if (cfg->given[i])
+        f->kind = TSR_LOG_TEXT, f->text = cfg->given[i];
+    }
+    out->n++;
   }
 }
 
@@ -583,6 +702,10 @@ static int check_together(parse_t *p) {
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
+  if (cfg->log_every && !cfg->log_path) {
+    fprintf(stderr, "tessera train: --log-every needs --log FILE.jsonl\n");
+    return 2;
+  }
   if ((p->outer_lr > 0 || p->outer_momentum >= 0) && cfg->sync.outer.kind == TSR_OUTER_NONE) {
     fprintf(stderr, "tessera train: --outer-lr and --outer-momentum need --outer slowmo or "
                     "--outer nesterov\n");
@@ -616,11 +739,11 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
   tsr_sync_parse(&cfg->sync, "batch", NULL);
   parse_t p = {.cfg = cfg, .outer_lr = -1, .outer_momentum = -1};
   int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-    if (c == 'h') c = 256 + NROWS - 1;         /* -h: --help, the last row */
-    if (c < 256 || c >= 256 + NROWS) return 2; /* getopt_long said what is wrong */
+  while ((c = tsr__cli_getopt("train", argc, argv, longopts)) != -1) {
+    if (c < 256 || c >= 256 + NROWS) return 2; /* tsr__cli_getopt said what is wrong */
     const row_t *row = &rows[c - 256];
     if (row->read(&p, row, optarg)) return 2;
+    cfg->given[c - 256] = optarg ? optarg : row->name;
     if (cfg->help) return 0;
   }
   if (optind < argc) {

@@ -1,7 +1,8 @@
 /* tessera train's run: a configuration (train_config.h) carried out through the library on
- * every rank under mpirun, printing one line per epoch (and a progress line while stderr is a
- * terminal). Ranks agree on each start-up step so that one rank's failure stops all of them
- * with its message, and rank 0 alone speaks afterwards. */
+ * every rank under mpirun, printing one line per epoch and a progress line on stderr (redrawn in
+ * place on a terminal; on a pipe, as under mpirun, a whole line every few seconds). Ranks agree on
+ * each start-up step so that one rank's failure stops all of them with its message, and rank 0
+ * alone speaks afterwards. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -9,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "cli/train_config.h"
 #include "tessera/tessera.h"
 
@@ -30,10 +33,17 @@ static void describe_config(char *buf, size_t size, int argc, char **argv,
     n += snprintf(buf + n, size - (size_t)n, " %s", argv[i]);
 }
 
+/* A progress line on a pipe (a log file, mpirun's forwarding) every so many seconds: often
+ * enough to see a run is alive, rarely enough not to fill the file. */
+#define PIPE_PROGRESS_SECONDS 5.0
+
 struct ctx {
   tsr_log_t *log;
   const char *log_path;
   bool quiet, progress, stats;
+  bool terminal;         /* stderr is one: the progress line is redrawn in place */
+  double progress_shown; /* on a pipe, the epoch's seconds at its last progress line (0: none) */
+  int progress_epoch;    /* the epoch progress_shown is of */
   int64_t samples_per_batch; /* over all ranks */
   int epochs;
   tsr_errbuf_t *err; /* why a callback failed (the run's, which tsr_train leaves as it is) */
@@ -52,9 +62,23 @@ static void on_progress(int epoch, int64_t batch, int64_t batches, double second
   /* Training time only: evaluation at each epoch end comes on top. */
   double eta =
       seconds / (double)batch * (double)(batches - batch + (int64_t)(c->epochs - epoch) * batches);
-  fprintf(stderr, "\r  epoch %d/%d  batch %lld/%lld  %.0f samples/s  ETA %.0f s   ", epoch,
-          c->epochs, (long long)batch, (long long)batches,
-          (double)batch * (double)c->samples_per_batch / seconds, eta);
+  if (!c->terminal) {
+    if (epoch != c->progress_epoch) c->progress_epoch = epoch, c->progress_shown = 0;
+    if (seconds - c->progress_shown < PIPE_PROGRESS_SECONDS) return;
+    c->progress_shown = seconds;
+  }
+  fprintf(stderr, "%s  epoch %d/%d  batch %lld/%lld  %.0f samples/s  ETA %.0f s%s",
+          c->terminal ? "\r" : "", epoch, c->epochs, (long long)batch, (long long)batches,
+          (double)batch * (double)c->samples_per_batch / seconds, eta, c->terminal ? "   " : "\n");
+  if (!c->terminal) fflush(stderr);
+}
+
+static int on_step(const tsr_step_stats_t *s, void *p) {
+  struct ctx *c = p;
+  if (!c->log || tsr_log_step(c->log, s) == 0) return 0;
+  char what[48];
+  snprintf(what, sizeof what, "step %lld's line", (long long)s->step);
+  return log_failed(c, what);
 }
 
 /* v, but a NaN without its sign: printf shows "nan", as the log and messages do, not "-nan". */
@@ -64,7 +88,7 @@ static double fabs_nan(double v) {
 
 static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
   struct ctx *c = p;
-  if (c->progress) fprintf(stderr, "\r%70s\r", "");
+  if (c->progress && c->terminal) fprintf(stderr, "\r%70s\r", "");
   if (!c->quiet) {
     printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
            fabs_nan(s->loss), 100 * s->train_accuracy);
@@ -110,6 +134,7 @@ typedef struct {
   tsr_run_setup_t setup;         /* each rank's batch and shard, shares as measured, from the
                                     library */
   tsr_errbuf_t err;
+  double start_time; /* when the command started, seconds since 1970 (the log's run line) */
 } run_t;
 
 /* SIGINT/SIGTERM: the first asks training to stop (it finishes the tasks in
@@ -381,6 +406,18 @@ static int announce(run_t *r) {
             "tessera train: note: %s was written under sync %s on %d rank(s); this run "
             "synchronizes with %s on %d: it goes on from the checkpoint's weights\n",
             cfg->resume, r->resumed.sync, r->resumed.ranks, r->sync_text, tsr_dist_size());
+  /* Every rank's host, for the run line (collective: every rank knows whether there is a log). */
+  char host[64] = "", *hosts = NULL;
+  if (cfg->log_path) {
+    gethostname(host, sizeof host - 1);
+    if (r->speaker) hosts = calloc((size_t)tsr_dist_size(), sizeof host);
+    if (tsr_dist_gather(host, (int)sizeof host, hosts)) free(hosts), hosts = NULL;
+  }
+  const char *host_of[TSR_MAX_RANKS];
+  for (int q = 0; hosts && q < tsr_dist_size() && q < TSR_MAX_RANKS; q++)
+    host_of[q] = hosts + (size_t)q * sizeof host;
+  tsr_cli_train_fields_t *fields = r->speaker && cfg->log_path ? malloc(sizeof *fields) : NULL;
+  if (fields) tsr__cli_train_fields(cfg, fields);
   int rc = 0;
   if (cfg->log_path && r->speaker) {
     tsr_run_info_t run = {.model = r->desc,
@@ -394,9 +431,19 @@ static int announce(run_t *r) {
                           .workers = tsr_runtime_ncpus(),
                           .lr = r->lr,
                           .seed = cfg->net.seed,
-                          .no_priorities = !cfg->runtime.priorities};
+                          .no_priorities = !cfg->runtime.priorities,
+                          /* main passes its argv from "train" on: [-1] is the program */
+                          .argc = cfg->argc + 1,
+                          .argv = cfg->argv - 1,
+                          .ranks = tsr_dist_size(),
+                          .hosts = hosts ? host_of : NULL,
+                          .started = r->start_time,
+                          .config = fields ? fields->field : NULL,
+                          .nconfig = fields ? fields->n : 0};
     rc = tsr_log_open(&r->log, cfg->log_path, &run, &r->err);
   }
+  free(fields);
+  free(hosts);
   return tsr_dist_agree(rc, &r->err, &r->err);
 }
 
@@ -405,13 +452,15 @@ static int train(run_t *r) {
   struct ctx cx = {.log = r->log,
                    .log_path = cfg->log_path,
                    .quiet = r->quiet,
-                   .progress = !r->quiet && isatty(STDERR_FILENO),
+                   .progress = !r->quiet,
+                   .terminal = isatty(STDERR_FILENO),
                    .stats = cfg->runtime.stats,
                    .samples_per_batch = (int64_t)cfg->net.batch * r->setup.replicas,
                    .epochs = cfg->train.epochs,
                    .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
   to.on_epoch = on_epoch, to.on_progress = on_progress, to.on_ranks = on_ranks, to.ctx = &cx;
+  to.on_step = on_step, to.log_every = cfg->log_every;
   to.should_stop = should_stop;
   to.setup = &r->setup;
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
@@ -465,12 +514,21 @@ static int report(run_t *r) {
 int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   int argc = cfg->argc;
   char **argv = cfg->argv;
+  struct timeval t0;
+  gettimeofday(&t0, NULL);
   if (tsr_dist_start(&argc, &argv, false)) {
     fprintf(stderr, "tessera train: cannot start MPI\n");
     return 1;
   }
+  if (tsr__cli_launch_check("train")) {
+    tsr_dist_stop();
+    return 2;
+  }
   /* What the run cannot be is refused before anything loads (bad usage: status 2). */
-  run_t r = {.cfg = cfg, .speaker = tsr_dist_rank() == 0, .net_opts = cfg->net};
+  run_t r = {.cfg = cfg,
+             .speaker = tsr_dist_rank() == 0,
+             .net_opts = cfg->net,
+             .start_time = (double)t0.tv_sec + 1e-6 * (double)t0.tv_usec};
   tsr_run_config_t usage;
   run_config(&r, &usage);
   if (tsr_run_check(&usage, &r.err)) {

@@ -1,4 +1,6 @@
-/* JSON Lines metrics log written with cJSON. JSON has no NaN or infinity: a
+/* JSON Lines metrics log written with cJSON, opened by the run's provenance line. A float (a
+ * learning rate) is written with its shortest exact digits, as cJSON's %.17g of its double
+ * would show "0.00999999977648258" for 0.01f. JSON has no NaN or infinity: a
  * number that is not finite (a diverged loss) is written as the string "nan",
  * "inf" or "-inf", and null means a value that does not exist (test metrics
  * without a test set). Each line is formatted in memory
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tessera/log.h"
@@ -37,6 +40,86 @@ int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err) {
   return 0;
 }
 
+void tsr_float_text(char *buf, size_t size, float v) {
+  if (!isfinite(v)) {
+    snprintf(buf, size, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    return;
+  }
+  for (int digits = 1; digits <= 9; digits++) { /* 9 always reads back */
+    snprintf(buf, size, "%.*g", digits, (double)v);
+    if (strtof(buf, NULL) == v) return;
+  }
+}
+
+static void add_number(cJSON *o, const char *key, double v);
+
+/* A float's shortest digits as a raw JSON number (not finite: the string, as add_number). */
+static void add_float(cJSON *o, const char *key, float v) {
+  char text[32];
+  if (!isfinite(v)) {
+    add_number(o, key, v);
+    return;
+  }
+  tsr_float_text(text, sizeof text, v);
+  cJSON_AddRawToObject(o, key, text);
+}
+
+static int write_line(tsr_log_t *log, cJSON *o);
+
+/* The run line's configuration, one member per field. */
+static void add_config(cJSON *o, const tsr_log_field_t *f, int n) {
+  for (int i = 0; o && i < n; i++) {
+    switch (f[i].kind) {
+    case TSR_LOG_BOOL: cJSON_AddBoolToObject(o, f[i].key, f[i].number != 0); break;
+    case TSR_LOG_INT: cJSON_AddNumberToObject(o, f[i].key, f[i].number); break;
+    case TSR_LOG_FLOAT: add_float(o, f[i].key, (float)f[i].number); break;
+    case TSR_LOG_TEXT:
+      if (f[i].text)
+        cJSON_AddStringToObject(o, f[i].key, f[i].text);
+      else
+        cJSON_AddNullToObject(o, f[i].key);
+      break;
+    case TSR_LOG_NULL: cJSON_AddNullToObject(o, f[i].key); break;
+    }
+  }
+}
+
+/* The first line: what ran, where, when, with what. */
+static int write_run(tsr_log_t *log, const tsr_run_info_t *run) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddStringToObject(o, "event", "run");
+  cJSON_AddStringToObject(o, "tessera", tsr_version());
+  cJSON_AddStringToObject(o, "git", tsr_version_git());
+  cJSON *cmd = cJSON_AddArrayToObject(o, "command");
+  for (int i = 0; cmd && i < run->argc; i++)
+    cJSON_AddItemToArray(cmd, cJSON_CreateString(run->argv[i]));
+  time_t t = run->started > 0 ? (time_t)run->started : time(NULL);
+  struct tm tm;
+  char when[32] = "";
+  if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  cJSON_AddStringToObject(o, "started", when);
+  cJSON_AddNumberToObject(o, "ranks", run->ranks > 0 ? run->ranks : 1);
+  /* Each host once, in the order of its first rank; rank_hosts says where each rank ran. */
+  cJSON *hosts = cJSON_AddArrayToObject(o, "hosts");
+  for (int q = 0; hosts && run->hosts && q < run->ranks; q++) {
+    bool seen = false;
+    for (int p = 0; p < q && !seen; p++)
+      seen = strcmp(run->hosts[p], run->hosts[q]) == 0;
+    if (!seen) cJSON_AddItemToArray(hosts, cJSON_CreateString(run->hosts[q]));
+  }
+  if (run->hosts && run->ranks > 1) {
+    cJSON *rh = cJSON_AddArrayToObject(o, "rank_hosts");
+    for (int q = 0; rh && q < run->ranks; q++)
+      cJSON_AddItemToArray(rh, cJSON_CreateString(run->hosts[q]));
+  }
+  char libs[512];
+  tsr_versions(libs, sizeof libs);
+  cJSON_AddStringToObject(o, "libraries", libs);
+  add_config(cJSON_AddObjectToObject(o, "config"), run->config, run->nconfig);
+  return write_line(log, o);
+}
+
 int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
   *out = NULL;
   tsr_log_t *log = calloc(1, sizeof *log);
@@ -54,6 +137,15 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, t
   snprintf(log->sync, sizeof log->sync, "%s", run->sync ? run->sync : "none");
   snprintf(log->mpi_progress, sizeof log->mpi_progress, "%s",
            run->mpi_progress ? run->mpi_progress : "none");
+  int rc = write_run(log, run);
+  if (rc) {
+    int e = errno;
+    close(log->fd);
+    free(log);
+    return rc == TSR_EIO ? tsr_error_set(err, TSR_EIO, "--log %s: cannot write the run line: %s",
+                                         path, strerror(e))
+                         : tsr_error_set(err, rc, "--log %s: out of memory", path);
+  }
   *out = log;
   return 0;
 }
@@ -175,14 +267,30 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   cJSON_AddStringToObject(o, "model", log->model);
   cJSON_AddStringToObject(o, "sched", log->sched);
   cJSON_AddStringToObject(o, "optimizer", log->optimizer);
-  cJSON_AddNumberToObject(o, "lr", log->run.lr);
-  add_number(o, "lr_end", st->lr_end);
+  add_float(o, "lr", (float)log->run.lr);
+  add_float(o, "lr_end", (float)st->lr_end);
   cJSON_AddNumberToObject(o, "batch", log->run.batch);
   cJSON_AddNumberToObject(o, "tile_rows", log->run.tile_rows);
   cJSON_AddNumberToObject(o, "tile_cols", log->run.tile_cols);
   cJSON_AddNumberToObject(o, "workers", log->run.workers);
   cJSON_AddNumberToObject(o, "seed", (double)log->run.seed);
   cJSON_AddBoolToObject(o, "priorities", !log->run.no_priorities);
+  return write_line(log, o);
+}
+
+int tsr_log_step(tsr_log_t *log, const tsr_step_stats_t *st) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddStringToObject(o, "event", "step");
+  cJSON_AddNumberToObject(o, "epoch", st->epoch);
+  cJSON_AddNumberToObject(o, "step", (double)st->step);
+  cJSON_AddNumberToObject(o, "step_in_epoch", (double)st->step_in_epoch);
+  cJSON_AddNumberToObject(o, "steps", (double)st->steps);
+  add_number(o, "loss", st->loss);
+  add_number(o, "accuracy", st->accuracy);
+  add_float(o, "lr", (float)st->lr);
+  add_number(o, "samples_per_s", st->samples_per_s);
+  add_number(o, "seconds", st->seconds);
   return write_line(log, o);
 }
 

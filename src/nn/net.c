@@ -436,7 +436,7 @@ int tsr_net_wait(tsr_net_t *net, int pending) {
   return tsr__tiles_wait(left > UINT32_MAX ? UINT32_MAX : (unsigned)left);
 }
 
-int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct) {
+int tsr_net_read_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct) {
   tsr_tiles_t *s = eval ? net->eval_stats : net->train_stats;
   int mt = (int)tsr_tiles_rows(s);
   float buf[2 * 64];
@@ -450,8 +450,13 @@ int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *corr
   for (int i = 0; rc == 0 && i < mt; i++)
     *loss_sum += v[2 * i], *correct += v[2 * i + 1];
   if (v != buf) free(v);
+  return rc;
+}
+
+int tsr_net_take_stats(tsr_net_t *net, bool eval, double *loss_sum, double *correct) {
+  TSR_TRY(tsr_net_read_stats(net, eval, loss_sum, correct));
   tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
-  return rc ? rc : tsr__tiles_fill(&o, s, 0.0f);
+  return tsr__tiles_fill(&o, eval ? net->eval_stats : net->train_stats, 0.0f);
 }
 
 /* Parameters are numbered in layer order, each layer's in its own order. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include <zlib.h>
 
 #include "io/safetensors.h"
@@ -854,5 +855,41 @@ int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err) {
     }
   }
   tsr__st_close(&f);
+  return 0;
+}
+
+int tsr_checkpoint_print_json(FILE *out, const char *path, tsr_errbuf_t *err) {
+  tsr_st_file_t *f;
+  int rc = open_checked(&f, path, err);
+  if (rc) return rc;
+  cJSON *o = cJSON_CreateObject();
+  cJSON *ts =
+      o && cJSON_AddStringToObject(o, "file", path) ? cJSON_AddArrayToObject(o, "tensors") : NULL;
+  double params = 0;
+  for (int i = 0; ts && i < tsr__st_count(f); i++) {
+    tsr_st_tensor_t t;
+    tsr__st_tensor(f, i, &t);
+    cJSON *x = cJSON_CreateObject(), *shape = x ? cJSON_AddArrayToObject(x, "shape") : NULL;
+    if (!shape) break;
+    double n = 1;
+    for (int d = 0; d < t.ndims; d++)
+      cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t.shape[d])), n *= (double)t.shape[d];
+    params += n;
+    cJSON_AddItemToObject(x, "name", cJSON_CreateString(t.name));
+    cJSON_AddItemToObject(x, "dtype", cJSON_CreateString("F32"));
+    cJSON_AddItemToArray(ts, x);
+  }
+  cJSON *meta = o ? cJSON_AddObjectToObject(o, "metadata") : NULL;
+  for (int k = 0; meta && k < tsr__st_nmeta(f); k++) {
+    tsr_st_meta_t m = tsr__st_meta_at(f, k);
+    if (strncmp(m.key, "crc32.", 6) != 0) cJSON_AddStringToObject(meta, m.key, m.value);
+  }
+  tsr__st_close(&f);
+  char *text = NULL;
+  if (meta && cJSON_AddNumberToObject(o, "parameters", params)) text = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  if (!text) return tsr_error_set(err, TSR_ENOMEM, "%s: out of memory for the JSON", path);
+  fprintf(out, "%s\n", text);
+  cJSON_free(text);
   return 0;
 }

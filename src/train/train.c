@@ -345,6 +345,10 @@ typedef struct {
   int64_t my_samples, my_steps; /* this rank's */
   int64_t seen;                 /* samples of all replicas */
   double t0, last_progress, computed;
+  /* At the last step line (on_step): the time, the samples of all replicas, rank 0's sums. */
+  double line_t;
+  int64_t line_seen;
+  double line_loss, line_correct, line_samples;
 } epoch_t;
 
 static int check_opts(const tsr_train_opts_t *o, tsr_errbuf_t *err) {
@@ -403,9 +407,30 @@ static int begin_epoch(run_t *r, epoch_t *ep, int e, int64_t *k) {
   }
   *ep = (epoch_t){.e = e, .mine = r->idx + r->sh->lo[r->sh->replica]};
   tsr_dataset_epoch_order(r->idx, r->train->n, o->seed, o->shuffle ? e : 0);
-  ep->t0 = ep->last_progress = now();
+  ep->t0 = ep->last_progress = ep->line_t = now();
   *k = e == r->first ? o->start_step : 0;
   return r->rep ? tsr__replicas_epoch_begin(r->rep, e, r->step) : 0;
+}
+
+/* on_step after step k of the epoch: rank 0's loss since the last line, once its steps ran. */
+static int step_line(run_t *r, epoch_t *ep, int64_t k) {
+  double loss_sum, correct, t;
+  TSR_TRY(tsr_net_read_stats(r->net, false, &loss_sum, &correct));
+  t = now();
+  double n = ep->line_samples > 0 ? ep->line_samples : 1;
+  tsr_step_stats_t s = {.epoch = ep->e,
+                        .step = r->step,
+                        .step_in_epoch = k + 1,
+                        .steps = r->sh->steps,
+                        .loss = (loss_sum - ep->line_loss) / n,
+                        .accuracy = (correct - ep->line_correct) / n,
+                        .lr = tsr_net_lr(r->net),
+                        .samples_per_s = (double)(ep->seen - ep->line_seen) / (t - ep->line_t),
+                        .seconds = t - ep->t0};
+  ep->line_t = t, ep->line_seen = ep->seen, ep->line_samples = 0;
+  ep->line_loss = loss_sum, ep->line_correct = correct;
+  int rc = r->o->on_step(&s, r->o->ctx);
+  return rc > 0 ? TSR_EINVAL : rc;
 }
 
 /* Step k of the epoch: every rank's samples, the rate, the step, the policy's hook, the window,
@@ -439,6 +464,9 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
     rc = tsr_net_wait(net, o->window);
     tsr__observe_span("window wait", w0, tsr__observe_now());
   }
+  ep->line_samples += here;
+  if (rc == 0 && r->speaker && o->on_step && o->log_every > 0 && r->step % o->log_every == 0)
+    rc = step_line(r, ep, k);
   if (r->speaker && o->on_progress && now() - ep->last_progress > 0.5) {
     ep->last_progress = now();
     o->on_progress(e, k + 1, sh->steps, ep->last_progress - ep->t0, o->ctx);

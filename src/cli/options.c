@@ -1,0 +1,135 @@
+/* What every tessera command shares in reading its options: getopt_long over the command's
+ * table with exact names only (an abbreviation would start meaning another option the day one
+ * is added), -h for --help, and a mistake told with the command's name and, for an unknown
+ * option, the nearest one of its table (edit distance); and the launch check of the commands
+ * that start MPI (srun without a PMI plugin). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tessera/tessera.h"
+
+/* Edit distance between a (n chars) and b: insertions, deletions, substitutions and swaps of
+ * two neighbours ("--jsno" is one edit from "--json"), capped at 99 for long strings. */
+static int distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 63 || m > 63) return 99;
+  int d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+const char *tsr__cli_nearest(const char *name, size_t n, const struct option *longopts) {
+  const char *best = NULL;
+  int best_d = 99;
+  for (const struct option *o = longopts; o->name; o++) {
+    int d = distance(name, n, o->name);
+    /* A beginning ("--checkpoint-ev") counts as one edit away whatever its length. */
+    if (n >= 4 && strncmp(o->name, name, n) == 0 && d > 1) d = 1;
+    if (d < best_d) best_d = d, best = o->name;
+  }
+  /* Near enough to be a typo: 2 edits, 1 in a name under 6 letters ("--lr" is no "--log"). */
+  int most = n >= 6 ? 2 : 1;
+  return best && best_d <= most ? best : NULL;
+}
+
+static const struct option *by_val(const struct option *longopts, int val) {
+  for (const struct option *o = longopts; o->name; o++)
+    if (o->val == val) return o;
+  return NULL;
+}
+
+static int unknown(const char *cmd, const char *token, const struct option *longopts) {
+  const char *name = token + 2;
+  size_t n = strcspn(name, "=");
+  const char *near = strncmp(token, "--", 2) == 0 ? tsr__cli_nearest(name, n, longopts) : NULL;
+  if (near)
+    fprintf(stderr,
+            "tessera %s: unknown option '%.*s'; did you mean '--%s'? (see tessera %s --help)\n",
+            cmd, (int)(n + 2), token, near, cmd);
+  else
+    fprintf(stderr, "tessera %s: unknown option '%.*s' (see tessera %s --help)\n", cmd,
+            (int)strcspn(token, "="), token, cmd);
+  return '?';
+}
+
+/* Before getopt_long, which would take "--epoch" for "--epochs": every "--name" of argv (until
+ * "--") must be a name of the table; an option's separate argument is skipped. */
+static int check_names(const char *cmd, int argc, char **argv, const struct option *longopts) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) return 0;
+    if (strncmp(a, "--", 2) != 0) continue;
+    size_t n = strcspn(a + 2, "=");
+    const struct option *hit = NULL;
+    for (const struct option *o = longopts; o->name && !hit; o++)
+      if (strlen(o->name) == n && strncmp(o->name, a + 2, n) == 0) hit = o;
+    if (!hit) return unknown(cmd, a, longopts);
+    if (hit->has_arg == required_argument && a[2 + n] != '=') i++;
+  }
+  return 0;
+}
+
+int tsr__cli_getopt(const char *cmd, int argc, char **argv, const struct option *longopts) {
+  /* Before the first option (optind 1, or 0 where a caller restarts getopt, as the fuzzer does). */
+  if (optind <= 1 && check_names(cmd, argc, argv, longopts)) return '?';
+  int old = opterr;
+  opterr = 0;
+  int c = getopt_long(argc, argv, ":h", longopts, NULL);
+  opterr = old;
+  if (c == 'h') {
+    const struct option *help = longopts;
+    while (help->name && strcmp(help->name, "help") != 0)
+      help++;
+    return help->name ? help->val : 'h';
+  }
+  if (c == ':') {
+    const struct option *o = by_val(longopts, optopt);
+    fprintf(stderr, "tessera %s: --%s needs a value (see tessera %s --help)\n", cmd,
+            o ? o->name : "?", cmd);
+    return '?';
+  }
+  if (c == '?') {
+    char token[8] = "-?";
+    token[1] = (char)(optopt ? optopt : '?');
+    /* Only short options reach here: long names were checked before. */
+    fprintf(stderr, "tessera %s: unknown option '%s' (see tessera %s --help)\n", cmd,
+            optopt ? token : argv[optind - 1], cmd);
+    return '?';
+  }
+  return c;
+}
+
+/* Tasks of the Slurm job step this process is part of, from srun's environment (0: none). */
+static long slurm_tasks(void) {
+  const char *s = getenv("SLURM_STEP_NUM_TASKS");
+  if (!s && getenv("SLURM_PROCID")) s = getenv("SLURM_NTASKS");
+  return s ? strtol(s, NULL, 10) : 0;
+}
+
+int tsr__cli_launch_check(const char *cmd) {
+  long tasks = slurm_tasks();
+  if (tasks <= 1 || tsr_dist_size() > 1) return 0;
+  /* Every task says it: each believes it is the only one. */
+  fprintf(stderr,
+          "tessera %s: srun started %ld tasks, but MPI sees this one alone: srun needs a PMI "
+          "plugin to connect them; use `srun --mpi=pmix` (`srun --mpi=list` lists the plugins; "
+          "Debian's Open MPI works with pmix), or mpirun inside salloc\n",
+          cmd, tasks);
+  return 2;
+}
