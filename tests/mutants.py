@@ -12,7 +12,11 @@ and was caught.
     tests/mutants.py --list
     tests/mutants.py --only adam-step,fold-copy
     tests/mutants.py --quick         # only the suites named with each mutant (a few minutes)
-    tests/mutants.py --check         # only whether every mutant still applies (a test runs this)
+    tests/mutants.py --check         # only whether every mutant still applies (a test runs this;
+                                     # it checks tests/mutants_campaign.py's list too)
+    tests/mutants.py --first         # each mutant's named suites in order, stopping at the first
+                                     # failure; the rest of the whole suite only when none failed
+    tests/mutants_campaign.py ...    # the same options on issue 20's campaign (its own list)
 
 The first thirteen are the bugs of issue 9's table (a mutation run that found
 the suite blind to them above the kernels); the rest guard other formulas.
@@ -295,20 +299,57 @@ def run(cmd, env=None):
                           text=True)
 
 
-def main():
+def meson_tests(build):
+    """Every test's name, in meson's order."""
+    out = run(["meson", "test", "-C", build, "--list"])
+    return [line.split(" / ", 1)[1].strip() for line in out.stdout.splitlines() if " / " in line]
+
+
+def failures(out):
+    """The tests that failed in run-tests.sh's output, less the two any edit fails."""
+    failing = list(dict.fromkeys(  # meson lists a failure again in its summary
+        re.findall(r"^\s*\d+/\d+ (\S+ / \S+)\s+(?:FAIL|TIMEOUT|ERROR)", out, re.M)))
+    # These two fail on any edit (the mutant's text is gone, the file unformatted): they say
+    # nothing about the mutant.
+    return [t for t in failing if not t.endswith(("/ mutants-apply", "/ format"))]
+
+
+def run_first(suites, everything):
+    """The named suites one at a time, stopping at the first that fails; when none fails, the
+    rest of everything (the whole suite; none with --quick). The failing tests, and the suites
+    that ran."""
+    tests = os.path.join(ROOT, "scripts/run-tests.sh")
+    for suite in suites:
+        failing = failures(run([tests, suite]).stdout)
+        if failing:
+            return failing, [suite]
+    rest = [t for t in everything if t not in suites]
+    if not rest:
+        return [], suites
+    return failures(run([tests] + rest).stdout), suites + ["the rest"]
+
+
+def main(mutants=None, list_file="tests/mutants.py"):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", help="comma-separated mutant names")
     ap.add_argument("--quick", action="store_true", help="run only each mutant's named suites")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--check", action="store_true", help="only check that every mutant applies")
+    ap.add_argument("--first", action="store_true",
+                    help="each mutant's named suites in order, up to the first failure; the rest "
+                    "of the whole suite only when none failed (with --quick: not)")
     args = ap.parse_args()
-    chosen = MUTANTS
+    every = MUTANTS if mutants is None else mutants
+    if args.check and mutants is None:  # the test checks both lists
+        import mutants_campaign
+        every = MUTANTS + mutants_campaign.CAMPAIGN
+    chosen = every
     if args.only:
         names = args.only.split(",")
-        unknown = [n for n in names if n not in {m[0] for m in MUTANTS}]
+        unknown = [n for n in names if n not in {m[0] for m in every}]
         if unknown:
             sys.exit("unknown mutant(s): %s (see --list)" % ", ".join(unknown))
-        chosen = [m for m in MUTANTS if m[0] in names]
+        chosen = [m for m in every if m[0] in names]
     if args.list:
         for name, what, path, _, suites in chosen:
             print("%-18s %-24s %s  [%s]" % (name, path, what, " ".join(suites)))
@@ -317,7 +358,7 @@ def main():
         stale = [(m[0], m[2]) for m in chosen
                  if apply(open(os.path.join(ROOT, m[2])).read(), m[3]) is None]
         for name, path in stale:
-            print("%s does not apply: %s changed; update its text in tests/mutants.py" % (name, path))
+            print("%s does not apply: %s changed; update its text in %s" % (name, path, list_file))
         print("%d of %d mutants apply" % (len(chosen) - len(stale), len(chosen)))
         return 1 if stale else 0
     build = os.environ.get("TSR_BUILD_DIR", "build")
@@ -325,6 +366,7 @@ def main():
     base = run([os.path.join(ROOT, "scripts/setup.sh")])
     if base.returncode:
         sys.exit("the unmutated tree does not build:\n" + base.stdout[-3000:])
+    everything = meson_tests(build) if args.first and not args.quick else []
     results = []
     for name, what, path, edits, suites in chosen:
         full = os.path.join(ROOT, path)
@@ -343,12 +385,12 @@ def main():
                 status, failing = "does not build", []
                 results.append((name, status, built.stdout[-2000:]))
                 continue
-            out = run([os.path.join(ROOT, "scripts/run-tests.sh")] + (suites if args.quick else []))
-            failing = list(dict.fromkeys(  # meson lists a failure again in its summary
-                re.findall(r"^\s*\d+/\d+ (\S+ / \S+)\s+(?:FAIL|TIMEOUT|ERROR)", out.stdout, re.M)))
-            # These two fail on any edit (the mutant's text is gone, the file unformatted):
-            # they say nothing about the mutant.
-            failing = [t for t in failing if not t.endswith(("/ mutants-apply", "/ format"))]
+            if args.first:
+                failing, _ = run_first(suites, everything)
+            else:
+                out = run([os.path.join(ROOT, "scripts/run-tests.sh")] +
+                          (suites if args.quick else []))
+                failing = failures(out.stdout)
 
             status = "caught" if failing else "SURVIVED"
             results.append((name, status, ", ".join(failing)))
