@@ -217,9 +217,9 @@ CAMPAIGN = [
     ("plan-best-is-worst", "the planner marks the slowest plan as the best", "src/plan/plan.c",
      [("if (best < 0 || r->epoch_s < rows[best].epoch_s)",
        "if (best < 0 || r->epoch_s > rows[best].epoch_s)")], ["plan", "plan-cli"]),
-    ("plan-memory-no-grad", "the planner's memory per rank leaves out the gradients",
-     "src/plan/plan.c",
-     [("row->memory_bytes = slice * (2 + o->nstate)", "row->memory_bytes = slice * (1 + o->nstate)")],
+    ("plan-memory-no-grad", "the planner's memory per rank leaves out the updated copies of "
+     "--sync batch's gradient sums", "src/plan/plan.c",
+     [("(double)mem->params / pc * (grads ? 2 : 1)", "(double)mem->params / pc")],
      ["plan", "plan-cli"]),
     ("cluster-bandwidth-bytes", "a cluster file's bandwidth_gbits read as GB/s (no factor 8)",
      "src/plan/machine.c",
