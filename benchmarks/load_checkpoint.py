@@ -5,7 +5,7 @@ Reads the checkpoint (python/tessera/checkpoint.py: safetensors, CRC-32 of every
 model from its metadata), and evaluates its network, whatever its layers, in tessera's own
 layouts (python/tessera/reference.py) on the test set of a data folder, standardized as the
 checkpoint's training data was. Prints the accuracy and loss `tessera eval` prints, as JSON
-with --json. For PyTorch, see tessera.to_torch (NOTES-py.md).
+with --json. For PyTorch, see tessera.to_torch (docs/python.md).
 
   /usr/bin/python3 benchmarks/load_checkpoint.py CHECKPOINT [--data DIR] [--test-limit N]
 """
