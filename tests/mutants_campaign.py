@@ -50,7 +50,8 @@ CAMPAIGN = [
      [("(double)t / (double)total;", "(double)t / (double)(total - 1);")], ["train", "reference"]),
     ("momentum-one-accepted", "--momentum 1 accepted (the check is > 1, not >= 1)",
      "src/optim/registry.c",
-     [("opt->momentum >= 1.0f ||", "opt->momentum > 1.0f ||")], ["cli", "train"]),
+     [("opt->momentum >= 1.0f ||", "opt->momentum > 1.0f ||")],
+     ["checkpoint-cli", "cli", "train"]),
     ("outer-nesterov-flipped", "the outer step takes Nesterov for SlowMo and SlowMo for Nesterov",
      "src/optim/outer.c",
      [("mean, i, j,\n                         o->hp.kind == TSR_OUTER_NESTEROV,",
@@ -149,7 +150,7 @@ CAMPAIGN = [
      "src/parallel/sync.c",
      [("for (int q = 0; q < r->size && rc == 0; q += r->grid_rows)",
        "for (int q = 0; q < r->size - 1 && rc == 0; q += r->grid_rows)")],
-     ["reference", "mpi-batch-2", "mpi-cli"]),
+     ["mpi-cli", "reference", "mpi-batch-2"]),
     ("shares-remainder-smallest", "the samples left by rounding go to the smallest fractions",
      "src/parallel/shares.c",
      [("if (frac[q] > frac[best]) best = q;", "if (frac[q] < frac[best]) best = q;")],
@@ -175,7 +176,7 @@ CAMPAIGN = [
     ("lr-scaled-by-ranks", "under a grid the linear scaling rule multiplies by every rank, not "
      "the replicas", "src/train/train.c",
      [("int replicas = tsr_dist_size() / tsr_net_grid_rows(net);", "int replicas = tsr_dist_size();")],
-     ["mpi-grid-2", "mpi-grid-4"]),
+     ["mpi-cli", "mpi-grid-2", "mpi-grid-4"]),
     ("resume-optim-steps-lost", "a checkpoint's optimizer step count is read but not restored "
      "(Adam's bias correction restarts)", "src/train/checkpoint.c",
      [("  if (rc == 0) tsr__optim_set_steps(net->optim, steps);\n",

@@ -68,6 +68,30 @@ out=$("$tessera" train --train-limit 1000 --test-limit 500 --data "$data" --epoc
   --resume "$tmp/a.st" 2>&1)
 check "other data is refused" grep -q "was trained on data 2000 x 784.*this run has 1000 x 784" <<<"$out"
 
+# --checkpoint-every N writes after epochs N, 2N, ... (docs/checkpoints.md): a 3-epoch run with N
+# = 2 holds epoch 2 once epoch 2 is done. Its log is a pipe closed after epoch 2's line, so
+# writing epoch 3's line ends the run (SIGPIPE) before anything of epoch 3 is written.
+"$tessera" train "${small[@]}" --epochs 3 --checkpoint-every 2 --checkpoint "$tmp/every.st" \
+  --log >(head -n 3 >"$tmp/every.jsonl") >/dev/null 2>&1
+sleep 0.2
+check "the log was cut after epoch 2's line" grep -q '^{"epoch":2,' "$tmp/every.jsonl"
+out=$("$tessera" inspect "$tmp/every.st" 2>&1)
+check "--checkpoint-every 2: the file holds epoch 2 after epoch 2 (got: $(grep -E '^  epoch ' <<<"$out"))" \
+  grep -qE "^  epoch +2$" <<<"$out"
+
+# The checkpoint's optimizer hyper-parameters are checked as the command line's are: a momentum
+# of 1 (an edited file: the same number of bytes as 0.899999976) is refused, with the range.
+/usr/bin/python3 -c "
+import sys
+b = open('$tmp/a.st', 'rb').read()
+old = b'momentum 0.899999976 '
+assert b.count(old) == 1, 'no momentum 0.9 in the metadata'
+open('$tmp/m1.st', 'wb').write(b.replace(old, b'momentum 1.000000000 '))"
+out=$("$tessera" eval --checkpoint "$tmp/m1.st" --data "$data" --test-limit 100 2>&1)
+rc=$?
+check "a checkpoint with momentum 1 is refused (exit $rc: $out)" \
+  test "$rc" != 0 -a -n "$(grep -F 'momentum in [0, 1)' <<<"$out")"
+
 # Damaged files: a flipped byte, a cut file.
 cp "$tmp/a.st" "$tmp/flip.st"
 size=$(stat -c %s "$tmp/flip.st")

@@ -120,7 +120,10 @@ expect 2 "--lr -1: expected a number from" -- train --lr -1
 # 0 epochs would train nothing: refused, and a message states the range it checks.
 expect 2 "--epochs 0: expected an integer from 1 to 100000" -- train --epochs 0
 expect 2 "--batch 2000000: expected an integer from 1 to 1048576" -- train --batch 2000000
-expect 2 "--momentum 1.5" -- train --momentum 1.5
+# The momentum's range is [0, 1): 1 itself (no decay of the buffer), above, below and NaN.
+for m in 1 1.5 -0.1 nan; do
+  expect 2 "--momentum $m: expected a number in \[0, 1\)" -- train --momentum "$m"
+done
 expect 2 "--optimizer rmsprop: unknown optimizer \(known: sgd, sgd-nesterov, adam, adamw\)" -- \
   train --optimizer rmsprop
 # --nesterov is SGD's (PyTorch's nesterov=True), and like PyTorch needs a momentum.

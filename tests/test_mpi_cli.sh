@@ -110,9 +110,34 @@ else
 fi
 expect 2 "--mpi-progress sometimes" 30 -- "$tessera" train "${common[@]}" --mpi-progress sometimes
 expect 2 "--lr-scaling square" 30 -- "$tessera" train "${common[@]}" --lr-scaling square
-# --sync batch scales the rate by the ranks unless told not to; every=K never does.
+# --sync batch scales the rate by the ranks unless told not to; every=K never does. --stats: the
+# busiest rank's traffic over the mean is the table's largest "MB sent" times the ranks over their
+# sum (between 1 and the ranks); the 2 even ranks of batch send about the same.
 expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \
-  --sync batch --lr-schedule constant
+  --sync batch --lr-schedule constant --stats
+if /usr/bin/python3 - "$last" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --stats's busiest rank: $last" | head -20; fi
+import re, sys
+text = sys.argv[1]
+table = text.split("ranks (synchronization over the run)")[1]
+sent = [float(m.group(1)) for m in re.finditer(r"^  [0-9]+ +[0-9.]+ +[0-9.]+ +([0-9.]+) ", table, re.M)]
+busiest = float(re.search(r"the busiest rank sent ([0-9.]+) x the mean", table).group(1))
+assert len(sent) == 2 and sum(sent) > 0, sent
+want = max(sent) * len(sent) / sum(sent)
+assert abs(busiest - want) < 0.01 and 0.99 <= busiest <= 1.05, (busiest, want, sent)
+PY
+# The epoch's training loss and accuracy are over every rank's samples: with a rate too small to
+# move the weights (1e-7), 2 ranks report what one process does over the same 1280 samples.
+timeout 60 "$tessera" train "${common[@]}" --epochs 1 --lr 1e-7 --quiet --log "$tmp/one.jsonl" \
+  >/dev/null 2>&1
+timeout 60 "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --lr 1e-7 --sync batch \
+  --quiet --log "$tmp/two.jsonl" >/dev/null 2>&1
+if /usr/bin/python3 - "$tmp/one.jsonl" "$tmp/two.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: 2 ranks' training loss and accuracy are not over all samples"; fi
+import json, sys
+one, two = ([json.loads(l) for l in open(p) if '"event"' not in l][0] for p in sys.argv[1:])
+assert two["ranks"] == 2 and sum(w["samples"] for w in two["work"]) == 1280, two
+assert abs(two["loss"] - one["loss"]) < 1e-4 * one["loss"], (one["loss"], two["loss"])
+assert abs(two["train_accuracy"] - one["train_accuracy"]) <= 1.5 / 1280, (one, two)
+PY
 expect 0 "sgd lr 0.01,.*batch 64 per rank$" 120 -- "${mpi[@]}" -np 2 "$tessera" train \
   "${common[@]}" --epochs 1 --sync batch --lr-scaling none
 # The CNN under every synchronization policy learns and logs what it moved.
@@ -205,12 +230,18 @@ if /usr/bin/python3 - "$tmp/grid.jsonl" <<'PY'; then passed=$((passed + 1)); els
 import json, sys
 o = [json.loads(l) for l in open(sys.argv[1]) if '"event"' not in l][0]
 assert o["grid"] == "2x1" and [r["rank"] for r in o["per_rank"]] == [0, 1], o
+# One replica of 2 ranks: the rate of one process, not scaled by the ranks.
+assert abs(o["lr"] - 0.01) < 1e-9, o["lr"]
 for r in o["per_rank"]:
     assert r["grid_bytes_sent"] > 0 and r["grid_messages_sent"] > 0, r
     assert r["measured_sent_inside"] == r["grid_bytes_sent"], r
 sent = sum(r["grid_bytes_sent"] for r in o["per_rank"])
 assert sent == sum(r["grid_bytes_received"] for r in o["per_rank"]), o["per_rank"]
 PY
+# --grid 1x2: two replicas of one rank each, the rate scaled by 2 under batch.
+expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \
+  --grid 1x2 --sync batch --log "$tmp/grid12.jsonl"
+check_log "--grid 1x2's rate" "$tmp/grid12.jsonl" 1 ranks=2 lr=0.02
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
