@@ -70,8 +70,9 @@ check "other data is refused" grep -q "was trained on data 2000 x 784.*this run 
 
 # --checkpoint-every N writes after epochs N, 2N, ... (docs/checkpoints.md): a 3-epoch run with N
 # = 2 holds epoch 2 once epoch 2 is done. Its log is a pipe closed after epoch 2's line, so
-# writing epoch 3's line ends the run (SIGPIPE) before anything of epoch 3 is written.
-"$tessera" train "${small[@]}" --epochs 3 --checkpoint-every 2 --checkpoint "$tmp/every.st" \
+# writing epoch 3's line ends the run (SIGPIPE) before anything of epoch 3 is written; 12,000
+# samples make the epoch (about 2 s here) far longer than head takes to exit.
+"$tessera" train "${small[@]}" --train-limit 12000 --epochs 3 --checkpoint-every 2 --checkpoint "$tmp/every.st" \
   --log >(head -n 3 >"$tmp/every.jsonl") >/dev/null 2>&1
 sleep 0.2
 check "the log was cut after epoch 2's line" grep -q '^{"epoch":2,' "$tmp/every.jsonl"
