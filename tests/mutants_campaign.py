@@ -25,7 +25,7 @@ CAMPAIGN = [
     ("order-sattolo", "the epoch shuffle draws j below i, not up to i (Sattolo's cycle: no "
      "sample ever stays in place, and the orders are not uniform)", "src/data/order.c",
      [("tsr__rng_below(&rng, (uint64_t)i + 1)", "tsr__rng_below(&rng, (uint64_t)i)")],
-     ["reference", "data", "train"]),
+     ["data", "reference", "train"]),
     ("normalize-paren", "standardization subtracts the mean after scaling: x / std - mean",
      "src/data/dataset.c",
      [("ds->x[i] = (ds->x[i] - mean) * scale;", "ds->x[i] = ds->x[i] * scale - mean;")],
@@ -128,7 +128,7 @@ CAMPAIGN = [
     ("epoch-n-phase", "epoch=n averages after epochs n-1, 2n-1, ... (and the last), not n, 2n",
      "src/parallel/sync_epoch.c",
      [("epoch % s->every == 0 || last ?", "(epoch + 1) % s->every == 0 || last ?")],
-     ["mpi-epoch-2", "mpi-cli"]),
+     ["mpi-epochn-2", "mpi-epoch-2", "mpi-cli"]),
     ("reduce-bytes-all", "the home counts a chunk received from every rank, itself included",
      "src/parallel/sync.c",
      [("r->st.bytes_received += bytes * (uint64_t)(g->n - 1), r->st.messages_received += g->n - 1;",
@@ -140,7 +140,7 @@ CAMPAIGN = [
     ("group-clears-global", "a group average of hier clears the global sample counts too",
      "src/parallel/sync.c",
      [("    if (gi < 0) r->samples[q] = 0, r->steps[q] = 0;",
-       "    r->samples[q] = 0, r->steps[q] = 0;")], ["mpi-hier-3"]),
+       "    r->samples[q] = 0, r->steps[q] = 0;")], ["mpi-hiersamples-3", "mpi-hier-3"]),
     ("fednova-lambda-swapped", "FedNova's step from the anchor with lambda and 1 - lambda swapped",
      "src/parallel/sync.c",
      [("(float)(1.0 - r->lambda), x, (float)r->lambda, rp->acc,",
@@ -154,7 +154,7 @@ CAMPAIGN = [
     ("shares-remainder-smallest", "the samples left by rounding go to the smallest fractions",
      "src/parallel/shares.c",
      [("if (frac[q] > frac[best]) best = q;", "if (frac[q] < frac[best]) best = q;")],
-     ["mpi-shares-3", "mpi-uneven-3", "mpi-cli"]),
+     ["shares", "mpi-shares-3", "mpi-uneven-3", "mpi-cli"]),
     # ---- src/train ----
     ("shard-last-batch-lost", "a shard's steps count one batch too many as taken (the last "
      "batch of every shard is empty)", "src/train/train.c",

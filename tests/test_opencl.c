@@ -241,6 +241,25 @@ Test(opencl, sgd_plain_momentum_nesterov_and_band) {
     }
 }
 
+/* The velocity is a handle of its own, so its row stride need not be the weights': here a whole
+ * 9 x 6 handle (ld 6) next to an edge tile of the weights (ld 16), whole and on a band, plain
+ * momentum and Nesterov. Each is read and written with its own stride. */
+Test(opencl, sgd_momentum_with_another_row_stride_than_the_weights) {
+  for (int nesterov = 0; nesterov < 2; nesterov++)
+    for (int band = 0; band < 2; band++) {
+      int m = 9, n = 6, r0 = band ? 3 : 0, gm = band ? 4 : m;
+      operand_t w, v, g;
+      operand_init(&w, m, n, false, 24, -1, 1, false);
+      operand_init(&v, m, n, true, 25, -1, 1, false);
+      operand_init(&g, gm, n, false, 26, -1, 1, false);
+      cr_assert_neq(w.ld, v.ld);
+      BOTH(tsr__insert_sgd(&o, w.tile[s], v.tile[s], g.tile[s], r0, 0.1f, 0.9f, 1e-3f, nesterov));
+      operand_check(&w, nesterov ? "sgd nesterov w (v ld 6)" : "sgd w (v ld 6)", REL, ABS);
+      operand_check(&v, nesterov ? "sgd nesterov v (ld 6)" : "sgd v (ld 6)", REL, ABS);
+      operand_check(&g, "sgd g", 0, 0);
+    }
+}
+
 /* Adam and AdamW; AdamW with a decay large enough (lr wd = 1e-3) that the decoupled decay
  * moves w far beyond the tolerance. */
 Test(opencl, adam_adamw_whole_and_band) {
