@@ -1,8 +1,20 @@
-# Shared by the shell test suites (sourced): pass/fail counters and check_log.
+# Shared by the shell test suites (sourced): pass/fail counters, check and check_log.
+# check NAME COMMAND...: COMMAND's exit status counted as one check named NAME; on a failure the
+# first lines of the file $check_show names (the run's output, where a suite sets it) follow.
 # check_log NAME LOG EPOCHS [KEY=V|KEY<V|KEY>V ...]: tests/check_log.py on LOG,
 # counted as one check named NAME.
 passed=0 failed=0
 tests_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+check() {
+  local name=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else
+    failed=$((failed + 1))
+    echo "FAIL: $name"
+    [[ -f ${check_show-} ]] && grep -v '^\[' "$check_show" | head -12
+  fi
+}
 
 check_log() {
   local name=$1 out

@@ -18,16 +18,6 @@ trap 'rm -rf "$tmp"' EXIT
 small=(--train-limit 2000 --test-limit 500 --data "$data" --quiet)
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
 
-# check NAME CONDITION-COMMAND...: counts one check.
-check() {
-  local name=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else
-    failed=$((failed + 1))
-    echo "FAIL: $name"
-  fi
-}
-
 # A checkpoint, listed and evaluated.
 "$tessera" train "${small[@]}" --epochs 2 --checkpoint "$tmp/a.st" >"$tmp/out" 2>&1
 check "train --checkpoint writes it" test -s "$tmp/a.st"

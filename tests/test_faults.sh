@@ -25,19 +25,10 @@ small=(--data "$data" --workers 1 --test-limit 100 --quiet)
 # the ranks agreed on.
 noise='MPI_ABORT|ORTE_ERROR_LOG|show_help|stopping every rank'
 
-check() {
-  local name=$1
-  shift
-  if "$@"; then passed=$((passed + 1)); else
-    failed=$((failed + 1))
-    echo "FAIL: $name"
-    [[ -f ${out-} ]] && grep -v '^\[' "$out" | head -12
-  fi
-}
 
 # start OUT ARGS...: tessera train under mpirun in the background ($pid: mpirun's).
 start() {
-  out=$1
+  out=$1 check_show=$1
   shift
   "${mpi[@]}" "$tessera" train "$@" >"$out" 2>&1 &
   pid=$!
@@ -170,7 +161,7 @@ fi
 "${mpi[@]}" "$tessera" train "${small[@]}" --model mlp:64 --train-limit 1000 --sync batch \
   --resume "$tmp/2.st" --epochs "$(($(epoch_of "$tmp/2.st") + 1))" >"$tmp/6.out" 2>&1
 rc=$?
-out=$tmp/6.out
+out=$tmp/6.out check_show=$tmp/6.out
 check "resume under another --sync: exit 0 (got $rc)" test "$rc" = 0
 check "resume under another --sync: a note naming both" grep -q "note: $tmp/2.st was written \
 under sync epoch on 2 rank(s); this run synchronizes with batch on 2" "$tmp/6.out"
@@ -197,7 +188,7 @@ t0=$(date +%s.%N)
   --standardize none --sync batch >"$tmp/7.out" 2>&1 &
 pid=$!
 finish "test loss not finite" "the start"
-out=$tmp/7.out
+out=$tmp/7.out check_show=$tmp/7.out
 check "test loss not finite: exit 3 (got $rc)" test "$rc" = 3
 check "test loss not finite: the message names the test loss" grep -qE "^tessera train: rank 0: \
 training diverged in epoch 1 \(steps 1 to [0-9]+\): the mean test loss is (nan|inf)" "$tmp/7.out"
