@@ -81,7 +81,8 @@ open('$tmp/m1.st', 'wb').write(b.replace(old, b'momentum 1.000000000 '))"
 out=$("$tessera" eval --checkpoint "$tmp/m1.st" --data "$data" --test-limit 100 2>&1)
 rc=$?
 check "a checkpoint with momentum 1 is refused (exit $rc: $out)" \
-  test "$rc" != 0 -a -n "$(grep -F 'momentum in [0, 1)' <<<"$out")"
+  test "$rc" != 0 -a -n "$(grep -F "$tmp/m1.st: metadata optimizer_hyper: " <<<"$out" |
+    grep -F 'momentum in [0, 1)')"
 
 # Damaged files: a flipped byte, a cut file.
 cp "$tmp/a.st" "$tmp/flip.st"

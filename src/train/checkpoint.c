@@ -712,8 +712,8 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
   return rc;
 }
 
-/* The optimizer's hyper-parameters ("lr X momentum X ...") and the input shape ("C H W") into
- * o. */
+/* The optimizer's hyper-parameters ("lr X momentum X ...", checked as the command line's are)
+ * and the input shape ("C H W") into o. */
 static int read_hyper(const tsr_st_file_t *f, const char *path, tsr_net_opts_t *o,
                       tsr_errbuf_t *err) {
   static const char *const names[] = {"lr", "momentum", "weight_decay", "beta1", "beta2", "eps"};
@@ -734,6 +734,9 @@ static int read_hyper(const tsr_st_file_t *f, const char *path, tsr_net_opts_t *
     TSR_TRY(real_at(&s, path, key, to[k], err));
   }
   TSR_TRY(at_end(s, path, "optimizer_hyper", err));
+  tsr_errbuf_t why = {""};
+  if (tsr_optimizer_check(&o->opt, &why))
+    return tsr_error_set(err, TSR_EFORMAT, "%s: metadata optimizer_hyper: %s", path, why.msg);
   TSR_TRY(meta_text(f, path, "input_shape", &s, err));
   int *dims[] = {&o->in_channels, &o->in_height, &o->in_width};
   for (int k = 0; k < 3; k++) {
