@@ -50,6 +50,9 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+/* The largest float below 1: the top of a range [0, 1) read into a float. */
+#define BELOW_ONE 0.99999994
+
 static int to_float(const char *s, double lo, double hi, float *out) {
   char *end;
   errno = 0;
@@ -474,7 +477,7 @@ static const row_t rows[] = {
      .help = "under mpirun, linear (--lr times the ranks, for the ranks'\n"
              "larger combined batch) or none [linear for sgd and\n"
              "sgd-nesterov with --sync batch, else none]"},
-    {"momentum", "X", read_momentum, AT(net.opt.momentum), 0, 0.999999, "a number in [0, 1)",
+    {"momentum", "X", read_momentum, AT(net.opt.momentum), 0, BELOW_ONE, "a number in [0, 1)",
      "SGD momentum [0.9]"},
     {"weight-decay", "X", read_weight_decay, AT(net.opt.weight_decay), 0, 1e6,
      "a number from 0 to 1e6", NULL},
@@ -521,7 +524,7 @@ static const row_t rows[] = {
              "slowmo or nesterov (an outer optimizer step towards it) [none]"},
     {"outer-lr", "X", read_outer_lr, AT(sync.outer.lr), 1e-6f, 100.0f, "a number in [1e-6, 100]",
      "the outer rate [1 for slowmo, 0.7 for nesterov]"},
-    {"outer-momentum", "X", read_outer_momentum, AT(sync.outer.momentum), 0, 0.999999f,
+    {"outer-momentum", "X", read_outer_momentum, AT(sync.outer.momentum), 0, BELOW_ONE,
      "a number in [0, 1)", "the outer momentum [0.5 for slowmo, 0.9 for nesterov]"},
     {"sync-state", NULL, read_true, AT(sync.average_state),
      .help = "average optimizer state with the weights (every, epoch)"},
