@@ -1,6 +1,8 @@
 # Shared by the shell test suites (sourced): pass/fail counters, check and check_log.
 # check NAME COMMAND...: COMMAND's exit status counted as one check named NAME; on a failure the
 # first lines of the file $check_show names (the run's output, where a suite sets it) follow.
+# expect CODE PATTERN -- COMMAND...: COMMAND exits CODE and its output (stdout and stderr)
+# matches the extended regex PATTERN, counted as one check.
 # check_log NAME LOG EPOCHS [KEY=V|KEY<V|KEY>V ...]: tests/check_log.py on LOG,
 # counted as one check named NAME.
 passed=0 failed=0
@@ -13,6 +15,20 @@ check() {
     failed=$((failed + 1))
     echo "FAIL: $name"
     [[ -f ${check_show-} ]] && grep -v '^\[' "$check_show" | head -12
+  fi
+}
+
+expect() {
+  local code=$1 pattern=$2 out rc
+  shift 3
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $* -> exit $rc (want $code, /$pattern/):"
+    echo "$out" | head -5
   fi
 }
 

@@ -12,21 +12,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/lib.sh"
 
-# expect CODE PATTERN -- COMMAND...: COMMAND exits CODE and prints a line matching PATTERN.
-expect() {
-  local code=$1 pattern=$2 out rc
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $* -> exit $rc (want $code, /$pattern/):"
-    echo "$out" | head -5
-  fi
-}
-
 if ! meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/stage" >"$tmp/install.log" 2>&1; then
   echo "FAIL: meson install --destdir:"
   tail -20 "$tmp/install.log"

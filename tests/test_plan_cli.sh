@@ -15,21 +15,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# expect CODE PATTERN -- COMMAND...
-expect() {
-  local code=$1 pattern=$2 out rc
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $* -> exit $rc (want $code, /$pattern/):"
-    echo "$out" | head -5
-  fi
-}
-
 expect 2 "--ranks 0" -- "$tessera" plan --ranks 0
 expect 2 "--grid 3" -- "$tessera" plan --ranks 4 --grid 3
 expect 2 "--grid 2x3: Pr x Pc is 6, but --ranks is 4" -- "$tessera" plan --ranks 4 --grid 2x3

@@ -30,20 +30,6 @@ check() {
   fi
 }
 
-# expect CODE PATTERN CMD...: CMD exits CODE and prints PATTERN.
-expect() {
-  local code=$1 pattern=$2 out rc
-  shift 2
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $* -> exit $rc (want $code, /$pattern/): $(head -3 <<<"$out")"
-  fi
-}
-
 if [[ $mode == mpi ]]; then
   mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT
     "${mpi_env[@]}")
@@ -66,10 +52,10 @@ fi
 
 # --trace-steps: A-B with 1 <= A <= B, and only with --trace; exit 2 before any data loads.
 for bad in 3-2 0-4 4 x-5 5- -5; do
-  expect 2 "--trace-steps $bad: expected A-B" "$tessera" train --data /nonexistent \
+  expect 2 "--trace-steps $bad: expected A-B" -- "$tessera" train --data /nonexistent \
     --trace "$tmp/x.json" --trace-steps "$bad"
 done
-expect 2 "--trace-steps needs --trace" "$tessera" train --data /nonexistent --trace-steps 2-3
+expect 2 "--trace-steps needs --trace" -- "$tessera" train --data /nonexistent --trace-steps 2-3
 
 # A short run traced whole, then steps 3-5 of the same run (640 samples: 10 steps).
 short=(train --epochs 1 --train-limit 640 --test-limit 100 --quiet --workers 2 --stats)
@@ -82,7 +68,7 @@ check "--trace-steps 3-5: those steps' tasks only" /usr/bin/python3 "$checker" w
   "$tmp/full.json" "$tmp/win.json" 3 5
 check "--trace-steps: events" /usr/bin/python3 "$checker" events "$tmp/win.json" "$tmp/win.jsonl"
 expect 0 "--trace-steps 20-30: the run's last step was 10; the trace holds no task" \
-  "$tessera" "${short[@]}" --trace "$tmp/none.json" --trace-steps 20-30
+  -- "$tessera" "${short[@]}" --trace "$tmp/none.json" --trace-steps 20-30
 
 # The summary: JSON against the statistics, and the tables.
 if "$tessera" trace-summary --json "$tmp/full.json" >"$tmp/s.json" 2>"$tmp/s.err"; then
@@ -97,20 +83,20 @@ for section in "busy time per codelet and worker kind" "^  gemm +CPU" "workers: 
   grep -qE -- "$section" <<<"$out" && passed=$((passed + 1)) || {
     failed=$((failed + 1)) && echo "FAIL: trace-summary's tables lack /$section/: $out"; }
 done
-expect 0 "critical path of step 7" "$tessera" trace-summary --step 7 "$tmp/full.json"
-expect 0 "critical path of step 4" "$tessera" trace-summary "$tmp/win.json"
+expect 0 "critical path of step 7" -- "$tessera" trace-summary --step 7 "$tmp/full.json"
+expect 0 "critical path of step 4" -- "$tessera" trace-summary "$tmp/win.json"
 
 # What is not a tessera trace, or not a whole one.
-expect 2 "expected one trace file" "$tessera" trace-summary
-expect 2 "--top x: expected" "$tessera" trace-summary --top x "$tmp/full.json"
-expect 2 "step 99: the trace holds steps 1-10 only" "$tessera" trace-summary --step 99 \
+expect 2 "expected one trace file" -- "$tessera" trace-summary
+expect 2 "--top x: expected" -- "$tessera" trace-summary --top x "$tmp/full.json"
+expect 2 "step 99: the trace holds steps 1-10 only" -- "$tessera" trace-summary --step 99 \
   "$tmp/full.json"
-expect 1 "$tmp/missing.json: cannot open: No such file" "$tessera" trace-summary \
+expect 1 "$tmp/missing.json: cannot open: No such file" -- "$tessera" trace-summary \
   "$tmp/missing.json"
 printf '{"traceEvents": [' >"$tmp/cut.json"
-expect 1 "$tmp/cut.json: not JSON" "$tessera" trace-summary "$tmp/cut.json"
+expect 1 "$tmp/cut.json: not JSON" -- "$tessera" trace-summary "$tmp/cut.json"
 printf '{"traceEvents": [], "otherData": {"source": "chrome"}}\n' >"$tmp/other.json"
-expect 1 "$tmp/other.json: not a tessera trace" "$tessera" trace-summary "$tmp/other.json"
+expect 1 "$tmp/other.json: not a tessera trace" -- "$tessera" trace-summary "$tmp/other.json"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 tmp = sys.argv[1]
@@ -128,11 +114,11 @@ doc["traceEvents"].append({"name": "transfer", "cat": "mpi", "ph": "s", "id": 1,
 json.dump(doc, open(tmp + "/halfflow.json", "w"))
 PY
 expect 1 "nodur.json: event [0-9]+: a complete event \(ph X\) needs name, cat, pid" \
-  "$tessera" trace-summary "$tmp/nodur.json"
+  -- "$tessera" trace-summary "$tmp/nodur.json"
 expect 1 "baddep.json: task [0-9]+ of rank 0 depends on an id, which is not a task" \
-  "$tessera" trace-summary "$tmp/baddep.json"
+  -- "$tessera" trace-summary "$tmp/baddep.json"
 expect 1 "halfflow.json: (flow 1: its start and finish|1 flow starts but 0 finishes)" \
-  "$tessera" trace-summary "$tmp/halfflow.json"
+  -- "$tessera" trace-summary "$tmp/halfflow.json"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
