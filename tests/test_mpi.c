@@ -60,19 +60,9 @@
 #include <starpu_mpi.h> /* StarPU-MPI's own count of the bytes it sent (test_bytes) */
 #include "tessera/tessera.h"
 
-static int passed, failed, rank, size;
+#include "mpi_check.h"
 
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      passed++;                                                                                    \
-    } else {                                                                                       \
-      failed++;                                                                                    \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);                          \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-    }                                                                                              \
-  } while (0)
+static int size;
 
 static tsr_dataset_t train_set, test_set;
 

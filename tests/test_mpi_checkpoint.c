@@ -13,19 +13,7 @@
 
 #include "tessera/tessera.h"
 
-static int rank, passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      passed++;                                                                                    \
-    } else {                                                                                       \
-      failed++;                                                                                    \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);                          \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, "\n");                                                                       \
-    }                                                                                              \
-  } while (0)
+#include "mpi_check.h"
 
 static char path[96];
 static int seen[8];          /* [epoch]: the epoch the file held at that epoch's end, -1: none */
