@@ -16,21 +16,19 @@
 #include "io/safetensors.h"
 #include "tessera/tessera.h"
 
+#include "tmpfile.h"
+
 static char dir[64];
 
 static void start(void) {
-  snprintf(dir, sizeof dir, "/tmp/tessera-contracts-XXXXXX");
-  cr_assert_not_null(mkdtemp(dir));
+  make_temp_dir(dir, sizeof dir, "tessera-contracts");
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_runtime_init(NULL, &err), 0, "%s", err.msg);
 }
 
 static void stop(void) {
   tsr_runtime_fini();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) {
-  }
+  remove_temp_dir(dir);
 }
 
 TestSuite(contracts, .init = start, .fini = stop, .timeout = 120);
