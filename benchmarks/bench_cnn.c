@@ -46,25 +46,9 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
   int cols;
   tsr_net_tiles(net, &b->tile_used, &cols);
   b->params = tsr_net_param_count(net);
-  int32_t *rows = malloc(sizeof(int32_t) * (size_t)ds->n);
-  for (int64_t i = 0; i < ds->n; i++)
-    rows[i] = (int32_t)i;
-  int64_t per_pass = ds->n / b->batch, step = 0, timed = 0;
-  const int window = 8;
-  for (int w = 0; w < 10 && rc == 0; w++, step++)
-    rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * b->batch, b->batch, true);
-  if (rc == 0) rc = tsr_net_wait(net, 0);
-  double t0 = now();
-  while (rc == 0 && now() - t0 < b->seconds) {
-    rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * b->batch, b->batch, true);
-    step++, timed++;
-    if (rc == 0 && timed >= window) rc = tsr_net_wait(net, window);
-  }
-  if (rc == 0) rc = tsr_net_wait(net, 0);
-  double t = now() - t0;
-  free(rows);
+  double rate = bench_time_steps(net, ds, b->batch, 10, b->seconds, 8, &rc);
   tsr_net_destroy(&net);
-  return rc ? 0 : (double)timed * b->batch / t;
+  return rate;
 }
 
 /* PyTorch's best samples/s over 1 and 2 threads; 0 when it cannot run. */
@@ -77,16 +61,6 @@ static double run_torch(const char *dir, int batch, int padding, double seconds,
   double best = 0;
   run_peer(cmd, &best, threads);
   return best;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv) {
@@ -151,7 +125,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double mo = median(ours, rounds), mt = torch ? median(theirs, rounds) : 0;
+  double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
   printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), batch %d, tiles of %d "
          "rows, model cnn with padding %d (%lld parameters); %d rounds of %g s\n",
          cores, workers, sched, b.batch, b.tile_used, b.padding, (long long)b.params, rounds,

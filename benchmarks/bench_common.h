@@ -82,4 +82,40 @@ static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads
   return found;
 }
 
+static inline int bench_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static inline double bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Trains net on ds's samples cyclically, `warmup` steps untimed, then for about `seconds` with
+ * at most `window` steps in flight; returns samples/s, 0 on an error (rc in *rc). */
+static inline double bench_time_steps(tsr_net_t *net, const tsr_dataset_t *ds, int batch,
+                                      int warmup, double seconds, int window, int *rc) {
+  int32_t *rows = malloc(sizeof(int32_t) * (size_t)ds->n);
+  if (!rows) return *rc = TSR_ENOMEM, 0;
+  for (int64_t i = 0; i < ds->n; i++)
+    rows[i] = (int32_t)i;
+  int64_t per_pass = ds->n / batch, step = 0, timed = 0;
+  *rc = 0;
+  for (int w = 0; w < warmup && *rc == 0; w++, step++)
+    *rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * batch, batch, true);
+  if (*rc == 0) *rc = tsr_net_wait(net, 0);
+  double t0 = now();
+  while (*rc == 0 && now() - t0 < seconds) {
+    *rc = tsr_net_train_step(net, ds, rows + (step % per_pass) * batch, batch, true);
+    step++, timed++;
+    if (*rc == 0 && timed >= window) *rc = tsr_net_wait(net, window);
+  }
+  if (*rc == 0) *rc = tsr_net_wait(net, 0);
+  double t = now() - t0;
+  free(rows);
+  return *rc ? 0 : (double)timed * batch / t;
+}
+
 #endif

@@ -73,9 +73,9 @@ def make_mlp(widths):
     return nn.Sequential(*layers[:-1])
 
 
-def time_training(model, x, y, batch, seconds):
+def time_training(model, x, y, batch, seconds, warmup=20):
     """(steps, seconds) of SGD momentum 0.9 steps over x, y for about `seconds`
-    after 20 warm-up steps; batches are views, so loading costs nothing."""
+    after `warmup` warm-up steps; batches are views, so loading costs nothing."""
     nbatches = x.shape[0] // batch
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -87,11 +87,11 @@ def time_training(model, x, y, batch, seconds):
         loss.backward()
         opt.step()
 
-    for k in range(20):
+    for k in range(warmup):
         step(k)
     steps, start = 0, time.perf_counter()
     while True:
-        step(20 + steps)
+        step(warmup + steps)
         steps += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:

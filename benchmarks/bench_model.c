@@ -1,0 +1,174 @@
+/* Training throughput of any model file (the zoo's `--model resnet20`, or a path) on synthetic
+ * images of one shape, against PyTorch training the same model (benchmarks/torch_model.py
+ * builds it from the same model text with the tessera Python package's torch modules) at the
+ * same batch, at its best thread count, measured in the same run. Rounds alternate tessera and
+ * PyTorch so that load from other processes hits both alike; the ratio of the medians is the
+ * result. Both use SGD with momentum 0.9 and lr 0.01, PyTorch's initialization.
+ *
+ * usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]
+ *                    [--seconds S] [--rounds N] [--workers N] [--sched NAME] [--tile R]
+ *                    [--no-torch] */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+
+typedef struct {
+  const char *model;
+  int h, w, c, classes, batch, tile_rows;
+  double seconds;
+  int tile_used;     /* out */
+  int64_t params;    /* out */
+  char ini[1 << 16]; /* out: the model as built, for the peer */
+} bench_t;
+
+/* The model file with its last layer's units set to the classes. */
+static int load_model(tsr_model_spec_t *spec, const bench_t *b, tsr_errbuf_t *err) {
+  int rc = tsr_model_load_ini(spec, b->model, err);
+  if (rc == 0) spec->layers[spec->n_layers - 1].units = b->classes;
+  return rc;
+}
+
+/* Trains for about `seconds` after a warm-up; returns samples/s (0 on error). */
+static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = b->batch, o.tile_rows = b->tile_rows;
+  o.in_channels = ds->channels, o.in_height = ds->height, o.in_width = ds->width;
+  tsr_net_t *net = NULL;
+  int rc = load_model(&spec, b, &err);
+  if (rc == 0) rc = tsr_model_to_ini(&spec, b->ini, sizeof b->ini);
+  if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
+  tsr_model_spec_fini(&spec); /* the net has its own copy */
+  if (rc) {
+    fprintf(stderr, "bench_model: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
+    return 0;
+  }
+  int cols;
+  tsr_net_tiles(net, &b->tile_used, &cols);
+  b->params = tsr_net_param_count(net);
+  double rate = bench_time_steps(net, ds, b->batch, 5, b->seconds, 4, &rc);
+  if (rc) fprintf(stderr, "bench_model: training failed: %s\n", tsr_strerror(rc));
+  tsr_net_destroy(&net);
+  return rate;
+}
+
+/* PyTorch's best samples/s over 1 and 2 threads on the model text in `ini_path`; 0 when it
+ * cannot run. */
+static double run_torch(const char *dir, const char *ini_path, const bench_t *b, int *threads) {
+  char cmd[8800];
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 %.4000s/torch_model.py --model-file %.4000s --input %dx%dx%d "
+           "--batch %d --best-threads 1,2 --seconds %g 2>/dev/null",
+           dir, ini_path, b->c, b->h, b->w, b->batch, b->seconds);
+  double best = 0;
+  run_peer(cmd, &best, threads);
+  return best;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]\n"
+             "                   [--seconds S] [--rounds N] [--workers N] [--sched NAME]\n"
+             "                   [--tile R] [--no-torch]\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},   {"input", required_argument, 0, 'i'},
+      {"classes", required_argument, 0, 'c'}, {"batch", required_argument, 0, 'b'},
+      {"seconds", required_argument, 0, 's'}, {"rounds", required_argument, 0, 'r'},
+      {"workers", required_argument, 0, 'w'}, {"sched", required_argument, 0, 'S'},
+      {"tile", required_argument, 0, 't'},    {"no-torch", no_argument, 0, 'n'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static bench_t b = {.h = 32, .w = 32, .c = 3, .classes = 10, .batch = 64, .seconds = 5};
+  int rounds = 3;
+  bool torch = true;
+  tsr_runtime_opts_t ro;
+  tsr_runtime_opts_init(&ro);
+  int opt;
+  while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'm': b.model = optarg; break;
+    case 'i':
+      if (sscanf(optarg, "%dx%dx%d", &b.h, &b.w, &b.c) != 3) b.h = 0;
+      break;
+    case 'c': b.classes = atoi(optarg); break;
+    case 'b': b.batch = atoi(optarg); break;
+    case 's': b.seconds = atof(optarg); break;
+    case 'r': rounds = atoi(optarg); break;
+    case 'w': ro.ncpus = atoi(optarg); break;
+    case 'S': ro.sched = optarg; break;
+    case 't': b.tile_rows = atoi(optarg); break;
+    case 'n': torch = false; break;
+    default: usage(opt == 'h' ? stdout : stderr); return opt == 'h' ? 0 : 2;
+    }
+  }
+  if (!b.model || b.h <= 0 || b.w <= 0 || b.c <= 0 || b.classes < 2 || b.batch <= 0 ||
+      b.seconds <= 0 || rounds < 1 || rounds > 32 || b.tile_rows < 0) {
+    fprintf(stderr, "bench_model: --model is required; --input HxWxC, --batch, --seconds and "
+                    "--rounds (1-32) must be positive, --classes at least 2\n");
+    usage(stderr);
+    return 2;
+  }
+  /* Enough samples for a few distinct batches; the content does not change the work. */
+  tsr_dataset_t ds = {
+      .n = b.batch * 4, .classes = b.classes, .channels = b.c, .height = b.h, .width = b.w};
+  ds.features = (int64_t)b.h * b.w * b.c;
+  ds.x = malloc(sizeof(float) * (size_t)(ds.n * ds.features));
+  ds.y = malloc(sizeof(float) * (size_t)ds.n);
+  if (!ds.x || !ds.y) return fprintf(stderr, "bench_model: out of memory\n"), 1;
+  tsr_rng_t rng = {9};
+  for (int64_t i = 0; i < ds.n * ds.features; i++)
+    ds.x[i] = (float)(tsr__rng_uniform(&rng) - 0.5);
+  for (int64_t i = 0; i < ds.n; i++)
+    ds.y[i] = (float)(i % b.classes);
+
+  char dir[4096], ini_path[] = "/tmp/bench_model_XXXXXX";
+  const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_model.py");
+  double ours[32], theirs[32];
+  int workers = 0, threads = 0;
+  char sched[64] = "";
+  for (int r = 0; r < rounds; r++) {
+    tsr_errbuf_t err = {""};
+    if (tsr_runtime_init(&ro, &err)) {
+      fprintf(stderr, "bench_model: %s\n", err.msg);
+      return 1;
+    }
+    workers = tsr_runtime_ncpus();
+    snprintf(sched, sizeof sched, "%s", tsr_runtime_sched());
+    ours[r] = run_tessera(&b, &ds);
+    tsr_runtime_fini(); /* idle StarPU workers spin: stop them before PyTorch runs */
+    if (ours[r] == 0) return 1;
+    theirs[r] = 0;
+    if (torch && r == 0) {
+      int fd = mkstemp(ini_path);
+      FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+      if (!f || fputs(b.ini, f) < 0 || fclose(f) != 0) torch = false;
+    }
+    if (torch) theirs[r] = run_torch(src, ini_path, &b, &threads);
+    printf("round %d: tessera %.1f samples/s", r + 1, ours[r]);
+    if (theirs[r] > 0)
+      printf(", PyTorch %.1f samples/s (%d threads), ratio %.2fx", theirs[r], threads,
+             ours[r] / theirs[r]);
+    printf("\n");
+    fflush(stdout);
+  }
+  if (torch) unlink(ini_path);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
+  printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), model %s at %dx%dx%d, "
+         "%d classes (%lld parameters), batch %d, tiles of %d rows; %d rounds of %g s\n",
+         cores, workers, sched, b.model, b.h, b.w, b.c, b.classes, (long long)b.params, b.batch,
+         b.tile_used, rounds, b.seconds);
+  printf("tessera %.1f samples/s (median)", mo);
+  if (mt > 0)
+    printf(", PyTorch %.1f samples/s (median, best thread count), tessera / PyTorch %.2fx", mt,
+           mo / mt);
+  printf("\n");
+  free(ds.x), free(ds.y);
+  return 0;
+}
