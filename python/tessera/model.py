@@ -30,13 +30,18 @@ _KEYS = {
              "padding": (("pad_h", "pad_w"), "padding"), "activation": (None, "activation"),
              "in_channels": ("in_channels", "count")},
     "maxpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
-                "stride": (("stride_h", "stride_w"), "size")},
+                "stride": (("stride_h", "stride_w"), "size"),
+                "padding": (("pad_h", "pad_w"), "padding")},
     "avgpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
-                "stride": (("stride_h", "stride_w"), "size")},
+                "stride": (("stride_h", "stride_w"), "size"),
+                "padding": (("pad_h", "pad_w"), "padding")},
     "flatten": {},
     "dropout": {"rate": ("rate", "probability")},
     "add": {},
     "concat": {},
+    "batchnorm": {"activation": (None, "activation"), "momentum": ("momentum", "fraction"),
+                  "eps": ("eps", "fraction")},
+    "globalavgpool": {},
 }
 _ALIASES = {"conv2d": "conv"}
 _REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add units = N")],
@@ -51,7 +56,9 @@ _REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add
                           "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)")]}
 TYPES = tuple(_KEYS)
 #: Types with parameters (a weight and a bias), as tessera names them in a checkpoint.
-PARAM_TYPES = ("dense", "conv")
+PARAM_TYPES = ("dense", "conv", "batchnorm")
+#: Types with buffers (non-trained state a checkpoint holds), and their names.
+BUFFERS = {"batchnorm": ("running_mean", "running_var", "num_batches_tracked")}
 MERGE_TYPES = ("add", "concat")
 
 
@@ -66,7 +73,8 @@ class Layer:
     N of its checkpoint tensors `layers.N.TYPE.weight`), its input shapes and output shape."""
 
     FIELDS = ("units", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
-              "in_channels", "in_features", "rate")
+              "in_channels", "in_features", "rate", "momentum", "eps")
+    FLOATS = ("rate", "momentum", "eps")
 
     def __init__(self, name, kind, inputs=None, **fields):
         kind = _ALIASES.get(kind, kind)
@@ -79,8 +87,9 @@ class Layer:
         #: the inputs as given (None: the previous layer's output); Graph resolves them
         self.given = [inputs] if isinstance(inputs, str) else (list(inputs) if inputs else None)
         for f in self.FIELDS:
-            setattr(self, f, fields.get(f, 0.0 if f == "rate" else 0))
-        self.rate = _f32(self.rate)
+            setattr(self, f, fields.get(f, 0.0 if f in self.FLOATS else 0))
+        for f in self.FLOATS:
+            setattr(self, f, _f32(getattr(self, f)))
         self.section = None  # set on the ReLU an `activation = relu` key makes
         self.inputs = self.index = self.in_shapes = self.shape = None
 
@@ -123,7 +132,12 @@ class Layer:
             s = "%s%dx%d" % (self.kind, self.kernel_h, kw)
             if sh > 0 and (sh != self.kernel_h or sw != kw):
                 s += "s%dx%d" % (sh, sw)
+            if self.pad_h or self.pad_w:
+                s += "p%dx%d" % (self.pad_h, self.pad_w)
             return s
+        if self.kind == "batchnorm":
+            return ("batchnorm" + ("m" + _g(self.momentum, 6) if self.momentum else "")
+                    + ("e" + _g(self.eps, 6) if self.eps else ""))
         if self.kind == "dropout":
             return "dropout" + _g(self.rate, 6)
         return self.kind
@@ -147,6 +161,12 @@ class Layer:
                 out.append("in_channels = %d" % self.in_channels)
         elif self.kind in ("maxpool", "avgpool"):
             out += _window_keys(self)
+            if self.pad_h or self.pad_w:
+                out.append("padding = %dx%d" % (self.pad_h, self.pad_w))
+        elif self.kind == "batchnorm":
+            for f in ("momentum", "eps"):
+                if getattr(self, f):
+                    out.append("%s = %s" % (f, _g(getattr(self, f), 9)))
         elif self.kind == "dropout":
             out.append("rate = %s" % _g(self.rate, 9))
         return out
@@ -220,6 +240,7 @@ _EXPECTED = {"count": "expected a positive integer",
              "size": "expected a positive integer N or NHxNW",
              "padding": "expected an integer N >= 0 or NHxNW",
              "probability": "expected a probability in [0, 1)",
+             "fraction": "expected a number in (0, 1]",
              "activation": "use relu or none"}
 
 
@@ -279,6 +300,14 @@ def read_ini(text, path="<model>"):
                     ok = False
                 if ok:
                     layer.rate = _f32(r)
+            elif form == "fraction":
+                try:
+                    r = float(value)
+                    ok = 0.0 < r <= 1.0
+                except ValueError:
+                    ok = False
+                if ok:
+                    setattr(layer, field, _f32(r))
             elif form == "activation":
                 ok = value in ("relu", "none")
                 relu = relu or value == "relu"
@@ -410,8 +439,9 @@ class Graph:
                 if k == "conv" and l.in_channels and l.in_channels != c:
                     raise ModelError("%s: [%s] in_channels = %d, but its input has %d channels"
                                      % (self.path, l.name, l.in_channels, c))
-                if k != "conv" and (ph or pw):
-                    raise ModelError("%s: [%s] pooling takes no padding" % (self.path, l.name))
+                if k != "conv" and (2 * ph > kh or 2 * pw > kw):
+                    raise ModelError("%s: [%s] pooling pads at most half its kernel"
+                                     % (self.path, l.name))
                 if h + 2 * ph < kh or w + 2 * pw < kw:
                     raise ModelError("%s: [%s] kernel %dx%d is larger than its input %dx%dx%d "
                                      "(h x w x c)" % (self.path, l.name, kh, kw, h, w, c))
@@ -419,6 +449,8 @@ class Graph:
                 l.shape = (oc, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1)
             elif k == "flatten":
                 l.shape = (c * h * w, 1, 1)
+            elif k == "globalavgpool":
+                l.shape = (c, 1, 1)
             elif k == "add":
                 if any(s != ins[0] for s in ins):
                     raise ModelError("%s: [%s] adds inputs of different shapes: %s"
@@ -460,6 +492,13 @@ def param_names(layer):
         return ()
     base = "layers.%d.%s." % (layer.index, layer.kind)
     return (base + "weight", base + "bias")
+
+
+def buffer_names(layer):
+    """The checkpoint names of a layer's buffers ("layers.N.batchnorm.running_mean", ...), as
+    PyTorch names them, or () for a layer without any."""
+    base = "layers.%d.%s." % (layer.index, layer.kind)
+    return tuple(base + b for b in BUFFERS.get(layer.kind, ()))
 
 
 def shorthand(text, classes):

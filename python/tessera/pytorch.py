@@ -111,11 +111,17 @@ def _module_for(l):
         kh, kw, sh, sw, ph, pw = l.window()
         return nn.Conv2d(c, l.units, (kh, kw), stride=(sh, sw), padding=(ph, pw))
     if l.kind == "maxpool":
-        kh, kw, sh, sw, _, _ = l.window()
-        return nn.MaxPool2d((kh, kw), stride=(sh, sw))
+        kh, kw, sh, sw, ph, pw = l.window()
+        return nn.MaxPool2d((kh, kw), stride=(sh, sw), padding=(ph, pw))
     if l.kind == "avgpool":
-        kh, kw, sh, sw, _, _ = l.window()
-        return nn.AvgPool2d((kh, kw), stride=(sh, sw))
+        kh, kw, sh, sw, ph, pw = l.window()
+        return nn.AvgPool2d((kh, kw), stride=(sh, sw), padding=(ph, pw))
+    if l.kind == "globalavgpool":
+        return nn.AdaptiveAvgPool2d(1)
+    if l.kind == "batchnorm":
+        _, h, w = l.in_shapes[0]
+        bn = nn.BatchNorm2d if h * w > 1 else nn.BatchNorm1d
+        return bn(c, eps=float(l.eps or 1e-5), momentum=float(l.momentum or 0.1))
     if l.kind == "relu":
         return nn.ReLU()
     if l.kind == "flatten":
@@ -159,16 +165,34 @@ def _layer_for(m, name):
                             stride_w=sw if (sh, sw) != (1, 1) else 0, pad_h=ph, pad_w=pw)
     if isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
         kind = "maxpool" if isinstance(m, nn.MaxPool2d) else "avgpool"
-        if _pair(m.padding) != (0, 0) or m.ceil_mode:
-            raise refuse("tessera pools without padding, rounding the output size down")
+        kh, kw = _pair(m.kernel_size)
+        ph, pw = _pair(m.padding)
+        if m.ceil_mode or 2 * ph > kh or 2 * pw > kw:
+            raise refuse("tessera pools with padding of at most half the kernel, rounding the "
+                         "output size down")
+        if kind == "avgpool" and not m.count_include_pad and (ph or pw):
+            raise refuse("tessera's mean pooling counts the padding (count_include_pad=True)")
         if kind == "maxpool" and _pair(m.dilation) != (1, 1):
             raise refuse("tessera pools with dilation 1")
         if kind == "avgpool" and m.divisor_override:
             raise refuse("tessera averages over the whole window (no divisor_override)")
-        kh, kw = _pair(m.kernel_size)
         sh, sw = _pair(m.stride if m.stride is not None else m.kernel_size)
         stride = {} if (sh, sw) == (kh, kw) else {"stride_h": sh, "stride_w": sw}
-        return _model.Layer(name, kind, kernel_h=kh, kernel_w=kw, **stride)
+        return _model.Layer(name, kind, kernel_h=kh, kernel_w=kw, pad_h=ph, pad_w=pw, **stride)
+    if isinstance(m, nn.AdaptiveAvgPool2d):
+        if _pair(m.output_size) != (1, 1):
+            raise refuse("tessera's global mean pooling gives 1 x 1 (output_size=1)")
+        return _model.Layer(name, "globalavgpool")
+    if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+        if not m.affine or not m.track_running_stats or m.momentum is None:
+            raise refuse("tessera's batchnorm has a scale and shift and running statistics "
+                         "with a momentum (affine=True, track_running_stats=True)")
+        fields = {}
+        if abs(m.momentum - 0.1) > 1e-9:
+            fields["momentum"] = float(m.momentum)
+        if abs(m.eps - 1e-5) > 1e-12:
+            fields["eps"] = float(m.eps)
+        return _model.Layer(name, "batchnorm", **fields)
     if isinstance(m, nn.ReLU):
         return _model.Layer(name, "relu")
     if isinstance(m, nn.Flatten):
@@ -185,7 +209,8 @@ def _layer_for(m, name):
         raise refuse("tessera's last layer gives logits (its loss applies the softmax): "
                      "drop the softmax")
     raise refuse("not a layer tessera has; supported: Linear, ReLU, Conv2d, MaxPool2d, "
-                 "AvgPool2d, Flatten, Dropout, and tessera.pytorch's Add and Concat")
+                 "AvgPool2d, AdaptiveAvgPool2d(1), BatchNorm1d/2d, Flatten, Dropout, and "
+                 "tessera.pytorch's Add and Concat")
 
 
 def _flat_modules(seq):
@@ -231,6 +256,10 @@ def _check_module(l, m):
         if (m.in_channels, m.out_channels) != (c, l.units):
             raise ValueError("%s: Conv2d(%d, %d, ...), but the layer takes %d channels to %d"
                              % (l.name, m.in_channels, m.out_channels, c, l.units))
+    elif l.kind == "batchnorm":
+        if m.num_features != c:
+            raise ValueError("%s: %s(%d), but the layer normalizes %d channels"
+                             % (l.name, type(m).__name__, m.num_features, c))
 
 
 # ---- the network ----
@@ -271,6 +300,8 @@ class TesseraNet(nn.Module):
             elif l.kind == "conv":
                 self.in_perm[l.name] = ins[0]
                 out = None
+            elif l.kind == "batchnorm":
+                self.in_perm[l.name] = ins[0]  # per channel: the features keep their order
             elif l.kind == "flatten":
                 out = _flatten_perm(shape, ins[0])
             elif l.kind == "add":
@@ -321,9 +352,11 @@ class TesseraNet(nn.Module):
             ins = [values[n] for n in l.inputs] if l.inputs else [x]
             if l.kind == "dense":
                 y = m(ins[0].flatten(1))
-            elif l.kind in ("conv", "maxpool", "avgpool"):
+            elif l.kind in ("conv", "maxpool", "avgpool", "globalavgpool"):
                 a = ins[0]
                 y = m(a[:, :, None, None] if a.dim() == 2 else a)
+            elif l.kind == "batchnorm" and isinstance(m, nn.BatchNorm1d):
+                y = m(ins[0].flatten(1))
             elif l.kind in _model.MERGE_TYPES:
                 if l.shape[1] * l.shape[2] == 1 or any(a.dim() == 2 for a in ins):
                     ins = [a.flatten(1) for a in ins]
@@ -342,6 +375,15 @@ class TesseraNet(nn.Module):
     def _convert(self, l, a, to_torch):
         """A parameter-shaped array of layer l (weight or its state) in the other layout."""
         perm = self.in_perm.get(l.name)
+        if l.kind == "batchnorm":  # (1, C) in tessera, (C) in torch; features as its input's
+            a = np.asarray(a, dtype=np.float32).reshape(-1)
+            if perm is None:
+                return a.copy() if to_torch else a.reshape(1, -1).copy()
+            if to_torch:
+                return np.ascontiguousarray(a[perm])
+            out = np.empty_like(a)
+            out[perm] = a
+            return out.reshape(1, -1)
         if a.ndim == 1:
             return np.array(a, dtype=np.float32)
         if l.kind == "dense":
@@ -384,6 +426,21 @@ class TesseraNet(nn.Module):
                         raise ValueError("%s: shape %s, the torch parameter is %s"
                                          % (name, a.shape, tuple(p.shape)))
                     p.copy_(torch.from_numpy(a))
+            for l, m, names in self.buffers():
+                for buf, name in zip(("running_mean", "running_var", "num_batches_tracked"),
+                                     names):
+                    if name not in tensors:
+                        raise KeyError("no tensor %s for layer %s" % (name, l.name))
+                    t = getattr(m, buf)
+                    a = tensors[name]
+                    a = (np.asarray(a).reshape(()) if buf == "num_batches_tracked"
+                         else self._convert(l, a, True))
+                    t.copy_(torch.from_numpy(np.array(a)).to(t.dtype))
+
+    def buffers(self):
+        """[(layer, torch module, tessera buffer names)] of the layers with buffers."""
+        return [(l, self.layers[self.keys[l.name]], _model.buffer_names(l))
+                for l in self.graph.layers if _model.buffer_names(l)]
 
     def tessera_tensors(self):
         """{name: array}: the parameters in tessera's layouts and names, in model order."""
@@ -391,6 +448,11 @@ class TesseraNet(nn.Module):
         for l, w, b, wn, bn in self.params():
             out[wn] = self._convert(l, w.detach().cpu().numpy(), False)
             out[bn] = self._convert(l, b.detach().cpu().numpy(), False)
+            for bl, m, names in self.buffers():
+                if bl is l:
+                    out[names[0]] = self._convert(l, m.running_mean.cpu().numpy(), False)
+                    out[names[1]] = self._convert(l, m.running_var.cpu().numpy(), False)
+                    out[names[2]] = np.array([m.num_batches_tracked.item()], dtype=np.int64)
         return out
 
 
