@@ -98,9 +98,10 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
     if (s->test_samples > 0)
       printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, fabs_nan(s->test_loss));
     printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
-    if (s->lr_reduced)
-      printf("validation loss on a plateau: the rate is multiplied by %g of --lr from epoch %d\n",
-             s->lr_factor, s->epoch + 1);
+    if (s->lr_reduced && s->epoch < s->epochs)
+      printf("plateau: the validation loss stopped falling; from epoch %d the rate is %g x the "
+             "base rate\n",
+             s->epoch + 1, s->lr_factor);
     if (s->stopped) printf("stopped after epoch %d of %d: %s\n", s->epoch, s->epochs, s->stopped);
     fflush(stdout);
   }
@@ -254,15 +255,14 @@ static int hold_out(run_t *r) {
     TSR_TRY(tsr_checkpoint_read(cfg->resume, &was, NULL, NULL, NULL, NULL, &r->err));
     seed = was.seed;
     if (was.val_split != cfg->val_split) {
-      char asked[48] = "no --val-split", given[48] = "none";
+      char asked[48] = "no --val-split", given[48] = "no --val-split";
       if (cfg->val_split > 0) snprintf(asked, sizeof asked, "--val-split %g", cfg->val_split);
-      if (was.val_split > 0) snprintf(given, sizeof given, "--val-split %.17g", was.val_split);
+      if (was.val_split > 0) snprintf(given, sizeof given, "--val-split %g", was.val_split);
       return tsr_error_set(&r->err, TSR_EINVAL,
-                           "--resume %s: its run held out %s of the training set, this one asks "
-                           "for %s: resume with %s, so that it trains and validates on the same "
-                           "samples",
-                           cfg->resume, was.val_split > 0 ? given + 2 : "nothing", asked,
-                           was.val_split > 0 ? given : "no --val-split");
+                           "--resume %s: its run held out %lld training samples (%s), this one "
+                           "asks for %s: resume with %s, so that it trains and validates on the "
+                           "same samples",
+                           cfg->resume, (long long)was.val_samples, given, asked, given);
     }
   }
   if (!(cfg->val_split > 0)) return 0;
