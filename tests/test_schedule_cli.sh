@@ -82,6 +82,16 @@ check_log "validation and test apart in the log" "$tmp/vt.jsonl" 2 val_loss\>0 t
   test_accuracy\>0.3 lr_end=0.005
 check "the run line says the schedule" grep -q '"lr-schedule":"step:1:0.5"' "$tmp/vt.jsonl"
 
+# Warm-up of 4 steps on a constant 0.1: the step lines' rates 0.025, 0.05, 0.075, then 0.1.
+"${run[@]}" train "${rand[@]}" --epochs 1 --lr-schedule constant --warmup 4 --log "$tmp/w.jsonl" \
+  --log-every 1 >"$tmp/w.out" 2>&1
+check "the warm-up's rates per step" /usr/bin/python3 -c "
+import json
+o = [x for x in map(json.loads, open('$tmp/w.jsonl')) if x.get('event') == 'step']
+got = [x['lr'] for x in o[:6]]
+assert [round(v, 7) for v in got] == [0.025, 0.05, 0.075, 0.1, 0.1, 0.1], got
+"
+
 # Early stopping: the validation loss rises from epoch 2, so --early-stop 2 ends the run after
 # epoch 3 of 30, exit 0, saying why; plateau:0:0.5 halves the rate at each bad epoch.
 out=$("${run[@]}" train "${rand[@]}" --epochs 30 --lr-schedule plateau:0:0.5 --early-stop 2 \
