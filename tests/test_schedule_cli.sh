@@ -63,7 +63,7 @@ fi
 
 # Held out, no test set: the line says val and no test, the log val_* and test_* null.
 "${run[@]}" train "${rand[@]}" --epochs 3 --lr-schedule constant --log "$tmp/v.jsonl" \
-  >"$tmp/v.out" 2>&1
+  --checkpoint "$tmp/v.st" >"$tmp/v.out" 2>&1
 check "a dataset without a test set trains on 240 and validates on 60" \
   grep -qE "240 train / 60 validation / 0 test samples" "$tmp/v.out"
 check "the epoch line reports validation" grep -qE "^epoch 3/3 .* val [0-9.]+% \(loss [0-9.]+\)" \
@@ -71,6 +71,15 @@ check "the epoch line reports validation" grep -qE "^epoch 3/3 .* val [0-9.]+% \
 check "and no test" bash -c "! grep -qE '^epoch.* test ' '$tmp/v.out'"
 check_log "the log's val_loss and val_accuracy" "$tmp/v.jsonl" 3 test_loss=null val_loss\>0 \
   val_accuracy\>0
+
+# tessera eval --validation draws the same samples again: the last epoch's numbers.
+val=$(grep -oE "^epoch 3/3 .* val [0-9.]+% \(loss [0-9.]+\)" "$tmp/v.out" | grep -oE "val .*")
+got=$("$tessera" eval --checkpoint "$tmp/v.st" --data "$tmp/rand" --validation --workers 1 2>&1 |
+  head -1 | sed -E 's/.*: 60 validation samples, accuracy ([0-9.]+%), loss ([0-9.]+)$/val \1 (loss \2)/')
+check "eval --validation gives the last epoch's validation numbers ($val, $got)" \
+  test -n "$val" -a "$val" = "$got"
+expect 1 "--validation: the training set in .* is not the one .*v.st was trained on" -- \
+  "$tessera" eval --checkpoint "$tmp/v.st" --data "$data" --validation
 
 # A test set beside it: both, apart.
 "${run[@]}" train --data "$data" --train-limit 600 --test-limit 200 --model mlp:32 --batch 32 \
@@ -91,6 +100,11 @@ o = [x for x in map(json.loads, open('$tmp/w.jsonl')) if x.get('event') == 'step
 got = [x['lr'] for x in o[:6]]
 assert [round(v, 7) for v in got] == [0.025, 0.05, 0.075, 0.1, 0.1, 0.1], got
 "
+
+"$tessera" train --data "$tmp/rand" --model mlp:64 --batch 16 --workers 1 --epochs 1 \
+  --checkpoint "$tmp/none.st" >/dev/null 2>&1
+expect 1 "--validation: .*none.st was written by a run without --val-split" -- \
+  "$tessera" eval --checkpoint "$tmp/none.st" --data "$tmp/rand" --validation
 
 # Early stopping: the validation loss rises from epoch 2, so --early-stop 2 ends the run after
 # epoch 3 of 30, exit 0, saying why; plateau:0:0.5 halves the rate at each bad epoch.

@@ -68,6 +68,7 @@ typedef struct {
    * plateau or early stopping; else schedule_state reads as tsr_schedule_state_init's). */
   double val_split;
   int64_t val_samples;
+  int64_t val_from;   /* the training samples the split was drawn from (after --train-limit) */
   char val_data[128]; /* tsr_dataset_fingerprint of the held-out samples (raw), or "" */
   tsr_lr_opts_t lr;
   int early_stop; /* the patience of early stopping (0: none) */

@@ -266,6 +266,7 @@ static int hold_out(run_t *r) {
     }
   }
   if (!(cfg->val_split > 0)) return 0;
+  r->ckpt.val_from = r->train.n;
   TSR_TRY(tsr_validation_split(&r->train, &r->val, cfg->val_split, seed, &r->err));
   r->ckpt.val_split = cfg->val_split, r->ckpt.val_samples = r->val.n;
   tsr_dataset_fingerprint(&r->val, r->ckpt.val_data, sizeof r->ckpt.val_data);

@@ -139,6 +139,7 @@ static int add_validation(bundle_t *b, const tsr_checkpoint_info_t *in) {
   if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_split", "%.17g", in->val_split);
   if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_samples", "%" PRId64, in->val_samples);
   if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_data", "%s", in->val_data);
+  if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_from", "%" PRId64, in->val_from);
   const tsr_schedule_state_t *z = &in->schedule_state;
   if (rc == 0 && in->has_schedule_state)
     rc = add_meta(b, "schedule_state",
@@ -567,6 +568,7 @@ static int read_validation(const tsr_st_file_t *f, const char *path, const char 
                            "file is damaged or not tessera's",
                            path, s);
     TSR_TRY(meta_int(f, path, "val_samples", 1, INT64_MAX, &info->val_samples, err));
+    TSR_TRY(meta_int(f, path, "val_from", info->val_samples + 1, INT64_MAX, &info->val_from, err));
     if ((s = tsr__st_meta(f, "val_data"))) snprintf(info->val_data, sizeof info->val_data, "%s", s);
   }
   tsr_schedule_state_init(&info->schedule_state);
