@@ -578,9 +578,11 @@ static void follow_validation(run_t *r, tsr_epoch_stats_t *st) {
       tsr_early_stop_update(&r->state, o->early_stop, st->val_loss, st->epoch) &&
       st->epoch < o->epochs) {
     r->ended = true;
+    char since[32] = "the epoch";
+    if (o->early_stop > 1) snprintf(since, sizeof since, "the %d epochs", o->early_stop);
     snprintf(r->why_ended, sizeof r->why_ended,
-             "early stopping: no validation loss below %.6g (epoch %d's) in the %d epochs since",
-             r->state.early_best, r->state.early_best_epoch, o->early_stop);
+             "early stopping: no validation loss below %.6g (epoch %d's) in %s since",
+             r->state.early_best, r->state.early_best_epoch, since);
     st->stopped = r->why_ended;
   }
 }
