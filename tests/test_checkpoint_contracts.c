@@ -5,6 +5,7 @@
  * case rewrites a real checkpoint with one thing changed. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,66 @@ Test(contracts, numbers_of_the_metadata_out_of_range_are_refused_naming_the_key)
                  loaded[c].key, loaded[c].value);
     cr_expect(strstr(err.msg, loaded[c].key) != NULL, "%s = '%s': %s", loaded[c].key,
               loaded[c].value, err.msg);
+  }
+  tsr_net_destroy(&net);
+}
+
+/* The validation split's and the schedules' keys (docs/checkpoints.md, "Validation and
+ * schedules") read back every digit (an infinite best loss too), and each out of its range or
+ * form is refused naming the key. */
+Test(contracts, the_schedules_state_reads_back_and_is_range_checked) {
+  const char *p = path_of("sched.st"), *q = path_of("sched-bad.st");
+  tsr_net_t *net = saved(p);
+  tsr_errbuf_t err = {""};
+  tsr_checkpoint_info_t info = {.epoch = 2, .epochs = 4, .seed = 7, .input_std = 1};
+  info.lr_schedule = TSR_LR_PLATEAU;
+  info.lr = (tsr_lr_opts_t){.warmup = 5, .patience = 3, .factor = 0.3, .threshold = 1e-4};
+  info.early_stop = 4, info.has_schedule_state = true;
+  info.val_split = 0.15, info.val_samples = 90, info.val_from = 600;
+  snprintf(info.val_data, sizeof info.val_data, "90 x 784");
+  info.schedule_state = (tsr_schedule_state_t){.lr_factor = 0.09,
+                                               .plateau_best = 0.1 + 0.2,
+                                               .plateau_bad = 2,
+                                               .early_best = INFINITY,
+                                               .early_best_epoch = 0,
+                                               .early_bad = 1};
+  cr_assert_eq(tsr_checkpoint_save(net, &info, p, &err), 0, "%s", err.msg);
+  tsr_checkpoint_info_t got;
+  cr_assert_eq(tsr_checkpoint_read(p, &got, NULL, NULL, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_expect(got.lr_schedule == TSR_LR_PLATEAU && got.lr.warmup == 5 && got.lr.patience == 3 &&
+            got.lr.factor == 0.3 && got.early_stop == 4);
+  cr_expect(got.val_split == 0.15 && got.val_samples == 90 && got.val_from == 600 &&
+            strcmp(got.val_data, "90 x 784") == 0);
+  cr_expect(got.has_schedule_state &&
+                memcmp(&got.schedule_state, &info.schedule_state, sizeof info.schedule_state) == 0,
+            "the schedules' state did not read back bit for bit");
+  static const struct {
+    const char *key, *value;
+  } cases[] = {
+      {"lr_schedule", "plateau:3:2"},
+      {"lr_warmup", "-1"},
+      {"early_stop", "0"},
+      {"val_split", "1"},
+      {"val_split", "nan"},
+      {"val_samples", "0"},
+      {"val_from", "90"},
+      {"schedule_state", "lr_factor 2 plateau_best 0.3 plateau_bad 2 early_best inf "
+                         "early_best_epoch 0 early_bad 1"},
+      {"schedule_state", "lr_factor 0.5 plateau_best nan plateau_bad 2 early_best inf "
+                         "early_best_epoch 0 early_bad 1"},
+      {"schedule_state", "lr_factor 0.5 plateau_best 0.3 plateau_bad -2 early_best inf "
+                         "early_best_epoch 0 early_bad 1"},
+      {"schedule_state", "lr_factor 0.5 plateau_best 0.3 plateau_bad 2 early_best inf "
+                         "early_best_epoch 0 early_bad 1 extra"},
+      {"schedule_state", "lr_factor 0.5"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    rewrite(p, q, cases[c].key, cases[c].value);
+    err.msg[0] = '\0';
+    cr_expect_eq(tsr_checkpoint_read(q, NULL, NULL, NULL, NULL, NULL, &err), TSR_EFORMAT,
+                 "%s = '%s' read", cases[c].key, cases[c].value);
+    cr_expect(strstr(err.msg, cases[c].key) != NULL, "%s = '%s': %s", cases[c].key, cases[c].value,
+              err.msg);
   }
   tsr_net_destroy(&net);
 }

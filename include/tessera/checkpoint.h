@@ -24,6 +24,18 @@
 
 TSR_EXTERN_C_BEGIN
 
+/* What the schedules that follow the validation loss hold between epochs (tsr_train keeps it,
+ * checkpoints record it so that a resumed run goes on bitwise): reduce-on-plateau's and early
+ * stopping's lowest loss and epochs without improvement. tsr_schedule_state_init starts it. */
+typedef struct {
+  double lr_factor;     /* plateau: the reductions so far (1, factor, factor^2, ...) */
+  double plateau_best;  /* plateau: the lowest validation loss so far (+inf: none yet) */
+  int plateau_bad;      /* plateau: epochs since it improved by the threshold */
+  double early_best;    /* early stopping: the lowest validation loss so far (+inf: none yet) */
+  int early_best_epoch; /* the epoch that had it (0: none) */
+  int early_bad;        /* epochs since a lower one */
+} tsr_schedule_state_t;
+
 typedef struct {
   /* Where training stands. */
   int epoch;             /* epochs completed */
@@ -50,6 +62,18 @@ typedef struct {
   bool outer_momentum; /* the outer optimizer's momentum (outer.<parameter>.momentum) */
   bool final_average;  /* written after the last epoch's average, one the schedule would not
                           have taken there (async-epoch's; every=K, epoch=n off their count) */
+  /* Validation and schedules (docs/checkpoints.md): the fraction of the training set held out
+   * (--val-split; 0: none) and how many samples that was; the schedule's parameters and the
+   * state of those that follow the validation loss (has_schedule_state: written by a run with
+   * plateau or early stopping; else schedule_state reads as tsr_schedule_state_init's). */
+  double val_split;
+  int64_t val_samples;
+  int64_t val_from;   /* the training samples the split was drawn from (after --train-limit) */
+  char val_data[128]; /* tsr_dataset_fingerprint of the held-out samples (raw), or "" */
+  tsr_lr_opts_t lr;
+  int early_stop; /* the patience of early stopping (0: none) */
+  bool has_schedule_state;
+  tsr_schedule_state_t schedule_state;
 } tsr_checkpoint_info_t;
 
 /* Writes net (its parameters, optimizer state and step count) and info to

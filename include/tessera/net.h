@@ -118,13 +118,33 @@ TSR_API int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t siz
  * the previous one shows its inputs, "add[a,b.relu]". */
 TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
 
-/* How the learning rate moves over a run (tsr_train_opts_t.lr_schedule). */
+/* How the learning rate moves over a run (tsr_train_opts_t.lr_schedule), after a warm-up
+ * (tsr_lr_opts_t.warmup) if there is one; docs/training.md, "Learning-rate schedules". */
 typedef enum {
   TSR_LR_CONSTANT,
   /* lr * (1 + cos(pi * t / T)) / 2 at step t = 0 .. T - 1 of the run (T: steps per epoch times
-   * epochs; under MPI a step is one of each rank's), decayed every step */
-  TSR_LR_COSINE
+   * epochs; under MPI a step is one of each rank's), decayed every step; after a warm-up of W
+   * steps, t - W of T - W */
+  TSR_LR_COSINE,
+  /* lr times factor after each of the milestone epochs (PyTorch's MultiStepLR) */
+  TSR_LR_STEP,
+  /* lr times factor when the validation loss stopped falling (PyTorch's ReduceLROnPlateau) */
+  TSR_LR_PLATEAU
 } tsr_lr_schedule_t;
+
+#define TSR_LR_MILESTONES 32
+
+/* A schedule's parameters beside its kind (tsr_lr_schedule_parse fills them). */
+typedef struct {
+  int warmup; /* steps of linear warm-up before the schedule: step t < warmup (0-based) takes the
+                 schedule's rate times (t + 1) / warmup; 0: none */
+  int n_milestones;                  /* step: how many */
+  int milestones[TSR_LR_MILESTONES]; /* step: epochs (1-based, strictly increasing) after which
+                                        the rate is multiplied by factor */
+  double factor;                     /* step: > 0; plateau: in (0, 1) [0.1] */
+  int patience;                      /* plateau: epochs without improvement tolerated [10] */
+  double threshold;                  /* plateau: the relative improvement that counts [1e-4] */
+} tsr_lr_opts_t;
 
 /* How tsr_net_create initializes dense and conv parameters (tsr_net_opts_t.init), fan_in
  * being a dense layer's input features or a conv's kh kw c_in. */

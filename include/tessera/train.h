@@ -5,6 +5,7 @@
 #define TESSERA_TRAIN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tessera/checkpoint.h"
@@ -66,6 +67,15 @@ typedef struct {
                                          transfers this epoch; NULL otherwise */
   const tsr_rank_work_t *work;        /* under MPI: work[q] for each of the ranks (borrowed, valid
                                          during on_epoch); NULL with one process */
+  /* The validation set (tsr_train_opts_t.validation), evaluated where the test set is: NaN and
+   * 0 samples without one. */
+  double val_loss, val_accuracy;
+  int64_t val_samples;
+  /* Why the run ends after this epoch though epochs remain (early stopping: one sentence
+   * without a final period; borrowed, valid during on_epoch), or NULL. */
+  const char *stopped;
+  bool lr_reduced;  /* reduce-on-plateau lowered the rate at this epoch's end */
+  double lr_factor; /* plateau's factor from the next epoch on (1 without plateau) */
 } tsr_epoch_stats_t;
 
 /* Every log_every training steps (tsr_train_opts_t.on_step), on rank 0. */
@@ -114,8 +124,19 @@ typedef struct {
   int epochs;
   uint64_t seed;                 /* shuffling */
   tsr_lr_schedule_t lr_schedule; /* around the base rate, tsr_train_base_lr */
-  tsr_lr_scaling_t lr_scaling;   /* of the net's optimizer lr by the ranks */
-  int window;                    /* training steps in flight at most (bounded submission) */
+  tsr_lr_opts_t lr;              /* the warm-up, step's and plateau's parameters */
+  /* Held-out samples (borrowed; NULL: none), evaluated at every epoch end where the test set is
+   * (rank 0's grid column), for the epoch's stats and the schedules below. */
+  const tsr_dataset_t *validation;
+  /* Early stopping: the run ends after this many epochs in a row without a validation loss
+   * below the lowest so far (0: never); tsr_train returns 0 and the last epoch's stats say
+   * why. Needs validation, as TSR_LR_PLATEAU does. */
+  int early_stop;
+  /* Resuming: plateau's and early stopping's state from the checkpoint (borrowed; NULL: from
+   * the start). */
+  const tsr_schedule_state_t *start_state;
+  tsr_lr_scaling_t lr_scaling; /* of the net's optimizer lr by the ranks */
+  int window;                  /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
   /* This rank's setup (tsr_run_setup, tsr_run_build; borrowed): its batches, shards, shares and
    * policy, which tsr_train uses as they are; sync, shares and global_batch below are then
@@ -181,6 +202,46 @@ TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
 TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *opts);
 
 #define TSR_MAX_RANKS 1024
+
+/* ---- Schedules (docs/training.md, "Learning-rate schedules") ------------ */
+
+/* Reads --lr-schedule's text: "cosine", "constant", "step:E1,E2,...:FACTOR" (epochs 1-based and
+ * strictly increasing, at most TSR_LR_MILESTONES, FACTOR > 0) or "plateau[:PATIENCE[:FACTOR]]"
+ * (PATIENCE >= 0 [10], 0 < FACTOR < 1 [0.1]; threshold 1e-4 relative, PyTorch's). Sets *kind
+ * and lr's fields of that kind (warmup untouched). TSR_EINVAL with what is wrong and what is
+ * expected; *kind and *lr untouched then. */
+TSR_API int tsr_lr_schedule_parse(const char *text, tsr_lr_schedule_t *kind, tsr_lr_opts_t *lr,
+                                  tsr_errbuf_t *err);
+/* The text tsr_lr_schedule_parse reads back to kind and lr (warm-up left out). */
+TSR_API void tsr_lr_schedule_describe(tsr_lr_schedule_t kind, const tsr_lr_opts_t *lr, char *buf,
+                                      size_t size);
+/* The rate of step t (0-based, of the run) in epoch `epoch` (1-based) of a run of total steps,
+ * around base, with plateau's reductions so far (lr_factor): docs/training.md's formulas. */
+TSR_API double tsr_lr_at(tsr_lr_schedule_t kind, const tsr_lr_opts_t *lr, double base, int64_t t,
+                         int epoch, int64_t total, double lr_factor);
+/* Factor 1, no loss seen, no epoch counted. */
+TSR_API void tsr_schedule_state_init(tsr_schedule_state_t *s);
+/* Reduce-on-plateau after an epoch whose validation loss is loss, on a run of rate base: as
+ * PyTorch's ReduceLROnPlateau (mode min, relative threshold, cooldown 0, min_lr 0, eps 1e-8):
+ * a loss below best * (1 - threshold) is the new best, else one more bad epoch; more than
+ * patience of them multiply s->lr_factor by factor (unless the rate would move by 1e-8 or
+ * less) and start the count again. True when it reduced the rate. A NaN is a bad epoch. */
+TSR_API bool tsr_lr_plateau_update(tsr_schedule_state_t *s, const tsr_lr_opts_t *lr, double base,
+                                   double loss);
+/* Early stopping after epoch `epoch` with validation loss loss: a loss below the lowest so far
+ * is the new lowest, else one more epoch without improvement; true when patience of them came
+ * in a row (stop now). */
+TSR_API bool tsr_early_stop_update(tsr_schedule_state_t *s, int patience, double loss, int epoch);
+
+/* ---- Validation split ----------------------------------------------------- */
+
+/* Moves round(fraction * train->n) samples of train into *val (the caller's to fini,
+ * tsr_dataset_fini), chosen by a permutation of the sample indices seeded by seed alone, so
+ * every rank and every number of ranks holds out the same ones; both keep the file order.
+ * val gets train's classes and geometry. 0 < fraction < 1 and at least one sample on each
+ * side, else TSR_EINVAL naming --val-split and the fix; TSR_ENOMEM. */
+TSR_API int tsr_validation_split(tsr_dataset_t *train, tsr_dataset_t *val, double fraction,
+                                 uint64_t seed, tsr_errbuf_t *err);
 
 /* ---- The run's setup ----------------------------------------------------
  *

@@ -15,6 +15,8 @@ static void eval_usage(FILE *out) {
           "  --checkpoint FILE   a checkpoint written by tessera train --checkpoint\n"
           "  --data DIR          dataset folder whose test set is evaluated [%s]\n"
           "  --test-limit N      only the first N test samples\n"
+          "  --validation        the samples the checkpoint's run held out (--val-split)\n"
+          "                      from --data's training set, instead of its test set\n"
           "  --batch N           samples per evaluation step [256]\n"
           "  --workers N         CPU workers [all cores StarPU may use]\n"
           "  --devices D         OpenCL devices beside them: opencl, opencl:N or none, as\n"
@@ -28,8 +30,9 @@ static void eval_usage(FILE *out) {
 
 /* Accuracy, loss, per-class accuracy and the confusion matrix (rows: true
  * class, columns: predicted). */
-static void report(FILE *out, bool json, const char *path, const tsr_dataset_t *test,
-                   const int32_t *pred, int classes, double loss, double accuracy) {
+static void report(FILE *out, bool json, const char *path, const char *what,
+                   const tsr_dataset_t *test, const int32_t *pred, int classes, double loss,
+                   double accuracy) {
   int64_t *confusion = calloc((size_t)classes * (size_t)classes, sizeof *confusion);
   if (!confusion) return;
   for (int64_t i = 0; i < test->n; i++)
@@ -55,8 +58,8 @@ static void report(FILE *out, bool json, const char *path, const tsr_dataset_t *
     }
     fprintf(out, "]}\n");
   } else {
-    fprintf(out, "%s: %lld test samples, accuracy %.2f%%, loss %.4f\n", path, (long long)test->n,
-            100 * accuracy, loss);
+    fprintf(out, "%s: %lld %s samples, accuracy %.2f%%, loss %.4f\n", path, (long long)test->n,
+            what, 100 * accuracy, loss);
     fprintf(out, "\nconfusion (rows: true class, columns: predicted)  accuracy\n      ");
     for (int p = 0; p < classes; p++)
       fprintf(out, "%6d", p);
@@ -74,6 +77,35 @@ static void report(FILE *out, bool json, const char *path, const tsr_dataset_t *
   free(confusion);
 }
 
+/* --validation: *test becomes the samples the checkpoint's run held out of train, drawn again
+ * as it drew them (the seed, the fraction, the training samples it drew from), once train is
+ * known to be that run's. */
+static int held_out(tsr_dataset_t *train, tsr_dataset_t *test, const char *data, const char *path,
+                    const tsr_checkpoint_info_t *info, tsr_errbuf_t *err) {
+  if (!(info->val_split > 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--validation: %s was written by a run without --val-split: it held "
+                         "nothing out (evaluate its test set without --validation)",
+                         path);
+  char seen[128] = "";
+  if (info->val_from <= train->n) tsr_dataset_truncate(train, info->val_from);
+  tsr_dataset_fingerprint(train, seen, sizeof seen);
+  if (train->n != info->val_from || strcmp(seen, info->data) != 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--validation: the training set in %s (%s) is not the one %s was "
+                         "trained on (%s): give the run's --data",
+                         data, seen, path, info->data);
+  tsr_dataset_fini(test);
+  int rc = tsr_validation_split(train, test, info->val_split, info->seed, err);
+  tsr_dataset_fingerprint(test, seen, sizeof seen);
+  if (rc == 0 && info->val_data[0] && strcmp(seen, info->val_data) != 0)
+    rc = tsr_error_set(err, TSR_EINVAL,
+                       "--validation: the samples drawn again (%s) are not those %s records "
+                       "(%s)",
+                       seen, path, info->val_data);
+  return rc;
+}
+
 int tsr_cli_eval(int argc, char **argv) {
   static const struct option longopts[] = {{"checkpoint", required_argument, 0, 'c'},
                                            {"data", required_argument, 0, 'd'},
@@ -82,13 +114,14 @@ int tsr_cli_eval(int argc, char **argv) {
                                            {"workers", required_argument, 0, 'w'},
                                            {"devices", required_argument, 0, 'D'},
                                            {"json", no_argument, 0, 'j'},
+                                           {"validation", no_argument, 0, 'V'},
                                            {"verbose", no_argument, 0, 'v'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR;
   long limit = -1, batch = 256, workers = -1;
   int opencl = TSR_OPENCL_AUTO;
-  bool json = false, verbose = false;
+  bool json = false, verbose = false, validation = false;
   int c;
   while ((c = tsr__cli_getopt("eval", argc, argv, longopts)) != -1) {
     switch (c) {
@@ -116,6 +149,7 @@ int tsr_cli_eval(int argc, char **argv) {
       if (tsr__cli_devices("eval", optarg, &opencl)) return 2;
       break;
     case 'j': json = true; break;
+    case 'V': validation = true; break;
     case 'v': verbose = true; break;
     case 'h': eval_usage(stdout); return 0;
     default: return 2;
@@ -134,7 +168,8 @@ int tsr_cli_eval(int argc, char **argv) {
   int rc = tsr_checkpoint_read(path, &info, &spec, &no, &inputs, &classes, &err);
   tsr_dataset_t train = {0}, test = {0};
   if (rc == 0) rc = tsr_dataset_load_dir(&train, &test, data, &err);
-  tsr_dataset_fini(&train); /* the test set is what counts */
+  if (rc == 0 && validation) rc = held_out(&train, &test, data, path, &info, &err);
+  tsr_dataset_fini(&train); /* the test set (or the held-out samples) is what counts */
   if (rc == 0 && limit > 0 && limit < test.n) rc = tsr_dataset_truncate(&test, limit);
   if (rc == 0 && (test.features != inputs || test.classes > classes || test.n == 0))
     rc = tsr_error_set(&err, TSR_ESHAPE,
@@ -161,7 +196,8 @@ int tsr_cli_eval(int argc, char **argv) {
   if (rc == 0) rc = tsr_evaluate(net, &test, &loss, &accuracy);
   if (rc == 0) rc = tsr_predict(net, &test, pred);
   if (rc == 0)
-    report(stdout, json, path, &test, pred, classes, loss, accuracy);
+    report(stdout, json, path, validation ? "validation" : "test", &test, pred, classes, loss,
+           accuracy);
   else
     fprintf(stderr, "tessera eval: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
   free(pred);

@@ -29,6 +29,7 @@ typedef struct {
   int classes;                   /* --classes, 0: 1 + the largest training label */
   tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar for IDX */
   int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
+  double val_split;              /* --val-split F: the fraction held out (0: none) */
   bool quiet;                    /* --quiet */
   bool help;                     /* --help: print the usage and run nothing */
   tsr_net_opts_t net;            /* batch, tiles, seed, optimizer (lr as asked, before scaling) */

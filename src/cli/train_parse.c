@@ -231,11 +231,19 @@ static void weight_decay_help(char *buf, size_t size) {
 }
 
 static int read_lr_schedule(parse_t *p, const row_t *row, const char *arg) {
-  static const char *const names[] = {"cosine", "constant", NULL};
-  static const tsr_lr_schedule_t kinds[] = {TSR_LR_COSINE, TSR_LR_CONSTANT};
-  int i = read_choice(row, arg, names);
-  if (i < 0) return 2;
-  p->cfg->train.lr_schedule = kinds[i];
+  (void)row;
+  tsr_errbuf_t err = {""};
+  tsr_train_opts_t *t = &p->cfg->train;
+  return refused(tsr_lr_schedule_parse(arg, &t->lr_schedule, &t->lr, &err), &err);
+}
+
+/* A fraction strictly between 0 and 1: 0 would hold nothing out, 1 leave nothing to train. */
+static int read_val_split(parse_t *p, const row_t *row, const char *arg) {
+  char *end;
+  errno = 0;
+  double v = strtod(arg, &end);
+  if (end == arg || *end || errno || !(v > 0 && v < 1)) return bad_row(row, arg);
+  p->cfg->val_split = v;
   return 0;
 }
 
@@ -411,7 +419,14 @@ static void show_seed(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, cha
 
 static void show_lr_schedule(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
                              size_t size) {
-  show_text(f, text, size, cfg->train.lr_schedule == TSR_LR_CONSTANT ? "constant" : "cosine");
+  tsr_lr_schedule_describe(cfg->train.lr_schedule, &cfg->train.lr, text, size);
+  f->kind = TSR_LOG_TEXT, f->text = text;
+}
+
+static void show_val_split(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                           size_t size) {
+  (void)text, (void)size;
+  if (cfg->val_split > 0) f->kind = TSR_LOG_FLOAT, f->number = cfg->val_split;
 }
 
 static void show_lr_scaling(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
@@ -471,8 +486,21 @@ static const row_t rows[] = {
      .help = "Nesterov momentum: with --optimizer sgd, sgd-nesterov\n"
              "(PyTorch's nesterov=True; needs --momentum > 0)"},
     {"lr", "X", read_lr, AT(net.opt.lr), 1e-12, 1e6, "a number from 1e-12 to 1e6", NULL},
-    {"lr-schedule", "S", read_lr_schedule, .want = "cosine or constant",
-     .help = "cosine (decay to 0 over the run) or constant [cosine]"},
+    {"lr-schedule", "S", read_lr_schedule,
+     .help = "cosine (decay to 0 over the run), constant,\n"
+             "step:E1,E2,...:F (the rate times F after each epoch Ei) or\n"
+             "plateau[:PATIENCE[:F]] (times F [0.1] after more than\n"
+             "PATIENCE [10] epochs without a lower validation loss; needs\n"
+             "--val-split) [cosine]"},
+    {"warmup", "N", read_int, AT(train.lr.warmup), 1, 1 << 30, "an integer from 1 to 1073741824",
+     "steps of linear warm-up before the schedule: step t < N\n"
+     "(0-based) at lr (t + 1) / N [none]"},
+    {"val-split", "F", read_val_split, .want = "a fraction in (0, 1), e.g. 0.1",
+     .help = "hold the fraction F of the training set out for validation\n"
+             "(chosen from --seed; evaluated every epoch) [none]"},
+    {"early-stop", "N", read_int, AT(train.early_stop), 1, 100000, "an integer from 1 to 100000",
+     "stop after N epochs in a row without a lower validation\n"
+     "loss (needs --val-split) [never]"},
     {"lr-scaling", "S", read_lr_scaling, .want = "linear or none",
      .help = "under mpirun, linear (--lr times the ranks, for the ranks'\n"
              "larger combined batch) or none [linear for sgd and\n"
@@ -623,13 +651,10 @@ static const struct {
   const char *name;
   void (*show)(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text, size_t size);
 } shown[] = {
-    {"optimizer", show_optimizer},
-    {"seed", show_seed},
-    {"lr-schedule", show_lr_schedule},
-    {"lr-scaling", show_lr_scaling},
-    {"sync", show_sync},
-    {"weighting", show_weighting},
-    {"checkpoint-every", show_checkpoint_every},
+    {"optimizer", show_optimizer},     {"seed", show_seed},
+    {"lr-schedule", show_lr_schedule}, {"val-split", show_val_split},
+    {"lr-scaling", show_lr_scaling},   {"sync", show_sync},
+    {"weighting", show_weighting},     {"checkpoint-every", show_checkpoint_every},
 };
 
 /* The value of a row with a generic reader, at its field; false for another reader. */
@@ -715,6 +740,14 @@ static int check_together(parse_t *p) {
     return 2;
   }
   if (refused(tsr_sync_check(&cfg->sync, &err), &err)) return 2;
+  bool plateau = cfg->train.lr_schedule == TSR_LR_PLATEAU;
+  if ((plateau || cfg->train.early_stop) && !(cfg->val_split > 0)) {
+    fprintf(stderr,
+            "tessera train: %s follows the validation loss: add --val-split F (e.g. 0.1) to hold "
+            "that fraction of the training set out for it\n",
+            plateau ? "--lr-schedule plateau" : "--early-stop");
+    return 2;
+  }
   /* A shorthand is checked here, with a stand-in for the classes the data will give; a model file
    * is read by the run, before the data (a file's problems exit 1). */
   if (cfg->model_file) return 0;

@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/train_config.h"
 #include "tessera/tessera.h"
+#include "try.h"
 
 /* What must be equal on every rank: the options and the data (sizes and a
  * sample of values), so replicas never silently train different things. */
@@ -92,9 +93,16 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
   if (!c->quiet) {
     printf("epoch %*d/%d  loss %.4f  train %.2f%%", s->epochs >= 10 ? 2 : 1, s->epoch, s->epochs,
            fabs_nan(s->loss), 100 * s->train_accuracy);
+    if (s->val_samples > 0)
+      printf("  val %.2f%% (loss %.4f)", 100 * s->val_accuracy, fabs_nan(s->val_loss));
     if (s->test_samples > 0)
       printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, fabs_nan(s->test_loss));
     printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
+    if (s->lr_reduced && s->epoch < s->epochs)
+      printf("plateau: the validation loss stopped falling; from epoch %d the rate is %g x the "
+             "base rate\n",
+             s->epoch + 1, s->lr_factor);
+    if (s->stopped) printf("stopped after epoch %d of %d: %s\n", s->epoch, s->epochs, s->stopped);
     fflush(stdout);
   }
   if (c->log && tsr_log_epoch(c->log, s) != 0) {
@@ -119,6 +127,7 @@ typedef struct {
   bool speaker;                /* rank 0: evaluates, prints and logs */
   bool quiet;                  /* no banner or epoch lines: --quiet, or not rank 0 */
   tsr_dataset_t train, test;   /* owned, standardized with the training statistics */
+  tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
   tsr_model_spec_t spec;       /* from --model */
   tsr_net_opts_t net_opts;     /* cfg's, with the data's image geometry */
   tsr_train_opts_t train_opts; /* cfg's, with the sync policy */
@@ -236,6 +245,34 @@ static void warn_empty_classes(const tsr_dataset_t *train) {
   free(counts);
 }
 
+/* --val-split: the held-out samples, from the run's seed (a resumed run's: the checkpoint's),
+ * which a resumed run must hold out as its checkpoint's did. */
+static int hold_out(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  uint64_t seed = cfg->train.seed;
+  if (cfg->resume) {
+    tsr_checkpoint_info_t was;
+    TSR_TRY(tsr_checkpoint_read(cfg->resume, &was, NULL, NULL, NULL, NULL, &r->err));
+    seed = was.seed;
+    if (was.val_split != cfg->val_split) {
+      char asked[48] = "no --val-split", given[48] = "no --val-split";
+      if (cfg->val_split > 0) snprintf(asked, sizeof asked, "--val-split %g", cfg->val_split);
+      if (was.val_split > 0) snprintf(given, sizeof given, "--val-split %g", was.val_split);
+      return tsr_error_set(&r->err, TSR_EINVAL,
+                           "--resume %s: its run held out %lld training samples (%s), this one "
+                           "asks for %s: resume with %s, so that it trains and validates on the "
+                           "same samples",
+                           cfg->resume, (long long)was.val_samples, given, asked, given);
+    }
+  }
+  if (!(cfg->val_split > 0)) return 0;
+  r->ckpt.val_from = r->train.n;
+  TSR_TRY(tsr_validation_split(&r->train, &r->val, cfg->val_split, seed, &r->err));
+  r->ckpt.val_split = cfg->val_split, r->ckpt.val_samples = r->val.n;
+  tsr_dataset_fingerprint(&r->val, r->ckpt.val_data, sizeof r->ckpt.val_data);
+  return 0;
+}
+
 /* The output files checked, the model description (a model file first: it fails faster than the
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
@@ -265,13 +302,18 @@ static int load(run_t *r) {
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
     rc = tsr_dataset_truncate(&r->test, cfg->test_limit);
   if (rc == 0) {
-    /* What a checkpoint records of the data: the raw training set, and the standardization. */
+    /* What a checkpoint records of the data: the raw training set (held-out samples included:
+     * the split has keys of its own), and the standardization, fitted to what trains. */
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
-    rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
+    if (cfg->val_split > 0 || cfg->resume) rc = hold_out(r);
+    if (rc == 0)
+      rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
     if (rc == 0)
       rc = tsr_standardization_apply(&r->standardization, &r->train, "the training set", &r->err);
     if (rc == 0)
       rc = tsr_standardization_apply(&r->standardization, &r->test, "the test set", &r->err);
+    if (rc == 0 && r->val.n > 0)
+      rc = tsr_standardization_apply(&r->standardization, &r->val, "the validation set", &r->err);
     r->ckpt.standardization = &r->standardization;
     const tsr_standardization_t *z = &r->standardization;
     bool scalar = z->kind == TSR_STANDARDIZE_SCALAR;
@@ -330,6 +372,7 @@ static int start(run_t *r, int argc, char **argv) {
         &r->err);
     r->train_opts.start_epoch = r->resumed.epoch + 1;
     r->train_opts.start_step = r->resumed.step_in_epoch;
+    if (r->resumed.has_schedule_state) r->train_opts.start_state = &r->resumed.schedule_state;
   }
   /* What the checkpoint cannot give back: a note, or a refusal where digits are promised. */
   char why[256];
@@ -366,9 +409,11 @@ static int announce(run_t *r) {
             cfg->runtime.ncpus > tsr_runtime_max_ncpus() ? "; more cores: run several MPI ranks"
                                                          : "");
   if (!r->quiet) {
-    printf("tessera: model %s (%lld parameters), %lld train / %lld test samples, batch %d, "
+    char val[48] = "";
+    if (r->val.n > 0) snprintf(val, sizeof val, " / %lld validation", (long long)r->val.n);
+    printf("tessera: model %s (%lld parameters), %lld train%s / %lld test samples, batch %d, "
            "%s lr %g, tiles %dx%d, %d workers, scheduler %s",
-           r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n,
+           r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n, val,
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
     if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
@@ -539,6 +584,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;
   r.train_opts.sync = &cfg->sync;
+  r.train_opts.validation = &r.val;
   catch_signals();
   int rc = start(&r, argc, argv);
   if (rc == 0) rc = announce(&r);
@@ -557,6 +603,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
+  tsr_dataset_fini(&r.val);
   tsr_standardization_fini(&r.standardization);
   tsr_dist_stop();
   return status;

@@ -219,6 +219,10 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   add_number(o, "train_accuracy", st->train_accuracy);
   add_optional(o, "test_loss", st->test_samples > 0, st->test_loss);
   add_optional(o, "test_accuracy", st->test_samples > 0, st->test_accuracy);
+  add_optional(o, "val_loss", st->val_samples > 0, st->val_loss);
+  add_optional(o, "val_accuracy", st->val_samples > 0, st->val_accuracy);
+  if (st->lr_factor != 1 && st->lr_factor > 0) add_number(o, "lr_factor", st->lr_factor);
+  if (st->stopped) cJSON_AddStringToObject(o, "stopped", st->stopped);
   add_number(o, "seconds", st->seconds);
   add_number(o, "eval_seconds", st->eval_seconds);
   add_number(o, "samples_per_s", st->samples_per_s);

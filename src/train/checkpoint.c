@@ -131,6 +131,25 @@ static char *floats_text(const float *v, int64_t n) {
   return text;
 }
 
+/* The warm-up, the validation split and the schedules' state, each only where the run had it
+ * (a run without them writes the keys of before). */
+static int add_validation(bundle_t *b, const tsr_checkpoint_info_t *in) {
+  int rc = in->lr.warmup > 0 ? add_meta(b, "lr_warmup", "%d", in->lr.warmup) : 0;
+  if (rc == 0 && in->early_stop > 0) rc = add_meta(b, "early_stop", "%d", in->early_stop);
+  if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_split", "%.17g", in->val_split);
+  if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_samples", "%" PRId64, in->val_samples);
+  if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_data", "%s", in->val_data);
+  if (rc == 0 && in->val_split > 0) rc = add_meta(b, "val_from", "%" PRId64, in->val_from);
+  const tsr_schedule_state_t *z = &in->schedule_state;
+  if (rc == 0 && in->has_schedule_state)
+    rc = add_meta(b, "schedule_state",
+                  "lr_factor %.17g plateau_best %.17g plateau_bad %d early_best %.17g "
+                  "early_best_epoch %d early_bad %d",
+                  z->lr_factor, z->plateau_best, z->plateau_bad, z->early_best, z->early_best_epoch,
+                  z->early_bad);
+  return rc;
+}
+
 /* input_mean and input_std: in's scalar, or the standardization's numbers (one per column);
  * a standardization of none writes 0 and 1, which read as none by a tessera of before. */
 static int add_input_stats(bundle_t *b, const tsr_checkpoint_info_t *in) {
@@ -192,12 +211,13 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   rc = rc ? rc : add_meta(b, "step_in_epoch", "%" PRId64, in->step_in_epoch);
   rc = rc ? rc : add_meta(b, "epochs", "%d", in->epochs);
   rc = rc ? rc : add_meta(b, "seed", "%" PRIu64, in->seed);
-  rc = rc ? rc
-          : add_meta(b, "lr_schedule", "%s",
-                     in->lr_schedule == TSR_LR_COSINE ? "cosine" : "constant");
+  char sched[256];
+  tsr_lr_schedule_describe(in->lr_schedule, &in->lr, sched, sizeof sched);
+  rc = rc ? rc : add_meta(b, "lr_schedule", "%s", sched);
   rc = rc ? rc : add_meta(b, "base_lr", "%.9g", (double)in->base_lr);
   rc = rc ? rc : add_meta(b, "sync", "%s", in->sync[0] ? in->sync : "none");
   rc = rc ? rc : add_meta(b, "ranks", "%d", in->ranks > 0 ? in->ranks : 1);
+  rc = rc ? rc : add_validation(b, in);
   char calls[1024] = "";
   int n = 0;
   for (int i = 0; i < net->n_layers && n < (int)sizeof calls - 32; i++)
@@ -522,6 +542,55 @@ int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t 
   return rc;
 }
 
+/* What add_validation wrote, range-checked, with --lr-schedule's text: a key that is absent
+ * reads as a run without it. */
+static int read_validation(const tsr_st_file_t *f, const char *path, const char *sched,
+                           tsr_checkpoint_info_t *info, tsr_errbuf_t *err) {
+  tsr_errbuf_t why = {""};
+  if (tsr_lr_schedule_parse(sched, &info->lr_schedule, &info->lr, &why))
+    return tsr_error_set(err, TSR_EFORMAT, "%s: metadata lr_schedule: %s", path, why.msg);
+  int64_t v;
+  if (tsr__st_meta(f, "lr_warmup")) {
+    TSR_TRY(meta_int(f, path, "lr_warmup", 1, INT_MAX, &v, err));
+    info->lr.warmup = (int)v;
+  }
+  if (tsr__st_meta(f, "early_stop")) {
+    TSR_TRY(meta_int(f, path, "early_stop", 1, INT_MAX, &v, err));
+    info->early_stop = (int)v;
+  }
+  const char *s = tsr__st_meta(f, "val_split");
+  if (s) {
+    char *end;
+    info->val_split = strtod(s, &end);
+    if (end == s || *end || !(info->val_split > 0 && info->val_split < 1))
+      return tsr_error_set(err, TSR_EFORMAT,
+                           "%s: metadata val_split holds '%.40s', not a fraction in (0, 1); the "
+                           "file is damaged or not tessera's",
+                           path, s);
+    TSR_TRY(meta_int(f, path, "val_samples", 1, INT64_MAX, &info->val_samples, err));
+    TSR_TRY(meta_int(f, path, "val_from", info->val_samples + 1, INT64_MAX, &info->val_from, err));
+    if ((s = tsr__st_meta(f, "val_data"))) snprintf(info->val_data, sizeof info->val_data, "%s", s);
+  }
+  tsr_schedule_state_init(&info->schedule_state);
+  if (!(s = tsr__st_meta(f, "schedule_state"))) return 0;
+  tsr_schedule_state_t *z = &info->schedule_state;
+  int end = -1;
+  sscanf(s,
+         "lr_factor %lf plateau_best %lf plateau_bad %d early_best %lf early_best_epoch %d "
+         "early_bad %d%n",
+         &z->lr_factor, &z->plateau_best, &z->plateau_bad, &z->early_best, &z->early_best_epoch,
+         &z->early_bad, &end);
+  if (end < 0 || s[end] || !(z->lr_factor > 0 && z->lr_factor <= 1) || isnan(z->plateau_best) ||
+      isnan(z->early_best) || z->plateau_bad < 0 || z->early_best_epoch < 0 || z->early_bad < 0)
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata schedule_state holds '%.120s', not 'lr_factor F "
+                         "plateau_best L plateau_bad N early_best L early_best_epoch E early_bad "
+                         "N' with 0 < F <= 1 and N, E >= 0; the file is damaged or not tessera's",
+                         path, s);
+  info->has_schedule_state = true;
+  return 0;
+}
+
 static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
                      tsr_errbuf_t *err) {
   memset(info, 0, sizeof *info);
@@ -538,7 +607,7 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
   if (rc) return rc;
   info->epoch = (int)epoch, info->step_in_epoch = step, info->epochs = (int)epochs;
   info->ranks = (int)ranks;
-  info->lr_schedule = strcmp(sched, "cosine") == 0 ? TSR_LR_COSINE : TSR_LR_CONSTANT;
+  TSR_TRY(read_validation(f, path, sched, info, err));
   const char *s;
   if ((s = tsr__st_meta(f, "sync"))) snprintf(info->sync, sizeof info->sync, "%s", s);
   if ((s = tsr__st_meta(f, "model"))) snprintf(info->model, sizeof info->model, "%s", s);

@@ -173,8 +173,9 @@ typedef struct {
   int ranks;
   float base_lr;
   tsr_errbuf_t *err;
-  char where[64];   /* the last point reached ("epoch 2 step 31") */
-  char written[64]; /* the last point written in this run, or "" */
+  char where[64];                    /* the last point reached ("epoch 2 step 31") */
+  char written[64];                  /* the last point written in this run, or "" */
+  const tsr_schedule_state_t *state; /* plateau's and early stopping's, as of the last epoch end */
 } checkpoint_t;
 
 /* Writes o->checkpoint_path (if set) with epoch epochs done and step steps
@@ -194,6 +195,9 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   info.epoch = epoch, info.step_in_epoch = step, info.epochs = cp->o->epochs;
   info.seed = cp->o->seed, info.lr_schedule = cp->o->lr_schedule, info.base_lr = cp->base_lr;
   info.ranks = cp->ranks;
+  info.lr = cp->o->lr, info.early_stop = cp->o->early_stop;
+  info.has_schedule_state = cp->o->lr_schedule == TSR_LR_PLATEAU || cp->o->early_stop > 0;
+  info.schedule_state = *cp->state;
   if (policy_of(cp->o) && cp->ranks > 1)
     tsr_sync_describe(policy_of(cp->o), info.sync, sizeof info.sync);
   else
@@ -327,13 +331,16 @@ typedef struct {
   bool evaluator;  /* its grid column evaluates (rank 0 alone without) */
   bool remeasured; /* --shares auto re-measured at every epoch end (shards follow the shares) */
   double base_lr;
-  int64_t total_steps;     /* of the run: the schedule's T */
-  int first;               /* the first epoch to run */
-  int64_t step;            /* steps taken in the run */
-  bool started;            /* start_run succeeded */
-  bool stopped;            /* on request, before the last epoch */
-  bool told;               /* err says why training stopped */
-  tsr_rank_stats_t totals; /* this rank's totals (under MPI) */
+  int64_t total_steps;        /* of the run: the schedule's T */
+  int first;                  /* the first epoch to run */
+  int64_t step;               /* steps taken in the run */
+  bool started;               /* start_run succeeded */
+  bool stopped;               /* on request, before the last epoch */
+  bool told;                  /* err says why training stopped */
+  bool ended;                 /* early stopping ended the run (every rank agreeing) */
+  tsr_schedule_state_t state; /* plateau's and early stopping's (rank 0's, every rank's copy) */
+  char why_ended[200];        /* rank 0: why early stopping ended it */
+  tsr_rank_stats_t totals;    /* this rank's totals (under MPI) */
   checkpoint_t cp;
   int counts[TSR_MAX_RANKS]; /* samples each rank takes in the current step */
 } run_t;
@@ -354,6 +361,14 @@ typedef struct {
 static int check_opts(const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   if (o->epochs < 0 || o->window < 1)
     return tsr_error_set(err, TSR_EINVAL, "epochs must be >= 0 and the window >= 1");
+  bool validated = o->validation && o->validation->n > 0;
+  if (!validated && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "%s follows the validation loss, but the run has no validation set: "
+                         "hold part of the training set out (--val-split F, e.g. 0.1)",
+                         o->early_stop > 0 ? "early stopping" : "the plateau schedule");
+  if (o->lr.warmup < 0 || o->early_stop < 0)
+    return tsr_error_set(err, TSR_EINVAL, "the warm-up and early stopping's patience must be >= 0");
   if ((unsigned)o->lr_scaling > TSR_LR_SCALING_NONE)
     return tsr_error_set(err, TSR_EINVAL,
                          "lr_scaling %d: expected TSR_LR_SCALING_AUTO, _LINEAR or _NONE",
@@ -394,7 +409,12 @@ static int start_run(run_t *r) {
   r->first = o->start_epoch > 1 ? o->start_epoch : 1;
   r->step = (int64_t)(r->first - 1) * sh->steps + o->start_step;
   r->totals = (tsr_rank_stats_t){.rank = tsr_dist_rank()};
-  r->cp = (checkpoint_t){r->net, r->rep, o, sh->steps, r->size, (float)r->base_lr, r->err, "", ""};
+  if (o->start_state)
+    r->state = *o->start_state;
+  else
+    tsr_schedule_state_init(&r->state);
+  r->cp = (checkpoint_t){r->net, r->rep, o,  sh->steps, r->size, (float)r->base_lr,
+                         r->err, "",     "", &r->state};
   return 0;
 }
 
@@ -447,9 +467,10 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   int here = r->counts[tsr_dist_rank()];
   ep->my_samples += here, ep->my_steps += here > 0;
   if (r->rep) tsr__replicas_count(r->rep, r->counts);
-  if (o->lr_schedule != TSR_LR_CONSTANT) {
+  if (o->lr_schedule != TSR_LR_CONSTANT || o->lr.warmup > 0) {
     int64_t t = (int64_t)((e - 1) * sh->steps + k);
-    tsr_net_set_lr(net, (float)tsr__lr_at(o->lr_schedule, r->base_lr, t, r->total_steps));
+    tsr_net_set_lr(net, (float)tsr_lr_at(o->lr_schedule, &o->lr, r->base_lr, t, e, r->total_steps,
+                                         r->state.lr_factor));
   }
   tsr__net_label_step(net, (int64_t)(e - 1) * sh->steps + k + 1);
   /* An empty step of weight averaging is skipped: no sample, no update (momentum and decay
@@ -505,6 +526,9 @@ static int epoch_sums(run_t *r, epoch_t *ep, tsr_epoch_stats_t *st) {
                             .train_accuracy = correct / (double)ep->seen,
                             .test_loss = NAN,
                             .test_accuracy = NAN,
+                            .val_loss = NAN,
+                            .val_accuracy = NAN,
+                            .lr_factor = r->state.lr_factor,
                             .seconds = t1 - ep->t0,
                             .samples = ep->seen,
                             .samples_per_s = (double)ep->seen / (t1 - ep->t0),
@@ -543,6 +567,40 @@ static int epoch_work(run_t *r, const epoch_t *ep, tsr_epoch_stats_t *st, tsr_sy
   return 0;
 }
 
+/* Rank 0, once the epoch's validation loss is known: plateau's rate and early stopping, into
+ * r->state and st (the other ranks learn them at the epoch end, agree_schedules). */
+static void follow_validation(run_t *r, tsr_epoch_stats_t *st) {
+  const tsr_train_opts_t *o = r->o;
+  if (o->lr_schedule == TSR_LR_PLATEAU)
+    st->lr_reduced = tsr_lr_plateau_update(&r->state, &o->lr, r->base_lr, st->val_loss);
+  st->lr_factor = r->state.lr_factor;
+  if (o->early_stop > 0 &&
+      tsr_early_stop_update(&r->state, o->early_stop, st->val_loss, st->epoch) &&
+      st->epoch < o->epochs) {
+    r->ended = true;
+    char since[32] = "the epoch";
+    if (o->early_stop > 1) snprintf(since, sizeof since, "the %d epochs", o->early_stop);
+    snprintf(r->why_ended, sizeof r->why_ended,
+             "early stopping: no validation loss below %.6g (epoch %d's) in %s since",
+             r->state.early_best, r->state.early_best_epoch, since);
+    st->stopped = r->why_ended;
+  }
+}
+
+/* Under MPI, rank 0's schedule state and early stop become every rank's. Collective. */
+static int agree_schedules(run_t *r) {
+  typedef struct {
+    tsr_schedule_state_t state;
+    int ended;
+  } decision_t;
+  decision_t mine = {r->state, r->ended}, *all = malloc(sizeof *all * (size_t)r->size);
+  if (!all) return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the schedules' state");
+  int rc = tsr_dist_allgather(&mine, (int)sizeof mine, all);
+  if (rc == 0) r->state = all[0].state, r->ended = all[0].ended != 0;
+  free(all);
+  return rc;
+}
+
 /* The evaluation, the grid's transfers, on_epoch, and whether the run diverged. */
 static int epoch_report(run_t *r, tsr_epoch_stats_t *st, const tsr_sync_stats_t *sync_seen) {
   const tsr_train_opts_t *o = r->o;
@@ -555,8 +613,15 @@ static int epoch_report(run_t *r, tsr_epoch_stats_t *st, const tsr_sync_stats_t 
     rc = tsr_evaluate(net, test, &st->test_loss, &st->test_accuracy);
     st->test_samples = test->n;
   }
-  if (r->speaker && test && test->n > 0) tsr__observe_span("evaluation", s0, tsr__observe_now());
+  const tsr_dataset_t *val = o->validation;
+  if (rc == 0 && r->evaluator && val && val->n > 0) {
+    rc = tsr_evaluate(net, val, &st->val_loss, &st->val_accuracy);
+    st->val_samples = val->n;
+  }
+  if (r->speaker && ((test && test->n > 0) || st->val_samples > 0))
+    tsr__observe_span("evaluation", s0, tsr__observe_now());
   st->eval_seconds = now() - t1;
+  if (rc == 0 && r->speaker && st->val_samples > 0) follow_validation(r, st);
   /* Grid: the epoch's transfers per rank, its evaluation's (column 0) included. */
   if (r->traffic && rc == 0)
     rc = epoch_traffic(net, sync_seen, &r->grid_seen, r->measured_seen, r->traffic);
@@ -568,14 +633,19 @@ static int epoch_report(run_t *r, tsr_epoch_stats_t *st, const tsr_sync_stats_t 
   /* Checked once the epoch's line is out, from the sums the epoch end reads anyway: which step
    * went first would cost a wait per step. */
   bool train_bad = !isfinite(st->loss), test_bad = st->test_samples > 0 && !isfinite(st->test_loss);
-  if (rc == 0 && r->speaker && (train_bad || test_bad)) {
+  bool val_bad = st->val_samples > 0 && !isfinite(st->val_loss);
+  if (rc == 0 && r->speaker && (train_bad || test_bad || val_bad)) {
     rc = tsr_error_set(r->err, TSR_EDIVERGED,
                        "training diverged in epoch %d (steps %lld to %lld): the mean %s loss is "
                        "%s: weights or activations overflowed (a lower learning rate usually "
                        "helps)",
                        e, (long long)((e - 1) * r->sh->steps + 1), (long long)(e * r->sh->steps),
-                       train_bad ? "training" : "test",
-                       nonfinite_text(train_bad ? st->loss : st->test_loss));
+                       train_bad  ? "training"
+                       : test_bad ? "test"
+                                  : "validation",
+                       nonfinite_text(train_bad  ? st->loss
+                                      : test_bad ? st->test_loss
+                                                 : st->val_loss));
     r->told = true;
   }
   return rc; /* under MPI this rank's alone, maybe: its caller stops the others */
@@ -595,9 +665,11 @@ static int end_epoch(run_t *r, epoch_t *ep) {
   int report_rc = epoch_report(r, &st, &sync_seen);
   if (r->rep) report_rc = tsr_dist_agree(report_rc, r->err, r->err);
   if (report_rc) return report_rc;
+  if (r->rep && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
+    TSR_TRY(agree_schedules(r));
   bool stop = o->should_stop && o->should_stop(o->ctx);
   if (r->rep) stop = tsr_dist_any(stop);
-  bool due = e == o->epochs || stop ||
+  bool due = e == o->epochs || stop || r->ended ||
              (!o->checkpoint_in_steps && o->checkpoint_every > 0 && e % o->checkpoint_every == 0);
   int rc = due ? write_checkpoint(&r->cp, e, 0) : 0;
   r->stopped = stop && e < o->epochs;
@@ -654,7 +726,7 @@ int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *t
   *r = (run_t){.net = net, .train = train, .test = test, .o = o, .err = err};
   int rc = start_run(r);
   r->started = rc == 0;
-  for (int e = r->first; rc == 0 && e <= o->epochs && !r->stopped; e++)
+  for (int e = r->first; rc == 0 && e <= o->epochs && !r->stopped && !r->ended; e++)
     rc = train_epoch(r, e);
   rc = finish_run(r, rc);
   free(r);
