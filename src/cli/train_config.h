@@ -23,22 +23,21 @@ typedef struct {
   const char *checkpoint; /* --checkpoint, NULL: none */
   int checkpoint_every;   /* --checkpoint-every N[epochs|steps] (default 1 epoch) */
   bool checkpoint_in_steps;
-  const char *resume;  /* --resume, NULL: from the start */
-  int64_t train_limit; /* --train-limit, -1: every training sample */
-  int64_t test_limit;  /* --test-limit, -1: every test sample */
-  int classes;         /* --classes, 0: 1 + the largest training label */
-  tsr_standardize_t
-      standardize;        /* --standardize, auto: column for CSV, scalar or channel for images */
-  int grid_cols;          /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
-  bool quiet;             /* --quiet */
-  bool help;              /* --help: print the usage and run nothing */
-  tsr_net_opts_t net;     /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
-  tsr_train_opts_t train; /* epochs, schedule, --lr-scaling, window, seed; sync and callbacks
-                             are the run's */
-  tsr_sync_t sync;        /* --sync, --sync-state, --weighting, --deterministic */
-  tsr_shares_t shares;    /* --shares (the count is checked against the ranks by the run) */
-  tsr_runtime_opts_t runtime; /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
-                                 --stats, --trace */
+  const char *resume;            /* --resume, NULL: from the start */
+  int64_t train_limit;           /* --train-limit, -1: every training sample */
+  int64_t test_limit;            /* --test-limit, -1: every test sample */
+  int classes;                   /* --classes, 0: 1 + the largest training label */
+  tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar/channel images */
+  int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
+  bool quiet;                    /* --quiet */
+  bool help;                     /* --help: print the usage and run nothing */
+  tsr_net_opts_t net;            /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
+  tsr_train_opts_t train;        /* epochs, schedule, --lr-scaling, window, seed; sync and callbacks
+                                    are the run's */
+  tsr_sync_t sync;               /* --sync, --sync-state, --weighting, --deterministic */
+  tsr_shares_t shares;           /* --shares (the count is checked against the ranks by the run) */
+  tsr_runtime_opts_t runtime;    /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
+                                    --stats, --trace */
   /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may
    * see (tsr_dist_start): borrowed. argv[-1] is main's, the program's name. */
   int argc;
