@@ -708,3 +708,47 @@ Test(images, cifar_from_memory_is_the_file_loader) {
   cr_assert(strstr(err.msg, "<cifar>"), "%s", err.msg);
   free(b.b);
 }
+
+/* IDX rank 4 in a folder (the -idx4- names), and its header checked as rank 3's is. */
+Test(images, idx_rank_4_in_a_folder_and_its_bad_headers) {
+  buf_t im = {0}, lb = {0};
+  put_be32(&im, 0x804), put_be32(&im, N), put_be32(&im, SIDE), put_be32(&im, SIDE);
+  put_be32(&im, 3);
+  image_data(&im, 0, 0);
+  put_be32(&lb, 0x801), put_be32(&lb, N);
+  for (int i = 0; i < N; i++) {
+    unsigned char l = (unsigned char)label(i);
+    put(&lb, &l, 1);
+  }
+  write_buf("train-images-idx4-ubyte", &im), write_buf("t10k-images-idx4-ubyte", &im);
+  write_buf("train-labels-idx1-ubyte", &lb), write_buf("t10k-labels-idx1-ubyte", &lb);
+  tsr_dataset_t tr, te;
+  tsr_errbuf_t err = {{0}};
+  cr_assert_eq(tsr_dataset_load_dir(&tr, &te, tmp, &err), 0, "%s", err.msg);
+  check_set(&tr, "train-images-idx4-ubyte");
+  check_set(&te, "t10k-images-idx4-ubyte");
+  tsr_dataset_fini(&tr), tsr_dataset_fini(&te);
+
+  const char *lp = path_of("train-labels-idx1-ubyte");
+  im.b[19] = 0; /* 0 channels */
+  const char *ip = write_buf("bad-idx4", &im);
+  memset(&tr, 0xab, sizeof tr);
+  cr_assert_lt(tsr_dataset_load_idx(&tr, ip, lp, &err), 0);
+  expect_msg(&err, ip, "header says 4 images of 32x32x0");
+  assert_zeroed(&tr);
+  im.b[19] = 3;
+  im.n -= 5;
+  ip = write_buf("bad-idx4", &im);
+  cr_assert_lt(tsr_dataset_load_idx(&tr, ip, lp, &err), 0);
+  expect_msg(&err, ip, "truncated: header says 4 images of 32x32x3 (12288 bytes)");
+  im.n = 18; /* the rank-4 header cut short */
+  ip = write_buf("bad-idx4", &im);
+  cr_assert_lt(tsr_dataset_load_idx(&tr, ip, lp, &err), 0);
+  expect_msg(&err, ip, "less than the 20-byte IDX images header");
+  im.b[3] = 5; /* rank 5: not an images file */
+  im.n = 40;
+  ip = write_buf("bad-idx4", &im);
+  cr_assert_lt(tsr_dataset_load_idx(&tr, ip, lp, &err), 0);
+  expect_msg(&err, ip, "0x00000804 (rank 4: n, h, w, c)");
+  free(im.b), free(lb.b);
+}
