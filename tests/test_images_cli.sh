@@ -31,6 +31,10 @@ for f in "${formats[@]}"; do
   fi
 done
 unset check_show
+# CIFAR-100: the fine label byte, 100 classes.
+check "train --data cifar100" "${run[@]}" --data "$tmp/cifar100" --model mlp:32 --log "$tmp/c100.jsonl" \
+  >"$tmp/c100.out" 2>&1
+check "CIFAR-100 builds 100 outputs" grep -q 'model 3072-32-relu-100 ' "$tmp/c100.out"
 
 # A convolutional net on 32x32x3, checkpointed: the checkpoint says channel, with three means,
 # and eval on the same test set (here from the .npz) reports the training run's test loss.
