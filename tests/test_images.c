@@ -443,12 +443,12 @@ Test(images, bad_npy_headers_are_refused) {
        "unsupported dtype '<c8'"},
       {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,), }", "structured"},
       {"{'descr': '|u1', 'fortran_order': False, 'shape': (4, 32, 32, x), }",
-       "other than integers"},
+       "other than integers (at byte 62 of the dict)"},
       {"{'descr': '|u1', 'fortran_order': False, 'shape': (4, 3072), }", "is not a set of images"},
       {"{'descr': '<i4', 'fortran_order': False, 'shape': (4, 32, 32, 3), }",
        "unsupported dtype '<i4' for images"},
       {"{'descr': '|u1', 'fortran_order': False, 'shape': (4, 32, 32, 3), } x", "after the dict"},
-      {"['descr', '|u1']", "expected '{'"},
+      {"['descr', '|u1']", "expected '{' (at byte 0 of the dict)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     images_with_dict(&x, 1, bad[i].dict);

@@ -57,7 +57,7 @@ typedef struct {
 /* ---- the header ---- */
 
 typedef struct {
-  const char *s, *end;
+  const char *start, *s, *end;
   const char *name;
   tsr_errbuf_t *err;
 } cursor_t;
@@ -66,7 +66,7 @@ static int header_error(const cursor_t *c, const char *what) {
   return tsr_error_set(c->err, TSR_EFORMAT,
                        "%s: malformed .npy header: %s (at byte %d of the dict); np.save writes "
                        "{'descr': ..., 'fortran_order': ..., 'shape': (...), }",
-                       c->name, what, (int)(c->end - c->s));
+                       c->name, what, (int)(c->s - c->start));
 }
 
 static void skip_blanks(cursor_t *c) {
@@ -136,7 +136,7 @@ static int shape_tuple(cursor_t *c, npy_t *a) {
 
 /* Parses the dict of text (len bytes, ending in '\n') into a. */
 static int header_dict(npy_t *a, const char *text, size_t len, tsr_errbuf_t *err) {
-  cursor_t c = {.s = text, .end = text + len, .name = a->name, .err = err};
+  cursor_t c = {.start = text, .s = text, .end = text + len, .name = a->name, .err = err};
   if (len == 0 || text[len - 1] != '\n') return header_error(&c, "it does not end in a newline");
   c.end--;
   if (!take(&c, '{')) return header_error(&c, "expected '{'");
