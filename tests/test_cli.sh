@@ -325,7 +325,7 @@ expect 0 "epoch 10/10" -- "${scales[@]}" --log "$tmp/column.jsonl" --checkpoint 
 check_log "CSV standardized per column by default" "$tmp/column.jsonl" 10 "test_accuracy>0.9"
 expect 0 "epoch 10/10" -- "${scales[@]}" --standardize scalar --log "$tmp/scalar.jsonl"
 check_log "--standardize scalar loses the small column" "$tmp/scalar.jsonl" 10 "test_accuracy<0.75"
-expect 2 "--standardize mean: expected column, scalar or none" -- "${scales[@]}" --standardize mean
+expect 2 "--standardize mean: expected column, scalar, channel or none" -- "${scales[@]}" --standardize mean
 expect 0 "input_standardize +column" -- inspect "$tmp/column.ckpt"
 if "$tessera" eval --checkpoint "$tmp/column.ckpt" --data "$tmp/scales" --json >"$tmp/column.eval" &&
   PYTHONPATH="$(dirname "$0")/../python" /usr/bin/python3 - "$tmp" <<'PY'; then pass; else fail "eval of a per-column checkpoint against its log"; fi

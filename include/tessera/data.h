@@ -21,8 +21,12 @@ typedef struct {
   float *y;                    /* (n, 1) labels as exact small integers in float, owned */
 } tsr_dataset_t;
 
-/* Reads an IDX images file (rank 3, unsigned bytes) and its IDX labels file
- * (rank 1, unsigned bytes), plain or gzip. Pixels are scaled to [0, 1].
+/* Samples of images are channels-last rows: pixel (r, c), channel k of sample i is
+ * x[i * features + (r * width + c) * channels + k], features = height * width * channels. */
+
+/* Reads an IDX images file (unsigned bytes, rank 3: n, h, w; or rank 4: n, h, w, c, channels-last
+ * as the dimensions read, magic 0x00000804) and its IDX labels file (rank 1, unsigned bytes),
+ * plain or gzip. Pixels are scaled to [0, 1].
  * On success ds is filled and owned by the caller (tsr_dataset_fini). */
 TSR_API int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path,
                                  const char *labels_path, tsr_errbuf_t *err);
@@ -31,10 +35,38 @@ TSR_API int tsr_dataset_load_idx(tsr_dataset_t *ds, const char *images_path,
  * features; an optional header line (first field not a number) is skipped. */
 TSR_API int tsr_dataset_load_csv(tsr_dataset_t *ds, const char *path, tsr_errbuf_t *err);
 
-/* Loads the train and test sets found in a folder: Fashion-MNIST/MNIST IDX
- * names (train-images-idx3-ubyte[.gz], ...) or train.csv with an optional
- * test.csv; without test.csv, test is empty (n 0) with the training set's
- * features and classes. */
+/* Reads CIFAR binary files, paths[0..npaths) (borrowed) concatenated in that order: records of
+ * label_bytes label bytes (1: CIFAR-10, labels 0-9; 2: CIFAR-100, coarse then fine label, the
+ * fine one kept, 0-99) and 3,072 pixel bytes, channel-major (1,024 R, 1,024 G, 1,024 B, each 32x32
+ * row-major), transposed to channels-last (32, 32, 3) and scaled to [0, 1]; classes is 10 or 100.
+ * TSR_EFORMAT naming the file for an empty file, a length that is not a whole number of records,
+ * or a label out of range; TSR_EIO for a file that cannot be read. */
+TSR_API int tsr_dataset_load_cifar(tsr_dataset_t *ds, const char *const *paths, int npaths,
+                                   int label_bytes, tsr_errbuf_t *err);
+
+/* Reads a NumPy images .npy and its labels .npy (np.save, format 1.0, 2.0 or 3.0, C order).
+ * Images: uint8 '|u1' (scaled to [0, 1]), float32 '<f4' or float64 '<f8' (kept, each finite);
+ * shaped (N, H, W) (one channel), or (N, C, H, W) when dim 1 is 1 or 3 and the last is neither
+ * (transposed to channels-last), else (N, H, W, C). Labels: little-endian integers ('|u1', '<i4',
+ * '<i8', ...) 0 to 16777215, shaped (N,) or (N, 1). TSR_EFORMAT naming the file for a wrong
+ * magic, version or header, an unsupported dtype, Fortran order, a shape that is not images or
+ * labels, counts that differ, or a data length other than the header's. */
+TSR_API int tsr_dataset_load_npy(tsr_dataset_t *ds, const char *images_path,
+                                 const char *labels_path, tsr_errbuf_t *err);
+
+/* Reads a .npz archive (np.savez, stored, or np.savez_compressed, deflated) holding x_train.npy
+ * and y_train.npy, and optionally x_test.npy and y_test.npy, each as tsr_dataset_load_npy reads
+ * them; without the test pair test is empty (n 0) of the training set's shape. */
+TSR_API int tsr_dataset_load_npz(tsr_dataset_t *train, tsr_dataset_t *test, const char *path,
+                                 tsr_errbuf_t *err);
+
+/* Loads the train and test sets found in a folder, in this order: Fashion-MNIST/MNIST IDX
+ * names (train-images-idx3-ubyte[.gz] or -idx4- for rank 4, ...), CIFAR-10's data_batch_1.bin to
+ * data_batch_5.bin and test_batch.bin, CIFAR-100's train.bin and test.bin, NumPy's x_train.npy
+ * and y_train.npy (x_test.npy and y_test.npy optional), or train.csv with an optional
+ * test.csv; a part of a set without the rest is an error saying what is missing. dir may also be
+ * a .npz file (tsr_dataset_load_npz). Without a test set, test is empty (n 0) with the training
+ * set's features and classes. */
 TSR_API int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *dir,
                                  tsr_errbuf_t *err);
 
@@ -66,34 +98,38 @@ TSR_API void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test);
  * (scalar: images, whose pixels share a scale), a mean and std per feature column (column:
  * tabular data, whose columns do not), or not at all (none). */
 typedef enum {
-  TSR_STANDARDIZE_AUTO,   /* column for tabular data (CSV: no image geometry), scalar for images */
+  TSR_STANDARDIZE_AUTO,   /* column for tabular data (CSV: no image geometry), scalar for images
+                             of one channel, channel for colour images */
   TSR_STANDARDIZE_SCALAR, /* tsr_dataset_stats, tsr_dataset_normalize */
   TSR_STANDARDIZE_COLUMN,
   TSR_STANDARDIZE_NONE,
+  TSR_STANDARDIZE_CHANNEL, /* a mean and std per channel, over every pixel of every sample */
 } tsr_standardize_t;
 
 /* A standardization fitted to a training set: x[i][j] becomes (x[i][j] - mean[j']) * (1 / std[j'])
- * in float32, j' = j for column and 0 for scalar; a std of 0 (a constant column) or not finite
- * removes only the mean. */
+ * in float32, j' = j for column, j % channels for channel (channels-last samples) and 0 for
+ * scalar; a std of 0 (a constant column) or not finite removes only the mean. */
 typedef struct {
-  tsr_standardize_t kind; /* scalar, column or none, never auto once fitted */
-  int64_t n;              /* entries of mean and std: 1 (scalar), the features (column), 0 (none) */
-  float *mean, *std;      /* (n) owned; NULL when n is 0 */
+  tsr_standardize_t kind; /* scalar, column, channel or none, never auto once fitted */
+  int64_t n;         /* entries of mean and std: 1 (scalar), the features (column), the channels
+                        (channel), 0 (none) */
+  float *mean, *std; /* (n) owned; NULL when n is 0 */
 } tsr_standardization_t;
 
-/* "scalar", "column", "none" or "auto" into *kind; TSR_EINVAL for another name. */
+/* "scalar", "column", "channel", "none" or "auto" into *kind; TSR_EINVAL for another name. */
 TSR_API int tsr_standardize_parse(const char *name, tsr_standardize_t *kind);
 /* The name of kind ("scalar", ...). */
 TSR_API const char *tsr_standardize_name(tsr_standardize_t kind);
 
 /* Fits s (the caller's to fini) to train (borrowed): kind's statistics over every training
- * sample, in double, rounded to float32; auto picks column or scalar by train's geometry.
- * TSR_ENOMEM. */
+ * sample, in double, rounded to float32; auto picks column (no image geometry), scalar (images
+ * of one channel) or channel (colour images) by train's geometry. TSR_ENOMEM; TSR_ESHAPE for a
+ * channel standardization of a set whose features are not its channels x height x width. */
 TSR_API int tsr_standardization_fit(tsr_standardization_t *s, tsr_standardize_t kind,
                                     const tsr_dataset_t *train, tsr_errbuf_t *err);
 /* Applies s to ds in place (train and test alike, so the test set is seen through the training
  * statistics). TSR_ESHAPE, naming what (e.g. "the test set"), when a column standardization
- * has another number of features than ds. */
+ * has another number of features than ds, or a channel one another number of channels. */
 TSR_API int tsr_standardization_apply(const tsr_standardization_t *s, tsr_dataset_t *ds,
                                       const char *what, tsr_errbuf_t *err);
 TSR_API void tsr_standardization_fini(tsr_standardization_t *s);

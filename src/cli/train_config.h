@@ -27,7 +27,7 @@ typedef struct {
   int64_t train_limit;           /* --train-limit, -1: every training sample */
   int64_t test_limit;            /* --test-limit, -1: every test sample */
   int classes;                   /* --classes, 0: 1 + the largest training label */
-  tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar for IDX */
+  tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar/channel images */
   int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
   double val_split;              /* --val-split F: the fraction held out (0: none) */
   bool quiet;                    /* --quiet */

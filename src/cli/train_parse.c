@@ -248,7 +248,7 @@ static int read_val_split(parse_t *p, const row_t *row, const char *arg) {
 }
 
 static int read_standardize(parse_t *p, const row_t *row, const char *arg) {
-  static const char *const names[] = {"column", "scalar", "none", NULL};
+  static const char *const names[] = {"column", "scalar", "channel", "none", NULL};
   int i = read_choice(row, arg, names);
   if (i < 0) return 2;
   return tsr_standardize_parse(names[i], &p->cfg->standardize) == 0 ? 0 : 2;
@@ -467,8 +467,10 @@ static void show_checkpoint_every(const tsr_cli_train_config_t *cfg, tsr_log_fie
 static const row_t rows[] = {
     {"data", "DIR", read_text, AT(data_dir),
      .help = "dataset folder: IDX files (MNIST family, "
-             ".gz or plain) or\n"
-             "train.csv/test.csv [" TSR_DEFAULT_DATA_DIR "]"},
+             ".gz or plain),\n"
+             "CIFAR-10/100 binary batches, x_train.npy/y_train.npy\n"
+             "(NumPy), or train.csv/test.csv; or a .npz file\n"
+             "[" TSR_DEFAULT_DATA_DIR "]"},
     {"model", "SPEC|FILE", read_text, AT(model),
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
@@ -535,10 +537,11 @@ static const row_t rows[] = {
      "an integer from 1 to 2147483647", "use only the first N training samples"},
     {"test-limit", "N", read_int64, AT(test_limit), 0, 0x7fffffffL,
      "an integer from 0 to 2147483647", "use only the first N test samples"},
-    {"standardize", "S", read_standardize, .want = "column, scalar or none",
+    {"standardize", "S", read_standardize, .want = "column, scalar, channel or none",
      .help = "inputs standardized with the training set's mean and std per\n"
-             "feature column, over every feature (scalar), or not at all\n"
-             "[column for CSV data, scalar for IDX images]"},
+             "feature column, over every feature (scalar), per colour\n"
+             "channel (channel), or not at all [column for CSV data, scalar\n"
+             "for one-channel images, channel for colour images]"},
     {"classes", "N", read_int, AT(classes), 2, 1 << 24, "an integer from 2 to 16777216",
      "classes (labels 0 to N-1; a label >= N is an error)\n"
      "[1 + the largest training label]"},

@@ -1,6 +1,7 @@
 /* IDX reader for the MNIST family (MNIST, Fashion-MNIST, KMNIST): an images
- * file of unsigned bytes (rank 3) and a labels file of unsigned bytes (rank 1),
- * each plain or gzip. These files come from downloads that can be cut short or
+ * file of unsigned bytes (rank 3: n, h, w; or rank 4: n, h, w, c, colour images
+ * channels-last as the dimensions read) and a labels file of unsigned bytes
+ * (rank 1), each plain or gzip. These files come from downloads that can be cut short or
  * mixed up, so every header field and the exact data length are checked, and
  * no buffer is sized from a header alone: a lying header costs at most the
  * file's real size in memory before it is rejected as truncated.
@@ -24,8 +25,9 @@
 #include "tessera/data.h"
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, rank 3 */
+#define IDX_MAGIC_COLOUR 0x00000804u /* unsigned bytes, rank 4: n, h, w, c */
 #define IDX_MAGIC_LABELS 0x00000801u /* unsigned bytes, rank 1 */
-#define IDX_MAX_SIDE 4096u           /* rows or cols; real sets are 28 or 32 */
+#define IDX_MAX_SIDE 4096u           /* rows, cols or channels; real sets are 28 or 32 */
 #define IDX_MAX_COUNT 100000000u     /* images or labels */
 
 /* zlib counts in unsigned int; reading in 1 GiB pieces keeps each call in range. */
@@ -40,7 +42,7 @@ typedef struct {
   const unsigned char *mem; /* borrowed */
   size_t mem_len, mem_at;
   int rank;
-  uint32_t dims[3];
+  uint32_t dims[4];
   size_t header_bytes; /* 4 + 4 * rank */
 } idx_file_t;
 
@@ -119,7 +121,8 @@ static int idx_open_file(idx_file_t *f, tsr_errbuf_t *err) {
 }
 
 /* Opens the file f->path, unless f reads a buffer, and reads and checks its
- * header (magic and dimensions, not their values, which the caller judges). */
+ * header (magic and dimensions, not their values, which the caller judges).
+ * An images file (rank 3) may also be rank 4 (magic IDX_MAGIC_COLOUR). */
 static int idx_open(idx_file_t *f, const char *what, int rank, uint32_t magic, uint32_t other_magic,
                     const char *other_what, tsr_errbuf_t *err) {
   const char *path = f->path;
@@ -131,20 +134,32 @@ static int idx_open(idx_file_t *f, const char *what, int rank, uint32_t magic, u
     if (rc < 0) return rc;
   }
 
-  unsigned char hdr[16];
+  unsigned char hdr[20];
   size_t got;
-  int rc = idx_read(f, hdr, f->header_bytes, &got, err);
+  int rc = idx_read(f, hdr, 4, &got, err);
   if (rc < 0) return rc;
   if (got == 0)
     return tsr_error_set(err, TSR_EFORMAT, "%s: empty file: expected an IDX %s file", path, what);
+  bool colour = got == 4 && magic == IDX_MAGIC_IMAGES && be32(hdr) == IDX_MAGIC_COLOUR;
+  if (colour) f->rank = rank = 4, f->header_bytes = 20;
+  if (got == 4) {
+    size_t more;
+    if ((rc = idx_read(f, hdr + 4, f->header_bytes - 4, &more, err)) < 0) return rc;
+    got += more;
+  }
   if (got >= 4) {
     uint32_t m = be32(hdr);
-    if (m != magic) {
+    if (m != magic && !colour) {
       if (m == other_magic)
         return tsr_error_set(err, TSR_EFORMAT,
                              "%s: wrong magic number 0x%08x: this is an IDX %s file, but an IDX %s "
                              "file (magic 0x%08x) was expected; are the paths swapped?",
                              path, m, other_what, what, magic);
+      if (magic == IDX_MAGIC_IMAGES)
+        return tsr_error_set(err, TSR_EFORMAT,
+                             "%s: wrong magic number 0x%08x: an IDX %s file starts with 0x%08x "
+                             "(unsigned bytes, rank 3: n, h, w) or 0x%08x (rank 4: n, h, w, c)",
+                             path, m, what, magic, IDX_MAGIC_COLOUR);
       return tsr_error_set(err, TSR_EFORMAT,
                            "%s: wrong magic number 0x%08x: an IDX %s file starts with 0x%08x "
                            "(unsigned bytes, rank %d)",
@@ -237,22 +252,28 @@ static int idx_load(tsr_dataset_t *ds, idx_file_t *im, idx_file_t *lb, tsr_errbu
   rc = idx_open(im, "images", 3, IDX_MAGIC_IMAGES, IDX_MAGIC_LABELS, "labels", err);
   if (rc < 0) goto out;
   uint32_t count = im->dims[0], rows = im->dims[1], cols = im->dims[2];
+  uint32_t channels = im->rank == 4 ? im->dims[3] : 1;
+  /* "28x28", or "32x32x3" for a rank-4 file, in messages. */
+  char geom[40];
+  snprintf(geom, sizeof geom, im->rank == 4 ? "%ux%ux%u" : "%ux%u", rows, cols, channels);
   if (count == 0 || count > IDX_MAX_COUNT || rows == 0 || rows > IDX_MAX_SIDE || cols == 0 ||
-      cols > IDX_MAX_SIDE) {
+      cols > IDX_MAX_SIDE || channels == 0 || channels > IDX_MAX_SIDE) {
     rc = tsr_error_set(err, TSR_EFORMAT,
-                       "%s: absurd dimensions: header says %u images of %ux%u; expected 1 to %u "
-                       "images of 1 to %u pixels a side (corrupt file, or not an IDX images file)",
-                       images_path, count, rows, cols, IDX_MAX_COUNT, IDX_MAX_SIDE);
+                       "%s: absurd dimensions: header says %u images of %s; expected 1 to %u "
+                       "images of 1 to %u pixels a side%s (corrupt file, or not an IDX images "
+                       "file)",
+                       images_path, count, geom, IDX_MAX_COUNT, IDX_MAX_SIDE,
+                       im->rank == 4 ? " and channels" : "");
     goto out;
   }
   /* Within the limits above the product fits in 64 bits; it must also fit
-   * in memory as floats on this machine. */
-  uint64_t features = (uint64_t)rows * cols;
+   * in memory as floats on this machine, and a sample's features in an int. */
+  uint64_t features = (uint64_t)rows * cols * channels;
   uint64_t total = (uint64_t)count * features;
-  if (total > SIZE_MAX / sizeof(float)) {
+  if (total > SIZE_MAX / sizeof(float) || features > INT32_MAX) {
     rc = tsr_error_set(err, TSR_EFORMAT,
-                       "%s: header says %u images of %ux%u, too large to hold in memory here",
-                       images_path, count, rows, cols);
+                       "%s: header says %u images of %s, too large to hold in memory here",
+                       images_path, count, geom);
     goto out;
   }
 
@@ -273,7 +294,7 @@ static int idx_load(tsr_dataset_t *ds, idx_file_t *im, idx_file_t *lb, tsr_errbu
     goto out;
   }
 
-  snprintf(says, sizeof says, "%u images of %ux%u", count, rows, cols);
+  snprintf(says, sizeof says, "%u images of %s", count, geom);
   if ((rc = idx_read_data(im, (size_t)total, says, &pix, err)) < 0) goto out;
   snprintf(says, sizeof says, "%u labels", nlabels);
   if ((rc = idx_read_data(lb, nlabels, says, &lab, err)) < 0) goto out;
@@ -281,8 +302,8 @@ static int idx_load(tsr_dataset_t *ds, idx_file_t *im, idx_file_t *lb, tsr_errbu
   x = malloc((size_t)total * sizeof *x);
   y = malloc((size_t)count * sizeof *y);
   if (!x || !y) {
-    rc = tsr_error_set(err, TSR_ENOMEM, "%s: out of memory for %u images of %ux%u", images_path,
-                       count, rows, cols);
+    rc = tsr_error_set(err, TSR_ENOMEM, "%s: out of memory for %u images of %s", images_path, count,
+                       geom);
     goto out;
   }
   /* Division rather than multiplication by 1/255 so that every pixel is the
@@ -298,7 +319,7 @@ static int idx_load(tsr_dataset_t *ds, idx_file_t *im, idx_file_t *lb, tsr_errbu
   ds->n = count;
   ds->features = (int64_t)features;
   ds->classes = 1 + max_label;
-  ds->channels = 1;
+  ds->channels = (int)channels;
   ds->height = (int)rows;
   ds->width = (int)cols;
   ds->x = x;

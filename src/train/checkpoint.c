@@ -510,6 +510,18 @@ static int read_input_stats(const tsr_st_file_t *f, const char *path, tsr_checkp
   return meta_text(f, path, "input_std", &s, err);
 }
 
+/* The channels of input_shape ("C H W"): the entries of a channel standardization. */
+static int input_channels(const tsr_st_file_t *f, const char *path, int64_t *n, tsr_errbuf_t *err) {
+  const char *s;
+  TSR_TRY(meta_text(f, path, "input_shape", &s, err));
+  long long c;
+  if (sscanf(s, "%lld", &c) != 1 || c < 1 || c > INT_MAX)
+    return tsr_error_set(err, TSR_EFORMAT, "%s: input_shape '%s' does not start with the channels",
+                         path, s);
+  *n = c;
+  return 0;
+}
+
 int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t *s,
                                         tsr_errbuf_t *err) {
   *s = (tsr_standardization_t){0};
@@ -522,10 +534,12 @@ int tsr_checkpoint_read_standardization(const char *path, tsr_standardization_t 
   int64_t n = 1;
   if (kind && (tsr_standardize_parse(kind, &k) || k == TSR_STANDARDIZE_AUTO))
     rc = tsr_error_set(err, TSR_EFORMAT,
-                       "%s: input_standardize is '%s'; expected column or none (or no key: scalar)",
+                       "%s: input_standardize is '%s'; expected column, channel or none (or no "
+                       "key: scalar)",
                        path, kind);
   if (rc == 0 && k == TSR_STANDARDIZE_NONE) n = 0;
   if (rc == 0 && k == TSR_STANDARDIZE_COLUMN) rc = meta_int(f, path, "inputs", 1, INT_MAX, &n, err);
+  if (rc == 0 && k == TSR_STANDARDIZE_CHANNEL) rc = input_channels(f, path, &n, err);
   s->kind = k, s->n = n;
   s->mean = rc == 0 && n ? malloc(sizeof *s->mean * (size_t)n) : NULL;
   s->std = rc == 0 && n ? malloc(sizeof *s->std * (size_t)n) : NULL;

@@ -8,7 +8,7 @@
  * written to two in-memory files (memfd) and loaded by tsr_dataset_load_idx,
  * which reads gzip too: for plain files both ways must agree, result for
  * result. A loaded set must hold what the header said: n >= 1 images of
- * h x w pixels in [0, 1], integer labels below `classes`. */
+ * h x w (x c, rank 4) pixels in [0, 1], integer labels below `classes`. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -27,8 +27,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static void check_set(const tsr_dataset_t *ds) {
   FUZZ_CHECK(ds->n >= 1 && ds->x && ds->y);
-  FUZZ_CHECK(ds->channels == 1 && ds->height >= 1 && ds->width >= 1);
-  FUZZ_CHECK(ds->features == (int64_t)ds->height * ds->width);
+  FUZZ_CHECK(ds->channels >= 1 && ds->height >= 1 && ds->width >= 1);
+  FUZZ_CHECK(ds->features == (int64_t)ds->height * ds->width * ds->channels);
   FUZZ_CHECK(ds->classes >= 1 && ds->classes <= 256);
   for (int64_t i = 0; i < ds->n * ds->features; i++)
     FUZZ_CHECK(ds->x[i] >= 0.0f && ds->x[i] <= 1.0f);
