@@ -244,8 +244,10 @@ class ToTessera(unittest.TestCase):
         for model, why in ((nn.Sequential(nn.Conv2d(2, 4, 3, groups=2), nn.Flatten(),
                                           nn.Linear(4 * 26 * 26, 10)), "groups 1"),
                            (nn.Sequential(nn.Linear(784, 10), nn.Softmax(1)), "drop the softmax"),
-                           (nn.Sequential(nn.Linear(784, 10), nn.BatchNorm1d(10)),
+                           (nn.Sequential(nn.Linear(784, 10), nn.GELU(), nn.Linear(10, 10)),
                             "not a layer tessera has"),
+                           (nn.Sequential(nn.Linear(784, 10), nn.BatchNorm1d(10, affine=False),
+                                          nn.Linear(10, 10)), "affine=True"),
                            (nn.Sequential(nn.Linear(784, 10, bias=False)), "bias")):
             with self.subTest(why), self.assertRaisesRegex(ValueError, why):
                 tessera.from_torch(model, tmp("refused.st"), input_shape=(2, 28, 28),
