@@ -360,7 +360,8 @@ Test(augment, settings_that_cannot_work_are_refused) {
   cr_assert_eq(tsr_augment_check(&crop, 1, 28, 28, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_augment_check(&flip, 3, 32, 32, &err), 0, "%s", err.msg);
   refused(&flip, 784, 1, 1, "need images");
-  refused(&crop, 20, 1, 1, "1 x 1 x 20");
+  refused(&crop, 20, 1, 1, "rows of 20 features");
+  refused(&flip, 1, 1, 16, "rows of 16 features"); /* a CSV dataset's geometry */
   refused(&(tsr_augment_t){.crop_h = 28, .crop_w = 28, .pad = -1}, 1, 28, 28, "padding");
   refused(&(tsr_augment_t){.crop_h = 40, .crop_w = 40, .pad = 4}, 1, 28, 28, "does not fit");
   refused(&(tsr_augment_t){.crop_h = 24, .crop_w = 24, .pad = 4}, 1, 28, 28, "image's size");
@@ -417,5 +418,29 @@ Test(augment, fill_is_a_standardized_black_pixel) {
   cr_assert_eq(tsr_augment_fill(fill, 1, &s, &train, &err), TSR_EINVAL);
   cr_assert(strstr(err.msg, "column standardization"), "%s", err.msg);
   tsr_standardization_fini(&s);
+  tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+/* tsr_train keys each epoch's draws with that epoch: the net's epoch is the one on_epoch reports
+ * (a resumed run's first epoch included). */
+static int epoch_seen(const tsr_epoch_stats_t *s, void *ctx) {
+  tsr_net_t *net = ctx;
+  cr_assert_eq(net->epoch, s->epoch, "epoch %d was drawn with epoch %d's key", s->epoch,
+               net->epoch);
+  return 0;
+}
+
+Test(augment, tsr_train_sets_the_epoch) {
+  tsr_dataset_t train, test;
+  load(&train, &test, 200);
+  tsr_net_t *net = cnn(&train, 0);
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_set_augment(net, &(tsr_augment_t){.flip = true}, &err), 0, "%s", err.msg);
+  tsr_train_opts_t o;
+  tsr_train_opts_init(&o);
+  o.epochs = 3, o.start_epoch = 2, o.on_epoch = epoch_seen, o.ctx = net;
+  cr_assert_eq(tsr_train(net, &train, NULL, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(net->epoch, 3);
+  tsr_net_destroy(&net);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
 }

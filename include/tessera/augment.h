@@ -31,7 +31,7 @@ typedef struct {
 } tsr_augment_t;
 
 /* Whether a augments images of channels x height x width: 0, or TSR_EINVAL with why for data
- * that is not images (1 x 1 x features: tabular data), a negative pad, a pad without a crop,
+ * that is not images (a height or width of 1: tabular data), a negative pad, a pad without a crop,
  * a crop larger than the padded image, or one of another size than the image. */
 TSR_API int tsr_augment_check(const tsr_augment_t *a, int channels, int height, int width,
                               tsr_errbuf_t *err);

@@ -21,11 +21,11 @@ static bool augment_on(const tsr_augment_t *a) {
 int tsr_augment_check(const tsr_augment_t *a, int channels, int height, int width,
                       tsr_errbuf_t *err) {
   if (!augment_on(a)) return 0;
-  if (height <= 1 && width <= 1)
+  if (height <= 1 || width <= 1) /* 1 x 1 x F (the net's) or 1 x F (a CSV dataset's) */
     return tsr_error_set(err, TSR_EINVAL,
-                         "crop and flip need images, but the samples are 1 x 1 x %d features "
-                         "(tabular data such as CSV has no image geometry)",
-                         channels);
+                         "crop and flip need images, but the samples are rows of %lld features "
+                         "without an image geometry (tabular data such as CSV)",
+                         (long long)channels * height * width);
   if (a->pad < 0 || a->pad > MAX_PAD)
     return tsr_error_set(err, TSR_EINVAL, "the padding must be from 0 to %d pixels (got %d)",
                          MAX_PAD, a->pad);
@@ -70,7 +70,7 @@ int tsr_augment_fill(float *fill, int channels, const tsr_standardization_t *s,
     if (memcmp(&black.x[j], &fill[j % channels], sizeof(float)) != 0)
       rc = tsr_error_set(err, TSR_EINVAL,
                          "the %s standardization gives black pixels of channel %d different "
-                         "values at different places (%g at the first, %g at pixel %lld), so a "
+                         "values at different places (%g at pixel 0, %g at pixel %lld), so a "
                          "padded pixel has no value; standardize over every pixel (scalar) "
                          "or per channel",
                          tsr_standardize_name(s->kind), (int)(j % channels),
