@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <starpu.h>
 
+#include "kernels/augment.h"
 #include "kernels/kernels.h"
 #include "runtime/task_opts.h"
 
@@ -106,6 +107,12 @@ int tsr__insert_channels_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst
  * rows is copied; src is borrowed and must stay valid until the task has run. */
 int tsr__insert_gather(const tsr_task_opts_t *o, starpu_data_handle_t dst, const float *src,
                        int64_t lds, int col0, const int32_t *rows, int nvalid);
+/* As tsr__insert_gather, each row augmented on the way (tsr__k_augment_rows): dst's columns are
+ * columns [col0, col0 + cols) of g's images, fill (g->c) the padded pixels' values. g, fill and
+ * rows are copied; src is borrowed until the task has run. */
+int tsr__insert_augment(const tsr_task_opts_t *o, starpu_data_handle_t dst,
+                        const tsr_augment_geom_t *g, const float *fill, const float *src,
+                        int64_t lds, int col0, const int32_t *rows, int nvalid);
 
 /* Scratch memory of at least `floats` floats for the calling worker, valid
  * until its next call on the same thread (inside one task). */

@@ -312,6 +312,22 @@ MUTANTS = [
     ("val-split-resume-silent", "a resume under another --val-split taken", "src/cli/train_run.c",
      [("if (was.val_split != cfg->val_split) {", "if (!r && was.val_split != cfg->val_split) {")],
      ["schedule-cli"]),
+    # Issue 22: augmentation in batch assembly.
+    ("augment-flip-off-by-one", "a mirrored image reads one pixel too far right",
+     "src/kernels/augment.c",
+     [("sx = (mirror ? g->w - 1 - x : x)", "sx = (mirror ? g->w - x : x)")], ["augment"]),
+    ("augment-key-by-row", "a sample's draws keyed by its row in the batch, not in the dataset",
+     "src/kernels/augment.c",
+     [("tsr__k_augment_draw(g, rows[r], &dy, &dx, &mirror);",
+       "tsr__k_augment_draw(g, r, &dy, &dx, &mirror);")], ["augment"]),
+    ("augment-in-eval", "evaluation batches augmented too", "src/nn/net.c",
+     [("TSR_TRY(load_batch(net, ds, rows, n, false));",
+       "TSR_TRY(load_batch(net, ds, rows, n, true));")], ["augment"]),
+    ("augment-no-epoch", "tsr_train never sets the epoch: every epoch draws the same crops",
+     "src/train/train.c", [("  tsr_net_set_epoch(r->net, e);", "")], ["augment"]),
+    ("augment-resume-unchecked", "a resume under other augmentation settings passes silently",
+     "src/train/checkpoint.c", [("if (strcmp(augment, then_augment) != 0) {", "if (0) {")],
+     ["augment-cli"]),
 ]
 
 

@@ -31,6 +31,8 @@
  *                           keeps its own replica, all three average at step 4
  *   test_mpi postlocal      post-local:1,3: gradients averaged in epoch 1, then every=3 counted
  *                           from the switch
+ *   test_mpi augment        --crop 28:4 --flip with batch sync: P ranks x batch B end at one
+ *                           process's weights with the global batch, for two tilings
  *   test_mpi grid           every grid PrxPc of the ranks (1xP, Px1, 2x2), MLP with --sync
  *                           batch: 20 steps follow one process's losses with the global batch
  *                           (1e-5 relative) and end at its weights; each rank stores |W|/Pr of
@@ -98,6 +100,9 @@ static const char residual_mlp[] = "[a]\ntype = dense\nunits = 48\nactivation = 
                                    "[cat]\ntype = concat\ninputs = c, s\n"
                                    "[out]\ntype = dense\nunits = 10\n";
 
+/* Augmentation of make_net_opt's nets (NULL: none), drawn with epoch 2's key. */
+static const tsr_augment_t *net_augment;
+
 static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
@@ -116,6 +121,10 @@ static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   tsr_model_spec_fini(&spec);
+  if (net_augment) {
+    CHECK(tsr_net_set_augment(net, net_augment, &err) == 0, "augment: %s", err.msg);
+    tsr_net_set_epoch(net, 2);
+  }
   return net;
 }
 
@@ -1820,11 +1829,51 @@ static void test_epoch_n(void) {
   tsr_net_destroy(&avg), tsr_net_destroy(&every), tsr_net_destroy(&alone);
 }
 
+/* --crop 28:4 --flip under --sync batch: P ranks x batch B of augmented batches end at one
+ * process's weights with the global batch P B (a sample's draws are keyed by its index in the
+ * dataset, not by the rank or its row in the batch), on 16-row tiles cut into 16-column tiles
+ * (pixels cut apart) and on whole-matrix tiles; and elsewhere than the same run unaugmented. */
+static void test_augment(void) {
+  load(32 * size * 6);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  tsr_optimizer_t momentum = o.opt;
+  momentum.lr = 0.05f, momentum.momentum = 0.9f, momentum.weight_decay = 1e-3f;
+  const float fill[1] = {-0.8f};
+  const tsr_augment_t crop_flip = {
+      .crop_h = 28, .crop_w = 28, .pad = 4, .flip = true, .fill = fill};
+  net_augment = &crop_flip;
+  batch_equals_one_process("--crop 28:4 --flip, sgd momentum 0.9", &momentum, 1e-5);
+  tile_rows = tile_cols = WHOLE;
+  batch_equals_one_process("--crop 28:4 --flip, whole-matrix tiles", &momentum, 1e-5);
+  tile_rows = tile_cols = 16;
+  if (rank == 0) { /* the augmentation changes the training: one process with and without */
+    const int B = 32 * size;
+    int32_t *rows = batch_rows(32, 6);
+    tsr_net_t *aug = make_net_opt(B, &momentum);
+    net_augment = NULL;
+    tsr_net_t *plain = make_net_opt(B, &momentum);
+    for (int k = 0; k < 6; k++) {
+      tsr_net_train_step(aug, &train_set, rows + k * B, B, true);
+      tsr_net_train_step(plain, &train_set, rows + k * B, B, true);
+    }
+    int64_t n;
+    float *a = params(aug, &n), *p = params(plain, &n);
+    double apart = max_rel_diff(a, p, n);
+    CHECK(apart > 1e-3, "augmented and plain training end %g apart: augmentation did nothing",
+          apart);
+    free(a), free(p), free(rows);
+    tsr_net_destroy(&aug), tsr_net_destroy(&plain);
+  }
+  net_augment = NULL;
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch", "epoch",  "every",   "weighted",    "async",          "deterministic", "uneven",
-      "tiles", "twice",  "bytes",   "resume",      "outer",          "hier",          "postlocal",
-      "grid",  "shares", "fednova", "hiersamples", "postlocalstate", "epochn",        NULL};
+      "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
+      "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
+      "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
+      "postlocalstate", "epochn",    "augment", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1833,7 +1882,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn "
+            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment "
             "[thread|worker]\n");
     return 2;
   }
@@ -1888,7 +1937,8 @@ int main(int argc, char **argv) {
   case 16: test_fednova(); break;
   case 17: test_hier_samples(); break;
   case 18: test_postlocal_state(); break;
-  default: test_epoch_n(); break;
+  case 19: test_epoch_n(); break;
+  default: test_augment(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

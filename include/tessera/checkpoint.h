@@ -74,6 +74,10 @@ typedef struct {
   int early_stop; /* the patience of early stopping (0: none) */
   bool has_schedule_state;
   tsr_schedule_state_t schedule_state;
+  /* Reading: the training batches' augmentation it was written under (tsr_augment_describe:
+   * "crop 28x28:4 flip"; "none" for a file without, every one of before). Saving writes the
+   * net's (tsr_net_set_augment) and ignores this. */
+  char augment[64];
 } tsr_checkpoint_info_t;
 
 /* Writes net (its parameters, optimizer state and step count) and info to
@@ -111,8 +115,9 @@ TSR_API int tsr_checkpoint_read_standardization(const char *path, tsr_standardiz
  * the run) on `ranks` ranks under sync gives every rank back all of its training state: 0, or
  * 1 with why (one sentence, without a final period) saying what restarts instead: rank 0's
  * optimizer state on ranks whose own the file does not hold (a checkpoint of before issue 20,
- * or of another number of ranks, under weight averaging), an outer momentum from zero, or
- * weights of a finished run's final average (tsr_checkpoint_info_t.final_average). A run
+ * or of another number of ranks, under weight averaging), an outer momentum from zero,
+ * weights of a finished run's final average (tsr_checkpoint_info_t.final_average), or another
+ * augmentation than the file's (tsr_checkpoint_info_t.augment: its batches differ). A run
  * that promises the uninterrupted run's digits (--deterministic) refuses such a resume. */
 TSR_API int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
                                         const tsr_sync_t *sync, int ranks, char *why, size_t size);

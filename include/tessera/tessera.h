@@ -8,6 +8,7 @@
 #include "tessera/runtime.h"
 #include "tessera/optim.h"
 #include "tessera/net.h"
+#include "tessera/augment.h"
 #include "tessera/train.h"
 #include "tessera/log.h"
 #include "tessera/checkpoint.h"

@@ -28,6 +28,7 @@ typedef struct {
   int64_t test_limit;            /* --test-limit, -1: every test sample */
   int classes;                   /* --classes, 0: 1 + the largest training label */
   tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar/channel images */
+  tsr_augment_t augment;         /* --crop S:P, --flip (fill: the run's, from the data) */
   int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
   double val_split;              /* --val-split F: the fraction held out (0: none) */
   bool quiet;                    /* --quiet */

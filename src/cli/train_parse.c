@@ -254,6 +254,25 @@ static int read_standardize(parse_t *p, const row_t *row, const char *arg) {
   return tsr_standardize_parse(names[i], &p->cfg->standardize) == 0 ? 0 : 2;
 }
 
+/* "S:P" or "HxW:P": a crop of S x S (or H x W) after P pixels of padding on each side. */
+static int read_crop(parse_t *p, const row_t *row, const char *arg) {
+  char size[32];
+  const char *colon = strchr(arg, ':');
+  if (!colon || (size_t)(colon - arg) >= sizeof size) return bad_row(row, arg);
+  memcpy(size, arg, (size_t)(colon - arg));
+  size[colon - arg] = '\0';
+  long h, w, pad;
+  char *x = strchr(size, 'x');
+  if (x) *x = '\0';
+  if (tsr__cli_to_long(size, 1, 1 << 16, &h) ||
+      tsr__cli_to_long(x ? x + 1 : size, 1, 1 << 16, &w) ||
+      tsr__cli_to_long(colon + 1, 0, 1 << 15, &pad))
+    return bad_row(row, arg);
+  tsr_augment_t *a = &p->cfg->augment;
+  a->crop_h = (int)h, a->crop_w = (int)w, a->pad = (int)pad;
+  return 0;
+}
+
 static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
   static const char *const names[] = {"none", "linear", NULL};
   static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
@@ -542,6 +561,14 @@ static const row_t rows[] = {
              "feature column, over every feature (scalar), per colour\n"
              "channel (channel), or not at all [column for CSV data, scalar\n"
              "for one-channel images, channel for colour images]"},
+    {"crop", "S:P", read_crop,
+     .want = "S:P or HxW:P, the image's size and the padding (integers, P >= 0), e.g. 32:4",
+     .help = "in training, a random S x S crop (HxW:P: H x W) of each image\n"
+             "padded by P pixels of black on each side; S must be the\n"
+             "image's size (torchvision's RandomCrop(S, padding=P))"},
+    {"flip", NULL, read_true, AT(augment.flip),
+     .help = "in training, mirror each image left-right with probability\n"
+             "1/2 (RandomHorizontalFlip)"},
     {"classes", "N", read_int, AT(classes), 2, 1 << 24, "an integer from 2 to 16777216",
      "classes (labels 0 to N-1; a label >= N is an error)\n"
      "[1 + the largest training label]"},

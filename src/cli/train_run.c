@@ -138,6 +138,8 @@ typedef struct {
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_standardization_t standardization; /* fitted to the training set, owned */
+  float *fill; /* owned, (channels) with --crop: a black pixel standardized, the padding */
+  bool usage;  /* refused for an option the data cannot take: exit status 2 */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
   tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
   tsr_run_setup_t setup;         /* each rank's batch and shard, shares as measured, from the
@@ -273,6 +275,34 @@ static int hold_out(run_t *r) {
   return 0;
 }
 
+/* --crop and --flip against the data (images only; exit 2 otherwise), and the padding's value:
+ * a black pixel standardized as the images are, as PyTorch pads raw pixels and normalizes. */
+static int augment_data(run_t *r) {
+  const tsr_augment_t *a = &r->cfg->augment;
+  if (a->crop_h == 0 && !a->flip) return 0;
+  char opt[48];
+  if (a->crop_h == 0)
+    snprintf(opt, sizeof opt, "--flip");
+  else if (a->crop_h == a->crop_w)
+    snprintf(opt, sizeof opt, "--crop %d:%d", a->crop_h, a->pad);
+  else
+    snprintf(opt, sizeof opt, "--crop %dx%d:%d", a->crop_h, a->crop_w, a->pad);
+  const tsr_dataset_t *t = &r->train;
+  tsr_errbuf_t why = {""};
+  int rc = tsr_augment_check(a, t->channels, t->height, t->width, &why);
+  if (rc == 0 && a->crop_h > 0) {
+    r->fill = malloc(sizeof *r->fill * (size_t)t->channels);
+    rc =
+        r->fill ? tsr_augment_fill(r->fill, t->channels, &r->standardization, t, &why) : TSR_ENOMEM;
+  }
+  if (rc == TSR_ENOMEM) return tsr_error_set(&r->err, rc, "%s: out of memory", opt);
+  if (rc) {
+    r->usage = true;
+    return tsr_error_set(&r->err, rc, "%s: %s: %s", opt, r->cfg->data_dir, why.msg);
+  }
+  return 0;
+}
+
 /* The output files checked, the model description (a model file first: it fails faster than the
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
@@ -319,6 +349,7 @@ static int load(run_t *r) {
     bool scalar = z->kind == TSR_STANDARDIZE_SCALAR;
     r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
   }
+  if (rc == 0) rc = augment_data(r);
   if (rc == 0) {
     if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   }
@@ -365,6 +396,11 @@ static int start(run_t *r, int argc, char **argv) {
     rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
     for (int i = 0; r->speaker && i < r->setup.n_warnings; i++)
       fprintf(stderr, "tessera train: warning: %s\n", r->setup.warnings[i]);
+  }
+  if (rc == 0) {
+    tsr_augment_t a = r->cfg->augment;
+    a.fill = r->fill;
+    rc = tsr_dist_agree(tsr_net_set_augment(r->net, &a, &r->err), &r->err, &r->err);
   }
   if (rc == 0 && r->cfg->resume) {
     rc = tsr_dist_agree(
@@ -428,6 +464,11 @@ static int announce(run_t *r) {
     if (r->lr != cfg->net.opt.lr)
       printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
              cfg->net.grid_rows > 1 ? "grid columns" : "ranks");
+    if (cfg->augment.crop_h || cfg->augment.flip) {
+      char aug[64];
+      tsr_augment_describe(&cfg->augment, aug, sizeof aug);
+      printf(", augmented: %s", aug);
+    }
     if (cfg->resume)
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
@@ -595,6 +636,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
    * after their SIGTERM (docs/checkpoints.md, "Signalling mpirun"). */
   bool signalled;
   int status = stop_line(&r, rc, &signalled);
+  if (r.usage) status = 2;
   tsr_net_destroy(&r.net);
   if (r.started) tsr_runtime_fini();
   if (rc == 0 && report(&r) != 0) status = 1;
@@ -605,6 +647,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_dataset_fini(&r.test);
   tsr_dataset_fini(&r.val);
   tsr_standardization_fini(&r.standardization);
+  free(r.fill);
   tsr_dist_stop();
   return status;
 }

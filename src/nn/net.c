@@ -310,6 +310,7 @@ void tsr_net_destroy(tsr_net_t **np) {
   tsr_tiles_destroy(&net->eval_stats);
   tsr__optim_destroy(&net->optim);
   free(net->grid_slot);
+  free(net->augment_fill);
   tsr__net_layout_fini(&net->layout);
   tsr_model_spec_fini(&net->spec);
   free(net);
@@ -361,10 +362,12 @@ static tsr_tiles_t *layer_input_grad(const tsr_net_t *net, int i, int k) {
   return e->slot == 0 ? p->dy : p->grads[e->slot - 1];
 }
 
-static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
+/* The batch's inputs (augmented in training, augment.c) and labels. */
+static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
+                      bool train) {
   if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
   tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
-  TSR_TRY(tsr__tiles_gather(&o, net->x0, ds->x, ds->features, rows, n));
+  TSR_TRY(tsr__net_gather_input(net, &o, ds, rows, n, train));
   return tsr__tiles_gather(&o, net->labels, ds->y, 1, rows, n);
 }
 
@@ -411,7 +414,7 @@ static int backward(tsr_net_t *net, bool do_update) {
 int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                        bool do_update) {
   uint64_t before = net->submitted;
-  TSR_TRY(load_batch(net, ds, rows, n));
+  TSR_TRY(load_batch(net, ds, rows, n, true));
   TSR_TRY(forward(net, true));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
@@ -423,7 +426,7 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
 }
 
 int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
-  TSR_TRY(load_batch(net, ds, rows, n));
+  TSR_TRY(load_batch(net, ds, rows, n, false));
   TSR_TRY(forward(net, false));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);

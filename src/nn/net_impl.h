@@ -14,6 +14,7 @@
 #include "rng.h"
 #include "runtime/task_opts.h"
 #include "tile/ops.h"
+#include "tessera/augment.h"
 #include "tessera/net.h"
 #include "tessera/tiles.h"
 
@@ -93,6 +94,9 @@ struct tsr_net {
   int grid_rows;           /* Pr (1: no grid) */
   int *grid_slot;          /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
   tsr_traffic_t traffic;   /* grid transfers inside the column so far */
+  tsr_augment_t augment;   /* training batches' crop and flip (augment.c); fill: augment_fill */
+  float *augment_fill;     /* owned, (input channels) the padded pixels' values, or NULL */
+  int epoch;               /* keys the augmentation's draws (tsr_net_set_epoch) */
 };
 
 /* Creates a local tiled matrix (every rank's replica is its own). */
@@ -122,6 +126,14 @@ void tsr__net_label_step(tsr_net_t *net, int64_t step);
  * layers.h. */
 /* The seed of a dropout layer's mask at one training step. */
 uint64_t tsr__dropout_seed(uint64_t net_seed, int layer_index, uint64_t step);
+/* The key of an epoch's augmentation draws (kernels/augment.h). */
+uint64_t tsr__augment_key(uint64_t net_seed, int epoch);
+/* The input batch x0 from the dataset rows (n of them), augmented when train is set and the net
+ * augments (augment.c). */
+int tsr__net_gather_input(tsr_net_t *net, const tsr_task_opts_t *o, const tsr_dataset_t *ds,
+                          const int32_t *rows, int n, bool train);
+/* tsr_augment_describe of the net's settings ("none" without). */
+void tsr__net_augment_describe(const tsr_net_t *net, char *buf, size_t size);
 /* Initial values from rng for params[0] (W, (fan_in, fout)) and params[1] (b, (1, fout)) as
  * init says (tessera/net.h's tsr_init_t); TSR_INIT_HE writes only W. */
 int tsr__init_params(tsr_param_t *params, int fan_in, int fout, tsr_init_t init, tsr_rng_t *rng);

@@ -232,6 +232,24 @@ int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *s
   return 0;
 }
 
+int tsr__tiles_gather_augment(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src,
+                              int64_t lds, const int32_t *rows, int64_t nvalid,
+                              const tsr_augment_geom_t *g, const float *fill) {
+  ROUTE(o, dst);
+  if (nvalid < 0 || nvalid > dst->m || dst->n != (int64_t)g->c * g->h * g->w || dst->n > lds)
+    return TSR_ESHAPE;
+  for (int i = 0; i < dst->mt; i++) {
+    int64_t row0 = (int64_t)i * dst->mb;
+    int64_t left = nvalid - row0;
+    int rows_i = tsr_tiles_tile_rows(dst, i);
+    int valid = left <= 0 ? 0 : left >= rows_i ? rows_i : (int)left;
+    for (int j = 0; j < dst->nt; j++)
+      TSR_TRY(tsr__insert_augment(o, tsr__tile(dst, i, j), g, fill, src, lds, j * dst->nb,
+                                  rows + row0, valid));
+  }
+  return 0;
+}
+
 /* x's rows are tiled like y's, and both are one tile wide (whole samples). */
 static bool whole_rows(const tsr_tiles_t *x, const tsr_tiles_t *y) {
   return x->nt == 1 && y->nt == 1 && x->m == y->m && x->mb == y->mb;

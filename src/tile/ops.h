@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/augment.h"
 #include "kernels/kernels.h"
 #include "runtime/task_opts.h"
 #include "tessera/tiles.h"
@@ -62,6 +63,12 @@ int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst
  * until the tasks ran; rows is copied), zero from row nvalid on. */
 int tsr__tiles_gather(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src, int64_t lds,
                       const int32_t *rows, int64_t nvalid);
+/* As tsr__tiles_gather into dst (M, h w c of g's images), each row augmented as its dataset row's
+ * draws say (tsr__k_augment_rows: crop of the padded image, flip), fill (g->c) the padded
+ * pixels' values; any row and column tiling writes the same values. g, fill, rows copied. */
+int tsr__tiles_gather_augment(const tsr_task_opts_t *o, tsr_tiles_t *dst, const float *src,
+                              int64_t lds, const int32_t *rows, int64_t nvalid,
+                              const tsr_augment_geom_t *g, const float *fill);
 
 /* Convolutions and pooling over batch-row tiles. Activations hold one sample
  * per row, channels-last, and stay one tile wide so that each task sees whole

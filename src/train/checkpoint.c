@@ -225,6 +225,10 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
       n += snprintf(calls + n, sizeof calls - (size_t)n, "%s%d:%" PRIu64, n ? " " : "",
                     net->layers[i].index - 1, net->layers[i].calls);
   rc = rc ? rc : add_meta(b, "dropout_calls", "%s", calls);
+  /* Only when augmenting: a checkpoint without reads as every one of before. */
+  char augment[64];
+  tsr__net_augment_describe(net, augment, sizeof augment);
+  if (rc == 0 && strcmp(augment, "none") != 0) rc = add_meta(b, "augment", "%s", augment);
   const tsr_standardization_t *z = in->standardization;
   /* Last, and only when not scalar: a scalar checkpoint reads as every one of before. */
   if (rc == 0 && z && z->kind != TSR_STANDARDIZE_SCALAR)
@@ -633,6 +637,8 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
     info->state_ranks = strcmp(s, "per-rank") == 0 ? info->ranks : 1;
   info->outer_momentum = (s = tsr__st_meta(f, "outer_state")) && strcmp(s, "momentum") == 0;
   info->final_average = tsr__st_meta(f, "final_average") != NULL;
+  s = tsr__st_meta(f, "augment");
+  snprintf(info->augment, sizeof info->augment, "%s", s ? s : "none");
   return 0;
 }
 
@@ -909,6 +915,16 @@ int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_
     snprintf(why, size,
              "the checkpoint holds no outer momentum (written before it was saved): it restarts "
              "from zero");
+    return 1;
+  }
+  char augment[64];
+  tsr__net_augment_describe(net, augment, sizeof augment);
+  const char *then_augment = info->augment[0] ? info->augment : "none";
+  if (strcmp(augment, then_augment) != 0) {
+    snprintf(why, size,
+             "the checkpoint was trained with augmentation %s and this run augments with %s, "
+             "so its batches are not the uninterrupted run's",
+             then_augment, augment);
     return 1;
   }
   return 0;

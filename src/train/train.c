@@ -427,6 +427,7 @@ static int begin_epoch(run_t *r, epoch_t *ep, int e, int64_t *k) {
   }
   *ep = (epoch_t){.e = e, .mine = r->idx + r->sh->lo[r->sh->replica]};
   tsr_dataset_epoch_order(r->idx, r->train->n, o->seed, o->shuffle ? e : 0);
+  tsr_net_set_epoch(r->net, e); /* the epoch's augmentation draws (tessera/augment.h) */
   ep->t0 = ep->last_progress = ep->line_t = now();
   *k = e == r->first ? o->start_step : 0;
   return r->rep ? tsr__replicas_epoch_begin(r->rep, e, r->step) : 0;
