@@ -85,19 +85,26 @@ TSR_API int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *s
  * one holding any of ; # = [ ] (which a model file could not say). */
 TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names);
 
+/* A dense layer's units that are the number of classes (a model file's `units = classes`),
+ * until tsr_model_bind_classes says how many: a network cannot be built before. */
+#define TSR_UNITS_CLASSES (-1)
+
 /* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
  * (hidden dense layers with ReLU), "linear", or "cnn" (conv 3x3 32 - ReLU -
  * maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU, convolutions
  * with padding 1). The output dense layer of `classes` units is appended. A stack: its layers
- * are unnamed and each reads the previous one. spec is started by the call (on an error it is
- * left empty); fini it. */
+ * are unnamed and each reads the previous one. Any other bare name (letters, digits, - and _) is
+ * a model of the zoo: the model file NAME.ini of the installed share/tessera/models/ (the data
+ * folders of tsr_model_load_ini, not the current folder: "resnet50"), read by
+ * tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its errors are that
+ * function's. spec is started by the call (on an error it is left empty); fini it. */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
  * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat`. dense:
- * `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
- * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
- * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
+ * `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see tsr_model_bind_classes), optional
+ * `activation = relu | none`, `in_features = N`. conv: `filters = N` (or units), `kernel = K |
+ * KHxKW`, optional `stride`, `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
  * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
@@ -106,6 +113,9 @@ TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classe
  * file, line and key; the graph itself (unknown names, cycles, shapes) is checked when a
  * network is built or estimated. spec is started by the call (left empty on an error); fini it. */
 TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
+/* Sets every dense layer's TSR_UNITS_CLASSES units (`units = classes`) to classes; the other
+ * layers are left as they are. */
+TSR_API void tsr_model_bind_classes(tsr_model_spec_t *spec, int classes);
 /* An INI model file's text (name: for messages, as the file's path would be). */
 TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                                      tsr_errbuf_t *err);
@@ -209,6 +219,37 @@ typedef struct {
  * Synchronization under MPI adds its own buffers, not counted here. */
 TSR_API int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int inputs,
                              int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+
+/* One row of a model's summary: a layer as the network builds it (a flatten builds none; a
+ * ReLU fused into the layer before it is part of that layer's row). */
+typedef struct {
+  char name[TSR_NAME_MAX]; /* the name it goes by (layer<N> when unnamed) */
+  char type[32];           /* its type's name, "+relu" after it when a ReLU is fused */
+  int c, h, w;             /* the output sample's shape (1 x 1 x F for features) */
+  int64_t params;          /* weights and biases */
+  double flops;            /* forward floating-point operations per sample: a multiply-add is 2,
+                            * a bias add, a ReLU, a pooling window's compare or add 1 each */
+  int64_t act_bytes;       /* bytes of its output per sample (float32) */
+} tsr_layer_summary_t;
+
+/* A model's layer table, for one input shape and class count: what tsr_net_create would build.
+ * Owned rows: tsr_model_summary_fini frees them. */
+typedef struct {
+  int n_layers;
+  tsr_layer_summary_t *layers; /* owned, [n_layers], in the order they run */
+  int in_c, in_h, in_w;        /* the input sample's shape */
+  int64_t params;              /* totals of the rows */
+  double flops;
+  int64_t act_bytes; /* the layers' outputs per sample (not counting the input) */
+} tsr_model_summary_t;
+
+/* Fills *out for tsr_net_create(spec, inputs, classes, opts) (opts: the input shape; its batch
+ * and tiles do not change the numbers) without building anything or starting the runtime; a
+ * spec tsr_net_create would refuse is refused the same way. The numbers come from the layout and
+ * each layer type's own flops (src/nn/layers.h). out is left empty on an error. */
+TSR_API int tsr_model_summarize(tsr_model_summary_t *out, const tsr_model_spec_t *spec, int inputs,
+                                int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+TSR_API void tsr_model_summary_fini(tsr_model_summary_t *s);
 
 /* Samples per step the network was built for. */
 TSR_API int tsr_net_batch(const tsr_net_t *net);

@@ -278,7 +278,10 @@ static int load(run_t *r) {
     r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
   }
   if (rc == 0) {
-    if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    if (!cfg->model_file)
+      rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    else
+      tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
   }
   return rc;
 }

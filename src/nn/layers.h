@@ -19,7 +19,9 @@ typedef enum {
   TSR_KEY_SIZE,        /* N or NHxNW, each >= 1, into the ints at field (h) and field2 (w) */
   TSR_KEY_PADDING,     /* N or NHxNW, each >= 0, into the ints at field and field2 */
   TSR_KEY_PROBABILITY, /* a number in [0, 1), into the float at field */
-  TSR_KEY_ACTIVATION   /* relu or none: relu adds a ReLU layer right after this one */
+  TSR_KEY_ACTIVATION,  /* relu or none: relu adds a ReLU layer right after this one */
+  TSR_KEY_UNITS        /* a positive integer, or `classes` (TSR_UNITS_CLASSES until
+                        * tsr_model_bind_classes), into the int at field */
 } tsr_key_form_t;
 
 /* Where a key's value goes in the spec, for tsr_layer_key_t's field and field2. */
@@ -86,6 +88,10 @@ typedef struct tsr_layer_type {
    * sets *bwd to the seconds of its backward pass. Required for a type that builds a layer. */
   double (*cost)(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
                  double *bwd);
+  /* Optional: the floating-point operations of its forward pass for one sample (a multiply-add
+   * is 2, a bias add, a ReLU's max, a pooling window's compare or add, a sum's add are 1 each),
+   * from l's shapes (tessera summary). NULL: none (copies, shape changes). */
+  double (*flops)(const tsr_layout_layer_t *l);
   /* Its forward and backward passes. NULL: the type only changes the shape and builds no layer
    * (flatten). */
   const tsr_layer_ops_t *ops;

@@ -62,6 +62,12 @@ static void pool_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
     l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
 }
 
+/* Per output: a compare (max) or an add (mean) per element of its window. */
+static double pool_flops(const tsr_layout_layer_t *l) {
+  const tsr_conv_geom_t *g = &l->geom;
+  return (double)g->oh * g->ow * g->oc * g->kh * g->kw;
+}
+
 /* "maxpool2x2", then the strides when they are not the kernel's. */
 static int pool_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   const char *name = s->kind == TSR_LAYER_MAXPOOL ? "maxpool" : "avgpool";
@@ -87,6 +93,7 @@ const tsr_layer_type_t tsr__maxpool_type = {
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
+    .flops = pool_flops,
     .ops = &maxpool_ops,
     .describe = pool_describe,
 };
@@ -99,6 +106,7 @@ const tsr_layer_type_t tsr__avgpool_type = {
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
+    .flops = pool_flops,
     .ops = &avgpool_ops,
     .describe = pool_describe,
 };
