@@ -34,7 +34,10 @@ typedef enum {
   TSR_LAYER_FLATTEN, /* (c, h, w) -> (1, 1, c h w); the storage is unchanged */
   TSR_LAYER_DROPOUT, /* inverted dropout in training, identity in evaluation */
   TSR_LAYER_ADD,     /* element-wise sum of inputs of one shape (a residual connection) */
-  TSR_LAYER_CONCAT   /* inputs side by side along channels (features for 1 x 1 samples) */
+  TSR_LAYER_CONCAT,  /* inputs side by side along channels (features for 1 x 1 samples) */
+  /* batch normalization per channel (per feature for 1 x 1 samples), learnable scale and
+   * shift, running statistics for evaluation */
+  TSR_LAYER_BATCHNORM
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -48,6 +51,8 @@ typedef struct {
   int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
+  float momentum;         /* batchnorm: running statistics' momentum, in (0, 1] (0: 0.1) */
+  float eps;              /* batchnorm: added to the variance, in (0, 1] (0: 1e-5) */
   /* The layer's name, by which others name it as an input ("": unnamed; it is then called
    * "layer<N>", N its 1-based position in the spec). Model files: the section's name. */
   char name[TSR_NAME_MAX];
@@ -101,11 +106,14 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat`. dense:
- * `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see tsr_model_bind_classes), optional
- * `activation = relu | none`, `in_features = N`. conv: `filters = N` (or units), `kernel = K |
- * KHxKW`, optional `stride`, `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
- * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
+ * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat |
+ * batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
+ * tsr_model_bind_classes), optional `activation = relu | none`, `in_features = N`. conv:
+ * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
+ * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
+ * optional `stride`. dropout: `rate = P`. add: optional `activation`. batchnorm: optional
+ * `activation`, `momentum = M` (0 < M <= 1, default 0.1), `eps = E` (0 < E <= 1, default
+ * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
  * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU

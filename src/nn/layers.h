@@ -20,8 +20,9 @@ typedef enum {
   TSR_KEY_PADDING,     /* N or NHxNW, each >= 0, into the ints at field and field2 */
   TSR_KEY_PROBABILITY, /* a number in [0, 1), into the float at field */
   TSR_KEY_ACTIVATION,  /* relu or none: relu adds a ReLU layer right after this one */
-  TSR_KEY_UNITS        /* a positive integer, or `classes` (TSR_UNITS_CLASSES until
+  TSR_KEY_UNITS,       /* a positive integer, or `classes` (TSR_UNITS_CLASSES until
                         * tsr_model_bind_classes), into the int at field */
+  TSR_KEY_FRACTION     /* a number in (0, 1], into the float at field (0 there: the default) */
 } tsr_key_form_t;
 
 /* Where a key's value goes in the spec, for tsr_layer_key_t's field and field2. */

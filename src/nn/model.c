@@ -326,6 +326,15 @@ static int parse_value(const tsr_layer_key_t *k, struct ini_state *st, const cha
     *(float *)(at + k->field) = (float)r;
     return 0;
   }
+  case TSR_KEY_FRACTION: {
+    char *end;
+    errno = 0;
+    double r = strtod(value, &end);
+    if (end == value || *end || errno || !(r > 0.0 && r <= 1.0) || (float)r <= 0.0f)
+      return TSR_EINVAL;
+    *(float *)(at + k->field) = (float)r;
+    return 0;
+  }
   case TSR_KEY_ACTIVATION:
     if (strcmp(value, "relu") == 0) return add_activation(st);
     return strcmp(value, "none") == 0 ? 0 : TSR_EINVAL;
@@ -342,6 +351,7 @@ static const char *expected(tsr_key_form_t form) {
   case TSR_KEY_PROBABILITY: return "expected a probability in [0, 1)";
   case TSR_KEY_ACTIVATION: return "use relu or none";
   case TSR_KEY_UNITS: return "expected a positive integer or classes";
+  case TSR_KEY_FRACTION: return "expected a number in (0, 1]";
   }
   return "see the README";
 }
@@ -579,6 +589,10 @@ static int write_key(const tsr_layer_key_t *k, const tsr_layer_spec_t *l, char *
   case TSR_KEY_UNITS:
     if (a == TSR_UNITS_CLASSES) return snprintf(buf, size, "%s = classes\n", k->name);
     return a ? snprintf(buf, size, "%s = %d\n", k->name, a) : 0;
+  case TSR_KEY_FRACTION: {
+    double v = (double)*(const float *)(at + k->field);
+    return v != 0.0 ? snprintf(buf, size, "%s = %.9g\n", k->name, v) : 0;
+  }
   }
   return 0;
 }

@@ -1,0 +1,124 @@
+/* Batch normalization layers: per channel of h x w x c samples (channels-last rows), per
+ * feature of 1 x 1 x F ones, with a learnable scale (init 1) and shift (init 0) of C values
+ * each, and a following ReLU fused into the normalize task. Training normalizes with the
+ * batch's statistics (biased variance) and updates running mean and unbiased running variance
+ * with PyTorch's momentum; evaluation normalizes with the running statistics. Whole samples,
+ * cut into batch-row tiles. With the batchnorm type's registry descriptor (layers.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nn/layers.h"
+#include "tile/ops.h"
+#include "try.h"
+
+/* Any sample shape: C = its channels (its features when it is 1 x 1 x F); the output has the
+ * input's shape. */
+static int bn_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
+  if (!(s->momentum >= 0.0f && s->momentum <= 1.0f) || !(s->eps >= 0.0f && s->eps <= 1.0f))
+    return tsr_error_set(at->err, TSR_EINVAL,
+                         "layer %d (batchnorm): momentum and eps must be in (0, 1] (got %g, %g)",
+                         at->index, (double)s->momentum, (double)s->eps);
+  g->oc = g->c, g->oh = g->h, g->ow = g->w;
+  return 0;
+}
+
+/* scale (1, C) and shift (1, C), one tile each, without weight decay. */
+static void bn_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
+  (void)lay;
+  int c = l->geom.c;
+  l->nparams = 2;
+  l->params[0] = (tsr_layout_matrix_t){1, c, 1, c, false};
+  l->params[1] = (tsr_layout_matrix_t){1, c, 1, c, false};
+}
+
+/* Forward per batch-row tile a statistics pass and a normalize pass (each reading the tile),
+ * the tree of per-tile partials and the finalizing task; backward the fused ReLU, a sums pass
+ * and an input-gradient pass per tile, the tree, and the two updates. The chain: tile 0's two
+ * passes forward, its two backward. */
+static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *c,
+                      double *bwd) {
+  (void)lay;
+  int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb), ch = l->geom.c;
+  double tree = 0, chain = 0;
+  for (int i = 0; i < mt; i++) {
+    double m = tsr__cost_tsize(c->batch, mb, i), n = m * l->fin;
+    double t = c->task(c, 0, 1, 4.0 * n);            /* statistics */
+    t += c->task(c, 0, 1, 4.0 * (2.0 * n + 3 * ch)); /* normalize (and ReLU) */
+    if (i == 0) chain = t;
+  }
+  for (int i = 1; i < mt; i++)
+    tree = c->task(c, 0, 1, 4.0 * 9 * ch);
+  for (int s = 1; s < mt; s *= 2) /* the tree's depth */
+    chain += tree;
+  chain += c->task(c, 0, 1, 4.0 * 8 * ch);
+  double before = c->work(c), bchain = 0;
+  for (int i = 0; i < mt; i++) {
+    double m = tsr__cost_tsize(c->batch, mb, i), n = m * l->fin;
+    double t = l->relu ? c->task(c, 0, 1, 4.0 * 3 * n) : 0;
+    t += c->task(c, 0, 1, 4.0 * 2 * n); /* sums of dy and dy xhat */
+    if (l->has_dx) t += c->task(c, 0, 1, 4.0 * 3 * n);
+    if (i == 0) bchain = t;
+  }
+  for (int i = 1; i < mt; i++)
+    c->task(c, 0, 1, 4.0 * 6 * ch);
+  c->update(c, ch);
+  double upd = c->update(c, ch);
+  *bwd = c->work(c) - before;
+  return chain + bchain + (l->has_dx ? 0 : upd);
+}
+
+static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
+                      const tsr_task_opts_t *o) {
+  (void)net, (void)l, (void)x, (void)train, (void)o;
+  return TSR_EINVAL; /* the tasks come in the next commit */
+}
+
+static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
+                       tsr_tiles_t *const *dx, const tsr_task_opts_t *o) {
+  (void)net, (void)l, (void)x, (void)dx, (void)o;
+  return TSR_EINVAL;
+}
+
+static const tsr_layer_ops_t bn_ops = {"batchnorm", bn_forward, bn_backward};
+
+/* scale 1, shift 0 (the layout made them zero). */
+static int bn_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
+  (void)net, (void)at;
+  int c = l->geom.c;
+  float *ones = malloc(sizeof *ones * (size_t)c);
+  if (!ones) return TSR_ENOMEM;
+  for (int k = 0; k < c; k++)
+    ones[k] = 1.0f;
+  int rc = tsr_tiles_write_owned(l->params[0].w, ones);
+  free(ones);
+  return rc;
+}
+
+/* "batchnorm", then the momentum and eps where they are not the defaults. */
+static int bn_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
+  char m[32] = "", e[32] = "";
+  if (s->momentum != 0.0f) snprintf(m, sizeof m, "m%g", (double)s->momentum);
+  if (s->eps != 0.0f) snprintf(e, sizeof e, "e%g", (double)s->eps);
+  return snprintf(buf, size, "batchnorm%s%s", m, e);
+}
+
+static const tsr_layer_key_t bn_keys[] = {
+    {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
+    {"momentum", NULL, TSR_KEY_FRACTION, TSR_SPEC_FIELD(momentum), 0, NULL},
+    {"eps", NULL, TSR_KEY_FRACTION, TSR_SPEC_FIELD(eps), 0, NULL},
+    {0},
+};
+
+const tsr_layer_type_t tsr__batchnorm_type = {
+    .kind = TSR_LAYER_BATCHNORM,
+    .name = "batchnorm",
+    .keys = bn_keys,
+    .whole_samples = true,
+    .fuses_relu = true,
+    .shape = bn_shape,
+    .layout = bn_layout,
+    .cost = bn_cost,
+    .ops = &bn_ops,
+    .create = bn_create,
+    .describe = bn_describe,
+};
