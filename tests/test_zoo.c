@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tessera/plan.h"
 #include "tessera/tessera.h"
 
 static void start(void) {
@@ -46,6 +47,12 @@ static const zoo_model_t models[] = {
 };
 #define NMODELS (int)(sizeof models / sizeof *models)
 
+/* TSR_ZOO_MODELS (names separated by commas) runs the tests on those models only. */
+static bool wanted(const zoo_model_t *m) {
+  const char *only = getenv("TSR_ZOO_MODELS");
+  return !only || strstr(only, m->name);
+}
+
 static void load(const zoo_model_t *m, tsr_model_spec_t *spec, tsr_net_opts_t *o) {
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_model_parse(spec, m->name, m->classes, &err), 0, "%s: %s", m->name, err.msg);
@@ -56,6 +63,7 @@ static void load(const zoo_model_t *m, tsr_model_spec_t *spec, tsr_net_opts_t *o
 Test(zoo, published_parameter_counts) {
   for (int i = 0; i < NMODELS; i++) {
     const zoo_model_t *m = &models[i];
+    if (!wanted(m)) continue;
     tsr_model_spec_t spec;
     tsr_net_opts_t o;
     load(m, &spec, &o);
@@ -99,13 +107,11 @@ Test(zoo, other_classes_and_inputs) {
   tsr_model_spec_fini(&spec);
 }
 
-/* One step of every model: the ImageNet ones at 224x224x3, batch 2; the CIFAR ones at 32x32x3.
- * TSR_ZOO_MODELS (a comma-separated list) runs some of them only. */
+/* One step of every model: the ImageNet ones at 224x224x3, batch 2; the CIFAR ones at 32x32x3. */
 Test(zoo, one_step_each) {
-  const char *only = getenv("TSR_ZOO_MODELS");
   for (int i = 0; i < NMODELS; i++) {
     const zoo_model_t *m = &models[i];
-    if (only && !strstr(only, m->name)) continue;
+    if (!wanted(m)) continue;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     tsr_model_spec_t spec;
@@ -174,4 +180,63 @@ Test(zoo, summary_by_hand) {
   cr_expect_eq(s.act_bytes, 4 * (256 + 64 + 5));
   tsr_model_summary_fini(&s);
   tsr_model_spec_fini(&spec);
+}
+
+/* Every zoo model planned for 1,024 nodes of each shipped cluster (benchmarks/clusters/), batch
+ * 64 per replica, ImageNet's or CIFAR-10's epoch, every grid shape under batch averaging: every
+ * row a finite positive step, the per-sample flops about three forward passes (forward, input
+ * and weight gradients; the first convolution computes no input gradient), and on one rank the
+ * memory tsr_net_estimate counts for that batch. */
+Test(zoo, plans_for_1024_nodes) {
+  static const char *const clusters[] = {"ib100", "eth10"};
+  tsr_plan_row_t *rows = calloc(512, sizeof *rows);
+  cr_assert(rows);
+  for (int i = 0; i < NMODELS; i++) {
+    const zoo_model_t *m = &models[i];
+    if (!wanted(m)) continue;
+    tsr_model_spec_t spec;
+    tsr_net_opts_t no;
+    load(m, &spec, &no);
+    tsr_errbuf_t err = {""};
+    tsr_model_summary_t s;
+    int inputs = m->h * m->w * m->c;
+    cr_assert_eq(tsr_model_summarize(&s, &spec, inputs, m->classes, &no, &err), 0, "%s", err.msg);
+    for (int k = 0; k < 2; k++) {
+      tsr_machine_t mach;
+      cr_assert_eq(tsr_machine_load_ini(&mach, clusters[k], &err), 0, "%s", err.msg);
+      for (int one = 0; one < 2; one++) {
+        tsr_plan_opts_t o;
+        tsr_plan_opts_init(&o);
+        o.inputs = inputs, o.classes = m->classes;
+        o.in_height = m->h, o.in_width = m->w, o.in_channels = m->c;
+        o.samples = m->classes == 1000 ? 1281167 : 50000;
+        o.ranks = one ? 1 : 1024 * mach.ranks_per_node;
+        int n = 0;
+        cr_assert_eq(tsr_plan_run(&spec, &o, &mach, rows, 512, &n, &err), 0, "%s on %s: %s",
+                     m->name, clusters[k], err.msg);
+        cr_assert_gt(n, 0);
+        for (int r = 0; r < n; r++) {
+          const tsr_plan_row_t *p = &rows[r];
+          cr_expect(isfinite(p->step_s) && p->step_s > 0 && isfinite(p->epoch_s), "%s %dx%d",
+                    m->name, p->pr, p->pc);
+          if (p->pr != 1) continue;
+          double per_sample = p->flops_step / o.batch;
+          cr_expect(per_sample > 2.5 * s.flops && per_sample < 3.1 * s.flops,
+                    "%s on %s: %.4g flops per sample per step, forward %.4g", m->name, clusters[k],
+                    per_sample, s.flops);
+        }
+        if (one) {
+          tsr_net_memory_t mem;
+          tsr_net_opts_t eo = no;
+          eo.batch = o.batch;
+          cr_assert_eq(tsr_net_estimate(&mem, &spec, inputs, m->classes, &eo, &err), 0, "%s",
+                       err.msg);
+          cr_expect_gt(rows[0].memory_bytes, 0.9 * (double)mem.total, "%s", m->name);
+        }
+      }
+    }
+    tsr_model_summary_fini(&s);
+    tsr_model_spec_fini(&spec);
+  }
+  free(rows);
 }
