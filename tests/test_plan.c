@@ -432,3 +432,40 @@ Test(plan, a_sharded_update_is_shared_by_the_grid_columns) {
             "(2/3 of %.6g s: the update shared by the 3 columns)",
             got, want, updates_s);
 }
+
+/* The critical path of a graph is its longest path: two equal convolution branches joined by a
+ * concat, on 4 workers, take about the time of one branch (the work spread over the workers is
+ * less than one branch's chain), not of the two in a row. */
+static double compute_of(const char *ini) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&spec, ini, "branches", &err), 0, "%s", err.msg);
+  tsr_model_bind_classes(&spec, 10);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 1, o.pr = 1, o.pc = 1, o.batch = 4, o.tile_rows = 4;
+  o.inputs = 32 * 32 * 8, o.in_height = 32, o.in_width = 32, o.in_channels = 8;
+  tsr_plan_sync_parse(&o.sync, "batch", &err);
+  tsr_machine_t m = round_machine();
+  m.workers = 4, m.cores_per_node = 4;
+  tsr_plan_row_t row;
+  int n = 0;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &row, 1, &n, &err), 0, "%s", err.msg);
+  tsr_model_spec_fini(&spec);
+  return row.compute_s;
+}
+
+Test(plan, parallel_branches_are_priced_as_the_longest_path) {
+  const char *conv = "type = conv\nfilters = 64\nkernel = 3\npadding = 1\ninput = input\n";
+  char one[512], two[1024];
+  snprintf(one, sizeof one,
+           "[a]\n%s[pool]\ntype = avgpool\nkernel = 32\n[out]\ntype = dense\nunits = classes\n",
+           conv);
+  snprintf(two, sizeof two,
+           "[a]\n%s[b]\n%s[cat]\ntype = concat\ninputs = a, b\n[pool]\ntype = avgpool\n"
+           "kernel = 32\n[out]\ntype = dense\nunits = classes\n",
+           conv, conv);
+  double t1 = compute_of(one), t2 = compute_of(two);
+  cr_expect(t2 < 1.3 * t1, "two branches %g s, one %g s", t2, t1);
+  cr_expect(t2 > t1, "two branches %g s, one %g s", t2, t1);
+}
