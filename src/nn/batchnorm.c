@@ -109,6 +109,12 @@ static const tsr_layer_key_t bn_keys[] = {
     {0},
 };
 
+/* tessera summary: per element, the mean subtracted, the inverse deviation, the scale and the
+ * shift applied (evaluation's 4; training's batch statistics add about 3 more). */
+static double bn_flops(const tsr_layout_layer_t *l) {
+  return 4.0 * l->fout;
+}
+
 const tsr_layer_type_t tsr__batchnorm_type = {
     .kind = TSR_LAYER_BATCHNORM,
     .name = "batchnorm",
@@ -118,6 +124,7 @@ const tsr_layer_type_t tsr__batchnorm_type = {
     .shape = bn_shape,
     .layout = bn_layout,
     .cost = bn_cost,
+    .flops = bn_flops,
     .ops = &bn_ops,
     .create = bn_create,
     .describe = bn_describe,
