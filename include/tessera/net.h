@@ -34,7 +34,10 @@ typedef enum {
   TSR_LAYER_FLATTEN, /* (c, h, w) -> (1, 1, c h w); the storage is unchanged */
   TSR_LAYER_DROPOUT, /* inverted dropout in training, identity in evaluation */
   TSR_LAYER_ADD,     /* element-wise sum of inputs of one shape (a residual connection) */
-  TSR_LAYER_CONCAT   /* inputs side by side along channels (features for 1 x 1 samples) */
+  TSR_LAYER_CONCAT,  /* inputs side by side along channels (features for 1 x 1 samples) */
+
+  /* the mean of each channel over a sample's pixels: (h, w, c) -> (1, 1, c) */
+  TSR_LAYER_GLOBALAVGPOOL
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -44,7 +47,9 @@ typedef struct {
   int units;              /* dense: output features; conv: output channels */
   int kernel_h, kernel_w; /* conv, pools: window, required (kernel_w 0: square) */
   int stride_h, stride_w; /* conv: default 1; pools: default the kernel */
-  int pad_h, pad_w;       /* conv: zero padding on each side, default 0 */
+  int pad_h, pad_w;       /* conv: zero padding on each side, default 0; pools: padding on
+                           * each side, at most half the kernel, default 0 (never a max;
+                           * zeros in a mean, whose divisor stays kh kw) */
   int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
@@ -94,11 +99,12 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat`. dense:
- * `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
+ * `type = dense | relu | conv | maxpool | avgpool | globalavgpool | flatten | dropout | add |
+ * concat`. dense: `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
- * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
+ * optional `stride`, `padding` (N or NHxNW, at most half the kernel). globalavgpool: no keys.
+ * dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
  * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU
