@@ -43,6 +43,8 @@ static void conv_ref(const tsr_conv_geom_t *g, int n, double *y, const double *x
         }
 }
 
+/* PyTorch's MaxPool2d and AvgPool2d (count_include_pad=True): the padding is -inf in a max
+ * and zeros in a mean, whose divisor is kh kw. */
 static void pool_ref(const tsr_conv_geom_t *g, bool max, int n, double *y, const double *x) {
   for (int s = 0; s < n; s++)
     for (int oy = 0; oy < g->oh; oy++)
@@ -51,8 +53,9 @@ static void pool_ref(const tsr_conv_geom_t *g, bool max, int n, double *y, const
           double acc = max ? -INFINITY : 0.0;
           for (int ky = 0; ky < g->kh; ky++)
             for (int kx = 0; kx < g->kw; kx++) {
-              double v = x[(long)s * g->h * g->w * g->c +
-                           ((long)(oy * g->sh + ky) * g->w + ox * g->sw + kx) * g->c + c];
+              int iy = oy * g->sh - g->ph + ky, ix = ox * g->sw - g->pw + kx;
+              if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
+              double v = x[(long)s * g->h * g->w * g->c + ((long)iy * g->w + ix) * g->c + c];
               acc = max ? fmax(acc, v) : acc + v;
             }
           y[(long)s * g->oh * g->ow * g->c + ((long)oy * g->ow + ox) * g->c + c] =
@@ -110,6 +113,18 @@ static void maxpool_forward_ref(const ref_layer_t *r, double *y, const double *c
 
 static void avgpool_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
   pool_ref(r->g, false, r->n, y, x[0]);
+}
+
+/* The mean of each channel over the sample's pixels: y (n, c). */
+static void globalavgpool_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  int pixels = r->g->h * r->g->w, c = r->g->c;
+  for (int s = 0; s < r->n; s++)
+    for (int q = 0; q < c; q++) {
+      double acc = 0;
+      for (int p = 0; p < pixels; p++)
+        acc += x[0][((long)s * pixels + p) * c + q];
+      y[(long)s * c + q] = acc / pixels;
+    }
 }
 
 static void flatten_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
@@ -196,7 +211,11 @@ static const ref_type_t ref_types[] = {
         .type = "maxpool",
         .forward = maxpool_forward_ref,
         .in = {2, 4, 4},
-        .example = {2, {{.kind = TSR_LAYER_MAXPOOL, .kernel_h = 2, .stride_h = 1}, OUT3}},
+        /* ResNet's stem pooling: 3x3, stride 2, padding 1 */
+        .example =
+            {2,
+             {{.kind = TSR_LAYER_MAXPOOL, .kernel_h = 3, .stride_h = 2, .pad_h = 1, .pad_w = 1},
+              OUT3}},
     },
     {
         .type = "avgpool",
@@ -207,8 +226,16 @@ static const ref_type_t ref_types[] = {
                       .kernel_h = 3,
                       .kernel_w = 2,
                       .stride_h = 2,
-                      .stride_w = 1},
+                      .stride_w = 1,
+                      .pad_h = 1,
+                      .pad_w = 1},
                      OUT3}},
+    },
+    {
+        .type = "globalavgpool",
+        .forward = globalavgpool_forward_ref,
+        .in = {3, 3, 4},
+        .example = {2, {{.kind = TSR_LAYER_GLOBALAVGPOOL}, OUT3}},
     },
     {
         .type = "flatten",

@@ -409,3 +409,45 @@ Test(conv, cnn_shorthand_and_ini_file) {
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&s);
 }
+
+/* PyTorch's pooling padding and the global average pool, from a model file: ResNet's stem
+ * (maxpool 3x3 stride 2 padding 1) and head (globalavgpool then dense), the shapes they give,
+ * their descriptions and INI round trip, and a padding over half the kernel refused. */
+Test(conv, pool_padding_and_globalavgpool_from_a_model_file) {
+  const char *text = "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\npadding = 1\n"
+                     "[p]\ntype = maxpool\nkernel = 3\nstride = 2\npadding = 1\n"
+                     "[a]\ntype = avgpool\nkernel = 3\nstride = 1\npadding = 1\n"
+                     "[g]\ntype = globalavgpool\n[out]\ntype = dense\nunits = 10\n";
+  tsr_model_spec_t s;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&s, text, "stem.ini", &err), 0, "%s", err.msg);
+  char buf[512];
+  tsr_model_describe(&s, 784, buf, sizeof buf);
+  cr_assert_str_eq(buf,
+                   "784-conv3x3/4s2x2p1x1-maxpool3x3s2x2p1x1-avgpool3x3s1x1p1x1-globalavgpool-10");
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.in_channels = 1, o.in_height = 28, o.in_width = 28;
+  tsr_net_t *net = NULL;
+  /* 28x28 -conv s2 p1-> 14x14x4 -maxpool 3 s2 p1-> 7x7x4 -avgpool 3 s1 p1-> 7x7x4 -global->
+   * 1x1x4: the dense layer's fan-in is 4, so its parameters are 4 10 + 10. */
+  cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_net_param_count(net), 4 * (9 + 1) + 4 * 10 + 10);
+  tsr_net_destroy(&net);
+
+  char ini[1024];
+  cr_assert_eq(tsr_model_to_ini(&s, ini, sizeof ini), 0);
+  tsr_model_spec_t back;
+  cr_assert_eq(tsr_model_parse_ini_text(&back, ini, "round trip", &err), 0, "%s", err.msg);
+  char again[512];
+  tsr_model_describe(&back, 784, again, sizeof again);
+  cr_assert_str_eq(again, buf, "%s", ini);
+  tsr_model_spec_fini(&back);
+
+  s.layers[1].pad_h = s.layers[1].pad_w = 2; /* kernel 3: at most 1 */
+  expect_rejected(&s, (const char *const[]){"layer 2", "maxpool", "padding 2x2", "half"}, 4);
+  s.layers[1].pad_h = 1, s.layers[1].pad_w = 0;
+  s.layers[2].kernel_h = 2, s.layers[2].pad_h = 2, s.layers[2].pad_w = 1;
+  expect_rejected(&s, (const char *const[]){"layer 3", "avgpool", "padding 2x1"}, 3);
+  tsr_model_spec_fini(&s);
+}

@@ -431,9 +431,11 @@ Test(opencl, convolution_forward_and_backward) {
 }
 
 Test(opencl, pooling_max_mean_and_fused_relu) {
-  const tsr_conv_geom_t cases[] = {geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0),
-                                   geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0)};
-  for (int t = 0; t < 2; t++)
+  /* tiled, overlapping, ResNet's padded stem (3x3 stride 2 padding 1), padded stride 1 */
+  const tsr_conv_geom_t cases[] = {
+      geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0), geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0),
+      geom(3, 7, 8, 3, 3, 3, 2, 2, 1, 1), geom(2, 5, 6, 2, 3, 2, 1, 1, 1, 1)};
+  for (int t = 0; t < 4; t++)
     for (int mode = 0; mode < 3; mode++) { /* max, max with relu, mean */
       const tsr_conv_geom_t *g = &cases[t];
       bool max = mode < 2, relu = mode == 1;

@@ -37,7 +37,9 @@ typedef enum {
   TSR_LAYER_CONCAT,  /* inputs side by side along channels (features for 1 x 1 samples) */
   /* batch normalization per channel (per feature for 1 x 1 samples), learnable scale and
    * shift, running statistics for evaluation */
-  TSR_LAYER_BATCHNORM
+  TSR_LAYER_BATCHNORM,
+  /* the mean of each channel over a sample's pixels: (h, w, c) -> (1, 1, c) */
+  TSR_LAYER_GLOBALAVGPOOL
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -47,7 +49,9 @@ typedef struct {
   int units;              /* dense: output features; conv: output channels */
   int kernel_h, kernel_w; /* conv, pools: window, required (kernel_w 0: square) */
   int stride_h, stride_w; /* conv: default 1; pools: default the kernel */
-  int pad_h, pad_w;       /* conv: zero padding on each side, default 0 */
+  int pad_h, pad_w;       /* conv: zero padding on each side, default 0; pools: padding on
+                           * each side, at most half the kernel, default 0 (never a max;
+                           * zeros in a mean, whose divisor stays kh kw) */
   int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
@@ -106,12 +110,13 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat |
- * batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
+ * `type = dense | relu | conv | maxpool | avgpool | globalavgpool | flatten | dropout | add |
+ * concat | batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
  * tsr_model_bind_classes), optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
- * optional `stride`. dropout: `rate = P`. add: optional `activation`. batchnorm: optional
+ * optional `stride`, `padding` (N or NHxNW, at most half the kernel). globalavgpool: no keys.
+ * dropout: `rate = P`. add: optional `activation`. batchnorm: optional
  * `activation`, `momentum = M` (0 < M <= 1, default 0.1), `eps = E` (0 < E <= 1, default
  * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the

@@ -294,24 +294,47 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
   }
 }
 
+/* The part of output pixel (oy, ox)'s window inside the sample: rows ky0 .. ky1 - 1 and
+ * columns kx0 .. kx1 - 1 of the window, whose corner is input (iy0, ix0) (negative over the
+ * padding). Never empty: padding is at most half the kernel. */
+typedef struct {
+  int iy0, ix0, ky0, ky1, kx0, kx1;
+} pool_window_t;
+
+static pool_window_t pool_window(const tsr_conv_geom_t *g, int oy, int ox) {
+  pool_window_t v;
+  v.iy0 = oy * g->sh - g->ph, v.ix0 = ox * g->sw - g->pw;
+  v.ky0 = v.iy0 < 0 ? -v.iy0 : 0, v.kx0 = v.ix0 < 0 ? -v.ix0 : 0;
+  v.ky1 = g->h - v.iy0 < g->kh ? g->h - v.iy0 : g->kh;
+  v.kx1 = g->w - v.ix0 < g->kw ? g->w - v.ix0 : g->kw;
+  return v;
+}
+
+/* Offset in a sample of window position (ky, kx). */
+static long window_at(const tsr_conv_geom_t *g, const pool_window_t *v, int ky, int kx) {
+  return ((long)(v->iy0 + ky) * g->w + v->ix0 + kx) * g->c;
+}
+
 void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
                      int ldx) {
   const int c = g->c;
+  /* PyTorch's count_include_pad: the padding counts as zeros in the mean. */
   const float inv = 1.0f / (float)(g->kh * g->kw);
-  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  assert(g->oc == c && g->ph <= g->kh / 2 && g->pw <= g->kw / 2);
   for (int s = 0; s < n; s++) {
     const float *xs = x + (long)s * ldx;
     float *ys = y + (long)s * ldy;
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
         float *yo = ys + ((long)oy * g->ow + ox) * c;
-        const float *first = xs + ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        pool_window_t v = pool_window(g, oy, ox);
+        const float *first = xs + window_at(g, &v, v.ky0, v.kx0);
         for (int q = 0; q < c; q++)
           yo[q] = first[q];
-        for (int ky = 0; ky < g->kh; ky++)
-          for (int kx = 0; kx < g->kw; kx++) {
-            if (ky == 0 && kx == 0) continue;
-            const float *xi = first + ((long)ky * g->w + kx) * c;
+        for (int ky = v.ky0; ky < v.ky1; ky++)
+          for (int kx = v.kx0; kx < v.kx1; kx++) {
+            if (ky == v.ky0 && kx == v.kx0) continue;
+            const float *xi = xs + window_at(g, &v, ky, kx);
             if (max)
               for (int q = 0; q < c; q++)
                 yo[q] = xi[q] > yo[q] ? xi[q] : yo[q];
@@ -330,11 +353,11 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
                      const float *dy, int lddy, const float *x, int ldx, const float *y, int ldy) {
   const int c = g->c;
   const float inv = 1.0f / (float)(g->kh * g->kw);
-  /* Windows that neither overlap nor leave gaps between them write each
-   * input once: assign instead of zeroing and accumulating, and zero only
-   * the rows and columns past the last window. */
-  const bool tiled = g->sh == g->kh && g->sw == g->kw;
-  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  /* Windows that neither overlap nor leave gaps between them (nor hang over a padding) write
+   * each input once: assign instead of zeroing and accumulating, and zero only the rows and
+   * columns past the last window. */
+  const bool tiled = g->sh == g->kh && g->sw == g->kw && g->ph == 0 && g->pw == 0;
+  assert(g->oc == c && g->ph <= g->kh / 2 && g->pw <= g->kw / 2);
   for (int s = 0; s < n; s++) {
     float *dxs = dx + (long)s * lddx;
     const float *dys = dy + (long)s * lddy;
@@ -348,11 +371,11 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
         long out = ((long)oy * g->ow + ox) * c;
-        long in0 = ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        pool_window_t v = pool_window(g, oy, ox);
         if (!max) {
-          for (int ky = 0; ky < g->kh; ky++)
-            for (int kx = 0; kx < g->kw; kx++) {
-              float *d = dxs + in0 + ((long)ky * g->w + kx) * c;
+          for (int ky = v.ky0; ky < v.ky1; ky++)
+            for (int kx = v.kx0; kx < v.kx1; kx++) {
+              float *d = dxs + window_at(g, &v, ky, kx);
               if (tiled)
                 for (int q = 0; q < c; q++)
                   d[q] = inv * dys[out + q];
@@ -374,9 +397,9 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
           float left[64];
           for (int q = 0; q < cn; q++)
             left[q] = !relu || ym[q] > 0.0f ? dys[out + q0 + q] : 0.0f;
-          for (int ky = 0; ky < g->kh; ky++)
-            for (int kx = 0; kx < g->kw; kx++) {
-              long at = in0 + ((long)ky * g->w + kx) * c + q0;
+          for (int ky = v.ky0; ky < v.ky1; ky++)
+            for (int kx = v.kx0; kx < v.kx1; kx++) {
+              long at = window_at(g, &v, ky, kx) + q0;
               const float *xi = xs + at;
               float *d = dxs + at;
               if (tiled)

@@ -128,8 +128,9 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
                             const float *x, int ldx, const float *dy, int lddy, float beta,
                             float *work);
 
-/* Pooling over each channel (g->oc == g->c, no padding): y (n, oh ow c) =
- * max (or mean) of x (n, h w c) over each window. */
+/* Pooling over each channel (g->oc == g->c, padding at most half the kernel): y (n, oh ow c)
+ * = max (or mean) of x (n, h w c) over each window. The padding never wins a max (-inf) and
+ * counts as zeros in a mean, whose divisor is kh kw (PyTorch's count_include_pad=True). */
 void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
                      int ldx);
 /* dx (n, h w c) = pooling gradient from dy (n, oh ow c). Max pooling routes
