@@ -140,4 +140,32 @@ int tsr__insert_pool_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, star
 int tsr__insert_dropout(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
                         uint64_t seed, int64_t row0, int64_t col0, float rate);
 
+/* Batch normalization (batchnorm.c; src/kernels/batchnorm.c says the formulas). p and s are
+ * (3, c) partials and statistics, mean, var, scale and shift (1, c); x, y, dy, dx tiles of
+ * samples of hw positions of c channels, of which the first valid rows are samples. */
+int tsr__insert_bn_stats(const tsr_task_opts_t *o, starpu_data_handle_t p, starpu_data_handle_t x,
+                         int hw, int c, int valid);
+/* a = a and b combined: partials (Chan's formula), or with sums the backward sums added. */
+int tsr__insert_bn_combine(const tsr_task_opts_t *o, starpu_data_handle_t a, starpu_data_handle_t b,
+                           bool sums);
+/* s from the batch's partial p, moving the running mean and var when update is set; p NULL: s
+ * from the running statistics (evaluation). */
+int tsr__insert_bn_finalize(const tsr_task_opts_t *o, starpu_data_handle_t s,
+                            starpu_data_handle_t p, starpu_data_handle_t mean,
+                            starpu_data_handle_t var, float momentum, float eps, bool update);
+int tsr__insert_bn_normalize(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                             starpu_data_handle_t x, starpu_data_handle_t s,
+                             starpu_data_handle_t scale, starpu_data_handle_t shift, int hw,
+                             bool relu);
+/* p = the backward sums of one tile; y is read for a fused ReLU only. */
+int tsr__insert_bn_sums(const tsr_task_opts_t *o, starpu_data_handle_t p, starpu_data_handle_t dy,
+                        starpu_data_handle_t x, starpu_data_handle_t y, starpu_data_handle_t s,
+                        int hw, int valid, bool relu);
+int tsr__insert_bn_dx(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                      starpu_data_handle_t x, starpu_data_handle_t y, starpu_data_handle_t s,
+                      starpu_data_handle_t scale, starpu_data_handle_t p, int hw, int valid,
+                      bool relu);
+int tsr__insert_bn_params_grad(const tsr_task_opts_t *o, starpu_data_handle_t dscale,
+                               starpu_data_handle_t dshift, starpu_data_handle_t p);
+
 #endif

@@ -152,6 +152,25 @@ static void concat_forward_ref(const ref_layer_t *r, double *y, const double *co
           y[((long)s * pixels + p) * oc + off + c] = x[k][((long)s * pixels + p) * r->in[k].c + c];
 }
 
+/* Training mode: each channel (each feature of 1 x 1 x F samples) normalized with the
+ * statistics of the n samples' values (biased variance), then scale and shift. */
+static void batchnorm_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *x = xs[0], *scale = r->params[0], *shift = r->params[1];
+  int c = r->g->c, hw = r->g->h * r->g->w;
+  double eps = r->s->eps > 0 ? r->s->eps : 1e-5, count = (double)r->n * hw;
+  for (int ch = 0; ch < c; ch++) {
+    double mean = 0, var = 0;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      mean += x[k * c + ch];
+    mean /= count;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      var += (x[k * c + ch] - mean) * (x[k * c + ch] - mean);
+    var /= count;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      y[k * c + ch] = (x[k * c + ch] - mean) / sqrt(var + eps) * scale[ch] + shift[ch];
+  }
+}
+
 /* The engine's mask of the first training step, scaled by 1 / (1 - rate). */
 static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
   const double *x = xs[0];
@@ -280,6 +299,14 @@ static const ref_type_t ref_types[] = {
                       .inputs = {"input"}},
                      {.kind = TSR_LAYER_CONCAT, .n_inputs = 3, .inputs = {"a", "b", "input"}},
                      OUT3}},
+    },
+    {
+        /* per channel of 2 x 2 x 3 samples, its ReLU fused */
+        .type = "batchnorm",
+        .nparams = 2,
+        .forward = batchnorm_forward_ref,
+        .in = {3, 2, 2},
+        .example = {3, {{.kind = TSR_LAYER_BATCHNORM}, {.kind = TSR_LAYER_RELU}, OUT3}},
     },
 };
 #undef OUT3

@@ -22,13 +22,21 @@ static int bn_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_lay
   return 0;
 }
 
-/* scale (1, C) and shift (1, C), one tile each, without weight decay. */
+/* scale (1, C) and shift (1, C), one tile each, without weight decay; the buffers running
+ * mean and running variance (1, C); scratch: the partials (mt 3, C), one (3, C) tile per
+ * batch-row tile, and the statistics (3, C); workspace: 2 C doubles. */
 static void bn_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
-  (void)lay;
-  int c = l->geom.c;
+  int c = l->geom.c, mt = (lay->batch + lay->mb - 1) / lay->mb;
   l->nparams = 2;
   l->params[0] = (tsr_layout_matrix_t){1, c, 1, c, false};
   l->params[1] = (tsr_layout_matrix_t){1, c, 1, c, false};
+  l->nbuffers = 2;
+  l->buffers[0] = (tsr_layout_matrix_t){1, c, 1, c, false};
+  l->buffers[1] = (tsr_layout_matrix_t){1, c, 1, c, false};
+  l->nscratch = 2;
+  l->scratch[0] = (tsr_layout_matrix_t){3 * (int64_t)mt, c, 3, c, false};
+  l->scratch[1] = (tsr_layout_matrix_t){3, c, 3, c, false};
+  l->workspace = 4 * (int64_t)c;
 }
 
 /* Forward per batch-row tile a statistics pass and a normalize pass (each reading the tile),
@@ -67,29 +75,72 @@ static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
   return chain + bchain + (l->has_dx ? 0 : upd);
 }
 
-static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
-                      const tsr_task_opts_t *o) {
-  (void)net, (void)l, (void)x, (void)train, (void)o;
-  return TSR_EINVAL; /* the tasks come in the next commit */
+/* The spec's momentum and eps, or PyTorch's defaults. */
+static float bn_momentum(const tsr_layer_t *l) {
+  return l->spec.momentum > 0.0f ? l->spec.momentum : 0.1f;
+}
+static float bn_eps(const tsr_layer_t *l) {
+  return l->spec.eps > 0.0f ? l->spec.eps : 1e-5f;
 }
 
-static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
-                       tsr_tiles_t *const *dx, const tsr_task_opts_t *o) {
-  (void)net, (void)l, (void)x, (void)dx, (void)o;
-  return TSR_EINVAL;
+/* Training: the partials of the batch's real rows (net->valid), their tree, the hook
+ * (--sync-bn: every rank's batch), then mean and 1 / std (moving the running statistics) and
+ * normalize. Evaluation: 1 / std from the running statistics, then normalize. A batch whose
+ * channels see fewer than 2 values (one sample of 1 x 1 x F) keeps the running statistics as
+ * they were and is not counted. */
+static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs, bool train,
+                      const tsr_task_opts_t *o) {
+  const tsr_tiles_t *x = xs[0];
+  int hw = l->geom.h * l->geom.w;
+  tsr_tiles_t *p = l->scratch[0], *s = l->scratch[1], *mean = l->buffers[0], *var = l->buffers[1];
+  if (!train) {
+    TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, bn_eps(l), false));
+  } else {
+    TSR_TRY(tsr__tiles_bn_stats(o, p, x, hw, net->valid));
+    if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
+    TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), bn_eps(l), true));
+    if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
+  }
+  return tsr__tiles_bn_normalize(o, l->y, x, s, l->params[0].w, l->params[1].w, hw, l->relu);
+}
+
+/* The sums of dy and dy xhat over the batch's real rows by the same tree, the parameters'
+ * gradients from this rank's sums, the hook (--sync-bn: the sums of every rank's batch), then
+ * the input gradient at the highest priority. A fused ReLU's backward is inside the sums and
+ * the input gradient (they read y). */
+static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs,
+                       tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
+  const tsr_tiles_t *x = xs[0];
+  tsr_tiles_t *dx = dxs[0], *p = l->scratch[0], *s = l->scratch[1];
+  int hw = l->geom.h * l->geom.w;
+  TSR_TRY(tsr__tiles_bn_sums(o, p, l->dy, x, l->y, s, hw, net->valid, l->relu));
+  TSR_TRY(tsr__tiles_bn_params_grad(o, l->params[0].g, l->params[1].g, p));
+  if (!dx) return 0;
+  if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, true, o, net->on_stats.ctx));
+  tsr_task_opts_t critical = tsr__net_critical(o);
+  return tsr__tiles_bn_dx(&critical, dx, l->dy, x, l->y, s, l->params[0].w, p, hw, net->valid,
+                          l->relu);
 }
 
 static const tsr_layer_ops_t bn_ops = {"batchnorm", bn_forward, bn_backward};
 
-/* scale 1, shift 0 (the layout made them zero). */
+/* scale 1, shift 0, running mean 0, running variance 1 (the net made them zero). A training
+ * batch of one sample has no statistics per feature (1 x 1 x F inputs): refused, as PyTorch
+ * refuses it. */
 static int bn_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  (void)net, (void)at;
   int c = l->geom.c;
+  if (net->batch < 2 && l->geom.h * l->geom.w == 1)
+    return tsr_error_set(at->err, TSR_EINVAL,
+                         "layer %d (batchnorm over %d features): a batch of 1 sample has no "
+                         "statistics per feature to normalize with (PyTorch refuses it too); "
+                         "train with a batch of 2 or more samples per rank",
+                         at->index, c);
   float *ones = malloc(sizeof *ones * (size_t)c);
   if (!ones) return TSR_ENOMEM;
   for (int k = 0; k < c; k++)
     ones[k] = 1.0f;
   int rc = tsr_tiles_write_owned(l->params[0].w, ones);
+  if (rc == 0) rc = tsr_tiles_write_owned(l->buffers[1], ones);
   free(ones);
   return rc;
 }
@@ -101,6 +152,8 @@ static int bn_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   if (s->eps != 0.0f) snprintf(e, sizeof e, "e%g", (double)s->eps);
   return snprintf(buf, size, "batchnorm%s%s", m, e);
 }
+
+static const char *const bn_buffers[] = {"running_mean", "running_var"};
 
 static const tsr_layer_key_t bn_keys[] = {
     {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
@@ -121,6 +174,8 @@ const tsr_layer_type_t tsr__batchnorm_type = {
     .keys = bn_keys,
     .whole_samples = true,
     .fuses_relu = true,
+    .buffer_names = bn_buffers,
+    .counter_name = "num_batches_tracked",
     .shape = bn_shape,
     .layout = bn_layout,
     .cost = bn_cost,

@@ -70,6 +70,12 @@ typedef struct tsr_layer_type {
   bool fuses_relu;             /* applies a following ReLU itself (l->relu) */
   bool defers_relu_grad;       /* with a fused ReLU, lets its one reader's backward apply the
                                 * ReLU's backward (l->relu_grad_by_next) */
+  /* Its buffers' names (l->buffers, as its layout hook makes them), PyTorch's: checkpoints
+   * store buffer k as layers.<i>.<name>.<buffer_names[k]>; NULL: none. */
+  const char *const *buffer_names;
+  /* Checkpoints also store l->batches_tracked under this name (batchnorm:
+   * num_batches_tracked); NULL: none. */
+  const char *counter_name;
   /* Required. Checks s against its input sample shape (g's c, h, w; every input's in at->in)
    * and fills the rest of g: the window where the type has one (defaults
    * applied) and the output side (oc, oh, ow). A misfit returns TSR_EINVAL or

@@ -627,6 +627,8 @@ static void count_bytes(tsr_net_layout_t *lay) {
     if (l->partials) l->act_floats += 2 * batch * l->fin;
     for (int s = 0; s < l->nscratch; s++)
       l->act_floats += l->scratch[s].rows * l->scratch[s].cols;
+    for (int s = 0; s < l->nbuffers; s++)
+      l->act_floats += l->buffers[s].rows * l->buffers[s].cols;
     params += l->param_floats, acts += l->act_floats;
     if (l->workspace > work) work = l->workspace;
   }

@@ -190,6 +190,11 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
       const tsr_layout_matrix_t *m = &ll->scratch[k];
       TSR_TRY(tsr__net_tiles(&l->scratch[k], m->rows, m->cols, m->mb, m->nb));
     }
+    l->nbuffers = ll->nbuffers;
+    for (int k = 0; k < ll->nbuffers; k++) {
+      const tsr_layout_matrix_t *m = &ll->buffers[k];
+      TSR_TRY(tsr__net_tiles(&l->buffers[k], m->rows, m->cols, m->mb, m->nb));
+    }
     TSR_TRY(grid_scratch(net, l));
     tsr_layer_site_t at = {.index = ll->index,
                            .name = ll->name,
@@ -291,6 +296,8 @@ void tsr_net_destroy(tsr_net_t **np) {
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
     tsr_tiles_destroy(&l->scratch[0]), tsr_tiles_destroy(&l->scratch[1]);
+    for (int k = 0; k < TSR_LAYER_MAX_BUFFERS; k++)
+      tsr_tiles_destroy(&l->buffers[k]);
     for (int p = 0; l->gathered && p < net->grid_rows; p++)
       tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
     free(l->gathered), free(l->partials);
@@ -363,6 +370,7 @@ static tsr_tiles_t *layer_input_grad(const tsr_net_t *net, int i, int k) {
 
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
   if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
+  net->valid = n;
   tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
   TSR_TRY(tsr__tiles_gather(&o, net->x0, ds->x, ds->features, rows, n));
   return tsr__tiles_gather(&o, net->labels, ds->y, 1, rows, n);

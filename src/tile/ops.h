@@ -173,6 +173,35 @@ int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, c
                               tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
                               tsr_tiles_t *sums, tsr_traffic_t *tr);
 
+/* ---- Batch normalization over the batch-row tiles of whole channels-last samples (hw
+ * positions of c channels; of the batch's rows the first `valid` are samples, the rest padding
+ * that never enters the statistics). p: (mt 3, c) in (3, c) tiles, one partial per batch-row
+ * tile, the batch's in tile 0 once a fixed pairwise tree has combined them; s (3, c): mean,
+ * 1 / std, count; scale, shift, mean, var: (1, c). src/kernels/batchnorm.c has the formulas. */
+/* p = the statistics partials of x's tiles, combined into tile 0 (Chan's formula). */
+int tsr__tiles_bn_stats(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *x, int hw,
+                        int valid);
+/* s from p's tile 0 (training; moves mean and var when update is set), or from mean and var
+ * (p NULL: evaluation). */
+int tsr__tiles_bn_finalize(const tsr_task_opts_t *o, tsr_tiles_t *s, tsr_tiles_t *p,
+                           tsr_tiles_t *mean, tsr_tiles_t *var, float momentum, float eps,
+                           bool update);
+int tsr__tiles_bn_normalize(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                            const tsr_tiles_t *s, const tsr_tiles_t *scale,
+                            const tsr_tiles_t *shift, int hw, bool relu);
+/* p = the backward sums (of dy, of dy xhat) of the tiles, added into tile 0 by the same tree;
+ * with relu, dy counts where y (the fused ReLU's output) is positive. */
+int tsr__tiles_bn_sums(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *dy,
+                       const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s, int hw,
+                       int valid, bool relu);
+/* dscale, dshift from the sums in p's tile 0. */
+int tsr__tiles_bn_params_grad(const tsr_task_opts_t *o, tsr_tiles_t *dscale, tsr_tiles_t *dshift,
+                              const tsr_tiles_t *p);
+/* dx from dy and the batch's sums in p's tile 0 (0 on padding rows). */
+int tsr__tiles_bn_dx(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                     const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s,
+                     const tsr_tiles_t *scale, const tsr_tiles_t *p, int hw, int valid, bool relu);
+
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);
