@@ -39,7 +39,8 @@ expect 1 "nosuch.ini: no such model file" -- "$tessera" summary --model nosuch.i
 # A window that does not fit: VGG-16's five poolings need 32x32 at least.
 expect 1 "larger than its input" -- "$tessera" summary --model vgg16 --input 16x16x3
 # The planner and train find the zoo by name too.
-expect 0 "resnet20" -- "$tessera" plan --model resnet20 --input 32x32x3 --ranks 4 --sync batch
+expect 0 "resnet20" -- "$tessera" plan --model resnet20 --input 32x32x3 --ranks 4 --sync batch \
+  --cluster ib100
 expect 2 "--input 3: expected HxWxC" -- "$tessera" plan --model resnet20 --input 3
 expect 2 "unknown model" -- "$tessera" train --model resnet21 --epochs 1
 

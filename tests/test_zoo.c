@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "nn/layers.h"
 #include "tessera/plan.h"
 #include "tessera/tessera.h"
 
@@ -239,4 +240,19 @@ Test(zoo, plans_for_1024_nodes) {
     tsr_model_spec_fini(&spec);
   }
   free(rows);
+}
+
+/* The planner prices every layer a network builds through its type's cost hook, and summary
+ * counts its FLOPs through its flops hook: every registered type with forward and backward
+ * passes has a cost hook (batchnorm, add, concat, globalavgpool included), and every type but
+ * the copies and shape changes a flops hook. */
+Test(zoo, every_type_that_builds_a_layer_is_priced) {
+  for (int i = 0; i < tsr__layer_type_count(); i++) {
+    const tsr_layer_type_t *t = tsr__layer_type_at(i);
+    if (!t->ops) continue;
+    cr_expect(t->cost != NULL, "%s: no cost hook: the planner cannot price it", t->name);
+    bool copies = strcmp(t->name, "concat") == 0;
+    cr_expect(copies || t->flops != NULL, "%s: no flops hook: tessera summary counts none",
+              t->name);
+  }
 }
