@@ -457,7 +457,8 @@ static const row_t rows[] = {
     {"model", "SPEC|FILE", read_text, AT(model),
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
-             "or an INI\n"
+             "a model of the zoo by name (resnet20, resnet32, resnet56,\n"
+             "resnet18, resnet50, vgg11, vgg16, alexnet, googlenet), or an INI\n"
              "model file with one section per layer; a bare NAME.ini is\n"
              "looked up in the installed share/tessera/models/ [mlp]"},
     /* 0 would train nothing and say nothing of it. */
