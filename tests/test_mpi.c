@@ -1820,11 +1820,87 @@ static void test_epoch_n(void) {
   tsr_net_destroy(&avg), tsr_net_destroy(&every), tsr_net_destroy(&alone);
 }
 
+/* The buffers of every layer that has them (batchnorm: running mean and variance), concatenated;
+ * with set, written from *all instead. */
+static float *buffers(tsr_net_t *net, int64_t *count, const float *set) {
+  int64_t total = 0, off = 0;
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++)
+      total += tsr_tiles_cols(net->layers[i].buffers[k]);
+  float *all = set ? NULL : malloc(sizeof(float) * (size_t)total);
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++) {
+      tsr_tiles_t *b = net->layers[i].buffers[k];
+      if (set)
+        tsr_tiles_write(b, set + off);
+      else
+        tsr_tiles_read(b, all + off);
+      off += tsr_tiles_cols(b);
+    }
+  *count = total;
+  return all;
+}
+
+/* Batchnorm's running statistics: under every=K averaged with the weights (right after step K
+ * the mean of the replicas trained alone, each rank's own at step K - 1); under batch each
+ * replica's own (the weights agree, the statistics of their different batches do not). */
+static void test_bnevery(void) {
+  enum { B = 16, K = 3 };
+  net_model = "[a]\ntype = dense\nunits = 24\n[bn]\ntype = batchnorm\nactivation = relu\n"
+              "[out]\ntype = dense\nunits = 10\n";
+  load(B * size * 2 * K);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "every=3", false);
+  int32_t *rows = batch_rows(B, 2 * K);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 1; k <= 2 * K; k++) {
+    step_pair(rep, net, alone, rows, B, k, counts);
+    if (k % K != 0 && k % K != K - 1) continue;
+    int64_t n, nb;
+    float *w = params(net, &n), *b = buffers(net, &nb, NULL), *own = buffers(alone, &nb, NULL);
+    if (k % K == 0) {
+      float *mean = weighted_mean(own, nb, NULL);
+      double d = max_rel_diff(b, mean, nb);
+      CHECK(d <= 1e-5, "every=%d, step %d: running statistics vs the replicas' mean: %g", K, k, d);
+      CHECK(replicas_equal(b, nb), "every=%d, step %d: running statistics differ", K, k);
+      set_params(alone, w), buffers(alone, &nb, b);
+      free(mean);
+    } else {
+      double d = max_rel_diff(b, own, nb);
+      CHECK(d <= 1e-6, "every=%d, step %d: running statistics must be this rank's (%g)", K, k, d);
+      CHECK(!replicas_equal(b, nb), "every=%d, step %d: running statistics agree already", K, k);
+    }
+    free(w), free(b), free(own);
+  }
+  tsr__replicas_destroy(&rep);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+  net = make_net(B, 0.9f);
+  rep = replicas(net, "batch", false);
+  for (int k = 1; k <= K; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + ((k - 1) * size + rank) * B, B, true) == 0,
+          "batch step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after batch step %d", k);
+  }
+  tsr_net_wait(net, 0);
+  int64_t n, nb;
+  float *w = params(net, &n), *b = buffers(net, &nb, NULL);
+  CHECK(replicas_equal(w, n), "batch: the weights differ across replicas");
+  CHECK(!replicas_equal(b, nb), "batch: every replica's running statistics are the same");
+  free(w), free(b), free(rows);
+  tsr__replicas_destroy(&rep);
+  tsr_net_destroy(&net);
+  net_model = NULL;
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch", "epoch",  "every",   "weighted",    "async",          "deterministic", "uneven",
-      "tiles", "twice",  "bytes",   "resume",      "outer",          "hier",          "postlocal",
-      "grid",  "shares", "fednova", "hiersamples", "postlocalstate", "epochn",        NULL};
+      "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
+      "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
+      "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
+      "postlocalstate", "epochn",    "bnevery", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1833,7 +1909,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn "
+            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|bnevery "
             "[thread|worker]\n");
     return 2;
   }
@@ -1888,7 +1964,8 @@ int main(int argc, char **argv) {
   case 16: test_fednova(); break;
   case 17: test_hier_samples(); break;
   case 18: test_postlocal_state(); break;
-  default: test_epoch_n(); break;
+  case 19: test_epoch_n(); break;
+  default: test_bnevery(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -39,40 +39,45 @@ static void bn_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   l->workspace = 4 * (int64_t)c;
 }
 
-/* Forward per batch-row tile a statistics pass and a normalize pass (each reading the tile),
- * the tree of per-tile partials and the finalizing task; backward the fused ReLU, a sums pass
- * and an input-gradient pass per tile, the tree, and the two updates. The chain: tile 0's two
- * passes forward, its two backward. */
+/* The tasks as bn_forward and bn_backward submit them, each memory-bound (bytes read and
+ * written). Forward: per batch-row tile the statistics (x and its partial) and normalize (x,
+ * y, the statistics, scale and shift), the tree's mt - 1 combines, one finalize. Backward: per
+ * tile the sums (dy, x, y with a fused ReLU, the statistics, the partial) and, when computed,
+ * the input gradient (dx, dy, x, y with a ReLU, the statistics, scale, the sums); the tree; the
+ * parameters' gradients; two updates. The chain: tile 0's statistics, the tree's depth, the
+ * finalize and tile 0's normalize; then tile 0's sums, the depth, and the input gradient (or
+ * the gradients and an update). */
 static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *c,
                       double *bwd) {
   (void)lay;
-  int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb), ch = l->geom.c;
-  double tree = 0, chain = 0;
+  int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb), depth = 0;
+  double ch = l->geom.c, relu = l->relu ? 1 : 0;
+  for (int s = 1; s < mt; s *= 2)
+    depth++;
+  double fwd = 0, bchain = 0, tree = 0;
   for (int i = 0; i < mt; i++) {
-    double m = tsr__cost_tsize(c->batch, mb, i), n = m * l->fin;
-    double t = c->task(c, 0, 1, 4.0 * n);            /* statistics */
-    t += c->task(c, 0, 1, 4.0 * (2.0 * n + 3 * ch)); /* normalize (and ReLU) */
-    if (i == 0) chain = t;
+    double n = (double)tsr__cost_tsize(c->batch, mb, i) * l->fin;
+    double t = c->task(c, 0, 1, 4.0 * (n + 3 * ch));
+    double u = c->task(c, 0, 1, 4.0 * (2 * n + 5 * ch));
+    if (i == 0) fwd = t + u;
   }
   for (int i = 1; i < mt; i++)
     tree = c->task(c, 0, 1, 4.0 * 9 * ch);
-  for (int s = 1; s < mt; s *= 2) /* the tree's depth */
-    chain += tree;
-  chain += c->task(c, 0, 1, 4.0 * 8 * ch);
-  double before = c->work(c), bchain = 0;
+  fwd += depth * tree + c->task(c, 0, 1, 4.0 * 10 * ch);
+  double before = c->work(c);
   for (int i = 0; i < mt; i++) {
-    double m = tsr__cost_tsize(c->batch, mb, i), n = m * l->fin;
-    double t = l->relu ? c->task(c, 0, 1, 4.0 * 3 * n) : 0;
-    t += c->task(c, 0, 1, 4.0 * 2 * n); /* sums of dy and dy xhat */
-    if (l->has_dx) t += c->task(c, 0, 1, 4.0 * 3 * n);
+    double n = (double)tsr__cost_tsize(c->batch, mb, i) * l->fin;
+    double t = c->task(c, 0, 1, 4.0 * ((2 + relu) * n + 6 * ch));
+    if (l->has_dx) t += c->task(c, 0, 1, 4.0 * ((3 + relu) * n + 7 * ch));
     if (i == 0) bchain = t;
   }
   for (int i = 1; i < mt; i++)
-    c->task(c, 0, 1, 4.0 * 6 * ch);
+    tree = c->task(c, 0, 1, 4.0 * 9 * ch);
+  double grads = c->task(c, 0, 1, 4.0 * 5 * ch);
   c->update(c, ch);
   double upd = c->update(c, ch);
   *bwd = c->work(c) - before;
-  return chain + bchain + (l->has_dx ? 0 : upd);
+  return fwd + bchain + depth * tree + (l->has_dx ? 0 : grads + upd);
 }
 
 /* The spec's momentum and eps, or PyTorch's defaults. */
