@@ -45,10 +45,11 @@ int tsr__insert_relu_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starp
 int tsr__insert_relu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
                          starpu_data_handle_t y);
 /* stats (1, 2) += [loss sum, correct] of logits (m, n) against labels (m, 1);
- * dlogits (m, n), when not NULL, = scale (softmax - onehot) on the first nvalid rows. */
+ * dlogits (m, n), when not NULL, = scale (softmax - target) on the first nvalid rows; the
+ * target is onehot smoothed by eps in [0, 1) (tsr__k_softmax_xent; else TSR_EINVAL). */
 int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
                              starpu_data_handle_t stats, starpu_data_handle_t logits,
-                             starpu_data_handle_t labels, int nvalid, float scale);
+                             starpu_data_handle_t labels, int nvalid, float scale, float eps);
 /* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. g holds
  * rows r0 .. r0 + rows(g) of w's gradient (the whole of it: r0 0 and g of
  * w's shape), and only those rows of w and v are updated. nesterov:

@@ -101,7 +101,7 @@ __kernel void tsr_relu_bwd(int m, int n, __global float *dx, int dxo, int lddx,
 __kernel void tsr_softmax_xent(int m, int n, __global float *d, int dof, int ldd, int has_d,
                                __global const float *z, int zo, int ldz,
                                __global const float *labels, int lo, int ldl, int nvalid,
-                               float scale, __global float *stats, int so,
+                               float scale, float eps, __global float *stats, int so,
                                __local float *part) {
   int lid = get_local_id(0), size = get_local_size(0);
   float loss = 0.0f, correct = 0.0f;
@@ -122,13 +122,18 @@ __kernel void tsr_softmax_xent(int m, int n, __global float *d, int dof, int ldd
     float sum = 0.0f;
     for (int j = 0; j < n; j++)
       sum += exp(AT(z, zo, ldz, i, j) - zmax);
-    loss += log(sum) - (AT(z, zo, ldz, i, label) - zmax);
+    /* PyTorch's label smoothing: the target (1 - eps) onehot + eps / n */
+    float shifted = 0.0f;
+    if (eps != 0.0f)
+      for (int j = 0; j < n; j++)
+        shifted += AT(z, zo, ldz, i, j) - zmax;
+    loss += log(sum) - (1.0f - eps) * (AT(z, zo, ldz, i, label) - zmax) - eps / n * shifted;
     correct += arg == label ? 1.0f : 0.0f;
     if (has_d) {
-      float inv = 1.0f / sum;
+      float inv = 1.0f / sum, off = scale * (eps / n);
       for (int j = 0; j < n; j++)
-        AT(d, dof, ldd, i, j) = scale * exp(AT(z, zo, ldz, i, j) - zmax) * inv;
-      AT(d, dof, ldd, i, label) -= scale;
+        AT(d, dof, ldd, i, j) = scale * exp(AT(z, zo, ldz, i, j) - zmax) * inv - off;
+      AT(d, dof, ldd, i, label) -= scale * (1.0f - eps);
     }
   }
   part[2 * lid] = loss;

@@ -51,6 +51,10 @@ static const tsr_conv_geom_t conv_cases[] = {
     {2, 5, 7, 40, 0, 0, 3, 3, 1, 1, 1, 1},  /* 40 outputs: vector blocks and a remainder */
     {32, 6, 6, 8, 0, 0, 3, 3, 1, 1, 0, 0},  /* fan-in 288: the BLIS path */
     {32, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* 270 pixels: chunks of the lowering cross samples */
+    {40, 4, 5, 24, 0, 0, 1, 1, 1, 1, 0, 0}, /* pointwise, fan-in 40: the loops, not BLIS */
+    {6, 7, 9, 5, 0, 0, 1, 1, 2, 2, 0, 0},   /* strided 1x1: only the sampled pixels */
+    {40, 5, 8, 70, 0, 0, 1, 1, 2, 3, 0, 0}, /* strided 1x1, 70 outputs: the filter by BLIS */
+    {48, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* fan-in 432: chunks of the minimum rows */
 };
 
 Test(conv, kernel_forward_matches_direct_convolution) {
@@ -94,9 +98,13 @@ Test(conv, kernel_forward_matches_direct_convolution) {
  * takes several chunks (crossing samples, or not when rows have gaps). */
 Test(conv, kernel_backward_matches_direct_sums) {
   tsr_rng_t rng = {10};
-  const tsr_conv_geom_t cases[] = {geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1),
-                                   geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
-                                   geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1)};
+  /* ..., then 1x1: pointwise, strided (only the sampled pixels take a gradient), strided with
+   * 70 outputs (the filter gradient by BLIS), and a fan-in of 432 (chunks of the minimum rows) */
+  const tsr_conv_geom_t cases[] = {
+      geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1), geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
+      geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1),  geom(40, 4, 5, 24, 1, 1, 1, 1, 0, 0),
+      geom(6, 7, 9, 5, 1, 1, 2, 2, 0, 0),   geom(40, 5, 8, 70, 1, 1, 2, 3, 0, 0),
+      geom(48, 10, 9, 8, 3, 3, 1, 1, 1, 1)};
   for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
     const tsr_conv_geom_t g = cases[t];
     int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
@@ -104,14 +112,14 @@ Test(conv, kernel_backward_matches_direct_sums) {
       int lx = in + 3 * gaps, ly = out + 5 * gaps;
       float *x = calloc((size_t)n * lx, 4), *dy = calloc((size_t)n * ly, 4),
             *w = malloc(sizeof(float) * k * g.oc), *dx = calloc((size_t)n * lx, 4),
-            *dw = malloc(sizeof(float) * k * g.oc), db[8];
+            *dw = malloc(sizeof(float) * k * g.oc), db[80];
       for (int s = 0; s < n; s++)
         fill(x + (long)s * lx, NULL, in, &rng), fill(dy + (long)s * ly, NULL, out, &rng);
       fill(w, NULL, (long)k * g.oc, &rng);
       float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
       tsr__k_conv_bwd_data(&g, n, dx, lx, dy, ly, w, g.oc, work);
       tsr__k_conv_bwd_filter(&g, n, dw, g.oc, db, x, lx, dy, ly, 0.0f, work);
-      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[8] = {0};
+      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[80] = {0};
       for (int s = 0; s < n; s++)
         for (int oy = 0; oy < g.oh; oy++)
           for (int ox = 0; ox < g.ow; ox++)

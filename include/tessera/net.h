@@ -172,6 +172,10 @@ typedef struct {
   int tile_cols;   /* features per tile (0: chosen) */
   uint64_t seed;   /* weight initialization and dropout masks */
   tsr_init_t init; /* how the parameters start [TSR_INIT_PYTORCH] */
+  /* PyTorch's label smoothing eps in [0, 1) [0]: the loss, training's and evaluation's, is the
+   * cross-entropy with the target (1 - eps) onehot + eps / classes, and the gradient its own;
+   * 0 is the one-hot cross-entropy. */
+  float label_smoothing;
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;

@@ -484,6 +484,10 @@ static const row_t rows[] = {
      "a number from 0 to 1e6", NULL},
     {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
      "seed for initialization and shuffling [1]"},
+    {"label-smoothing", "EPS", read_float, AT(net.label_smoothing), 0, BELOW_ONE,
+     "a number in [0, 1)",
+     "PyTorch's label smoothing: the loss, training's and the test\n"
+     "loss, against (1 - EPS) one-hot + EPS / classes [0]"},
     {"init", "I", read_init, .want = "pytorch or he",
      .help = "how weights and biases start: pytorch (U(+-1/sqrt(fan_in)),\n"
              "PyTorch's defaults) or he (He-uniform weights, zero biases)\n"

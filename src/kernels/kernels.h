@@ -40,9 +40,12 @@ void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int ldd
  * hold class indices. Only the first nvalid rows count (the rest are padding
  * of a short last batch). stats (1, 2) accumulates [sum of losses, number of
  * correct argmax predictions]. When dlogits (m, n) is not NULL it receives
- * scale * (softmax - onehot) for valid rows and 0 for padding rows. */
+ * scale * (softmax - target) for valid rows and 0 for padding rows. The target is PyTorch's
+ * label smoothing by eps in [0, 1): (1 - eps) onehot + eps / n, and the loss its cross-entropy
+ * with the softmax, (1 - eps) (-log p_label) + eps / n sum_j (-log p_j); eps 0 is the plain
+ * one-hot cross-entropy, with the digits it had before eps. */
 void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *logits, int ldl,
-                         const float *labels, int nvalid, float scale, float *stats);
+                         const float *labels, int nvalid, float scale, float eps, float *stats);
 
 /* SGD with momentum and L2 weight decay, PyTorch's formulation:
  * g' = g + wd w; v = momentum v + g'; w -= lr v. v is unused when momentum is 0. */

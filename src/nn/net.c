@@ -215,6 +215,9 @@ static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
     return tsr_error_set(err, TSR_EINVAL,
                          "unknown initialization %d (TSR_INIT_PYTORCH or TSR_INIT_HE)",
                          (int)opts->init);
+  if (!(opts->label_smoothing >= 0.0f && opts->label_smoothing < 1.0f))
+    return tsr_error_set(err, TSR_EINVAL, "label smoothing %g is not in [0, 1)",
+                         (double)opts->label_smoothing);
   return 0;
 }
 
@@ -424,7 +427,7 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
   TSR_TRY(tsr__tiles_softmax_xent(&o, last->dy, net->train_stats, last->y, net->labels, n,
-                                  n > 0 ? 1.0f / (float)n : 0.0f));
+                                  n > 0 ? 1.0f / (float)n : 0.0f, net->opts.label_smoothing));
   TSR_TRY(backward(net, do_update));
   if (net->tasks_per_step == 0) net->tasks_per_step = net->submitted - before;
   return 0;
@@ -435,7 +438,10 @@ int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *ro
   TSR_TRY(forward(net, false));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
-  return tsr__tiles_softmax_xent(&o, NULL, net->eval_stats, last->y, net->labels, n, 1.0f);
+  /* The evaluation loss is smoothed as the training loss is, as PyTorch's
+   * nn.CrossEntropyLoss(label_smoothing=eps) is wherever it is used. */
+  return tsr__tiles_softmax_xent(&o, NULL, net->eval_stats, last->y, net->labels, n, 1.0f,
+                                 net->opts.label_smoothing);
 }
 
 int tsr_net_wait(tsr_net_t *net, int pending) {

@@ -95,7 +95,7 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
-                            float scale) {
+                            float scale, float eps) {
   ROUTE(o, stats);
   if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
       stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
@@ -107,7 +107,7 @@ int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_
     int valid = left <= 0 ? 0 : left >= rows ? rows : (int)left;
     TSR_TRY(tsr__insert_softmax_xent(o, dlogits ? tsr__tile(dlogits, i, 0) : NULL,
                                      tsr__tile(stats, i, 0), tsr__tile(logits, i, 0),
-                                     tsr__tile(labels, i, 0), valid, scale));
+                                     tsr__tile(labels, i, 0), valid, scale, eps));
   }
   return 0;
 }

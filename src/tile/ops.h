@@ -30,11 +30,12 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
                         const tsr_tiles_t *y);
 /* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1).
  * stats (mt, 2), one (1, 2) tile per batch-row tile, accumulates [loss sum,
- * correct]. dlogits (may be NULL) = scale (softmax - onehot) on the first
- * nvalid rows, 0 below. */
+ * correct]. dlogits (may be NULL) = scale (softmax - target) on the first
+ * nvalid rows, 0 below; the target is onehot smoothed by eps in [0, 1) (PyTorch's label
+ * smoothing: (1 - eps) onehot + eps / C), the loss its cross-entropy. */
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
-                            float scale);
+                            float scale, float eps);
 /* v is NULL when momentum is 0; nesterov: Nesterov momentum (v required). */
 int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
                    float lr, float momentum, float wd, bool nesterov);
