@@ -282,6 +282,17 @@ MUTANTS = [
        'tsr_init_from_name(&o.init, "pytorch")')], ["checkpoint"]),
     ("plan-memory-sums", "the planner's memory per rank leaves out batch's updated chunk copies",
      "src/plan/plan.c", [("/ pc * (grads ? 2 : 1)", "/ pc")], ["plan"]),
+    ("bn-padding-in-stats", "batchnorm's statistics take the padding rows of a short batch",
+     "src/tile/ops.c", [("return (int)(v < 0 ? 0 : v < rows ? v : rows);",
+                         "return (int)(v < 0 ? rows : rows);")], ["batchnorm", "grad"]),
+    ("bn-biased-running-var", "batchnorm's running variance moved by the biased variance",
+     "src/kernels/batchnorm.c", [("mo * (m2 / (n - 1))", "mo * (m2 / n)")], ["batchnorm"]),
+    ("bn-buffers-not-averaged", "weight averaging leaves batchnorm's running statistics alone",
+     "src/parallel/sync.c", [("    if (rp->bufs) own[nsets]", "    if (0 && rp->bufs) own[nsets]")],
+     ["mpi-bnevery-2"]),
+    ("syncbn-backward-as-forward", "--sync-bn combines the backward sums by Chan's formula",
+     "src/parallel/sync_bn.c", [("e->view[q], backward));", "e->view[q], backward && !backward));")],
+     ["mpi-syncbn-2"]),
 ]
 
 

@@ -2,8 +2,9 @@
 # Batch normalization from the command: a model file with per-channel and per-feature batchnorm
 # trains (a short last batch each epoch); its checkpoint holds the running statistics under
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
-# resumes; tessera eval reads it; a per-feature batchnorm at --batch 1 is refused before
-# training. (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
+# resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
+# process and --sync-bn with a model without batchnorm are refused before training (status 2);
+# 2 ranks train with --sync-bn. (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -67,7 +68,18 @@ check "eval reads it and normalizes with the running statistics" /usr/bin/python
 import json
 e = json.load(open('$tmp/eval.json'))
 assert e['samples'] == 500 and 0.3 < e['accuracy'] <= 1, e"
-expect 1 "batchnorm over 16 features\): a batch of 1 sample" -- \
+expect 2 "batchnorm over 16 features\): a batch of 1 sample" -- \
   "$tessera" train "${small[@]}" --epochs 1 --batch 1
+expect 2 "sync-bn reduces batchnorm statistics across MPI ranks, and this run has one" -- \
+  "$tessera" train "${small[@]}" --epochs 1 --sync-bn
+if command -v mpirun >/dev/null; then
+  expect 2 "sync-bn: model 784-512-relu-512-relu-10 has no batchnorm layer" -- \
+    mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train --train-limit 300 --data "$data" --quiet --epochs 1 --sync-bn
+  mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train "${small[@]}" --epochs 1 --workers 1 --sync-bn --log "$tmp/sbn.jsonl" \
+    >"$tmp/out" 2>&1
+  check "2 ranks train with --sync-bn" test -s "$tmp/sbn.jsonl"
+fi
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -1895,22 +1895,90 @@ static void test_bnevery(void) {
   net_model = NULL;
 }
 
+/* --sync-bn: P ranks x batch B under --sync batch, batchnorm per channel (after a convolution)
+ * and per feature (after a dense layer) with the statistics of every rank's batch, == 1 process
+ * x batch P B: the weights and the running statistics; without --sync-bn each rank normalizes
+ * with its own batch's statistics and the weights end elsewhere. */
+static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, int64_t *n,
+                         float **stats, int64_t *nb) {
+  tsr_net_t *net = make_net(B, 0.9f);
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  sync.sync_bn = sync_bn;
+  tsr_replicas_t *rep = NULL;
+  tsr_errbuf_t err = {""};
+  if (tsr__replicas_create(&rep, net, &sync, NULL, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 0; k < steps; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
+  }
+  tsr__replicas_destroy(&rep);
+  float *w = params(net, n);
+  *stats = buffers(net, nb, NULL);
+  tsr_net_destroy(&net);
+  return w;
+}
+
+static void test_syncbn(void) {
+  enum { B = 16, STEPS = 5 };
+  net_model = "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\n"
+              "[cbn]\ntype = batchnorm\nactivation = relu\n"
+              "[h]\ntype = dense\nunits = 24\n[hbn]\ntype = batchnorm\nactivation = relu\n"
+              "[out]\ntype = dense\nunits = 10\n";
+  load(B * size * STEPS);
+  int32_t *rows = batch_rows(B, STEPS);
+  int64_t n, nb;
+  float *bs, *bs_own;
+  float *w = syncbn_run(true, rows, B, STEPS, &n, &bs, &nb);
+  float *own = syncbn_run(false, rows, B, STEPS, &n, &bs_own, &nb);
+  CHECK(replicas_equal(w, n), "--sync-bn: replicas differ");
+  CHECK(replicas_equal(bs, nb), "--sync-bn: running statistics differ across replicas");
+  CHECK(!replicas_equal(bs_own, nb), "without --sync-bn the running statistics are each rank's");
+  if (rank == 0) {
+    tsr_net_t *one = make_net(B * size, 0.9f), *start = make_net(B * size, 0.9f);
+    for (int k = 0; k < STEPS; k++)
+      tsr_net_train_step(one, &train_set, rows + k * size * B, B * size, true);
+    int64_t m;
+    float *ref = params(one, &n), *w0 = params(start, &n), *bref = buffers(one, &m, NULL);
+    double d = max_rel_diff(w, ref, n), moved = max_rel_diff(w0, ref, n);
+    double e = max_rel_diff(own, ref, n), s = max_rel_diff(bs, bref, nb);
+    CHECK(d <= 1e-4, "--sync-bn, %d ranks x batch %d vs 1 process x batch %d: weights %g off", size,
+          B, B * size, d);
+    CHECK(s <= 1e-4, "--sync-bn: running statistics %g off one process's", s);
+    CHECK(moved > 1e-2 && e > 100 * d,
+          "the check must be sensitive: training moved %g, without --sync-bn %g off", moved, e);
+    printf("--sync-bn: weights %.2e and running statistics %.2e off one process (without: %.2e)\n",
+           d, s, e);
+    free(ref), free(w0), free(bref);
+    tsr_net_destroy(&one), tsr_net_destroy(&start);
+  }
+  free(w), free(own), free(bs), free(bs_own), free(rows);
+  net_model = NULL;
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
       "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
       "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
       "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "bnevery", NULL};
+      "postlocalstate", "epochn",    "bnevery", "syncbn",   NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
   if (which < 0 || argc > 3 ||
       (argc == 3 && strcmp(argv[2], "thread") != 0 && strcmp(argv[2], "worker") != 0)) {
-    fprintf(stderr,
-            "usage: mpirun -np P test_mpi "
-            "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|bnevery "
-            "[thread|worker]\n");
+    fprintf(
+        stderr,
+        "usage: mpirun -np P test_mpi "
+        "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
+        "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|bnevery|syncbn "
+        "[thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -1965,7 +2033,8 @@ int main(int argc, char **argv) {
   case 17: test_hier_samples(); break;
   case 18: test_postlocal_state(); break;
   case 19: test_epoch_n(); break;
-  default: test_bnevery(); break;
+  case 20: test_bnevery(); break;
+  default: test_syncbn(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

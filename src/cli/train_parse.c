@@ -541,6 +541,9 @@ static const row_t rows[] = {
              "(measured throughput) or w0,w1,... (one per rank) [uniform]"},
     {"deterministic", NULL, read_true, AT(sync.deterministic),
      .help = "sum rank contributions in a fixed order (reproducible bits)"},
+    {"sync-bn", NULL, read_true, AT(sync.sync_bn),
+     .help = "under mpirun, batchnorm statistics over every rank's batch\n"
+             "(forward and backward, every step) [each rank's own]"},
     {"grid", "PrxPc", read_grid,
      .help = "under mpirun with Pr x Pc ranks: each grid column of Pr\n"
              "consecutive ranks holds one replica, its dense layers'\n"

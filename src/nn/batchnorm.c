@@ -129,17 +129,22 @@ static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const 
 
 static const tsr_layer_ops_t bn_ops = {"batchnorm", bn_forward, bn_backward};
 
-/* scale 1, shift 0, running mean 0, running variance 1 (the net made them zero). A training
- * batch of one sample has no statistics per feature (1 x 1 x F inputs): refused, as PyTorch
+/* A batch of one sample has no statistics per feature (1 x 1 x F inputs): refused, as PyTorch
  * refuses it. */
+static int bn_check_batch(const tsr_layout_layer_t *l, int batch, tsr_errbuf_t *err) {
+  if (batch >= 2 || l->geom.h * l->geom.w > 1) return 0;
+  return tsr_error_set(err, TSR_EINVAL,
+                       "layer %d (batchnorm over %d features): a batch of 1 sample has no "
+                       "statistics per feature to normalize with (PyTorch refuses it too); "
+                       "train with a batch of 2 or more samples per rank",
+                       l->index, l->geom.c);
+}
+
+/* scale 1, shift 0, running mean 0, running variance 1 (the net made them zero), after
+ * bn_check_batch. */
 static int bn_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   int c = l->geom.c;
-  if (net->batch < 2 && l->geom.h * l->geom.w == 1)
-    return tsr_error_set(at->err, TSR_EINVAL,
-                         "layer %d (batchnorm over %d features): a batch of 1 sample has no "
-                         "statistics per feature to normalize with (PyTorch refuses it too); "
-                         "train with a batch of 2 or more samples per rank",
-                         at->index, c);
+  TSR_TRY(bn_check_batch(l->lay, net->batch, at->err));
   float *ones = malloc(sizeof *ones * (size_t)c);
   if (!ones) return TSR_ENOMEM;
   for (int k = 0; k < c; k++)
@@ -181,6 +186,8 @@ const tsr_layer_type_t tsr__batchnorm_type = {
     .fuses_relu = true,
     .buffer_names = bn_buffers,
     .counter_name = "num_batches_tracked",
+    .batch_stats = true,
+    .check_batch = bn_check_batch,
     .shape = bn_shape,
     .layout = bn_layout,
     .cost = bn_cost,

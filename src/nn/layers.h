@@ -76,6 +76,12 @@ typedef struct tsr_layer_type {
   /* Checkpoints also store l->batches_tracked under this name (batchnorm:
    * num_batches_tracked); NULL: none. */
   const char *counter_name;
+  /* Reduces statistics over the batch (batchnorm): tile 0 of its scratch[0] is the (3, C)
+   * partial it hands the net's statistics hook (net_impl.h; --sync-bn installs one). */
+  bool batch_stats;
+  /* Optional: refuses (TSR_EINVAL, with a message naming the layer) a training batch of
+   * `batch` samples per rank that this layer, laid out as l, cannot take. */
+  int (*check_batch)(const tsr_layout_layer_t *l, int batch, tsr_errbuf_t *err);
   /* Required. Checks s against its input sample shape (g's c, h, w; every input's in at->in)
    * and fills the rest of g: the window where the type has one (defaults
    * applied) and the output side (oc, oh, ow). A misfit returns TSR_EINVAL or

@@ -138,6 +138,12 @@ static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts
   return tsr__net_optimizer_step(net, p, o);
 }
 
+tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook) {
+  tsr_stats_hook_t old = net->on_stats;
+  net->on_stats = hook;
+  return old;
+}
+
 tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook) {
   tsr_grad_hook_t previous = net->on_grad;
   net->on_grad = hook;

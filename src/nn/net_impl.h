@@ -120,6 +120,9 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
  * own for a run and puts the previous one back at its end). */
 tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook);
 
+/* Installs the statistics hook and returns the one it replaces (as tsr__net_set_grad_hook). */
+tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook);
+
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);
 

@@ -46,6 +46,7 @@
 #include "optim/outer.h"
 #include "parallel/chunks.h"
 #include "parallel/policy.h"
+#include "parallel/sync_bn.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
@@ -125,6 +126,7 @@ struct tsr_replicas {
   int64_t *steps;           /* [size] steps with samples since the last averaging of all ranks */
   double lambda;            /* --weighting steps: the extrapolation of the next average */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
+  tsr_sync_bn_t *sync_bn;   /* --sync-bn's statistics hook, or NULL */
   bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
   bool final_extra;         /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
@@ -708,6 +710,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
                                       rank_zero, NULL);
   /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
   if (rc == 0 && pr == 1) rc = start_equal(r);
+  if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
   if (rc) {
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
@@ -826,6 +829,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   if (!r) return;
   if (tsr_dist_active()) tsr__progress_wait_all();
   if (r->previous.fn) tsr__net_set_grad_hook(r->net, r->previous);
+  tsr__sync_bn_destroy(&r->sync_bn);
   /* The outer state first: destroying a distributed matrix asks its rank_of, which reads the
    * chunk homes destroy_param frees. */
   tsr__outer_destroy(&r->outer);

@@ -598,6 +598,13 @@ int tsr__tiles_bn_stats(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tile
   return bn_tree(o, p, false);
 }
 
+int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_tiles_t *b,
+                         bool sums) {
+  ROUTE(o, a);
+  if (a->mb != 3 || b->mb != 3 || a->n != b->n || a->nt != 1 || b->nt != 1) return TSR_ESHAPE;
+  return tsr__insert_bn_combine(o, tsr__tile(a, 0, 0), tsr__tile(b, 0, 0), sums);
+}
+
 int tsr__tiles_bn_finalize(const tsr_task_opts_t *o, tsr_tiles_t *s, tsr_tiles_t *p,
                            tsr_tiles_t *mean, tsr_tiles_t *var, float momentum, float eps,
                            bool update) {

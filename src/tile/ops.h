@@ -203,6 +203,10 @@ int tsr__tiles_bn_dx(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_
                      const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s,
                      const tsr_tiles_t *scale, const tsr_tiles_t *p, int hw, int valid, bool relu);
 
+/* Tile (0, 0) of a = it and tile (0, 0) of b combined (sums: added), each a (3, c) partial
+ * (--sync-bn: a and b are two ranks' copies, under StarPU-MPI). */
+int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_tiles_t *b, bool sums);
+
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);
