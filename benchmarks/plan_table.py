@@ -11,6 +11,8 @@ Writes OUT/table.md and OUT/plans.csv and prints the table.
 
   /usr/bin/python3 benchmarks/plan_table.py                  # benchmarks/out/plan-table-TIME/table.md
   /usr/bin/python3 benchmarks/plan_table.py --nodes 16,64 --batches 64
+  /usr/bin/python3 benchmarks/plan_table.py --models alexnet,vgg16,resnet50,googlenet \
+      --batches 64 --samples 1281167                   # the zoo on ImageNet (docs/planning.md)
 """
 import argparse
 import csv
@@ -23,7 +25,13 @@ import sys
 from outdir import add_out_arguments, resolve_out
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = {"mlp4096": "mlp:4096,4096", "cnn": "cnn"}
+# name: (--model, --input or None for Fashion-MNIST's 28x28x1, --classes)
+MODELS = {"mlp4096": ("mlp:4096,4096", None, 10), "cnn": ("cnn", None, 10)}
+# the zoo (models/*.ini): the CIFAR ResNets at 32x32x3 in 10 classes, the others at ImageNet's
+for _name in ("resnet20", "resnet32", "resnet56"):
+    MODELS[_name] = (_name, "32x32x3", 10)
+for _name in ("resnet18", "resnet50", "vgg11", "vgg16", "alexnet", "googlenet"):
+    MODELS[_name] = (_name, "224x224x3", 1000)
 
 
 def ranks_per_node(path):
@@ -38,7 +46,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     ap.add_argument("--clusters", default="ib100,eth10")
-    ap.add_argument("--models", default="mlp4096,cnn")
+    ap.add_argument("--models", default="mlp4096,cnn", help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--nodes", default="16,64,1024")
     ap.add_argument("--batches", default="32,128,512", help="samples per step of one replica")
     ap.add_argument("--samples", type=int, default=10_000_000,
@@ -53,9 +61,12 @@ def main():
         for model in args.models.split(","):
             for nodes in (int(n) for n in args.nodes.split(",")):
                 for batch in (int(b) for b in args.batches.split(",")):
-                    cmd = [args.tessera, "plan", "--json", "--cluster", path, "--model", MODELS[model],
+                    spec, shape, classes = MODELS[model]
+                    cmd = [args.tessera, "plan", "--json", "--cluster", path, "--model", spec,
                            "--ranks", str(nodes * rpn), "--batch", str(batch),
-                           "--samples", str(args.samples)]
+                           "--samples", str(args.samples), "--classes", str(classes)]
+                    if shape:
+                        cmd += ["--input", shape]
                     plans = json.loads(subprocess.run(cmd, capture_output=True, text=True,
                                                       check=True).stdout)["plans"]
                     dp = next(p for p in plans if p["pr"] == 1 and p["sync"] == "batch")

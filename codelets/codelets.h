@@ -46,10 +46,11 @@ int tsr__insert_relu_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starp
 int tsr__insert_relu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
                          starpu_data_handle_t y);
 /* stats (1, 2) += [loss sum, correct] of logits (m, n) against labels (m, 1);
- * dlogits (m, n), when not NULL, = scale (softmax - onehot) on the first nvalid rows. */
+ * dlogits (m, n), when not NULL, = scale (softmax - target) on the first nvalid rows; the
+ * target is onehot smoothed by eps in [0, 1) (tsr__k_softmax_xent; else TSR_EINVAL). */
 int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
                              starpu_data_handle_t stats, starpu_data_handle_t logits,
-                             starpu_data_handle_t labels, int nvalid, float scale);
+                             starpu_data_handle_t labels, int nvalid, float scale, float eps);
 /* w -= lr (momentum v + g + wd w); v is NULL when momentum is 0. g holds
  * rows r0 .. r0 + rows(g) of w's gradient (the whole of it: r0 0 and g of
  * w's shape), and only those rows of w and v are updated. nesterov:
@@ -146,5 +147,33 @@ int tsr__insert_pool_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, star
  * same call on the gradient is the backward pass. */
 int tsr__insert_dropout(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
                         uint64_t seed, int64_t row0, int64_t col0, float rate);
+
+/* Batch normalization (batchnorm.c; src/kernels/batchnorm.c says the formulas). p and s are
+ * (3, c) partials and statistics, mean, var, scale and shift (1, c); x, y, dy, dx tiles of
+ * samples of hw positions of c channels, of which the first valid rows are samples. */
+int tsr__insert_bn_stats(const tsr_task_opts_t *o, starpu_data_handle_t p, starpu_data_handle_t x,
+                         int hw, int c, int valid);
+/* a = a and b combined: partials (Chan's formula), or with sums the backward sums added. */
+int tsr__insert_bn_combine(const tsr_task_opts_t *o, starpu_data_handle_t a, starpu_data_handle_t b,
+                           bool sums);
+/* s from the batch's partial p, moving the running mean and var when update is set; p NULL: s
+ * from the running statistics (evaluation). */
+int tsr__insert_bn_finalize(const tsr_task_opts_t *o, starpu_data_handle_t s,
+                            starpu_data_handle_t p, starpu_data_handle_t mean,
+                            starpu_data_handle_t var, float momentum, float eps, bool update);
+int tsr__insert_bn_normalize(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                             starpu_data_handle_t x, starpu_data_handle_t s,
+                             starpu_data_handle_t scale, starpu_data_handle_t shift, int hw,
+                             bool relu);
+/* p = the backward sums of one tile; y is read for a fused ReLU only. */
+int tsr__insert_bn_sums(const tsr_task_opts_t *o, starpu_data_handle_t p, starpu_data_handle_t dy,
+                        starpu_data_handle_t x, starpu_data_handle_t y, starpu_data_handle_t s,
+                        int hw, int valid, bool relu);
+int tsr__insert_bn_dx(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                      starpu_data_handle_t x, starpu_data_handle_t y, starpu_data_handle_t s,
+                      starpu_data_handle_t scale, starpu_data_handle_t p, int hw, int valid,
+                      bool relu);
+int tsr__insert_bn_params_grad(const tsr_task_opts_t *o, starpu_data_handle_t dscale,
+                               starpu_data_handle_t dshift, starpu_data_handle_t p);
 
 #endif

@@ -82,8 +82,8 @@ int tsr__insert_pool_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, star
                          starpu_data_handle_t x, starpu_data_handle_t y, const tsr_conv_geom_t *g,
                          bool max, bool relu) {
   int m = tsr__handle_rows(dx), in = g->h * g->w * g->c, out = g->oh * g->ow * g->c;
-  if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(dy) != m || tsr__handle_cols(dx) != in ||
-      tsr__handle_cols(dy) != out)
+  if (g->oc != g->c || g->ph < 0 || g->pw < 0 || g->ph > g->kh / 2 || g->pw > g->kw / 2 ||
+      tsr__handle_rows(dy) != m || tsr__handle_cols(dx) != in || tsr__handle_cols(dy) != out)
     return TSR_ESHAPE;
   if (max && (!x || !y || tsr__handle_rows(x) != m || tsr__handle_cols(x) != in ||
               tsr__handle_rows(y) != m || tsr__handle_cols(y) != out))

@@ -49,8 +49,9 @@ struct starpu_codelet tsr_cl_pool_fwd = {
 
 int tsr__insert_pool_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
                          const tsr_conv_geom_t *g, bool max) {
-  if (g->oc != g->c || g->ph || g->pw || tsr__handle_rows(y) != tsr__handle_rows(x) ||
-      tsr__handle_cols(x) != g->h * g->w * g->c || tsr__handle_cols(y) != g->oh * g->ow * g->c)
+  if (g->oc != g->c || g->ph < 0 || g->pw < 0 || g->ph > g->kh / 2 || g->pw > g->kw / 2 ||
+      tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
+      tsr__handle_cols(y) != g->oh * g->ow * g->c)
     return TSR_ESHAPE;
   struct pool_args args = {*g, max};
   starpu_data_handle_t h[2] = {y, x};

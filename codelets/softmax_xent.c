@@ -1,7 +1,8 @@
 /* Fused softmax + cross-entropy on one batch-row tile of logits. It adds the
  * tile's loss sum and correct count into a per-row-tile stats tile, so the
  * host reads the epoch's loss and accuracy once, at the epoch end, instead of
- * waiting on every batch. Without a gradient output it serves evaluation. */
+ * waiting on every batch. Without a gradient output it serves evaluation. eps: PyTorch's
+ * label smoothing (0: none). */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -9,7 +10,7 @@
 
 struct xent_args {
   int nvalid;
-  float scale;
+  float scale, eps;
 };
 
 /* buffers: dlogits W, stats RW, logits R, labels R */
@@ -17,14 +18,14 @@ static void xent_grad_cpu(void *buffers[], void *cl_arg) {
   const struct xent_args *a = cl_arg;
   tsr__k_softmax_xent(TSR_ROWS(buffers[2]), TSR_COLS(buffers[2]), TSR_PTR(buffers[0]),
                       TSR_LD(buffers[0]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
-                      TSR_PTR(buffers[3]), a->nvalid, a->scale, TSR_PTR(buffers[1]));
+                      TSR_PTR(buffers[3]), a->nvalid, a->scale, a->eps, TSR_PTR(buffers[1]));
 }
 
 /* buffers: stats RW, logits R, labels R */
 static void xent_eval_cpu(void *buffers[], void *cl_arg) {
   const struct xent_args *a = cl_arg;
   tsr__k_softmax_xent(TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), NULL, 0, TSR_PTR(buffers[1]),
-                      TSR_LD(buffers[1]), TSR_PTR(buffers[2]), a->nvalid, a->scale,
+                      TSR_LD(buffers[1]), TSR_PTR(buffers[2]), a->nvalid, a->scale, a->eps,
                       TSR_PTR(buffers[0]));
 }
 
@@ -38,15 +39,15 @@ static void xent_run(void *buffers[], const struct xent_args *a, int di, int si)
   int dof = has_d ? TSR_CL_OFF(buffers[di]) : 0, ldd = has_d ? TSR_LD(buffers[di]) : 0;
   int zo = TSR_CL_OFF(zb), ldz = TSR_LD(zb), lo = TSR_CL_OFF(lb), ldl = TSR_LD(lb);
   int so = TSR_CL_OFF(buffers[si]), nvalid = a->nvalid;
-  float scale = a->scale;
+  float scale = a->scale, eps = a->eps;
   enum { GROUP = 64 }; /* work-items sharing the rows */
-  tsr__cl_run_group(TSR_CLK_SOFTMAX_XENT, GROUP, 17,
-                    (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(d), TSR_CL_ARG(dof),
-                                     TSR_CL_ARG(ldd), TSR_CL_ARG(has_d), TSR_CL_ARG(z),
-                                     TSR_CL_ARG(zo), TSR_CL_ARG(ldz), TSR_CL_ARG(labels),
-                                     TSR_CL_ARG(lo), TSR_CL_ARG(ldl), TSR_CL_ARG(nvalid),
-                                     TSR_CL_ARG(scale), TSR_CL_ARG(stats), TSR_CL_ARG(so),
-                                     (tsr_cl_arg_t){2 * GROUP * sizeof(float), NULL}});
+  tsr__cl_run_group(
+      TSR_CLK_SOFTMAX_XENT, GROUP, 18,
+      (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(d), TSR_CL_ARG(dof),
+                       TSR_CL_ARG(ldd), TSR_CL_ARG(has_d), TSR_CL_ARG(z), TSR_CL_ARG(zo),
+                       TSR_CL_ARG(ldz), TSR_CL_ARG(labels), TSR_CL_ARG(lo), TSR_CL_ARG(ldl),
+                       TSR_CL_ARG(nvalid), TSR_CL_ARG(scale), TSR_CL_ARG(eps), TSR_CL_ARG(stats),
+                       TSR_CL_ARG(so), (tsr_cl_arg_t){2 * GROUP * sizeof(float), NULL}});
 }
 
 static void xent_grad_opencl(void *buffers[], void *cl_arg) {
@@ -85,14 +86,15 @@ struct starpu_codelet tsr_cl_softmax_xent_eval = {
 
 int tsr__insert_softmax_xent(const tsr_task_opts_t *o, starpu_data_handle_t dlogits,
                              starpu_data_handle_t stats, starpu_data_handle_t logits,
-                             starpu_data_handle_t labels, int nvalid, float scale) {
+                             starpu_data_handle_t labels, int nvalid, float scale, float eps) {
   int m = tsr__handle_rows(logits), n = tsr__handle_cols(logits);
   if (tsr__handle_rows(labels) != m || tsr__handle_cols(labels) != 1 ||
       tsr__handle_rows(stats) != 1 || tsr__handle_cols(stats) != 2 || nvalid < 0 || nvalid > m)
     return TSR_ESHAPE;
+  if (!(eps >= 0.0f && eps < 1.0f)) return TSR_EINVAL;
   if (dlogits && (tsr__handle_rows(dlogits) != m || tsr__handle_cols(dlogits) != n))
     return TSR_ESHAPE;
-  struct xent_args args = {nvalid, scale};
+  struct xent_args args = {nvalid, scale, eps};
   if (dlogits) {
     starpu_data_handle_t h[4] = {dlogits, stats, logits, labels};
     return tsr__submit(o, &tsr_cl_softmax_xent, &args, sizeof args, 4, h);

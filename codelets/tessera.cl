@@ -101,7 +101,7 @@ __kernel void tsr_relu_bwd(int m, int n, __global float *dx, int dxo, int lddx,
 __kernel void tsr_softmax_xent(int m, int n, __global float *d, int dof, int ldd, int has_d,
                                __global const float *z, int zo, int ldz,
                                __global const float *labels, int lo, int ldl, int nvalid,
-                               float scale, __global float *stats, int so,
+                               float scale, float eps, __global float *stats, int so,
                                __local float *part) {
   int lid = get_local_id(0), size = get_local_size(0);
   float loss = 0.0f, correct = 0.0f;
@@ -122,13 +122,18 @@ __kernel void tsr_softmax_xent(int m, int n, __global float *d, int dof, int ldd
     float sum = 0.0f;
     for (int j = 0; j < n; j++)
       sum += exp(AT(z, zo, ldz, i, j) - zmax);
-    loss += log(sum) - (AT(z, zo, ldz, i, label) - zmax);
+    /* PyTorch's label smoothing: the target (1 - eps) onehot + eps / n */
+    float shifted = 0.0f;
+    if (eps != 0.0f)
+      for (int j = 0; j < n; j++)
+        shifted += AT(z, zo, ldz, i, j) - zmax;
+    loss += log(sum) - (1.0f - eps) * (AT(z, zo, ldz, i, label) - zmax) - eps / n * shifted;
     correct += arg == label ? 1.0f : 0.0f;
     if (has_d) {
-      float inv = 1.0f / sum;
+      float inv = 1.0f / sum, off = scale * (eps / n);
       for (int j = 0; j < n; j++)
-        AT(d, dof, ldd, i, j) = scale * exp(AT(z, zo, ldz, i, j) - zmax) * inv;
-      AT(d, dof, ldd, i, label) -= scale;
+        AT(d, dof, ldd, i, j) = scale * exp(AT(z, zo, ldz, i, j) - zmax) * inv - off;
+      AT(d, dof, ldd, i, label) -= scale * (1.0f - eps);
     }
   }
   part[2 * lid] = loss;
@@ -273,20 +278,23 @@ __kernel void tsr_col2im(geom_t g, int n, __global float *dx, int dxo, int lddx,
   dx[dxo + (long)s * lddx + t] = sum;
 }
 
-/* y (n, oh ow c) = max (or mean) of x (n, h w c) over each window, in the
- * CPU kernel's order. Over (oh ow c, n). */
+/* y (n, oh ow c) = max (or mean) of x (n, h w c) over each window's part inside the sample
+ * (the padding never wins a max and counts as zeros in a mean: divisor kh kw), in the CPU
+ * kernel's order. Over (oh ow c, n). */
 __kernel void tsr_pool_fwd(geom_t g, int max, int n, __global float *y, int yo, int ldy,
                            __global const float *x, int xo, int ldx) {
   int t = get_global_id(0), s = get_global_id(1);
   if (t >= g.oh * g.ow * g.c || s >= n) return;
   int oy = t / (g.ow * g.c), ox = t / g.c % g.ow, q = t % g.c;
-  __global const float *first =
-      x + xo + (long)s * ldx + ((long)oy * g.sh * g.w + (long)ox * g.sw) * g.c + q;
-  float v = first[0];
-  for (int ky = 0; ky < g.kh; ky++)
-    for (int kx = 0; kx < g.kw; kx++) {
-      if (ky == 0 && kx == 0) continue;
-      float xi = first[((long)ky * g.w + kx) * g.c];
+  int iy0 = oy * g.sh - g.ph, ix0 = ox * g.sw - g.pw;
+  int ky0 = iy0 < 0 ? -iy0 : 0, kx0 = ix0 < 0 ? -ix0 : 0;
+  int ky1 = min(g.kh, g.h - iy0), kx1 = min(g.kw, g.w - ix0);
+  __global const float *corner = x + xo + (long)s * ldx + q;
+  float v = corner[((long)(iy0 + ky0) * g.w + ix0 + kx0) * g.c];
+  for (int ky = ky0; ky < ky1; ky++)
+    for (int kx = kx0; kx < kx1; kx++) {
+      if (ky == ky0 && kx == kx0) continue;
+      float xi = corner[((long)(iy0 + ky) * g.w + ix0 + kx) * g.c];
       v = max ? (xi > v ? xi : v) : v + xi;
     }
   y[yo + (long)s * ldy + t] = max ? v : v * (1.0f / (float)(g.kh * g.kw));
@@ -294,7 +302,7 @@ __kernel void tsr_pool_fwd(geom_t g, int max, int n, __global float *y, int yo, 
 
 /* dx (n, h w c) from dy (n, oh ow c), gathered per input element over the
  * windows that contain it. Max: an element takes a window's gradient when it
- * is the window's first input equal to the output (and, with relu, that
+ * is the window's first input (inside the sample) equal to the output (and, with relu, that
  * output is positive); mean: every element takes 1 / (kh kw) of it. Over
  * (h w c, n). */
 __kernel void tsr_pool_bwd(geom_t g, int max, int relu, int n, __global float *dx, int dxo,
@@ -308,11 +316,11 @@ __kernel void tsr_pool_bwd(geom_t g, int max, int relu, int n, __global float *d
   __global const float *dys = dy + dyo + (long)s * lddy;
   float sum = 0.0f;
   for (int ky = 0; ky < g.kh; ky++) {
-    int ty = iy - ky;
+    int ty = iy + g.ph - ky;
     if (ty < 0 || ty % g.sh || ty / g.sh >= g.oh) continue;
     int oy = ty / g.sh;
     for (int kx = 0; kx < g.kw; kx++) {
-      int tx = ix - kx;
+      int tx = ix + g.pw - kx;
       if (tx < 0 || tx % g.sw || tx / g.sw >= g.ow) continue;
       int ox = tx / g.sw;
       long out = ((long)oy * g.ow + ox) * g.c + q;
@@ -322,17 +330,18 @@ __kernel void tsr_pool_bwd(geom_t g, int max, int relu, int n, __global float *d
       }
       float ym = y[yo + (long)s * ldy + out];
       if (relu && !(ym > 0.0f)) continue;
-      /* Is (ky, kx) the first position of the window holding the maximum? */
-      __global const float *first =
-          x + xo + (long)s * ldx + ((long)oy * g.sh * g.w + (long)ox * g.sw) * g.c + q;
+      /* Is (ky, kx) the first position of the window inside the sample holding the maximum? */
+      int iy0 = oy * g.sh - g.ph, ix0 = ox * g.sw - g.pw;
+      int ky0 = iy0 < 0 ? -iy0 : 0, kx0 = ix0 < 0 ? -ix0 : 0, kx1 = min(g.kw, g.w - ix0);
+      __global const float *corner = x + xo + (long)s * ldx + q;
       bool earlier = false;
-      for (int a = 0; a <= ky && !earlier; a++)
-        for (int b = 0; b < (a == ky ? kx : g.kw); b++)
-          if (first[((long)a * g.w + b) * g.c] == ym) {
+      for (int a = ky0; a <= ky && !earlier; a++)
+        for (int b = kx0; b < (a == ky ? kx : kx1); b++)
+          if (corner[((long)(iy0 + a) * g.w + ix0 + b) * g.c] == ym) {
             earlier = true;
             break;
           }
-      if (!earlier && first[((long)ky * g.w + kx) * g.c] == ym) sum += dys[out];
+      if (!earlier && x[xo + (long)s * ldx + t] == ym) sum += dys[out];
     }
   }
   dx[dxo + (long)s * lddx + t] = sum;

@@ -43,6 +43,8 @@ static void conv_ref(const tsr_conv_geom_t *g, int n, double *y, const double *x
         }
 }
 
+/* PyTorch's MaxPool2d and AvgPool2d (count_include_pad=True): the padding is -inf in a max
+ * and zeros in a mean, whose divisor is kh kw. */
 static void pool_ref(const tsr_conv_geom_t *g, bool max, int n, double *y, const double *x) {
   for (int s = 0; s < n; s++)
     for (int oy = 0; oy < g->oh; oy++)
@@ -51,8 +53,9 @@ static void pool_ref(const tsr_conv_geom_t *g, bool max, int n, double *y, const
           double acc = max ? -INFINITY : 0.0;
           for (int ky = 0; ky < g->kh; ky++)
             for (int kx = 0; kx < g->kw; kx++) {
-              double v = x[(long)s * g->h * g->w * g->c +
-                           ((long)(oy * g->sh + ky) * g->w + ox * g->sw + kx) * g->c + c];
+              int iy = oy * g->sh - g->ph + ky, ix = ox * g->sw - g->pw + kx;
+              if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
+              double v = x[(long)s * g->h * g->w * g->c + ((long)iy * g->w + ix) * g->c + c];
               acc = max ? fmax(acc, v) : acc + v;
             }
           y[(long)s * g->oh * g->ow * g->c + ((long)oy * g->ow + ox) * g->c + c] =
@@ -112,6 +115,18 @@ static void avgpool_forward_ref(const ref_layer_t *r, double *y, const double *c
   pool_ref(r->g, false, r->n, y, x[0]);
 }
 
+/* The mean of each channel over the sample's pixels: y (n, c). */
+static void globalavgpool_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
+  int pixels = r->g->h * r->g->w, c = r->g->c;
+  for (int s = 0; s < r->n; s++)
+    for (int q = 0; q < c; q++) {
+      double acc = 0;
+      for (int p = 0; p < pixels; p++)
+        acc += x[0][((long)s * pixels + p) * c + q];
+      y[(long)s * c + q] = acc / pixels;
+    }
+}
+
 static void flatten_forward_ref(const ref_layer_t *r, double *y, const double *const *x) {
   memcpy(y, x[0], sizeof(double) * (size_t)r->n * (size_t)(r->g->c * r->g->h * r->g->w));
 }
@@ -135,6 +150,25 @@ static void concat_forward_ref(const ref_layer_t *r, double *y, const double *co
       for (int k = 0, off = 0; k < r->n_in; off += r->in[k].c, k++)
         for (int c = 0; c < r->in[k].c; c++)
           y[((long)s * pixels + p) * oc + off + c] = x[k][((long)s * pixels + p) * r->in[k].c + c];
+}
+
+/* Training mode: each channel (each feature of 1 x 1 x F samples) normalized with the
+ * statistics of the n samples' values (biased variance), then scale and shift. */
+static void batchnorm_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *x = xs[0], *scale = r->params[0], *shift = r->params[1];
+  int c = r->g->c, hw = r->g->h * r->g->w;
+  double eps = r->s->eps > 0 ? r->s->eps : 1e-5, count = (double)r->n * hw;
+  for (int ch = 0; ch < c; ch++) {
+    double mean = 0, var = 0;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      mean += x[k * c + ch];
+    mean /= count;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      var += (x[k * c + ch] - mean) * (x[k * c + ch] - mean);
+    var /= count;
+    for (long k = 0; k < (long)r->n * hw; k++)
+      y[k * c + ch] = (x[k * c + ch] - mean) / sqrt(var + eps) * scale[ch] + shift[ch];
+  }
 }
 
 /* The engine's mask of the first training step, scaled by 1 / (1 - rate). */
@@ -196,7 +230,11 @@ static const ref_type_t ref_types[] = {
         .type = "maxpool",
         .forward = maxpool_forward_ref,
         .in = {2, 4, 4},
-        .example = {2, {{.kind = TSR_LAYER_MAXPOOL, .kernel_h = 2, .stride_h = 1}, OUT3}},
+        /* ResNet's stem pooling: 3x3, stride 2, padding 1 */
+        .example =
+            {2,
+             {{.kind = TSR_LAYER_MAXPOOL, .kernel_h = 3, .stride_h = 2, .pad_h = 1, .pad_w = 1},
+              OUT3}},
     },
     {
         .type = "avgpool",
@@ -207,8 +245,16 @@ static const ref_type_t ref_types[] = {
                       .kernel_h = 3,
                       .kernel_w = 2,
                       .stride_h = 2,
-                      .stride_w = 1},
+                      .stride_w = 1,
+                      .pad_h = 1,
+                      .pad_w = 1},
                      OUT3}},
+    },
+    {
+        .type = "globalavgpool",
+        .forward = globalavgpool_forward_ref,
+        .in = {3, 3, 4},
+        .example = {2, {{.kind = TSR_LAYER_GLOBALAVGPOOL}, OUT3}},
     },
     {
         .type = "flatten",
@@ -253,6 +299,14 @@ static const ref_type_t ref_types[] = {
                       .inputs = {"input"}},
                      {.kind = TSR_LAYER_CONCAT, .n_inputs = 3, .inputs = {"a", "b", "input"}},
                      OUT3}},
+    },
+    {
+        /* per channel of 2 x 2 x 3 samples, its ReLU fused */
+        .type = "batchnorm",
+        .nparams = 2,
+        .forward = batchnorm_forward_ref,
+        .in = {3, 2, 2},
+        .example = {3, {{.kind = TSR_LAYER_BATCHNORM}, {.kind = TSR_LAYER_RELU}, OUT3}},
     },
 };
 #undef OUT3

@@ -328,6 +328,17 @@ MUTANTS = [
     ("augment-resume-unchecked", "a resume under other augmentation settings passes silently",
      "src/train/checkpoint.c", [("if (strcmp(augment, then_augment) != 0) {", "if (0) {")],
      ["augment-cli"]),
+    ("bn-padding-in-stats", "batchnorm's statistics take the padding rows of a short batch",
+     "src/tile/ops.c", [("return (int)(v < 0 ? 0 : v < rows ? v : rows);",
+                         "return (int)(v < 0 ? rows : rows);")], ["batchnorm", "grad"]),
+    ("bn-biased-running-var", "batchnorm's running variance moved by the biased variance",
+     "src/kernels/batchnorm.c", [("mo * (m2 / (n - 1))", "mo * (m2 / n)")], ["batchnorm"]),
+    ("bn-buffers-not-averaged", "weight averaging leaves batchnorm's running statistics alone",
+     "src/parallel/sync.c", [("    if (rp->bufs) own[nsets]", "    if (0 && rp->bufs) own[nsets]")],
+     ["mpi-bnevery-2"]),
+    ("syncbn-backward-as-forward", "--sync-bn combines the backward sums by Chan's formula",
+     "src/parallel/sync_bn.c", [("e->view[q], backward));", "e->view[q], backward && !backward));")],
+     ["mpi-syncbn-2"]),
 ]
 
 

@@ -111,8 +111,8 @@ CAMPAIGN = [
        "float vj = flush(momentum * AT(v, vo, ldw, i, j) + gj + wd * wj);")], ["opencl"]),
     ("cl-pool-kernel-width", "the OpenCL pooling steps window rows by the kernel width, not the "
      "image width", "codelets/tessera.cl",
-     [("      float xi = first[((long)ky * g.w + kx) * g.c];",
-       "      float xi = first[((long)ky * g.kw + kx) * g.c];")], ["opencl"]),
+     [("      float xi = corner[((long)(iy0 + ky) * g.w + ix0 + kx) * g.c];",
+       "      float xi = corner[((long)(iy0 + ky) * g.kw + ix0 + kx) * g.c];")], ["opencl"]),
     ("cl-dropout-col", "the OpenCL dropout hashes column col0 + j, the CPU's col0 + j + 1",
      "codelets/tessera.cl",
      [("(ulong)(col0 + j + 1));", "(ulong)(col0 + j));")], ["opencl"]),

@@ -2,7 +2,8 @@
  * message; a checkpoint round-trips a network's parameters, optimizer state
  * and step count; one of another model, optimizer or data is refused; a
  * damaged tensor is caught by its checksum; and a run stopped and resumed
- * ends bit for bit where an uninterrupted run does. */
+ * ends bit for bit where an uninterrupted run does (with batchnorm: its running statistics and
+ * batch counts too). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "nn/net_impl.h"
 #include "tessera/tessera.h"
 
 #include "tmpfile.h"
@@ -289,6 +291,23 @@ static float *all_params(const tsr_net_t *net) {
   return all;
 }
 
+/* all_params, then every layer's buffers and batch count (batchnorm); *n: the floats. */
+static float *all_state(const tsr_net_t *net, int64_t *n) {
+  *n = tsr_net_param_count(net);
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++)
+      *n += tsr_tiles_cols(net->layers[i].buffers[k]) + 1;
+  float *all = realloc(all_params(net), sizeof(float) * (size_t)*n);
+  int64_t off = tsr_net_param_count(net);
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++) {
+      cr_assert_eq(tsr_tiles_read(net->layers[i].buffers[k], all + off), 0);
+      off += tsr_tiles_cols(net->layers[i].buffers[k]);
+      all[off++] = (float)net->layers[i].batches_tracked;
+    }
+  return all;
+}
+
 static tsr_checkpoint_info_t info_for(const tsr_dataset_t *ds, const tsr_net_t *net) {
   tsr_checkpoint_info_t info = {
       .epoch = 1, .epochs = 3, .seed = 7, .input_mean = 0.5f, .input_std = 0.25f};
@@ -454,21 +473,20 @@ static bool stop_now(void *ctx) {
   return epochs_seen >= stop_after;
 }
 
-/* Trains 4 epochs of 300 images (cosine schedule, optimizer opt, dropout), in
+static const char dropout_mlp[] = "[h]\ntype = dense\nunits = 32\nactivation = relu\n"
+                                  "[d]\ntype = dropout\nrate = 0.2\n[o]\ntype = dense\n"
+                                  "units = 10\n";
+
+/* Trains 4 epochs of 300 images (cosine schedule, optimizer opt, model, dropout), in
  * one go, or stopped after `stop` epochs with a checkpoint then resumed into a
  * fresh net built from what the checkpoint says (tsr_checkpoint_read: the
  * optimizer's name and hyper-parameters must come back as they were); returns
- * the final parameters. */
+ * the final parameters (and buffers: all_state). */
 static float *train_four_epochs(const tsr_dataset_t *train, int stop, const tsr_optimizer_t *opt,
-                                int64_t *n) {
+                                int64_t *n, const char *model) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_model_parse_ini_text(&spec,
-                                        "[h]\ntype = dense\nunits = 32\nactivation = relu\n"
-                                        "[d]\ntype = dropout\nrate = 0.2\n[o]\ntype = dense\n"
-                                        "units = 10\n",
-                                        "inline", &err),
-               0);
+  cr_assert_eq(tsr_model_parse_ini_text(&spec, model, "inline", &err), 0, "%s", err.msg);
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.batch = 32, o.seed = 6, o.opt = *opt;
@@ -503,8 +521,7 @@ static float *train_four_epochs(const tsr_dataset_t *train, int stop, const tsr_
   }
   cr_assert_eq(tsr_train(net, train, NULL, &to, &err), 0, "%s", err.msg);
   cr_assert_eq(epochs_seen, 4, "epochs reported: %d", epochs_seen);
-  float *w = all_params(net);
-  *n = tsr_net_param_count(net);
+  float *w = all_state(net, n);
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&spec);
   return w;
@@ -513,28 +530,43 @@ static float *train_four_epochs(const tsr_dataset_t *train, int stop, const tsr_
 /* Stopped after 2 of 4 epochs and resumed, then the same bits as 4 epochs in one go, for
  * optimizer name at rate lr and weight decay wd; and the decay changes those bits (a resume
  * that lost it, or took the default, would not end there). */
-static void resumes_bit_for_bit(const char *name, float lr, float wd) {
+static void resumes_model_bit_for_bit(const char *name, float lr, float wd, const char *model) {
   tsr_dataset_t train = {0}, test = {0};
   load(&train, &test, 300);
   tsr_optimizer_t opt;
   cr_assert_eq(tsr_optimizer_init(&opt, name, NULL), 0);
   opt.lr = lr, opt.weight_decay = wd;
   int64_t n;
-  float *whole = train_four_epochs(&train, 0, &opt, &n),
-        *resumed = train_four_epochs(&train, 2, &opt, &n);
+  float *whole = train_four_epochs(&train, 0, &opt, &n, model),
+        *resumed = train_four_epochs(&train, 2, &opt, &n, model);
   int64_t off = 0;
   for (int64_t i = 0; i < n; i++)
     off += memcmp(&whole[i], &resumed[i], sizeof(float)) != 0;
   cr_assert_eq(off, 0, "%s: %lld of %lld parameters differ", name, (long long)off, (long long)n);
   if (wd > 0) {
     opt.weight_decay = 0;
-    float *other = train_four_epochs(&train, 0, &opt, &n);
+    float *other = train_four_epochs(&train, 0, &opt, &n, model);
     cr_assert(memcmp(whole, other, sizeof(float) * (size_t)n) != 0,
               "%s: the decay changes nothing: the check is blind to it", name);
     free(other);
   }
   free(whole), free(resumed);
   tsr_dataset_fini(&train), tsr_dataset_fini(&test);
+}
+
+static void resumes_bit_for_bit(const char *name, float lr, float wd) {
+  resumes_model_bit_for_bit(name, lr, wd, dropout_mlp);
+}
+
+/* Per channel after a convolution and per feature after a dense layer; 300 samples at batch 32
+ * end each epoch with a short batch. */
+Test(checkpoint, batchnorm_stopped_and_resumed_equals_uninterrupted_bit_for_bit) {
+  resumes_model_bit_for_bit("sgd", 0.05f, 0.0f,
+                            "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\n"
+                            "[cbn]\ntype = batchnorm\nactivation = relu\n"
+                            "[h]\ntype = dense\nunits = 32\n[hbn]\ntype = batchnorm\n"
+                            "activation = relu\n[d]\ntype = dropout\nrate = 0.2\n"
+                            "[o]\ntype = dense\nunits = 10\n");
 }
 
 Test(checkpoint, stopped_and_resumed_equals_uninterrupted_bit_for_bit) {

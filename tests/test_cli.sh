@@ -206,6 +206,21 @@ expect 0 "epoch 20/20" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 
   --batch 16 --log "$tmp/csv.jsonl"
 check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
   "test_accuracy>0.95" "train_accuracy>0.95" "loss<0.3"
+# --label-smoothing 0.2 (PyTorch's): the same net still fits the data, but its loss, training's
+# and the test loss, cannot fall below the entropy of the smoothed target, 0.8667 / 0.0667 /
+# 0.0667 for 3 classes: 0.485 (the plain run above ends below 0.3); the run line says it.
+expect 0 "epoch 20/20" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 20 --lr 0.1 \
+  --batch 16 --label-smoothing 0.2 --log "$tmp/smooth.jsonl"
+check_log "--label-smoothing 0.2" "$tmp/smooth.jsonl" 20 "test_accuracy>0.95" "loss>0.485" \
+  "test_loss>0.485" "loss<0.7"
+if head -1 "$tmp/smooth.jsonl" | grep -qE '"label-smoothing": ?0\.2[0-9]*[,}]'; then pass; else
+  fail "the run line lacks label-smoothing 0.2: $(head -c 300 "$tmp/smooth.jsonl")"
+fi
+for e in 1 1.5 -0.1 nan; do
+  expect 2 "--label-smoothing $e: expected a number in \[0, 1\)" -- train --label-smoothing "$e"
+  expect 2 "--label-smoothing $e: expected a number in \[0, 1\)" -- eval --checkpoint x \
+    --label-smoothing "$e"
+done
 # StarPU takes at most 4 CPU workers per process (Debian's build): more is said aloud.
 expect 0 "warning: --workers 999: StarPU runs [0-9]+ CPU workers" -- train --data "$tmp/csv" \
   --model linear --epochs 1 --workers 999

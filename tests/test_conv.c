@@ -51,6 +51,10 @@ static const tsr_conv_geom_t conv_cases[] = {
     {2, 5, 7, 40, 0, 0, 3, 3, 1, 1, 1, 1},  /* 40 outputs: vector blocks and a remainder */
     {32, 6, 6, 8, 0, 0, 3, 3, 1, 1, 0, 0},  /* fan-in 288: the BLIS path */
     {32, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* 270 pixels: chunks of the lowering cross samples */
+    {40, 4, 5, 24, 0, 0, 1, 1, 1, 1, 0, 0}, /* pointwise, fan-in 40: the loops, not BLIS */
+    {6, 7, 9, 5, 0, 0, 1, 1, 2, 2, 0, 0},   /* strided 1x1: only the sampled pixels */
+    {40, 5, 8, 70, 0, 0, 1, 1, 2, 3, 0, 0}, /* strided 1x1, 70 outputs: the filter by BLIS */
+    {48, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* fan-in 432: chunks of the minimum rows */
 };
 
 Test(conv, kernel_forward_matches_direct_convolution) {
@@ -94,9 +98,13 @@ Test(conv, kernel_forward_matches_direct_convolution) {
  * takes several chunks (crossing samples, or not when rows have gaps). */
 Test(conv, kernel_backward_matches_direct_sums) {
   tsr_rng_t rng = {10};
-  const tsr_conv_geom_t cases[] = {geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1),
-                                   geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
-                                   geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1)};
+  /* ..., then 1x1: pointwise, strided (only the sampled pixels take a gradient), strided with
+   * 70 outputs (the filter gradient by BLIS), and a fan-in of 432 (chunks of the minimum rows) */
+  const tsr_conv_geom_t cases[] = {
+      geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1), geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
+      geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1),  geom(40, 4, 5, 24, 1, 1, 1, 1, 0, 0),
+      geom(6, 7, 9, 5, 1, 1, 2, 2, 0, 0),   geom(40, 5, 8, 70, 1, 1, 2, 3, 0, 0),
+      geom(48, 10, 9, 8, 3, 3, 1, 1, 1, 1)};
   for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
     const tsr_conv_geom_t g = cases[t];
     int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
@@ -104,14 +112,14 @@ Test(conv, kernel_backward_matches_direct_sums) {
       int lx = in + 3 * gaps, ly = out + 5 * gaps;
       float *x = calloc((size_t)n * lx, 4), *dy = calloc((size_t)n * ly, 4),
             *w = malloc(sizeof(float) * k * g.oc), *dx = calloc((size_t)n * lx, 4),
-            *dw = malloc(sizeof(float) * k * g.oc), db[8];
+            *dw = malloc(sizeof(float) * k * g.oc), db[80];
       for (int s = 0; s < n; s++)
         fill(x + (long)s * lx, NULL, in, &rng), fill(dy + (long)s * ly, NULL, out, &rng);
       fill(w, NULL, (long)k * g.oc, &rng);
       float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
       tsr__k_conv_bwd_data(&g, n, dx, lx, dy, ly, w, g.oc, work);
       tsr__k_conv_bwd_filter(&g, n, dw, g.oc, db, x, lx, dy, ly, 0.0f, work);
-      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[8] = {0};
+      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[80] = {0};
       for (int s = 0; s < n; s++)
         for (int oy = 0; oy < g.oh; oy++)
           for (int ox = 0; ox < g.ow; ox++)
@@ -407,5 +415,47 @@ Test(conv, cnn_shorthand_and_ini_file) {
   /* 28x28 -conv 5x3 s2 p2x1-> 14x14x8 -pool 2-> 7x7x8 = 392 */
   cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
   tsr_net_destroy(&net);
+  tsr_model_spec_fini(&s);
+}
+
+/* PyTorch's pooling padding and the global average pool, from a model file: ResNet's stem
+ * (maxpool 3x3 stride 2 padding 1) and head (globalavgpool then dense), the shapes they give,
+ * their descriptions and INI round trip, and a padding over half the kernel refused. */
+Test(conv, pool_padding_and_globalavgpool_from_a_model_file) {
+  const char *text = "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\npadding = 1\n"
+                     "[p]\ntype = maxpool\nkernel = 3\nstride = 2\npadding = 1\n"
+                     "[a]\ntype = avgpool\nkernel = 3\nstride = 1\npadding = 1\n"
+                     "[g]\ntype = globalavgpool\n[out]\ntype = dense\nunits = 10\n";
+  tsr_model_spec_t s;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&s, text, "stem.ini", &err), 0, "%s", err.msg);
+  char buf[512];
+  tsr_model_describe(&s, 784, buf, sizeof buf);
+  cr_assert_str_eq(buf,
+                   "784-conv3x3/4s2x2p1x1-maxpool3x3s2x2p1x1-avgpool3x3s1x1p1x1-globalavgpool-10");
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.in_channels = 1, o.in_height = 28, o.in_width = 28;
+  tsr_net_t *net = NULL;
+  /* 28x28 -conv s2 p1-> 14x14x4 -maxpool 3 s2 p1-> 7x7x4 -avgpool 3 s1 p1-> 7x7x4 -global->
+   * 1x1x4: the dense layer's fan-in is 4, so its parameters are 4 10 + 10. */
+  cr_assert_eq(tsr_net_create(&net, &s, 784, 10, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_net_param_count(net), 4 * (9 + 1) + 4 * 10 + 10);
+  tsr_net_destroy(&net);
+
+  char ini[1024];
+  cr_assert_eq(tsr_model_to_ini(&s, ini, sizeof ini), 0);
+  tsr_model_spec_t back;
+  cr_assert_eq(tsr_model_parse_ini_text(&back, ini, "round trip", &err), 0, "%s", err.msg);
+  char again[512];
+  tsr_model_describe(&back, 784, again, sizeof again);
+  cr_assert_str_eq(again, buf, "%s", ini);
+  tsr_model_spec_fini(&back);
+
+  s.layers[1].pad_h = s.layers[1].pad_w = 2; /* kernel 3: at most 1 */
+  expect_rejected(&s, (const char *const[]){"layer 2", "maxpool", "padding 2x2", "half"}, 4);
+  s.layers[1].pad_h = 1, s.layers[1].pad_w = 0;
+  s.layers[2].kernel_h = 2, s.layers[2].pad_h = 2, s.layers[2].pad_w = 1;
+  expect_rejected(&s, (const char *const[]){"layer 3", "avgpool", "padding 2x1"}, 3);
   tsr_model_spec_fini(&s);
 }

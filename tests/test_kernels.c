@@ -86,7 +86,7 @@ Test(kernels, softmax_xent_gradient_matches_float64_finite_differences) {
   for (int i = 0; i < M; i++)
     labels[i] = (float)(i % N);
   float stats[2] = {0, 0};
-  tsr__k_softmax_xent(M, N, d, N, z, N, labels, M, 1.0f / M, stats);
+  tsr__k_softmax_xent(M, N, d, N, z, N, labels, M, 1.0f / M, 0.0f, stats);
   double zd[M * N];
   for (int i = 0; i < M * N; i++)
     zd[i] = z[i];
@@ -105,9 +105,73 @@ Test(kernels, softmax_xent_gradient_matches_float64_finite_differences) {
   }
 }
 
+/* PyTorch's nn.CrossEntropyLoss(label_smoothing=eps), written as its documentation does, in
+ * float64: the mean over rows of sum_j -q_j log p_j with the target q = (1 - eps) onehot +
+ * eps / n and p the softmax (log p_j = z_j - logsumexp(z), the max subtracted first). */
+static double smoothed_xent_ref(const double *z, const float *labels, int m, int n, double eps) {
+  double total = 0;
+  for (int i = 0; i < m; i++) {
+    double zmax = z[i * n], s = 0;
+    for (int j = 1; j < n; j++)
+      zmax = fmax(zmax, z[i * n + j]);
+    for (int j = 0; j < n; j++)
+      s += exp(z[i * n + j] - zmax);
+    double lse = zmax + log(s);
+    for (int j = 0; j < n; j++) {
+      double q = (1 - eps) * (j == (int)labels[i]) + eps / n;
+      total -= q * (z[i * n + j] - lse);
+    }
+  }
+  return total / m;
+}
+
+/* --label-smoothing: the loss against the float64 reference of PyTorch's formula (0.1, the
+ * usual value, and 0.6, and eps 0 against the one-hot reference), the gradient against its
+ * float64 central differences, the accuracy count unchanged, and padding rows still 0. */
+Test(kernels, softmax_xent_label_smoothing_matches_pytorch_formula_and_its_gradient) {
+  enum { M = 6, N = 5 };
+  const float epss[] = {0.0f, 0.1f, 0.6f};
+  for (int e = 0; e < 3; e++) {
+    tsr_rng_t rng = {11};
+    float z[(M + 1) * N], d[(M + 1) * N], labels[M + 1];
+    fill_random(z, (M + 1) * N, &rng);
+    for (int i = 0; i < (M + 1) * N; i++)
+      z[i] *= 4.0f, d[i] = 7.0f;
+    for (int i = 0; i <= M; i++)
+      labels[i] = (float)((i * 3) % N);
+    float stats[2] = {0, 0}, plain[2] = {0, 0}, dp[(M + 1) * N];
+    /* M valid rows and one padding row */
+    tsr__k_softmax_xent(M + 1, N, d, N, z, N, labels, M, 1.0f / M, epss[e], stats);
+    tsr__k_softmax_xent(M + 1, N, dp, N, z, N, labels, M, 1.0f / M, 0.0f, plain);
+    double zd[M * N];
+    for (int i = 0; i < M * N; i++)
+      zd[i] = z[i];
+    double want = smoothed_xent_ref(zd, labels, M, N, epss[e]);
+    cr_assert(fabs(stats[0] / M - want) < 1e-5 * fmax(1, want), "eps %g: loss %.9g vs %.9g",
+              (double)epss[e], stats[0] / M, want);
+    if (e == 0) cr_assert(fabs(want - xent_ref(zd, labels, M, N)) < 1e-12);
+    cr_assert_eq(stats[1], plain[1], "eps %g: correct %g vs %g", (double)epss[e], stats[1],
+                 plain[1]);
+    for (int j = 0; j < N; j++)
+      cr_assert_eq(d[M * N + j], 0.0f, "eps %g: padding row's gradient", (double)epss[e]);
+    const double h = 1e-6;
+    for (int k = 0; k < M * N; k++) {
+      double keep = zd[k];
+      zd[k] = keep + h;
+      double up = smoothed_xent_ref(zd, labels, M, N, epss[e]);
+      zd[k] = keep - h;
+      double down = smoothed_xent_ref(zd, labels, M, N, epss[e]);
+      zd[k] = keep;
+      double fd = (up - down) / (2 * h);
+      cr_assert(fabs(d[k] - fd) < 1e-5, "eps %g: dlogits[%d] = %g, finite difference %g",
+                (double)epss[e], k, d[k], fd);
+    }
+  }
+}
+
 Test(kernels, softmax_xent_ignores_padding_rows_and_counts_correct) {
   float z[3 * 2] = {2, 0, 0, 2, 5, -5}, labels[3] = {0, 0, 1}, d[6], stats[2] = {0, 0};
-  tsr__k_softmax_xent(3, 2, d, 2, z, 2, labels, 2, 0.5f, stats);
+  tsr__k_softmax_xent(3, 2, d, 2, z, 2, labels, 2, 0.5f, 0.0f, stats);
   cr_assert_float_eq(stats[1], 1.0f, 0); /* row 0 right, row 1 wrong, row 2 padding */
   cr_assert_float_eq(d[4], 0.0f, 0);
   cr_assert_float_eq(d[5], 0.0f, 0);
@@ -250,7 +314,7 @@ Test(kernels, softmax_xent_is_finite_and_exact_for_logits_of_plus_minus_1000) {
   for (int i = 0; i < M; i++) {
     const float *zr = z + i * N;
     float d[N], stats[2] = {0, 0};
-    tsr__k_softmax_xent(1, N, d, N, zr, N, labels + i, 1, scale, stats);
+    tsr__k_softmax_xent(1, N, d, N, zr, N, labels + i, 1, scale, 0.0f, stats);
     int label = (int)labels[i], arg = 0;
     for (int j = 1; j < N; j++)
       if (zr[j] > zr[arg]) arg = j;

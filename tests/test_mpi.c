@@ -1868,12 +1868,154 @@ static void test_augment(void) {
   net_augment = NULL;
 }
 
+/* The buffers of every layer that has them (batchnorm: running mean and variance), concatenated;
+ * with set, written from *all instead. */
+static float *buffers(tsr_net_t *net, int64_t *count, const float *set) {
+  int64_t total = 0, off = 0;
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++)
+      total += tsr_tiles_cols(net->layers[i].buffers[k]);
+  float *all = set ? NULL : malloc(sizeof(float) * (size_t)total);
+  for (int i = 0; i < net->n_layers; i++)
+    for (int k = 0; k < net->layers[i].nbuffers; k++) {
+      tsr_tiles_t *b = net->layers[i].buffers[k];
+      if (set)
+        tsr_tiles_write(b, set + off);
+      else
+        tsr_tiles_read(b, all + off);
+      off += tsr_tiles_cols(b);
+    }
+  *count = total;
+  return all;
+}
+
+/* Batchnorm's running statistics: under every=K averaged with the weights (right after step K
+ * the mean of the replicas trained alone, each rank's own at step K - 1); under batch each
+ * replica's own (the weights agree, the statistics of their different batches do not). */
+static void test_bnevery(void) {
+  enum { B = 16, K = 3 };
+  net_model = "[a]\ntype = dense\nunits = 24\n[bn]\ntype = batchnorm\nactivation = relu\n"
+              "[out]\ntype = dense\nunits = 10\n";
+  load(B * size * 2 * K);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "every=3", false);
+  int32_t *rows = batch_rows(B, 2 * K);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 1; k <= 2 * K; k++) {
+    step_pair(rep, net, alone, rows, B, k, counts);
+    if (k % K != 0 && k % K != K - 1) continue;
+    int64_t n, nb;
+    float *w = params(net, &n), *b = buffers(net, &nb, NULL), *own = buffers(alone, &nb, NULL);
+    if (k % K == 0) {
+      float *mean = weighted_mean(own, nb, NULL);
+      double d = max_rel_diff(b, mean, nb);
+      CHECK(d <= 1e-5, "every=%d, step %d: running statistics vs the replicas' mean: %g", K, k, d);
+      CHECK(replicas_equal(b, nb), "every=%d, step %d: running statistics differ", K, k);
+      set_params(alone, w), buffers(alone, &nb, b);
+      free(mean);
+    } else {
+      double d = max_rel_diff(b, own, nb);
+      CHECK(d <= 1e-6, "every=%d, step %d: running statistics must be this rank's (%g)", K, k, d);
+      CHECK(!replicas_equal(b, nb), "every=%d, step %d: running statistics agree already", K, k);
+    }
+    free(w), free(b), free(own);
+  }
+  tsr__replicas_destroy(&rep);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+  net = make_net(B, 0.9f);
+  rep = replicas(net, "batch", false);
+  for (int k = 1; k <= K; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + ((k - 1) * size + rank) * B, B, true) == 0,
+          "batch step %d", k);
+    CHECK(tsr__replicas_after_step(rep, k) == 0, "after batch step %d", k);
+  }
+  tsr_net_wait(net, 0);
+  int64_t n, nb;
+  float *w = params(net, &n), *b = buffers(net, &nb, NULL);
+  CHECK(replicas_equal(w, n), "batch: the weights differ across replicas");
+  CHECK(!replicas_equal(b, nb), "batch: every replica's running statistics are the same");
+  free(w), free(b), free(rows);
+  tsr__replicas_destroy(&rep);
+  tsr_net_destroy(&net);
+  net_model = NULL;
+}
+
+/* --sync-bn: P ranks x batch B under --sync batch, batchnorm per channel (after a convolution)
+ * and per feature (after a dense layer) with the statistics of every rank's batch, == 1 process
+ * x batch P B: the weights and the running statistics; without --sync-bn each rank normalizes
+ * with its own batch's statistics and the weights end elsewhere. */
+static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, int64_t *n,
+                         float **stats, int64_t *nb) {
+  tsr_net_t *net = make_net(B, 0.9f);
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  sync.sync_bn = sync_bn;
+  tsr_replicas_t *rep = NULL;
+  tsr_errbuf_t err = {""};
+  if (tsr__replicas_create(&rep, net, &sync, NULL, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 0; k < steps; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
+  }
+  tsr__replicas_destroy(&rep);
+  float *w = params(net, n);
+  *stats = buffers(net, nb, NULL);
+  tsr_net_destroy(&net);
+  return w;
+}
+
+static void test_syncbn(void) {
+  enum { B = 16, STEPS = 5 };
+  net_model = "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\n"
+              "[cbn]\ntype = batchnorm\nactivation = relu\n"
+              "[h]\ntype = dense\nunits = 24\n[hbn]\ntype = batchnorm\nactivation = relu\n"
+              "[out]\ntype = dense\nunits = 10\n";
+  load(B * size * STEPS);
+  int32_t *rows = batch_rows(B, STEPS);
+  int64_t n, nb;
+  float *bs, *bs_own;
+  float *w = syncbn_run(true, rows, B, STEPS, &n, &bs, &nb);
+  float *own = syncbn_run(false, rows, B, STEPS, &n, &bs_own, &nb);
+  CHECK(replicas_equal(w, n), "--sync-bn: replicas differ");
+  CHECK(replicas_equal(bs, nb), "--sync-bn: running statistics differ across replicas");
+  CHECK(!replicas_equal(bs_own, nb), "without --sync-bn the running statistics are each rank's");
+  if (rank == 0) {
+    tsr_net_t *one = make_net(B * size, 0.9f), *start = make_net(B * size, 0.9f);
+    for (int k = 0; k < STEPS; k++)
+      tsr_net_train_step(one, &train_set, rows + k * size * B, B * size, true);
+    int64_t m;
+    float *ref = params(one, &n), *w0 = params(start, &n), *bref = buffers(one, &m, NULL);
+    double d = max_rel_diff(w, ref, n), moved = max_rel_diff(w0, ref, n);
+    double e = max_rel_diff(own, ref, n), s = max_rel_diff(bs, bref, nb);
+    CHECK(d <= 1e-4, "--sync-bn, %d ranks x batch %d vs 1 process x batch %d: weights %g off", size,
+          B, B * size, d);
+    CHECK(s <= 1e-4, "--sync-bn: running statistics %g off one process's", s);
+    CHECK(moved > 1e-2 && e > 100 * d,
+          "the check must be sensitive: training moved %g, without --sync-bn %g off", moved, e);
+    printf("--sync-bn: weights %.2e and running statistics %.2e off one process (without: %.2e)\n",
+           d, s, e);
+    free(ref), free(w0), free(bref);
+    tsr_net_destroy(&one), tsr_net_destroy(&start);
+  }
+  free(w), free(own), free(bs), free(bs_own), free(rows);
+  net_model = NULL;
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
       "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
       "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
       "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "augment", NULL};
+      "postlocalstate", "epochn",    "augment", "bnevery", "syncbn",   NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -1882,8 +2024,8 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
-            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment "
-            "[thread|worker]\n");
+            "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment|"
+            "bnevery|syncbn [thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -1938,7 +2080,9 @@ int main(int argc, char **argv) {
   case 17: test_hier_samples(); break;
   case 18: test_postlocal_state(); break;
   case 19: test_epoch_n(); break;
-  default: test_augment(); break;
+  case 20: test_augment(); break;
+  case 21: test_bnevery(); break;
+  default: test_syncbn(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -207,16 +207,18 @@ Test(opencl, relu_forward_and_backward) {
   operand_check(&yy, "relu_bwd y", 0, 0);
 }
 
+/* One-hot, and smoothed by 0.1 (--label-smoothing). */
 Test(opencl, softmax_cross_entropy_with_padding_rows) {
-  for (int grad = 0; grad < 2; grad++) {
-    int m = 12, n = 10, nvalid = 9;
+  for (int run = 0; run < 4; run++) {
+    int grad = run % 2, m = 12, n = 10, nvalid = 9;
+    float eps = run < 2 ? 0.0f : 0.1f;
     operand_t d, st, z, lab;
     operand_init(&d, m, n, false, 13, -1, 1, false);
     operand_init(&st, 1, 2, true, 14, 0, 5, false);
     operand_init(&z, m, n, false, 15, -4, 4, false);
     operand_init(&lab, m, 1, true, 16, 0, (float)n, true);
     BOTH(tsr__insert_softmax_xent(&o, grad ? d.tile[s] : NULL, st.tile[s], z.tile[s], lab.tile[s],
-                                  nvalid, 1.0f / 9));
+                                  nvalid, 1.0f / 9, eps));
     operand_check(&d, "softmax_xent dlogits", 1e-5f, 1e-6f);
     operand_check(&st, "softmax_xent stats", 1e-5f, 1e-5f);
     operand_check(&z, "softmax_xent logits", 0, 0);
@@ -431,9 +433,11 @@ Test(opencl, convolution_forward_and_backward) {
 }
 
 Test(opencl, pooling_max_mean_and_fused_relu) {
-  const tsr_conv_geom_t cases[] = {geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0),
-                                   geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0)};
-  for (int t = 0; t < 2; t++)
+  /* tiled, overlapping, ResNet's padded stem (3x3 stride 2 padding 1), padded stride 1 */
+  const tsr_conv_geom_t cases[] = {
+      geom(3, 6, 7, 3, 2, 2, 2, 2, 0, 0), geom(2, 7, 6, 2, 3, 3, 2, 1, 0, 0),
+      geom(3, 7, 8, 3, 3, 3, 2, 2, 1, 1), geom(2, 5, 6, 2, 3, 2, 1, 1, 1, 1)};
+  for (int t = 0; t < 4; t++)
     for (int mode = 0; mode < 3; mode++) { /* max, max with relu, mean */
       const tsr_conv_geom_t *g = &cases[t];
       bool max = mode < 2, relu = mode == 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "nn/layers.h"
 #include "nn/layout.h"
 #include "plan/plan_impl.h"
 #include "tessera/plan.h"
@@ -431,4 +432,115 @@ Test(plan, a_sharded_update_is_shared_by_the_grid_columns) {
             "2 x 3 grid: batch averaging saves %.6g s of updates per step, expected %.6g "
             "(2/3 of %.6g s: the update shared by the 3 columns)",
             got, want, updates_s);
+}
+
+/* The critical path of a graph is its longest path: two equal convolution branches joined by a
+ * concat, on 4 workers, take about the time of one branch (the work spread over the workers is
+ * less than one branch's chain), not of the two in a row. */
+static double compute_of(const char *ini) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&spec, ini, "branches", &err), 0, "%s", err.msg);
+  tsr_model_bind_classes(&spec, 10);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 1, o.pr = 1, o.pc = 1, o.batch = 4, o.tile_rows = 4;
+  o.inputs = 32 * 32 * 8, o.in_height = 32, o.in_width = 32, o.in_channels = 8;
+  tsr_plan_sync_parse(&o.sync, "batch", &err);
+  tsr_machine_t m = round_machine();
+  m.workers = 4, m.cores_per_node = 4;
+  tsr_plan_row_t row;
+  int n = 0;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &row, 1, &n, &err), 0, "%s", err.msg);
+  tsr_model_spec_fini(&spec);
+  return row.compute_s;
+}
+
+Test(plan, parallel_branches_are_priced_as_the_longest_path) {
+  const char *conv = "type = conv\nfilters = 64\nkernel = 3\npadding = 1\ninput = input\n";
+  char one[512], two[1024];
+  snprintf(one, sizeof one,
+           "[a]\n%s[pool]\ntype = avgpool\nkernel = 32\n[out]\ntype = dense\nunits = classes\n",
+           conv);
+  snprintf(two, sizeof two,
+           "[a]\n%s[b]\n%s[cat]\ntype = concat\ninputs = a, b\n[pool]\ntype = avgpool\n"
+           "kernel = 32\n[out]\ntype = dense\nunits = classes\n",
+           conv, conv);
+  double t1 = compute_of(one), t2 = compute_of(two);
+  cr_expect(t2 < 1.3 * t1, "two branches %g s, one %g s", t2, t1);
+  cr_expect(t2 > t1, "two branches %g s, one %g s", t2, t1);
+}
+
+/* A sink that counts the tasks, their bytes and the updates, a task taking bytes ns. */
+typedef struct {
+  tsr_cost_sink_t k;
+  int tasks, updates;
+  double bytes, work;
+} counting_sink_t;
+
+static double count_task(tsr_cost_sink_t *k, double flops, double rate, double bytes) {
+  (void)flops, (void)rate;
+  counting_sink_t *c = (counting_sink_t *)k;
+  c->tasks++, c->bytes += bytes, c->work += bytes * 1e-9;
+  return bytes * 1e-9;
+}
+
+static double count_update(tsr_cost_sink_t *k, double n) {
+  counting_sink_t *c = (counting_sink_t *)k;
+  c->updates++, c->work += n * 1e-9;
+  return n * 1e-9;
+}
+
+static double count_work(const tsr_cost_sink_t *k) {
+  return ((const counting_sink_t *)k)->work;
+}
+
+/* Batchnorm per channel of 8 x 8 x 4 samples after a convolution (its ReLU fused), batch 40 in
+ * 16-row tiles (3 tiles: a tree of depth 2): 2 tasks per tile and 2 combines and a finalize
+ * forward; a sums and an input-gradient task per tile, 2 adds, the parameters' gradients and 2
+ * updates backward; bytes as each task reads and writes them. */
+Test(plan, batchnorm_prices_its_tasks) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&spec,
+                                        "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+                                        "[bn]\ntype = batchnorm\nactivation = relu\n"
+                                        "[out]\ntype = dense\nunits = 10\n",
+                                        "inline", &err),
+               0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 40, o.tile_rows = 16, o.in_channels = 1, o.in_height = 8, o.in_width = 8;
+  tsr_net_layout_t lay;
+  cr_assert_eq(tsr__net_layout(&lay, &spec, 64, 10, &o, 2, &err), 0, "%s", err.msg);
+  cr_assert_eq(lay.n_layers, 3); /* the ReLU is fused */
+  const tsr_layout_layer_t *l = &lay.layers[1];
+  cr_assert_eq(l->kind, TSR_LAYER_BATCHNORM);
+  cr_assert(l->relu && l->has_dx && l->whole_samples);
+  cr_assert_eq(l->nparams, 2);
+  cr_assert_eq(l->params[0].cols, 4);
+  cr_assert_eq(l->nbuffers, 2);
+  cr_assert_eq(l->scratch[0].rows, 9); /* a (3, C) partial per batch-row tile */
+  counting_sink_t c = {.k = {.batch = 40,
+                             .mb = 16,
+                             .pr = 1,
+                             .task = count_task,
+                             .update = count_update,
+                             .work = count_work}};
+  double bwd = 0, chain = l->type->cost(&lay, l, &c.k, &bwd);
+  cr_assert_eq(c.tasks, (2 * 3 + 2 + 1) + (2 * 3 + 2 + 1));
+  cr_assert_eq(c.updates, 2);
+  double n = 40.0 * 256, C = 4; /* values of the batch, channels */
+  double fwd = 4 * (n + 3 * C * 3) + 4 * (2 * n + 5 * C * 3) + 4 * 9 * C * 2 + 4 * 10 * C;
+  double back = 4 * (3 * n + 6 * C * 3) + 4 * (4 * n + 7 * C * 3) + 4 * 9 * C * 2 + 4 * 5 * C;
+  cr_assert_float_eq(c.bytes, fwd + back, 1e-6 * (fwd + back));
+  cr_assert_float_eq(bwd, back * 1e-9 + 2 * C * 1e-9, 1e-15);
+  /* the chain: tile 0's forward tasks, two combines, the finalize; tile 0's backward tasks and
+   * two adds */
+  double t0 = 16.0 * 256;
+  double want = 4 * (t0 + 3 * C) + 4 * (2 * t0 + 5 * C) + 2 * 4 * 9 * C + 4 * 10 * C +
+                4 * (3 * t0 + 6 * C) + 4 * (4 * t0 + 7 * C) + 2 * 4 * 9 * C;
+  cr_assert_float_eq(chain, want * 1e-9, 1e-15, "chain %g vs %g", chain, want * 1e-9);
+  tsr__net_layout_fini(&lay);
+  tsr_model_spec_fini(&spec);
 }

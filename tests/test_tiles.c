@@ -163,7 +163,7 @@ Test(tiles, softmax_xent_over_edge_tiles_with_padding_rows) {
   cr_assert_eq(tsr_tiles_write(tl, labels), 0);
   cr_assert_eq(tsr_tiles_write(td, d), 0);
   for (int run = 0; run < 2; run++)
-    cr_assert_eq(tsr__tiles_softmax_xent(&topts, td, ts, tz, tl, NVALID, scale), 0);
+    cr_assert_eq(tsr__tiles_softmax_xent(&topts, td, ts, tz, tl, NVALID, scale, 0.0f), 0);
   cr_assert_eq(tsr_tiles_read(td, d), 0);
   cr_assert_eq(tsr_tiles_read(ts, stats), 0);
 

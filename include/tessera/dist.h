@@ -77,7 +77,7 @@ typedef struct {
 } tsr_outer_t;
 
 /* A policy and the options orthogonal to its schedule (--outer, --sync-state, --weighting,
- * --deterministic), parsed apart from it. */
+ * --deterministic, --sync-bn), parsed apart from it. */
 typedef struct {
   tsr_sync_schedule_t schedule; /* --sync: tsr_sync_schedule_parse fills only this */
   tsr_outer_t outer;
@@ -96,6 +96,11 @@ typedef struct {
    * x' = x + lambda (x~ - x), lambda = tau_eff S (>= 1; 1 when every tau_q is equal, where
    * this is --weighting samples). Implies by_samples. */
   bool by_steps;
+  /* --sync-bn: batchnorm layers normalize with the statistics of every rank's batch together
+   * (forward) and reduce their backward sums likewise, every step, by StarPU-MPI tasks
+   * (synchronized batch normalization); off: each rank's own batch (as DDP without it). Needs
+   * several ranks, a model with batchnorm, no grid and uniform shares (tsr_run_check). */
+  bool sync_bn;
 } tsr_sync_t;
 
 /* How much of the work each rank gets (--shares): its part of every epoch's samples and,

@@ -34,7 +34,12 @@ typedef enum {
   TSR_LAYER_FLATTEN, /* (c, h, w) -> (1, 1, c h w); the storage is unchanged */
   TSR_LAYER_DROPOUT, /* inverted dropout in training, identity in evaluation */
   TSR_LAYER_ADD,     /* element-wise sum of inputs of one shape (a residual connection) */
-  TSR_LAYER_CONCAT   /* inputs side by side along channels (features for 1 x 1 samples) */
+  TSR_LAYER_CONCAT,  /* inputs side by side along channels (features for 1 x 1 samples) */
+  /* batch normalization per channel (per feature for 1 x 1 samples), learnable scale and
+   * shift, running statistics for evaluation */
+  TSR_LAYER_BATCHNORM,
+  /* the mean of each channel over a sample's pixels: (h, w, c) -> (1, 1, c) */
+  TSR_LAYER_GLOBALAVGPOOL
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -44,10 +49,14 @@ typedef struct {
   int units;              /* dense: output features; conv: output channels */
   int kernel_h, kernel_w; /* conv, pools: window, required (kernel_w 0: square) */
   int stride_h, stride_w; /* conv: default 1; pools: default the kernel */
-  int pad_h, pad_w;       /* conv: zero padding on each side, default 0 */
+  int pad_h, pad_w;       /* conv: zero padding on each side, default 0; pools: padding on
+                           * each side, at most half the kernel, default 0 (never a max;
+                           * zeros in a mean, whose divisor stays kh kw) */
   int in_channels;        /* conv: input channels the layer expects (0: whatever comes) */
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
+  float momentum;         /* batchnorm: running statistics' momentum, in (0, 1] (0: 0.1) */
+  float eps;              /* batchnorm: added to the variance, in (0, 1] (0: 1e-5) */
   /* The layer's name, by which others name it as an input ("": unnamed; it is then called
    * "layer<N>", N its 1-based position in the spec). Model files: the section's name. */
   char name[TSR_NAME_MAX];
@@ -85,20 +94,31 @@ TSR_API int tsr_model_spec_copy(tsr_model_spec_t *dst, const tsr_model_spec_t *s
  * one holding any of ; # = [ ] (which a model file could not say). */
 TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names);
 
+/* A dense layer's units that are the number of classes (a model file's `units = classes`),
+ * until tsr_model_bind_classes says how many: a network cannot be built before. */
+#define TSR_UNITS_CLASSES (-1)
+
 /* Parses a CLI shorthand: "mlp" (the default 512,512), "mlp:W1,W2,..."
  * (hidden dense layers with ReLU), "linear", or "cnn" (conv 3x3 32 - ReLU -
  * maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU, convolutions
  * with padding 1). The output dense layer of `classes` units is appended. A stack: its layers
- * are unnamed and each reads the previous one. spec is started by the call (on an error it is
- * left empty); fini it. */
+ * are unnamed and each reads the previous one. Any other bare name (letters, digits, - and _) is
+ * a model of the zoo: the model file NAME.ini of the installed share/tessera/models/ (the data
+ * folders of tsr_model_load_ini, not the current folder: "resnet50"), read by
+ * tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its errors are that
+ * function's. spec is started by the call (on an error it is left empty); fini it. */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
- * `type = dense | relu | conv | maxpool | avgpool | flatten | dropout | add | concat`. dense:
- * `units = N`, optional `activation = relu | none`, `in_features = N`. conv:
+ * `type = dense | relu | conv | maxpool | avgpool | globalavgpool | flatten | dropout | add |
+ * concat | batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
+ * tsr_model_bind_classes), optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
- * optional `stride`. dropout: `rate = P`. add: optional `activation`. Any layer: `input = NAME`
+ * optional `stride`, `padding` (N or NHxNW, at most half the kernel). globalavgpool: no keys.
+ * dropout: `rate = P`. add: optional `activation`. batchnorm: optional
+ * `activation`, `momentum = M` (0 < M <= 1, default 0.1), `eps = E` (0 < E <= 1, default
+ * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
  * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU
@@ -106,6 +126,9 @@ TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classe
  * file, line and key; the graph itself (unknown names, cycles, shapes) is checked when a
  * network is built or estimated. spec is started by the call (left empty on an error); fini it. */
 TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_errbuf_t *err);
+/* Sets every dense layer's TSR_UNITS_CLASSES units (`units = classes`) to classes; the other
+ * layers are left as they are. */
+TSR_API void tsr_model_bind_classes(tsr_model_spec_t *spec, int classes);
 /* An INI model file's text (name: for messages, as the file's path would be). */
 TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                                      tsr_errbuf_t *err);
@@ -169,6 +192,10 @@ typedef struct {
   int tile_cols;   /* features per tile (0: chosen) */
   uint64_t seed;   /* weight initialization and dropout masks */
   tsr_init_t init; /* how the parameters start [TSR_INIT_PYTORCH] */
+  /* PyTorch's label smoothing eps in [0, 1) [0]: the loss, training's and evaluation's, is the
+   * cross-entropy with the target (1 - eps) onehot + eps / classes, and the gradient its own;
+   * 0 is the one-hot cross-entropy. */
+  float label_smoothing;
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;
@@ -229,6 +256,37 @@ typedef struct {
  * Synchronization under MPI adds its own buffers, not counted here. */
 TSR_API int tsr_net_estimate(tsr_net_memory_t *mem, const tsr_model_spec_t *spec, int inputs,
                              int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+
+/* One row of a model's summary: a layer as the network builds it (a flatten builds none; a
+ * ReLU fused into the layer before it is part of that layer's row). */
+typedef struct {
+  char name[TSR_NAME_MAX]; /* the name it goes by (layer<N> when unnamed) */
+  char type[32];           /* its type's name, "+relu" after it when a ReLU is fused */
+  int c, h, w;             /* the output sample's shape (1 x 1 x F for features) */
+  int64_t params;          /* weights and biases */
+  double flops;            /* forward floating-point operations per sample: a multiply-add is 2,
+                            * a bias add, a ReLU, a pooling window's compare or add 1 each */
+  int64_t act_bytes;       /* bytes of its output per sample (float32) */
+} tsr_layer_summary_t;
+
+/* A model's layer table, for one input shape and class count: what tsr_net_create would build.
+ * Owned rows: tsr_model_summary_fini frees them. */
+typedef struct {
+  int n_layers;
+  tsr_layer_summary_t *layers; /* owned, [n_layers], in the order they run */
+  int in_c, in_h, in_w;        /* the input sample's shape */
+  int64_t params;              /* totals of the rows */
+  double flops;
+  int64_t act_bytes; /* the layers' outputs per sample (not counting the input) */
+} tsr_model_summary_t;
+
+/* Fills *out for tsr_net_create(spec, inputs, classes, opts) (opts: the input shape; its batch
+ * and tiles do not change the numbers) without building anything or starting the runtime; a
+ * spec tsr_net_create would refuse is refused the same way. The numbers come from the layout and
+ * each layer type's own flops (src/nn/layers.h). out is left empty on an error. */
+TSR_API int tsr_model_summarize(tsr_model_summary_t *out, const tsr_model_spec_t *spec, int inputs,
+                                int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+TSR_API void tsr_model_summary_fini(tsr_model_summary_t *s);
 
 /* Samples per step the network was built for. */
 TSR_API int tsr_net_batch(const tsr_net_t *net);

@@ -4,12 +4,15 @@
 
 #include <stddef.h>
 
+#include "tessera/net.h"
+
 int tsr_cli_train(int argc, char **argv);
 int tsr_cli_info(int argc, char **argv);
 int tsr_cli_eval(int argc, char **argv);
 int tsr_cli_inspect(int argc, char **argv);
 int tsr_cli_plan(int argc, char **argv);
 int tsr_cli_trace_summary(int argc, char **argv);
+int tsr_cli_summary(int argc, char **argv);
 
 /* A whole number in [lo, hi] from s, all of it: 0, or -1 (out untouched). */
 int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
@@ -17,6 +20,14 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
  * (tsr_runtime_opts_t.opencl): 0, or 2 after saying on stderr what is wrong
  * (a bad value; devices asked of a build without OpenCL). */
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl);
+
+/* HxWxC (e.g. 224x224x3, each from 1 to 65536) into *h, *w, *c: 0, or -1 (untouched). */
+int tsr__cli_shape(const char *s, int *h, int *w, int *c);
+/* --model's value for command cmd ("plan", "summary") into *spec, for `classes` classes: a model
+ * file (NAME.ini, a model file's units = classes bound to them), a shorthand or a zoo model
+ * (tsr_model_parse). 0, or the exit code after saying on stderr what is wrong: 2 for a bad
+ * shorthand, 1 for a file's problem (spec then left empty). */
+int tsr__cli_model(const char *cmd, const char *model, int classes, tsr_model_spec_t *spec);
 
 /* getopt_long for command cmd ("train", ...) over longopts, which must have no abbreviation
  * taken for a name: the next option's val (-h gives the "help" entry's), -1 after the last, or

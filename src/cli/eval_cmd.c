@@ -21,6 +21,9 @@ static void eval_usage(FILE *out) {
           "  --workers N         CPU workers [all cores StarPU may use]\n"
           "  --devices D         OpenCL devices beside them: opencl, opencl:N or none, as\n"
           "                      for tessera train [what StarPU finds]\n"
+          "  --label-smoothing EPS  the loss against (1 - EPS) one-hot + EPS / classes, as\n"
+          "                      tessera train's test loss with that option (a checkpoint\n"
+          "                      does not record it) [0]\n"
           "  --json              one JSON object instead of text\n"
           "  --verbose           StarPU's own messages on stderr [off]\n"
           "  -h, --help          this text\n\n"
@@ -113,6 +116,7 @@ int tsr_cli_eval(int argc, char **argv) {
                                            {"batch", required_argument, 0, 'b'},
                                            {"workers", required_argument, 0, 'w'},
                                            {"devices", required_argument, 0, 'D'},
+                                           {"label-smoothing", required_argument, 0, 's'},
                                            {"json", no_argument, 0, 'j'},
                                            {"validation", no_argument, 0, 'V'},
                                            {"verbose", no_argument, 0, 'v'},
@@ -122,6 +126,7 @@ int tsr_cli_eval(int argc, char **argv) {
   long limit = -1, batch = 256, workers = -1;
   int opencl = TSR_OPENCL_AUTO;
   bool json = false, verbose = false, validation = false;
+  float smoothing = 0.0f;
   int c;
   while ((c = tsr__cli_getopt("eval", argc, argv, longopts)) != -1) {
     switch (c) {
@@ -148,6 +153,17 @@ int tsr_cli_eval(int argc, char **argv) {
     case 'D':
       if (tsr__cli_devices("eval", optarg, &opencl)) return 2;
       break;
+    case 's': {
+      char *end;
+      double eps = strtod(optarg, &end);
+      if (end == optarg || *end || !(eps >= 0.0 && eps < 1.0) || (float)eps >= 1.0f) {
+        fprintf(stderr, "tessera eval: --label-smoothing %s: expected a number in [0, 1)\n",
+                optarg);
+        return 2;
+      }
+      smoothing = (float)eps;
+      break;
+    }
     case 'j': json = true; break;
     case 'V': validation = true; break;
     case 'v': verbose = true; break;
@@ -166,6 +182,7 @@ int tsr_cli_eval(int argc, char **argv) {
   tsr_net_opts_t no;
   int inputs, classes;
   int rc = tsr_checkpoint_read(path, &info, &spec, &no, &inputs, &classes, &err);
+  no.label_smoothing = smoothing;
   tsr_dataset_t train = {0}, test = {0};
   if (rc == 0) rc = tsr_dataset_load_dir(&train, &test, data, &err);
   if (rc == 0 && validation) rc = held_out(&train, &test, data, path, &info, &err);

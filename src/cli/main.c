@@ -16,6 +16,7 @@ static const struct {
     {"inspect", tsr_cli_inspect, "list a checkpoint's tensors and metadata"},
     {"info", tsr_cli_info, "show the hardware, StarPU workers, BLIS and MPI this engine runs on"},
     {"plan", tsr_cli_plan, "predict step and epoch times, bytes and memory per rank for P ranks"},
+    {"summary", tsr_cli_summary, "a model's layers: output shapes, parameters, FLOPs per sample"},
     {"trace-summary", tsr_cli_trace_summary, "where a traced run's time went (train --trace)"},
 };
 #define NCOMMANDS (sizeof commands / sizeof *commands)

@@ -4,6 +4,7 @@
  * option, the nearest one of its table (edit distance); and the launch check of the commands
  * that start MPI (srun without a PMI plugin). */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,4 +133,33 @@ int tsr__cli_launch_check(const char *cmd) {
           "Debian's Open MPI works with pmix), or mpirun inside salloc\n",
           cmd, tasks);
   return 2;
+}
+
+int tsr__cli_shape(const char *s, int *h, int *w, int *c) {
+  long v[3];
+  const char *p = s;
+  for (int i = 0; i < 3; i++) {
+    char part[16];
+    size_t n = strcspn(p, "x");
+    if (n == 0 || n >= sizeof part || (i < 2) != (p[n] == 'x')) return -1;
+    memcpy(part, p, n), part[n] = '\0';
+    if (tsr__cli_to_long(part, 1, 65536, &v[i])) return -1;
+    p += n + (i < 2);
+  }
+  *h = (int)v[0], *w = (int)v[1], *c = (int)v[2];
+  return 0;
+}
+
+int tsr__cli_model(const char *cmd, const char *model, int classes, tsr_model_spec_t *spec) {
+  tsr_errbuf_t err = {""};
+  size_t len = strlen(model);
+  bool file = len > 4 && strcmp(model + len - 4, ".ini") == 0;
+  int rc =
+      file ? tsr_model_load_ini(spec, model, &err) : tsr_model_parse(spec, model, classes, &err);
+  if (rc) {
+    fprintf(stderr, "tessera %s: %s\n", cmd, err.msg[0] ? err.msg : tsr_strerror(rc));
+    return rc == TSR_EINVAL && !file ? 2 : 1;
+  }
+  tsr_model_bind_classes(spec, classes); /* a model file's units = classes */
+  return 0;
 }

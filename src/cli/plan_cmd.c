@@ -36,6 +36,8 @@ static void usage(FILE *out) {
           "                      (the optimizer state per parameter)\n"
           "  --samples N         training samples per epoch [60000]\n"
           "  --inputs N          features of a sample [784]\n"
+          "  --input HxWxC       the sample's shape, e.g. 224x224x3 (sets --inputs)\n"
+          "                      [28x28x1 for a square --inputs, else 1x1xN]\n"
           "  --classes N         classes [10]\n"
           "  --tile N | RxC      as tessera train's [chosen from the shapes]\n"
           "  --workers N         CPU workers per rank [the machine's]\n"
@@ -182,6 +184,7 @@ int tsr_cli_plan(int argc, char **argv) {
     O_OPT,
     O_SAMPLES,
     O_INPUTS,
+    O_INPUT,
     O_CLASSES,
     O_TILE,
     O_WORKERS,
@@ -199,6 +202,7 @@ int tsr_cli_plan(int argc, char **argv) {
                                            {"optimizer", required_argument, 0, O_OPT},
                                            {"samples", required_argument, 0, O_SAMPLES},
                                            {"inputs", required_argument, 0, O_INPUTS},
+                                           {"input", required_argument, 0, O_INPUT},
                                            {"classes", required_argument, 0, O_CLASSES},
                                            {"tile", required_argument, 0, O_TILE},
                                            {"workers", required_argument, 0, O_WORKERS},
@@ -273,6 +277,11 @@ int tsr_cli_plan(int argc, char **argv) {
         return bad("--inputs", optarg, "an integer from 1 to 16777216");
       o.inputs = (int)v;
       break;
+    case O_INPUT:
+      if (tsr__cli_shape(optarg, &o.in_height, &o.in_width, &o.in_channels))
+        return bad("--input", optarg, "HxWxC, e.g. 224x224x3 (each from 1 to 65536)");
+      o.inputs = o.in_height * o.in_width * o.in_channels;
+      break;
     case O_CLASSES:
       if (tsr__cli_to_long(optarg, 2, 1 << 20, &v))
         return bad("--classes", optarg, "an integer from 2 to 1048576");
@@ -318,14 +327,8 @@ int tsr_cli_plan(int argc, char **argv) {
   }
   tsr_errbuf_t err = {""};
   tsr_model_spec_t spec;
-  size_t len = strlen(model);
-  int rc = len > 4 && strcmp(model + len - 4, ".ini") == 0
-               ? tsr_model_load_ini(&spec, model, &err)
-               : tsr_model_parse(&spec, model, o.classes, &err);
-  if (rc) {
-    fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
-    return rc == TSR_EINVAL && !(len > 4 && strcmp(model + len - 4, ".ini") == 0) ? 2 : 1;
-  }
+  int rc = tsr__cli_model("plan", model, o.classes, &spec);
+  if (rc) return rc;
   tsr_machine_t m;
   bool calibrated = true;
   rc = cluster ? tsr_machine_load_ini(&m, cluster, &err)

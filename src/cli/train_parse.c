@@ -493,7 +493,8 @@ static const row_t rows[] = {
     {"model", "SPEC|FILE", read_text, AT(model),
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
-             "or an INI\n"
+             "a model of the zoo by name (resnet20, resnet32, resnet56,\n"
+             "resnet18, resnet50, vgg11, vgg16, alexnet, googlenet), or an INI\n"
              "model file with one section per layer; a bare NAME.ini is\n"
              "looked up in the installed share/tessera/models/ [mlp]"},
     /* 0 would train nothing and say nothing of it. */
@@ -532,6 +533,10 @@ static const row_t rows[] = {
      "a number from 0 to 1e6", NULL},
     {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
      "seed for initialization and shuffling [1]"},
+    {"label-smoothing", "EPS", read_float, AT(net.label_smoothing), 0, BELOW_ONE,
+     "a number in [0, 1)",
+     "PyTorch's label smoothing: the loss, training's and the test\n"
+     "loss, against (1 - EPS) one-hot + EPS / classes [0]"},
     {"init", "I", read_init, .want = "pytorch or he",
      .help = "how weights and biases start: pytorch (U(+-1/sqrt(fan_in)),\n"
              "PyTorch's defaults) or he (He-uniform weights, zero biases)\n"
@@ -594,6 +599,9 @@ static const row_t rows[] = {
              "(measured throughput) or w0,w1,... (one per rank) [uniform]"},
     {"deterministic", NULL, read_true, AT(sync.deterministic),
      .help = "sum rank contributions in a fixed order (reproducible bits)"},
+    {"sync-bn", NULL, read_true, AT(sync.sync_bn),
+     .help = "under mpirun, batchnorm statistics over every rank's batch\n"
+             "(forward and backward, every step) [each rank's own]"},
     {"grid", "PrxPc", read_grid,
      .help = "under mpirun with Pr x Pc ranks: each grid column of Pr\n"
              "consecutive ranks holds one replica, its dense layers'\n"

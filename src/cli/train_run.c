@@ -134,6 +134,7 @@ typedef struct {
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
   bool started;                /* the runtime */
+  bool refused;                /* the loaded model refused the options (tsr_run_check): status 2 */
   char desc[256], sync_text[64];
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
@@ -351,7 +352,10 @@ static int load(run_t *r) {
   }
   if (rc == 0) rc = augment_data(r);
   if (rc == 0) {
-    if (!cfg->model_file) rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    if (!cfg->model_file)
+      rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
+    else
+      tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
   }
   return rc;
 }
@@ -393,7 +397,11 @@ static int start(run_t *r, int argc, char **argv) {
   if (rc == 0) {
     tsr_run_config_t c;
     run_config(r, &c);
-    rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
+    /* What the model's layers refuse of the options (--batch 1 under a per-feature batchnorm,
+     * --sync-bn without one) is bad usage, as before loading. */
+    rc = tsr_dist_agree(tsr_run_check(&c, &r->err), &r->err, &r->err);
+    r->refused = rc != 0;
+    if (rc == 0) rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
     for (int i = 0; r->speaker && i < r->setup.n_warnings; i++)
       fprintf(stderr, "tessera train: warning: %s\n", r->setup.warnings[i]);
   }
@@ -635,7 +643,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   /* Said before the runtime stops: under mpirun a signalled job's ranks are killed a second
    * after their SIGTERM (docs/checkpoints.md, "Signalling mpirun"). */
   bool signalled;
-  int status = stop_line(&r, rc, &signalled);
+  int status = r.refused ? 2 : stop_line(&r, rc, &signalled);
   if (r.usage) status = 2;
   tsr_net_destroy(&r.net);
   if (r.started) tsr_runtime_fini();

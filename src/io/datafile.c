@@ -85,6 +85,23 @@ static int resolve(const tsr_datafile_kind_t *kind, const char *name, char *foun
                        name, kind->what, where, kind->folder);
 }
 
+bool tsr__datafile_find(const tsr_datafile_kind_t *kind, const char *name, char *found,
+                        size_t found_size) {
+  char dirs[MAX_DIRS][PATH_MAX];
+  int n = data_dirs(kind, dirs);
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX + 256];
+    struct stat sb;
+    int len = snprintf(path, sizeof path, "%s/%s", dirs[i], name);
+    if (len < (int)sizeof path && (size_t)len < found_size && stat(path, &sb) == 0 &&
+        S_ISREG(sb.st_mode)) {
+      snprintf(found, found_size, "%s", path);
+      return true;
+    }
+  }
+  return false;
+}
+
 int tsr__datafile_open(const tsr_datafile_kind_t *kind, const char *name, FILE **f, char *found,
                        size_t found_size, tsr_errbuf_t *err) {
   *f = NULL;

@@ -12,6 +12,7 @@
 #ifndef TSR_IO_DATAFILE_H
 #define TSR_IO_DATAFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -33,5 +34,10 @@ extern const tsr_datafile_kind_t tsr__datafile_models, tsr__datafile_clusters;
  * in. */
 int tsr__datafile_open(const tsr_datafile_kind_t *kind, const char *name, FILE **f, char *found,
                        size_t found_size, tsr_errbuf_t *err);
+
+/* Whether a regular file `name` (a bare name, as given: no .ini added) is in one of the data
+ * folders (not the current folder), and its path in found (found_size bytes) when it is. */
+bool tsr__datafile_find(const tsr_datafile_kind_t *kind, const char *name, char *found,
+                        size_t found_size);
 
 #endif

@@ -9,6 +9,7 @@
  * same lowering: the filter gradient is lowered(x)^T dy, the input gradient
  * is dy w^T scattered back by col2im. */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -21,14 +22,52 @@
  * through memory. */
 #define CHUNK_FLOATS 49152
 
+/* But never fewer than this many rows: with a wide fan-in (3x3 over 512 channels, k = 4608)
+ * the chunk fell to a few rows and each GEMM was mostly packing its weights (6 GFLOP/s at
+ * 7x7x2048, against 37 at 56x56x64). Fan-ins up to CHUNK_FLOATS / MIN_CHUNK_ROWS (384: the
+ * 3x3 convolutions of up to 42 channels) keep their chunks, and their digits. */
+#define MIN_CHUNK_ROWS 128
+
 static long chunk_rows(const tsr_conv_geom_t *g) {
   long k = (long)g->kh * g->kw * g->c, rows = CHUNK_FLOATS / k;
-  return rows > 0 ? rows : 1;
+  return rows > MIN_CHUNK_ROWS ? rows : MIN_CHUNK_ROWS;
 }
+
+static bool one_by_one(const tsr_conv_geom_t *g);
 
 size_t tsr__k_conv_work(const tsr_conv_geom_t *g, int n) {
   long all = (long)n * g->oh * g->ow, rows = chunk_rows(g);
-  return (size_t)(all < rows ? all : rows) * (size_t)g->kh * (size_t)g->kw * (size_t)g->c;
+  size_t k = (size_t)g->kh * (size_t)g->kw * (size_t)g->c;
+  /* A 1x1 convolution's input gradient also keeps W^T (oc, k) and k zeros (its bias). */
+  size_t wt = one_by_one(g) ? ((size_t)g->oc + 1) * k : 0;
+  return (size_t)(all < rows ? all : rows) * k + wt;
+}
+
+/* A 1x1 window without padding: each output pixel reads one input pixel, (oy sh, ox sw). */
+static bool one_by_one(const tsr_conv_geom_t *g) {
+  return g->kh == 1 && g->kw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+/* Rows [r0, r0 + rows) of a strided 1x1 convolution's lowering, or (scatter) the other way:
+ * the sampled pixels' c channels copied out of x into col (rows, c), or from col into dx.
+ * Walks (sample, oy, ox) by increments: a row is one copy of c floats. */
+static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, float *x,
+                         int ldx, bool scatter) {
+  const int c = g->c, p = g->oh * g->ow;
+  long s = r0 / p;
+  int oy = (int)(r0 % p) / g->ow, ox = (int)(r0 % p) % g->ow;
+  for (long r = 0; r < rows; r++) {
+    float *px = x + s * ldx + ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+    float *row = col + r * c;
+    if (scatter)
+      memcpy(px, row, sizeof(float) * (size_t)c);
+    else
+      memcpy(row, px, sizeof(float) * (size_t)c);
+    if (++ox == g->ow) {
+      ox = 0;
+      if (++oy == g->oh) oy = 0, s++;
+    }
+  }
 }
 
 /* Rows [r0, r0 + rows) of the lowering of a tile: row r is output pixel
@@ -36,6 +75,10 @@ size_t tsr__k_conv_work(const tsr_conv_geom_t *g, int n) {
 static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, const float *x,
                         int ldx) {
   const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
+  if (one_by_one(g)) {
+    sampled_rows(g, r0, rows, col, (float *)x, ldx, false); /* reads x only */
+    return;
+  }
   for (long r = r0; r < r0 + rows; r++) {
     const float *xs = x + r / p * ldx;
     int oy = (int)(r % p) / g->ow, ox = (int)(r % p) % g->ow;
@@ -151,10 +194,13 @@ static inline v8f relu8(v8f a) {
   return (v8f)((v8i)a & (a > zero));
 }
 
-/* y (m, oc) = col (m, k) w (k, oc) + b, then ReLU when relu is set. */
-static void gemm_bias(int m, int oc, int k, const float *col, const float *w, int ldw,
-                      const float *b, bool relu, float *y, int ldy) {
-  if (k >= SMALL_K) {
+/* y (m, oc) = col (m, k) w (k, oc) + b, then ReLU when relu is set. Not inlined: inlined
+ * into the 1x1 input gradient, GCC 12 compiled its loops to half their speed (bench_conv:
+ * 21 against 41 GFLOP/s at 32x32x16 -> 16). */
+static __attribute__((noinline)) void gemm_bias(int m, int oc, int k, const float *col,
+                                                const float *w, int ldw, const float *b, bool relu,
+                                                float *y, int ldy, int small_k) {
+  if (k >= small_k) {
     tsr__k_gemm(false, false, m, oc, k, 1.0f, col, k, w, ldw, 0.0f, y, ldy);
     for (int i = 0; i < m; i++) {
       float *yr = y + (long)i * ldy;
@@ -202,9 +248,9 @@ static void gemm_bias(int m, int oc, int k, const float *col, const float *w, in
  * Small k: rows of dy in chunks that stay in L1, each chunk added into dw
  * per (p, block of 32 outputs) with the sums in registers. */
 static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy, int lddy,
-                         float beta, float *dw, int lddw, float *db) {
+                         float beta, float *dw, int lddw, float *db, int small_k) {
   tsr__k_bias_grad(m, oc, db, dy, lddy, beta);
-  if (k >= SMALL_K) {
+  if (k >= small_k) {
     tsr__k_gemm(true, false, k, oc, m, 1.0f, col, k, dy, lddy, beta, dw, lddw);
     return;
   }
@@ -246,6 +292,20 @@ static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy
   }
 }
 
+/* The fan-in from which a pass goes to BLIS rather than the loops above. A 3x3 convolution's
+ * stays SMALL_K (its digits unchanged). A 1x1 convolution's GEMMs have the smallest inner
+ * dimension for their outputs, where BLIS (its haswell kernels, one thread) ran at half the
+ * loops' rate on the 2-core machine (benchmarks/bench_conv: 30 against 66 GFLOP/s forward at
+ * 16x16x32 -> 32): the loops while W (k, oc) stays within 256 KB forward and for the input
+ * gradient (at 512 x 512 BLIS won again), and for the filter gradient while its block stays
+ * narrow (oc <= 64, k <= 1024; at 128 outputs BLIS won). */
+static int small_fan(const tsr_conv_geom_t *g, bool filter) {
+  long k = (long)g->c, oc = g->oc;
+  if (!one_by_one(g)) return SMALL_K;
+  bool loops = filter ? oc <= 64 && k <= 1024 : k * oc <= 65536;
+  return loops ? INT_MAX : SMALL_K;
+}
+
 /* The patch rows r0 .. r0 + rows of x, (rows, kh kw c): built in work, or,
  * for a 1x1 convolution without stride or padding, x itself. */
 static const float *patches(const tsr_conv_geom_t *g, long r0, long rows, const float *x, int ldx,
@@ -262,7 +322,8 @@ void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const f
   for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
     rows = next_chunk(g, n, r0, whole);
     const float *col = patches(g, r0, rows, x, ldx, work);
-    gemm_bias((int)rows, oc, k, col, w, ldw, b, relu, y + pixel_at(g, r0, ldy, oc), oc);
+    gemm_bias((int)rows, oc, k, col, w, ldw, b, relu, y + pixel_at(g, r0, ldy, oc), oc,
+              small_fan(g, false));
   }
 }
 
@@ -271,13 +332,34 @@ void tsr__k_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx, 
   const int p = g->oh * g->ow, k = g->kh * g->kw * g->c, oc = g->oc;
   bool whole = n == 1 || (lddy == p * oc && lddx == g->h * g->w * g->c);
   if (!pointwise(g)) zero_samples(g, n, dx, lddx);
+  /* A 1x1 convolution whose W suits the loops (small_fan): dy W^T by them, from W^T (oc, k) and
+   * zeros for a bias, kept after the chunk's rows in work. */
+  float *wt = NULL;
+  if (one_by_one(g) && small_fan(g, false) == INT_MAX) {
+    wt = work + chunk_rows(g) * k;
+    long all = (long)n * p;
+    if (all < chunk_rows(g)) wt = work + all * k;
+    for (int j = 0; j < oc; j++)
+      for (int q = 0; q < k; q++)
+        wt[(long)j * k + q] = w[(long)q * ldw + j];
+    memset(wt + (long)oc * k, 0, sizeof(float) * (size_t)k);
+  }
   for (long r0 = 0, rows; r0 < (long)n * p; r0 += rows) {
     rows = next_chunk(g, n, r0, whole);
     /* A 1x1 convolution's patch gradients are the input gradients. */
     float *dcol = pointwise(g) ? dx + pixel_at(g, r0, lddx, g->c) : work;
-    tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, dy + pixel_at(g, r0, lddy, oc), oc, w, ldw,
-                0.0f, dcol, k);
-    if (!pointwise(g)) col2im_rows(g, r0, rows, dx, lddx, work);
+    if (wt)
+      gemm_bias((int)rows, k, oc, dy + pixel_at(g, r0, lddy, oc), wt, k, wt + (long)oc * k, false,
+                dcol, k, small_fan(g, false));
+    else
+      tsr__k_gemm(false, true, (int)rows, k, oc, 1.0f, dy + pixel_at(g, r0, lddy, oc), oc, w, ldw,
+                  0.0f, dcol, k);
+    /* A strided 1x1 convolution's windows neither overlap nor pad: each sampled pixel takes
+     * its row (0 + v is v: the digits of col2im's sum), the others stay zero. */
+    if (one_by_one(g) && !pointwise(g))
+      sampled_rows(g, r0, rows, work, dx, lddx, true);
+    else if (!pointwise(g))
+      col2im_rows(g, r0, rows, dx, lddx, work);
   }
 }
 
@@ -290,28 +372,51 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
     rows = next_chunk(g, n, r0, whole);
     const float *col = patches(g, r0, rows, x, ldx, work);
     gemm_tn_bias((int)rows, oc, k, col, dy + pixel_at(g, r0, lddy, oc), oc, r0 == 0 ? beta : 1.0f,
-                 dw, lddw, db);
+                 dw, lddw, db, small_fan(g, true));
   }
+}
+
+/* The part of output pixel (oy, ox)'s window inside the sample: rows ky0 .. ky1 - 1 and
+ * columns kx0 .. kx1 - 1 of the window, whose corner is input (iy0, ix0) (negative over the
+ * padding). Never empty: padding is at most half the kernel. */
+typedef struct {
+  int iy0, ix0, ky0, ky1, kx0, kx1;
+} pool_window_t;
+
+static pool_window_t pool_window(const tsr_conv_geom_t *g, int oy, int ox) {
+  pool_window_t v;
+  v.iy0 = oy * g->sh - g->ph, v.ix0 = ox * g->sw - g->pw;
+  v.ky0 = v.iy0 < 0 ? -v.iy0 : 0, v.kx0 = v.ix0 < 0 ? -v.ix0 : 0;
+  v.ky1 = g->h - v.iy0 < g->kh ? g->h - v.iy0 : g->kh;
+  v.kx1 = g->w - v.ix0 < g->kw ? g->w - v.ix0 : g->kw;
+  return v;
+}
+
+/* Offset in a sample of window position (ky, kx). */
+static long window_at(const tsr_conv_geom_t *g, const pool_window_t *v, int ky, int kx) {
+  return ((long)(v->iy0 + ky) * g->w + v->ix0 + kx) * g->c;
 }
 
 void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
                      int ldx) {
   const int c = g->c;
+  /* PyTorch's count_include_pad: the padding counts as zeros in the mean. */
   const float inv = 1.0f / (float)(g->kh * g->kw);
-  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  assert(g->oc == c && g->ph <= g->kh / 2 && g->pw <= g->kw / 2);
   for (int s = 0; s < n; s++) {
     const float *xs = x + (long)s * ldx;
     float *ys = y + (long)s * ldy;
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
         float *yo = ys + ((long)oy * g->ow + ox) * c;
-        const float *first = xs + ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        pool_window_t v = pool_window(g, oy, ox);
+        const float *first = xs + window_at(g, &v, v.ky0, v.kx0);
         for (int q = 0; q < c; q++)
           yo[q] = first[q];
-        for (int ky = 0; ky < g->kh; ky++)
-          for (int kx = 0; kx < g->kw; kx++) {
-            if (ky == 0 && kx == 0) continue;
-            const float *xi = first + ((long)ky * g->w + kx) * c;
+        for (int ky = v.ky0; ky < v.ky1; ky++)
+          for (int kx = v.kx0; kx < v.kx1; kx++) {
+            if (ky == v.ky0 && kx == v.kx0) continue;
+            const float *xi = xs + window_at(g, &v, ky, kx);
             if (max)
               for (int q = 0; q < c; q++)
                 yo[q] = xi[q] > yo[q] ? xi[q] : yo[q];
@@ -330,11 +435,11 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
                      const float *dy, int lddy, const float *x, int ldx, const float *y, int ldy) {
   const int c = g->c;
   const float inv = 1.0f / (float)(g->kh * g->kw);
-  /* Windows that neither overlap nor leave gaps between them write each
-   * input once: assign instead of zeroing and accumulating, and zero only
-   * the rows and columns past the last window. */
-  const bool tiled = g->sh == g->kh && g->sw == g->kw;
-  assert(g->oc == c && g->ph == 0 && g->pw == 0);
+  /* Windows that neither overlap nor leave gaps between them (nor hang over a padding) write
+   * each input once: assign instead of zeroing and accumulating, and zero only the rows and
+   * columns past the last window. */
+  const bool tiled = g->sh == g->kh && g->sw == g->kw && g->ph == 0 && g->pw == 0;
+  assert(g->oc == c && g->ph <= g->kh / 2 && g->pw <= g->kw / 2);
   for (int s = 0; s < n; s++) {
     float *dxs = dx + (long)s * lddx;
     const float *dys = dy + (long)s * lddy;
@@ -348,11 +453,11 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++) {
         long out = ((long)oy * g->ow + ox) * c;
-        long in0 = ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
+        pool_window_t v = pool_window(g, oy, ox);
         if (!max) {
-          for (int ky = 0; ky < g->kh; ky++)
-            for (int kx = 0; kx < g->kw; kx++) {
-              float *d = dxs + in0 + ((long)ky * g->w + kx) * c;
+          for (int ky = v.ky0; ky < v.ky1; ky++)
+            for (int kx = v.kx0; kx < v.kx1; kx++) {
+              float *d = dxs + window_at(g, &v, ky, kx);
               if (tiled)
                 for (int q = 0; q < c; q++)
                   d[q] = inv * dys[out + q];
@@ -374,9 +479,9 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
           float left[64];
           for (int q = 0; q < cn; q++)
             left[q] = !relu || ym[q] > 0.0f ? dys[out + q0 + q] : 0.0f;
-          for (int ky = 0; ky < g->kh; ky++)
-            for (int kx = 0; kx < g->kw; kx++) {
-              long at = in0 + ((long)ky * g->w + kx) * c + q0;
+          for (int ky = v.ky0; ky < v.ky1; ky++)
+            for (int kx = v.kx0; kx < v.kx1; kx++) {
+              long at = window_at(g, &v, ky, kx) + q0;
               const float *xi = xs + at;
               float *d = dxs + at;
               if (tiled)

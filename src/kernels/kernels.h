@@ -40,9 +40,12 @@ void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int ldd
  * hold class indices. Only the first nvalid rows count (the rest are padding
  * of a short last batch). stats (1, 2) accumulates [sum of losses, number of
  * correct argmax predictions]. When dlogits (m, n) is not NULL it receives
- * scale * (softmax - onehot) for valid rows and 0 for padding rows. */
+ * scale * (softmax - target) for valid rows and 0 for padding rows. The target is PyTorch's
+ * label smoothing by eps in [0, 1): (1 - eps) onehot + eps / n, and the loss its cross-entropy
+ * with the softmax, (1 - eps) (-log p_label) + eps / n sum_j (-log p_j); eps 0 is the plain
+ * one-hot cross-entropy, with the digits it had before eps. */
 void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *logits, int ldl,
-                         const float *labels, int nvalid, float scale, float *stats);
+                         const float *labels, int nvalid, float scale, float eps, float *stats);
 
 /* SGD with momentum and L2 weight decay, PyTorch's formulation:
  * g' = g + wd w; v = momentum v + g'; w -= lr v. v is unused when momentum is 0. */
@@ -128,8 +131,9 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
                             const float *x, int ldx, const float *dy, int lddy, float beta,
                             float *work);
 
-/* Pooling over each channel (g->oc == g->c, no padding): y (n, oh ow c) =
- * max (or mean) of x (n, h w c) over each window. */
+/* Pooling over each channel (g->oc == g->c, padding at most half the kernel): y (n, oh ow c)
+ * = max (or mean) of x (n, h w c) over each window. The padding never wins a max (-inf) and
+ * counts as zeros in a mean, whose divisor is kh kw (PyTorch's count_include_pad=True). */
 void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
                      int ldx);
 /* dx (n, h w c) = pooling gradient from dy (n, oh ow c). Max pooling routes
@@ -149,5 +153,39 @@ bool tsr__k_dropout_keep(uint64_t seed, int64_t row, int64_t col, float rate);
  * gives the backward pass. */
 void tsr__k_dropout(int m, int n, float *y, int ldy, const float *x, int ldx, uint64_t seed,
                     int64_t row0, int64_t col0, float rate);
+
+/* ---- Batch normalization (batchnorm.c) ----
+ * A tile holds m samples of hw positions of c channels, channels-last. Partials p are (3, c)
+ * with row stride ldp; statistics s are (3, c) rows: mean, 1 / sqrt(var + eps), count (0 in
+ * evaluation). acc: 2 c doubles of scratch. */
+/* p = (count, mean, M2) per channel of the first m rows of x (m 0: zeros). */
+void tsr__k_bn_stats(int m, int hw, int c, const float *x, int ldx, float *p, int ldp, double *acc);
+/* a = the partial of a's and b's samples together (Chan et al.'s pairwise formula). */
+void tsr__k_bn_combine(int c, float *a, int lda, const float *b, int ldb);
+/* s from the batch's partial p (biased variance); with update and a count of at least 2, the
+ * running mean and unbiased variance move by momentum (PyTorch's formula). */
+void tsr__k_bn_finalize(int c, const float *p, int ldp, float *run_mean, float *run_var, float *s,
+                        int lds, float momentum, float eps, bool update);
+/* s from the running statistics (evaluation). */
+void tsr__k_bn_eval_stats(int c, const float *run_mean, const float *run_var, float *s, int lds,
+                          float eps);
+/* y = (x - mean) / sqrt(var + eps) * scale + shift per channel, then max(y, 0) with relu. */
+void tsr__k_bn_normalize(int m, int hw, int c, float *y, int ldy, const float *x, int ldx,
+                         const float *s, int lds, const float *scale, const float *shift,
+                         bool relu);
+/* p = (sum dy, sum dy xhat, 0) per channel over the first m rows; y (not NULL): the fused
+ * ReLU's output, dy counting only where it is positive. */
+void tsr__k_bn_sums(int m, int hw, int c, const float *dy, int lddy, const float *x, int ldx,
+                    const float *y, int ldy, const float *s, int lds, float *p, int ldp,
+                    double *acc);
+/* a += b on the sums' two rows. */
+void tsr__k_bn_sums_add(int c, float *a, int lda, const float *b, int ldb);
+/* dx = scale / sqrt(var + eps) / n (n dy - sum dy - xhat sum dy xhat) on the first valid rows
+ * of the m, 0 on the others (padding); n: s's count, p: the batch's sums; y as in bn_sums. */
+void tsr__k_bn_dx(int m, int valid, int hw, int c, float *dx, int lddx, const float *dy, int lddy,
+                  const float *x, int ldx, const float *y, int ldy, const float *s, int lds,
+                  const float *scale, const float *p, int ldp);
+/* dshift = sum dy, dscale = sum dy xhat (the sums p), each (1, c). */
+void tsr__k_bn_params_grad(int c, float *dscale, float *dshift, const float *p, int ldp);
 
 #endif

@@ -67,6 +67,11 @@ static double add_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
   return chain;
 }
 
+/* An add per further input and feature. */
+static double add_flops(const tsr_layout_layer_t *l) {
+  return (double)(l->n_inputs - 1) * l->fout;
+}
+
 static const tsr_layer_key_t add_keys[] = {
     {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
     {0},
@@ -81,5 +86,6 @@ const tsr_layer_type_t tsr__add_type = {
     .elementwise = true,
     .shape = add_shape,
     .cost = add_cost,
+    .flops = add_flops,
     .ops = &add_ops,
 };

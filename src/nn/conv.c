@@ -114,6 +114,12 @@ static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l
   return chain + bchain;
 }
 
+/* Per output pixel and channel: kh kw c multiply-adds and the bias. */
+static double conv_flops(const tsr_layout_layer_t *l) {
+  const tsr_conv_geom_t *g = &l->geom;
+  return (double)g->oh * g->ow * g->oc * (2.0 * g->kh * g->kw * g->c + 1);
+}
+
 /* The parameters and partials exist (layout): initialized as net->opts.init says, with a
  * fan-in of kh kw c. */
 static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
@@ -154,6 +160,7 @@ const tsr_layer_type_t tsr__conv_type = {
     .shape = conv_shape,
     .layout = conv_layout,
     .cost = conv_cost,
+    .flops = conv_flops,
     .ops = &conv_ops,
     .create = conv_create,
     .describe = conv_describe,

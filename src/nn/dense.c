@@ -73,6 +73,11 @@ int tsr__init_params(tsr_param_t *params, int fin, int fout, tsr_init_t init, ts
 /* Any input shape is seen as its c h w features; the output is 1 x 1 x units. */
 static int dense_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_layer_site_t *at) {
   int fin = g->c * g->h * g->w;
+  if (s->units == TSR_UNITS_CLASSES)
+    return tsr_error_set(at->err, TSR_EINVAL,
+                         "layer %d: dense units = classes, but the classes were not given "
+                         "(tsr_model_bind_classes)",
+                         at->index);
   if (s->units <= 0)
     return tsr_error_set(at->err, TSR_EINVAL, "layer %d: dense units must be positive (got %d)",
                          at->index, s->units);
@@ -161,18 +166,24 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   return fwd_chain + relu_chain + (l->has_dx ? dx_chain : dw_chain + upd);
 }
 
+/* Per output: fin multiply-adds and the bias. */
+static double dense_flops(const tsr_layout_layer_t *l) {
+  return (double)l->fout * (2.0 * l->fin + 1);
+}
+
 /* The parameters exist (layout): initialized as net->opts.init says. */
 static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   return tsr__init_params(l->params, l->fin, l->fout, net->opts.init, at->rng);
 }
 
 static int dense_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
+  if (s->units == TSR_UNITS_CLASSES) return snprintf(buf, size, "classes");
   return snprintf(buf, size, "%d", s->units);
 }
 
 static const tsr_layer_key_t dense_keys[] = {
-    {"units", NULL, TSR_KEY_COUNT, TSR_SPEC_FIELD(units), 0,
-     "is a dense layer without 'units'; add units = N"},
+    {"units", NULL, TSR_KEY_UNITS, TSR_SPEC_FIELD(units), 0,
+     "is a dense layer without 'units'; add units = N (or units = classes)"},
     {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
     {"in_features", NULL, TSR_KEY_COUNT, TSR_SPEC_FIELD(in_features), 0, NULL},
     {0},
@@ -188,6 +199,7 @@ const tsr_layer_type_t tsr__dense_type = {
     .shape = dense_shape,
     .layout = dense_layout,
     .cost = dense_cost,
+    .flops = dense_flops,
     .ops = &dense_ops,
     .create = dense_create,
     .describe = dense_describe,
@@ -213,6 +225,11 @@ static int relu_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_l
   return 0;
 }
 
+/* One max per feature. */
+static double relu_flops(const tsr_layout_layer_t *l) {
+  return l->fout;
+}
+
 const tsr_layer_type_t tsr__relu_type = {
     .kind = TSR_LAYER_RELU,
     .name = "relu",
@@ -220,5 +237,6 @@ const tsr_layer_type_t tsr__relu_type = {
     .is_relu = true,
     .shape = relu_shape,
     .cost = tsr__cost_pass,
+    .flops = relu_flops,
     .ops = &relu_ops,
 };

@@ -47,6 +47,11 @@ static int dropout_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g,
   return 0;
 }
 
+/* A multiply per feature in training (the mask and the scale; none in evaluation). */
+static double dropout_flops(const tsr_layout_layer_t *l) {
+  return l->fout;
+}
+
 static int dropout_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   return snprintf(buf, size, "dropout%g", (double)s->rate);
 }
@@ -64,6 +69,7 @@ const tsr_layer_type_t tsr__dropout_type = {
     .elementwise = true,
     .shape = dropout_shape,
     .cost = tsr__cost_pass,
+    .flops = dropout_flops,
     .ops = &dropout_ops,
     .describe = dropout_describe,
 };

@@ -19,7 +19,10 @@ typedef enum {
   TSR_KEY_SIZE,        /* N or NHxNW, each >= 1, into the ints at field (h) and field2 (w) */
   TSR_KEY_PADDING,     /* N or NHxNW, each >= 0, into the ints at field and field2 */
   TSR_KEY_PROBABILITY, /* a number in [0, 1), into the float at field */
-  TSR_KEY_ACTIVATION   /* relu or none: relu adds a ReLU layer right after this one */
+  TSR_KEY_ACTIVATION,  /* relu or none: relu adds a ReLU layer right after this one */
+  TSR_KEY_UNITS,       /* a positive integer, or `classes` (TSR_UNITS_CLASSES until
+                        * tsr_model_bind_classes), into the int at field */
+  TSR_KEY_FRACTION     /* a number in (0, 1], into the float at field (0 there: the default) */
 } tsr_key_form_t;
 
 /* Where a key's value goes in the spec, for tsr_layer_key_t's field and field2. */
@@ -67,6 +70,18 @@ typedef struct tsr_layer_type {
   bool fuses_relu;             /* applies a following ReLU itself (l->relu) */
   bool defers_relu_grad;       /* with a fused ReLU, lets its one reader's backward apply the
                                 * ReLU's backward (l->relu_grad_by_next) */
+  /* Its buffers' names (l->buffers, as its layout hook makes them), PyTorch's: checkpoints
+   * store buffer k as layers.<i>.<name>.<buffer_names[k]>; NULL: none. */
+  const char *const *buffer_names;
+  /* Checkpoints also store l->batches_tracked under this name (batchnorm:
+   * num_batches_tracked); NULL: none. */
+  const char *counter_name;
+  /* Reduces statistics over the batch (batchnorm): tile 0 of its scratch[0] is the (3, C)
+   * partial it hands the net's statistics hook (net_impl.h; --sync-bn installs one). */
+  bool batch_stats;
+  /* Optional: refuses (TSR_EINVAL, with a message naming the layer) a training batch of
+   * `batch` samples per rank that this layer, laid out as l, cannot take. */
+  int (*check_batch)(const tsr_layout_layer_t *l, int batch, tsr_errbuf_t *err);
   /* Required. Checks s against its input sample shape (g's c, h, w; every input's in at->in)
    * and fills the rest of g: the window where the type has one (defaults
    * applied) and the output side (oc, oh, ow). A misfit returns TSR_EINVAL or
@@ -86,6 +101,10 @@ typedef struct tsr_layer_type {
    * sets *bwd to the seconds of its backward pass. Required for a type that builds a layer. */
   double (*cost)(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
                  double *bwd);
+  /* Optional: the floating-point operations of its forward pass for one sample (a multiply-add
+   * is 2, a bias add, a ReLU's max, a pooling window's compare or add, a sum's add are 1 each),
+   * from l's shapes (tessera summary). NULL: none (copies, shape changes). */
+  double (*flops)(const tsr_layout_layer_t *l);
   /* Its forward and backward passes. NULL: the type only changes the shape and builds no layer
    * (flatten). */
   const tsr_layer_ops_t *ops;

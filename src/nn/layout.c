@@ -78,6 +78,11 @@ static int check_spec(const tsr_model_spec_t *spec, int inputs, int classes, tsr
                          spec->n_layers);
   const tsr_layer_spec_t *last = &spec->layers[spec->n_layers - 1];
   const tsr_layer_type_t *lt = tsr__layer_type(last->kind);
+  if (lt && lt->output && last->units == TSR_UNITS_CLASSES)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "the last layer says units = classes, but the model was not bound to "
+                         "the %d classes (tsr_model_bind_classes)",
+                         classes);
   if (!lt || !lt->output || last->units != classes)
     return tsr_error_set(err, TSR_ESHAPE,
                          "the last layer must be dense with one unit per class (%d); it is %s "
@@ -622,6 +627,8 @@ static void count_bytes(tsr_net_layout_t *lay) {
     if (l->partials) l->act_floats += 2 * batch * l->fin;
     for (int s = 0; s < l->nscratch; s++)
       l->act_floats += l->scratch[s].rows * l->scratch[s].cols;
+    for (int s = 0; s < l->nbuffers; s++)
+      l->act_floats += l->buffers[s].rows * l->buffers[s].cols;
     params += l->param_floats, acts += l->act_floats;
     if (l->workspace > work) work = l->workspace;
   }

@@ -16,6 +16,7 @@
 #include "tessera/net.h"
 
 #define TSR_LAYER_MAX_PARAMS 2
+#define TSR_LAYER_MAX_BUFFERS 2
 
 struct tsr_layer_type;
 
@@ -66,13 +67,19 @@ typedef struct {
   bool gathers, partials, dx_sums; /* the grid scratch it holds (net_impl.h, tsr_layer_t) */
   int nparams;
   tsr_layout_matrix_t params[TSR_LAYER_MAX_PARAMS]; /* in the order of tsr_layer_t.params */
+  /* Non-trained state the layer keeps across steps (batchnorm: running mean and variance):
+   * checkpointed under its type's buffer_names and averaged with the weights by the
+   * weight-averaging policies. */
+  int nbuffers;
+  tsr_layout_matrix_t buffers[TSR_LAYER_MAX_BUFFERS];
   int nscratch;
   tsr_layout_matrix_t scratch[2]; /* its own matrices (conv: per-batch-tile gradient partials) */
   int64_t workspace;              /* floats of per-worker scratch one of its tasks needs */
   /* Floats the busiest rank of a grid column (row 0) holds: */
   int64_t share;        /* output columns */
   int64_t param_floats; /* parameters (as many again of gradients, nstate times of state) */
-  int64_t act_floats;   /* output and gradient, extra gradients, grid scratch, own scratch */
+  int64_t act_floats;   /* output and gradient, extra gradients, grid scratch, own scratch and
+                         * buffers */
 } tsr_layout_layer_t;
 
 typedef struct {

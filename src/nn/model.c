@@ -126,7 +126,8 @@ static int parse_int(const char *s, char **end, long max, long *out) {
 static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes,
                            tsr_errbuf_t *err) {
   const char *hint =
-      "use mlp, mlp:W1,W2,... (hidden widths), linear or cnn, or a model file (.ini)";
+      "use mlp, mlp:W1,W2,... (hidden widths), linear or cnn, a model of the zoo (resnet20, "
+      "resnet50, vgg16, alexnet, googlenet, ...: docs/training.md) or a model file (.ini)";
   if (strcmp(text, "linear") == 0) return add_layer(spec, TSR_LAYER_DENSE, classes);
   if (strcmp(text, "cnn") == 0) {
     /* conv 3x3 32 - ReLU - maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU.
@@ -169,8 +170,29 @@ static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes
   return add_layer(spec, TSR_LAYER_DENSE, classes);
 }
 
+void tsr_model_bind_classes(tsr_model_spec_t *spec, int classes) {
+  for (int i = 0; i < spec->n_layers; i++)
+    if (spec->layers[i].units == TSR_UNITS_CLASSES) spec->layers[i].units = classes;
+}
+
+/* A bare name (letters, digits, '-', '_') that may be a model file's: NAME.ini. */
+static bool zoo_name(const char *text) {
+  if (!*text || strlen(text) > 64) return false;
+  for (const char *p = text; *p; p++)
+    if (!isalnum((unsigned char)*p) && *p != '-' && *p != '_') return false;
+  return true;
+}
+
 int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_errbuf_t *err) {
   tsr_model_spec_init(spec);
+  char file[80], found[PATH_MAX];
+  if (zoo_name(text) && strcmp(text, "mlp") && strcmp(text, "linear") && strcmp(text, "cnn") &&
+      snprintf(file, sizeof file, "%s.ini", text) < (int)sizeof file &&
+      tsr__datafile_find(&tsr__datafile_models, file, found, sizeof found)) {
+    int rc = tsr_model_load_ini(spec, found, err);
+    if (rc == 0) tsr_model_bind_classes(spec, classes);
+    return rc;
+  }
   int rc = parse_shorthand(spec, text, classes, err);
   if (rc == TSR_ENOMEM) tsr_error_set(err, rc, "--model '%s': out of memory", text);
   if (rc) tsr_model_spec_fini(spec);
@@ -284,6 +306,16 @@ static int parse_value(const tsr_layer_key_t *k, struct ini_state *st, const cha
     *a = (int)v;
     return 0;
   }
+  case TSR_KEY_UNITS: {
+    char *end;
+    long v;
+    if (strcmp(value, "classes") == 0)
+      v = TSR_UNITS_CLASSES;
+    else if (parse_int(value, &end, 1 << 20, &v) || *end)
+      return TSR_EINVAL;
+    *a = (int)v;
+    return 0;
+  }
   case TSR_KEY_SIZE: return parse_pair(value, 1, a, b);
   case TSR_KEY_PADDING: return parse_pair(value, 0, a, b);
   case TSR_KEY_PROBABILITY: {
@@ -291,6 +323,15 @@ static int parse_value(const tsr_layer_key_t *k, struct ini_state *st, const cha
     errno = 0;
     double r = strtod(value, &end);
     if (end == value || *end || errno || !(r >= 0.0 && r < 1.0)) return TSR_EINVAL;
+    *(float *)(at + k->field) = (float)r;
+    return 0;
+  }
+  case TSR_KEY_FRACTION: {
+    char *end;
+    errno = 0;
+    double r = strtod(value, &end);
+    if (end == value || *end || errno || !(r > 0.0 && r <= 1.0) || (float)r <= 0.0f)
+      return TSR_EINVAL;
     *(float *)(at + k->field) = (float)r;
     return 0;
   }
@@ -309,6 +350,8 @@ static const char *expected(tsr_key_form_t form) {
   case TSR_KEY_PADDING: return "expected an integer N >= 0 or NHxNW";
   case TSR_KEY_PROBABILITY: return "expected a probability in [0, 1)";
   case TSR_KEY_ACTIVATION: return "use relu or none";
+  case TSR_KEY_UNITS: return "expected a positive integer or classes";
+  case TSR_KEY_FRACTION: return "expected a number in (0, 1]";
   }
   return "see the README";
 }
@@ -543,6 +586,13 @@ static int write_key(const tsr_layer_key_t *k, const tsr_layer_spec_t *l, char *
   case TSR_KEY_PROBABILITY:
     return snprintf(buf, size, "%s = %.9g\n", k->name, (double)*(const float *)(at + k->field));
   case TSR_KEY_ACTIVATION: return 0; /* a ReLU is a layer of its own in a spec */
+  case TSR_KEY_UNITS:
+    if (a == TSR_UNITS_CLASSES) return snprintf(buf, size, "%s = classes\n", k->name);
+    return a ? snprintf(buf, size, "%s = %d\n", k->name, a) : 0;
+  case TSR_KEY_FRACTION: {
+    double v = (double)*(const float *)(at + k->field);
+    return v != 0.0 ? snprintf(buf, size, "%s = %.9g\n", k->name, v) : 0;
+  }
   }
   return 0;
 }

@@ -138,6 +138,12 @@ static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts
   return tsr__net_optimizer_step(net, p, o);
 }
 
+tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook) {
+  tsr_stats_hook_t old = net->on_stats;
+  net->on_stats = hook;
+  return old;
+}
+
 tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook) {
   tsr_grad_hook_t previous = net->on_grad;
   net->on_grad = hook;
@@ -190,6 +196,11 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
       const tsr_layout_matrix_t *m = &ll->scratch[k];
       TSR_TRY(tsr__net_tiles(&l->scratch[k], m->rows, m->cols, m->mb, m->nb));
     }
+    l->nbuffers = ll->nbuffers;
+    for (int k = 0; k < ll->nbuffers; k++) {
+      const tsr_layout_matrix_t *m = &ll->buffers[k];
+      TSR_TRY(tsr__net_tiles(&l->buffers[k], m->rows, m->cols, m->mb, m->nb));
+    }
     TSR_TRY(grid_scratch(net, l));
     tsr_layer_site_t at = {.index = ll->index,
                            .name = ll->name,
@@ -210,6 +221,9 @@ static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
     return tsr_error_set(err, TSR_EINVAL,
                          "unknown initialization %d (TSR_INIT_PYTORCH or TSR_INIT_HE)",
                          (int)opts->init);
+  if (!(opts->label_smoothing >= 0.0f && opts->label_smoothing < 1.0f))
+    return tsr_error_set(err, TSR_EINVAL, "label smoothing %g is not in [0, 1)",
+                         (double)opts->label_smoothing);
   return 0;
 }
 
@@ -291,6 +305,8 @@ void tsr_net_destroy(tsr_net_t **np) {
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
     tsr_tiles_destroy(&l->scratch[0]), tsr_tiles_destroy(&l->scratch[1]);
+    for (int k = 0; k < TSR_LAYER_MAX_BUFFERS; k++)
+      tsr_tiles_destroy(&l->buffers[k]);
     for (int p = 0; l->gathered && p < net->grid_rows; p++)
       tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
     free(l->gathered), free(l->partials);
@@ -366,6 +382,7 @@ static tsr_tiles_t *layer_input_grad(const tsr_net_t *net, int i, int k) {
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                       bool train) {
   if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
+  net->valid = n;
   tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
   TSR_TRY(tsr__net_gather_input(net, &o, ds, rows, n, train));
   return tsr__tiles_gather(&o, net->labels, ds->y, 1, rows, n);
@@ -419,7 +436,7 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
   TSR_TRY(tsr__tiles_softmax_xent(&o, last->dy, net->train_stats, last->y, net->labels, n,
-                                  n > 0 ? 1.0f / (float)n : 0.0f));
+                                  n > 0 ? 1.0f / (float)n : 0.0f, net->opts.label_smoothing));
   TSR_TRY(backward(net, do_update));
   if (net->tasks_per_step == 0) net->tasks_per_step = net->submitted - before;
   return 0;
@@ -430,7 +447,10 @@ int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *ro
   TSR_TRY(forward(net, false));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
-  return tsr__tiles_softmax_xent(&o, NULL, net->eval_stats, last->y, net->labels, n, 1.0f);
+  /* The evaluation loss is smoothed as the training loss is, as PyTorch's
+   * nn.CrossEntropyLoss(label_smoothing=eps) is wherever it is used. */
+  return tsr__tiles_softmax_xent(&o, NULL, net->eval_stats, last->y, net->labels, n, 1.0f,
+                                 net->opts.label_smoothing);
 }
 
 int tsr_net_wait(tsr_net_t *net, int pending) {

@@ -51,6 +51,10 @@ struct tsr_layer {
   int index;                     /* 1-based position in the model description (for messages) */
   uint64_t calls;          /* dropout: training forward passes so far (part of the mask's seed) */
   tsr_tiles_t *scratch[2]; /* owned (conv: per-batch-tile weight and bias gradient partials) */
+  int nbuffers;            /* non-trained state, as lay->buffers says (batchnorm: running mean,
+                            * running variance, each (1, C)); owned */
+  tsr_tiles_t *buffers[TSR_LAYER_MAX_BUFFERS];
+  int64_t batches_tracked; /* batchnorm: training steps whose statistics moved the buffers */
   bool relu_grad_by_next;  /* the next layer's backward applies this layer's fused ReLU */
   bool relu_grad_in;       /* this layer's backward applies the previous layer's fused ReLU */
   int nparams;
@@ -74,6 +78,18 @@ typedef struct {
   void *ctx;
 } tsr_grad_hook_t;
 
+/* Batch statistics reduced beyond this process (--sync-bn, installed by src/parallel/): a
+ * batchnorm layer hands it its batch's combined partial p's tile 0 ((3, C), src/tile/ops.h):
+ * in the forward pass (count, mean, M2) per channel, to be combined with the other ranks' by
+ * Chan's formula, in the backward pass (sum dy, sum dy xhat, 0), to be added; every rank
+ * gets the result in p. fn NULL: the statistics stay this process's. */
+typedef int (*tsr_stats_hook_fn)(tsr_net_t *net, tsr_tiles_t *p, bool backward,
+                                 const tsr_task_opts_t *o, void *ctx);
+typedef struct {
+  tsr_stats_hook_fn fn;
+  void *ctx;
+} tsr_stats_hook_t;
+
 struct tsr_net {
   int inputs, classes, batch, mb, nb; /* nb: feature tile; the logits are one tile wide */
   tsr_net_opts_t opts;
@@ -86,14 +102,16 @@ struct tsr_net {
   tsr_tiles_t *labels;      /* (batch, 1) */
   tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
   tsr_tiles_t *eval_stats;
-  tsr_optim_t *optim;      /* owned: step count, current rate, every parameter's state */
-  uint64_t tasks_per_step; /* measured on the first training step */
-  uint64_t submitted;      /* tasks submitted with the net's options (its own and its hooks') */
-  int64_t step_label;      /* training step that tasks are labelled with (0: none) */
-  tsr_grad_hook_t on_grad; /* the optimizer step unless a sync policy installed its own */
-  int grid_rows;           /* Pr (1: no grid) */
-  int *grid_slot;          /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
-  tsr_traffic_t traffic;   /* grid transfers inside the column so far */
+  tsr_optim_t *optim;        /* owned: step count, current rate, every parameter's state */
+  uint64_t tasks_per_step;   /* measured on the first training step */
+  uint64_t submitted;        /* tasks submitted with the net's options (its own and its hooks') */
+  int64_t step_label;        /* training step that tasks are labelled with (0: none) */
+  tsr_grad_hook_t on_grad;   /* the optimizer step unless a sync policy installed its own */
+  tsr_stats_hook_t on_stats; /* none unless --sync-bn installed one */
+  int valid;             /* rows of the batch loaded last that are samples (the rest: padding) */
+  int grid_rows;         /* Pr (1: no grid) */
+  int *grid_slot;        /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
+  tsr_traffic_t traffic; /* grid transfers inside the column so far */
   tsr_augment_t augment;   /* training batches' crop and flip (augment.c); fill: augment_fill */
   float *augment_fill;     /* owned, (input channels) the padded pixels' values, or NULL */
   int epoch;               /* keys the augmentation's draws (tsr_net_set_epoch) */
@@ -105,6 +123,9 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb);
  * restores it (hooks come in pairs: a synchronization policy installs its
  * own for a run and puts the previous one back at its end). */
 tsr_grad_hook_t tsr__net_set_grad_hook(tsr_net_t *net, tsr_grad_hook_t hook);
+
+/* Installs the statistics hook and returns the one it replaces (as tsr__net_set_grad_hook). */
+tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook);
 
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);

@@ -46,6 +46,7 @@
 #include "optim/outer.h"
 #include "parallel/chunks.h"
 #include "parallel/policy.h"
+#include "parallel/sync_bn.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
@@ -81,6 +82,12 @@ typedef struct rparam {
   int nstate;      /* optimizer state matrices with views (batch: shared for checkpoints;
                       --sync-state: averaged with the weights) */
   tsr_tiles_t **s[TSR_OPTIM_MAX_STATE]; /* [size] replica views of each */
+  /* The layer's buffer of the same index as this parameter (batchnorm: running mean with the
+   * scale, running variance with the shift), shaped and tiled like it, so that it is averaged
+   * in the parameter's chunks by the weight-averaging policies (never under batch: each
+   * replica keeps its own, as DDP); NULL: none. */
+  tsr_tiles_t *buf;
+  tsr_tiles_t **bufs;   /* [size] replica views of buf */
   tsr_tiles_t *stage;   /* k > 1: local, chunk-tiled: this rank's bands of what is averaged */
   tsr_tiles_t **stages; /* k > 1: [size] replica views of stage */
   tsr_tiles_t *acc;     /* chunk-tiled, distributed by chunk home: the weighted sum */
@@ -119,6 +126,7 @@ struct tsr_replicas {
   int64_t *steps;           /* [size] steps with samples since the last averaging of all ranks */
   double lambda;            /* --weighting steps: the extrapolation of the next average */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
+  tsr_sync_bn_t *sync_bn;   /* --sync-bn's statistics hook, or NULL */
   bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
   bool final_extra;         /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
@@ -388,11 +396,12 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
     rparam_t *rp = &r->params[k];
     /* The weights, then with average_state each state matrix: this rank's own, and every
      * rank's views. */
-    tsr_tiles_t *own[1 + TSR_OPTIM_MAX_STATE] = {rp->p->w};
-    tsr_tiles_t **views[1 + TSR_OPTIM_MAX_STATE] = {rp->w};
+    tsr_tiles_t *own[2 + TSR_OPTIM_MAX_STATE] = {rp->p->w};
+    tsr_tiles_t **views[2 + TSR_OPTIM_MAX_STATE] = {rp->w};
     int nsets = 1;
     for (int s = 0; r->sync.average_state && s < rp->nstate; s++, nsets++)
       own[nsets] = tsr__optim_state(r->net->optim, rp->p->index, s), views[nsets] = rp->s[s];
+    if (rp->bufs) own[nsets] = rp->buf, views[nsets++] = rp->bufs; /* a plain weighted mean */
     for (int I = 0; I < rp->cmt && rc == 0; I++)
       for (int j = 0; j < rp->nt && rc == 0; j++)
         for (int s = 0; s < nsets && rc == 0; s++) {
@@ -556,6 +565,13 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
   for (int k = 0; k < rp->nstate; k++)
     if (!(rp->s[k] = replicas_of(r, tsr__optim_state(r->net->optim, p->index, k))))
       return TSR_ENOMEM;
+  if (rp->buf) {
+    const tsr_tiles_t *b = rp->buf;
+    if (tsr_tiles_rows(b) != tsr_tiles_rows(w) || tsr_tiles_cols(b) != tsr_tiles_cols(w) ||
+        tsr_tiles_mb(b) != tsr_tiles_mb(w) || tsr_tiles_nb(b) != tsr_tiles_nb(w))
+      return TSR_ESHAPE;
+    if (!(rp->bufs = replicas_of(r, rp->buf))) return TSR_ENOMEM;
+  }
   if (rp->k > 1) {
     /* A grid's slice stages its own columns only, on their rank. */
     if (w->kind == TSR_TILES_DISTRIBUTED)
@@ -607,6 +623,7 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   for (int k = 0; k < TSR_OPTIM_MAX_STATE; k++)
     destroy_all(r, &rp->s[k]);
   destroy_all(r, &rp->w), destroy_all(r, &rp->g), destroy_all(r, &rp->stages);
+  destroy_all(r, &rp->bufs);
   destroy_all(r, &rp->snap);
   tsr_tiles_destroy(&rp->stage), tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->updated);
   tsr_tiles_destroy(&rp->global), tsr_tiles_destroy(&rp->anchor);
@@ -682,7 +699,8 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int k = 0;
   for (int l = 0; l < net->n_layers && rc == 0; l++)
     for (int m = 0; m < net->layers[l].nparams; m++, k++)
-      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k, r->params[k].r = r;
+      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k, r->params[k].r = r,
+      r->params[k].buf = m < net->layers[l].nbuffers ? net->layers[l].buffers[m] : NULL;
   if (rc == 0) rc = plan_chunks(r);
   for (k = 0; k < r->nparams && rc == 0; k++)
     rc = create_param(r, &r->params[k]);
@@ -692,6 +710,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
                                       rank_zero, NULL);
   /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
   if (rc == 0 && pr == 1) rc = start_equal(r);
+  if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
   if (rc) {
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
@@ -810,6 +829,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   if (!r) return;
   if (tsr_dist_active()) tsr__progress_wait_all();
   if (r->previous.fn) tsr__net_set_grad_hook(r->net, r->previous);
+  tsr__sync_bn_destroy(&r->sync_bn);
   /* The outer state first: destroying a distributed matrix asks its rank_of, which reads the
    * chunk homes destroy_param frees. */
   tsr__outer_destroy(&r->outer);

@@ -124,8 +124,10 @@ static double sink_work(const tsr_cost_sink_t *k) {
 
 /* Batch assembly, every layer's tasks as its type describes them, the loss; and the sums of
  * the gradients of an output read by several layers (one memory-bound task per tile and extra
- * reader, row 0's tiles). */
-static void compute_step(compute_t *c) {
+ * reader, row 0's tiles). The critical path is the graph's longest path of the layers' own
+ * chains (end[k]: where layer k's ends, after the latest of its inputs'): the branches of an
+ * Inception block run side by side, and a stack's path is the sum of its layers' chains. */
+static int compute_step(compute_t *c) {
   c->sink = (tsr_cost_sink_t){.batch = c->batch,
                               .mb = c->mb,
                               .pr = c->pr,
@@ -134,13 +136,22 @@ static void compute_step(compute_t *c) {
                               .gemm_rate = sink_gemm_rate,
                               .conv_rate = sink_conv_rate,
                               .work = sink_work};
-  int mb = c->mb, mt = ntiles(c->batch, mb);
-  double chain = 0;
+  int mb = c->mb, mt = ntiles(c->batch, mb), n = c->lay->n_layers;
+  double chain = 0, start = 0;
+  double *end = malloc(sizeof *end * (size_t)(n > 0 ? n : 1));
+  if (!end) return TSR_ENOMEM;
   for (int i = 0; i < mt; i++) /* batch assembly: rows gathered from the data set */
-    chain = task(c, 0, 1, 4.0 * 2 * tsize(c->batch, mb, i) * (c->inputs + 1.0));
-  for (int k = 0; k < c->lay->n_layers; k++) {
+    start = task(c, 0, 1, 4.0 * 2 * tsize(c->batch, mb, i) * (c->inputs + 1.0));
+  for (int k = 0; k < n; k++) {
     const tsr_layout_layer_t *l = &c->lay->layers[k];
-    chain += l->type->cost(c->lay, l, &c->sink, &c->bwd[k]);
+    double after = 0; /* the layout runs a layer after its inputs: their ends are known */
+    for (int a = 0; a < l->n_inputs; a++) {
+      double e = l->in[a].from >= 0 ? end[l->in[a].from] : start;
+      if (e > after) after = e;
+    }
+    if (l->n_inputs == 0) after = start;
+    end[k] = after + l->type->cost(c->lay, l, &c->sink, &c->bwd[k]);
+    if (end[k] > chain) chain = end[k];
     int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
     for (int s = 1; s < l->consumers; s++)
       for (int i = 0; i < mt; i++)
@@ -152,6 +163,8 @@ static void compute_step(compute_t *c) {
     if (i == 0) chain += t;
   }
   c->chain = chain;
+  free(end);
+  return 0;
 }
 
 /* ---- Transfers inside a grid column ----------------------------------- */
@@ -322,7 +335,10 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
                  .workers = workers,
                  .sharded_update = grads && pc > 1,
                  .bwd = bwd};
-  compute_step(&c);
+  if (compute_step(&c)) {
+    free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
+    return tsr_error_set(err, TSR_ENOMEM, "plan: out of memory for %d layers", lay->n_layers);
+  }
   double spread = c.work / workers;
   row->compute_s = oversubscribed * (spread > c.chain ? spread : c.chain);
   row->flops_step = c.flops;

@@ -95,7 +95,7 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
 
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
-                            float scale) {
+                            float scale, float eps) {
   ROUTE(o, stats);
   if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
       stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
@@ -107,7 +107,7 @@ int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_
     int valid = left <= 0 ? 0 : left >= rows ? rows : (int)left;
     TSR_TRY(tsr__insert_softmax_xent(o, dlogits ? tsr__tile(dlogits, i, 0) : NULL,
                                      tsr__tile(stats, i, 0), tsr__tile(logits, i, 0),
-                                     tsr__tile(labels, i, 0), valid, scale));
+                                     tsr__tile(labels, i, 0), valid, scale, eps));
   }
   return 0;
 }
@@ -581,5 +581,96 @@ int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, c
       }
       if (per_node) TSR_TRY(share_tile(o, dx, sums, partials, n, i, k, tr));
     }
+  return 0;
+}
+
+/* ---- Batch normalization ---- */
+
+/* Rows of batch-row tile i of x that are samples. */
+static int valid_rows(const tsr_tiles_t *x, int i, int valid) {
+  int64_t v = valid - (int64_t)i * x->mb, rows = x->m - (int64_t)i * x->mb;
+  if (rows > x->mb) rows = x->mb;
+  return (int)(v < 0 ? 0 : v < rows ? v : rows);
+}
+
+static bool bn_partials(const tsr_tiles_t *p, const tsr_tiles_t *x) {
+  return p->mb == 3 && p->m == 3 * (int64_t)x->mt && p->nt == 1 && x->nt == 1;
+}
+
+/* p's tile i = p's tiles i and i + s combined, s = 1, 2, 4, ...: a fixed tree. */
+static int bn_tree(const tsr_task_opts_t *o, tsr_tiles_t *p, bool sums) {
+  for (int s = 1; s < p->mt; s *= 2)
+    for (int i = 0; i + s < p->mt; i += 2 * s)
+      TSR_TRY(tsr__insert_bn_combine(o, tsr__tile(p, i, 0), tsr__tile(p, i + s, 0), sums));
+  return 0;
+}
+
+int tsr__tiles_bn_stats(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *x, int hw,
+                        int valid) {
+  ROUTE(o, p);
+  if (!bn_partials(p, x) || hw <= 0 || x->n % hw) return TSR_ESHAPE;
+  int c = (int)(x->n / hw);
+  for (int i = 0; i < x->mt; i++)
+    TSR_TRY(tsr__insert_bn_stats(o, tsr__tile(p, i, 0), tsr__tile(x, i, 0), hw, c,
+                                 valid_rows(x, i, valid)));
+  return bn_tree(o, p, false);
+}
+
+int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_tiles_t *b,
+                         bool sums) {
+  ROUTE(o, a);
+  if (a->mb != 3 || b->mb != 3 || a->n != b->n || a->nt != 1 || b->nt != 1) return TSR_ESHAPE;
+  return tsr__insert_bn_combine(o, tsr__tile(a, 0, 0), tsr__tile(b, 0, 0), sums);
+}
+
+int tsr__tiles_bn_finalize(const tsr_task_opts_t *o, tsr_tiles_t *s, tsr_tiles_t *p,
+                           tsr_tiles_t *mean, tsr_tiles_t *var, float momentum, float eps,
+                           bool update) {
+  ROUTE(o, s);
+  return tsr__insert_bn_finalize(o, tsr__tile(s, 0, 0), p ? tsr__tile(p, 0, 0) : NULL,
+                                 tsr__tile(mean, 0, 0), tsr__tile(var, 0, 0), momentum, eps,
+                                 update);
+}
+
+int tsr__tiles_bn_normalize(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                            const tsr_tiles_t *s, const tsr_tiles_t *scale,
+                            const tsr_tiles_t *shift, int hw, bool relu) {
+  ROUTE(o, y);
+  if (!same_tiling(x, y) || x->nt != 1) return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    TSR_TRY(tsr__insert_bn_normalize(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(s, 0, 0),
+                                     tsr__tile(scale, 0, 0), tsr__tile(shift, 0, 0), hw, relu));
+  return 0;
+}
+
+int tsr__tiles_bn_sums(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *dy,
+                       const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s, int hw,
+                       int valid, bool relu) {
+  ROUTE(o, p);
+  if (!bn_partials(p, x) || !same_tiling(x, dy) || !same_tiling(x, y)) return TSR_ESHAPE;
+  for (int i = 0; i < x->mt; i++)
+    TSR_TRY(tsr__insert_bn_sums(o, tsr__tile(p, i, 0), tsr__tile(dy, i, 0), tsr__tile(x, i, 0),
+                                tsr__tile(y, i, 0), tsr__tile(s, 0, 0), hw, valid_rows(x, i, valid),
+                                relu));
+  return bn_tree(o, p, true);
+}
+
+int tsr__tiles_bn_params_grad(const tsr_task_opts_t *o, tsr_tiles_t *dscale, tsr_tiles_t *dshift,
+                              const tsr_tiles_t *p) {
+  ROUTE(o, dscale);
+  return tsr__insert_bn_params_grad(o, tsr__tile(dscale, 0, 0), tsr__tile(dshift, 0, 0),
+                                    tsr__tile(p, 0, 0));
+}
+
+int tsr__tiles_bn_dx(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                     const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s,
+                     const tsr_tiles_t *scale, const tsr_tiles_t *p, int hw, int valid, bool relu) {
+  ROUTE(o, dx);
+  if (!same_tiling(x, dy) || !same_tiling(x, y) || !same_tiling(x, dx) || x->nt != 1)
+    return TSR_ESHAPE;
+  for (int i = 0; i < x->mt; i++)
+    TSR_TRY(tsr__insert_bn_dx(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0), tsr__tile(x, i, 0),
+                              tsr__tile(y, i, 0), tsr__tile(s, 0, 0), tsr__tile(scale, 0, 0),
+                              tsr__tile(p, 0, 0), hw, valid_rows(x, i, valid), relu));
   return 0;
 }

@@ -31,11 +31,12 @@ int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_til
                         const tsr_tiles_t *y);
 /* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1).
  * stats (mt, 2), one (1, 2) tile per batch-row tile, accumulates [loss sum,
- * correct]. dlogits (may be NULL) = scale (softmax - onehot) on the first
- * nvalid rows, 0 below. */
+ * correct]. dlogits (may be NULL) = scale (softmax - target) on the first
+ * nvalid rows, 0 below; the target is onehot smoothed by eps in [0, 1) (PyTorch's label
+ * smoothing: (1 - eps) onehot + eps / C), the loss its cross-entropy. */
 int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_tiles_t *stats,
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
-                            float scale);
+                            float scale, float eps);
 /* v is NULL when momentum is 0; nesterov: Nesterov momentum (v required). */
 int tsr__tiles_sgd(const tsr_task_opts_t *o, tsr_tiles_t *w, tsr_tiles_t *v, const tsr_tiles_t *g,
                    float lr, float momentum, float wd, bool nesterov);
@@ -179,6 +180,39 @@ int tsr__tiles_spread_gemm_tn(const tsr_task_opts_t *o, const tsr_tiles_t *x,
 int tsr__tiles_spread_gemm_nt(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                               tsr_tiles_t *const *partials, int n, tsr_tiles_t *dx,
                               tsr_tiles_t *sums, tsr_traffic_t *tr);
+
+/* ---- Batch normalization over the batch-row tiles of whole channels-last samples (hw
+ * positions of c channels; of the batch's rows the first `valid` are samples, the rest padding
+ * that never enters the statistics). p: (mt 3, c) in (3, c) tiles, one partial per batch-row
+ * tile, the batch's in tile 0 once a fixed pairwise tree has combined them; s (3, c): mean,
+ * 1 / std, count; scale, shift, mean, var: (1, c). src/kernels/batchnorm.c has the formulas. */
+/* p = the statistics partials of x's tiles, combined into tile 0 (Chan's formula). */
+int tsr__tiles_bn_stats(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *x, int hw,
+                        int valid);
+/* s from p's tile 0 (training; moves mean and var when update is set), or from mean and var
+ * (p NULL: evaluation). */
+int tsr__tiles_bn_finalize(const tsr_task_opts_t *o, tsr_tiles_t *s, tsr_tiles_t *p,
+                           tsr_tiles_t *mean, tsr_tiles_t *var, float momentum, float eps,
+                           bool update);
+int tsr__tiles_bn_normalize(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                            const tsr_tiles_t *s, const tsr_tiles_t *scale,
+                            const tsr_tiles_t *shift, int hw, bool relu);
+/* p = the backward sums (of dy, of dy xhat) of the tiles, added into tile 0 by the same tree;
+ * with relu, dy counts where y (the fused ReLU's output) is positive. */
+int tsr__tiles_bn_sums(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *dy,
+                       const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s, int hw,
+                       int valid, bool relu);
+/* dscale, dshift from the sums in p's tile 0. */
+int tsr__tiles_bn_params_grad(const tsr_task_opts_t *o, tsr_tiles_t *dscale, tsr_tiles_t *dshift,
+                              const tsr_tiles_t *p);
+/* dx from dy and the batch's sums in p's tile 0 (0 on padding rows). */
+int tsr__tiles_bn_dx(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                     const tsr_tiles_t *x, const tsr_tiles_t *y, const tsr_tiles_t *s,
+                     const tsr_tiles_t *scale, const tsr_tiles_t *p, int hw, int valid, bool relu);
+
+/* Tile (0, 0) of a = it and tile (0, 0) of b combined (sums: added), each a (3, c) partial
+ * (--sync-bn: a and b are two ranks' copies, under StarPU-MPI). */
+int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_tiles_t *b, bool sums);
 
 /* Waits until at most n_left submitted tasks are still pending: the
  * trainer's bounded submission window. */

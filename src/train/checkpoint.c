@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "io/safetensors.h"
+#include "nn/layers.h"
 #include "nn/net_impl.h"
 #include "parallel/policy.h"
 #include "tessera/checkpoint.h"
@@ -29,6 +30,19 @@
 
 static void param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
   snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, k == 0 ? "weight" : "bias");
+}
+
+/* A layer's non-trained state by its type's (PyTorch's) names: buffer k, or the counter (k ==
+ * l->nbuffers), layers.<i>.<type>.<name>. */
+static void state_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
+  const tsr_layer_type_t *t = l->lay->type;
+  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name,
+           k < l->nbuffers ? t->buffer_names[k] : t->counter_name);
+}
+
+/* Tensors of l's non-trained state: its buffers, and its counter if its type has one. */
+static int state_count(const tsr_layer_t *l) {
+  return l->nbuffers + (l->lay->type->counter_name ? 1 : 0);
 }
 
 /* ---- a growing list of tensors and metadata ---- */
@@ -82,6 +96,17 @@ static int add_data(bundle_t *b, const char *name, int64_t rows, int64_t cols, f
   snprintf(key, sizeof key, "crc32.%s", name);
   b->n++;
   return add_meta(b, key, "%08lx", (unsigned long)crc);
+}
+
+/* Adds v as a scalar tensor name (shape [], as PyTorch stores a counter), and its checksum;
+ * exact below 2^24. */
+static int add_scalar(bundle_t *b, const char *name, double v) {
+  float *data = malloc(sizeof *data);
+  if (!data) return TSR_ENOMEM;
+  *data = (float)v;
+  int n = b->n, rc = add_data(b, name, 1, 1, data);
+  if (rc == 0) b->t[n].ndims = 0;
+  return rc;
 }
 
 /* Adds a copy of matrix t (read through the runtime) as tensor name, and its checksum. */
@@ -310,6 +335,8 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   bool per_rank = rep && ranks > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
   bool outer = rep && tsr__replicas_has_outer(rep);
   int ntensors = tsr_net_n_params(net) * (1 + nstate * (per_rank ? ranks : 1) + (outer ? 1 : 0));
+  for (int i = 0; i < net->n_layers; i++)
+    ntensors += state_count(&net->layers[i]);
   bundle_t b = {0};
   /* rc: the writer's own; crc: the collectives', the same on every rank. */
   int rc = writer ? bundle_init(&b, ntensors) : 0, crc = 0;
@@ -330,6 +357,13 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
       }
       if (outer && crc == 0)
         crc = gather_outer(writer ? &b : NULL, rep, name, l->params[k].w, l->params[k].index, &rc);
+    }
+    /* Rank 0's buffers (under --sync batch each replica's own, as DDP saves rank 0's). */
+    for (int k = 0; writer && rc == 0 && k < state_count(l); k++) {
+      char name[96];
+      state_name(l, k, name, sizeof name);
+      rc = k < l->nbuffers ? add_tensor(&b, name, l->buffers[k])
+                           : add_scalar(&b, name, (double)l->batches_tracked);
     }
   }
   rc = rc ? rc : crc;
@@ -666,6 +700,25 @@ static int load_tensor(const tsr_st_file_t *f, const char *path, const char *nam
   return rc ? tsr_error_set(err, rc, "%s: cannot set %s: %s", path, name, tsr_strerror(rc)) : 0;
 }
 
+/* *n = the scalar tensor name of f: a whole number in [0, 2^24] (what a float holds exactly). */
+static int load_counter(const tsr_st_file_t *f, const char *path, const char *name, int64_t *n,
+                        tsr_errbuf_t *err) {
+  int i = tsr__st_find(f, name);
+  if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
+  tsr_st_tensor_t x;
+  tsr__st_tensor(f, i, &x);
+  int64_t count = 1;
+  for (int d = 0; d < x.ndims; d++)
+    count *= x.shape[d];
+  double v = count == 1 ? (double)x.data[0] : -1.0;
+  if (count != 1 || !(v >= 0.0 && v <= 16777216.0) || v != floor(v))
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: tensor %s is not one whole number in [0, 2^24] (a batch count)", path,
+                         name);
+  *n = (int64_t)v;
+  return 0;
+}
+
 int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
                         tsr_checkpoint_info_t *info, tsr_errbuf_t *err) {
   tsr_st_file_t *f;
@@ -704,6 +757,12 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
                  tsr__optim_state_name(net->optim, s));
         rc = load_tensor(f, path, state, tsr__optim_state(net->optim, l->params[k].index, s), err);
       }
+    }
+    for (int k = 0; k < state_count(l) && rc == 0; k++) {
+      char name[96];
+      state_name(l, k, name, sizeof name);
+      rc = k < l->nbuffers ? load_tensor(f, path, name, l->buffers[k], err)
+                           : load_counter(f, path, name, &l->batches_tracked, err);
     }
   }
   int64_t steps = 0;
@@ -758,6 +817,12 @@ static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char 
                  tsr__optim_state_name(net->optim, s));
         rc = load_tensor(f, path, state, tsr__optim_state(net->optim, l->params[k].index, s), err);
       }
+    }
+    for (int k = 0; k < state_count(l) && rc == 0; k++) {
+      char name[96];
+      state_name(l, k, name, sizeof name);
+      rc = k < l->nbuffers ? load_tensor(f, path, name, l->buffers[k], err)
+                           : load_counter(f, path, name, &l->batches_tracked, err);
     }
   }
   const char *steps = tsr__st_meta(f, "optimizer_steps_ranks");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nn/layers.h"
 #include "parallel/policy.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
@@ -46,6 +47,30 @@ static int refuse_under_grid(const tsr_run_config_t *c, const char *what, tsr_er
                        pr, c->grid_cols > 0 ? c->grid_cols : ranks / pr, what, ok, ranks);
 }
 
+/* What the model's layers refuse of the run (a batch a layer cannot take, --sync-bn without a
+ * batchnorm), once its layout is known; a model that does not lay out is left to the build,
+ * which says why. */
+static int check_layers(const tsr_run_config_t *c, const tsr_sync_t *sync, tsr_errbuf_t *err) {
+  tsr_net_layout_t lay;
+  if (tsr__net_layout(&lay, c->spec, c->inputs, c->classes, &c->net, 1, NULL)) return 0;
+  int rc = 0, stats = 0;
+  for (int i = 0; i < lay.n_layers && rc == 0; i++) {
+    const tsr_layer_type_t *t = lay.layers[i].type;
+    stats += t->batch_stats;
+    if (t->check_batch) rc = t->check_batch(&lay.layers[i], c->net.batch, err);
+  }
+  tsr__net_layout_fini(&lay);
+  if (rc == 0 && sync->sync_bn && stats == 0) {
+    char model[200];
+    tsr_model_describe(c->spec, c->inputs, model, sizeof model);
+    rc = tsr_error_set(err, TSR_EINVAL,
+                       "--sync-bn: model %s has no batchnorm layer, so there are no statistics "
+                       "to reduce; leave --sync-bn out or add batchnorm layers",
+                       model);
+  }
+  return rc;
+}
+
 int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   tsr_sync_t none;
   tsr_sync_parse(&none, "none", NULL);
@@ -81,6 +106,16 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   if (grid && (uneven || sync->by_steps))
     return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
   if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
+  if (sync->sync_bn && ranks < 2)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--sync-bn reduces batchnorm statistics across MPI ranks, and this run "
+                         "has one: start it under mpirun -np P (P >= 2), or leave --sync-bn out");
+  if (sync->sync_bn && grid) return refuse_under_grid(c, "--sync-bn is", err);
+  if (sync->sync_bn && uneven)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--sync-bn needs every rank to take the same batch: leave --shares out "
+                         "(uniform) or --sync-bn out");
+  if (c->spec && c->spec->n_layers > 0) return check_layers(c, sync, err);
   return 0;
 }
 

@@ -1,0 +1,85 @@
+/* --sync-bn: batch statistics over the batches of every rank (synchronized batch
+ * normalization, as PyTorch's SyncBatchNorm), by StarPU-MPI tasks every step. Installed as the
+ * net's statistics hook (net_impl.h): a layer whose type reduces batch statistics
+ * (batch_stats, layers.h) hands over the (3, C) partial of its batch, tile 0 of its scratch[0];
+ * rank 0 combines every rank's into its own in rank order (forward: count, mean, M2 by Chan's
+ * formula; backward: the sums added), then every rank gets a copy. Fixed order: deterministic.
+ * Bytes per layer and pass: 2 (P - 1) tiles of 3 C floats through rank 0. */
+#include <stdlib.h>
+
+#include "nn/layers.h"
+#include "parallel/sync_bn.h"
+#include "tile/ops.h"
+#include "tile/tiles_impl.h"
+#include "tessera/dist.h"
+#include "try.h"
+
+typedef struct {
+  tsr_tiles_t *p;     /* the layer's partials (borrowed) */
+  tsr_tiles_t **view; /* [size] replica views of p: rank q's copy */
+} bn_entry_t;
+
+struct tsr_sync_bn {
+  tsr_net_t *net;
+  int size, n;
+  bn_entry_t *e; /* [n], one per batchnorm layer in layer order */
+  tsr_stats_hook_t previous;
+};
+
+static int stats_hook(tsr_net_t *net, tsr_tiles_t *p, bool backward, const tsr_task_opts_t *o,
+                      void *ctx) {
+  (void)net;
+  tsr_sync_bn_t *s = ctx;
+  bn_entry_t *e = NULL;
+  for (int k = 0; k < s->n && !e; k++)
+    if (s->e[k].p == p) e = &s->e[k];
+  if (!e) return TSR_EINVAL;
+  tsr_task_opts_t mpi = *o;
+  mpi.mpi = true;
+  for (int q = 1; q < s->size; q++)
+    TSR_TRY(tsr__tile_bn_combine(&mpi, e->view[0], e->view[q], backward));
+  for (int q = 1; q < s->size; q++)
+    TSR_TRY(tsr__tile_copy(&mpi, e->view[q], e->view[0], 0, 0));
+  return 0;
+}
+
+void tsr__sync_bn_destroy(tsr_sync_bn_t **sp) {
+  tsr_sync_bn_t *s = *sp;
+  if (!s) return;
+  if (s->net) tsr__net_set_stats_hook(s->net, s->previous);
+  for (int k = 0; s->e && k < s->n; k++) {
+    for (int q = 0; s->e[k].view && q < s->size; q++)
+      tsr_tiles_destroy(&s->e[k].view[q]);
+    free(s->e[k].view);
+  }
+  free(s->e), free(s);
+  *sp = NULL;
+}
+
+int tsr__sync_bn_create(tsr_sync_bn_t **out, tsr_net_t *net) {
+  *out = NULL;
+  tsr_sync_bn_t *s = calloc(1, sizeof *s);
+  if (!s) return TSR_ENOMEM;
+  s->size = tsr_dist_size();
+  for (int i = 0; i < net->n_layers; i++)
+    s->n += net->layers[i].lay->type->batch_stats;
+  s->e = calloc((size_t)s->n + 1, sizeof *s->e);
+  int rc = s->e ? 0 : TSR_ENOMEM;
+  for (int i = 0, k = 0; i < net->n_layers && rc == 0; i++) {
+    tsr_layer_t *l = &net->layers[i];
+    if (!l->lay->type->batch_stats) continue;
+    bn_entry_t *e = &s->e[k++];
+    e->p = l->scratch[0];
+    if (!(e->view = calloc((size_t)s->size, sizeof *e->view))) rc = TSR_ENOMEM;
+    for (int q = 0; q < s->size && rc == 0; q++)
+      rc = tsr__tiles_replica(&e->view[q], e->p, q);
+  }
+  if (rc) {
+    tsr__sync_bn_destroy(&s);
+    return rc;
+  }
+  s->net = net;
+  s->previous = tsr__net_set_stats_hook(net, (tsr_stats_hook_t){stats_hook, s});
+  *out = s;
+  return 0;
+}

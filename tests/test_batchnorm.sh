@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Batch normalization from the command: a model file with per-channel and per-feature batchnorm
+# trains (a short last batch each epoch); its checkpoint holds the running statistics under
+# PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
+# resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
+# process and --sync-bn with a model without batchnorm are refused before training (status 2);
+# 2 ranks train with --sync-bn. (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
+set -u
+tessera=$1
+data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+[[ -d $data ]] || { echo "SKIP: no dataset at $data"; exit 77; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/bn.ini" <<'INI'
+[c]
+type = conv
+filters = 4
+kernel = 3
+stride = 2
+[cbn]
+type = batchnorm
+activation = relu
+[f]
+type = flatten
+[h]
+type = dense
+units = 16
+[hbn]
+type = batchnorm
+activation = relu
+momentum = 0.2
+[out]
+type = dense
+units = 10
+INI
+# 300 samples at batch 64: 5 steps an epoch, the last of 44 samples.
+small=(--model "$tmp/bn.ini" --train-limit 300 --test-limit 200 --data "$data" --quiet)
+
+"$tessera" train "${small[@]}" --epochs 4 --checkpoint "$tmp/whole.st" >"$tmp/out" 2>&1
+check "a batchnorm model trains 4 epochs" test -s "$tmp/whole.st"
+"$tessera" inspect "$tmp/whole.st" >"$tmp/inspect" 2>&1
+check "the checkpoint holds running_mean" grep -q "layers.1.batchnorm.running_mean .*\[4\]" "$tmp/inspect"
+check "and running_var" grep -q "layers.5.batchnorm.running_var .*\[16\]" "$tmp/inspect"
+check "and num_batches_tracked" grep -q "layers.5.batchnorm.num_batches_tracked .*\[\]" "$tmp/inspect"
+"$tessera" train "${small[@]}" --epochs 2 --checkpoint "$tmp/half.st" >"$tmp/out" 2>&1
+"$tessera" train "${small[@]}" --epochs 4 --resume "$tmp/half.st" --checkpoint "$tmp/resumed.st" \
+  >"$tmp/out" 2>&1
+check "resumed after 2 of 4 epochs" test -s "$tmp/resumed.st"
+check "the running statistics moved and were counted: 5 steps an epoch" /usr/bin/python3 -c "
+import json, struct
+def tensors(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop('__metadata__', None)
+    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items()}
+for path, steps in (('$tmp/whole.st', 20), ('$tmp/half.st', 10), ('$tmp/resumed.st', 20)):
+    t = tensors(path)
+    for layer, c in ((1, 4), (5, 16)):
+        got = struct.unpack('<f', t['layers.%d.batchnorm.num_batches_tracked' % layer])[0]
+        assert got == steps, (path, layer, got)
+        var = struct.unpack('<%df' % c, t['layers.%d.batchnorm.running_var' % layer])
+        assert all(v > 0 for v in var) and any(abs(v - 1) > 1e-3 for v in var), var"
+"$tessera" eval --checkpoint "$tmp/whole.st" --data "$data" --test-limit 500 --json >"$tmp/eval.json" 2>&1
+check "eval reads it and normalizes with the running statistics" /usr/bin/python3 -c "
+import json
+e = json.load(open('$tmp/eval.json'))
+assert e['samples'] == 500 and 0.3 < e['accuracy'] <= 1, e"
+expect 2 "batchnorm over 16 features\): a batch of 1 sample" -- \
+  "$tessera" train "${small[@]}" --epochs 1 --batch 1
+expect 2 "sync-bn reduces batchnorm statistics across MPI ranks, and this run has one" -- \
+  "$tessera" train "${small[@]}" --epochs 1 --sync-bn
+if command -v mpirun >/dev/null; then
+  expect 2 "sync-bn: model 784-512-relu-512-relu-10 has no batchnorm layer" -- \
+    mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train --train-limit 300 --data "$data" --quiet --epochs 1 --sync-bn
+  mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train "${small[@]}" --epochs 1 --workers 1 --sync-bn --log "$tmp/sbn.jsonl" \
+    >"$tmp/out" 2>&1
+  check "2 ranks train with --sync-bn" test -s "$tmp/sbn.jsonl"
+fi
+echo "$passed passed, $failed failed"
+[[ $failed == 0 ]]
