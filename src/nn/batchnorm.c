@@ -155,11 +155,11 @@ static int bn_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at)
   return rc;
 }
 
-/* "batchnorm", then the momentum and eps where they are not the defaults. */
+/* "batchnorm", then "/momentum0.2" and "/eps0.001" where they are not the defaults. */
 static int bn_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   char m[32] = "", e[32] = "";
-  if (s->momentum != 0.0f) snprintf(m, sizeof m, "m%g", (double)s->momentum);
-  if (s->eps != 0.0f) snprintf(e, sizeof e, "e%g", (double)s->eps);
+  if (s->momentum != 0.0f) snprintf(m, sizeof m, "/momentum%g", (double)s->momentum);
+  if (s->eps != 0.0f) snprintf(e, sizeof e, "/eps%g", (double)s->eps);
   return snprintf(buf, size, "batchnorm%s%s", m, e);
 }
 
