@@ -34,7 +34,7 @@ def measure(path, shape, batch, threads, seconds):
     torch.set_num_interop_threads(1)
     torch.manual_seed(1)
     with open(path) as f:
-        graph = tmodel.Graph(tmodel.read_ini(f.read(), path), shape, path)
+        graph = tmodel.Graph(tmodel.read_ini(f.read(), path), shape, path)  # classes bound
     net = tessera.pytorch.TesseraNet(graph)
     rows = batch * 4
     x = torch.rand(rows, *shape) - 0.5

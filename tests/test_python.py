@@ -39,6 +39,42 @@ TMP = None
 SETS = {}
 
 
+BN_MODEL = """
+[c1]
+type = conv
+filters = 6
+kernel = 3
+padding = 1
+[bn1]
+type = batchnorm
+activation = relu
+[pool]
+type = maxpool
+kernel = 3
+stride = 2
+padding = 1
+[c2]
+type = conv
+filters = 6
+kernel = 3
+padding = 1
+[bn2]
+type = batchnorm
+[sum]
+type = add
+inputs = pool, bn2
+activation = relu
+[gap]
+type = globalavgpool
+[bn3]
+type = batchnorm
+momentum = 0.2
+[out]
+type = dense
+units = classes
+"""
+
+
 def setUpModule():
     global TMP
     TMP = tempfile.mkdtemp(prefix="tessera-python-")
@@ -93,7 +129,11 @@ class FromTessera(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.paths = {"mlp": tmp("mlp.st"), "cnn": tmp("cnn.st"), "adam": tmp("adam.st")}
+        cls.paths = {"mlp": tmp("mlp.st"), "cnn": tmp("cnn.st"), "adam": tmp("adam.st"),
+                     "bn": tmp("bn.st")}
+        with open(tmp("bn.ini"), "w") as f:
+            f.write(BN_MODEL)
+        train(cls.paths["bn"], tmp("bn.ini"), 1000)
         train(cls.paths["mlp"], "mlp:64", 2000)
         train(cls.paths["cnn"], "cnn", 1000)
         train(cls.paths["adam"], "mlp:32,16", 500, "--optimizer", "adam")
@@ -122,6 +162,22 @@ class FromTessera(unittest.TestCase):
 
     def test_adam_mlp_in_torch_gives_eval_accuracy_and_loss(self):
         self.same_as_eval("adam")
+
+    def test_batchnorm_resnet_in_torch_gives_eval_accuracy_and_loss(self):
+        """Batchnorm with its running statistics (BatchNorm2d and, after the pooling, a
+        per-feature BatchNorm1d), a padded max pooling, a residual add, global mean pooling."""
+        self.same_as_eval("bn")
+        ckpt = tessera.read_checkpoint(self.paths["bn"])
+        net = tessera.to_torch(ckpt)
+        self.assertEqual(sum(isinstance(m, nn.BatchNorm2d) for m in net.modules()), 2)
+        self.assertEqual(sum(isinstance(m, nn.BatchNorm1d) for m in net.modules()), 1)
+        bn = next(m for m in net.modules() if isinstance(m, nn.BatchNorm2d))
+        self.assertGreater(bn.num_batches_tracked.item(), 0)
+        self.assertFalse(torch.allclose(bn.running_var, torch.ones_like(bn.running_var)))
+        back = tessera.from_torch(net, tmp("bn2.st"), like=ckpt)
+        for k, v in ckpt.tensors.items():
+            self.assertEqual(back.tensors[k].tobytes(), v.tobytes(), k)
+        self.assertIn("add[pool,bn2]", back.metadata["model"])
 
     def test_round_trip_keeps_every_tensor_bitwise(self):
         for name, path in self.paths.items():
@@ -353,7 +409,7 @@ units = 10
         ckpt = tessera.from_torch(net, tmp("modules.st"), dataset=SETS["train"].limit(1000))
         self.assertIn("inputs = r, b", ckpt.metadata["model_ini"])
         self.assertEqual(ckpt.metadata["model"],
-                         "784-conv3x3/4p1x1-relu-conv3x3/4p1x1-add-concat-flatten-10")
+                         "784-conv3x3/4p1x1-relu-conv3x3/4p1x1-add[r,b]-concat[s,a]-flatten-10")
         x = SETS["test"].x[:20]
         ref = tessera.reference.forward(ckpt, tessera.reference.standardize(x, ckpt))
         np.testing.assert_allclose(torch_logits_of(net, x, ckpt), ref, rtol=1e-5, atol=1e-5)

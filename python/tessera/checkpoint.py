@@ -195,7 +195,8 @@ def write_checkpoint(path, tensors, metadata):
     """Writes tensors (name -> array, in this order) and metadata (every key of KEYS but
     format; any others are kept after them) as a tessera checkpoint, with the crc32.* key of
     every tensor, in tessera's order."""
-    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+    # np.asarray keeps a scalar (num_batches_tracked) 0-d; ascontiguousarray would make it (1,)
+    tensors = {k: np.asarray(v, dtype=np.float32, order="C") for k, v in tensors.items()}
     missing = [k for k in KEYS[1:] if k not in metadata]
     if missing:
         raise ValueError("%s: metadata lacks %s" % (path, ", ".join(missing)))

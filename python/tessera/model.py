@@ -21,7 +21,7 @@ import struct
 
 # The keys each type takes: key -> (spec field(s), form). Forms as src/nn/*.c's registry keys.
 _KEYS = {
-    "dense": {"units": ("units", "count"), "activation": (None, "activation"),
+    "dense": {"units": ("units", "units"), "activation": (None, "activation"),
               "in_features": ("in_features", "count")},
     "relu": {},
     "conv": {"filters": ("units", "count"), "units": ("units", "count"),
@@ -37,7 +37,7 @@ _KEYS = {
                 "padding": (("pad_h", "pad_w"), "padding")},
     "flatten": {},
     "dropout": {"rate": ("rate", "probability")},
-    "add": {},
+    "add": {"activation": (None, "activation")},
     "concat": {},
     "batchnorm": {"activation": (None, "activation"), "momentum": ("momentum", "fraction"),
                   "eps": ("eps", "fraction")},
@@ -60,6 +60,18 @@ PARAM_TYPES = ("dense", "conv", "batchnorm")
 #: Types with buffers (non-trained state a checkpoint holds), and their names.
 BUFFERS = {"batchnorm": ("running_mean", "running_var", "num_batches_tracked")}
 MERGE_TYPES = ("add", "concat")
+#: A dense layer's units that are the number of classes (`units = classes`, TSR_UNITS_CLASSES):
+#: bind_classes sets them.
+UNITS_CLASSES = -1
+
+
+def bind_classes(layers, classes):
+    """Sets every dense layer's `units = classes` to classes (tsr_model_bind_classes); returns
+    layers."""
+    for l in layers:
+        if l.kind == "dense" and l.units == UNITS_CLASSES:
+            l.units = int(classes)
+    return layers
 
 
 class ModelError(ValueError):
@@ -116,7 +128,7 @@ class Layer:
     def describe(self):
         """This layer's part of tsr_model_describe's string ("512", "relu", "conv3x3/32p1x1")."""
         if self.kind == "dense":
-            return "%d" % self.units
+            return "%d" % self.units if self.units != UNITS_CLASSES else "classes"
         if self.kind == "conv":
             kw = self.kernel_w or self.kernel_h
             sh, sw = self.stride_h, self.stride_w or self.stride_h
@@ -136,8 +148,8 @@ class Layer:
                 s += "p%dx%d" % (self.pad_h, self.pad_w)
             return s
         if self.kind == "batchnorm":
-            return ("batchnorm" + ("m" + _g(self.momentum, 6) if self.momentum else "")
-                    + ("e" + _g(self.eps, 6) if self.eps else ""))
+            return ("batchnorm" + ("/momentum" + _g(self.momentum, 6) if self.momentum else "")
+                    + ("/eps" + _g(self.eps, 6) if self.eps else ""))
         if self.kind == "dropout":
             return "dropout" + _g(self.rate, 6)
         return self.kind
@@ -147,7 +159,9 @@ class Layer:
         differs from its default."""
         out = []
         if self.kind == "dense":
-            if self.units:
+            if self.units == UNITS_CLASSES:
+                out.append("units = classes")
+            elif self.units:
                 out.append("units = %d" % self.units)
             if self.in_features:
                 out.append("in_features = %d" % self.in_features)
@@ -237,6 +251,7 @@ def _parse_pair(value, lo):
 
 
 _EXPECTED = {"count": "expected a positive integer",
+             "units": "expected a positive integer or classes",
              "size": "expected a positive integer N or NHxNW",
              "padding": "expected an integer N >= 0 or NHxNW",
              "probability": "expected a probability in [0, 1)",
@@ -282,7 +297,9 @@ def read_ini(text, path="<model>"):
             if field:
                 seen.add(field if isinstance(field, str) else field[0])
             ok = True
-            if form == "count":
+            if form == "units" and value == "classes":
+                layer.units = UNITS_CLASSES
+            elif form in ("count", "units"):
                 ok = re.fullmatch(r"\+?\d+", value) is not None and 0 < int(value) <= 1 << 20
                 if ok:
                     setattr(layer, field, int(value))
@@ -430,6 +447,10 @@ class Graph:
             c, h, w = ins[0]
             k = l.kind
             if k == "dense":
+                if l.units == UNITS_CLASSES:
+                    raise ModelError("%s: [%s] units = classes, but no class count was given; "
+                                     "bind it first (bind_classes(layers, classes))"
+                                     % (self.path, l.name))
                 if l.in_features and l.in_features != c * h * w:
                     raise ModelError("%s: [%s] in_features = %d, but its input has %d features"
                                      % (self.path, l.name, l.in_features, c * h * w))
@@ -467,7 +488,9 @@ class Graph:
     def describe(self):
         """tsr_model_describe's string, the `model` metadata: "784-512-relu-10" (cut at 255
         characters, as tessera's buffer cuts it)."""
-        return "-".join(["%d" % self.inputs] + [l.describe() for l in self.layers])[:255]
+        return "-".join(["%d" % self.inputs] +
+                        [l.describe() + ("[%s]" % ",".join(l.given) if l.given else "")
+                         for l in self.layers])[:255]
 
     def to_ini(self):
         return to_ini(self.layers)

@@ -375,15 +375,15 @@ class TesseraNet(nn.Module):
     def _convert(self, l, a, to_torch):
         """A parameter-shaped array of layer l (weight or its state) in the other layout."""
         perm = self.in_perm.get(l.name)
-        if l.kind == "batchnorm":  # (1, C) in tessera, (C) in torch; features as its input's
+        if l.kind == "batchnorm":  # (C) both; the features in the order of the layer's input
             a = np.asarray(a, dtype=np.float32).reshape(-1)
             if perm is None:
-                return a.copy() if to_torch else a.reshape(1, -1).copy()
+                return a.copy()
             if to_torch:
                 return np.ascontiguousarray(a[perm])
             out = np.empty_like(a)
             out[perm] = a
-            return out.reshape(1, -1)
+            return out
         if a.ndim == 1:
             return np.array(a, dtype=np.float32)
         if l.kind == "dense":
@@ -452,7 +452,9 @@ class TesseraNet(nn.Module):
                 if bl is l:
                     out[names[0]] = self._convert(l, m.running_mean.cpu().numpy(), False)
                     out[names[1]] = self._convert(l, m.running_var.cpu().numpy(), False)
-                    out[names[2]] = np.array([m.num_batches_tracked.item()], dtype=np.int64)
+                    # an F32 scalar, as tessera writes it (exact up to 2^24 steps)
+                    out[names[2]] = np.array(float(m.num_batches_tracked.item()),
+                                             dtype=np.float32)
         return out
 
 
@@ -678,6 +680,8 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
                 else:
                     a = np.zeros_like(params[pname])
                 tensors[key] = a
+        for bname in _model.buffer_names(l):  # after the layer's parameters, as tessera's
+            tensors[bname] = params[bname]
     _ckpt.write_checkpoint(path, tensors, meta)
     return _ckpt.read_checkpoint(path)
 

@@ -39,10 +39,22 @@ def forward(ckpt, x):
             y = win.reshape(n * oh * ow, kh * kw * c) @ t[base + "weight"] + t[base + "bias"]
             y = y.reshape(n, -1)
         elif l.kind in ("maxpool", "avgpool"):
-            kh, kw, sh, sw, _, _ = l.window()
-            win = _windows(a.reshape(n, h, w, c), kh, kw, sh, sw)
+            kh, kw, sh, sw, ph, pw = l.window()
+            fill = -np.inf if l.kind == "maxpool" else 0.0  # padding never wins a max
+            img = np.pad(a.reshape(n, h, w, c), ((0, 0), (ph, ph), (pw, pw), (0, 0)),
+                         constant_values=fill)
+            win = _windows(img, kh, kw, sh, sw)
             y = (win.max(axis=(3, 4)) if l.kind == "maxpool"
                  else win.mean(axis=(3, 4), dtype=np.float32)).reshape(n, -1)
+        elif l.kind == "globalavgpool":
+            y = a.reshape(n, h * w, c).mean(axis=1, dtype=np.float32)
+        elif l.kind == "batchnorm":  # evaluation: the running statistics
+            base = "layers.%d.batchnorm." % l.index
+            eps = np.float32(l.eps or 1e-5)
+            scale = t[base + "weight"].reshape(-1) / np.sqrt(t[base + "running_var"].reshape(-1)
+                                                             + eps)
+            shift = t[base + "bias"].reshape(-1) - t[base + "running_mean"].reshape(-1) * scale
+            y = (a.reshape(n, -1, scale.size) * scale + shift).reshape(n, -1)
         elif l.kind == "relu":
             y = np.maximum(a, 0)
         elif l.kind == "add":

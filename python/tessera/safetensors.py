@@ -111,7 +111,7 @@ def write(path, tensors, metadata):
     that a reader never sees half a file."""
     arrays = {}
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a, dtype="<f4")
+        a = np.asarray(a, dtype="<f4", order="C")  # a scalar stays 0-d (shape [])
         if a.ndim > MAX_DIMS:
             raise ValueError("tensor %s: %d dimensions, at most %d" % (name, a.ndim, MAX_DIMS))
         arrays[name] = a
