@@ -2015,7 +2015,7 @@ int main(int argc, char **argv) {
       "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
       "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
       "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "augment", "bnevery", "syncbn",   NULL};
+      "postlocalstate", "epochn",    "augment", "bnevery",  "syncbn",  NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;

@@ -112,9 +112,9 @@ struct tsr_net {
   int grid_rows;         /* Pr (1: no grid) */
   int *grid_slot;        /* [grid_rows] the ranks of this rank's grid column (rank_of contexts) */
   tsr_traffic_t traffic; /* grid transfers inside the column so far */
-  tsr_augment_t augment;   /* training batches' crop and flip (augment.c); fill: augment_fill */
-  float *augment_fill;     /* owned, (input channels) the padded pixels' values, or NULL */
-  int epoch;               /* keys the augmentation's draws (tsr_net_set_epoch) */
+  tsr_augment_t augment; /* training batches' crop and flip (augment.c); fill: augment_fill */
+  float *augment_fill;   /* owned, (input channels) the padded pixels' values, or NULL */
+  int epoch;             /* keys the augmentation's draws (tsr_net_set_epoch) */
 };
 
 /* Creates a local tiled matrix (every rank's replica is its own). */
