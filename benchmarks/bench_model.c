@@ -24,10 +24,10 @@ typedef struct {
   char ini[1 << 16]; /* out: the model as built, for the peer */
 } bench_t;
 
-/* The model file with its last layer's units set to the classes. */
+/* The model (a zoo name or a file) with its `units = classes` bound. */
 static int load_model(tsr_model_spec_t *spec, const bench_t *b, tsr_errbuf_t *err) {
-  int rc = tsr_model_load_ini(spec, b->model, err);
-  if (rc == 0) spec->layers[spec->n_layers - 1].units = b->classes;
+  int rc = tsr_model_parse(spec, b->model, b->classes, err);
+  if (rc == 0) tsr_model_bind_classes(spec, b->classes);
   return rc;
 }
 
