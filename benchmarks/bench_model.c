@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <blis.h>
+
 #include "bench_common.h"
 
 typedef struct {
@@ -160,10 +162,11 @@ int main(int argc, char **argv) {
   if (torch) unlink(ini_path);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
-  printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), model %s at %dx%dx%d, "
-         "%d classes (%lld parameters), batch %d, tiles of %d rows; %d rounds of %g s\n",
-         cores, workers, sched, b.model, b.h, b.w, b.c, b.classes, (long long)b.params, b.batch,
-         b.tile_used, rounds, b.seconds);
+  printf("\nmachine: %ld cores, BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model "
+         "%s at %dx%dx%d, %d classes (%lld parameters), batch %d, tiles of %d rows; %d rounds of "
+         "%g s\n",
+         cores, bli_arch_string(bli_arch_query_id()), workers, sched, b.model, b.h, b.w, b.c,
+         b.classes, (long long)b.params, b.batch, b.tile_used, rounds, b.seconds);
   printf("tessera %.1f samples/s (median)", mo);
   if (mt > 0)
     printf(", PyTorch %.1f samples/s (median, best thread count), tessera / PyTorch %.2fx", mt,
