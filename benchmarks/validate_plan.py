@@ -25,6 +25,7 @@ and prints the table. Grids the build cannot run are listed as "not measurable
   /usr/bin/python3 benchmarks/validate_plan.py                  # the 14 default configurations
   /usr/bin/python3 benchmarks/validate_plan.py --only mlp512     # those whose name contains it
   /usr/bin/python3 benchmarks/validate_plan.py --dry-run         # print the commands
+  /usr/bin/python3 benchmarks/validate_plan.py --zoo --only 1x   # ResNet-20, VGG-11 at 32x32x3
 """
 import argparse
 import csv
@@ -40,9 +41,27 @@ from outdir import add_out_arguments, resolve_out
 from plotting import add_title_arguments, finish
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn"}
+MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn",
+          "resnet20": "resnet20", "vgg11": "vgg11"}
 # Training images per configuration: enough steps for a steady epoch, a few seconds a run here.
-SAMPLES = {"mlp512": 12800, "mlp4096": 4096, "cnn": 4096}
+SAMPLES = {"mlp512": 12800, "mlp4096": 4096, "cnn": 4096, "resnet20": 1024, "vgg11": 512}
+# The zoo's models train on synthetic 32x32x3 images (a .npz the script writes: the content does
+# not change the work); the others on Fashion-MNIST.
+ZOO_INPUT = (32, 32, 3)
+
+
+def zoo_configs():
+    """--zoo: ResNet-20 and VGG-11 at 32x32x3, batch 64, on 1 rank and on 2 with batch
+    averaging."""
+    return [(m, g, "batch", 64) for m in ("resnet20", "vgg11") for g in ("1x1", "1x2")]
+
+
+def write_zoo_data(path, n):
+    """n random 32x32x3 uint8 images with labels i mod 10, as x_train/y_train in a .npz."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    np.savez(path, x_train=rng.integers(0, 256, (n,) + ZOO_INPUT, dtype=np.uint8),
+             y_train=(np.arange(n) % 10).astype(np.uint8))
 
 
 def default_configs():
@@ -79,6 +98,8 @@ def train_cmd(args, model, grid, sync, batch, log):
     cmd = [args.tessera, "train", "--model", MODELS[model], "--batch", str(batch),
            "--epochs", str(args.epochs), "--train-limit", str(args.samples or SAMPLES[model]),
            "--test-limit", "0", "--quiet", "--log", log]
+    if model in ("resnet20", "vgg11"):
+        cmd += ["--data", args.zoo_data]
     if ranks > 1:
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
                "-x", "STARPU_SILENT"] + cmd + ["--sync", sync]
@@ -92,6 +113,8 @@ def plan_cmd(args, model, grid, sync, batch):
     cmd = [args.tessera, "plan", "--json", "--model", MODELS[model], "--batch", str(batch),
            "--ranks", str(pr * pc), "--grid", grid, "--sync", sync,
            "--samples", str(args.samples or SAMPLES[model])]
+    if model in ("resnet20", "vgg11"):
+        cmd += ["--input", "%dx%dx%d" % ZOO_INPUT]
     if args.cluster:
         cmd += ["--cluster", args.cluster]
     return cmd
@@ -150,6 +173,8 @@ def main():
     ap.add_argument("--samples", type=int, default=0, help="training images (default: per model)")
     ap.add_argument("--cluster", help="predict with this machine file instead of measuring here")
     ap.add_argument("--only", help="only configurations whose name contains this")
+    ap.add_argument("--zoo", action="store_true", help="also ResNet-20 and VGG-11 at 32x32x3 "
+                    "(synthetic images), 1 and 2 ranks")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as plan.png "
                     "in --out")
@@ -163,7 +188,8 @@ def main():
     grid_ok = has_grid(args.tessera)
     load_before = os.getloadavg()[0]
     rows = []
-    configs = [c for c in default_configs() if not args.only or args.only in "%s %s %s b%d" % c]
+    configs = default_configs() + (zoo_configs() if args.zoo else [])
+    configs = [c for c in configs if not args.only or args.only in "%s %s %s b%d" % c]
     # Predictions first: the first plan of a shape times its kernels here, which must not share
     # the cores with this script's own training runs.
     predicted = {}
@@ -173,6 +199,9 @@ def main():
         except subprocess.CalledProcessError as e:
             predicted[cfg] = e
     with tempfile.TemporaryDirectory() as tmp:
+        args.zoo_data = os.path.join(tmp, "zoo32.npz")
+        if any(c[0] in ("resnet20", "vgg11") for c in configs) and not args.dry_run:
+            write_zoo_data(args.zoo_data, max(SAMPLES["resnet20"], args.samples))
         for cfg in configs:
             name = "%s %s %s b%d" % cfg
             if cfg[1].split("x")[0] != "1" and not grid_ok:

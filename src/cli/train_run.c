@@ -134,13 +134,14 @@ typedef struct {
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
   bool started;                /* the runtime */
-  bool refused;                /* the loaded model refused the options (tsr_run_check): status 2 */
+  /* Refused for an option the loaded data or model cannot take (--crop on tabular data, --sync-bn
+   * without a batchnorm): bad usage, exit status 2 as before loading. */
+  bool usage;
   char desc[256], sync_text[64];
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_standardization_t standardization; /* fitted to the training set, owned */
   float *fill; /* owned, (channels) with --crop: a black pixel standardized, the padding */
-  bool usage;  /* refused for an option the data cannot take: exit status 2 */
   tsr_checkpoint_info_t ckpt; /* what checkpoints say the run is (model, data, standardization) */
   tsr_checkpoint_info_t resumed; /* --resume: where the checkpoint's run stood */
   tsr_run_setup_t setup;         /* each rank's batch and shard, shares as measured, from the
@@ -400,7 +401,7 @@ static int start(run_t *r, int argc, char **argv) {
     /* What the model's layers refuse of the options (--batch 1 under a per-feature batchnorm,
      * --sync-bn without one) is bad usage, as before loading. */
     rc = tsr_dist_agree(tsr_run_check(&c, &r->err), &r->err, &r->err);
-    r->refused = rc != 0;
+    r->usage = rc != 0;
     if (rc == 0) rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
     for (int i = 0; r->speaker && i < r->setup.n_warnings; i++)
       fprintf(stderr, "tessera train: warning: %s\n", r->setup.warnings[i]);
@@ -642,9 +643,8 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     fprintf(stderr, "tessera train: %s\n", r.err.msg[0] ? r.err.msg : tsr_strerror(rc));
   /* Said before the runtime stops: under mpirun a signalled job's ranks are killed a second
    * after their SIGTERM (docs/checkpoints.md, "Signalling mpirun"). */
-  bool signalled;
-  int status = r.refused ? 2 : stop_line(&r, rc, &signalled);
-  if (r.usage) status = 2;
+  bool signalled = false;
+  int status = r.usage ? 2 : stop_line(&r, rc, &signalled);
   tsr_net_destroy(&r.net);
   if (r.started) tsr_runtime_fini();
   if (rc == 0 && report(&r) != 0) status = 1;
