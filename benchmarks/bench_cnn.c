@@ -20,7 +20,9 @@
 typedef struct {
   int batch, tile_rows, padding;
   double seconds;
-  int tile_used; /* out */
+  const tsr_dataset_t *ds;
+  const char *peer_dir; /* where torch_cnn.py is */
+  int tile_used;        /* out */
   int64_t params;
 } bench_t;
 
@@ -63,6 +65,18 @@ static double run_torch(const char *dir, int batch, int padding, double seconds,
   return best;
 }
 
+static double our_side(void *ctx, int r, int *threads) {
+  (void)r, (void)threads;
+  bench_t *b = ctx;
+  return run_tessera(b, b->ds);
+}
+
+static double their_side(void *ctx, int r, int *threads) {
+  (void)r;
+  bench_t *b = ctx;
+  return run_torch(b->peer_dir, b->batch, b->padding, b->seconds, threads);
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"batch", required_argument, 0, 'b'},   {"seconds", required_argument, 0, 's'},
@@ -100,30 +114,13 @@ int main(int argc, char **argv) {
   }
   tsr_dataset_t ds = synthetic_fashion(true);
   char dir[4096];
-  const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_cnn.py");
-
+  b.ds = &ds, b.peer_dir = peer_dir(dir, sizeof dir, argv[0], "torch_cnn.py");
   double ours[32], theirs[32];
   int workers = 0, threads = 0;
   char sched[64] = "";
-  for (int r = 0; r < rounds; r++) {
-    tsr_errbuf_t err = {""};
-    if (tsr_runtime_init(&ro, &err)) {
-      fprintf(stderr, "bench_cnn: %s\n", err.msg);
-      return 1;
-    }
-    workers = tsr_runtime_ncpus();
-    snprintf(sched, sizeof sched, "%s", tsr_runtime_sched());
-    ours[r] = run_tessera(&b, &ds);
-    tsr_runtime_fini(); /* idle StarPU workers spin: stop them before PyTorch runs */
-    if (ours[r] == 0) return 1;
-    theirs[r] = torch ? run_torch(src, b.batch, b.padding, b.seconds, &threads) : 0;
-    printf("round %d: tessera %.0f samples/s", r + 1, ours[r]);
-    if (theirs[r] > 0)
-      printf(", PyTorch %.0f samples/s (%d threads), ratio %.2fx", theirs[r], threads,
-             ours[r] / theirs[r]);
-    printf("\n");
-    fflush(stdout);
-  }
+  if (bench_rounds("bench_cnn", &ro, rounds, our_side, torch ? their_side : NULL, &b, ours, theirs,
+                   &workers, sched, sizeof sched, &threads))
+    return 1;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
   printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), batch %d, tiles of %d "

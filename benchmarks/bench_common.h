@@ -118,4 +118,38 @@ static inline double bench_time_steps(tsr_net_t *net, const tsr_dataset_t *ds, i
   return *rc ? 0 : (double)timed * batch / t;
 }
 
+/* One side of a round: samples/s of round r (0 on an error); *threads, where the side has
+ * them, the thread count it ran best with. */
+typedef double (*bench_side_fn)(void *ctx, int r, int *threads);
+
+/* Rounds alternating tessera (ours, on a runtime started with ro for the round and stopped
+ * after it: idle StarPU workers spin) and its peer (theirs, NULL: none), each round's figures
+ * printed as they come; ours[r] and theirs[r] filled, and the workers and scheduler of the
+ * runtime. Returns 1 (said on stderr, prefixed by name) when tessera cannot run, else 0. */
+static inline int bench_rounds(const char *name, tsr_runtime_opts_t *ro, int rounds,
+                               bench_side_fn our_side, bench_side_fn their_side, void *ctx,
+                               double *ours, double *theirs, int *workers, char *sched,
+                               size_t sched_size, int *threads) {
+  for (int r = 0; r < rounds; r++) {
+    tsr_errbuf_t err = {""};
+    if (tsr_runtime_init(ro, &err)) {
+      fprintf(stderr, "%s: %s\n", name, err.msg);
+      return 1;
+    }
+    *workers = tsr_runtime_ncpus();
+    snprintf(sched, sched_size, "%s", tsr_runtime_sched());
+    ours[r] = our_side(ctx, r, NULL);
+    tsr_runtime_fini();
+    if (ours[r] == 0) return 1;
+    theirs[r] = their_side ? their_side(ctx, r, threads) : 0;
+    printf("round %d: tessera %.1f samples/s", r + 1, ours[r]);
+    if (theirs[r] > 0)
+      printf(", PyTorch %.1f samples/s (%d threads), ratio %.2fx", theirs[r], *threads,
+             ours[r] / theirs[r]);
+    printf("\n");
+    fflush(stdout);
+  }
+  return 0;
+}
+
 #endif

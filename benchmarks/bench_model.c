@@ -24,6 +24,9 @@ typedef struct {
   int tile_used;     /* out */
   int64_t params;    /* out */
   char ini[1 << 16]; /* out: the model as built, for the peer */
+  const tsr_dataset_t *ds;
+  const char *peer_dir; /* where torch_model.py is */
+  char ini_path[64];    /* the model text for the peer: written after round 1, "" when not */
 } bench_t;
 
 /* The model (a zoo name or a file) with its `units = classes` bound. */
@@ -70,6 +73,28 @@ static double run_torch(const char *dir, const char *ini_path, const bench_t *b,
   double best = 0;
   run_peer(cmd, &best, threads);
   return best;
+}
+
+static double our_side(void *ctx, int r, int *threads) {
+  (void)r, (void)threads;
+  bench_t *b = ctx;
+  return run_tessera(b, b->ds);
+}
+
+/* The peer reads the model tessera built in the first round, written to a file once. */
+static double their_side(void *ctx, int r, int *threads) {
+  bench_t *b = ctx;
+  if (r == 0) {
+    snprintf(b->ini_path, sizeof b->ini_path, "/tmp/bench_model_XXXXXX");
+    int fd = mkstemp(b->ini_path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f || fputs(b->ini, f) < 0 || fclose(f) != 0) {
+      fprintf(stderr, "bench_model: cannot write the model for PyTorch in %s\n", b->ini_path);
+      if (fd >= 0) unlink(b->ini_path);
+      b->ini_path[0] = '\0';
+    }
+  }
+  return b->ini_path[0] ? run_torch(b->peer_dir, b->ini_path, b, threads) : 0;
 }
 
 static void usage(FILE *f) {
@@ -129,37 +154,15 @@ int main(int argc, char **argv) {
   for (int64_t i = 0; i < ds.n; i++)
     ds.y[i] = (float)(i % b.classes);
 
-  char dir[4096], ini_path[] = "/tmp/bench_model_XXXXXX";
-  const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_model.py");
+  char dir[4096];
+  b.ds = &ds, b.peer_dir = peer_dir(dir, sizeof dir, argv[0], "torch_model.py");
   double ours[32], theirs[32];
   int workers = 0, threads = 0;
   char sched[64] = "";
-  for (int r = 0; r < rounds; r++) {
-    tsr_errbuf_t err = {""};
-    if (tsr_runtime_init(&ro, &err)) {
-      fprintf(stderr, "bench_model: %s\n", err.msg);
-      return 1;
-    }
-    workers = tsr_runtime_ncpus();
-    snprintf(sched, sizeof sched, "%s", tsr_runtime_sched());
-    ours[r] = run_tessera(&b, &ds);
-    tsr_runtime_fini(); /* idle StarPU workers spin: stop them before PyTorch runs */
-    if (ours[r] == 0) return 1;
-    theirs[r] = 0;
-    if (torch && r == 0) {
-      int fd = mkstemp(ini_path);
-      FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-      if (!f || fputs(b.ini, f) < 0 || fclose(f) != 0) torch = false;
-    }
-    if (torch) theirs[r] = run_torch(src, ini_path, &b, &threads);
-    printf("round %d: tessera %.1f samples/s", r + 1, ours[r]);
-    if (theirs[r] > 0)
-      printf(", PyTorch %.1f samples/s (%d threads), ratio %.2fx", theirs[r], threads,
-             ours[r] / theirs[r]);
-    printf("\n");
-    fflush(stdout);
-  }
-  if (torch) unlink(ini_path);
+  int rc = bench_rounds("bench_model", &ro, rounds, our_side, torch ? their_side : NULL, &b, ours,
+                        theirs, &workers, sched, sizeof sched, &threads);
+  if (b.ini_path[0]) unlink(b.ini_path);
+  if (rc) return 1;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
   printf("\nmachine: %ld cores, BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model "

@@ -700,18 +700,31 @@ static int load_tensor(const tsr_st_file_t *f, const char *path, const char *nam
   return rc ? tsr_error_set(err, rc, "%s: cannot set %s: %s", path, name, tsr_strerror(rc)) : 0;
 }
 
-/* *n = the scalar tensor name of f: a whole number in [0, 2^24] (what a float holds exactly). */
-static int load_counter(const tsr_st_file_t *f, const char *path, const char *name, int64_t *n,
-                        tsr_errbuf_t *err) {
+/* The tensor name of f into the (rows, cols) row-major buffer *data (borrowed from f), after
+ * checking its size. */
+static int find_sized(const tsr_st_file_t *f, const char *path, const char *name, int64_t count,
+                      const float **data, tsr_errbuf_t *err) {
   int i = tsr__st_find(f, name);
   if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
   tsr_st_tensor_t x;
   tsr__st_tensor(f, i, &x);
-  int64_t count = 1;
+  int64_t n = 1;
   for (int d = 0; d < x.ndims; d++)
-    count *= x.shape[d];
-  double v = count == 1 ? (double)x.data[0] : -1.0;
-  if (count != 1 || !(v >= 0.0 && v <= 16777216.0) || v != floor(v))
+    n *= x.shape[d];
+  if (n != count)
+    return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s holds %lld values, not %lld", path, name,
+                         (long long)n, (long long)count);
+  *data = x.data;
+  return 0;
+}
+
+/* *n = the scalar tensor name of f: a whole number in [0, 2^24] (what a float holds exactly). */
+static int load_counter(const tsr_st_file_t *f, const char *path, const char *name, int64_t *n,
+                        tsr_errbuf_t *err) {
+  const float *data = NULL;
+  TSR_TRY(find_sized(f, path, name, 1, &data, err));
+  double v = (double)data[0];
+  if (!(v >= 0.0 && v <= 16777216.0) || v != floor(v))
     return tsr_error_set(err, TSR_EFORMAT,
                          "%s: tensor %s is not one whole number in [0, 2^24] (a batch count)", path,
                          name);
@@ -783,24 +796,6 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
   tsr__st_close(&f);
   if (rc == 0 && info) *info = got;
   return rc;
-}
-
-/* The tensor name of f into the (rows, cols) row-major buffer *data (borrowed from f), after
- * checking its size. */
-static int find_sized(const tsr_st_file_t *f, const char *path, const char *name, int64_t count,
-                      const float **data, tsr_errbuf_t *err) {
-  int i = tsr__st_find(f, name);
-  if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
-  tsr_st_tensor_t x;
-  tsr__st_tensor(f, i, &x);
-  int64_t n = 1;
-  for (int d = 0; d < x.ndims; d++)
-    n *= x.shape[d];
-  if (n != count)
-    return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s holds %lld values, not %lld", path, name,
-                         (long long)n, (long long)count);
-  *data = x.data;
-  return 0;
 }
 
 /* This rank's (q >= 1) optimizer state and step count, from a file of every rank's. */
