@@ -3,6 +3,7 @@
 #ifndef TSR_RNG_H
 #define TSR_RNG_H
 
+#include <math.h>
 #include <stdint.h>
 
 typedef struct {
@@ -24,6 +25,12 @@ static inline double tsr__rng_uniform(tsr_rng_t *r) {
 /* Uniform integer in [0, n). */
 static inline uint64_t tsr__rng_below(tsr_rng_t *r, uint64_t n) {
   return (uint64_t)(tsr__rng_uniform(r) * (double)n);
+}
+
+/* Normal(0, 1) by Box-Muller from two uniform draws (one value per call). */
+static inline double tsr__rng_normal(tsr_rng_t *r) {
+  double u = 1.0 - tsr__rng_uniform(r), v = tsr__rng_uniform(r);
+  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
 }
 
 #endif

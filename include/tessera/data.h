@@ -18,7 +18,10 @@ typedef struct {
   int classes;                 /* 1 + largest label, or as set by tsr_dataset_set_classes */
   int channels, height, width; /* image geometry where known (1, 28, 28), else (1, 1, features) */
   float *x;                    /* (n, features) row-major, owned */
-  float *y;                    /* (n, 1) labels as exact small integers in float, owned */
+  float *y;                    /* (n, targets) labels as exact small integers in float, owned */
+  /* labels per sample: 1 (0 is read as 1), or a text set's T, the next token at each of a
+   * window's T positions (tsr_dataset_load_text) */
+  int targets;
 } tsr_dataset_t;
 
 /* Samples of images are channels-last rows: pixel (r, c), channel k of sample i is

@@ -39,7 +39,25 @@ typedef enum {
    * shift, running statistics for evaluation */
   TSR_LAYER_BATCHNORM,
   /* the mean of each channel over a sample's pixels: (h, w, c) -> (1, 1, c) */
-  TSR_LAYER_GLOBALAVGPOOL
+  TSR_LAYER_GLOBALAVGPOOL,
+  /* token embedding: a sample of T token ids (T x 1 x 1, exact integers in float, each in
+   * [0, vocab)) -> T x 1 x units, rows of a (vocab, units) table, plus a learned position
+   * embedding (context, units) when context > 0 (GPT-2's wte and wpe) */
+  TSR_LAYER_EMBEDDING,
+  /* layer normalization over each position's channels (h x w x c: per pixel, over c), eps
+   * 1e-5 (or eps), learnable scale (init 1) and shift (init 0) of c values */
+  TSR_LAYER_LAYERNORM,
+  /* GELU, the tanh approximation (GPT-2's) */
+  TSR_LAYER_GELU,
+  /* causal multi-head self-attention over a sequence T x 1 x 3D of [q | k | v] per position
+   * (head h: columns h D/H .. (h + 1) D/H - 1 of each) -> T x 1 x D, softmax(q k^T / sqrt(D/H)
+   * + causal mask) v per head; heads = H */
+  TSR_LAYER_ATTENTION,
+  /* the language-model head: logits T x 1 x vocab = x (T x 1 x D) times the transposed token
+   * table of the network's embedding layer (tied: one parameter, its gradient summed from both
+   * uses); units = vocab. As the last layer its loss is the cross-entropy at every position,
+   * averaged over the tokens. */
+  TSR_LAYER_LMHEAD
 } tsr_layer_kind_t;
 
 /* One layer. Spatial activations hold one sample per row, channels-last:
@@ -56,7 +74,11 @@ typedef struct {
   int in_features;        /* dense: fan-in the layer expects (0: whatever comes) */
   float rate;             /* dropout: probability of zeroing a feature, in [0, 1) */
   float momentum;         /* batchnorm: running statistics' momentum, in (0, 1] (0: 0.1) */
-  float eps;              /* batchnorm: added to the variance, in (0, 1] (0: 1e-5) */
+  float eps;              /* batchnorm, layernorm: added to the variance, in (0, 1] (0: 1e-5) */
+  int heads;              /* attention: heads H, dividing the width D (required) */
+  int vocab;              /* embedding: token ids below vocab (required) */
+  int context;            /* embedding: positions of the learned position table (0: none);
+                           * a sample's T must be at most this */
   /* The layer's name, by which others name it as an input ("": unnamed; it is then called
    * "layer<N>", N its 1-based position in the spec). Model files: the section's name. */
   char name[TSR_NAME_MAX];
@@ -178,7 +200,11 @@ typedef enum {
   TSR_INIT_PYTORCH,
   /* He-uniform weights U(-sqrt(6/fan_in), sqrt(6/fan_in)), zero biases (tessera's only
    * initialization before there was a choice) */
-  TSR_INIT_HE
+  TSR_INIT_HE,
+  /* GPT-2's: dense, conv and embedding weights normal(0, 0.02), biases 0; the weights of a
+   * layer read only by an add layer (a residual branch's last projection) scaled by
+   * 1/sqrt(the network's add layers) (1/sqrt(2L) in an L-block GPT); layernorm scale 1, shift 0 */
+  TSR_INIT_GPT2
 } tsr_init_t;
 
 /* "pytorch" or "he" (NULL for a value that is neither). */
@@ -290,6 +316,10 @@ TSR_API void tsr_model_summary_fini(tsr_model_summary_t *s);
 
 /* Samples per step the network was built for. */
 TSR_API int tsr_net_batch(const tsr_net_t *net);
+/* Predictions per sample: 1, or T when the last layer predicts at each of T positions (an
+ * lmhead: labels (batch, T), the dataset's targets). tsr_net_take_stats's loss sum and correct
+ * count then add each sample's mean over its positions (divided by samples: per token). */
+TSR_API int tsr_net_positions(const tsr_net_t *net);
 /* Learning rate for the steps submitted from now on (schedules). */
 TSR_API void tsr_net_set_lr(tsr_net_t *net, float lr);
 TSR_API float tsr_net_base_lr(const tsr_net_t *net); /* the lr the net was created with */

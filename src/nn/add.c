@@ -84,6 +84,7 @@ const tsr_layer_type_t tsr__add_type = {
     .min_inputs = 2,
     .max_inputs = TSR_MAX_INPUTS,
     .elementwise = true,
+    .residual = true,
     .shape = add_shape,
     .cost = add_cost,
     .flops = add_flops,

@@ -124,7 +124,8 @@ static double conv_flops(const tsr_layout_layer_t *l) {
  * fan-in of kh kw c. */
 static int conv_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
   const tsr_conv_geom_t *g = &l->geom;
-  return tsr__init_params(l->params, g->kh * g->kw * g->c, g->oc, net->opts.init, at->rng);
+  return tsr__init_params(l->params, g->kh * g->kw * g->c, g->oc, net->opts.init, at->init_std,
+                          at->rng);
 }
 
 /* "conv3x3/32", then the strides when not 1 and the padding when not 0. */

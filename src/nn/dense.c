@@ -59,12 +59,25 @@ static int init_uniform(tsr_tiles_t *t, size_t n, double bound, tsr_rng_t *rng) 
   return rc;
 }
 
+int tsr__init_normal(tsr_tiles_t *t, size_t n, double std, tsr_rng_t *rng) {
+  float *v = malloc(n * sizeof *v);
+  if (!v) return TSR_ENOMEM;
+  for (size_t k = 0; k < n; k++)
+    v[k] = (float)(std * tsr__rng_normal(rng));
+  int rc = tsr_tiles_write_owned(t, v);
+  free(v);
+  return rc;
+}
+
 /* TSR_INIT_HE: He-uniform weights for ReLU networks, biases left zero (the draws of tessera
  * before --init). TSR_INIT_PYTORCH: nn.Linear's and nn.Conv2d's reset_parameters, weights
- * and then biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)). */
-int tsr__init_params(tsr_param_t *params, int fin, int fout, tsr_init_t init, tsr_rng_t *rng) {
+ * and then biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)). TSR_INIT_GPT2: weights normal(0, std),
+ * biases left zero. */
+int tsr__init_params(tsr_param_t *params, int fin, int fout, tsr_init_t init, double std,
+                     tsr_rng_t *rng) {
   size_t n = (size_t)fin * (size_t)fout;
   if (init == TSR_INIT_HE) return init_uniform(params[0].w, n, sqrt(6.0 / fin), rng);
+  if (init == TSR_INIT_GPT2) return tsr__init_normal(params[0].w, n, std, rng);
   double bound = 1.0 / sqrt((double)fin);
   TSR_TRY(init_uniform(params[0].w, n, bound, rng));
   return init_uniform(params[1].w, (size_t)fout, bound, rng);
@@ -173,7 +186,7 @@ static double dense_flops(const tsr_layout_layer_t *l) {
 
 /* The parameters exist (layout): initialized as net->opts.init says. */
 static int dense_create(tsr_net_t *net, tsr_layer_t *l, const tsr_layer_site_t *at) {
-  return tsr__init_params(l->params, l->fin, l->fout, net->opts.init, at->rng);
+  return tsr__init_params(l->params, l->fin, l->fout, net->opts.init, at->init_std, at->rng);
 }
 
 static int dense_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {

@@ -49,6 +49,8 @@ typedef struct {
   const tsr_conv_geom_t *in;
   const char *const *in_names;
   tsr_rng_t *rng;    /* borrowed: parameter initialization */
+  double init_std;   /* TSR_INIT_GPT2's weight std for this layer: 0.02, over sqrt(the network's
+                      * residual layers) when residual layers alone read it */
   tsr_errbuf_t *err; /* borrowed, may be NULL: what does not fit */
 } tsr_layer_site_t;
 
@@ -70,6 +72,16 @@ typedef struct tsr_layer_type {
   bool fuses_relu;             /* applies a following ReLU itself (l->relu) */
   bool defers_relu_grad;       /* with a fused ReLU, lets its one reader's backward apply the
                                 * ReLU's backward (l->relu_grad_by_next) */
+  /* As the last layer: one prediction of `units` classes per position of its output sample
+   * (oh ow of them; labels (batch, oh ow), the loss averaged over every position) instead of
+   * one per sample (lmhead). */
+  bool per_position;
+  /* Sums its inputs into a residual stream (add): GPT-2's initialization scales the layers
+   * only such layers read (site init_std). */
+  bool residual;
+  /* Its parameters' names in checkpoints, layers.<i>.<type>.<param_names[k]>; NULL: weight,
+   * bias. */
+  const char *const *param_names;
   /* Its buffers' names (l->buffers, as its layout hook makes them), PyTorch's: checkpoints
    * store buffer k as layers.<i>.<name>.<buffer_names[k]>; NULL: none. */
   const char *const *buffer_names;

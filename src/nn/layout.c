@@ -605,7 +605,8 @@ static int64_t row0_columns(int64_t n, int nb, int pr) {
 
 /* What the busiest rank holds, layer by layer and in all (tsr_net_memory_t). */
 static void count_bytes(tsr_net_layout_t *lay) {
-  int64_t batch = lay->batch, params = 0, acts = batch * lay->inputs + batch, work = 0;
+  int64_t batch = lay->batch, work = 0, params = 0;
+  int64_t acts = batch * lay->inputs + batch * lay->positions; /* the input batch, its labels */
   int pr = lay->grid_rows;
   for (int j = 0; j < lay->n_layers; j++) {
     tsr_layout_layer_t *l = &lay->layers[j];
@@ -677,7 +678,11 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
     if (l->type->layout) l->type->layout(out, l);
     if (l->relu_grad_in) out->layers[l->in[0].from].relu_grad_by_next = true;
   }
-  if (rc == 0) count_bytes(out);
+  if (rc == 0) {
+    const tsr_layout_layer_t *last = &out->layers[out->n_layers - 1];
+    out->positions = last->type->per_position ? last->geom.oh * last->geom.ow : 1;
+    count_bytes(out);
+  }
   if (rc) tsr__net_layout_fini(out);
   return rc;
 }

@@ -88,6 +88,8 @@ typedef struct {
   int grid_rows;              /* Pr (1: no grid) */
   int nstate;                 /* optimizer state matrices per parameter */
   int inputs, classes;        /* features of a sample, classes (the output layer's units) */
+  int positions;              /* predictions per sample: 1, or the oh ow of a last layer whose
+                               * type predicts per position (labels (batch, positions)) */
   tsr_conv_geom_t in_geom;    /* the input sample (c, h, w) */
   int in_nb;                  /* column tile of the input batch */
   int in_consumers;           /* layer inputs that read the input batch */

@@ -27,7 +27,8 @@ void tsr_net_opts_init(tsr_net_opts_t *o) {
   tsr_optimizer_init(&o->opt, "sgd", NULL);
 }
 
-static const char *const init_names[] = {[TSR_INIT_PYTORCH] = "pytorch", [TSR_INIT_HE] = "he"};
+static const char *const init_names[] = {
+    [TSR_INIT_PYTORCH] = "pytorch", [TSR_INIT_HE] = "he", [TSR_INIT_GPT2] = "gpt2"};
 
 const char *tsr_init_name(tsr_init_t init) {
   return (unsigned)init < sizeof init_names / sizeof *init_names ? init_names[init] : NULL;
@@ -173,6 +174,21 @@ static void err_clear(tsr_errbuf_t *err) {
   if (err) err->msg[0] = '\0';
 }
 
+/* TSR_INIT_GPT2's weight std for layer i: 0.02, divided by the square root of the residual
+ * layers' count when only residual layers read its output (GPT-2's 1/sqrt(2L) on each block's
+ * two output projections). */
+static double gpt2_std(const tsr_net_layout_t *lay, int i) {
+  int residual = 0, readers = 0, residual_readers = 0;
+  for (int j = 0; j < lay->n_layers; j++) {
+    const tsr_layout_layer_t *r = &lay->layers[j];
+    residual += r->type->residual;
+    for (int k = 0; k < r->n_inputs; k++)
+      if (r->in[k].from == i) readers++, residual_readers += r->type->residual;
+  }
+  bool branch = readers > 0 && readers == residual_readers;
+  return branch ? 0.02 / sqrt((double)residual) : 0.02;
+}
+
 /* The layers as net->layout says, in its order: each one's parameters, activations, scratch
  * and grid scratch, its type's ops, then its type's initial values (in layout order, which is
  * the order the parameters draw from rng). */
@@ -207,6 +223,7 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
                            .last = i == lay->n_layers - 1,
                            .shown = ll->in[0].shown,
                            .rng = rng,
+                           .init_std = gpt2_std(lay, i),
                            .err = err};
     l->ops = ll->type->ops;
     if (ll->type->create) TSR_TRY(ll->type->create(net, l, &at));
@@ -218,9 +235,10 @@ static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   if (opts->batch <= 0 || opts->tile_rows < 0 || opts->tile_cols < 0)
     return tsr_error_set(err, TSR_EINVAL, "batch must be positive and tile sizes non-negative");
   if (!tsr_init_name(opts->init))
-    return tsr_error_set(err, TSR_EINVAL,
-                         "unknown initialization %d (TSR_INIT_PYTORCH or TSR_INIT_HE)",
-                         (int)opts->init);
+    return tsr_error_set(
+        err, TSR_EINVAL,
+        "unknown initialization %d (TSR_INIT_PYTORCH, TSR_INIT_HE or TSR_INIT_GPT2)",
+        (int)opts->init);
   if (!(opts->label_smoothing >= 0.0f && opts->label_smoothing < 1.0f))
     return tsr_error_set(err, TSR_EINVAL, "label smoothing %g is not in [0, 1)",
                          (double)opts->label_smoothing);
@@ -267,7 +285,9 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   /* Grid: every rank of a column loads the batch (per-node); the loss task runs with the
    * logits, on row 0, which holds the statistics. */
   if (rc == 0) rc = act_tiles(net, &net->x0, net->batch, inputs, net->mb, net->layout.in_nb, false);
-  if (rc == 0) rc = act_tiles(net, &net->labels, net->batch, 1, net->mb, 1, false);
+  net->positions = net->layout.positions;
+  if (rc == 0)
+    rc = act_tiles(net, &net->labels, net->batch, net->positions, net->mb, net->positions, false);
   int mt = (net->batch + net->mb - 1) / net->mb;
   if (rc == 0) rc = act_tiles(net, &net->train_stats, mt, 2, 1, 2, pr > 1);
   if (rc == 0) rc = act_tiles(net, &net->eval_stats, mt, 2, 1, 2, pr > 1);
@@ -337,6 +357,10 @@ int tsr_net_batch(const tsr_net_t *net) {
   return net->batch;
 }
 
+int tsr_net_positions(const tsr_net_t *net) {
+  return net->positions;
+}
+
 void tsr_net_set_lr(tsr_net_t *net, float lr) {
   tsr__optim_set_lr(net->optim, lr);
 }
@@ -381,11 +405,13 @@ static tsr_tiles_t *layer_input_grad(const tsr_net_t *net, int i, int k) {
 /* The batch's inputs (augmented in training, augment.c) and labels. */
 static int load_batch(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                       bool train) {
-  if (n < 0 || n > net->batch || ds->features != net->inputs) return TSR_ESHAPE;
+  int targets = ds->targets > 0 ? ds->targets : 1;
+  if (n < 0 || n > net->batch || ds->features != net->inputs || targets != net->positions)
+    return TSR_ESHAPE;
   net->valid = n;
   tsr_task_opts_t o = tsr__net_task_opts(net, 0, false);
   TSR_TRY(tsr__net_gather_input(net, &o, ds, rows, n, train));
-  return tsr__tiles_gather(&o, net->labels, ds->y, 1, rows, n);
+  return tsr__tiles_gather(&o, net->labels, ds->y, targets, rows, n);
 }
 
 static int forward(tsr_net_t *net, bool train) {
@@ -435,8 +461,9 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   TSR_TRY(forward(net, true));
   tsr_layer_t *last = &net->layers[net->n_layers - 1];
   tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, false);
-  TSR_TRY(tsr__tiles_softmax_xent(&o, last->dy, net->train_stats, last->y, net->labels, n,
-                                  n > 0 ? 1.0f / (float)n : 0.0f, net->opts.label_smoothing));
+  float scale = n > 0 ? 1.0f / ((float)n * (float)net->positions) : 0.0f;
+  TSR_TRY(tsr__tiles_softmax_xent(&o, last->dy, net->train_stats, last->y, net->labels, n, scale,
+                                  net->opts.label_smoothing));
   TSR_TRY(backward(net, do_update));
   if (net->tasks_per_step == 0) net->tasks_per_step = net->submitted - before;
   return 0;
@@ -472,6 +499,7 @@ int tsr_net_read_stats(tsr_net_t *net, bool eval, double *loss_sum, double *corr
   *loss_sum = 0, *correct = 0;
   for (int i = 0; rc == 0 && i < mt; i++)
     *loss_sum += v[2 * i], *correct += v[2 * i + 1];
+  *loss_sum /= net->positions, *correct /= net->positions; /* per sample: over its positions */
   if (v != buf) free(v);
   return rc;
 }

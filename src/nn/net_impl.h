@@ -67,6 +67,11 @@ struct tsr_layer {
   tsr_tiles_t **partials; /* grid, dense: [grid_rows] (batch, fin) per rank: input-gradient sums */
   tsr_tiles_t *dx_sums;   /* grid, dense over a replicated layer: (batch, fin) spread by column
                            * tile, the input gradient before every rank of the column gets it */
+  /* Tied parameters (lmhead): the embedding layer's token table this layer reads, borrowed; its
+   * backward writes the table's gradient first (the layer runs after the embedding, so its
+   * backward runs before), and the owner's backward adds its own (shared_grad_written). */
+  tsr_param_t *shared;
+  bool shared_grad_written; /* embedding: a later layer writes params[0].g before its backward */
 };
 
 /* What happens to a parameter once its gradient has been submitted: the
@@ -115,6 +120,8 @@ struct tsr_net {
   tsr_augment_t augment; /* training batches' crop and flip (augment.c); fill: augment_fill */
   float *augment_fill;   /* owned, (input channels) the padded pixels' values, or NULL */
   int epoch;             /* keys the augmentation's draws (tsr_net_set_epoch) */
+  int positions;         /* predictions per sample: 1, or the last layer's T when its type
+                          * predicts per position (lmhead): labels (batch, positions) */
 };
 
 /* Creates a local tiled matrix (every rank's replica is its own). */
@@ -156,7 +163,11 @@ int tsr__net_gather_input(tsr_net_t *net, const tsr_task_opts_t *o, const tsr_da
 /* tsr_augment_describe of the net's settings ("none" without). */
 void tsr__net_augment_describe(const tsr_net_t *net, char *buf, size_t size);
 /* Initial values from rng for params[0] (W, (fan_in, fout)) and params[1] (b, (1, fout)) as
- * init says (tessera/net.h's tsr_init_t); TSR_INIT_HE writes only W. */
-int tsr__init_params(tsr_param_t *params, int fan_in, int fout, tsr_init_t init, tsr_rng_t *rng);
+ * init says (tessera/net.h's tsr_init_t); TSR_INIT_HE and TSR_INIT_GPT2 (normal(0, std)) write
+ * only W. */
+int tsr__init_params(tsr_param_t *params, int fan_in, int fout, tsr_init_t init, double std,
+                     tsr_rng_t *rng);
+/* n values normal(0, std) from rng into t (under a grid, this rank's tiles). */
+int tsr__init_normal(tsr_tiles_t *t, size_t n, double std, tsr_rng_t *rng);
 
 #endif

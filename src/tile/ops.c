@@ -97,9 +97,9 @@ int tsr__tiles_softmax_xent(const tsr_task_opts_t *o, tsr_tiles_t *dlogits, tsr_
                             const tsr_tiles_t *logits, const tsr_tiles_t *labels, int64_t nvalid,
                             float scale, float eps) {
   ROUTE(o, stats);
-  if (logits->nt != 1 || labels->n != 1 || !dims_agree(labels, 0, logits, 0) ||
-      stats->m != logits->mt || stats->n != 2 || stats->mb != 1 ||
-      (dlogits && !same_tiling(dlogits, logits)))
+  if (logits->nt != 1 || labels->nt != 1 || logits->n % labels->n != 0 ||
+      !dims_agree(labels, 0, logits, 0) || stats->m != logits->mt || stats->n != 2 ||
+      stats->mb != 1 || (dlogits && !same_tiling(dlogits, logits)))
     return TSR_ESHAPE;
   for (int i = 0; i < logits->mt; i++) {
     int64_t left = nvalid - (int64_t)i * logits->mb;

@@ -29,7 +29,9 @@ int tsr__tiles_relu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
 /* dx = dy where y > 0; dx may be dy. */
 int tsr__tiles_relu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
                         const tsr_tiles_t *y);
-/* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1).
+/* Softmax cross-entropy of logits (M, C) (one tile column) against labels (M, 1); or, with
+ * labels (M, P) (one tile column), of each row's P predictions (M, P C') against its P labels,
+ * nvalid rows counting P predictions each.
  * stats (mt, 2), one (1, 2) tile per batch-row tile, accumulates [loss sum,
  * correct]. dlogits (may be NULL) = scale (softmax - target) on the first
  * nvalid rows, 0 below; the target is onehot smoothed by eps in [0, 1) (PyTorch's label

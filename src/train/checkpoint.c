@@ -29,7 +29,9 @@
 /* ---- names ---- */
 
 static void param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
-  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, k == 0 ? "weight" : "bias");
+  const char *const *names = l->lay->type->param_names;
+  const char *name = names ? names[k] : k == 0 ? "weight" : "bias";
+  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, name);
 }
 
 /* A layer's non-trained state by its type's (PyTorch's) names: buffer k, or the counter (k ==
