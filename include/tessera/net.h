@@ -124,7 +124,11 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
  * (hidden dense layers with ReLU), "linear", or "cnn" (conv 3x3 32 - ReLU -
  * maxpool 2 - conv 3x3 64 - ReLU - maxpool 2 - dense 128 - ReLU, convolutions
  * with padding 1). The output dense layer of `classes` units is appended. A stack: its layers
- * are unnamed and each reads the previous one. Any other bare name (letters, digits, - and _) is
+ * are unnamed and each reads the previous one. "gpt:L,D,H,T" ("gpt": 4,256,4,128): GPT-2's
+ * language model of L pre-norm blocks of width D, H heads and context T over a vocabulary of
+ * `classes` tokens, as a graph of named layers (embed, h<b>.ln1, h<b>.qkv, h<b>.attn, h<b>.proj,
+ * h<b>.res1, h<b>.ln2, h<b>.fc, h<b>.gelu, h<b>.fc2, h<b>.res2, lnf, head; the per-token
+ * projections are convolutions of kernel 1); D not a multiple of H is refused. Any other bare name (letters, digits, - and _) is
  * a model of the zoo: the model file NAME.ini of the installed share/tessera/models/ (the data
  * folders of tsr_model_load_ini, not the current folder: "resnet50"), read by
  * tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its errors are that

@@ -123,10 +123,81 @@ static int parse_int(const char *s, char **end, long max, long *out) {
   return 0;
 }
 
+/* Appends a named layer reading `inputs` (a comma-separated list; "" for the previous one). */
+static int add_named(tsr_model_spec_t *spec, tsr_layer_spec_t l, const char *name,
+                     const char *inputs) {
+  snprintf(l.name, sizeof l.name, "%s", name);
+  int rc = tsr_layer_spec_set_inputs(&l, inputs);
+  return rc ? rc : tsr_model_spec_add(spec, &l);
+}
+
+/* A per-token projection: a convolution with kernel 1 over the T x 1 x C sequence. */
+static tsr_layer_spec_t token_dense(int units) {
+  return (tsr_layer_spec_t){.kind = TSR_LAYER_CONV, .units = units, .kernel_h = 1, .kernel_w = 1};
+}
+
+/* GPT-2's architecture, pre-norm: the embedding of `vocab` tokens and t positions, l blocks
+ * (layer norm, causal attention of h heads with its output projection, a residual add; layer
+ * norm, a 4d MLP with GELU, a residual add), a final layer norm and the tied language-model
+ * head (docs/language-models.md). */
+static int add_gpt(tsr_model_spec_t *spec, int l, int d, int h, int t, int vocab) {
+  TSR_TRY(add_named(
+      spec,
+      (tsr_layer_spec_t){.kind = TSR_LAYER_EMBEDDING, .units = d, .vocab = vocab, .context = t},
+      "embed", ""));
+  char stream[TSR_NAME_MAX] = "embed", name[TSR_NAME_MAX], in[2 * TSR_NAME_MAX + 2];
+#define TSR_GPT_LAYER(suffix, spec_, inputs)                                                       \
+  do {                                                                                             \
+    snprintf(name, sizeof name, "h%d.%s", b, suffix);                                              \
+    TSR_TRY(add_named(spec, spec_, name, inputs));                                                 \
+  } while (0)
+  for (int b = 0; b < l; b++) {
+    TSR_GPT_LAYER("ln1", ((tsr_layer_spec_t){.kind = TSR_LAYER_LAYERNORM}), stream);
+    TSR_GPT_LAYER("qkv", token_dense(3 * d), "");
+    TSR_GPT_LAYER("attn", ((tsr_layer_spec_t){.kind = TSR_LAYER_ATTENTION, .heads = h}), "");
+    TSR_GPT_LAYER("proj", token_dense(d), "");
+    snprintf(in, sizeof in, "%s, h%d.proj", stream, b);
+    TSR_GPT_LAYER("res1", ((tsr_layer_spec_t){.kind = TSR_LAYER_ADD}), in);
+    TSR_GPT_LAYER("ln2", ((tsr_layer_spec_t){.kind = TSR_LAYER_LAYERNORM}), "");
+    TSR_GPT_LAYER("fc", token_dense(4 * d), "");
+    TSR_GPT_LAYER("gelu", ((tsr_layer_spec_t){.kind = TSR_LAYER_GELU}), "");
+    TSR_GPT_LAYER("fc2", token_dense(d), "");
+    snprintf(in, sizeof in, "h%d.res1, h%d.fc2", b, b);
+    TSR_GPT_LAYER("res2", ((tsr_layer_spec_t){.kind = TSR_LAYER_ADD}), in);
+    snprintf(stream, sizeof stream, "h%d.res2", b);
+  }
+#undef TSR_GPT_LAYER
+  TSR_TRY(add_named(spec, (tsr_layer_spec_t){.kind = TSR_LAYER_LAYERNORM}, "lnf", stream));
+  return add_named(spec, (tsr_layer_spec_t){.kind = TSR_LAYER_LMHEAD, .units = vocab}, "head", "");
+}
+
+/* "gpt" (4,256,4,128) or "gpt:L,D,H,T". */
+static int parse_gpt(tsr_model_spec_t *spec, const char *text, int classes, tsr_errbuf_t *err) {
+  const char *hint = "use gpt:L,D,H,T (layers, width, heads, context), e.g. gpt:4,256,4,128";
+  const char *p = strcmp(text, "gpt") == 0 ? "4,256,4,128" : text + 4;
+  long v[4];
+  for (int k = 0; k < 4; k++) {
+    char *end;
+    if (parse_int(p, &end, 1 << 16, &v[k]) || *end != (k < 3 ? ',' : '\0'))
+      return tsr_error_set(err, TSR_EINVAL, "--model '%s': expected four positive integers; %s",
+                           text, hint);
+    p = end + 1;
+  }
+  if (v[1] % v[2] != 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--model '%s': the width %ld is not divisible by the %ld heads; make D a "
+                         "multiple of H",
+                         text, v[1], v[2]);
+  return add_gpt(spec, (int)v[0], (int)v[1], (int)v[2], (int)v[3], classes);
+}
+
 static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes,
                            tsr_errbuf_t *err) {
+  if (strcmp(text, "gpt") == 0 || strncmp(text, "gpt:", 4) == 0)
+    return parse_gpt(spec, text, classes, err);
   const char *hint =
-      "use mlp, mlp:W1,W2,... (hidden widths), linear or cnn, a model of the zoo (resnet20, "
+      "use mlp, mlp:W1,W2,... (hidden widths), linear, cnn, gpt:L,D,H,T, a model of the zoo "
+      "(resnet20, "
       "resnet50, vgg16, alexnet, googlenet, ...: docs/training.md) or a model file (.ini)";
   if (strcmp(text, "linear") == 0) return add_layer(spec, TSR_LAYER_DENSE, classes);
   if (strcmp(text, "cnn") == 0) {
@@ -187,7 +258,7 @@ int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes, tsr_e
   tsr_model_spec_init(spec);
   char file[80], found[PATH_MAX];
   if (zoo_name(text) && strcmp(text, "mlp") && strcmp(text, "linear") && strcmp(text, "cnn") &&
-      snprintf(file, sizeof file, "%s.ini", text) < (int)sizeof file &&
+      strcmp(text, "gpt") && snprintf(file, sizeof file, "%s.ini", text) < (int)sizeof file &&
       tsr__datafile_find(&tsr__datafile_models, file, found, sizeof found)) {
     int rc = tsr_model_load_ini(spec, found, err);
     if (rc == 0) tsr_model_bind_classes(spec, classes);
