@@ -43,6 +43,11 @@ const char *tsr__k_blis_choice(void) {
   return blis_choice;
 }
 
+const char *tsr__k_blis_kernels(void) {
+  tsr__k_init();
+  return bli_arch_string(bli_arch_query_id());
+}
+
 void tsr__k_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                  const float *b, int ldb, float beta, float *c, int ldc) {
   assert(m >= 0 && n >= 0 && k >= 0);
