@@ -371,8 +371,9 @@ def main():
 
     labels = ["measured"] + [net_name(*n) for n in networks]
     target = "%g%s" % (METRIC["scale"] * args.target, METRIC["unit"])
-    head = (["config", "final " + METRIC["label"], "%s vs %s" % (METRIC["diff"], ref_config or "-")]
-            + ["to %s, %s (s)" % (target, label) for label in labels] +
+    versus = "%s vs %s" % (METRIC["diff"], ref_config or "-")
+    head = (["config", "final " + METRIC["label"], versus] +
+            ["to %s, %s (s)" % (target, label) for label in labels] +
             ["%d epochs, %s (s)" % (args.epochs, label) for label in labels] +
             ["compute s/epoch", "MB/epoch", "messages/epoch"])
     table = []
