@@ -176,4 +176,17 @@ int tsr__insert_bn_dx(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_
 int tsr__insert_bn_params_grad(const tsr_task_opts_t *o, starpu_data_handle_t dscale,
                                starpu_data_handle_t dshift, starpu_data_handle_t p);
 
+/* Causal multi-head self-attention (attention.c; src/kernels/attention.h says the layout): one
+ * task per batch-row tile of whole sequences, all heads inside. g is copied. */
+#include "kernels/attention.h"
+/* y (n, t d) and lse (n, heads t) from qkv (n, t 3d). */
+int tsr__insert_attention_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                              starpu_data_handle_t lse, starpu_data_handle_t qkv,
+                              const tsr_attn_geom_t *g);
+/* dqkv (n, t 3d) written from dy (n, t d), the forward pass's qkv, y and lse. */
+int tsr__insert_attention_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dqkv,
+                              starpu_data_handle_t dy, starpu_data_handle_t qkv,
+                              starpu_data_handle_t y, starpu_data_handle_t lse,
+                              const tsr_attn_geom_t *g);
+
 #endif

@@ -183,6 +183,43 @@ static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *c
                                    : 0.0;
 }
 
+/* Causal multi-head self-attention in double, the plain way: per sample and head the whole
+ * (t, t) score matrix, softmax(q k^T / sqrt(dh) + mask) v with the mask -inf above the
+ * diagonal. x (n, t 3d) holds [q | k | v] per position (head h at columns h dh .. of each),
+ * y (n, t d). */
+static void attention_ref(int n, int t, int d, int heads, double *y, const double *x) {
+  int dh = d / heads;
+  double *p = malloc(sizeof *p * (size_t)t);
+  for (int r = 0; r < n; r++)
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < t; i++) {
+        const double *q = x + (long)r * t * 3 * d + (long)i * 3 * d + h * dh;
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < t; j++) {
+          const double *k = x + (long)r * t * 3 * d + (long)j * 3 * d + d + h * dh;
+          double dot = 0;
+          for (int c = 0; c < dh; c++)
+            dot += q[c] * k[c];
+          p[j] = j <= i ? dot / sqrt((double)dh) : -INFINITY;
+          m = fmax(m, p[j]);
+        }
+        for (int j = 0; j < t; j++)
+          sum += p[j] = exp(p[j] - m);
+        for (int c = 0; c < dh; c++) {
+          double acc = 0;
+          for (int j = 0; j < t; j++)
+            acc += p[j] * x[(long)r * t * 3 * d + (long)j * 3 * d + 2 * d + h * dh + c];
+          y[(long)r * t * d + (long)i * d + h * dh + c] = acc / sum;
+        }
+      }
+  free(p);
+}
+
+/* The sample's h w positions as the sequence. */
+static void attention_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  attention_ref(r->n, r->g->h * r->g->w, r->g->oc, r->s->heads, y, xs[0]);
+}
+
 /* One registered layer type's reference, and a small network that checks it
  * (grad/every_registered_layer_type_passes_its_gradient_check). */
 typedef struct {
@@ -307,6 +344,16 @@ static const ref_type_t ref_types[] = {
         .forward = batchnorm_forward_ref,
         .in = {3, 2, 2},
         .example = {3, {{.kind = TSR_LAYER_BATCHNORM}, {.kind = TSR_LAYER_RELU}, OUT3}},
+    },
+    {
+        /* a sequence of 5 positions: [q | k | v] by a kernel-1 conv, 2 heads of width 2 */
+        .type = "attention",
+        .forward = attention_forward_ref,
+        .in = {2, 5, 1},
+        .example = {3,
+                    {{.kind = TSR_LAYER_CONV, .units = 12, .kernel_h = 1},
+                     {.kind = TSR_LAYER_ATTENTION, .heads = 2},
+                     OUT3}},
     },
 };
 #undef OUT3

@@ -137,14 +137,15 @@ TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classe
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
  * `type = dense | relu | conv | maxpool | avgpool | globalavgpool | flatten | dropout | add |
- * concat | batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
+ * concat | batchnorm | attention`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
  * tsr_model_bind_classes), optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
  * optional `stride`, `padding` (N or NHxNW, at most half the kernel). globalavgpool: no keys.
  * dropout: `rate = P`. add: optional `activation`. batchnorm: optional
  * `activation`, `momentum = M` (0 < M <= 1, default 0.1), `eps = E` (0 < E <= 1, default
- * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. Any layer: `input = NAME`
+ * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. attention: `heads =
+ * H` (required, dividing the width D: its input has 3 D channels). Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
  * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU

@@ -220,4 +220,17 @@ int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_til
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);
 
+/* ---- Causal multi-head self-attention over the batch-row tiles of whole sequences
+ * (src/tile/attention.c; src/kernels/attention.h says the layout): one task per batch-row tile,
+ * all heads inside. qkv (M, t 3d), y (M, t d), lse (M, heads t): one tile column each, their
+ * rows tiled alike. */
+#include "kernels/attention.h"
+/* y and lse (the log-sum-exp per row, head and position) from qkv. */
+int tsr__tiles_attention_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, tsr_tiles_t *lse,
+                             const tsr_tiles_t *qkv, const tsr_attn_geom_t *g);
+/* dqkv (tiled like qkv) written from dy (tiled like y) and the forward pass's qkv, y, lse. */
+int tsr__tiles_attention_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dqkv, const tsr_tiles_t *dy,
+                             const tsr_tiles_t *qkv, const tsr_tiles_t *y, const tsr_tiles_t *lse,
+                             const tsr_attn_geom_t *g);
+
 #endif
