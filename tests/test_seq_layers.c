@@ -200,8 +200,13 @@ Test(seq, embedding_gradient_is_bitwise_the_same_for_every_tiling) {
 /* A dataset of n windows of t token ids below vocab, the next token at each position. */
 static tsr_dataset_t token_windows(int n, int t, int vocab, uint64_t seed) {
   tsr_rng_t rng = {seed};
-  tsr_dataset_t ds = {.n = n, .features = t, .classes = vocab, .channels = 1, .height = t,
-                      .width = 1, .targets = t};
+  tsr_dataset_t ds = {.n = n,
+                      .features = t,
+                      .classes = vocab,
+                      .channels = 1,
+                      .height = t,
+                      .width = 1,
+                      .targets = t};
   ds.x = malloc(sizeof(float) * (size_t)n * (size_t)t);
   ds.y = malloc(sizeof(float) * (size_t)n * (size_t)t);
   for (int i = 0; i < n * t; i++)
@@ -324,8 +329,8 @@ Test(seq, model_file_keys_and_descriptions) {
   tsr_model_describe(&nopos, 3, buf, sizeof buf);
   cr_assert(strstr(buf, "embedding/v7") && !strstr(buf, "/t"), "%s", buf);
   tsr_model_spec_fini(&nopos);
-  cr_assert_neq(tsr_model_parse_ini_text(&spec, "[e]\ntype = embedding\nunits = 4\n", "e.ini", &err),
-                0);
+  cr_assert_neq(
+      tsr_model_parse_ini_text(&spec, "[e]\ntype = embedding\nunits = 4\n", "e.ini", &err), 0);
   cr_assert(strstr(err.msg, "e.ini") && strstr(err.msg, "add vocab = V"), "%s", err.msg);
 }
 
@@ -362,7 +367,11 @@ Test(seq, shapes_that_cannot_work_are_refused_with_the_fix) {
           1, 5, 1, 4, (const char *[]){"layer 2 (lmhead)", "vocab 6", "set units = 6", NULL});
   /* two embeddings */
   refused(SPEC({.kind = TSR_LAYER_EMBEDDING, .vocab = 4, .units = 3, .name = "a"},
-               {.kind = TSR_LAYER_EMBEDDING, .vocab = 4, .units = 3, .name = "b", .n_inputs = 1,
+               {.kind = TSR_LAYER_EMBEDDING,
+                .vocab = 4,
+                .units = 3,
+                .name = "b",
+                .n_inputs = 1,
                 .inputs = {"input"}},
                {.kind = TSR_LAYER_ADD, .n_inputs = 2, .inputs = {"a", "b"}},
                {.kind = TSR_LAYER_LMHEAD, .units = 4}),
