@@ -128,11 +128,12 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
  * language model of L pre-norm blocks of width D, H heads and context T over a vocabulary of
  * `classes` tokens, as a graph of named layers (embed, h<b>.ln1, h<b>.qkv, h<b>.attn, h<b>.proj,
  * h<b>.res1, h<b>.ln2, h<b>.fc, h<b>.gelu, h<b>.fc2, h<b>.res2, lnf, head; the per-token
- * projections are convolutions of kernel 1); D not a multiple of H is refused. Any other bare name (letters, digits, - and _) is
- * a model of the zoo: the model file NAME.ini of the installed share/tessera/models/ (the data
- * folders of tsr_model_load_ini, not the current folder: "resnet50"), read by
- * tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its errors are that
- * function's. spec is started by the call (on an error it is left empty); fini it. */
+ * projections are convolutions of kernel 1); D not a multiple of H is refused. Any other bare name
+ * (letters, digits, - and _) is a model of the zoo: the model file NAME.ini of the installed
+ * share/tessera/models/ (the data folders of tsr_model_load_ini, not the current folder:
+ * "resnet50"), read by tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its
+ * errors are that function's. spec is started by the call (on an error it is left empty); fini it.
+ */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
