@@ -4,9 +4,10 @@
 # missing file, a text shorter than the context, too few windows for the split: exit 1; options
 # token ids cannot take, --text beside --data, a model without a context: exit 2); tessera
 # generate refuses an empty prompt, a missing checkpoint and one that is not a language model.
-# Where the language model's layers are built (tessera summary --model gpt:... works), a tiny
-# GPT trains on a text and generate continues a prompt: greedy twice the same, the prompt first,
-# the tokens asked for, any bytes in the prompt. Usage: test_text_cli.sh PATH/TO/tessera
+# Where the language model's layers are built (tessera summary takes the model), a small model
+# (a model file without attention, and gpt:1,32,2,16) trains on a text and generate continues a
+# prompt: greedy twice the same, the prompt first, the tokens asked for, any bytes in the prompt,
+# the alphabet continued exactly. Usage: test_text_cli.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
