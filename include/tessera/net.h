@@ -361,6 +361,12 @@ TSR_API int tsr_net_grad_get(const tsr_net_t *net, int index, float *dst);
  * computed only when opts asked for it (tsr_net_keep_input_grad before steps). */
 TSR_API int tsr_net_keep_input_grad(tsr_net_t *net);
 TSR_API int tsr_net_input_grad_get(const tsr_net_t *net, float *dst);
+/* The last layer's output of the steps submitted so far (it waits for them), before the
+ * softmax: dst (batch, positions x classes) row-major (the caller's), the logits of the last
+ * step's samples, row r for its r-th sample (rows past a short batch hold the padding's); an
+ * lmhead's row holds position p's classes logits at p x classes. After tsr_net_eval_step it is
+ * what a generator samples from. TSR_EINVAL when a tile of it is on another process (--grid). */
+TSR_API int tsr_net_logits_get(const tsr_net_t *net, float *dst);
 
 TSR_EXTERN_C_END
 
