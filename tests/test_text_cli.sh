@@ -107,7 +107,7 @@ type = lmhead
 units = classes
 INI
 for _ in $(seq 40); do cat "$tests_dir/../README.md"; done | head -c 20000 >"$tmp/text.txt"
-for _ in $(seq 800); do printf abcdefghijklmnopqrstuvwxyz; done >"$tmp/abc.txt"
+for _ in $(seq 800); do printf 'abcdefghijklmnopqrstuvwxyz '; done >"$tmp/abc.txt"
 models=()
 for m in "$tmp/lm.ini" gpt:1,32,2,16; do
   if "$tessera" summary --model "$m" --input 16x1x1 --classes 256 >/dev/null 2>&1; then
@@ -143,17 +143,18 @@ for m in "${models[@]}"; do
   check "$name: generate: a long prompt of any bytes" "${gen[@]}" \
     --prompt "$(printf '\x01\xfe%.0s' {1..20})" --tokens 5 >"$tmp/g6" 2>&1
   check "$name: generate: a long prompt, 45 bytes" test "$(wc -c <"$tmp/g6")" = 45
-  # The alphabet over and over is learnt exactly (the next letter follows from the last): greedy
-  # continues it from the prompt's last byte, also past the context (a 25-byte prompt) and
-  # only from the last real position's logits.
+  # The alphabet and a space over and over (27 bytes, prime to the context: windows start at
+  # every letter) is learnt exactly (the next byte follows from the last): greedy continues it
+  # from the prompt's last byte, also past the context (a 25-byte prompt) and only from the last
+  # real position's logits.
   check "$name: train on the alphabet" timeout 300 "$tessera" train --model "$m" \
     --text "$tmp/abc.txt" --workers 2 --epochs 2 --batch 16 --optimizer adamw --lr 0.01 \
     --checkpoint "$tmp/abc.st" >"$tmp/abc.out" 2>&1
   gen=(timeout 120 "$tessera" generate --checkpoint "$tmp/abc.st" --workers 2 --temperature 0)
   got=$("${gen[@]}" --prompt abc --tokens 30 2>&1)
-  check "$name: abc continued: $got" test "$got" = abcdefghijklmnopqrstuvwxyzabcdefg
-  got=$("${gen[@]}" --prompt xyzabcdefghijklmnopqrstuv --tokens 10 2>&1)
-  check "$name: a 25-byte prompt continued: $got" test "$got" = xyzabcdefghijklmnopqrstuvwxyzabcdef
+  check "$name: abc continued: $got" test "$got" = 'abcdefghijklmnopqrstuvwxyz abcdef'
+  got=$("${gen[@]}" --prompt 'xyz abcdefghijklmnopqrstu' --tokens 10 2>&1)
+  check "$name: a 25-byte prompt continued: $got" test "$got" = 'xyz abcdefghijklmnopqrstuvwxyz abcd'
 done
 
 echo "$passed passed, $failed failed"
