@@ -4,6 +4,7 @@
  * batch is cut. */
 #include <assert.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels/sequence.h"
@@ -105,22 +106,57 @@ void tsr__k_layernorm_bwd(int n, int p, int c, float *dx, int lddx, float *dw, f
 /* sqrt(2 / pi) and the cubic's coefficient of the tanh approximation. */
 static const float gelu_k = 0.7978845608028654f, gelu_c = 0.044715f;
 
-void tsr__k_gelu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
-  for (int i = 0; i < m; i++)
-    for (int j = 0; j < n; j++) {
-      float v = x[(long)i * ldx + j];
-      y[(long)i * ldy + j] = 0.5f * v * (1.0f + tanhf(gelu_k * (v + gelu_c * v * v * v)));
-    }
+/* exp(x) in float without a libm call or a branch, so that the loops below vectorize (libm's
+ * tanhf made GELU 37% of a gpt:4,256,4,128 step): x clamped to [-87, 87], x = k ln 2 + r with |r|
+ * <= ln 2 / 2 (ln 2 in two parts), e^r by its Taylor polynomial of degree 7 (relative error under
+ * 2e-7 there), times 2^k built in the exponent's bits. */
+static inline float fast_expf(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 87.0f ? 87.0f : x;
+  /* k = x / ln 2 rounded to nearest: adding and taking away 1.5 2^23 drops the fraction */
+  float kf = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f;
+  float r = x - kf * 0.693145751953125f - kf * 1.428606765330187e-06f;
+  int k = (int)kf;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = (k + 127) << 23};
+  return p * scale.f;
 }
 
+/* 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2 u)): GELU is x times the logistic of 2 u,
+ * u = sqrt(2/pi) (x + 0.044715 x^3). */
+static inline float gelu_half(float v) {
+  return 1.0f / (1.0f + fast_expf(-2.0f * gelu_k * (v + gelu_c * v * v * v)));
+}
+
+void tsr__k_gelu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
+  for (int i = 0; i < m; i++) {
+    float *restrict out = y + (long)i * ldy;
+    const float *restrict in = x + (long)i * ldx;
+    for (int j = 0; j < n; j++)
+      out[j] = in[j] * gelu_half(in[j]);
+  }
+}
+
+/* d/dx: s + x (1 - tanh^2) k (1 + 3 c x^2) / 2 with s = (1 + tanh) / 2, 1 - tanh^2 = 4 s (1 - s).
+ */
 void tsr__k_gelu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy, const float *x,
                      int ldx) {
-  for (int i = 0; i < m; i++)
+  for (int i = 0; i < m; i++) {
+    float *restrict out = dx + (long)i * lddx;
+    const float *restrict g = dy + (long)i * lddy, *restrict in = x + (long)i * ldx;
     for (int j = 0; j < n; j++) {
-      float v = x[(long)i * ldx + j];
-      float t = tanhf(gelu_k * (v + gelu_c * v * v * v));
-      float d =
-          0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * v * v);
-      dx[(long)i * lddx + j] = dy[(long)i * lddy + j] * d;
+      float v = in[j], s = gelu_half(v);
+      out[j] = g[j] * (s + 2.0f * v * s * (1.0f - s) * gelu_k * (1.0f + 3.0f * gelu_c * v * v));
     }
+  }
 }
