@@ -45,8 +45,8 @@ static int text_windows(tsr_dataset_t *ds, const char *path, int t, int64_t need
                    (long long)n, t, (long long)need),
            1;
   }
-  *ds = (tsr_dataset_t){.n = n, .features = t, .classes = 256, .channels = 1, .height = t,
-                        .width = 1, .targets = t};
+  *ds = (tsr_dataset_t){
+      .n = n, .features = t, .classes = 256, .channels = 1, .height = t, .width = 1, .targets = t};
   ds->x = malloc(sizeof(float) * (size_t)(n * t));
   ds->y = malloc(sizeof(float) * (size_t)(n * t));
   if (!ds->x || !ds->y) return free(bytes), fprintf(stderr, "gpt_steps: out of memory\n"), 1;
@@ -107,8 +107,10 @@ static int run(const args_t *a) {
     if (rc == 0 && eval) printf("{\"eval\": %.9g}\n", loss / a->batch);
     if (rc == 0 && !eval) printf("{\"step\": %d, \"loss\": %.9g}\n", k, loss / a->batch);
   }
-  if (rc == 0) rc = save(net, a->out, "final.st");
-  else fprintf(stderr, "gpt_steps: training failed: %s\n", tsr_strerror(rc));
+  if (rc == 0)
+    rc = save(net, a->out, "final.st");
+  else
+    fprintf(stderr, "gpt_steps: training failed: %s\n", tsr_strerror(rc));
   free(rows);
   tsr_net_destroy(&net);
   tsr_dataset_fini(&ds);
@@ -117,11 +119,11 @@ static int run(const args_t *a) {
 
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'}, {"text", required_argument, 0, 'x'},
-      {"out", required_argument, 0, 'o'},   {"batch", required_argument, 0, 'b'},
-      {"steps", required_argument, 0, 'n'}, {"lr", required_argument, 0, 'l'},
+      {"model", required_argument, 0, 'm'},        {"text", required_argument, 0, 'x'},
+      {"out", required_argument, 0, 'o'},          {"batch", required_argument, 0, 'b'},
+      {"steps", required_argument, 0, 'n'},        {"lr", required_argument, 0, 'l'},
       {"weight-decay", required_argument, 0, 'w'}, {"seed", required_argument, 0, 's'},
-      {"tile", required_argument, 0, 't'},  {0, 0, 0, 0}};
+      {"tile", required_argument, 0, 't'},         {0, 0, 0, 0}};
   args_t a = {.batch = 8, .steps = 10, .lr = 1e-3, .wd = 0.1, .seed = 1};
   int opt;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {

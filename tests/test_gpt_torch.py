@@ -11,7 +11,7 @@
   PyTorch's final evaluation loss within the same tolerance.
 - Without the binary (always): the GPT module from a checkpoint equals the NumPy reference
   (tessera's layouts; attention as softmax(q k^T / sqrt(dh) + mask) v in float64) on sequences
-  of several lengths, checkpoints round-trip bitwise, the shorthand gives add_gpt's layers and
+  of several lengths, its GELU and layer norm the reference's formulas, checkpoints round-trip bitwise, the shorthand gives add_gpt's layers and
   description, the decay groups are tessera's, and what is not a GPT is refused naming the layer.
 
 Environment: GPT_STEPS (the driver; the comparison with tessera is skipped without it).
@@ -126,6 +126,18 @@ class Reference(unittest.TestCase):
         np.testing.assert_allclose(attn(x).detach().numpy(), want, rtol=1e-12, atol=1e-12)
         # position 0 sees itself only: its output is its own v
         np.testing.assert_allclose(want[:, 0], x[:, 0].numpy(), rtol=1e-12)
+
+    def test_gelu_and_layernorm_are_the_reference_s(self):
+        net = tessera.to_torch(fresh_checkpoint("gl.st"))
+        x = torch.linspace(-6, 6, 1201, dtype=torch.float64)
+        np.testing.assert_allclose(net.h[0].mlp.gelu(x).numpy(), reference.gelu(x.numpy()),
+                                   rtol=1e-12, atol=1e-15)
+        torch.manual_seed(7)
+        x = 3 * torch.randn(5, 32) + 1
+        ln = net.h[1].ln_2
+        want = reference.layernorm(x.numpy(), ln.weight.detach().numpy(),
+                                   ln.bias.detach().numpy(), 1e-5)
+        np.testing.assert_allclose(ln(x).detach().numpy(), want, rtol=1e-5, atol=1e-6)
 
     def test_round_trip_keeps_every_tensor_bitwise(self):
         ckpt = fresh_checkpoint("rt.st")

@@ -66,14 +66,10 @@ def forward(ckpt, x):
             y = y.reshape(n, -1)
         elif l.kind == "layernorm":  # per position over its c channels, biased variance
             base = "layers.%d.layernorm." % l.index
-            v = a.reshape(n, h * w, c).astype(np.float64)
-            mean = v.mean(axis=2, keepdims=True)
-            var = ((v - mean) ** 2).mean(axis=2, keepdims=True)
-            z = (v - mean) / np.sqrt(var + np.float64(np.float32(l.eps or 1e-5)))
-            y = (z * t[base + "weight"].reshape(-1) + t[base + "bias"].reshape(-1)).reshape(n, -1)
-        elif l.kind == "gelu":  # the tanh approximation
-            v = a.astype(np.float64)
-            y = 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+            y = layernorm(a.reshape(n, h * w, c), t[base + "weight"], t[base + "bias"],
+                          l.eps or 1e-5).reshape(n, -1)
+        elif l.kind == "gelu":
+            y = gelu(a)
         elif l.kind == "attention":
             y = attention(a.reshape(n, h * w, c), l.heads).reshape(n, -1)
         elif l.kind == "lmhead":  # tied: the embedding's token table, transposed
@@ -91,6 +87,22 @@ def forward(ckpt, x):
             y = a
         values[l.name] = np.asarray(y, dtype=np.float32)
     return values[ckpt.graph.output.name]
+
+
+def layernorm(x, weight, bias, eps=1e-5):
+    """Layer normalization over the last axis (PyTorch's: biased variance, eps a float32), the
+    scale and shift (C) applied; float64."""
+    v = np.asarray(x, dtype=np.float64)
+    mean = v.mean(axis=-1, keepdims=True)
+    var = ((v - mean) ** 2).mean(axis=-1, keepdims=True)
+    z = (v - mean) / np.sqrt(var + np.float64(np.float32(eps)))
+    return z * np.asarray(weight).reshape(-1) + np.asarray(bias).reshape(-1)
+
+
+def gelu(x):
+    """GELU's tanh approximation (GPT-2's, PyTorch's approximate='tanh'), float64."""
+    v = np.asarray(x, dtype=np.float64)
+    return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
 
 
 def attention(qkv, heads):
