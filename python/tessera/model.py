@@ -3,9 +3,13 @@ checkpoint's `model_ini` metadata, read into a graph of layers with their shapes
 
 The format is tsr_model_load_ini's (include/tessera/net.h, src/nn/model.c): one section per
 layer, in order, each with `type = dense | relu | conv | maxpool | avgpool | flatten | dropout |
-add | concat` and its keys; dense: `units`, optional `activation = relu | none`, `in_features`;
+add | concat | batchnorm | globalavgpool | embedding | layernorm | gelu | attention | lmhead`
+and its keys; dense: `units`, optional `activation = relu | none`, `in_features`;
 conv (or conv2d): `filters` (or `units`), `kernel = K | KHxKW`, optional `stride`, `padding`
-(N or NHxNW), `activation`, `in_channels`; pools: `kernel`, optional `stride`; dropout: `rate`.
+(N or NHxNW), `activation`, `in_channels`; pools: `kernel`, optional `stride`; dropout: `rate`;
+the language model's (a sample a sequence T x 1 x 1 of token ids): embedding `vocab`, `units`,
+optional `context` (the position table's rows); layernorm optional `eps`; attention `heads`;
+lmhead `units` (the embedding's vocab; tied to its table). The gpt:L,D,H,T shorthand: gpt().
 A section's name is its layer's name; `input = NAME` or `inputs = A, B` names the layers it
 takes (default: the previous section; the first section takes the network's input). `add` sums
 inputs of one shape (a residual connection); `concat` joins them along channels (spatial
