@@ -2,7 +2,7 @@
 """The language model (gpt:L,D,H,T) in PyTorch against tessera: run by test_gpt_torch.sh.
 
 - Equal to PyTorch: tests/gpt_steps.c (GPT_STEPS) builds gpt:2,32,4,16 (GPT-2's
-  initialization, AdamW lr 1e-3, weight decay 0.1), writes its checkpoint, trains 10 steps on
+  initialization, AdamW lr 3e-3, weight decay 0.3), writes its checkpoint, trains 10 steps on
   fixed batches of this repository's README (bytes as tokens) and evaluates one more batch;
   PyTorch loads the checkpoint into tessera.gpt.GPT (to_torch), takes the same AdamW steps
   (to_torch_optimizer: decay on the embedding tables and conv weights only, as tessera) on the
@@ -37,7 +37,7 @@ from tessera.gpt import GPT, gpt_config  # noqa: E402
 
 GPT_STEPS = os.environ.get("GPT_STEPS")
 TEXT = os.path.join(HERE, "..", "README.md")
-MODEL, BATCH, STEPS, LR, WD = "gpt:2,32,4,16", 8, 10, 1e-3, 0.1
+MODEL, BATCH, STEPS, LR, WD = "gpt:2,32,4,16", 8, 10, 3e-3, 0.3
 RTOL = 1e-4
 TMP = None
 

@@ -42,7 +42,7 @@ DEFAULT_HYPER = {"sgd": {"lr": 0.01, "momentum": 0.9, "weight_decay": 0.0, "beta
                          "beta2": 0.999, "eps": 1e-8},
                  "adam": {"lr": 0.001, "momentum": 0.9, "weight_decay": 0.0, "beta1": 0.9,
                           "beta2": 0.999, "eps": 1e-8}}
-DEFAULT_HYPER["adamw"] = dict(DEFAULT_HYPER["adam"])
+DEFAULT_HYPER["adamw"] = dict(DEFAULT_HYPER["adam"], weight_decay=0.01)  # src/optim/adamw.c
 
 
 class Add(nn.Module):
