@@ -53,12 +53,11 @@ def tearDownModule():
 
 
 def windows(path, t):
-    """gpt_steps.c's samples: (x, y) of the text's consecutive windows of t bytes, y the next
-    byte at each position."""
-    with open(path, "rb") as f:
-        b = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
-    n = (len(b) - 1) // t
-    return b[:n * t].reshape(n, t), b[1:n * t + 1].reshape(n, t)
+    """gpt_steps.c's samples, --text's windows (no test set): (x, y) of the text's consecutive
+    windows of t bytes as int64, y the next byte at each position."""
+    train, test = tessera.data.load_text(path, t, test_fraction=0)
+    assert len(test) == 0
+    return train.x.astype(np.int64), train.y
 
 
 def fresh_checkpoint(name, spec=MODEL, seed=0):
@@ -111,6 +110,19 @@ class Reference(unittest.TestCase):
                 got = net(torch.from_numpy(x)).numpy()
             self.assertEqual(got.shape, (3, t, 256))
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg="T = %d" % t)
+
+    def test_evaluate_averages_over_the_tokens(self):
+        ckpt = fresh_checkpoint("eval.st")
+        _, test = tessera.data.load_text(TEXT, 16)
+        acc, loss, pred = reference.evaluate(ckpt, test)
+        self.assertEqual(pred.shape, test.y.shape)
+        net = tessera.to_torch(ckpt)
+        with torch.no_grad():
+            x = tessera.torch_inputs(test.x, ckpt)
+            want = net.loss(x, torch.from_numpy(test.y)).item()
+            right = (net(x).argmax(2).numpy() == test.y).mean()
+        self.assertAlmostEqual(loss, want, delta=1e-5 * want)
+        self.assertAlmostEqual(acc, right, delta=1.5 / test.y.size)
 
     def test_attention_is_softmax_of_masked_scores(self):
         torch.manual_seed(2)
