@@ -9,7 +9,8 @@
  * last step, one evaluation on samples steps B .. steps B + B - 1. No standardization, no
  * shuffling, no schedule: the rate is lr at every step.
  *
- * usage: gpt_steps --model gpt:L,D,H,T --text FILE --out DIR [--batch B] [--steps N] [--lr X]
+ * usage: gpt_steps --model gpt:L,D,H,T|FILE.ini --text FILE --out DIR [--batch B] [--steps N] [--lr
+ * X]
  *                  [--weight-decay X] [--seed S] [--tile R]
  * Prints one JSON line per step {"step": k, "loss": X} (the batch's mean loss per token, before
  * that step's update), then {"eval": X} (after the last update), and writes DIR/init.st and
@@ -70,12 +71,17 @@ static int save(const tsr_net_t *net, const char *dir, const char *name) {
 static int run(const args_t *a) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  int rc = tsr_model_parse(&spec, a->model, 256, &err);
+  size_t len = strlen(a->model);
+  int rc = len > 4 && strcmp(a->model + len - 4, ".ini") == 0
+               ? tsr_model_load_ini(&spec, a->model, &err)
+               : tsr_model_parse(&spec, a->model, 256, &err);
+  if (rc == 0) tsr_model_bind_classes(&spec, 256);
   if (rc) return fprintf(stderr, "gpt_steps: %s\n", err.msg), 1;
   int t = spec.n_layers > 0 ? spec.layers[0].context : 0;
   tsr_dataset_t ds = {0};
   if (t <= 0 || text_windows(&ds, a->text, t, (int64_t)(a->steps + 1) * a->batch)) {
-    if (t <= 0) fprintf(stderr, "gpt_steps: %s is not a gpt:L,D,H,T model\n", a->model);
+    if (t <= 0)
+      fprintf(stderr, "gpt_steps: %s does not start with an embedding of a context\n", a->model);
     tsr_model_spec_fini(&spec);
     return 1;
   }

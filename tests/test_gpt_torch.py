@@ -245,6 +245,10 @@ class AgainstTessera(unittest.TestCase):
         self.assertEqual(self.init.optimizer_hyper["weight_decay"], np.float32(WD))
         self.assertEqual(self.init.metadata["init"], "gpt2")
         self.assertEqual(self.final.optimizer_steps, STEPS)
+        # the Python shorthand describes the model as tessera does
+        g = tmodel.Graph(tmodel.shorthand(MODEL, 256), self.init.input_shape)
+        self.assertEqual(self.init.metadata["model"], g.describe())
+        self.assertEqual(self.init.metadata["model_ini"], g.to_ini())
         std = self.init.tensors["layers.0.embedding.weight"].std()
         self.assertAlmostEqual(float(std), 0.02, delta=0.002)  # GPT-2's normal(0, 0.02)
 
