@@ -15,7 +15,7 @@ rank. From the rank-0 logs it writes
                    epoch's seconds less its synchronization seconds), test
                    accuracy, loss, bytes and messages of the busiest rank, the
                    averages done, and the modelled time at each network
-  DIR/summary.csv  one row per configuration: final accuracy (mean and spread
+  DIR/summary.csv  one row per configuration: final accuracy or loss (--metric; mean and spread
                    over seeds), points against the first configuration (the
                    reference, batch by default), time to --target measured and
                    modelled, MB and messages per epoch of the busiest rank
@@ -57,6 +57,15 @@ from plotting import add_title_arguments, finish  # noqa: E402
 DEFAULT_CONFIGS = ("batch,every=8,every=8+slowmo,every=8+nesterov,epoch,epoch+slowmo,"
                    "epoch+nesterov,async-epoch,async-epoch+slowmo,post-local:2,8,hier:2,8")
 NAN = float("nan")
+# What the study compares (--metric): test accuracy (higher is better), or the test loss in nats
+# per token (lower is better; language models, whose validation set is the test set).
+METRICS = {
+    "accuracy": {"key": "test_accuracy", "scale": 100.0, "higher": True, "unit": "%",
+                 "label": "test accuracy (%)", "diff": "points", "final": "final_accuracy"},
+    "loss": {"key": "test_loss", "scale": 1.0, "higher": False, "unit": " nats",
+             "label": "test loss (nats per token)", "diff": "nats", "final": "final_loss"},
+}
+METRIC = METRICS["accuracy"]
 
 
 def split_configs(text):
@@ -144,7 +153,7 @@ def read_log(path, networks):
         wall += seconds
         row = {"epoch": int(r["epoch"]), "wall_time_s": wall, "seconds": seconds,
                "compute_s": compute, "test_accuracy": number(r, "test_accuracy"),
-               "loss": number(r, "loss"), "busiest_bytes": byts, "busiest_messages": msgs,
+               "test_loss": number(r, "test_loss"), "loss": number(r, "loss"), "busiest_bytes": byts, "busiest_messages": msgs,
                "averages": number(r, "averages"), "sync": r.get("sync", "none")}
         for k, (gbits, lat) in enumerate(networks):
             modelled[k] += compute + msgs * lat * 1e-6 + byts * 8 / (gbits * 1e9)
@@ -155,7 +164,8 @@ def read_log(path, networks):
 
 def time_to(rows, target, key):
     for r in rows:
-        if r["test_accuracy"] >= target:
+        v = r[METRIC["key"]]
+        if (v >= target) if METRIC["higher"] else (v <= target):
             return r[key]
     return NAN
 
@@ -173,12 +183,13 @@ def fmt(value, spec, none="-"):
 
 def summarize(config, runs, target, networks, reference):
     """One summary row: runs maps seed to that run's rows."""
-    finals = [rows[-1]["test_accuracy"] for rows in runs.values()]
+    finals = [rows[-1][METRIC["key"]] for rows in runs.values()]
     acc, spread = stats(finals)
     row = {"config": config, "seeds": len(runs), "epochs": max(len(r) for r in runs.values()),
-           "final_accuracy": acc, "spread": spread,
+           METRIC["final"]: acc, "spread": spread,
            "min": min(finals), "max": max(finals),
-           "points_vs_reference": (acc - reference) * 100 if reference is not None else NAN}
+           "points_vs_reference": ((acc - reference) * METRIC["scale"]
+                                   if reference is not None else NAN)}
     keys = [("measured", "wall_time_s")] + [
         (net_name(*n), "model_" + net_name(*n)) for n in networks]
     for label, key in keys:
@@ -196,10 +207,10 @@ def summarize(config, runs, target, networks, reference):
 
 
 def mean_curve(runs, key):
-    """(x, accuracy) averaged over seeds, epoch by epoch, as far as every seed got."""
+    """(x, the metric) averaged over seeds, epoch by epoch, as far as every seed got."""
     n = min(len(rows) for rows in runs.values())
     xs = [statistics.mean(rows[e][key] for rows in runs.values()) for e in range(n)]
-    ys = [statistics.mean(rows[e]["test_accuracy"] for rows in runs.values()) for e in range(n)]
+    ys = [statistics.mean(rows[e][METRIC["key"]] for rows in runs.values()) for e in range(n)]
     return xs, ys
 
 
@@ -223,14 +234,14 @@ def plot(all_runs, png, networks, title, machine=None, command=None):
         style = "--" if "+" in config else "-"
         for ax, (key, _, _) in zip(axes, panels):
             xs, ys = mean_curve(runs, key)
-            ax.plot(xs, [100 * y for y in ys], style, marker=".", label=config,
+            ax.plot(xs, [METRIC["scale"] * y for y in ys], style, marker=".", label=config,
                     color=colors[(2 * n) % 20 + (2 * n) // 20 % 2])
     for ax, (_, xlabel, name) in zip(axes, panels):
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("test accuracy (%), mean over seeds")
+        ax.set_ylabel(METRIC["label"] + ", mean over seeds")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2, loc="lower right")
+        ax.legend(fontsize=6, ncol=2, loc="lower right" if METRIC["higher"] else "upper right")
     finish(fig, png, title, machine, command, dpi=100)
 
 
@@ -253,7 +264,11 @@ def main():
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--ranks", type=int, default=2, help="MPI ranks [2]")
     p.add_argument("--workers", type=int, default=1, help="StarPU CPU workers per rank [1]")
-    p.add_argument("--target", type=float, default=0.88, help="accuracy to time [0.88]")
+    p.add_argument("--metric", choices=sorted(METRICS), default="accuracy",
+                   help="what to compare: test accuracy, or test loss (language models) "
+                        "[accuracy]")
+    p.add_argument("--target", type=float, default=None,
+                   help="accuracy (or loss) to time [0.88; with --metric loss 2.0]")
     p.add_argument("--networks", default="1:50,10:5,100:2",
                    help="modelled networks, GBITS:LATENCY_US, comma-separated [%(default)s]")
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"), metavar="PATH")
@@ -269,6 +284,10 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
+    global METRIC
+    METRIC = METRICS[args.metric]
+    if args.target is None:
+        args.target = 0.88 if METRIC["higher"] else 2.0
     resolve_out(p, args, "sync", create=not args.dry_run)
     if args.plot_only:
         png = os.path.join(args.out, "sync.png")
@@ -332,7 +351,7 @@ def main():
     model_keys = ["model_" + net_name(*n) for n in networks]
     with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
         cols = ["config", "seed", "epoch", "sync", "wall_time_s", "seconds", "compute_s",
-                "test_accuracy", "loss", "busiest_bytes", "busiest_messages", "averages"]
+                "test_accuracy", "test_loss", "loss", "busiest_bytes", "busiest_messages", "averages"]
         w = csv.DictWriter(f, cols + model_keys)
         w.writeheader()
         for config, runs in all_runs.items():
@@ -341,7 +360,7 @@ def main():
                     w.writerow({"config": config, "seed": seed, **r})
 
     ref_config = configs[0] if configs[0] in all_runs else None
-    reference = stats([rows[-1]["test_accuracy"]
+    reference = stats([rows[-1][METRIC["key"]]
                        for rows in all_runs[ref_config].values()])[0] if ref_config else None
     summary = [summarize(c, runs, args.target, networks, reference)
                for c, runs in all_runs.items()]
@@ -351,16 +370,19 @@ def main():
         w.writerows(summary)
 
     labels = ["measured"] + [net_name(*n) for n in networks]
-    head = (["config", "final accuracy", "vs %s" % (ref_config or "-")] +
-            ["to %.1f%%, %s (s)" % (100 * args.target, label) for label in labels] +
+    target = "%g%s" % (METRIC["scale"] * args.target, METRIC["unit"])
+    versus = "%s vs %s" % (METRIC["diff"], ref_config or "-")
+    head = (["config", "final " + METRIC["label"], versus] +
+            ["to %s, %s (s)" % (target, label) for label in labels] +
             ["%d epochs, %s (s)" % (args.epochs, label) for label in labels] +
             ["compute s/epoch", "MB/epoch", "messages/epoch"])
     table = []
     for s in summary:
-        acc = "%.2f%%" % (100 * s["final_accuracy"])
+        acc = "%.*f" % (2 if METRIC["higher"] else 4, METRIC["scale"] * s[METRIC["final"]])
         if s["seeds"] > 1:
-            acc += " ± %.2f" % (100 * s["spread"])
-        cells = [s["config"], acc, fmt(s["points_vs_reference"], "+.2f")]
+            acc += " ± %.*f" % (2 if METRIC["higher"] else 4, METRIC["scale"] * s["spread"])
+        cells = [s["config"], acc,
+                 fmt(s["points_vs_reference"], "+.2f" if METRIC["higher"] else "+.4f")]
         for label in labels:
             t = s["to_target_" + label]
             cells.append(fmt(t, ".1f", "never (%s)" % s["reached_" + label])
@@ -376,11 +398,12 @@ def main():
     extra = " ".join(shlex.quote(a) for a in args.extra)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write("Measured with `benchmarks/compare_sync.py --configs %s --seeds %s --epochs %d "
-                "--ranks %d --workers %d --target %g --networks %s%s`; accuracy: mean ± "
+                "--ranks %d --workers %d --metric %s --target %g --networks %s%s`; %s: mean ± "
                 "standard deviation over seeds; modelled: compute + messages x latency + bytes / "
                 "bandwidth, busiest rank, no overlap.\n\n"
                 % (",".join(configs), ",".join(map(str, seeds)), args.epochs, args.ranks,
-                   args.workers, args.target, args.networks, (" -- " + extra) if extra else ""))
+                   args.workers, args.metric, args.target, args.networks,
+                   (" -- " + extra) if extra else "", METRIC["label"]))
         f.write("| " + " | ".join(head) + " |\n")
         f.write("|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|\n")
         for r in table:

@@ -176,4 +176,47 @@ int tsr__insert_bn_dx(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_
 int tsr__insert_bn_params_grad(const tsr_task_opts_t *o, starpu_data_handle_t dscale,
                                starpu_data_handle_t dshift, starpu_data_handle_t p);
 
+/* Causal multi-head self-attention (attention.c; src/kernels/attention.h says the layout): one
+ * task per batch-row tile of whole sequences, all heads inside. g is copied. */
+#include "kernels/attention.h"
+/* y (n, t d) and lse (n, heads t) from qkv (n, t 3d). */
+int tsr__insert_attention_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                              starpu_data_handle_t lse, starpu_data_handle_t qkv,
+                              const tsr_attn_geom_t *g);
+/* dqkv (n, t 3d) written from dy (n, t d), the forward pass's qkv, y and lse. */
+int tsr__insert_attention_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dqkv,
+                              starpu_data_handle_t dy, starpu_data_handle_t qkv,
+                              starpu_data_handle_t y, starpu_data_handle_t lse,
+                              const tsr_attn_geom_t *g);
+/* The sequence layers (embedding.c, layernorm.c, gelu.c, seq_gemm.c; the formulas in
+ * src/kernels/sequence.h). A batch-row tile holds whole samples of T positions. */
+/* y (n, T D) = wte[tok] + wpe (tok (n, T) token ids; wte (vocab, D); wpe (>= T, D) or NULL). */
+int tsr__insert_embed_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                          starpu_data_handle_t tok, starpu_data_handle_t wte,
+                          starpu_data_handle_t wpe);
+/* dwte, dwpe (NULL: none) += the tile's scattered dy (n, T D); with write_tokens (and
+ * write_positions) the table is written (zeroed first, W access), else added to. */
+int tsr__insert_embed_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dwte,
+                          starpu_data_handle_t dwpe, starpu_data_handle_t tok,
+                          starpu_data_handle_t dy, bool write_tokens, bool write_positions);
+/* y (n, P c) = layer norm of x per position (w, b (1, c)); stats (n, 2 P) its mean and 1 / std
+ * per position; eps > 0 (else TSR_EINVAL). */
+int tsr__insert_layernorm_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                              starpu_data_handle_t stats, starpu_data_handle_t x,
+                              starpu_data_handle_t w, starpu_data_handle_t b, float eps);
+/* dx (NULL: not computed) and the tile's partial (2, c) [sum dy xhat; sum dy], written. */
+int tsr__insert_layernorm_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx,
+                              starpu_data_handle_t partial, starpu_data_handle_t dy,
+                              starpu_data_handle_t x, starpu_data_handle_t w,
+                              starpu_data_handle_t stats);
+int tsr__insert_gelu_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x);
+/* dx = dy GELU'(x). */
+int tsr__insert_gelu_bwd(const tsr_task_opts_t *o, starpu_data_handle_t dx, starpu_data_handle_t dy,
+                         starpu_data_handle_t x);
+/* c = alpha op(a) op(b) + beta c, each operand of p > 1 positions per row seen as (rows p,
+ * cols / p) (its rows contiguous, else TSR_ESHAPE); c written only (W) when beta == 0. */
+int tsr__insert_seq_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                         starpu_data_handle_t a, int pa, starpu_data_handle_t b, int pb, float beta,
+                         starpu_data_handle_t c, int pc);
+
 #endif

@@ -23,11 +23,12 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 # (python/tessera, tests/test_python.sh) and are the benchmarks' peer; matplotlib draws the plots.
 # tests/test_slurm.sh starts a Slurm cluster on this machine (slurm-wlm: slurmctld, slurmd, srun;
 # munge authenticates them) and runs tessera under srun --mpi=pmix: Slurm's PMIx plugin loads the
-# unversioned libpmix.so, which is in libpmix-dev.
+# unversioned libpmix.so, which is in libpmix-dev. fortunes' plain files are the default text of a
+# language model (tessera train --model gpt:..., /usr/share/games/fortunes, about 2.5 MB).
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
   clang-format g++ python3-numpy python3-torch python3-matplotlib clang libclang-rt-dev
-  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev)
+  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev fortunes)
 
 say() { echo "setup: $*" >&2; }
 

@@ -80,6 +80,7 @@ typedef struct {
   const double *const *params; /* the layer's, in the engine's order (dense, conv: W, b) */
   uint64_t seed;               /* the net's (dropout masks) */
   int index;                   /* 1-based position in the spec (dropout masks) */
+  const double *table; /* the token table of the network's embedding (a tied head reads it) */
 } ref_layer_t;
 
 /* y (n, oh ow oc) = the layer applied to its inputs x[k] (n, h w c of in[k]), in double. */
@@ -183,17 +184,108 @@ static void dropout_forward_ref(const ref_layer_t *r, double *y, const double *c
                                    : 0.0;
 }
 
+/* Causal multi-head self-attention in double, the plain way: per sample and head the whole
+ * (t, t) score matrix, softmax(q k^T / sqrt(dh) + mask) v with the mask -inf above the
+ * diagonal. x (n, t 3d) holds [q | k | v] per position (head h at columns h dh .. of each),
+ * y (n, t d). */
+static void attention_ref(int n, int t, int d, int heads, double *y, const double *x) {
+  int dh = d / heads;
+  double *p = malloc(sizeof *p * (size_t)t);
+  for (int r = 0; r < n; r++)
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < t; i++) {
+        const double *q = x + (long)r * t * 3 * d + (long)i * 3 * d + h * dh;
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < t; j++) {
+          const double *k = x + (long)r * t * 3 * d + (long)j * 3 * d + d + h * dh;
+          double dot = 0;
+          for (int c = 0; c < dh; c++)
+            dot += q[c] * k[c];
+          p[j] = j <= i ? dot / sqrt((double)dh) : -INFINITY;
+          m = fmax(m, p[j]);
+        }
+        for (int j = 0; j < t; j++)
+          sum += p[j] = exp(p[j] - m);
+        for (int c = 0; c < dh; c++) {
+          double acc = 0;
+          for (int j = 0; j < t; j++)
+            acc += p[j] * x[(long)r * t * 3 * d + (long)j * 3 * d + 2 * d + h * dh + c];
+          y[(long)r * t * d + (long)i * d + h * dh + c] = acc / sum;
+        }
+      }
+  free(p);
+}
+
+/* The sample's h w positions as the sequence. */
+static void attention_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  attention_ref(r->n, r->g->h * r->g->w, r->g->oc, r->s->heads, y, xs[0]);
+}
+
+/* Rows of the token table (the token ids rounded: their finite differences change nothing) plus
+ * rows of the position table: y (n, T units). */
+static void embedding_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *wte = r->params[0], *wpe = r->params[1];
+  int t = r->g->h, d = r->g->oc;
+  for (int s = 0; s < r->n; s++)
+    for (int p = 0; p < t; p++) {
+      long tok = lround(xs[0][(long)s * t + p]);
+      cr_assert(tok >= 0 && tok < r->s->vocab, "token %ld outside the vocabulary", tok);
+      for (int k = 0; k < d; k++)
+        y[((long)s * t + p) * d + k] = wte[tok * d + k] + wpe[(long)p * d + k];
+    }
+}
+
+/* PyTorch's nn.LayerNorm over each position's c values (biased variance). */
+static void layernorm_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  const double *x = xs[0], *scale = r->params[0], *shift = r->params[1];
+  int c = r->g->c;
+  double eps = r->s->eps > 0 ? r->s->eps : 1e-5;
+  for (long q = 0; q < (long)r->n * r->g->h * r->g->w; q++) {
+    double mean = 0, var = 0;
+    for (int k = 0; k < c; k++)
+      mean += x[q * c + k];
+    mean /= c;
+    for (int k = 0; k < c; k++)
+      var += (x[q * c + k] - mean) * (x[q * c + k] - mean);
+    var /= c;
+    for (int k = 0; k < c; k++)
+      y[q * c + k] = (x[q * c + k] - mean) / sqrt(var + eps) * scale[k] + shift[k];
+  }
+}
+
+/* GELU, the tanh approximation. */
+static void gelu_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  for (long i = 0; i < (long)r->n * r->g->c * r->g->h * r->g->w; i++) {
+    double v = xs[0][i];
+    y[i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+}
+
+/* The logits of each position: its D values times the transposed token table (V, D). */
+static void lmhead_forward_ref(const ref_layer_t *r, double *y, const double *const *xs) {
+  int d = r->g->c, v = r->g->oc;
+  cr_assert(r->table, "an lmhead needs the embedding's token table earlier in the network");
+  for (long q = 0; q < (long)r->n * r->g->h * r->g->w; q++)
+    for (int j = 0; j < v; j++) {
+      double acc = 0;
+      for (int k = 0; k < d; k++)
+        acc += xs[0][q * d + k] * r->table[(long)j * d + k];
+      y[q * v + j] = acc;
+    }
+}
+
 /* One registered layer type's reference, and a small network that checks it
  * (grad/every_registered_layer_type_passes_its_gradient_check). */
 typedef struct {
   const char *type; /* the registry's name */
   int nparams;      /* parameters the engine gives the layer, in the order forward reads them */
+  bool table;       /* its params[0] is the token table a tied layer reads (ref_layer_t.table) */
   ref_forward_fn forward;
   int in[3]; /* the example's input sample: c, h, w */
   struct {
     int n_layers;
     tsr_layer_spec_t layers[8];
-  } example; /* uses the type, ends with a dense layer of 3 classes */
+  } example; /* uses the type, ends with a dense layer of 3 classes (or an lmhead of 3 tokens) */
 } ref_type_t;
 
 #define OUT3                                                                                       \
@@ -308,6 +400,52 @@ static const ref_type_t ref_types[] = {
         .in = {3, 2, 2},
         .example = {3, {{.kind = TSR_LAYER_BATCHNORM}, {.kind = TSR_LAYER_RELU}, OUT3}},
     },
+    {
+        /* a sequence of 5 positions: [q | k | v] by a kernel-1 conv, 2 heads of width 2 */
+        .type = "attention",
+        .forward = attention_forward_ref,
+        .in = {2, 5, 1},
+        .example = {3,
+                    {{.kind = TSR_LAYER_CONV, .units = 12, .kernel_h = 1},
+                     {.kind = TSR_LAYER_ATTENTION, .heads = 2},
+                     OUT3}},
+    },
+    {
+        /* 3 token ids below 5 per sample, a position table of 4 rows (the last one unused) */
+        .type = "embedding",
+        .nparams = 2,
+        .table = true,
+        .forward = embedding_forward_ref,
+        .in = {1, 3, 1},
+        .example = {2, {{.kind = TSR_LAYER_EMBEDDING, .vocab = 5, .units = 3, .context = 4}, OUT3}},
+    },
+    {
+        /* per pixel of 2 x 2 x 3 samples */
+        .type = "layernorm",
+        .nparams = 2,
+        .forward = layernorm_forward_ref,
+        .in = {3, 2, 2},
+        .example = {2, {{.kind = TSR_LAYER_LAYERNORM}, OUT3}},
+    },
+    {
+        .type = "gelu",
+        .forward = gelu_forward_ref,
+        .in = {6, 1, 1},
+        .example = {2, {{.kind = TSR_LAYER_GELU}, OUT3}},
+    },
+    {
+        /* a tiny language model, the head tied to the embedding (the table's gradient sums both
+         * uses), the loss at each of 4 positions over 3 tokens */
+        .type = "lmhead",
+        .forward = lmhead_forward_ref,
+        .in = {1, 4, 1},
+        .example = {5,
+                    {{.kind = TSR_LAYER_EMBEDDING, .vocab = 3, .units = 4, .context = 5},
+                     {.kind = TSR_LAYER_LAYERNORM},
+                     {.kind = TSR_LAYER_CONV, .units = 4, .kernel_h = 1},
+                     {.kind = TSR_LAYER_GELU},
+                     {.kind = TSR_LAYER_LMHEAD, .units = 3}}},
+    },
 };
 #undef OUT3
 
@@ -355,18 +493,21 @@ typedef struct {
   const tsr_model_spec_t *spec;
   int c, h, w; /* input geometry */
   int n, classes;
+  int positions;       /* predictions per sample (a last layer per position: its oh ow) */
   const double *x;     /* (n, c h w) */
-  const float *labels; /* (n) */
+  const float *labels; /* (n, positions) */
   double **params;     /* [the engine's parameters], in its order (spec order, each layer's own) */
   uint64_t seed;       /* the net's, for dropout masks (first training step) */
 } ref_t;
 
 /* Mean softmax cross-entropy of the float64 forward pass, layer by layer in spec order, each
- * layer reading its inputs' outputs. Each layer's output shape comes from the registry's shape
+ * layer reading its inputs' outputs, over every prediction (each sample's, or each position's of
+ * a per-position last layer). Each layer's output shape comes from the registry's shape
  * inference. */
 static double ref_loss(const ref_t *r) {
   const tsr_model_spec_t *spec = r->spec;
   int nl = spec->n_layers, p = 0;
+  const double *table = NULL;
   tsr_conv_geom_t *out = malloc(sizeof *out * (size_t)nl);
   double **y = calloc((size_t)nl, sizeof *y);
   tsr_conv_geom_t input = {.c = r->c, .h = r->h, .w = r->w};
@@ -387,16 +528,18 @@ static double ref_loss(const ref_t *r) {
     cr_assert_eq(tsr__layer_type(s->kind)->shape(s, &g, &at), 0, "%s", err.msg);
     out[l] = (tsr_conv_geom_t){.c = g.oc, .h = g.oh, .w = g.ow};
     y[l] = malloc(sizeof(double) * (size_t)r->n * (size_t)(g.oc * g.oh * g.ow));
-    ref_layer_t rl = {s, &g, n_in, in, r->n, (const double *const *)&r->params[p], r->seed, l + 1};
+    if (ref->table && !table) table = r->params[p];
+    ref_layer_t rl = {s,       &g,    n_in, in, r->n, (const double *const *)&r->params[p],
+                      r->seed, l + 1, table};
     ref->forward(&rl, y[l], x);
     p += ref->nparams;
   }
   const double *a = y[nl - 1];
-  int width = out[nl - 1].c * out[nl - 1].h * out[nl - 1].w;
+  int width = out[nl - 1].c * out[nl - 1].h * out[nl - 1].w / r->positions;
   cr_assert_eq(width, r->classes, "the references end with %d features, not the %d classes", width,
                r->classes);
   double loss = 0;
-  for (int i = 0; i < r->n; i++) {
+  for (int i = 0; i < r->n * r->positions; i++) {
     double m = a[(long)i * width];
     for (int j = 1; j < width; j++)
       m = fmax(m, a[(long)i * width + j]);
@@ -408,7 +551,7 @@ static double ref_loss(const ref_t *r) {
   for (int l = 0; l < nl; l++)
     free(y[l]);
   free(y), free(out);
-  return loss / r->n;
+  return loss / (r->n * r->positions);
 }
 
 static void check_close(const char *what, int p, long idx, double got, double want) {
@@ -424,10 +567,11 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   tsr_rng_t rng = {42};
   tsr_dataset_t ds = {.n = batch, .features = inputs, .classes = classes};
   ds.x = malloc(sizeof(float) * (size_t)batch * (size_t)inputs);
-  ds.y = malloc(sizeof(float) * (size_t)batch);
   fill(ds.x, NULL, (long)batch * inputs, &rng);
-  for (int i = 0; i < batch; i++)
-    ds.y[i] = (float)(i % classes);
+  /* A first layer with a vocabulary (an embedding) reads token ids below it. */
+  int vocab = spec->layers[0].vocab;
+  for (long k = 0; vocab > 0 && k < (long)batch * inputs; k++)
+    ds.x[k] = (float)tsr__rng_below(&rng, (uint64_t)vocab);
   int32_t rows[64];
   for (int i = 0; i < batch; i++)
     rows[i] = batch - 1 - i;
@@ -440,13 +584,19 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   tsr_errbuf_t err = {""};
   cr_assert_eq(tsr_net_create(&net, spec, inputs, classes, &o, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_net_keep_input_grad(net), 0);
+  int positions = tsr_net_positions(net);
+  ds.targets = positions;
+  ds.y = malloc(sizeof(float) * (size_t)batch * (size_t)positions);
+  for (int i = 0; i < batch * positions; i++)
+    ds.y[i] = (float)((i % positions + i / positions) % classes);
   int np = tsr_net_n_params(net);
   cr_assert_eq(ref_nparams(spec), np, "the references use %d parameters, the engine has %d",
                ref_nparams(spec), np);
-  /* Non-zero biases keep pre-activations off ReLU's kink. */
+  /* Non-zero biases keep pre-activations off ReLU's kink (the odd parameters of one row). */
   for (int p = 1; p < np; p += 2) {
     int64_t pr, pc;
     cr_assert_eq(tsr_net_param_info(net, p, &pr, &pc), 0);
+    if (pr != 1) continue;
     float bias[256];
     for (int64_t k = 0; k < pc; k++)
       bias[k] = (float)(tsr__rng_uniform(&rng) - 0.5);
@@ -456,9 +606,10 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   cr_assert_eq(tsr_net_wait(net, 0), 0);
 
   double *x = malloc(sizeof(double) * (size_t)n * (size_t)inputs);
-  float labels[64];
+  float *labels = malloc(sizeof(float) * (size_t)n * (size_t)positions);
   for (int i = 0; i < n; i++) {
-    labels[i] = ds.y[rows[i]];
+    for (int q = 0; q < positions; q++)
+      labels[(long)i * positions + q] = ds.y[(long)rows[i] * positions + q];
     for (int k = 0; k < inputs; k++)
       x[(long)i * inputs + k] = ds.x[(long)rows[i] * inputs + k];
   }
@@ -468,6 +619,7 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
              .w = w,
              .n = n,
              .classes = classes,
+             .positions = positions,
              .x = x,
              .labels = labels,
              .seed = o.seed};
@@ -514,7 +666,7 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   for (int p = 0; p < np; p++)
     free(grads[p]), free(r.params[p]);
   free(grads), free(sizes), free(r.params);
-  free(dx), free(x), free(ds.x), free(ds.y);
+  free(dx), free(x), free(labels), free(ds.x), free(ds.y);
   tsr_net_destroy(&net);
 }
 

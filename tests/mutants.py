@@ -339,6 +339,30 @@ MUTANTS = [
     ("syncbn-backward-as-forward", "--sync-bn combines the backward sums by Chan's formula",
      "src/parallel/sync_bn.c", [("e->view[q], backward));", "e->view[q], backward && !backward));")],
      ["mpi-syncbn-2"]),
+    ("tied-grad-overwritten", "the embedding's backward overwrites the tied head's gradient of the "
+     "token table instead of adding to it", "src/nn/embedding.c",
+     [("l->dy, l->shared_grad_written);", "l->dy, false);")], ["seq", "grad"]),
+    ("lmhead-partials-lost", "the head's table gradient keeps tile 0's partial only",
+     "src/tile/seq_ops.c",
+     [("return parts ? tree(&r, tsr__tile(dw, 0, 0), partials, 1, dy->mt) : 0;", "return 0;")],
+     ["seq", "grad"]),
+    ("layernorm-dx-no-xhat", "layer norm's input gradient without the xhat mean(g xhat) term's "
+     "full weight", "src/kernels/sequence.c",
+     [("out[k] = rstd * (g[k] * w[k] - mg - xhat * mgx);",
+       "out[k] = rstd * (g[k] * w[k] - mg - 0.5f * xhat * mgx);")], ["seq", "grad"]),
+    ("gelu-derivative", "GELU's derivative with the cubic's coefficient 2 instead of 3",
+     "src/kernels/sequence.c",
+     [("(1.0f + 3.0f * gelu_c * v * v)", "(1.0f + 2.0f * gelu_c * v * v)")], ["seq", "grad"]),
+    ("embed-chain-reversed", "the embedding's gradient chain runs the batch-row tiles backwards "
+     "(the bits then depend on the tiling)", "src/tile/seq_ops.c",
+     [("  for (int i = 0; i < dy->mt; i++)\n    TSR_TRY(tsr__insert_embed_bwd(",
+       "  for (int i = dy->mt - 1; i >= 0; i--)\n    TSR_TRY(tsr__insert_embed_bwd("),
+      ("tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n                                  i == 0));",
+       "tsr__tile(dy, i, 0), i == dy->mt - 1 && !add_tokens,\n"
+       "                                  i == dy->mt - 1));")], ["seq"]),
+    ("loss-not-per-token", "the per-position loss's gradient averaged over samples, not tokens",
+     "src/nn/net.c",
+     [("1.0f / ((float)n * (float)net->positions)", "1.0f / (float)n")], ["seq", "grad"]),
 ]
 
 

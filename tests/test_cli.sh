@@ -77,7 +77,7 @@ expect 0 "usage: tessera train" -- train --help
 # Every command: -h and --help print its usage and exit 0; an unknown option names the command
 # and the nearest option (exit 2); a prefix is no option (getopt_long alone took --epoch for
 # --epochs); an option without its value is named.
-for c in train eval inspect info plan trace-summary; do
+for c in train eval inspect generate info plan trace-summary; do
   expect 0 "^usage: tessera $c " -- "$c" --help
   expect 0 "^usage: tessera $c " -- "$c" -h
 done
@@ -539,7 +539,7 @@ expect 2 "^tessera inspect: expected one checkpoint file" -- inspect --json
 build=$(dirname "$tessera")
 man=$build/src/cli/tessera.1 comp=$build/src/cli/tessera
 sed 's/\\-/-/g' "$man" >"$tmp/man.txt" # roff's \- as -
-for c in train eval inspect info plan trace-summary; do
+for c in train eval inspect generate info plan trace-summary; do
   for o in $("$tessera" "$c" --help | grep -oE '^  (-h, )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
     if grep -qE -- "^\.B (-h, )?$o( |$)" "$tmp/man.txt" && grep -qE -- "^ *opts='.*$o( |')" "$comp"; then
       pass

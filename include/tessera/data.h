@@ -73,13 +73,43 @@ TSR_API int tsr_dataset_load_npz(tsr_dataset_t *train, tsr_dataset_t *test, cons
 TSR_API int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *dir,
                                  tsr_errbuf_t *err);
 
+/* Text for a language model, byte-level: a token is a byte (vocabulary TSR_TEXT_VOCAB = 256,
+ * nothing to learn or ship). paths[0..npaths) (borrowed) are read whole and concatenated in that
+ * order, then cut into windows of `context` (T) tokens at stride T: window i's x row is the
+ * tokens [iT, iT + T) as floats, its y row the tokens [iT + 1, iT + T + 1) (the next byte at each
+ * position), so n = floor((bytes - 1) / T) windows. The last floor(n test_fraction) windows
+ * (test_fraction in [0, 1); 0: test is empty) go to test, contiguous, the end of the text; the
+ * rest to train. Both sets: features T, channels 1, height T, width 1, targets T, classes 256.
+ * Memory: 8 bytes per token (x and y in float32), 20 MB for a text of 2.5 MB.
+ * Refused before anything is read, naming the file and the fix: a path that is not a regular
+ * file (a folder, a pipe or FIFO, which is never opened, a device; TSR_EIO), a file that cannot
+ * be read (TSR_EIO), an empty file, a text shorter than T + 1 bytes (the context longer than
+ * the text), too few windows to put one on each side of the split (TSR_EFORMAT). On success
+ * train and test are the caller's (tsr_dataset_fini); on an error both are zeroed. */
+#define TSR_TEXT_VOCAB 256
+TSR_API int tsr_dataset_load_text(tsr_dataset_t *train, tsr_dataset_t *test,
+                                  const char *const *paths, int npaths, int context,
+                                  double test_fraction, tsr_errbuf_t *err);
+
+/* The default text (tessera train --text default): the plain files of Debian's fortunes
+ * package, about 2.5 MB of English. */
+#define TSR_DEFAULT_TEXT_DIR "/usr/share/games/fortunes"
+
+/* The plain files of dir (names without a dot, regular and not empty: fortune's NAME.dat
+ * indexes and NAME.u8 links are left out), sorted by name in byte order, as *npaths paths in
+ * *paths (owned: tsr_dataset_text_files_free). TSR_EIO naming dir and the fortunes package
+ * when dir cannot be read or holds none. */
+TSR_API int tsr_dataset_text_files(char ***paths, int *npaths, const char *dir, tsr_errbuf_t *err);
+TSR_API void tsr_dataset_text_files_free(char **paths, int npaths);
+
 /* Sets the number of classes to `classes` (>= 2), after checking that every
  * label is below it: a label that is not is an error naming ds (`what`, e.g.
  * "the training set"), the sample and the label. */
 TSR_API int tsr_dataset_set_classes(tsr_dataset_t *ds, int classes, const char *what,
                                     tsr_errbuf_t *err);
 
-/* Samples per class: counts[c] for c in 0 .. ds->classes - 1 (caller's array). */
+/* Labels per class: counts[c] for c in 0 .. ds->classes - 1 (caller's array); samples per
+ * class where a sample has one label, tokens per class in a text set's targets. */
 TSR_API void tsr_dataset_class_counts(const tsr_dataset_t *ds, int64_t *counts);
 
 /* Keeps the first n samples (n <= ds->n). */
@@ -102,7 +132,8 @@ TSR_API void tsr_dataset_standardize(tsr_dataset_t *train, tsr_dataset_t *test);
  * tabular data, whose columns do not), or not at all (none). */
 typedef enum {
   TSR_STANDARDIZE_AUTO,   /* column for tabular data (CSV: no image geometry), scalar for images
-                             of one channel, channel for colour images */
+                             of one channel, channel for colour images, none for text (token
+                             ids: targets > 1) */
   TSR_STANDARDIZE_SCALAR, /* tsr_dataset_stats, tsr_dataset_normalize */
   TSR_STANDARDIZE_COLUMN,
   TSR_STANDARDIZE_NONE,
@@ -126,7 +157,8 @@ TSR_API const char *tsr_standardize_name(tsr_standardize_t kind);
 
 /* Fits s (the caller's to fini) to train (borrowed): kind's statistics over every training
  * sample, in double, rounded to float32; auto picks column (no image geometry), scalar (images
- * of one channel) or channel (colour images) by train's geometry. TSR_ENOMEM; TSR_ESHAPE for a
+ * of one channel), channel (colour images) by train's geometry, or none for a text set (labels
+ * at each position, targets > 1: token ids stay exact). TSR_ENOMEM; TSR_ESHAPE for a
  * channel standardization of a set whose features are not its channels x height x width. */
 TSR_API int tsr_standardization_fit(tsr_standardization_t *s, tsr_standardize_t kind,
                                     const tsr_dataset_t *train, tsr_errbuf_t *err);

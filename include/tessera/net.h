@@ -128,23 +128,25 @@ TSR_API int tsr_layer_spec_set_inputs(tsr_layer_spec_t *layer, const char *names
  * language model of L pre-norm blocks of width D, H heads and context T over a vocabulary of
  * `classes` tokens, as a graph of named layers (embed, h<b>.ln1, h<b>.qkv, h<b>.attn, h<b>.proj,
  * h<b>.res1, h<b>.ln2, h<b>.fc, h<b>.gelu, h<b>.fc2, h<b>.res2, lnf, head; the per-token
- * projections are convolutions of kernel 1); D not a multiple of H is refused. Any other bare name (letters, digits, - and _) is
- * a model of the zoo: the model file NAME.ini of the installed share/tessera/models/ (the data
- * folders of tsr_model_load_ini, not the current folder: "resnet50"), read by
- * tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its errors are that
- * function's. spec is started by the call (on an error it is left empty); fini it. */
+ * projections are convolutions of kernel 1); D not a multiple of H is refused. Any other bare name
+ * (letters, digits, - and _) is a model of the zoo: the model file NAME.ini of the installed
+ * share/tessera/models/ (the data folders of tsr_model_load_ini, not the current folder:
+ * "resnet50"), read by tsr_model_load_ini and bound to `classes` (tsr_model_bind_classes); its
+ * errors are that function's. spec is started by the call (on an error it is left empty); fini it.
+ */
 TSR_API int tsr_model_parse(tsr_model_spec_t *spec, const char *text, int classes,
                             tsr_errbuf_t *err);
 /* Reads an INI model file: one section per layer in file order, each with
  * `type = dense | relu | conv | maxpool | avgpool | globalavgpool | flatten | dropout | add |
- * concat | batchnorm`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
+ * concat | batchnorm | attention`. dense: `units = N` (or `units = classes`: TSR_UNITS_CLASSES, see
  * tsr_model_bind_classes), optional `activation = relu | none`, `in_features = N`. conv:
  * `filters = N` (or units), `kernel = K | KHxKW`, optional `stride`,
  * `padding` (N or NHxNW), `activation`, `in_channels`. Pools: `kernel`,
  * optional `stride`, `padding` (N or NHxNW, at most half the kernel). globalavgpool: no keys.
  * dropout: `rate = P`. add: optional `activation`. batchnorm: optional
  * `activation`, `momentum = M` (0 < M <= 1, default 0.1), `eps = E` (0 < E <= 1, default
- * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. Any layer: `input = NAME`
+ * 1e-5); per channel of h x w x c inputs, per feature of 1 x 1 x F ones. attention: `heads =
+ * H` (required, dividing the width D: its input has 3 D channels). Any layer: `input = NAME`
  * or `inputs = A, B, ...` (section names, or `input` for the input batch; default: the
  * previous section; `inputs` may be repeated, each line adding names, for lists longer than a
  * line of 200 characters). A section with `activation = relu` becomes two layers, NAME and a ReLU
@@ -359,6 +361,12 @@ TSR_API int tsr_net_grad_get(const tsr_net_t *net, int index, float *dst);
  * computed only when opts asked for it (tsr_net_keep_input_grad before steps). */
 TSR_API int tsr_net_keep_input_grad(tsr_net_t *net);
 TSR_API int tsr_net_input_grad_get(const tsr_net_t *net, float *dst);
+/* The last layer's output of the steps submitted so far (it waits for them), before the
+ * softmax: dst (batch, positions x classes) row-major (the caller's), the logits of the last
+ * step's samples, row r for its r-th sample (rows past a short batch hold the padding's); an
+ * lmhead's row holds position p's classes logits at p x classes. After tsr_net_eval_step it is
+ * what a generator samples from. TSR_EINVAL when a tile of it is on another process (--grid). */
+TSR_API int tsr_net_logits_get(const tsr_net_t *net, float *dst);
 
 TSR_EXTERN_C_END
 

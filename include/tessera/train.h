@@ -380,7 +380,8 @@ TSR_API int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double 
 /* Evaluates net on ds: mean loss and accuracy. */
 TSR_API int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *accuracy);
 /* The class net predicts for each sample of ds (the argmax of its logits, the
- * first on ties, as the accuracy counts): predicted[0 .. ds->n). */
+ * first on ties, as the accuracy counts): predicted[0 .. ds->n). TSR_EINVAL for a net that
+ * predicts per position (tsr_net_positions > 1: a language model). */
 TSR_API int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted);
 
 TSR_EXTERN_C_END

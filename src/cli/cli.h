@@ -13,6 +13,7 @@ int tsr_cli_inspect(int argc, char **argv);
 int tsr_cli_plan(int argc, char **argv);
 int tsr_cli_trace_summary(int argc, char **argv);
 int tsr_cli_summary(int argc, char **argv);
+int tsr_cli_generate(int argc, char **argv);
 
 /* A whole number in [lo, hi] from s, all of it: 0, or -1 (out untouched). */
 int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
@@ -28,6 +29,9 @@ int tsr__cli_shape(const char *s, int *h, int *w, int *c);
  * (tsr_model_parse). 0, or the exit code after saying on stderr what is wrong: 2 for a bad
  * shorthand, 1 for a file's problem (spec then left empty). */
 int tsr__cli_model(const char *cmd, const char *model, int classes, tsr_model_spec_t *spec);
+/* The window length T of a language model: the largest `context` of spec's layers (an
+ * embedding's positions), 0 when no layer has one (not a language model). */
+int tsr__cli_model_context(const tsr_model_spec_t *spec);
 
 /* getopt_long for command cmd ("train", ...) over longopts, which must have no abbreviation
  * taken for a name: the next option's val (-h gives the "help" entry's), -1 after the last, or

@@ -14,6 +14,7 @@ static const struct {
     {"train", tsr_cli_train, "train a network (default: MLP 784-512-512-10 on Fashion-MNIST)"},
     {"eval", tsr_cli_eval, "evaluate a checkpoint on a test set (accuracy, confusion matrix)"},
     {"inspect", tsr_cli_inspect, "list a checkpoint's tensors and metadata"},
+    {"generate", tsr_cli_generate, "continue a prompt with a language model's checkpoint"},
     {"info", tsr_cli_info, "show the hardware, StarPU workers, BLIS and MPI this engine runs on"},
     {"plan", tsr_cli_plan, "predict step and epoch times, bytes and memory per rank for P ranks"},
     {"summary", tsr_cli_summary, "a model's layers: output shapes, parameters, FLOPs per sample"},

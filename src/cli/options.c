@@ -163,3 +163,10 @@ int tsr__cli_model(const char *cmd, const char *model, int classes, tsr_model_sp
   tsr_model_bind_classes(spec, classes); /* a model file's units = classes */
   return 0;
 }
+
+int tsr__cli_model_context(const tsr_model_spec_t *spec) {
+  int context = 0;
+  for (int i = 0; spec && i < spec->n_layers; i++)
+    if (spec->layers[i].context > context) context = spec->layers[i].context;
+  return context;
+}

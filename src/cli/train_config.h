@@ -15,6 +15,9 @@
 
 typedef struct {
   const char *data_dir;   /* --data, borrowed from argv */
+  bool data_given;        /* --data was given (a language model without it trains on the
+                             default text) */
+  const char *text;       /* --text FILE[,FILE...] or "default", borrowed; NULL: none */
   const char *model;      /* --model: a shorthand for tsr_model_parse, or an INI file */
   bool model_file;        /* --model names an INI file (ends in .ini) */
   const char *log_path;   /* --log, NULL: no log */

@@ -490,6 +490,13 @@ static const row_t rows[] = {
              "CIFAR-10/100 binary batches, x_train.npy/y_train.npy\n"
              "(NumPy), or train.csv/test.csv; or a .npz file\n"
              "[" TSR_DEFAULT_DATA_DIR "]"},
+    {"text", "FILE[,FILE...]", read_text, AT(text),
+     .help = "text files for a language model (--model gpt:L,D,H,T),\n"
+             "byte-level (256 tokens), concatenated in order and cut into\n"
+             "windows of the model's context T; the last 10% of the\n"
+             "windows are the test set. default: the plain files of\n"
+             "Debian's fortunes package (" TSR_DEFAULT_TEXT_DIR ")\n"
+             "[default for a language model without --data]"},
     {"model", "SPEC|FILE", read_text, AT(model),
      .help = "mlp (784-512-512-10), mlp:W1,W2,..., linear, cnn (conv 3x3 32,\n"
              "maxpool 2, conv 3x3 64, maxpool 2, dense 128; padding 1),\n"
@@ -565,7 +572,8 @@ static const row_t rows[] = {
      .help = "inputs standardized with the training set's mean and std per\n"
              "feature column, over every feature (scalar), per colour\n"
              "channel (channel), or not at all [column for CSV data, scalar\n"
-             "for one-channel images, channel for colour images]"},
+             "for one-channel images, channel for colour images, none for\n"
+             "text]"},
     {"crop", "S:P", read_crop,
      .want = "S:P or HxW:P, the image's size and the padding (integers, P >= 0), e.g. 32:4",
      .help = "in training, a random S x S crop (HxW:P: H x W) of each image\n"
@@ -736,10 +744,23 @@ void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fiel
   }
 }
 
+/* Whether the option named name was given. */
+static bool given(const tsr_cli_train_config_t *cfg, const char *name) {
+  for (int i = 0; i < NROWS; i++)
+    if (strcmp(rows[i].name, name) == 0) return cfg->given[i] != NULL;
+  return false;
+}
+
 /* What depends on several options, once all are read: 0, or 2 after a message. */
 static int check_together(parse_t *p) {
   tsr_cli_train_config_t *cfg = p->cfg;
   tsr_errbuf_t err = {""};
+  cfg->data_given = given(cfg, "data");
+  if (cfg->text && cfg->data_given) {
+    fprintf(stderr, "tessera train: --text and --data: a run trains on one of them; leave the "
+                    "other out\n");
+    return 2;
+  }
   if (p->nesterov && tsr_optimizer_variant(&cfg->net.opt, "nesterov", &err)) {
     fprintf(stderr, "tessera train: --nesterov: %s\n", err.msg);
     return 2;

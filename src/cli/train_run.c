@@ -305,6 +305,90 @@ static int augment_data(run_t *r) {
   return 0;
 }
 
+/* The fraction of a text's windows, its end, that is the test set. */
+#define TEXT_TEST_FRACTION 0.1
+
+/* Whether --model is a language model (a layer with a context, the window length): a model file
+ * as read, a shorthand parsed aside (it is parsed for the data's classes after the data). */
+static bool language_model(const run_t *r) {
+  if (r->cfg->model_file) return tsr__cli_model_context(&r->spec) > 0;
+  tsr_model_spec_t spec;
+  int context = 0;
+  if (tsr_model_parse(&spec, r->cfg->model, TSR_TEXT_VOCAB, NULL) == 0)
+    context = tsr__cli_model_context(&spec);
+  tsr_model_spec_fini(&spec);
+  return context > 0;
+}
+
+/* What a text set's token ids cannot take: 0, or bad usage (exit 2) naming the option. */
+static int check_text_options(run_t *r, const char *opt) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  const char *why = NULL;
+  if (tsr__cli_model_context(&r->spec) == 0)
+    why = "the model has no layer with a context, the window length T: use --model "
+          "gpt:L,D,H,T, or give the model file's embedding layer context = T";
+  else if (cfg->classes)
+    why = "--classes: the vocabulary is the 256 byte values; leave --classes out";
+  else if (cfg->standardize != TSR_STANDARDIZE_AUTO && cfg->standardize != TSR_STANDARDIZE_NONE)
+    why = "--standardize: the inputs are token ids, which must stay exact; leave it out (none)";
+  else if (cfg->augment.crop_h || cfg->augment.flip)
+    why = "--crop and --flip are for images; leave them out";
+  if (!why) return 0;
+  r->usage = true;
+  return tsr_error_set(&r->err, TSR_EINVAL, "%s: %s", opt, why);
+}
+
+/* The text's files: --text's list (split at commas, into *copy, the caller's to free), or the
+ * default corpus (*owned, tsr_dataset_text_files_free). */
+static int text_paths(run_t *r, const char ***paths, int *n, char **copy, char ***owned) {
+  const char *text = r->cfg->text;
+  if (!text || strcmp(text, "default") == 0) {
+    TSR_TRY(tsr_dataset_text_files(owned, n, TSR_DEFAULT_TEXT_DIR, &r->err));
+    *paths = (const char **)*owned;
+    return 0;
+  }
+  size_t len = strlen(text);
+  *copy = malloc(len + 1);
+  *paths = malloc(sizeof **paths * (len / 2 + 1)); /* at most one name every two characters */
+  if (!*copy || !*paths) return tsr_error_set(&r->err, TSR_ENOMEM, "--text: out of memory");
+  memcpy(*copy, text, len + 1);
+  *n = 0;
+  for (char *at = *copy, *comma;; at = comma + 1) {
+    comma = strchr(at, ',');
+    if (comma) *comma = '\0';
+    if (!*at) {
+      r->usage = true;
+      return tsr_error_set(&r->err, TSR_EINVAL,
+                           "--text %s: an empty file name; separate the files by single commas",
+                           text);
+    }
+    (*paths)[(*n)++] = at;
+    if (!comma) return 0;
+  }
+}
+
+/* A language model's data: the model first (a shorthand with the 256 bytes as its vocabulary),
+ * whose context is the windows' length T, then the text, the last TEXT_TEST_FRACTION of its
+ * windows the test set. */
+static int load_text(run_t *r) {
+  const tsr_cli_train_config_t *cfg = r->cfg;
+  const char *opt = cfg->text ? "--text" : "a language model without --data";
+  if (!cfg->model_file) TSR_TRY(tsr_model_parse(&r->spec, cfg->model, TSR_TEXT_VOCAB, &r->err));
+  TSR_TRY(check_text_options(r, opt));
+  const char **paths = NULL;
+  char *copy = NULL, **owned = NULL;
+  int n = 0, rc = text_paths(r, &paths, &n, &copy, &owned);
+  if (rc == 0)
+    rc = tsr_dataset_load_text(&r->train, &r->test, paths, n, tsr__cli_model_context(&r->spec),
+                               TEXT_TEST_FRACTION, &r->err);
+  if (owned)
+    tsr_dataset_text_files_free(owned, n);
+  else
+    free(paths);
+  free(copy);
+  return rc;
+}
+
 /* The output files checked, the model description (a model file first: it fails faster than the
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
@@ -319,7 +403,10 @@ static int load(run_t *r) {
   if (rc == 0 && r->speaker && cfg->checkpoint)
     rc = tsr_output_check(cfg->checkpoint, "--checkpoint", &r->err);
   if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
-  if (rc == 0) rc = tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
+  /* The run trains on text with --text, or with a language model and no --data. */
+  bool text = rc == 0 && (cfg->text || (!cfg->data_given && language_model(r)));
+  if (rc == 0)
+    rc = text ? load_text(r) : tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
   if (rc == 0 && cfg->classes) { /* before --train-limit: every label of the files is checked */
     char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "--classes %d: the training set in %s", cfg->classes,
@@ -328,7 +415,7 @@ static int load(run_t *r) {
     snprintf(what, sizeof what, "--classes %d: the test set in %s", cfg->classes, cfg->data_dir);
     if (rc == 0) rc = tsr_dataset_set_classes(&r->test, cfg->classes, what, &r->err);
   }
-  if (rc == 0 && !cfg->classes && r->speaker) warn_empty_classes(&r->train);
+  if (rc == 0 && !cfg->classes && r->speaker && !text) warn_empty_classes(&r->train);
   if (rc == 0 && cfg->train_limit > 0 && cfg->train_limit < r->train.n)
     rc = tsr_dataset_truncate(&r->train, cfg->train_limit);
   if (rc == 0 && cfg->test_limit >= 0 && cfg->test_limit < r->test.n)
@@ -352,12 +439,10 @@ static int load(run_t *r) {
     r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
   }
   if (rc == 0) rc = augment_data(r);
-  if (rc == 0) {
-    if (!cfg->model_file)
-      rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
-    else
-      tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
-  }
+  if (rc == 0 && cfg->model_file)
+    tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
+  else if (rc == 0 && !text)                            /* load_text parsed the shorthand already */
+    rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   return rc;
 }
 

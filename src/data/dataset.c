@@ -250,21 +250,31 @@ int tsr_dataset_load_dir(tsr_dataset_t *train, tsr_dataset_t *test, const char *
   return rc;
 }
 
+/* Labels per sample (a text window's T targets; targets 0 is read as 1) and in all. */
+static int64_t per_sample(const tsr_dataset_t *ds) {
+  return ds->targets > 1 ? ds->targets : 1;
+}
+
+static int64_t labels_of(const tsr_dataset_t *ds) {
+  return ds->n * per_sample(ds);
+}
+
 int tsr_dataset_set_classes(tsr_dataset_t *ds, int classes, const char *what, tsr_errbuf_t *err) {
   if (classes < 2) return tsr_error_set(err, TSR_EINVAL, "at least 2 classes (got %d)", classes);
-  for (int64_t i = 0; i < ds->n; i++)
+  for (int64_t i = 0; i < labels_of(ds); i++)
     if (ds->y[i] >= (float)classes)
       return tsr_error_set(err, TSR_EFORMAT,
                            "%s: sample %lld has label %.0f, but there are %d classes (labels 0 to "
                            "%d)",
-                           what, (long long)i + 1, (double)ds->y[i], classes, classes - 1);
+                           what, (long long)(i / per_sample(ds)) + 1, (double)ds->y[i], classes,
+                           classes - 1);
   ds->classes = classes;
   return 0;
 }
 
 void tsr_dataset_class_counts(const tsr_dataset_t *ds, int64_t *counts) {
   memset(counts, 0, sizeof *counts * (size_t)ds->classes);
-  for (int64_t i = 0; i < ds->n; i++) {
+  for (int64_t i = 0; i < labels_of(ds); i++) {
     int c = (int)ds->y[i];
     if (c >= 0 && c < ds->classes) counts[c]++;
   }
@@ -278,7 +288,7 @@ int tsr_dataset_truncate(tsr_dataset_t *ds, int64_t n) {
   if (n == 0) return 0; /* keep the buffers; realloc to 0 bytes is implementation-defined */
   float *x = realloc(ds->x, (size_t)n * (size_t)ds->features * sizeof *x);
   if (x) ds->x = x;
-  float *y = realloc(ds->y, (size_t)n * sizeof *y);
+  float *y = realloc(ds->y, (size_t)labels_of(ds) * sizeof *y);
   if (y) ds->y = y;
   return 0;
 }
@@ -335,7 +345,7 @@ void tsr_dataset_fingerprint(const tsr_dataset_t *ds, char *buf, size_t size) {
   double sum = 0;
   for (int64_t i = 0; i < ds->n * ds->features; i += 997)
     sum += ds->x[i];
-  for (int64_t i = 0; i < ds->n; i += 7)
+  for (int64_t i = 0; i < labels_of(ds); i += 7)
     sum += ds->y[i];
   snprintf(buf, size, "%lld x %lld, %d classes, checksum %.9g", (long long)ds->n,
            (long long)ds->features, ds->classes, sum);

@@ -71,8 +71,11 @@ static int64_t entry_of(const tsr_standardization_t *s, int64_t j) {
 int tsr_standardization_fit(tsr_standardization_t *s, tsr_standardize_t kind,
                             const tsr_dataset_t *train, tsr_errbuf_t *err) {
   *s = (tsr_standardization_t){0};
+  /* A set with labels at each position (text) holds token ids, which an embedding looks up:
+   * they must stay exact integers. */
   if (kind == TSR_STANDARDIZE_AUTO)
-    kind = train->height <= 1    ? TSR_STANDARDIZE_COLUMN
+    kind = train->targets > 1    ? TSR_STANDARDIZE_NONE
+           : train->height <= 1  ? TSR_STANDARDIZE_COLUMN
            : train->channels > 1 ? TSR_STANDARDIZE_CHANNEL
                                  : TSR_STANDARDIZE_SCALAR;
   int64_t channels = train->channels > 0 ? train->channels : 1;

@@ -11,8 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Makes BLIS single-threaded: StarPU is the only source of parallelism. */
+/* Makes BLIS single-threaded (StarPU is the only source of parallelism) and picks its kernels
+ * where BLIS alone would pick slow ones (gemm.c); call before any other BLIS call. */
 void tsr__k_init(void);
+/* What tsr__k_init chose of BLIS's kernels for this CPU ("BLIS_ARCH_TYPE=0 (skx), set by
+ * tessera"), or "" when BLIS chose alone (gemm.c says when tessera chooses). */
+const char *tsr__k_blis_choice(void);
+/* The name of the BLIS kernels in use ("skx", "generic", ...), after tsr__k_init. */
+const char *tsr__k_blis_kernels(void);
 
 /* c (m, n) = alpha * op(a) (m, k) * op(b) (k, n) + beta * c. With ta, a is
  * stored (k, m); with tb, b is stored (n, k). BLIS does the work. */

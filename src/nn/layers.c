@@ -8,11 +8,14 @@
 extern const tsr_layer_type_t tsr__dense_type, tsr__relu_type, tsr__conv_type, tsr__maxpool_type,
     tsr__avgpool_type, tsr__flatten_type, tsr__dropout_type, tsr__add_type, tsr__concat_type,
     tsr__batchnorm_type, tsr__globalavgpool_type;
+extern const tsr_layer_type_t tsr__attention_type, tsr__embedding_type, tsr__layernorm_type,
+    tsr__gelu_type, tsr__lmhead_type;
 
 static const tsr_layer_type_t *const types[] = {
-    &tsr__dense_type,   &tsr__relu_type,      &tsr__conv_type,          &tsr__maxpool_type,
-    &tsr__avgpool_type, &tsr__flatten_type,   &tsr__dropout_type,       &tsr__add_type,
-    &tsr__concat_type,  &tsr__batchnorm_type, &tsr__globalavgpool_type,
+    &tsr__dense_type,     &tsr__relu_type,      &tsr__conv_type,          &tsr__maxpool_type,
+    &tsr__avgpool_type,   &tsr__flatten_type,   &tsr__dropout_type,       &tsr__add_type,
+    &tsr__concat_type,    &tsr__batchnorm_type, &tsr__globalavgpool_type, &tsr__embedding_type,
+    &tsr__layernorm_type, &tsr__gelu_type,      &tsr__attention_type,     &tsr__lmhead_type,
 };
 
 int tsr__layer_type_count(void) {

@@ -632,7 +632,9 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
     else
       snprintf(part, sizeof part, "%s", t ? t->name : "unknown");
     n += snprintf(buf + n, (size_t)(size - n), "-%s", part);
-    for (int k = 0; k < l->n_inputs && n < size; k++)
+    /* An input that is the default is not shown, as tsr_model_to_ini does not write it: a spec
+     * and the one its INI reads back (a checkpoint's) are described alike. */
+    for (int k = 0; k < l->n_inputs && n < size && !reads_default(spec, i); k++)
       n += snprintf(buf + n, (size_t)(size - n), "%s%s%s", k ? "," : "[", l->inputs[k],
                     k == l->n_inputs - 1 ? "]" : "");
   }

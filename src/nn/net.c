@@ -584,3 +584,8 @@ int tsr_net_keep_input_grad(tsr_net_t *net) {
 int tsr_net_input_grad_get(const tsr_net_t *net, float *dst) {
   return net->dx0 ? tsr_tiles_read(net->dx0, dst) : TSR_EINVAL;
 }
+
+int tsr_net_logits_get(const tsr_net_t *net, float *dst) {
+  if (!net || !dst || net->n_layers < 1) return TSR_EINVAL;
+  return tsr_tiles_read(net->layers[net->n_layers - 1].y, dst);
+}

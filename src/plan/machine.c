@@ -122,7 +122,8 @@ double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, i
                            int inner) {
   if (!m->measure_kernels) return m->gemm_gflops * 1e9;
   char key[128];
-  snprintf(key, sizeof key, "gemm %d %d %d %d %d", ta, tb, rows, cols, inner);
+  snprintf(key, sizeof key, "gemm/%s %d %d %d %d %d", tsr__k_blis_kernels(), ta, tb, rows, cols,
+           inner);
   double v;
   if (cached(m, key, &v)) return v;
   float *a = buffer((size_t)rows * inner), *b = buffer((size_t)inner * cols),
@@ -143,8 +144,9 @@ double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int
   double described = (m->conv_gflops > 0 ? m->conv_gflops : m->gemm_gflops) * 1e9;
   if (!m->measure_kernels) return described;
   char key[128];
-  snprintf(key, sizeof key, "conv%d %d %d %d %d %d %d %d %d %d %d %d %d %d", which, g->c, g->h,
-           g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, n);
+  snprintf(key, sizeof key, "conv%d/%s %d %d %d %d %d %d %d %d %d %d %d %d %d", which,
+           tsr__k_blis_kernels(), g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw,
+           g->ph, g->pw, n);
   double v;
   if (cached(m, key, &v)) return v;
   int fin = g->h * g->w * g->c, fout = g->oh * g->ow * g->oc, fan = g->kh * g->kw * g->c;

@@ -18,6 +18,7 @@
 #include <time.h>
 #endif
 
+#include "kernels/kernels.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 #include "version_git.h"
@@ -310,9 +311,11 @@ void tsr_versions(char *buf, size_t size) {
 }
 
 static void print_blis(FILE *out) {
+  tsr__k_init(); /* before BLIS's first query: it may choose the kernels */
+  const char *chosen = tsr__k_blis_choice();
   fprintf(out, "\nBLIS %s\n", bli_info_get_version_str());
-  fprintf(out, "  kernels         %s (chosen at run time for this CPU)\n",
-          bli_arch_string(bli_arch_query_id()));
+  fprintf(out, "  kernels         %s (%s)\n", bli_arch_string(bli_arch_query_id()),
+          chosen[0] ? chosen : "chosen at run time for this CPU");
   fprintf(out, "  threading       OpenMP %s, pthreads %s\n", yes_no(bli_info_get_enable_openmp()),
           yes_no(bli_info_get_enable_pthreads()));
   long nt = (long)bli_thread_get_num_threads();

@@ -220,4 +220,52 @@ int tsr__tile_bn_combine(const tsr_task_opts_t *o, tsr_tiles_t *a, const tsr_til
  * trainer's bounded submission window. */
 int tsr__tiles_wait(unsigned n_left);
 
+/* ---- Causal multi-head self-attention over the batch-row tiles of whole sequences
+ * (src/tile/attention.c; src/kernels/attention.h says the layout): one task per batch-row tile,
+ * all heads inside. qkv (M, t 3d), y (M, t d), lse (M, heads t): one tile column each, their
+ * rows tiled alike. */
+#include "kernels/attention.h"
+/* y and lse (the log-sum-exp per row, head and position) from qkv. */
+int tsr__tiles_attention_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, tsr_tiles_t *lse,
+                             const tsr_tiles_t *qkv, const tsr_attn_geom_t *g);
+/* dqkv (tiled like qkv) written from dy (tiled like y) and the forward pass's qkv, y, lse. */
+int tsr__tiles_attention_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dqkv, const tsr_tiles_t *dy,
+                             const tsr_tiles_t *qkv, const tsr_tiles_t *y, const tsr_tiles_t *lse,
+                             const tsr_attn_geom_t *g);
+/* ---- Sequence layers (seq_ops.c): batch-row tiles of whole samples of T positions (one tile
+ * wide; rows tiled alike), tables and layer norm's parameters one tile each. Kernels'
+ * formulas: src/kernels/sequence.h. */
+/* y (M, T D) = wte (vocab, D) rows of the token ids tok (M, T), plus wpe (>= T, D) (NULL: none). */
+int tsr__tiles_embed_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *tok,
+                         const tsr_tiles_t *wte, const tsr_tiles_t *wpe);
+/* dwte, dwpe (NULL: none) = dy (M, T D) scattered to the rows of tok, in a chain of the tiles in
+ * order (the same bits for every row tiling); add_tokens: added to dwte as it is (a tied head
+ * wrote it this step), else dwte is written. dwpe is always written. */
+int tsr__tiles_embed_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dwte, tsr_tiles_t *dwpe,
+                         const tsr_tiles_t *tok, const tsr_tiles_t *dy, bool add_tokens);
+/* y (M, P C) = layer norm of x per position, scale w and shift b (1, C); stats (M, 2 P) keeps
+ * each position's mean and 1 / std for the backward. */
+int tsr__tiles_layernorm_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, tsr_tiles_t *stats,
+                             const tsr_tiles_t *x, const tsr_tiles_t *w, const tsr_tiles_t *b,
+                             float eps);
+/* dx (NULL: not computed), and dw, db (1, C) summed over the tiles' partials (mt 2, C), one (2,
+ * C) tile per batch-row tile, by a fixed tree. */
+int tsr__tiles_layernorm_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, tsr_tiles_t *partials,
+                             tsr_tiles_t *dw, tsr_tiles_t *db, const tsr_tiles_t *dy,
+                             const tsr_tiles_t *x, const tsr_tiles_t *w, const tsr_tiles_t *stats);
+/* y = GELU(x), and dx = dy GELU'(x): any tiling, all alike. */
+int tsr__tiles_gelu_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x);
+int tsr__tiles_gelu_bwd(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                        const tsr_tiles_t *x);
+/* The language-model head over t positions, w (V, D) the token table: y (M, t V) = x (M, t D)
+ * w^T per position; dx = dy w; dw = dy^T x summed over the batch (written), each batch-row
+ * tile's own partial in partials ((mt - 1) V, D) in (V, D) tiles added by a fixed tree (NULL:
+ * a chain into dw). */
+int tsr__tiles_lmhead_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                          const tsr_tiles_t *w, int t);
+int tsr__tiles_lmhead_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
+                               const tsr_tiles_t *w, int t);
+int tsr__tiles_lmhead_bwd_table(const tsr_task_opts_t *o, tsr_tiles_t *dw, tsr_tiles_t *partials,
+                                const tsr_tiles_t *dy, const tsr_tiles_t *x, int t);
+
 #endif

@@ -76,6 +76,7 @@ int tsr_evaluate(tsr_net_t *net, const tsr_dataset_t *ds, double *loss, double *
 }
 
 int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
+  if (tsr_net_positions(net) != 1) return TSR_EINVAL; /* one class per sample only */
   int b = tsr_net_batch(net), classes = net->classes;
   const tsr_tiles_t *logits = net->layers[net->n_layers - 1].y;
   int32_t *idx = malloc(sizeof(int32_t) * (size_t)b);

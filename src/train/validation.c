@@ -2,7 +2,8 @@
  * standardization is fitted (to the rest alone). Which samples: the first round(F n) of a
  * permutation of 0 .. n-1 seeded by the run's seed alone, in a stream of its own (no epoch's
  * shuffle draws it), so every rank of every run of that seed holds out the same ones whatever
- * the number of ranks; both parts keep the file's order. */
+ * the number of ranks; both parts keep the file's order. A sample moves with its labels (a text
+ * window's T targets). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,11 @@ int tsr_validation_split(tsr_dataset_t *train, tsr_dataset_t *val, double fracti
                          "%.3g and %.3g",
                          fraction, (long long)n, (long long)n_val, 0.5 / (double)n,
                          1 - 1.5 / (double)n);
-  size_t f = (size_t)train->features;
+  size_t f = (size_t)train->features, t = train->targets > 1 ? (size_t)train->targets : 1;
   int64_t *perm = malloc(sizeof *perm * (size_t)n);
   unsigned char *held = calloc((size_t)n, 1);
   float *vx = malloc(sizeof(float) * (size_t)n_val * f),
-        *vy = malloc(sizeof(float) * (size_t)n_val);
+        *vy = malloc(sizeof(float) * (size_t)n_val * t);
   if (!perm || !held || !vx || !vy) {
     free(perm), free(held), free(vx), free(vy);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory for --val-split");
@@ -49,12 +50,13 @@ int tsr_validation_split(tsr_dataset_t *train, tsr_dataset_t *val, double fracti
     held[perm[i]] = 1;
   int64_t kept = 0, out = 0;
   for (int64_t i = 0; i < n; i++) { /* in place: kept <= i */
-    const float *x = train->x + (size_t)i * f;
+    const float *x = train->x + (size_t)i * f, *y = train->y + (size_t)i * t;
     if (held[i]) {
-      memcpy(vx + (size_t)out * f, x, sizeof(float) * f), vy[out++] = train->y[i];
+      memcpy(vx + (size_t)out * f, x, sizeof(float) * f);
+      memcpy(vy + (size_t)out++ * t, y, sizeof(float) * t);
     } else {
       memmove(train->x + (size_t)kept * f, x, sizeof(float) * f);
-      train->y[kept++] = train->y[i];
+      memmove(train->y + (size_t)kept++ * t, y, sizeof(float) * t);
     }
   }
   free(perm), free(held);
