@@ -9,6 +9,7 @@ and PyTorch interoperability. Pure Python and NumPy; PyTorch only for tessera.py
     logits = net(tessera.torch_inputs(test.x, ckpt))
     tessera.from_torch(net, "out.st", dataset=train)   # back to a tessera checkpoint
     log = tessera.read_log("run.jsonl")           # epochs, events
+    gpt = tessera.to_torch("lm.st")               # a gpt:L,D,H,T checkpoint: a tessera.gpt.GPT
 
 See NOTES-py.md (docs/python.md) for the layouts and what is supported.
 """
@@ -17,8 +18,8 @@ from .checkpoint import Checkpoint, CheckpointError, read_checkpoint, write_chec
 from .log import Log, read_log
 from .model import Graph, Layer, ModelError
 
-_TORCH = ("to_torch", "from_torch", "to_torch_optimizer", "torch_inputs", "TesseraNet", "Add",
-          "Concat", "pytorch")
+_TORCH = ("to_torch", "from_torch", "to_torch_optimizer", "torch_inputs", "TesseraNet", "GPT",
+          "Add", "Concat", "pytorch")
 
 
 def __getattr__(name):

@@ -3,8 +3,9 @@
 A checkpoint is a safetensors file (safetensors.py) with format "tessera-checkpoint/1":
 
 tensors  `layers.N.TYPE.weight` and `.bias` for each layer with parameters (N: its index in
-         the model, counting every layer, ReLUs included; TYPE: dense or conv), and for each
-         parameter the optimizer's state `optimizer.<parameter>.<state>`: momentum_buffer
+         the model, counting every layer, ReLUs included; TYPE: dense, conv, batchnorm,
+         layernorm; an embedding's are `.weight` (vocab, D) and `.position` (context, D)), and
+         for each parameter the optimizer's state `optimizer.<parameter>.<state>`: momentum_buffer
          (SGD with momentum), exp_avg and exp_avg_sq (Adam, AdamW). Float32, row-major:
          a dense weight is (in, out), a conv weight (kh kw c_in, c_out) with rows ordered
          (ky, kx, ci), a bias and its state are 1-D (out,).
@@ -157,13 +158,14 @@ class Checkpoint:
         return self._int("step_in_epoch")
 
     def params(self):
-        """[(layer, weight name, bias name)] for each layer with parameters, in model order."""
+        """[(layer, weight name, bias name)] for each layer with parameters, in model order (an
+        embedding's: weight, position; without a position table (layer, weight name))."""
         return [(l,) + _model.param_names(l) for l in self.layers if l.kind in _model.PARAM_TYPES]
 
     def state_names(self):
         """The optimizer state tensors kept per parameter (by the names present)."""
         names = OPTIMIZER_STATES.get(self.optimizer, ())
-        first = next((w for _, w, _ in self.params()), None)
+        first = next((p[1] for p in self.params()), None)
         return tuple(s for s in names if first and "optimizer.%s.%s" % (first, s) in self.tensors)
 
     def __repr__(self):

@@ -67,7 +67,8 @@ def _read_csv(path):
 
 
 class Dataset:
-    """x: (n, features) float32, as tessera reads them (not standardized); y: (n,) int64;
+    """x: (n, features) float32, as tessera reads them (not standardized); y: (n,) int64 (a
+    text's: (n, T), the next token at each position);
     classes: 1 + the largest label of the whole file (a limit keeps it); shape: (c, h, w);
     images: read from IDX images (True) or a CSV table (False)."""
 
@@ -82,6 +83,31 @@ class Dataset:
         if not n or n >= len(self.y):
             return self
         return Dataset(self.x[:n], self.y[:n], self.classes, self.shape, self.images)
+
+
+def load_text(paths, context, test_fraction=0.1):
+    """(train, test) Datasets of text files as tessera's --text reads them (src/data/text.c):
+    the files' bytes concatenated in order, cut into windows of `context` tokens at stride
+    `context`: window i's x the bytes [i T, i T + T) as float32, its y (int64, (n, T)) the
+    bytes one further, the next byte at each position; the last floor(n test_fraction) windows,
+    contiguous, the test set. paths: a path or a list of them. classes 256, shape (1, T, 1).
+    Raises ValueError for a text shorter than context + 1 bytes."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    data = b""
+    for p in paths:
+        with open(p, "rb") as f:
+            data += f.read()
+    if len(data) < context + 1:
+        raise ValueError("%s: the context (%d tokens) is longer than the text (%d bytes)"
+                         % (",".join(paths), context, len(data)))
+    b = np.frombuffer(data, dtype=np.uint8)
+    n = (len(b) - 1) // context
+    n_test = int(np.floor(n * test_fraction + 1e-9))
+    x = b[:n * context].reshape(n, context).astype(np.float32)
+    y = b[1:n * context + 1].reshape(n, context).astype(np.int64)
+    shape = (1, context, 1)
+    return (Dataset(x[:n - n_test], y[:n - n_test], 256, shape),
+            Dataset(x[n - n_test:], y[n - n_test:], 256, shape))
 
 
 def load(folder):

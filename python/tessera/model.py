@@ -3,9 +3,13 @@ checkpoint's `model_ini` metadata, read into a graph of layers with their shapes
 
 The format is tsr_model_load_ini's (include/tessera/net.h, src/nn/model.c): one section per
 layer, in order, each with `type = dense | relu | conv | maxpool | avgpool | flatten | dropout |
-add | concat` and its keys; dense: `units`, optional `activation = relu | none`, `in_features`;
+add | concat | batchnorm | globalavgpool | embedding | layernorm | gelu | attention | lmhead`
+and its keys; dense: `units`, optional `activation = relu | none`, `in_features`;
 conv (or conv2d): `filters` (or `units`), `kernel = K | KHxKW`, optional `stride`, `padding`
-(N or NHxNW), `activation`, `in_channels`; pools: `kernel`, optional `stride`; dropout: `rate`.
+(N or NHxNW), `activation`, `in_channels`; pools: `kernel`, optional `stride`; dropout: `rate`;
+the language model's (a sample a sequence T x 1 x 1 of token ids): embedding `vocab`, `units`,
+optional `context` (the position table's rows); layernorm optional `eps`; attention `heads`;
+lmhead `units` (the embedding's vocab; tied to its table). The gpt:L,D,H,T shorthand: gpt().
 A section's name is its layer's name; `input = NAME` or `inputs = A, B` names the layers it
 takes (default: the previous section; the first section takes the network's input). `add` sums
 inputs of one shape (a residual connection); `concat` joins them along channels (spatial
@@ -42,6 +46,12 @@ _KEYS = {
     "batchnorm": {"activation": (None, "activation"), "momentum": ("momentum", "fraction"),
                   "eps": ("eps", "fraction")},
     "globalavgpool": {},
+    "embedding": {"vocab": ("vocab", "count"), "units": ("units", "count"),
+                  "context": ("context", "count")},
+    "layernorm": {"eps": ("eps", "fraction")},
+    "gelu": {},
+    "attention": {"heads": ("heads", "count")},
+    "lmhead": {"units": ("units", "units")},
 }
 _ALIASES = {"conv2d": "conv"}
 _REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add units = N")],
@@ -53,13 +63,28 @@ _REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add
              "avgpool": [("kernel_h", "kernel",
                           "has no 'kernel'; add kernel = K or kernel = KHxKW")],
              "dropout": [("rate", "rate",
-                          "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)")]}
+                          "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)")],
+             "embedding": [("vocab", "vocab", "is an embedding layer without 'vocab'; add "
+                            "vocab = N (the tokens' count)"),
+                           ("units", "units", "is an embedding layer without 'units'; add "
+                            "units = D (the width)")],
+             "attention": [("heads", "heads", "is an attention layer without 'heads'; add "
+                            "heads = H (dividing the width)")],
+             "lmhead": [("units", "units", "is an lmhead layer without 'units'; add units = "
+                         "V (the embedding's vocab)")]}
 TYPES = tuple(_KEYS)
-#: Types with parameters (a weight and a bias), as tessera names them in a checkpoint.
-PARAM_TYPES = ("dense", "conv", "batchnorm")
+#: Types with parameters, and their names in a checkpoint (layers.N.TYPE.NAME), in tessera's
+#: order (src/nn/*.c's param_names; an lmhead has none: it borrows the embedding's weight).
+PARAMS = {"dense": ("weight", "bias"), "conv": ("weight", "bias"),
+          "batchnorm": ("weight", "bias"), "embedding": ("weight", "position"),
+          "layernorm": ("weight", "bias")}
+PARAM_TYPES = tuple(PARAMS)
 #: Types with buffers (non-trained state a checkpoint holds), and their names.
 BUFFERS = {"batchnorm": ("running_mean", "running_var", "num_batches_tracked")}
 MERGE_TYPES = ("add", "concat")
+#: Types whose last layer predicts: dense (one prediction per sample) and lmhead (one per
+#: position of a sequence: the labels are (n, T), the loss averaged over the tokens).
+OUTPUT_TYPES = ("dense", "lmhead")
 #: A dense layer's units that are the number of classes (`units = classes`, TSR_UNITS_CLASSES):
 #: bind_classes sets them.
 UNITS_CLASSES = -1
@@ -69,7 +94,7 @@ def bind_classes(layers, classes):
     """Sets every dense layer's `units = classes` to classes (tsr_model_bind_classes); returns
     layers."""
     for l in layers:
-        if l.kind == "dense" and l.units == UNITS_CLASSES:
+        if l.kind in OUTPUT_TYPES and l.units == UNITS_CLASSES:
             l.units = int(classes)
     return layers
 
@@ -85,7 +110,8 @@ class Layer:
     N of its checkpoint tensors `layers.N.TYPE.weight`), its input shapes and output shape."""
 
     FIELDS = ("units", "kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w",
-              "in_channels", "in_features", "rate", "momentum", "eps")
+              "in_channels", "in_features", "rate", "momentum", "eps", "heads", "vocab",
+              "context")
     FLOATS = ("rate", "momentum", "eps")
 
     def __init__(self, name, kind, inputs=None, **fields):
@@ -152,6 +178,14 @@ class Layer:
                     + ("/eps" + _g(self.eps, 6) if self.eps else ""))
         if self.kind == "dropout":
             return "dropout" + _g(self.rate, 6)
+        if self.kind == "layernorm":
+            return "layernorm" + ("/eps" + _g(self.eps, 6) if self.eps else "")
+        if self.kind == "embedding":
+            return "embedding/v%d" % self.vocab + ("/t%d" % self.context if self.context else "")
+        if self.kind == "attention":
+            return "attention/h%d" % self.heads
+        if self.kind == "lmhead":
+            return "lmhead/v%d" % self.units if self.units != UNITS_CLASSES else "lmhead/classes"
         return self.kind
 
     def ini_keys(self):
@@ -183,6 +217,18 @@ class Layer:
                     out.append("%s = %s" % (f, _g(getattr(self, f), 9)))
         elif self.kind == "dropout":
             out.append("rate = %s" % _g(self.rate, 9))
+        elif self.kind == "layernorm":
+            if self.eps:
+                out.append("eps = %s" % _g(self.eps, 9))
+        elif self.kind == "embedding":
+            out += ["vocab = %d" % self.vocab, "units = %d" % self.units]
+            if self.context:
+                out.append("context = %d" % self.context)
+        elif self.kind == "attention":
+            out.append("heads = %d" % self.heads)
+        elif self.kind == "lmhead":
+            out.append("units = classes" if self.units == UNITS_CLASSES else
+                       "units = %d" % self.units)
         return out
 
 
@@ -436,9 +482,32 @@ class Graph:
             raise ModelError("%s: the output of %s is used by no layer (only the last layer's "
                              "output may be unused)" % (self.path, ", ".join(unused)))
         last = self.layers[-1]
-        if last.kind != "dense":
-            raise ModelError("%s: the last layer must be dense (the class scores); [%s] is %s"
+        if last.kind not in OUTPUT_TYPES:
+            raise ModelError("%s: the last layer must be dense (the class scores) or lmhead (a "
+                             "language model's logits); [%s] is %s"
                              % (self.path, last.name, last.kind))
+        heads = [l for l in self.layers if l.kind == "lmhead"]
+        if heads:
+            embeds = [l for l in self.layers if l.kind == "embedding"]
+            if len(embeds) != 1:
+                raise ModelError("%s: [%s] (lmhead) is tied to the network's embedding layer, "
+                                 "but it has %d; use exactly one" % (self.path, heads[0].name,
+                                                                      len(embeds)))
+            for h in heads:
+                if h.units != UNITS_CLASSES and h.units != embeds[0].vocab:
+                    raise ModelError("%s: [%s] units = %d, but the embedding [%s] has vocab = %d;"
+                                     " make them equal" % (self.path, h.name, h.units,
+                                                           embeds[0].name, embeds[0].vocab))
+
+    @property
+    def embedding(self):
+        """The embedding layer an lmhead is tied to (the only one), or None."""
+        return next((l for l in self.layers if l.kind == "embedding"), None)
+
+    @property
+    def per_position(self):
+        """True when the last layer predicts at every position (an lmhead): labels (n, T)."""
+        return self.output.kind == "lmhead"
 
     def _shape(self):
         for l in self.layers:
@@ -482,7 +551,32 @@ class Graph:
                     raise ModelError("%s: [%s] concatenates inputs of different sizes: %s"
                                      % (self.path, l.name, _shapes(l.inputs, ins)))
                 l.shape = (sum(s[0] for s in ins), h, w)
-            else:  # relu, dropout
+            elif k == "embedding":
+                if c != 1 or w != 1:
+                    raise ModelError("%s: [%s] (embedding) takes a sequence of token ids (T x 1 x "
+                                     "1), not %dx%dx%d (h x w x c)" % (self.path, l.name, h, w, c))
+                if l.context and h > l.context:
+                    raise ModelError("%s: [%s] context = %d, but the sequence has %d positions; "
+                                     "make context at least %d" % (self.path, l.name, l.context,
+                                                                   h, h))
+                l.shape = (l.units, h, w)
+            elif k == "attention":
+                if c % 3 or (c // 3) % l.heads:
+                    raise ModelError("%s: [%s] (attention) takes [q | k | v] of 3 D channels "
+                                     "with D divisible by heads = %d, not %d channels"
+                                     % (self.path, l.name, l.heads, c))
+                l.shape = (c // 3, h, w)
+            elif k == "lmhead":
+                emb = self.embedding
+                if emb is not None and c != emb.units:
+                    raise ModelError("%s: [%s] (lmhead) takes %d channels, the embedding's width "
+                                     "%d" % (self.path, l.name, c, emb.units))
+                if l.units == UNITS_CLASSES:
+                    raise ModelError("%s: [%s] units = classes, but no class count was given; "
+                                     "bind it first (bind_classes(layers, classes))"
+                                     % (self.path, l.name))
+                l.shape = (l.units, h, w)
+            else:  # relu, dropout, layernorm, gelu
                 l.shape = ins[0]
 
     def describe(self):
@@ -510,11 +604,13 @@ def default_input_shape(inputs):
 
 def param_names(layer):
     """The checkpoint names of a layer's parameters: ("layers.N.dense.weight",
-    "layers.N.dense.bias") with N its index in the spec, or () for a layer without any."""
-    if layer.kind not in PARAM_TYPES:
-        return ()
+    "layers.N.dense.bias") with N its index in the spec (an embedding's: weight, position), or
+    () for a layer without any."""
     base = "layers.%d.%s." % (layer.index, layer.kind)
-    return (base + "weight", base + "bias")
+    names = PARAMS.get(layer.kind, ())
+    if layer.kind == "embedding" and not layer.context:
+        names = names[:1]  # no position table
+    return tuple(base + p for p in names)
 
 
 def buffer_names(layer):
@@ -537,11 +633,49 @@ def shorthand(text, classes):
                     ("conv", dict(win, units=64)), ("relu", {}), ("maxpool", pool),
                     ("flatten", {}), ("dense", {"units": 128}), ("relu", {}),
                     ("dense", {"units": classes})])
+    if text == "gpt" or text.startswith("gpt:"):
+        return gpt(text, classes)
     widths = "512,512" if text == "mlp" else text[4:] if text.startswith("mlp:") else None
     if not widths or not re.fullmatch(r"\d+(,\d+)*", widths):
         raise ModelError("--model '%s': unknown model; use mlp, mlp:W1,W2,... (hidden widths), "
-                         "linear or cnn, or a model file (.ini)" % text)
+                         "linear, cnn, gpt:L,D,H,T, or a model file (.ini)" % text)
     specs = []
     for w in widths.split(","):
         specs += [("dense", {"units": int(w)}), ("relu", {})]
     return seq(specs + [("dense", {"units": classes})])
+
+
+def gpt(text, vocab):
+    """The layers of `gpt:L,D,H,T` ("gpt": 4,256,4,128) over `vocab` tokens, as tsr_model_parse
+    builds them (src/nn/model.c's add_gpt): embed; per block b the pre-norm h<b>.ln1, h<b>.qkv
+    (conv kernel 1, 3D filters), h<b>.attn, h<b>.proj, h<b>.res1 (add of the stream and proj),
+    h<b>.ln2, h<b>.fc (4D), h<b>.gelu, h<b>.fc2 (D), h<b>.res2; lnf; head (lmhead)."""
+    hint = "use gpt:L,D,H,T (layers, width, heads, context), e.g. gpt:4,256,4,128"
+    spec = "4,256,4,128" if text == "gpt" else text[4:]
+    parts = spec.split(",")
+    if len(parts) != 4 or not all(re.fullmatch(r"\+?\d+", p) and 0 < int(p) <= 1 << 16
+                                  for p in parts):
+        raise ModelError("--model '%s': expected four positive integers; %s" % (text, hint))
+    n, d, h, t = (int(p) for p in parts)
+    if d % h:
+        raise ModelError("--model '%s': the width %d is not divisible by the %d heads; make D a "
+                         "multiple of H" % (text, d, h))
+    layers = [Layer("embed", "embedding", vocab=vocab, units=d, context=t)]
+    stream = "embed"
+    for b in range(n):
+        def add(suffix, kind, inputs=None, **f):
+            layers.append(Layer("h%d.%s" % (b, suffix), kind, inputs, **f))
+        add("ln1", "layernorm", [stream])
+        add("qkv", "conv", units=3 * d, kernel_h=1, kernel_w=1)
+        add("attn", "attention", heads=h)
+        add("proj", "conv", units=d, kernel_h=1, kernel_w=1)
+        add("res1", "add", [stream, "h%d.proj" % b])
+        add("ln2", "layernorm")
+        add("fc", "conv", units=4 * d, kernel_h=1, kernel_w=1)
+        add("gelu", "gelu")
+        add("fc2", "conv", units=d, kernel_h=1, kernel_w=1)
+        add("res2", "add", ["h%d.res1" % b, "h%d.fc2" % b])
+        stream = "h%d.res2" % b
+    layers.append(Layer("lnf", "layernorm", [stream]))
+    layers.append(Layer("head", "lmhead", units=vocab))
+    return layers

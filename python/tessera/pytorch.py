@@ -28,9 +28,11 @@ from torch import nn
 
 from . import checkpoint as _ckpt
 from . import data as _data
+from . import gpt as _gpt
 from . import model as _model
+from .gpt import GPT
 
-__all__ = ["Add", "Concat", "TesseraNet", "to_torch", "to_torch_optimizer", "from_torch",
+__all__ = ["Add", "Concat", "GPT", "TesseraNet", "to_torch", "to_torch_optimizer", "from_torch",
            "torch_inputs", "graph_from_sequential", "VERSION"]
 
 VERSION = "0.1.0"  # meson.build's project version, written as tessera_version by from_torch
@@ -40,7 +42,7 @@ DEFAULT_HYPER = {"sgd": {"lr": 0.01, "momentum": 0.9, "weight_decay": 0.0, "beta
                          "beta2": 0.999, "eps": 1e-8},
                  "adam": {"lr": 0.001, "momentum": 0.9, "weight_decay": 0.0, "beta1": 0.9,
                           "beta2": 0.999, "eps": 1e-8}}
-DEFAULT_HYPER["adamw"] = dict(DEFAULT_HYPER["adam"])
+DEFAULT_HYPER["adamw"] = dict(DEFAULT_HYPER["adam"], weight_decay=0.01)  # src/optim/adamw.c
 
 
 class Add(nn.Module):
@@ -414,6 +416,22 @@ class TesseraNet(nn.Module):
                 out.append((l, m.weight, m.bias) + _model.param_names(l))
         return out
 
+    def param_list(self):
+        """[(layer, torch parameter, tessera name, decay)] in tessera's order (as GPT's)."""
+        return [(l, p, name, decay) for l, w, b, wn, bn in self.params()
+                for p, name, decay in zip((w, b), (wn, bn), _gpt.DECAY[l.kind])]
+
+    def convert(self, l, a, to_torch):
+        """A parameter-shaped array of layer l (weight or its state) in the other layout."""
+        return self._convert(l, a, to_torch)
+
+    def param_groups(self, weight_decay):
+        """Two torch optimizer groups as tessera decays: the weights with weight_decay, the
+        biases and batchnorm parameters with 0."""
+        ps = self.param_list()
+        return [{"params": [p for _, p, _, d in ps if d], "weight_decay": weight_decay},
+                {"params": [p for _, p, _, d in ps if not d], "weight_decay": 0.0}]
+
     def load_tessera(self, tensors):
         """Sets the weights from tessera tensors (name -> array, tessera's layouts)."""
         with torch.no_grad():
@@ -468,11 +486,12 @@ def _same(p, q):
 
 def to_torch(ckpt):
     """A TesseraNet running a checkpoint's model (read_checkpoint's Checkpoint, or a path)
-    with its weights, in evaluation mode (dropout off, as `tessera eval`). Feed it
+    with its weights, in evaluation mode (dropout off, as `tessera eval`); a GPT
+    (tessera.gpt) for a language model (an lmhead last: gpt:L,D,H,T). Feed it
     torch_inputs(x, ckpt)."""
     if isinstance(ckpt, str):
         ckpt = _ckpt.read_checkpoint(ckpt)
-    net = TesseraNet(ckpt.graph)
+    net = GPT(ckpt.graph) if ckpt.graph.per_position else TesseraNet(ckpt.graph)
     net.load_tessera(ckpt.tensors)
     return net.eval()
 
@@ -482,7 +501,10 @@ def torch_inputs(x, ckpt_or_mean, std=None, shape=None, flat=False):
     tessera.data.load(folder)[1].x: pixels / 255), standardized with the checkpoint's
     input_mean and input_std exactly as tessera does, as an (n, c, h, w) float32 tensor; with
     flat=True as (n, c h w), flattened in torch's order (for a torch model that starts with
-    Linear). Either torch_inputs(x, ckpt) or torch_inputs(x, mean, std, shape=(c, h, w))."""
+    Linear). Either torch_inputs(x, ckpt) or torch_inputs(x, mean, std, shape=(c, h, w)). A
+    language model's checkpoint (a GPT): x's rows of T token ids as an (n, T) long tensor."""
+    if isinstance(ckpt_or_mean, _ckpt.Checkpoint) and ckpt_or_mean.graph.per_position:
+        return torch.from_numpy(np.asarray(x).reshape(len(x), -1).astype(np.int64))
     if isinstance(ckpt_or_mean, _ckpt.Checkpoint):
         mean, std, shape = ckpt_or_mean.input_mean, ckpt_or_mean.input_std, ckpt_or_mean.input_shape
     else:
@@ -501,13 +523,18 @@ def to_torch_optimizer(ckpt, net):
     """The torch optimizer of a checkpoint for net (to_torch(ckpt)): torch.optim.SGD (with
     momentum, nesterov when the hyper-parameters say so), Adam or AdamW, with the checkpoint's
     lr, momentum, weight_decay, betas and eps, and its state: momentum_buffer for SGD,
-    exp_avg, exp_avg_sq and step (optimizer_steps) for Adam and AdamW. The learning-rate
-    schedule is not carried: lr is the checkpoint's base rate."""
+    exp_avg, exp_avg_sq and step (optimizer_steps) for Adam and AdamW. With a weight decay
+    (and always for a GPT) the parameters come in net.param_groups' two groups: the weights
+    (embedding tables, dense and conv weights) decayed, the biases and norms not, as tessera
+    decays them. The learning-rate schedule is not carried: lr is the checkpoint's base rate."""
     name, hp = ckpt.optimizer, ckpt.optimizer_hyper
     if name not in _TORCH_OPTIMIZERS:
         raise ValueError("%s: optimizer %s has no torch counterpart here (supported: %s)"
                          % (ckpt.path, name, ", ".join(_TORCH_OPTIMIZERS)))
-    params = [p for _, w, b, _, _ in net.params() for p in (w, b)]
+    if isinstance(net, GPT) or hp["weight_decay"]:
+        params = net.param_groups(hp["weight_decay"])  # tessera decays weights only
+    else:
+        params = [p for _, p, _, _ in net.param_list()]
     if name == "sgd":
         opt = torch.optim.SGD(params, lr=hp["lr"], momentum=hp["momentum"],
                               weight_decay=hp["weight_decay"],
@@ -520,15 +547,14 @@ def to_torch_optimizer(ckpt, net):
     steps = ckpt.optimizer_steps
     if steps == 0 or not states:
         return opt  # nothing accumulated: torch starts its state at the first step as tessera
-    for l, w, b, wn, bn in net.params():
-        for p, pname in ((w, wn), (b, bn)):
-            s = {}
-            for st in states:
-                a = net._convert(l, ckpt.tensors["optimizer.%s.%s" % (pname, st)], True)
-                s[st] = torch.from_numpy(a)
-            if name != "sgd":
-                s["step"] = torch.tensor(float(steps))
-            opt.state[p] = s
+    for l, p, pname, _ in net.param_list():
+        s = {}
+        for st in states:
+            a = net.convert(l, ckpt.tensors["optimizer.%s.%s" % (pname, st)], True)
+            s[st] = torch.from_numpy(a.reshape(tuple(p.shape)))
+        if name != "sgd":
+            s["step"] = torch.tensor(float(steps))
+        opt.state[p] = s
     return opt
 
 
@@ -537,11 +563,14 @@ def to_torch_optimizer(ckpt, net):
 def _optimizer_of(opt, name_hint=None):
     """(name, hyper, steps or None) of a torch optimizer, refusing what tessera lacks."""
     groups = opt.param_groups
-    g = groups[0]
-    keys = ("lr", "momentum", "weight_decay", "betas", "eps", "nesterov", "dampening")
-    if any(any(h.get(k) != g.get(k) for k in keys) for h in groups[1:]):
+    g = dict(groups[0])
+    keys = ("lr", "momentum", "betas", "eps", "nesterov", "dampening")
+    decays = {h["weight_decay"] for h in groups} - {0.0}
+    if any(any(h.get(k) != g.get(k) for k in keys) for h in groups[1:]) or len(decays) > 1:
         raise ValueError("tessera has one set of hyper-parameters: the optimizer's parameter "
-                         "groups differ")
+                         "groups differ (only a group of weight_decay 0 for what tessera does "
+                         "not decay may)")
+    g["weight_decay"] = decays.pop() if decays else 0.0
     if type(opt) is torch.optim.SGD:
         if g.get("dampening", 0) or g.get("maximize"):
             raise ValueError("tessera's SGD has no dampening and minimizes")
@@ -590,7 +619,7 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
     Without like: a fresh run (epoch 0, step 0), seed `seed`, lr_schedule and epochs as
     given.
     """
-    if isinstance(module, TesseraNet):
+    if isinstance(module, (TesseraNet, GPT)):
         net = module
     elif isinstance(module, nn.Sequential):
         if input_shape is None and dataset is not None:
@@ -598,7 +627,7 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         graph, mods = graph_from_sequential(module, input_shape)
         net = TesseraNet(graph, mods)
     else:
-        raise TypeError("from_torch takes a TesseraNet or an nn.Sequential, not %s"
+        raise TypeError("from_torch takes a TesseraNet, a GPT or an nn.Sequential, not %s"
                         % type(module).__name__)
     graph = net.graph
     if input_shape is not None and tuple(input_shape) != graph.input_shape:
@@ -611,6 +640,8 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         data, input_mean, input_std = _data.describe(dataset, kind)
     elif input_mean is not None:
         kind = standardize or ("column" if np.asarray(input_mean).size > 1 else "scalar")
+    elif isinstance(net, GPT) and "input_mean" not in base:
+        kind, input_mean, input_std = "none", 0.0, 1.0  # token ids go in as they are
     if input_mean is None and "input_mean" not in base:
         raise ValueError("from_torch needs the inputs' standardization: give dataset= (the "
                          "training set), like= (a checkpoint), or input_mean= and input_std=")
@@ -665,25 +696,43 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
     meta.update(optimizer=name, optimizer_hyper=_ckpt.format_hyper(hyper),
                 optimizer_steps=steps, base_lr=base_lr)
     # The tensors in tessera's order: each parameter, then its state.
+    if torch_opt is not None:
+        _check_decay(net, torch_opt)
     tensors = {}
     params = net.tessera_tensors()
-    for l, w, b, wn, bn in net.params():
-        for p, pname in ((w, wn), (b, bn)):
-            tensors[pname] = params[pname]
-            for st in states:
-                key = "optimizer.%s.%s" % (pname, st)
-                s = torch_opt.state.get(p, {}).get(st) if torch_opt is not None else None
-                if s is not None:
-                    a = net._convert(l, s.detach().cpu().numpy(), False)
-                elif key in old and old[key].shape == params[pname].shape:
-                    a = old[key]
-                else:
-                    a = np.zeros_like(params[pname])
-                tensors[key] = a
-        for bname in _model.buffer_names(l):  # after the layer's parameters, as tessera's
-            tensors[bname] = params[bname]
+    plist = net.param_list()
+    for i, (l, p, pname, _) in enumerate(plist):
+        tensors[pname] = params[pname]
+        for st in states:
+            key = "optimizer.%s.%s" % (pname, st)
+            s = torch_opt.state.get(p, {}).get(st) if torch_opt is not None else None
+            if s is not None:
+                a = net.convert(l, s.detach().cpu().numpy(), False)
+            elif key in old and old[key].shape == params[pname].shape:
+                a = old[key]
+            else:
+                a = np.zeros_like(params[pname])
+            tensors[key] = a
+        if i + 1 == len(plist) or plist[i + 1][0] is not l:
+            for bname in _model.buffer_names(l):  # after the layer's parameters, as tessera's
+                tensors[bname] = params[bname]
     _ckpt.write_checkpoint(path, tensors, meta)
     return _ckpt.read_checkpoint(path)
+
+
+def _check_decay(net, opt):
+    """Refuses an optimizer whose groups of weight_decay 0 and the others do not split the
+    parameters as tessera decays them (weights yes, biases and norms no)."""
+    if len({g["weight_decay"] for g in opt.param_groups}) < 2:
+        return
+    decay = {id(p): (name, d) for _, p, name, d in net.param_list()}
+    for g in opt.param_groups:
+        for p in g["params"]:
+            name, d = decay.get(id(p), (None, None))
+            if name is not None and d != (g["weight_decay"] != 0.0):
+                raise ValueError("%s is in a group of weight_decay %g, but tessera %s it; use "
+                                 "net.param_groups(weight_decay)" % (
+                                     name, g["weight_decay"], "decays" if d else "does not decay"))
 
 
 def _floats(v):

@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""The language model (gpt:L,D,H,T) in PyTorch against tessera: run by test_gpt_torch.sh.
+
+- Equal to PyTorch: tests/gpt_steps.c (GPT_STEPS) builds gpt:2,32,4,16 (GPT-2's
+  initialization, AdamW lr 3e-3, weight decay 0.3), writes its checkpoint, trains 10 steps on
+  fixed batches of this repository's README (bytes as tokens) and evaluates one more batch;
+  PyTorch loads the checkpoint into tessera.gpt.GPT (to_torch), takes the same AdamW steps
+  (to_torch_optimizer: decay on the embedding tables and conv weights only, as tessera) on the
+  same tokens: the loss of the first step, of every step to the 10th, and the evaluation after
+  the 10th agree within 1e-4 relative; tessera's final checkpoint loads into PyTorch and gives
+  PyTorch's final evaluation loss within the same tolerance.
+- Without the binary (always): the GPT module from a checkpoint equals the NumPy reference
+  (tessera's layouts; attention as softmax(q k^T / sqrt(dh) + mask) v in float64) on sequences
+  of several lengths, its GELU and layer norm the reference's formulas, checkpoints round-trip bitwise, the shorthand gives add_gpt's layers and
+  description, the decay groups are tessera's, and what is not a GPT is refused naming the layer.
+
+Environment: GPT_STEPS (the driver; the comparison with tessera is skipped without it).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import tessera  # noqa: E402
+from tessera import model as tmodel  # noqa: E402
+from tessera import reference  # noqa: E402
+from tessera.gpt import GPT, gpt_config  # noqa: E402
+
+GPT_STEPS = os.environ.get("GPT_STEPS")
+TEXT = os.path.join(HERE, "..", "README.md")
+MODEL, BATCH, STEPS, LR, WD = "gpt:2,32,4,16", 8, 10, 3e-3, 0.3
+RTOL = 1e-4
+TMP = None
+
+
+def setUpModule():
+    global TMP
+    TMP = tempfile.mkdtemp(prefix="tessera-gpt-")
+    torch.set_num_threads(1)
+
+
+def tearDownModule():
+    shutil.rmtree(TMP, ignore_errors=True)
+
+
+def windows(path, t):
+    """gpt_steps.c's samples, --text's windows (no test set): (x, y) of the text's consecutive
+    windows of t bytes as int64, y the next byte at each position."""
+    train, test = tessera.data.load_text(path, t, test_fraction=0)
+    assert len(test) == 0
+    return train.x.astype(np.int64), train.y
+
+
+def fresh_checkpoint(name, spec=MODEL, seed=0):
+    torch.manual_seed(seed)
+    net = GPT.from_spec(spec, 256, init="gpt2")
+    with torch.no_grad():  # layer norms and biases away from 1 and 0, so a mix-up shows
+        for _, p, _, decay in net.param_list():
+            if not decay:
+                p.add_(0.1 * torch.randn_like(p))
+    return tessera.from_torch(net, os.path.join(TMP, name), optimizer="adamw")
+
+
+class Reference(unittest.TestCase):
+    """The PyTorch module against the NumPy reference, in tessera's layouts."""
+
+    def test_shorthand_is_add_gpt(self):
+        layers = tmodel.shorthand("gpt:2,32,4,16", 256)
+        g = tmodel.Graph(layers, (1, 16, 1))
+        self.assertEqual([l.name for l in g.layers[:12]],
+                         ["embed", "h0.ln1", "h0.qkv", "h0.attn", "h0.proj", "h0.res1", "h0.ln2",
+                          "h0.fc", "h0.gelu", "h0.fc2", "h0.res2", "h1.ln1"])
+        self.assertEqual(g.layers[-2].name, "lnf")
+        self.assertEqual(g.layers[-1].kind, "lmhead")
+        self.assertEqual(g.layers[5].inputs, ["embed", "h0.proj"])
+        self.assertEqual(g.output.shape, (256, 16, 1))
+        self.assertTrue(g.describe().startswith(
+            "16-embedding/v256/t16-layernorm[embed]-conv1x1/96-attention/h4-conv1x1/32-"
+            "add[embed,h0.proj]-layernorm-conv1x1/128-gelu-conv1x1/32-add[h0.res1,h0.fc2]-"))
+        again = tmodel.Graph(tmodel.read_ini(g.to_ini()), (1, 16, 1))
+        self.assertEqual(again.describe(), g.describe())
+        self.assertEqual(gpt_config(again)[0], {"layers": 2, "width": 32, "heads": 4,
+                                                "context": 16, "vocab": 256, "positions": 16})
+        with self.assertRaisesRegex(tmodel.ModelError, "width 30 is not divisible by the 4"):
+            tmodel.shorthand("gpt:2,30,4,16", 256)
+        with self.assertRaisesRegex(tmodel.ModelError, "expected four positive integers"):
+            tmodel.shorthand("gpt:2,32,4", 256)
+
+    def test_torch_equals_the_reference(self):
+        ckpt = fresh_checkpoint("ref.st")
+        net = tessera.to_torch(ckpt)
+        rng = np.random.RandomState(1)
+        for t in (16, 13, 1):  # the context, and shorter sequences
+            x = rng.randint(0, 256, (3, t)).astype(np.float32)
+            g = tmodel.Graph(ckpt.graph.layers, (1, t, 1))
+            short = tessera.Checkpoint(ckpt.tensors, dict(ckpt.metadata,
+                                                          input_shape="1 %d 1" % t))
+            self.assertEqual(short.graph.input_shape, g.input_shape)
+            want = reference.forward(short, x)
+            with torch.no_grad():
+                got = net(torch.from_numpy(x)).numpy()
+            self.assertEqual(got.shape, (3, t, 256))
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5, err_msg="T = %d" % t)
+
+    def test_evaluate_averages_over_the_tokens(self):
+        ckpt = fresh_checkpoint("eval.st")
+        _, test = tessera.data.load_text(TEXT, 16)
+        acc, loss, pred = reference.evaluate(ckpt, test)
+        self.assertEqual(pred.shape, test.y.shape)
+        net = tessera.to_torch(ckpt)
+        with torch.no_grad():
+            x = tessera.torch_inputs(test.x, ckpt)
+            want = net.loss(x, torch.from_numpy(test.y)).item()
+            right = (net(x).argmax(2).numpy() == test.y).mean()
+        self.assertAlmostEqual(loss, want, delta=1e-5 * want)
+        self.assertAlmostEqual(acc, right, delta=1.5 / test.y.size)
+
+    def test_attention_is_softmax_of_masked_scores(self):
+        torch.manual_seed(2)
+        qkv = torch.randn(2, 7, 3 * 8, dtype=torch.float64)
+        attn = tessera.gpt.CausalSelfAttention(8, 2).double()
+        with torch.no_grad():  # the projections as identities: the attention alone
+            attn.c_attn.weight.copy_(torch.eye(8, dtype=torch.float64).repeat(3, 1))
+            attn.c_attn.bias.zero_()
+            attn.c_proj.weight.copy_(torch.eye(8, dtype=torch.float64))
+            attn.c_proj.bias.zero_()
+        x = qkv[:, :, :8]
+        want = reference.attention(torch.cat([x, x, x], dim=2).numpy(), 2)
+        np.testing.assert_allclose(attn(x).detach().numpy(), want, rtol=1e-12, atol=1e-12)
+        # position 0 sees itself only: its output is its own v
+        np.testing.assert_allclose(want[:, 0], x[:, 0].numpy(), rtol=1e-12)
+
+    def test_gelu_and_layernorm_are_the_reference_s(self):
+        net = tessera.to_torch(fresh_checkpoint("gl.st"))
+        x = torch.linspace(-6, 6, 1201, dtype=torch.float64)
+        np.testing.assert_allclose(net.h[0].mlp.gelu(x).numpy(), reference.gelu(x.numpy()),
+                                   rtol=1e-12, atol=1e-15)
+        torch.manual_seed(7)
+        x = 3 * torch.randn(5, 32) + 1
+        ln = net.h[1].ln_2
+        want = reference.layernorm(x.numpy(), ln.weight.detach().numpy(),
+                                   ln.bias.detach().numpy(), 1e-5)
+        np.testing.assert_allclose(ln(x).detach().numpy(), want, rtol=1e-5, atol=1e-6)
+
+    def test_round_trip_keeps_every_tensor_bitwise(self):
+        ckpt = fresh_checkpoint("rt.st")
+        net = tessera.to_torch(ckpt)
+        opt = tessera.to_torch_optimizer(ckpt, net)
+        x, y = windows(TEXT, 16)
+        opt.zero_grad()
+        net.train().loss(torch.from_numpy(x[:4]), torch.from_numpy(y[:4])).backward()
+        opt.step()
+        back = tessera.from_torch(net, os.path.join(TMP, "rt2.st"), like=ckpt, optimizer=opt)
+        self.assertEqual(back.optimizer_steps, 1)
+        again = tessera.to_torch(back)
+        back2 = tessera.from_torch(again, os.path.join(TMP, "rt3.st"), like=back,
+                                   optimizer=tessera.to_torch_optimizer(back, again))
+        self.assertEqual(list(back.tensors), list(back2.tensors))
+        for k, v in back.tensors.items():
+            np.testing.assert_array_equal(back2.tensors[k], v, err_msg=k)
+        self.assertEqual(back2.metadata["model"], ckpt.metadata["model"])
+
+    def test_weight_decay_groups_are_tessera_s(self):
+        ckpt = fresh_checkpoint("wd.st")
+        net = tessera.to_torch(ckpt)
+        decayed = {name for _, _, name, d in net.param_list() if d}
+        self.assertIn("layers.0.embedding.weight", decayed)
+        self.assertIn("layers.0.embedding.position", decayed)
+        self.assertIn("layers.2.conv.weight", decayed)
+        self.assertNotIn("layers.2.conv.bias", decayed)
+        self.assertNotIn("layers.1.layernorm.weight", decayed)
+        self.assertEqual(len(decayed), 2 + 4 * 2)  # wte, wpe, 4 convs per block
+        groups = net.param_groups(0.1)
+        swapped = [{"params": groups[0]["params"], "weight_decay": 0.0},
+                   {"params": groups[1]["params"], "weight_decay": 0.1}]
+        with self.assertRaisesRegex(ValueError, "embedding.weight is in a group of weight_decay "
+                                                "0, but tessera decays it"):
+            tessera.from_torch(net, os.path.join(TMP, "wd2.st"),
+                               optimizer=torch.optim.AdamW(swapped))
+        self.assertEqual(len(tessera.to_torch_optimizer(ckpt, net).param_groups), 2)
+
+    def test_what_is_not_a_gpt_is_refused_naming_the_layer(self):
+        layers = tmodel.shorthand("gpt:1,32,4,16", 256)
+        layers[8].kind = "relu"  # h0.gelu
+        with self.assertRaisesRegex(tmodel.ModelError, r"\[h0.gelu\] is relu where block 0's"):
+            GPT(tmodel.Graph(layers, (1, 16, 1)))
+        with self.assertRaisesRegex(tmodel.ModelError, "context = 16, but the sequence has 20"):
+            tmodel.Graph(tmodel.shorthand("gpt:1,32,4,16", 256), (1, 20, 1))
+        ini = "[e]\ntype = embedding\nvocab = 10\nunits = 8\n[h]\ntype = lmhead\nunits = 11\n"
+        with self.assertRaisesRegex(tmodel.ModelError, "units = 11, but the embedding"):
+            tmodel.Graph(tmodel.read_ini(ini), (1, 4, 1))
+
+
+@unittest.skipUnless(GPT_STEPS, "GPT_STEPS (tests/gpt_steps.c) not given")
+class AgainstTessera(unittest.TestCase):
+    """The same steps in tessera and in PyTorch."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = os.path.join(TMP, "tessera")
+        os.makedirs(cls.out)
+        r = subprocess.run([GPT_STEPS, "--model", MODEL, "--text", TEXT, "--out", cls.out,
+                            "--batch", str(BATCH), "--steps", str(STEPS), "--lr", str(LR),
+                            "--weight-decay", str(WD)], capture_output=True, text=True)
+        if r.returncode:
+            raise AssertionError("gpt_steps: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+        lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        cls.tessera_losses = [o["loss"] for o in lines if "loss" in o]
+        cls.tessera_eval = next(o["eval"] for o in lines if "eval" in o)
+        cls.init = tessera.read_checkpoint(os.path.join(cls.out, "init.st"))
+        cls.final = tessera.read_checkpoint(os.path.join(cls.out, "final.st"))
+        x, y = windows(TEXT, cls.init.graph.input_shape[1])
+        cls.x, cls.y = torch.from_numpy(x), torch.from_numpy(y)
+        # PyTorch from tessera's initial checkpoint, the same batches and steps.
+        net = tessera.to_torch(cls.init).train()
+        opt = tessera.to_torch_optimizer(cls.init, net)
+        cls.torch_losses = []
+        for k in range(STEPS):
+            rows = slice(k * BATCH, (k + 1) * BATCH)
+            opt.zero_grad()
+            loss = net.loss(cls.x[rows], cls.y[rows])
+            loss.backward()
+            opt.step()
+            cls.torch_losses.append(loss.item())
+        cls.net = net.eval()
+        rows = slice(STEPS * BATCH, (STEPS + 1) * BATCH)
+        cls.eval_rows = rows
+        with torch.no_grad():
+            cls.torch_eval = net.loss(cls.x[rows], cls.y[rows]).item()
+        print("\ntessera losses %s eval %.7g\nPyTorch losses %s eval %.7g" % (
+            " ".join("%.7g" % v for v in cls.tessera_losses), cls.tessera_eval,
+            " ".join("%.7g" % v for v in cls.torch_losses), cls.torch_eval), file=sys.stderr)
+
+    def test_the_checkpoint_is_the_gpt_asked_for(self):
+        self.assertEqual(self.init.optimizer, "adamw")
+        self.assertEqual(self.init.optimizer_hyper["weight_decay"], np.float32(WD))
+        self.assertEqual(self.init.metadata["init"], "gpt2")
+        self.assertEqual(self.final.optimizer_steps, STEPS)
+        # the Python shorthand describes the model as tessera does
+        g = tmodel.Graph(tmodel.shorthand(MODEL, 256), self.init.input_shape)
+        self.assertEqual(self.init.metadata["model"], g.describe())
+        self.assertEqual(self.init.metadata["model_ini"], g.to_ini())
+        std = self.init.tensors["layers.0.embedding.weight"].std()
+        self.assertAlmostEqual(float(std), 0.02, delta=0.002)  # GPT-2's normal(0, 0.02)
+
+    def test_the_first_step_s_loss_agrees(self):
+        self.assertEqual(len(self.tessera_losses), STEPS)
+        np.testing.assert_allclose(self.tessera_losses[0], self.torch_losses[0], rtol=RTOL)
+
+    def test_ten_adamw_steps_agree(self):
+        np.testing.assert_allclose(self.tessera_losses, self.torch_losses, rtol=RTOL)
+        np.testing.assert_allclose(self.tessera_eval, self.torch_eval, rtol=RTOL)
+        self.assertLess(self.torch_eval, self.torch_losses[0], "the loss falls")
+
+    def test_tessera_s_final_weights_give_torch_s_final_loss(self):
+        net = tessera.to_torch(self.final)
+        with torch.no_grad():
+            loss = net.loss(self.x[self.eval_rows], self.y[self.eval_rows]).item()
+        np.testing.assert_allclose(loss, self.torch_eval, rtol=RTOL)
+        np.testing.assert_allclose(loss, self.tessera_eval, rtol=RTOL)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
