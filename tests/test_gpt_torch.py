@@ -84,7 +84,7 @@ class Reference(unittest.TestCase):
         self.assertEqual(g.layers[5].inputs, ["embed", "h0.proj"])
         self.assertEqual(g.output.shape, (256, 16, 1))
         self.assertTrue(g.describe().startswith(
-            "16-embedding/v256/t16-layernorm[embed]-conv1x1/96-attention/h4-conv1x1/32-"
+            "16-embedding/v256/t16-layernorm-conv1x1/96-attention/h4-conv1x1/32-"
             "add[embed,h0.proj]-layernorm-conv1x1/128-gelu-conv1x1/32-add[h0.res1,h0.fc2]-"))
         again = tmodel.Graph(tmodel.read_ini(g.to_ini()), (1, 16, 1))
         self.assertEqual(again.describe(), g.describe())

@@ -392,13 +392,28 @@ def read_ini(text, path="<model>"):
     return layers
 
 
+def reads_default(layers, i):
+    """Whether layers[i] reads what it would read without `inputs` (the previous layer, the
+    input batch for the first): tsr_model_describe then shows no inputs and tsr_model_to_ini
+    writes none (src/nn/model.c's reads_default)."""
+    given = layers[i].given
+    if not given:
+        return True
+    if len(given) != 1:
+        return False
+    named = [j for j, l in enumerate(layers) if (l.name or "layer%d" % (j + 1)) == given[0]]
+    if i == 0:
+        return given[0] == "input" and not named
+    return named == [i - 1]
+
+
 def to_ini(layers):
     """The INI text of layers as tsr_model_to_ini writes it (sections in order, `input =` or
     `inputs =` only where a layer does not take the previous one's output)."""
     parts = []
-    for l in layers:
+    for i, l in enumerate(layers):
         lines = ["[%s]" % l.name, "type = %s" % l.kind]
-        if l.given:
+        if not reads_default(layers, i):
             # The resolved names, once a Graph has resolved them: a section's name that stood
             # for its activation's ReLU names the ReLU's own section here.
             names = l.inputs if l.inputs is not None else l.given
@@ -583,8 +598,9 @@ class Graph:
         """tsr_model_describe's string, the `model` metadata: "784-512-relu-10" (cut at 255
         characters, as tessera's buffer cuts it)."""
         return "-".join(["%d" % self.inputs] +
-                        [l.describe() + ("[%s]" % ",".join(l.given) if l.given else "")
-                         for l in self.layers])[:255]
+                        [l.describe() + ("" if reads_default(self.layers, i)
+                                         else "[%s]" % ",".join(l.given))
+                         for i, l in enumerate(self.layers)])[:255]
 
     def to_ini(self):
         return to_ini(self.layers)
