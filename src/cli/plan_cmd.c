@@ -37,8 +37,9 @@ static void usage(FILE *out) {
           "  --samples N         training samples per epoch [60000]\n"
           "  --inputs N          features of a sample [784]\n"
           "  --input HxWxC       the sample's shape, e.g. 224x224x3 (sets --inputs)\n"
-          "                      [28x28x1 for a square --inputs, else 1x1xN]\n"
-          "  --classes N         classes [10]\n"
+          "                      [28x28x1 for a square --inputs, else 1x1xN; a language\n"
+          "                      model's context T: Tx1x1]\n"
+          "  --classes N         classes [10; a language model: 256, bytes]\n"
           "  --tile N | RxC      as tessera train's [chosen from the shapes]\n"
           "  --workers N         CPU workers per rank [the machine's]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
@@ -218,7 +219,7 @@ int tsr_cli_plan(int argc, char **argv) {
   char machine_path[1024], cache_path[1024];
   starpu_home_file(machine_path, sizeof machine_path, "tessera-machine.ini");
   starpu_home_file(cache_path, sizeof cache_path, "tessera-plan-rates.txt");
-  bool json = false, do_calibrate = false;
+  bool json = false, do_calibrate = false, input_given = false, classes_given = false;
   int workers = 0;
   long v;
   int c;
@@ -275,17 +276,17 @@ int tsr_cli_plan(int argc, char **argv) {
     case O_INPUTS:
       if (tsr__cli_to_long(optarg, 1, 1 << 24, &v))
         return bad("--inputs", optarg, "an integer from 1 to 16777216");
-      o.inputs = (int)v;
+      o.inputs = (int)v, input_given = true;
       break;
     case O_INPUT:
       if (tsr__cli_shape(optarg, &o.in_height, &o.in_width, &o.in_channels))
         return bad("--input", optarg, "HxWxC, e.g. 224x224x3 (each from 1 to 65536)");
-      o.inputs = o.in_height * o.in_width * o.in_channels;
+      o.inputs = o.in_height * o.in_width * o.in_channels, input_given = true;
       break;
     case O_CLASSES:
       if (tsr__cli_to_long(optarg, 2, 1 << 20, &v))
         return bad("--classes", optarg, "an integer from 2 to 1048576");
-      o.classes = (int)v;
+      o.classes = (int)v, classes_given = true;
       break;
     case O_TILE: {
       long r, cc;
@@ -329,6 +330,14 @@ int tsr_cli_plan(int argc, char **argv) {
   tsr_model_spec_t spec;
   int rc = tsr__cli_model("plan", model, o.classes, &spec);
   if (rc) return rc;
+  /* A language model (a context T): its samples are T token ids of bytes unless said. */
+  int context = tsr__cli_model_context(&spec);
+  if (context > 0 && !input_given) o.in_height = o.inputs = context, o.in_width = o.in_channels = 1;
+  if (context > 0 && !classes_given) {
+    o.classes = 256;
+    tsr_model_spec_fini(&spec);
+    if ((rc = tsr__cli_model("plan", model, o.classes, &spec))) return rc;
+  }
   tsr_machine_t m;
   bool calibrated = true;
   rc = cluster ? tsr_machine_load_ini(&m, cluster, &err)
