@@ -71,6 +71,10 @@ typedef struct {
    * 0 samples without one. */
   double val_loss, val_accuracy;
   int64_t val_samples;
+  /* predictions per sample (tsr_net_positions): 1, or a language model's T, whose losses are
+   * nats per token (bits per byte: loss / ln 2, the tokens being bytes) and whose samples/s
+   * times positions is its tokens/s */
+  int positions;
   /* Why the run ends after this epoch though epochs remain (early stopping: one sentence
    * without a final period; borrowed, valid during on_epoch), or NULL. */
   const char *stopped;

@@ -97,7 +97,12 @@ static int on_epoch(const tsr_epoch_stats_t *s, void *p) {
       printf("  val %.2f%% (loss %.4f)", 100 * s->val_accuracy, fabs_nan(s->val_loss));
     if (s->test_samples > 0)
       printf("  test %.2f%% (loss %.4f)", 100 * s->test_accuracy, fabs_nan(s->test_loss));
-    printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
+    if (s->positions > 1 && s->test_samples > 0)
+      printf("  %.3f bits/byte", fabs_nan(s->test_loss / M_LN2));
+    if (s->positions > 1)
+      printf("  %.2f s  %.0f tokens/s\n", s->seconds, s->samples_per_s * s->positions);
+    else
+      printf("  %.2f s  %.0f samples/s\n", s->seconds, s->samples_per_s);
     if (s->lr_reduced && s->epoch < s->epochs)
       printf("plateau: the validation loss stopped falling; from epoch %d the rate is %g x the "
              "base rate\n",

@@ -226,6 +226,12 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
   add_number(o, "seconds", st->seconds);
   add_number(o, "eval_seconds", st->eval_seconds);
   add_number(o, "samples_per_s", st->samples_per_s);
+  if (st->positions > 1) { /* a language model: tokens and bits per byte */
+    add_number(o, "tokens_per_s", st->samples_per_s * st->positions);
+    cJSON_AddNumberToObject(o, "tokens", (double)st->samples * st->positions);
+    add_optional(o, "test_bpb", st->test_samples > 0, st->test_loss / M_LN2);
+    add_optional(o, "val_bpb", st->val_samples > 0, st->val_loss / M_LN2);
+  }
   cJSON_AddNumberToObject(o, "ranks", st->ranks > 0 ? st->ranks : 1);
   cJSON_AddStringToObject(o, "sync", log->sync);
   cJSON_AddStringToObject(o, "mpi_progress", log->mpi_progress);

@@ -534,6 +534,7 @@ static int epoch_sums(run_t *r, epoch_t *ep, tsr_epoch_stats_t *st) {
                             .seconds = t1 - ep->t0,
                             .samples = ep->seen,
                             .samples_per_s = (double)ep->seen / (t1 - ep->t0),
+                            .positions = tsr_net_positions(r->net),
                             .ranks = r->size,
                             .grid_rows = r->pr,
                             .grid_cols = r->size / r->pr,
