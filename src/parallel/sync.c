@@ -950,8 +950,8 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
 }
 
 /* The training counters of every rank are summed on rank 0 by StarPU-MPI
- * tasks (the same owner-computes mechanism as averaging), then read there;
- * each rank then clears its own. */
+ * tasks (the same owner-computes mechanism as averaging), then read there (a language model's
+ * divided by its positions, as tsr_net_read_stats does); each rank then clears its own. */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct) {
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
@@ -970,6 +970,8 @@ int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct)
   rc = tsr_tiles_read(r->stats_sum, v);
   for (int64_t i = 0; i < n && rc == 0; i++)
     *loss += v[2 * i], *correct += v[2 * i + 1];
+  int p = tsr_net_positions(r->net); /* per sample, as tsr_net_read_stats says */
+  *loss /= p, *correct /= p;
   if (v != buf) free(v);
   return rc;
 }
