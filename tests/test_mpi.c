@@ -407,16 +407,18 @@ static void test_batch(void) {
   /* Nesterov's differences are rounding of weights that cross zero (3 ranks, whole-matrix
    * tiles: 1.6e-5 to 3.5e-5 in 8 runs, absolute 1.4e-8, a few float steps of the starting
    * weights; plain momentum's stay below 9e-6), hence 1e-4 as for Adam; a home updating
-   * with its own gradient instead of the mean is 15 off (measured). */
+   * with its own gradient instead of the mean is 15 off (measured). Adam (L2 decay 1e-3, eps
+   * 1e-8) with BLIS's skx kernels: 1.05e-4 on 4 ranks with whole-matrix tiles (the sums'
+   * order, magnified where a gradient cancels), hence 2e-4 for it. */
   batch_equals_one_process("sgd", &sgd, 1e-5);
   batch_equals_one_process("sgd momentum 0.9, decay 1e-3", &momentum, 1e-5);
   batch_equals_one_process("sgd-nesterov momentum 0.9, decay 1e-3", &nesterov, 1e-4);
-  batch_equals_one_process("adam", &adam, 1e-4);
+  batch_equals_one_process("adam", &adam, 2e-4);
   batch_equals_one_process("adamw, decay 0.1", &adamw, 1e-4);
   tile_rows = tile_cols = WHOLE;
   batch_equals_one_process("sgd momentum 0.9, decay 1e-3, whole-matrix tiles", &momentum, 1e-5);
   batch_equals_one_process("sgd-nesterov, whole-matrix tiles", &nesterov, 1e-4);
-  batch_equals_one_process("adam, whole-matrix tiles", &adam, 1e-4);
+  batch_equals_one_process("adam, whole-matrix tiles", &adam, 2e-4);
   batch_equals_one_process("adamw, whole-matrix tiles", &adamw, 1e-4);
   tile_rows = tile_cols = 16;
   /* a deeper net, its gradient sums in another order than one process's: 5e-5 */
