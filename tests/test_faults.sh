@@ -117,9 +117,10 @@ nothing was left to stop, every epoch was trained and the checkpoint holds the e
 check "SIGTERM in the last epoch: the checkpoint holds epoch 2" test "$(epoch_of "$tmp/3.st")" = 2
 
 # 4. A second SIGTERM ends the rank at once, by the signal (mpirun says so), not at the epoch
-# end the first one waits for.
-start "$tmp/4.out" "${small[@]}" --train-limit 8000 --epochs 5 --sync epoch --checkpoint \
-  "$tmp/4.st"
+# end the first one waits for. The epoch is long (about 5 s on 2 cores) so that the first
+# signal's epoch end cannot come within the 0.3 s before the second.
+start "$tmp/4.out" "${small[@]}" --train-limit 60000 --model mlp:1024,1024 --epochs 3 \
+  --sync epoch --checkpoint "$tmp/4.st"
 wait_file "$tmp/4.st"
 r1=$(rank_pid 1)
 kill -TERM "$r1"
