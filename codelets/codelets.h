@@ -95,6 +95,12 @@ int tsr__insert_outer_fold(const tsr_task_opts_t *o, starpu_data_handle_t global
                            starpu_data_handle_t w, float scale, bool nesterov, float lr,
                            float momentum, float gamma, bool commute);
 int tsr__insert_scale(const tsr_task_opts_t *o, starpu_data_handle_t x, float alpha);
+/* --clip-grad (clip.c): acc (1 x 1) += the sum of squares of x; x times
+ * min(1, max_norm / (sqrt(acc) + 1e-6)). */
+int tsr__insert_sumsq_add(const tsr_task_opts_t *o, starpu_data_handle_t x,
+                          starpu_data_handle_t acc);
+int tsr__insert_clip(const tsr_task_opts_t *o, starpu_data_handle_t x, starpu_data_handle_t acc,
+                     float max_norm);
 /* y = a + b, all (m, n). */
 int tsr__insert_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t a,
                     starpu_data_handle_t b);

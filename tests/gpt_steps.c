@@ -7,11 +7,12 @@
  * token ids, as exact integers in float; T x 1 x 1), its targets bytes i T + 1 .. i T + T (the
  * next token at each position). Step k (0-based) trains on samples k B .. k B + B - 1; after the
  * last step, one evaluation on samples steps B .. steps B + B - 1. No standardization, no
- * shuffling, no schedule: the rate is lr at every step.
+ * shuffling, no schedule: the rate is lr at every step; --clip-grad X clips the gradients' norm
+ * to X before each update (tsr_net_opts_t.clip_grad).
  *
  * usage: gpt_steps --model gpt:L,D,H,T|FILE.ini --text FILE --out DIR [--batch B] [--steps N] [--lr
  * X]
- *                  [--weight-decay X] [--seed S] [--tile R]
+ *                  [--weight-decay X] [--seed S] [--tile R] [--clip-grad X]
  * Prints one JSON line per step {"step": k, "loss": X} (the batch's mean loss per token, before
  * that step's update), then {"eval": X} (after the last update), and writes DIR/init.st and
  * DIR/final.st. Exit 0, or 1 with the reason on stderr. */
@@ -25,7 +26,7 @@
 typedef struct {
   const char *model, *text, *out;
   int batch, steps, tile_rows;
-  double lr, wd;
+  double lr, wd, clip;
   unsigned long long seed;
 } args_t;
 
@@ -90,7 +91,7 @@ static int run(const args_t *a) {
   o.batch = a->batch, o.tile_rows = a->tile_rows, o.seed = a->seed, o.init = TSR_INIT_GPT2;
   o.in_channels = 1, o.in_height = t, o.in_width = 1;
   rc = tsr_optimizer_init(&o.opt, "adamw", &err);
-  o.opt.lr = (float)a->lr, o.opt.weight_decay = (float)a->wd;
+  o.opt.lr = (float)a->lr, o.opt.weight_decay = (float)a->wd, o.clip_grad = (float)a->clip;
   tsr_net_t *net = NULL;
   if (rc == 0) rc = tsr_net_create(&net, &spec, t, 256, &o, &err);
   tsr_model_spec_fini(&spec);
@@ -124,12 +125,17 @@ static int run(const args_t *a) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},        {"text", required_argument, 0, 'x'},
-      {"out", required_argument, 0, 'o'},          {"batch", required_argument, 0, 'b'},
-      {"steps", required_argument, 0, 'n'},        {"lr", required_argument, 0, 'l'},
-      {"weight-decay", required_argument, 0, 'w'}, {"seed", required_argument, 0, 's'},
-      {"tile", required_argument, 0, 't'},         {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"model", required_argument, 0, 'm'},
+                                           {"text", required_argument, 0, 'x'},
+                                           {"out", required_argument, 0, 'o'},
+                                           {"batch", required_argument, 0, 'b'},
+                                           {"steps", required_argument, 0, 'n'},
+                                           {"lr", required_argument, 0, 'l'},
+                                           {"weight-decay", required_argument, 0, 'w'},
+                                           {"seed", required_argument, 0, 's'},
+                                           {"tile", required_argument, 0, 't'},
+                                           {"clip-grad", required_argument, 0, 'c'},
+                                           {0, 0, 0, 0}};
   args_t a = {.batch = 8, .steps = 10, .lr = 1e-3, .wd = 0.1, .seed = 1};
   int opt;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -143,13 +149,15 @@ int main(int argc, char **argv) {
     case 'w': a.wd = atof(optarg); break;
     case 's': a.seed = strtoull(optarg, NULL, 10); break;
     case 't': a.tile_rows = atoi(optarg); break;
+    case 'c': a.clip = atof(optarg); break;
     default: return 2;
     }
   }
   if (!a.model || !a.text || !a.out || a.batch < 1 || a.steps < 1 || !(a.lr > 0) || a.wd < 0 ||
-      a.tile_rows < 0) {
+      a.tile_rows < 0 || a.clip < 0) {
     fprintf(stderr, "usage: gpt_steps --model gpt:L,D,H,T --text FILE --out DIR [--batch B] "
-                    "[--steps N] [--lr X] [--weight-decay X] [--seed S] [--tile R]\n");
+                    "[--steps N] [--lr X] [--weight-decay X] [--seed S] [--tile R] "
+                    "[--clip-grad X]\n");
     return 2;
   }
   tsr_runtime_opts_t ro;

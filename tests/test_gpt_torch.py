@@ -8,7 +8,8 @@
   (to_torch_optimizer: decay on the embedding tables and conv weights only, as tessera) on the
   same tokens: the loss of the first step, of every step to the 10th, and the evaluation after
   the 10th agree within 1e-4 relative; tessera's final checkpoint loads into PyTorch and gives
-  PyTorch's final evaluation loss within the same tolerance.
+  PyTorch's final evaluation loss within the same tolerance; and the same with the gradients'
+  norm clipped to 0.5 (--clip-grad, clip_grad_norm_), below it at every step.
 - Without the binary (always): the GPT module from a checkpoint equals the NumPy reference
   (tessera's layouts; attention as softmax(q k^T / sqrt(dh) + mask) v in float64) on sequences
   of several lengths, its GELU and layer norm the reference's formulas, checkpoints round-trip bitwise, the shorthand gives add_gpt's layers and
@@ -204,13 +205,16 @@ class Reference(unittest.TestCase):
 class AgainstTessera(unittest.TestCase):
     """The same steps in tessera and in PyTorch."""
 
+    CLIP = 0.0  # --clip-grad: 0 none
+
     @classmethod
     def setUpClass(cls):
-        cls.out = os.path.join(TMP, "tessera")
+        cls.out = os.path.join(TMP, "tessera-clip" if cls.CLIP else "tessera")
         os.makedirs(cls.out)
         r = subprocess.run([GPT_STEPS, "--model", MODEL, "--text", TEXT, "--out", cls.out,
                             "--batch", str(BATCH), "--steps", str(STEPS), "--lr", str(LR),
-                            "--weight-decay", str(WD)], capture_output=True, text=True)
+                            "--weight-decay", str(WD), "--clip-grad", str(cls.CLIP)],
+                           capture_output=True, text=True)
         if r.returncode:
             raise AssertionError("gpt_steps: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
         lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -223,12 +227,15 @@ class AgainstTessera(unittest.TestCase):
         # PyTorch from tessera's initial checkpoint, the same batches and steps.
         net = tessera.to_torch(cls.init).train()
         opt = tessera.to_torch_optimizer(cls.init, net)
-        cls.torch_losses = []
+        cls.torch_losses, cls.norms = [], []
         for k in range(STEPS):
             rows = slice(k * BATCH, (k + 1) * BATCH)
             opt.zero_grad()
             loss = net.loss(cls.x[rows], cls.y[rows])
             loss.backward()
+            if cls.CLIP:
+                norm = torch.nn.utils.clip_grad_norm_(net.parameters(), cls.CLIP)
+                cls.norms.append(float(norm))
             opt.step()
             cls.torch_losses.append(loss.item())
         cls.net = net.eval()
@@ -236,8 +243,8 @@ class AgainstTessera(unittest.TestCase):
         cls.eval_rows = rows
         with torch.no_grad():
             cls.torch_eval = net.loss(cls.x[rows], cls.y[rows]).item()
-        print("\ntessera losses %s eval %.7g\nPyTorch losses %s eval %.7g" % (
-            " ".join("%.7g" % v for v in cls.tessera_losses), cls.tessera_eval,
+        print("\nclip %g\ntessera losses %s eval %.7g\nPyTorch losses %s eval %.7g" % (
+            cls.CLIP, " ".join("%.7g" % v for v in cls.tessera_losses), cls.tessera_eval,
             " ".join("%.7g" % v for v in cls.torch_losses), cls.torch_eval), file=sys.stderr)
 
     def test_the_checkpoint_is_the_gpt_asked_for(self):
@@ -267,6 +274,23 @@ class AgainstTessera(unittest.TestCase):
             loss = net.loss(self.x[self.eval_rows], self.y[self.eval_rows]).item()
         np.testing.assert_allclose(loss, self.torch_eval, rtol=RTOL)
         np.testing.assert_allclose(loss, self.tessera_eval, rtol=RTOL)
+
+
+class AgainstTesseraClipped(AgainstTessera):
+    """The same steps with --clip-grad 0.5 and PyTorch's clip_grad_norm_(0.5): a bound below
+    the gradients' norm at every step, so that every step is clipped."""
+
+    CLIP = 0.5
+
+    def test_every_step_was_clipped(self):
+        self.assertEqual(len(self.norms), STEPS)
+        self.assertGreater(min(self.norms), 2 * self.CLIP, "the norms %s" % self.norms)
+
+    def test_clipping_changed_the_steps(self):
+        if not hasattr(AgainstTessera, "tessera_losses"):  # run alone
+            AgainstTessera.setUpClass()
+        plain = AgainstTessera.tessera_losses
+        self.assertGreater(abs(plain[-1] - self.tessera_losses[-1]), 10 * RTOL * plain[-1])
 
 
 if __name__ == "__main__":

@@ -3,24 +3,20 @@
  * separately and plain MPI, and compares:
  *   test_mpi batch          P ranks x batch B with averaged gradients equal one process with the
  *                           global batch P B: plain SGD, SGD with momentum and decay, with
- *                           Nesterov momentum, Adam, AdamW, a graph net (residual add and
- *                           concat); tsr_train scales the rate by P for batch SGD and Nesterov
- *                           SGD, not Adam(W) (lr_scaling)
- *   test_mpi epoch          epoch averaging equals the mean of separately trained replicas
- *   test_mpi every          every=K averages exactly at steps K, 2K (the mean of the replicas),
- *                           and not before (each rank still has its own replica at K - 1)
- *   test_mpi weighted       --weighting samples: ranks that take different batches are averaged
- *                           with weights samples_q / samples
- *   test_mpi async          async-epoch in deterministic mode equals the folds
- *                           global = (global + w_q) / 2 applied in rank order, each rank going on
- *                           from its own fold, then the final uniform average
- *   test_mpi deterministic  two runs with a seed give the same bits, and the average is the
- *                           float32 sum in rank order w_0 x_0 + w_1 x_1 + ... (the contract)
- *   test_mpi uneven         shards of unequal size (3 ranks): batch sync equals one process on
- *                           the concatenated global batches, epoch averaging the mean of
- *                           replicas; every=K and async-epoch end equal and learn
- *   test_mpi tiles          a distributed matrix stores only this rank's tiles
- *   test_mpi twice          one net trained twice with batch sync (the hook is restored)
+ *                           Nesterov momentum, Adam, AdamW, with --clip-grad (the norm of the
+ *                           averaged gradient), a graph net (residual add and concat); tsr_train
+ * scales the rate by P for batch SGD and Nesterov SGD, not Adam(W) (lr_scaling) test_mpi epoch
+ * epoch averaging equals the mean of separately trained replicas test_mpi every          every=K
+ * averages exactly at steps K, 2K (the mean of the replicas), and not before (each rank still has
+ * its own replica at K - 1) test_mpi weighted       --weighting samples: ranks that take different
+ * batches are averaged with weights samples_q / samples test_mpi async          async-epoch in
+ * deterministic mode equals the folds global = (global + w_q) / 2 applied in rank order, each rank
+ * going on from its own fold, then the final uniform average test_mpi deterministic  two runs with
+ * a seed give the same bits, and the average is the float32 sum in rank order w_0 x_0 + w_1 x_1 +
+ * ... (the contract) test_mpi uneven         shards of unequal size (3 ranks): batch sync equals
+ * one process on the concatenated global batches, epoch averaging the mean of replicas; every=K and
+ * async-epoch end equal and learn test_mpi tiles          a distributed matrix stores only this
+ * rank's tiles test_mpi twice          one net trained twice with batch sync (the hook is restored)
  *   test_mpi bytes          batch sync moves ring-optimal bytes per rank (StarPU-MPI's count)
  *   test_mpi resume         a batch run stopped and resumed from its checkpoint ends bit for bit
  *                           where an uninterrupted one does
@@ -102,6 +98,8 @@ static const char residual_mlp[] = "[a]\ntype = dense\nunits = 48\nactivation = 
 
 /* Augmentation of make_net_opt's nets (NULL: none), drawn with epoch 2's key. */
 static const tsr_augment_t *net_augment;
+/* make_net_opt's nets' --clip-grad (0: none). */
+static float net_clip;
 
 static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
   tsr_model_spec_t spec;
@@ -112,7 +110,7 @@ static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
     tsr_model_parse(&spec, "mlp:48,24", train_set.classes, &err);
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
-  o.batch = batch, o.seed = 3;
+  o.batch = batch, o.seed = 3, o.clip_grad = net_clip;
   if (opt) o.opt = *opt;
   o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
@@ -318,6 +316,19 @@ static void batch_equals_one_process(const char *name, const tsr_optimizer_t *op
           name, moved);
     printf("batch, %s: max relative difference to one process with batch %d: %.2e\n", name,
            B * size, d);
+    if (net_clip > 0) { /* the clipping changed the steps: it was on */
+      float clip = net_clip;
+      net_clip = 0;
+      tsr_net_t *plain = make_net_opt(B * size, opt);
+      net_clip = clip;
+      for (int k = 0; k < steps; k++)
+        tsr_net_train_step(plain, &train_set, rows + k * size * B, B * size, true);
+      float *p = params(plain, &n);
+      double off = max_rel_diff(p, ref, n);
+      CHECK(off > 100 * tol, "%s: clipping must change the steps (%g)", name, off);
+      free(p);
+      tsr_net_destroy(&plain);
+    }
     free(ref), free(w0);
     tsr_net_destroy(&one), tsr_net_destroy(&start);
   }
@@ -415,6 +426,12 @@ static void test_batch(void) {
   batch_equals_one_process("sgd-nesterov momentum 0.9, decay 1e-3", &nesterov, 1e-4);
   batch_equals_one_process("adam", &adam, 2e-4);
   batch_equals_one_process("adamw, decay 0.1", &adamw, 1e-4);
+  /* --clip-grad: the norm of the averaged gradient, summed over the ranks' chunks, clips as one
+   * process's of the global batch (0.05 is below the norms of these steps). */
+  net_clip = 0.05f;
+  batch_equals_one_process("sgd momentum 0.9, decay 1e-3, --clip-grad 0.05", &momentum, 1e-5);
+  batch_equals_one_process("adamw, decay 0.1, --clip-grad 0.05", &adamw, 1e-4);
+  net_clip = 0;
   tile_rows = tile_cols = WHOLE;
   batch_equals_one_process("sgd momentum 0.9, decay 1e-3, whole-matrix tiles", &momentum, 1e-5);
   batch_equals_one_process("sgd-nesterov, whole-matrix tiles", &nesterov, 1e-4);

@@ -5,8 +5,8 @@
 # token ids cannot take, --text beside --data, a model without a context: exit 2); tessera
 # generate refuses an empty prompt, a missing checkpoint and one that is not a language model.
 # Where the language model's layers are built (tessera summary takes the model), a small model
-# (a model file without attention, and gpt:1,32,2,16) trains on a text and generate continues a
-# prompt: greedy twice the same, the prompt first, the tokens asked for, any bytes in the prompt,
+# (a model file without attention, and gpt:1,32,2,16) trains on a text, with --clip-grad and
+# --eval-every's lines (every 20 steps, the log's tokens), and generate continues a prompt: greedy twice the same, the prompt first, the tokens asked for, any bytes in the prompt,
 # the alphabet continued exactly. Usage: test_text_cli.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -54,6 +54,8 @@ expect 2 "--text: the model has no layer with a context.*gpt:L,D,H,T" -- \
   timeout 30 "$tessera" train --model mlp --text "$tmp/ok.txt"
 # A language model without --data reads the default text; a bad file there is the default's.
 expect 2 "a language model without --data: --classes" -- "${gpt[@]}" --classes 300
+expect 2 "--clip-grad with --grid is not implemented" -- "${gpt[@]}" --clip-grad 1 --grid 2x1
+expect 2 "--eval-every 0: expected an integer from 1" -- "${gpt[@]}" --eval-every 0
 
 # tessera generate: its usage; an empty prompt (exit 2), a missing checkpoint (exit 1).
 expect 0 "^usage: tessera generate --checkpoint FILE --prompt TEXT" -- "$tessera" generate --help
@@ -121,9 +123,25 @@ for m in "${models[@]}"; do
   name=${m##*/}
   check "$name: train --text" timeout 300 "$tessera" train --model "$m" --text "$tmp/text.txt" \
     --workers 2 --epochs 2 --batch 16 --optimizer adamw --lr 0.003 --checkpoint "$tmp/$name.st" \
-    >"$tmp/train.out" 2>&1
+    --clip-grad 1 --eval-every 20 --log "$tmp/$name.jsonl" >"$tmp/train.out" 2>&1
   check_show=$tmp/train.out
   check "$name: 1,125 train / 124 test windows" grep -q '1125 train / 124 test samples' "$tmp/train.out"
+  # --eval-every 20 with 71 steps an epoch: after steps 20, 40, 60, 80, ..., 140 (not 142, the
+  # epoch's end), the test set's loss per token, the tokens so far (16 a sample).
+  check "$name: --eval-every 20: a line every 20 steps" test "$(grep -c '^  step [0-9]* (epoch' \
+    "$tmp/train.out")" = 7
+  check "$name: --eval-every 20: the log's eval lines" python3 - "$tmp/$name.jsonl" <<'PY'
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ev = [o for o in lines if o.get("event") == "eval"]
+assert [o["step"] for o in ev] == [20, 40, 60, 80, 100, 120, 140], [o["step"] for o in ev]
+for o in ev:
+    assert o["set"] == "test" and o["evaluated"] == 124 and o["agreed"], o
+    samples = 1125 * (o["epoch"] - 1) + 16 * o["step_in_epoch"]  # epoch 1's last batch: 5
+    assert o["samples"] == samples and o["tokens"] == 16 * samples, o
+    assert abs(o["bpb"] - o["loss"] / math.log(2)) < 1e-9 and 0 < o["loss"] < 6, o
+assert ev[-1]["loss"] < ev[0]["loss"], "the loss falls"
+PY
   # It learns: the test loss of the second epoch below ln 256 = 5.55 nats, by a margin.
   check "$name: the test loss below 4 nats" awk '/^epoch 2/ {
     sub(/.*test [0-9.]+% \(loss /, ""); sub(/\).*/, ""); exit !($0 < 4) }' "$tmp/train.out"

@@ -74,6 +74,10 @@ TSR_API int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st);
 /* Appends a step line ("event": "step"): epoch, step, step_in_epoch, loss, accuracy, lr,
  * samples_per_s, seconds (tsr_train_opts_t.on_step). */
 TSR_API int tsr_log_step(tsr_log_t *log, const tsr_step_stats_t *st);
+/* Appends an evaluation line ("event": "eval"): epoch, step, step_in_epoch, steps, samples,
+ * tokens (samples x positions, language models), set ("val" or "test"), evaluated, loss,
+ * accuracy, bpb (loss / ln 2, language models), agreed, seconds (tsr_train_opts_t.on_eval). */
+TSR_API int tsr_log_eval(tsr_log_t *log, const tsr_eval_stats_t *st);
 /* Appends the run's statistics as one object with "event": "stats": per
  * worker of each rank seconds, executing, idle, overhead, tasks and tasks
  * per codelet; bytes per bus; trace events recorded. */

@@ -228,6 +228,11 @@ typedef struct {
    * cross-entropy with the target (1 - eps) onehot + eps / classes, and the gradient its own;
    * 0 is the one-hot cross-entropy. */
   float label_smoothing;
+  /* Gradient-norm clipping, PyTorch's clip_grad_norm_ [0: none]: before each update every
+   * gradient is scaled by min(1, clip_grad / (norm + 1e-6)), norm the 2-norm of all the
+   * parameters' gradients together (under --sync batch, of the averaged gradient: across the
+   * ranks; under the other policies each replica clips its own). Not with a grid. */
+  float clip_grad;
   /* Geometry of an input sample, channels-last (c h w = inputs); all 0: a
    * square one-channel image when inputs is a perfect square, else 1 x 1 x inputs. */
   int in_channels, in_height, in_width;

@@ -95,6 +95,25 @@ typedef struct {
   double seconds;        /* since the epoch began */
 } tsr_step_stats_t;
 
+/* Every eval_every training steps (tsr_train_opts_t.on_eval), on rank 0: rank 0's replica
+ * evaluated on the validation set, or on the test set without one, between two steps. */
+typedef struct {
+  int epoch;             /* 1-based */
+  int64_t step;          /* steps of the run so far (1-based: the one just taken) */
+  int64_t step_in_epoch; /* 1-based */
+  int64_t steps;         /* steps of the epoch */
+  int64_t samples;       /* training samples of all replicas so far in the run (this process's
+                            start: a resumed run counts from where it resumed) */
+  int positions;         /* predictions per sample (tsr_net_positions): tokens = samples x it */
+  const char *set;       /* "val" or "test" */
+  int64_t evaluated;     /* its samples */
+  double loss, accuracy; /* per prediction (a language model: per token) */
+  /* Every replica held these weights (one process, batch, post-local before its switch, a
+   * weight-averaging policy right after an average); else rank 0's alone. */
+  bool agreed;
+  double seconds; /* the evaluation's */
+} tsr_eval_stats_t;
+
 /* One rank's part of a whole run under MPI (tsr_train_opts_t.on_ranks), so
  * that imbalance between ranks shows without a trace. */
 typedef struct {
@@ -169,6 +188,12 @@ typedef struct {
    * steps apart it costs nothing measurable). A non-zero return stops training as on_epoch's. */
   int log_every;
   int (*on_step)(const tsr_step_stats_t *stats, void *ctx);
+  /* With eval_every > 0, after every eval_every-th step of the run that is not an epoch's last
+   * (the epoch end evaluates anyway): the validation set (the test set without one) evaluated
+   * by rank 0's grid column, on_eval called on rank 0. Its return stops training as
+   * on_epoch's. */
+  int64_t eval_every;
+  int (*on_eval)(const tsr_eval_stats_t *stats, void *ctx);
   /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,
    * ranks[q] for rank q (n ranks). */
   void (*on_ranks)(const tsr_rank_stats_t *ranks, int n, void *ctx);

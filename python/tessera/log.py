@@ -8,7 +8,8 @@ Each line is one JSON object, written whole:
   "lr_end", "batch", ...};
 - event lines, {"event": NAME, ...}: "run" (the first line: version, command line, hosts,
   start time, libraries, "config" with every option), "step" (--log-every N: loss, accuracy,
-  lr, samples/s every N steps), "stats" (--stats: per-worker times and task counts, buses),
+  lr, samples/s every N steps), "eval" (--eval-every N: the validation or test loss, accuracy,
+  samples and tokens so far every N steps), "stats" (--stats: per-worker times and task counts, buses),
   "ranks" (under mpirun, at the end: each rank's time, traffic and work), and whatever later
   versions add: every line with an "event" is kept under its name.
 

@@ -17,11 +17,13 @@ typedef struct {
   const char *data_dir;   /* --data, borrowed from argv */
   bool data_given;        /* --data was given (a language model without it trains on the
                              default text) */
+  bool init_given;        /* --init was given (a language model's default is gpt2) */
   const char *text;       /* --text FILE[,FILE...] or "default", borrowed; NULL: none */
   const char *model;      /* --model: a shorthand for tsr_model_parse, or an INI file */
   bool model_file;        /* --model names an INI file (ends in .ini) */
   const char *log_path;   /* --log, NULL: no log */
   int log_every;          /* --log-every N: a step line every N steps (0: none) */
+  int eval_every;         /* --eval-every N: an evaluation every N steps (0: epoch ends only) */
   const char *trace_path; /* --trace, NULL: no timeline */
   const char *checkpoint; /* --checkpoint, NULL: none */
   int checkpoint_every;   /* --checkpoint-every N[epochs|steps] (default 1 epoch) */

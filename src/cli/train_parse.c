@@ -540,14 +540,20 @@ static const row_t rows[] = {
      "a number from 0 to 1e6", NULL},
     {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
      "seed for initialization and shuffling [1]"},
+    {"clip-grad", "X", read_float, AT(net.clip_grad), 0, 1e30, "a number from 0 to 1e30",
+     "scale the gradients by min(1, X / (norm + 1e-6)) before each\n"
+     "update, norm the 2-norm of all of them together (PyTorch's\n"
+     "clip_grad_norm_; --sync batch: of the averaged gradient) [0:\n"
+     "none]"},
     {"label-smoothing", "EPS", read_float, AT(net.label_smoothing), 0, BELOW_ONE,
      "a number in [0, 1)",
      "PyTorch's label smoothing: the loss, training's and the test\n"
      "loss, against (1 - EPS) one-hot + EPS / classes [0]"},
-    {"init", "I", read_init, .want = "pytorch or he",
+    {"init", "I", read_init, .want = "pytorch, he or gpt2",
      .help = "how weights and biases start: pytorch (U(+-1/sqrt(fan_in)),\n"
-             "PyTorch's defaults) or he (He-uniform weights, zero biases)\n"
-             "[pytorch]"},
+             "PyTorch's defaults), he (He-uniform weights, zero biases) or\n"
+             "gpt2 (normal std 0.02, residual projections / sqrt(2L), zero\n"
+             "biases, layer norms 1 and 0) [pytorch; a language model: gpt2]"},
     {"tile", "N | RxC", read_tile, .want = "N or RxC, integers from 1 to 1048576",
      .help = "tile size: N for both, or R batch rows x C features\n"
              "[chosen from the shapes]"},
@@ -625,6 +631,10 @@ static const row_t rows[] = {
     {"log-every", "N", read_int, AT(log_every), 1, 1 << 30, "an integer from 1 to 1073741824",
      "with --log, a step line every N steps (loss, lr, samples/s;\n"
      "each waits for the steps in flight) [none]"},
+    {"eval-every", "N", read_int, AT(eval_every), 1, 1 << 30, "an integer from 1 to 1073741824",
+     "evaluate every N steps too, on the validation set (the test\n"
+     "set without --val-split), printed and logged (\"eval\"\n"
+     "lines) [epoch ends only]"},
     {"checkpoint", "FILE", read_text, AT(checkpoint),
      .help = "write the network, optimizer state and training state\n"
              "(safetensors) at every --checkpoint-every, at the end and\n"
@@ -756,6 +766,7 @@ static int check_together(parse_t *p) {
   tsr_cli_train_config_t *cfg = p->cfg;
   tsr_errbuf_t err = {""};
   cfg->data_given = given(cfg, "data");
+  cfg->init_given = given(cfg, "init");
   if (cfg->text && cfg->data_given) {
     fprintf(stderr, "tessera train: --text and --data: a run trains on one of them; leave the "
                     "other out\n");
@@ -789,6 +800,11 @@ static int check_together(parse_t *p) {
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
+  if (cfg->net.clip_grad > 0 && cfg->net.grid_rows > 1) {
+    fprintf(stderr, "tessera train: --clip-grad with --grid is not implemented (the grid spreads "
+                    "the dense layers' gradients over a column's ranks); leave one of them out\n");
+    return 2;
+  }
   if (cfg->log_every && !cfg->log_path) {
     fprintf(stderr, "tessera train: --log-every needs --log FILE.jsonl\n");
     return 2;

@@ -304,6 +304,27 @@ int tsr_log_step(tsr_log_t *log, const tsr_step_stats_t *st) {
   return write_line(log, o);
 }
 
+int tsr_log_eval(tsr_log_t *log, const tsr_eval_stats_t *st) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return TSR_ENOMEM;
+  cJSON_AddStringToObject(o, "event", "eval");
+  cJSON_AddNumberToObject(o, "epoch", st->epoch);
+  cJSON_AddNumberToObject(o, "step", (double)st->step);
+  cJSON_AddNumberToObject(o, "step_in_epoch", (double)st->step_in_epoch);
+  cJSON_AddNumberToObject(o, "steps", (double)st->steps);
+  cJSON_AddNumberToObject(o, "samples", (double)st->samples);
+  if (st->positions > 1)
+    cJSON_AddNumberToObject(o, "tokens", (double)st->samples * (double)st->positions);
+  cJSON_AddStringToObject(o, "set", st->set);
+  cJSON_AddNumberToObject(o, "evaluated", (double)st->evaluated);
+  add_number(o, "loss", st->loss);
+  add_number(o, "accuracy", st->accuracy);
+  if (st->positions > 1) add_number(o, "bpb", st->loss / M_LN2);
+  cJSON_AddBoolToObject(o, "agreed", st->agreed);
+  add_number(o, "seconds", st->seconds);
+  return write_line(log, o);
+}
+
 int tsr_log_stats(tsr_log_t *log, const tsr_run_stats_t *st) {
   cJSON *o = cJSON_CreateObject();
   if (!o) return TSR_ENOMEM;

@@ -86,6 +86,21 @@ void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
   }
 }
 
+double tsr__k_sumsq(int m, int n, const float *x, int ldx) {
+  double s = 0.0;
+  for (int i = 0; i < m; i++) {
+    const float *r = x + (long)i * ldx;
+    for (int j = 0; j < n; j++)
+      s += (double)r[j] * r[j];
+  }
+  return s;
+}
+
+void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm) {
+  float coef = max_norm / (sqrtf(sumsq) + 1e-6f);
+  if (coef < 1.0f) tsr__k_scale(m, n, coef, x, ldx);
+}
+
 void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int lds, int col0,
                         const int32_t *rows, int nvalid) {
   for (int r = 0; r < m; r++) {

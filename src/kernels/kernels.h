@@ -92,6 +92,11 @@ void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds);
 void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
                   int ldy);
 void tsr__k_scale(int m, int n, float alpha, float *x, int ldx);
+/* Gradient-norm clipping (--clip-grad), PyTorch's clip_grad_norm_: the sum of the squares of
+ * x (m, n), in double; and x times min(1, max_norm / (sqrt(sumsq) + 1e-6)), sumsq the sum over
+ * every gradient (x untouched when the factor is 1). */
+double tsr__k_sumsq(int m, int n, const float *x, int ldx);
+void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm);
 /* y (m, n) = a + b (the add layer). */
 void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb);
 /* A block of channels between two tiles of channels-last rows (the concat layer): for each of

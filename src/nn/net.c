@@ -139,6 +139,36 @@ static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts
   return tsr__net_optimizer_step(net, p, o);
 }
 
+int tsr__net_each_param(tsr_net_t *net, int (*fn)(tsr_net_t *net, tsr_param_t *p, void *ctx),
+                        void *ctx) {
+  for (int i = net->n_layers - 1; i >= 0; i--)
+    for (int k = 0; k < net->layers[i].nparams; k++)
+      TSR_TRY(fn(net, &net->layers[i].params[k], ctx));
+  return 0;
+}
+
+/* --clip-grad without a synchronization policy's hook: each gradient adds its squares to the
+ * step's sum as it is submitted; once all are, each is clipped and its update submitted. */
+static int clip_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o, void *ctx) {
+  (void)ctx;
+  return tsr__tiles_sumsq_add(o, p->g, net->grad_sq);
+}
+
+typedef struct {
+  const tsr_task_opts_t *o;
+} clip_ctx_t;
+
+static int clip_and_update(tsr_net_t *net, tsr_param_t *p, void *ctx) {
+  const clip_ctx_t *c = ctx;
+  TSR_TRY(tsr__tiles_clip(c->o, p->g, net->grad_sq, net->opts.clip_grad));
+  return tsr__net_optimizer_step(net, p, c->o);
+}
+
+static int clip_grad_end(tsr_net_t *net, const tsr_task_opts_t *o, void *ctx) {
+  (void)ctx;
+  return tsr__net_each_param(net, clip_and_update, &(clip_ctx_t){o});
+}
+
 tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook) {
   tsr_stats_hook_t old = net->on_stats;
   net->on_stats = hook;
@@ -239,6 +269,14 @@ static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
         err, TSR_EINVAL,
         "unknown initialization %d (TSR_INIT_PYTORCH, TSR_INIT_HE or TSR_INIT_GPT2)",
         (int)opts->init);
+  if (!(opts->clip_grad >= 0.0f && opts->clip_grad <= 1e30f))
+    return tsr_error_set(err, TSR_EINVAL, "gradient clipping %g is not a positive norm (0: none)",
+                         (double)opts->clip_grad);
+  if (opts->clip_grad > 0.0f && opts->grid_rows > 1)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "gradient clipping is not implemented with a grid (--grid spreads the "
+                         "dense layers' gradients over a column's ranks); drop --clip-grad or "
+                         "--grid");
   if (!(opts->label_smoothing >= 0.0f && opts->label_smoothing < 1.0f))
     return tsr_error_set(err, TSR_EINVAL, "label smoothing %g is not in [0, 1)",
                          (double)opts->label_smoothing);
@@ -279,7 +317,8 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   net->mb = net->layout.mb, net->nb = net->layout.nb;
   tsr_rng_t rng = {opts->seed};
 
-  net->on_grad = (tsr_grad_hook_t){default_grad_hook, NULL};
+  net->on_grad = opts->clip_grad > 0.0f ? (tsr_grad_hook_t){clip_grad_hook, NULL, clip_grad_end}
+                                        : (tsr_grad_hook_t){default_grad_hook, NULL, NULL};
   rc = tsr__optim_create(&net->optim, &opts->opt);
   if (rc == 0) rc = create_layers(net, &rng, err);
   /* Grid: every rank of a column loads the batch (per-node); the loss task runs with the
@@ -291,6 +330,7 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
   int mt = (net->batch + net->mb - 1) / net->mb;
   if (rc == 0) rc = act_tiles(net, &net->train_stats, mt, 2, 1, 2, pr > 1);
   if (rc == 0) rc = act_tiles(net, &net->eval_stats, mt, 2, 1, 2, pr > 1);
+  if (rc == 0 && opts->clip_grad > 0.0f) rc = tsr__net_tiles(&net->grad_sq, 1, 1, 1, 1);
   if (rc) {
     tsr_net_destroy(&net);
     if (err && err->msg[0]) return rc; /* a layer said what does not fit */
@@ -344,6 +384,7 @@ void tsr_net_destroy(tsr_net_t **np) {
   tsr_tiles_destroy(&net->labels);
   tsr_tiles_destroy(&net->train_stats);
   tsr_tiles_destroy(&net->eval_stats);
+  tsr_tiles_destroy(&net->grad_sq);
   tsr__optim_destroy(&net->optim);
   free(net->grid_slot);
   free(net->augment_fill);
@@ -430,9 +471,15 @@ static int forward(tsr_net_t *net, bool train) {
  * gradients of their producer (it has other readers) are added into the producer's dy right
  * away, in this fixed order, at the priority of input gradients. Each layer's parameters are
  * handed to the gradient hook (the optimizer step, or a synchronization policy) as soon as
- * their gradients are submitted, so updates overlap the backward pass of the layers below. */
+ * their gradients are submitted, so updates overlap the backward pass of the layers below;
+ * under --clip-grad the hook only adds to the norm, and its end call, after the first layer,
+ * clips and updates. */
 static int backward(tsr_net_t *net, bool do_update) {
   if (do_update) tsr__optim_next_step(net->optim);
+  if (do_update && net->grad_sq) {
+    tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, true);
+    TSR_TRY(tsr__tiles_fill(&o, net->grad_sq, 0.0f));
+  }
   for (int i = net->n_layers - 1; i >= 0; i--) {
     tsr_layer_t *l = &net->layers[i];
     const tsr_tiles_t *x[TSR_MAX_INPUTS];
@@ -451,7 +498,9 @@ static int backward(tsr_net_t *net, bool do_update) {
     for (int k = 0; do_update && k < l->nparams; k++)
       TSR_TRY(net->on_grad.fn(net, &l->params[k], &o, net->on_grad.ctx));
   }
-  return 0;
+  if (!do_update || !net->on_grad.end) return 0;
+  tsr_task_opts_t o = tsr__net_task_opts(net, 1, true);
+  return net->on_grad.end(net, &o, net->on_grad.ctx);
 }
 
 int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,

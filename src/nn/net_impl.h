@@ -75,12 +75,17 @@ struct tsr_layer {
 };
 
 /* What happens to a parameter once its gradient has been submitted: the
- * optimizer step by default; distributed synchronization policies replace it. */
+ * optimizer step by default; distributed synchronization policies replace it. end, when not
+ * NULL, is called once every parameter's gradient has been handed to fn (--clip-grad: the
+ * updates wait for the norm of all the gradients, so fn adds to it and end updates); o: the
+ * first layer's backward options. */
 typedef int (*tsr_grad_hook_fn)(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o,
                                 void *ctx);
+typedef int (*tsr_grad_end_fn)(tsr_net_t *net, const tsr_task_opts_t *o, void *ctx);
 typedef struct {
   tsr_grad_hook_fn fn;
   void *ctx;
+  tsr_grad_end_fn end;
 } tsr_grad_hook_t;
 
 /* Batch statistics reduced beyond this process (--sync-bn, installed by src/parallel/): a
@@ -107,6 +112,7 @@ struct tsr_net {
   tsr_tiles_t *labels;      /* (batch, 1) */
   tsr_tiles_t *train_stats; /* (mt, 2) [loss sum, correct] per batch-row tile */
   tsr_tiles_t *eval_stats;
+  tsr_tiles_t *grad_sq;      /* --clip-grad: (1, 1) the step's sum of squared gradients */
   tsr_optim_t *optim;        /* owned: step count, current rate, every parameter's state */
   uint64_t tasks_per_step;   /* measured on the first training step */
   uint64_t submitted;        /* tasks submitted with the net's options (its own and its hooks') */
@@ -136,6 +142,9 @@ tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook);
 
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);
+/* Calls fn(net, p, ctx) for every parameter, in backward order (the last layer's first). */
+int tsr__net_each_param(tsr_net_t *net, int (*fn)(tsr_net_t *net, tsr_param_t *p, void *ctx),
+                        void *ctx);
 
 /* Options for the tasks of layer (1-based; 0 batch assembly) in the forward
  * or backward pass: labels, and the priority of the critical path. The next

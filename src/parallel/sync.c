@@ -126,9 +126,12 @@ struct tsr_replicas {
   int64_t *steps;           /* [size] steps with samples since the last averaging of all ranks */
   double lambda;            /* --weighting steps: the extrapolation of the next average */
   tsr_grad_hook_t previous; /* batch: the hook this one replaced, restored at the end */
-  tsr_sync_bn_t *sync_bn;   /* --sync-bn's statistics hook, or NULL */
-  bool agreed;              /* every replica holds the same weights (tsr__replicas_agree) */
-  bool final_extra;         /* the last average was the end's, off the schedule (checkpoints) */
+  /* batch under --clip-grad: [size] replica views of each rank's part of the sum of squares
+   * (the net's grad_sq), and of each rank's total, this rank's own (sq_total, local) */
+  tsr_tiles_t **sq, **sq_totals, *sq_total;
+  tsr_sync_bn_t *sync_bn; /* --sync-bn's statistics hook, or NULL */
+  bool agreed;            /* every replica holds the same weights (tsr__replicas_agree) */
+  bool final_extra;       /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
 };
 
@@ -299,37 +302,91 @@ static void chunks_of_tile(const rparam_t *rp, int i, int *I0, int *I1) {
   *I1 = *I0 + rp->k < rp->cmt ? *I0 + rp->k : rp->cmt;
 }
 
+/* batch: the optimizer on chunk (I, j)'s home (rows r0 .. of tile (i, j); the net's own
+ * optimizer on its own weights and state) from the averaged gradient, clipped first under
+ * --clip-grad, and the updated band sent to every other rank. */
+static int update_chunk(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer, int i, int j,
+                        int I, int r0) {
+  tsr_param_t *p = rp->p;
+  tsr_task_opts_t local = with_mpi(layer, false);
+  int home = chunk_home(I, j, rp);
+  bool at_home = r->rank == home;
+  if (at_home && r->sq_total)
+    TSR_TRY(tsr__tile_clip(&local, rp->acc, I, j, r->sq_total, r->net->opts.clip_grad));
+  if (at_home)
+    TSR_TRY(tsr__optim_update_tile(r->net->optim, p->index, p->w, NULL, i, j, r0, rp->acc, I, j,
+                                   &local));
+  /* A band travels from a chunk-tiled copy; a whole tile straight from the home's. */
+  if (rp->k > 1 && at_home) TSR_TRY(tsr__tile_band_get(&local, rp->updated, I, j, p->w, i, j, r0));
+  return rp->k > 1 ? gather_chunk(layer, r, rp, -1, rp->updated, I, j, rp->w, false, I, j)
+                   : gather_chunk(layer, r, rp, -1, rp->w[home], i, j, rp->w, false, I, j);
+}
+
+/* Calls fn for each chunk (I, j) of rp: rows r0 .. of tile (i, j). */
+static int each_chunk(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer,
+                      int (*fn)(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer,
+                                int i, int j, int I, int r0)) {
+  for (int i = 0; i < tsr_tiles_mt(rp->p->w); i++)
+    for (int j = 0; j < rp->nt; j++) {
+      int I0, I1;
+      chunks_of_tile(rp, i, &I0, &I1);
+      for (int I = I0; I < I1; I++)
+        TSR_TRY(fn(r, rp, layer, i, j, I, (I - I0) * rp->cr));
+    }
+  return 0;
+}
+
+/* The reduce-scatter of chunk (I, j)'s gradient; then its update, or under --clip-grad its
+ * squares added to this rank's part of the norm (the update waits for grad_end). */
+static int reduce_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer, int i,
+                             int j, int I, int r0) {
+  TSR_TRY(reduce_chunk(layer, r, rp, -1, rp->p->g, rp->g, I, j));
+  if (!r->sq_total) return update_chunk(r, rp, layer, i, j, I, r0);
+  tsr_task_opts_t local = with_mpi(layer, false);
+  return r->rank == chunk_home(I, j, rp)
+             ? tsr__tile_sumsq_add(&local, rp->acc, I, j, r->net->grad_sq)
+             : 0;
+}
+
 /* batch: replaces the optimizer step of a parameter whose gradient was just
  * submitted: per chunk, the reduce-scatter of the gradient, the optimizer on
- * the chunk's home (the net's own optimizer on its own weights and state),
- * and the updated band sent to every other rank. */
+ * the chunk's home and the updated band sent to every other rank (update_chunk; under
+ * --clip-grad in grad_end, once the norm is known). */
 static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *layer, void *ctx) {
+  (void)net;
   tsr_replicas_t *r = ctx;
   rparam_t *rp = NULL;
   for (int k = 0; k < r->nparams && !rp; k++)
     if (r->params[k].p == p) rp = &r->params[k];
   if (!rp) return TSR_EINVAL;
-  tsr_task_opts_t local = with_mpi(layer, false);
+  double t0 = now();
+  int rc = each_chunk(r, rp, layer, reduce_and_update);
+  r->st.seconds += now() - t0;
+  return rc;
+}
+
+/* batch under --clip-grad, once every gradient is reduced: the sum of squares of the averaged
+ * gradient, each rank's part (its chunks') added on every rank in rank order (all-reduce of
+ * one float), then each chunk clipped and updated on its home, in backward order. */
+static int grad_end(tsr_net_t *net, const tsr_task_opts_t *layer, void *ctx) {
+  (void)net;
+  tsr_replicas_t *r = ctx;
+  tsr_task_opts_t mpi = with_mpi(layer, true);
   double t0 = now();
   int rc = 0;
-  for (int i = 0; i < tsr_tiles_mt(p->w) && rc == 0; i++)
-    for (int j = 0; j < rp->nt && rc == 0; j++) {
-      int I0, I1;
-      chunks_of_tile(rp, i, &I0, &I1);
-      for (int I = I0; I < I1 && rc == 0; I++) {
-        int r0 = (I - I0) * rp->cr, home = chunk_home(I, j, rp);
-        rc = reduce_chunk(layer, r, rp, -1, p->g, rp->g, I, j);
-        if (rc == 0 && r->rank == home)
-          rc = tsr__optim_update_tile(net->optim, p->index, p->w, NULL, i, j, r0, rp->acc, I, j,
-                                      &local);
-        /* A band travels from a chunk-tiled copy; a whole tile straight from the home's. */
-        if (rc == 0 && rp->k > 1 && r->rank == home)
-          rc = tsr__tile_band_get(&local, rp->updated, I, j, p->w, i, j, r0);
-        if (rc == 0)
-          rc = rp->k > 1 ? gather_chunk(layer, r, rp, -1, rp->updated, I, j, rp->w, false, I, j)
-                         : gather_chunk(layer, r, rp, -1, rp->w[home], i, j, rp->w, false, I, j);
-      }
+  for (int q = 0; q < r->size && rc == 0; q++)
+    for (int t = 0; t < r->size && rc == 0; t++) {
+      if (r->rank != q && r->rank != t) continue;
+      rc =
+          tsr__tile_axpby(&mpi, 1.0f, r->sq[t], t == 0 ? 0.0f : 1.0f, r->sq_totals[q], 0, 0, false);
+      if (t == q) continue;
+      if (r->rank == q)
+        r->st.bytes_received += sizeof(float), r->st.messages_received++;
+      else
+        r->st.bytes_sent += sizeof(float), r->st.messages_sent++;
     }
+  for (int k = r->nparams - 1; k >= 0 && rc == 0; k--)
+    rc = each_chunk(r, &r->params[k], layer, update_chunk);
   r->st.seconds += now() - t0;
   return rc;
 }
@@ -657,6 +714,14 @@ int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
   return rc;
 }
 
+/* batch under --clip-grad: the views grad_end all-reduces the sum of squares with. */
+static int clip_views(tsr_replicas_t *r) {
+  TSR_TRY(tsr__net_tiles(&r->sq_total, 1, 1, 1, 1));
+  if (!(r->sq = replicas_of(r, r->net->grad_sq))) return TSR_ENOMEM;
+  if (!(r->sq_totals = replicas_of(r, r->sq_total))) return TSR_ENOMEM;
+  return 0;
+}
+
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err) {
   *out = NULL;
@@ -711,11 +776,14 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
   if (rc == 0 && pr == 1) rc = start_equal(r);
   if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
+  if (rc == 0 && r->batch && net->grad_sq) rc = clip_views(r);
   if (rc) {
     tsr__replicas_destroy(&r);
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
   }
-  if (r->batch) r->previous = tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r});
+  if (r->batch)
+    r->previous =
+        tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r, r->sq_total ? grad_end : NULL});
   memset(&r->st, 0, sizeof r->st);
   r->agreed = true;
   *out = r;
@@ -837,6 +905,9 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
     destroy_param(r, &r->params[k]);
   destroy_all(r, &r->stats);
   tsr_tiles_destroy(&r->stats_sum);
+  destroy_all(r, &r->sq);
+  destroy_all(r, &r->sq_totals);
+  tsr_tiles_destroy(&r->sq_total);
   for (int g = 0; r->groups && g < r->ngroups; g++)
     free(r->groups[g].ranks);
   for (int p = 0; r->rows && p < r->grid_rows; p++)

@@ -347,6 +347,39 @@ static bool tile_ok(const tsr_tiles_t *x, int i, int j) {
   return i >= 0 && i < x->mt && j >= 0 && j < x->nt;
 }
 
+static bool one_by_one(const tsr_tiles_t *acc) {
+  return acc->m == 1 && acc->n == 1;
+}
+
+int tsr__tile_sumsq_add(const tsr_task_opts_t *o, const tsr_tiles_t *g, int i, int j,
+                        tsr_tiles_t *acc) {
+  if (!one_by_one(acc) || !tile_ok(g, i, j)) return TSR_ESHAPE;
+  return tsr__insert_sumsq_add(o, tsr__tile(g, i, j), tsr__tile(acc, 0, 0));
+}
+
+int tsr__tiles_sumsq_add(const tsr_task_opts_t *o, const tsr_tiles_t *g, tsr_tiles_t *acc) {
+  ROUTE(o, acc);
+  for (int i = 0; i < g->mt; i++)
+    for (int j = 0; j < g->nt; j++)
+      TSR_TRY(tsr__tile_sumsq_add(o, g, i, j, acc));
+  return 0;
+}
+
+int tsr__tile_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, int i, int j, const tsr_tiles_t *acc,
+                   float max_norm) {
+  if (!one_by_one(acc) || !tile_ok(g, i, j)) return TSR_ESHAPE;
+  return tsr__insert_clip(o, tsr__tile(g, i, j), tsr__tile(acc, 0, 0), max_norm);
+}
+
+int tsr__tiles_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, const tsr_tiles_t *acc,
+                    float max_norm) {
+  ROUTE(o, g);
+  for (int i = 0; i < g->mt; i++)
+    for (int j = 0; j < g->nt; j++)
+      TSR_TRY(tsr__tile_clip(o, g, i, j, acc, max_norm));
+  return 0;
+}
+
 int tsr__tile_fill(const tsr_task_opts_t *o, tsr_tiles_t *x, int i, int j, float value) {
   if (!tile_ok(x, i, j)) return TSR_ESHAPE;
   return tsr__insert_fill(o, tsr__tile(x, i, j), value);

@@ -51,6 +51,16 @@ int tsr__tiles_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, const tsr_tiles_
 int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x, float beta,
                      tsr_tiles_t *y);
 int tsr__tiles_scale(const tsr_task_opts_t *o, tsr_tiles_t *x, float alpha);
+/* Gradient-norm clipping (--clip-grad): acc's tile (0, 0) (1 x 1) += the sum of squares of
+ * tile (i, j) of g, or of every tile; tile (i, j) of g, or every tile, times
+ * min(1, max_norm / (sqrt(acc) + 1e-6)). acc's additions run in submission order. */
+int tsr__tile_sumsq_add(const tsr_task_opts_t *o, const tsr_tiles_t *g, int i, int j,
+                        tsr_tiles_t *acc);
+int tsr__tiles_sumsq_add(const tsr_task_opts_t *o, const tsr_tiles_t *g, tsr_tiles_t *acc);
+int tsr__tile_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, int i, int j, const tsr_tiles_t *acc,
+                   float max_norm);
+int tsr__tiles_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, const tsr_tiles_t *acc,
+                    float max_norm);
 /* y = a + b, all of one shape and tiling. */
 int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
                    const tsr_tiles_t *b);

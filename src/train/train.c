@@ -335,6 +335,7 @@ typedef struct {
   int64_t total_steps;        /* of the run: the schedule's T */
   int first;                  /* the first epoch to run */
   int64_t step;               /* steps taken in the run */
+  int64_t seen_before;        /* samples of all replicas in the epochs before this one */
   bool started;               /* start_run succeeded */
   bool stopped;               /* on request, before the last epoch */
   bool told;                  /* err says why training stopped */
@@ -455,8 +456,34 @@ static int step_line(run_t *r, epoch_t *ep, int64_t k) {
   return rc > 0 ? TSR_EINVAL : rc;
 }
 
+/* --eval-every after step k of the epoch: the validation set (else the test set) evaluated by
+ * the evaluating column, on_eval on rank 0. */
+static int eval_line(run_t *r, epoch_t *ep, int64_t k) {
+  const tsr_train_opts_t *o = r->o;
+  const tsr_dataset_t *set = o->validation && o->validation->n > 0 ? o->validation : r->test;
+  if (!r->evaluator || !set || set->n == 0) return 0;
+  double t0 = now(), s0 = tsr__observe_now();
+  tsr__net_label_step(r->net, 0);
+  tsr_eval_stats_t s = {.epoch = ep->e,
+                        .step = r->step,
+                        .step_in_epoch = k + 1,
+                        .steps = r->sh->steps,
+                        .samples = r->seen_before + ep->seen,
+                        .positions = tsr_net_positions(r->net),
+                        .set = set == r->test ? "test" : "val",
+                        .evaluated = set->n,
+                        .agreed = !r->rep || tsr__replicas_agree(r->rep)};
+  TSR_TRY(tsr_evaluate(r->net, set, &s.loss, &s.accuracy));
+  s.seconds = now() - t0;
+  if (r->speaker) tsr__observe_span("evaluation", s0, tsr__observe_now());
+  if (!r->speaker || !o->on_eval) return 0;
+  int rc = o->on_eval(&s, o->ctx);
+  if (rc) r->told = true;
+  return rc > 0 ? TSR_EINVAL : rc;
+}
+
 /* Step k of the epoch: every rank's samples, the rate, the step, the policy's hook, the window,
- * progress, and a checkpoint or a stop between steps. */
+ * progress, an evaluation, and a checkpoint or a stop between steps. */
 static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   const tsr_train_opts_t *o = r->o;
   const tsr_run_setup_t *sh = r->sh;
@@ -495,6 +522,7 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
     o->on_progress(e, k + 1, sh->steps, ep->last_progress - ep->t0, o->ctx);
   }
   bool mid = k + 1 < sh->steps; /* the epoch end writes its own */
+  if (rc == 0 && mid && o->eval_every > 0 && r->step % o->eval_every == 0) rc = eval_line(r, ep, k);
   if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
       r->step % o->checkpoint_every == 0)
     rc = write_checkpoint(&r->cp, e - 1, k + 1);
@@ -686,6 +714,7 @@ static int train_epoch(run_t *r, int e) {
   for (; k < r->sh->steps && rc == 0 && !r->stopped; k++)
     rc = take_step(r, &ep, k);
   if (rc || r->stopped) return rc;
+  r->seen_before += ep.seen;
   return end_epoch(r, &ep);
 }
 
