@@ -126,8 +126,30 @@ def net_name(gbits, _lat):
     return "%g Gb/s" % gbits
 
 
+# --points eval: a row per --eval-every line as well as per epoch, its times and bytes the
+# epoch's prorated by its steps (each step of an epoch taken as long as the others).
+EVAL_POINTS = False
+
+
+def eval_rows(log, epoch_row, before, e):
+    """Rows for the eval lines of epoch e, from the epoch's row and the totals before it."""
+    out = []
+    for ev in log.event("eval"):
+        if ev.get("epoch") != e:
+            continue
+        f = ev["step_in_epoch"] / ev["steps"]
+        row = {k: (before[k] + f * (epoch_row[k] - before[k]) if k in before else v)
+               for k, v in epoch_row.items()}
+        row["epoch"] = e - 1 + f
+        row["test_loss"], row["test_accuracy"] = number(ev, "loss"), number(ev, "accuracy")
+        row["tokens"], row["loss"] = number(ev, "tokens"), NAN
+        out.append(row)
+    return out
+
+
 def read_log(path, networks):
-    """The epochs of one run's log, with the busiest rank's traffic and the modelled times."""
+    """The epochs of one run's log, with the busiest rank's traffic and the modelled times
+    (with --points eval, the eval lines too)."""
     log = tessera.read_log(path)
     epochs, ranks = log.epochs, log.ranks["ranks"] if log.ranks else None
     # The epoch lines carry rank 0's traffic; the final line every rank's totals: scale rank 0's
@@ -141,8 +163,10 @@ def read_log(path, networks):
         m0 = max(r0["messages_sent"], r0["messages_received"])
         scale_bytes = busiest("bytes") / b0 if b0 else 1.0
         scale_msgs = busiest("messages") / m0 if m0 else 1.0
-    rows, wall, modelled = [], 0.0, [0.0] * len(networks)
+    rows, wall, modelled, tokens = [], 0.0, [0.0] * len(networks), 0.0
     for r in epochs:
+        before = {"wall_time_s": wall, "tokens": tokens, **{
+            "model_%s" % net_name(*n): modelled[k] for k, n in enumerate(networks)}}
         seconds = number(r, "seconds")
         sync_s = number(r, "sync_seconds")
         compute = seconds - (0.0 if math.isnan(sync_s) else sync_s)
@@ -151,13 +175,18 @@ def read_log(path, networks):
         if math.isnan(byts):
             byts, msgs = 0.0, 0.0
         wall += seconds
-        row = {"epoch": int(r["epoch"]), "wall_time_s": wall, "seconds": seconds,
+        # a language model's epoch line counts its tokens; another's, its samples
+        epoch_tokens = number(r, "tokens")
+        tokens += number(r, "samples_per_s") * seconds if math.isnan(epoch_tokens) else epoch_tokens
+        row = {"epoch": int(r["epoch"]), "wall_time_s": wall, "tokens": tokens, "seconds": seconds,
                "compute_s": compute, "test_accuracy": number(r, "test_accuracy"),
                "test_loss": number(r, "test_loss"), "loss": number(r, "loss"), "busiest_bytes": byts, "busiest_messages": msgs,
                "averages": number(r, "averages"), "sync": r.get("sync", "none")}
         for k, (gbits, lat) in enumerate(networks):
             modelled[k] += compute + msgs * lat * 1e-6 + byts * 8 / (gbits * 1e9)
             row["model_%s" % net_name(gbits, lat)] = modelled[k]
+        if EVAL_POINTS:
+            rows += eval_rows(log, row, before, row["epoch"])
         rows.append(row)
     return rows
 
@@ -185,7 +214,8 @@ def summarize(config, runs, target, networks, reference):
     """One summary row: runs maps seed to that run's rows."""
     finals = [rows[-1][METRIC["key"]] for rows in runs.values()]
     acc, spread = stats(finals)
-    row = {"config": config, "seeds": len(runs), "epochs": max(len(r) for r in runs.values()),
+    epochs = max(sum(1 for x in r if float(x["epoch"]).is_integer()) for r in runs.values())
+    row = {"config": config, "seeds": len(runs), "epochs": epochs,
            METRIC["final"]: acc, "spread": spread,
            "min": min(finals), "max": max(finals),
            "points_vs_reference": ((acc - reference) * METRIC["scale"]
@@ -223,7 +253,9 @@ def plot(all_runs, png, networks, title, machine=None, command=None):
         print("compare_sync: no matplotlib: no %s" % png, file=sys.stderr)
         return
     slow = "model_" + net_name(*min(networks))
-    panels = [("epoch", "epoch (passes over the training set)", "by epoch"),
+    first = (("tokens", "training tokens (all ranks)", "by tokens") if EVAL_POINTS else
+             ("epoch", "epoch (passes over the training set)", "by epoch"))
+    panels = [first,
               ("wall_time_s", "measured time (s), training only, this run's machine",
                "by measured time"),
               (slow, "modelled time (s) at %s" % net_name(*min(networks)),
@@ -269,6 +301,9 @@ def main():
                         "[accuracy]")
     p.add_argument("--target", type=float, default=None,
                    help="accuracy (or loss) to time [0.88; with --metric loss 2.0]")
+    p.add_argument("--points", choices=("epoch", "eval"), default="epoch",
+                   help="the curves' points: epoch ends, or every --eval-every line too (pass "
+                        "--eval-every N after --; times and bytes prorated by steps) [epoch]")
     p.add_argument("--networks", default="1:50,10:5,100:2",
                    help="modelled networks, GBITS:LATENCY_US, comma-separated [%(default)s]")
     p.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"), metavar="PATH")
@@ -284,8 +319,9 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
-    global METRIC
+    global METRIC, EVAL_POINTS
     METRIC = METRICS[args.metric]
+    EVAL_POINTS = args.points == "eval"
     if args.target is None:
         args.target = 0.88 if METRIC["higher"] else 2.0
     resolve_out(p, args, "sync", create=not args.dry_run)
@@ -319,7 +355,7 @@ def main():
                 done += 1
                 path = log_path(args.out, config, seed)
                 if args.keep and os.path.exists(path) and \
-                        len(read_log(path, networks)) == args.epochs:
+                        len(tessera.read_log(path).epochs) == args.epochs:
                     continue
                 cmd = command(args, config, seed)
                 print("== [%d/%d] %s seed %d: %s" % (done, total, config, seed, shlex.join(cmd)),
@@ -350,7 +386,7 @@ def main():
 
     model_keys = ["model_" + net_name(*n) for n in networks]
     with open(os.path.join(args.out, "runs.csv"), "w", newline="") as f:
-        cols = ["config", "seed", "epoch", "sync", "wall_time_s", "seconds", "compute_s",
+        cols = ["config", "seed", "epoch", "sync", "tokens", "wall_time_s", "seconds", "compute_s",
                 "test_accuracy", "test_loss", "loss", "busiest_bytes", "busiest_messages", "averages"]
         w = csv.DictWriter(f, cols + model_keys)
         w.writeheader()
@@ -398,11 +434,11 @@ def main():
     extra = " ".join(shlex.quote(a) for a in args.extra)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write("Measured with `benchmarks/compare_sync.py --configs %s --seeds %s --epochs %d "
-                "--ranks %d --workers %d --metric %s --target %g --networks %s%s`; %s: mean ± "
+                "--ranks %d --workers %d --metric %s --target %g --points %s --networks %s%s`; %s: mean ± "
                 "standard deviation over seeds; modelled: compute + messages x latency + bytes / "
                 "bandwidth, busiest rank, no overlap.\n\n"
                 % (",".join(configs), ",".join(map(str, seeds)), args.epochs, args.ranks,
-                   args.workers, args.metric, args.target, args.networks,
+                   args.workers, args.metric, args.target, args.points, args.networks,
                    (" -- " + extra) if extra else "", METRIC["label"]))
         f.write("| " + " | ".join(head) + " |\n")
         f.write("|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|\n")

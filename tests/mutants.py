@@ -363,6 +363,14 @@ MUTANTS = [
     ("loss-not-per-token", "the per-position loss's gradient averaged over samples, not tokens",
      "src/nn/net.c",
      [("1.0f / ((float)n * (float)net->positions)", "1.0f / (float)n")], ["seq", "grad"]),
+    ("clip-norm-squared", "--clip-grad against the squared norm instead of the norm",
+     "src/kernels/elementwise.c",
+     [("float coef = max_norm / (sqrtf(sumsq) + 1e-6f);", "float coef = max_norm / (sumsq + 1e-6f);")],
+     ["gpt-torch", "mpi-batch-2"]),
+    ("clip-home-norm", "--sync batch clips with the home's own part of the norm, not the ranks' sum",
+     "src/parallel/sync.c",
+     [("tsr__tile_clip(&local, rp->acc, I, j, r->sq_total,",
+       "tsr__tile_clip(&local, rp->acc, I, j, r->net->grad_sq,")], ["mpi-batch-2"]),
 ]
 
 

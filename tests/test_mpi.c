@@ -4,7 +4,8 @@
  *   test_mpi batch          P ranks x batch B with averaged gradients equal one process with the
  *                           global batch P B: plain SGD, SGD with momentum and decay, with
  *                           Nesterov momentum, Adam, AdamW, with --clip-grad (the norm of the
- *                           averaged gradient), a graph net (residual add and concat); tsr_train
+ *                           averaged gradient), a graph net (residual add and concat), a GPT
+ *                           (gpt:1,32,2,16 on token windows, clipped and not); tsr_train
  * scales the rate by P for batch SGD and Nesterov SGD, not Adam(W) (lr_scaling) test_mpi epoch
  * epoch averaging equals the mean of separately trained replicas test_mpi every          every=K
  * averages exactly at steps K, 2K (the mean of the replicas), and not before (each rank still has
@@ -83,8 +84,28 @@ static void load(int64_t n) {
 #define WHOLE (1 << 20)
 static int tile_rows = 16, tile_cols = 16;
 
-/* The model of make_net_opt's nets: mlp:48,24, or this model file's text (a graph). */
-static const char *net_model;
+/* The model of make_net_opt's nets: mlp:48,24, or this model file's text (a graph), or this
+ * shorthand (a language model, on load_tokens's windows, with GPT-2's initialization). */
+static const char *net_model, *net_shorthand;
+
+/* n windows of t byte tokens and their next-byte targets, as a text makes them, from a
+ * deterministic stream of 24 letters (the same on every rank); train_set only. */
+static void load_tokens(int64_t n, int t) {
+  tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);
+  train_set = (tsr_dataset_t){
+      .n = n, .features = t, .classes = 256, .channels = 1, .height = t, .width = 1, .targets = t};
+  train_set.x = malloc(sizeof(float) * (size_t)(n * t));
+  train_set.y = malloc(sizeof(float) * (size_t)(n * t));
+  CHECK(train_set.x && train_set.y, "out of memory for %lld windows", (long long)n);
+  uint32_t h = 12345;
+  float next = 'a';
+  for (int64_t i = 0; i < n * t; i++) {
+    train_set.x[i] = next;
+    h = h * 1103515245u + 12345u;
+    next = (float)('a' + (h >> 16) % 24);
+    train_set.y[i] = next;
+  }
+}
 
 /* A graph net of 784 features: a residual block (48 + ReLU, 48, add, ReLU), a dense layer of
  * the block's input beside it, and a concat of both along features (misaligned with the 16-wide
@@ -106,11 +127,15 @@ static tsr_net_t *make_net_opt(int batch, const tsr_optimizer_t *opt) {
   tsr_errbuf_t err = {""};
   if (net_model)
     tsr_model_parse_ini_text(&spec, net_model, "net_model", &err);
+  else if (net_shorthand)
+    tsr_model_parse(&spec, net_shorthand, train_set.classes, &err);
   else
     tsr_model_parse(&spec, "mlp:48,24", train_set.classes, &err);
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.batch = batch, o.seed = 3, o.clip_grad = net_clip;
+  if (net_shorthand) o.init = TSR_INIT_GPT2, o.in_height = train_set.height, o.in_width = 1;
+  if (net_shorthand) o.in_channels = 1;
   if (opt) o.opt = *opt;
   o.tile_rows = tile_rows, o.tile_cols = tile_cols;
   tsr_net_t *net = NULL;
@@ -443,6 +468,15 @@ static void test_batch(void) {
   batch_equals_one_process("graph (residual add, concat), sgd momentum 0.9, decay 1e-3", &momentum,
                            5e-5);
   net_model = NULL;
+  /* A language model (the embedding tied to the head, layer norms, attention, GELU; the loss
+   * per token): its averaged gradient, clipped or not, is one process's over the global batch. */
+  load_tokens(32 * size * 6, 16);
+  net_shorthand = "gpt:1,32,2,16";
+  batch_equals_one_process("gpt:1,32,2,16, adamw, decay 0.1", &adamw, 1e-4);
+  net_clip = 0.5f;
+  batch_equals_one_process("gpt:1,32,2,16, adamw, decay 0.1, --clip-grad 0.5", &adamw, 1e-4);
+  net_clip = 0, net_shorthand = NULL;
+  load(32 * size * 6);
   test_lr_scaling();
 }
 
