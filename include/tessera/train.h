@@ -190,8 +190,8 @@ typedef struct {
   int (*on_step)(const tsr_step_stats_t *stats, void *ctx);
   /* With eval_every > 0, after every eval_every-th step of the run that is not an epoch's last
    * (the epoch end evaluates anyway): the validation set (the test set without one) evaluated
-   * by rank 0's grid column, on_eval called on rank 0. Its return stops training as
-   * on_epoch's. */
+   * by rank 0's grid column, on_eval called on rank 0 (each waits for the evaluating ranks'
+   * steps in flight, as on_step's calls do). Its return stops training as on_epoch's. */
   int64_t eval_every;
   int (*on_eval)(const tsr_eval_stats_t *stats, void *ctx);
   /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,

@@ -123,6 +123,7 @@ static const tsr_layer_key_t attn_keys[] = {
 const tsr_layer_type_t tsr__attention_type = {
     .kind = TSR_LAYER_ATTENTION,
     .name = "attention",
+    .no_grid = true,
     .keys = attn_keys,
     .whole_samples = true,
     .shape = attn_shape,

@@ -141,6 +141,7 @@ static const tsr_layer_key_t embed_keys[] = {
 const tsr_layer_type_t tsr__embedding_type = {
     .kind = TSR_LAYER_EMBEDDING,
     .name = "embedding",
+    .no_grid = true,
     .keys = embed_keys,
     .whole_samples = true,
     .param_names = embed_params,

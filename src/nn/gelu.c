@@ -36,6 +36,7 @@ static double gelu_flops(const tsr_layout_layer_t *l) {
 const tsr_layer_type_t tsr__gelu_type = {
     .kind = TSR_LAYER_GELU,
     .name = "gelu",
+    .no_grid = true,
     .elementwise = true,
     .shape = gelu_shape,
     .cost = tsr__cost_pass,

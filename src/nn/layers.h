@@ -79,6 +79,9 @@ typedef struct tsr_layer_type {
   /* Sums its inputs into a residual stream (add): GPT-2's initialization scales the layers
    * only such layers read (site init_std). */
   bool residual;
+  /* Not taken under a grid (--grid PrxPc with Pr > 1): the sequence layers, which the grid
+   * neither splits nor replicates yet (a GPT under --grid 2x1 corrupted the heap). */
+  bool no_grid;
   /* Its parameters' names in checkpoints, layers.<i>.<type>.<param_names[k]>; NULL: weight,
    * bias. */
   const char *const *param_names;

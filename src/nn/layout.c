@@ -576,7 +576,13 @@ static void place(tsr_net_layout_t *lay) {
     l->dx_sums = l->cuts && !l->in_spread && l->has_dx;
     if (lay->grid_rc) continue;
     char me[160];
-    if (t->elementwise && l->in_spread && spread_in < l->n_inputs)
+    if (t->no_grid)
+      lay->grid_rc = tsr_error_set(
+          &lay->grid_err, TSR_EINVAL,
+          "layer %d (%s): a grid (--grid PrxPc with Pr > 1) does not take %s layers yet (a "
+          "language model is not split across a column); run it data-parallel, without --grid",
+          l->index, l->name, t->name);
+    else if (t->elementwise && l->in_spread && spread_in < l->n_inputs)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --grid, %d of its %d inputs come spread over the grid column (a dense "

@@ -139,6 +139,7 @@ static const tsr_layer_key_t head_keys[] = {
 const tsr_layer_type_t tsr__lmhead_type = {
     .kind = TSR_LAYER_LMHEAD,
     .name = "lmhead",
+    .no_grid = true,
     .keys = head_keys,
     .output = true,
     .whole_samples = true,

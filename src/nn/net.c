@@ -283,21 +283,6 @@ static int check_opts(const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   return 0;
 }
 
-/* What a grid cannot split or replicate yet: the sequence layers (measured: a GPT under --grid
- * 2x1 corrupted the heap), refused with the layer's name. */
-static int check_grid_layers(const tsr_net_layout_t *lay, tsr_errbuf_t *err) {
-  static const char *const refused[] = {"embedding", "layernorm", "attention", "gelu", "lmhead"};
-  for (int i = 0; i < lay->n_layers; i++)
-    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
-      if (strcmp(lay->layers[i].type->name, refused[k]) == 0)
-        return tsr_error_set(err, TSR_EINVAL,
-                             "layer %d (%s): a grid (--grid PrxPc with Pr > 1) does not take %s "
-                             "layers yet (a language model is not split across a column); run it "
-                             "data-parallel, without --grid",
-                             i + 1, lay->layers[i].name, refused[k]);
-  return 0;
-}
-
 int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, int classes,
                    const tsr_net_opts_t *opts, tsr_errbuf_t *err) {
   *out = NULL;
@@ -317,7 +302,6 @@ int tsr_net_create(tsr_net_t **out, const tsr_model_spec_t *spec, int inputs, in
     rc = net->layout.grid_rc;
     if (err) *err = net->layout.grid_err;
   }
-  if (rc == 0 && pr > 1) rc = check_grid_layers(&net->layout, err);
   if (rc == 0) rc = tsr_model_spec_copy(&net->spec, spec);
   net->grid_rows = pr;
   net->grid_slot = rc == 0 ? malloc(sizeof(int) * (size_t)pr) : NULL;
