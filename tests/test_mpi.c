@@ -240,10 +240,15 @@ static int keep_stats(const tsr_epoch_stats_t *stats, void *ctx) {
   return 0;
 }
 
+/* --allreduce and --node-size of every run and set of replicas below (test_two_level). */
+static tsr_allreduce_t allreduce;
+static int node_size;
+
 static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_sync_t sync;
   tsr_errbuf_t err = {""};
   tsr_sync_parse(&sync, policy, &err);
+  sync.allreduce = allreduce, sync.node_size = node_size;
   sync.deterministic = run.deterministic, sync.by_samples = run.by_samples;
   sync.by_steps = run.by_steps;
   if (run.outer) tsr_outer_init(&sync.outer, run.outer, &err);
@@ -273,6 +278,7 @@ static tsr_replicas_t *replicas_weighted(tsr_net_t *net, const char *policy, boo
   tsr_sync_t sync;
   tsr_sync_parse(&sync, policy, NULL);
   sync.by_samples = by_samples, sync.by_steps = by_steps;
+  sync.allreduce = allreduce, sync.node_size = node_size;
   if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
@@ -2063,12 +2069,174 @@ static void test_syncbn(void) {
   net_model = NULL;
 }
 
+/* Per step under --sync batch with this rank's node of G consecutive ranks: the bytes every node
+ * sent to other nodes (StarPU-MPI's count, summed over each node's ranks; the busiest node's),
+ * and this rank's weights at the end. Also the engine's count of this rank's bytes and
+ * messages against StarPU-MPI's. */
+typedef struct {
+  double node_bytes, rank_bytes, messages; /* per step: busiest node, busiest rank, most sent */
+  float *w;
+  int64_t n; /* weights */
+} levels_run_t;
+
+static levels_run_t levels_run(tsr_allreduce_t mode, int g, int tr, int tc) {
+  enum { B = 16, STEPS = 3 };
+  allreduce = mode, node_size = g, tile_rows = tr, tile_cols = tc;
+  tsr_net_t *net = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "batch", false);
+  CHECK(tsr__progress_wait_all() == 0, "start-up transfers");
+  tsr_sync_stats_t st;
+  tsr__replicas_take_stats(rep, &st);
+  size_t before[TSR_MAX_RANKS] = {0}, after[TSR_MAX_RANKS] = {0};
+  starpu_mpi_comm_amounts_retrieve(before);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 0; k < STEPS; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
+  }
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  starpu_mpi_comm_amounts_retrieve(after);
+  tsr__replicas_take_stats(rep, &st);
+  double off_node = 0, mine = 0;
+  for (int q = 0; q < size; q++) {
+    double b = (double)(after[q] - before[q]) / STEPS;
+    if (q != rank) mine += b;
+    if (q / g != rank / g) off_node += b;
+  }
+  CHECK(
+      fabs(mine - (double)st.bytes_sent / STEPS) <= 0.05 * mine,
+      "--allreduce %s, nodes of %d: bytes sent per step: StarPU-MPI counted %.0f, the engine %.0f",
+      mode == TSR_ALLREDUCE_FLAT ? "flat" : "two-level", g, mine, (double)st.bytes_sent / STEPS);
+  double *of_rank = malloc(sizeof(double) * (size_t)size);
+  MPI_Allgather(&off_node, 1, MPI_DOUBLE, of_rank, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  levels_run_t out = {0};
+  for (int n = 0; n * g < size; n++) {
+    double node = 0;
+    for (int q = n * g; q < (n + 1) * g && q < size; q++)
+      node += of_rank[q];
+    out.node_bytes = fmax(out.node_bytes, node);
+  }
+  double msgs = (double)st.messages_sent / STEPS;
+  MPI_Allreduce(&mine, &out.rank_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&msgs, &out.messages, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  free(of_rank);
+  tsr__replicas_destroy(&rep);
+  out.w = params(net, &out.n);
+  CHECK(replicas_equal(out.w, out.n), "two-level: replicas differ after batch averaging");
+  free(rows);
+  tsr_net_destroy(&net);
+  allreduce = TSR_ALLREDUCE_AUTO, node_size = 0;
+  return out;
+}
+
+/* The float32 average of every rank's x (all: [size][n]) in --allreduce two-level's order for
+ * nodes of g consecutive ranks: each node's w x_q in rank order, then the nodes' sums in node
+ * order (a node of one rank: its w x_q itself). */
+static void node_ordered_mean(const float *all, int64_t n, int g, float *out) {
+  float w = (float)(1.0 / size);
+  for (int64_t i = 0; i < n; i++) {
+    float acc = 0;
+    for (int a = 0; a < size; a += g) {
+      float s = w * all[a * n + i];
+      for (int q = a + 1; q < a + g && q < size; q++)
+        s = w * all[q * n + i] + s;
+      acc = a == 0 ? s : s + acc;
+    }
+    out[i] = acc;
+  }
+}
+
+/* --allreduce two-level with --node-size 4 on 8 and 16 ranks (2 and 4 "nodes"):
+ *   - the bytes each node sends to other nodes per step of --sync batch (StarPU-MPI's count) are
+ *     at most 1.05 x the ring's 2 (N - 1) / N |W| (flat sends G times that: printed), with
+ *     16x16 tiles and whole-matrix tiles, and the engine counts what StarPU-MPI sent;
+ *   - the most messages a rank sends per step are no more than flat's, fewer where flat cuts
+ *     tiles into bands for P homes;
+ *   - the weights end where flat's do (1e-5 relative; the sums' order differs);
+ *   - in deterministic mode an epoch average is the float32 sum in the documented order, bit
+ *     for bit: node by node (node_ordered_mean) for nodes of 4, rank order for nodes of 1 and of
+ *     P (flat's contract), and the orders differ for the check to mean much. */
+static void test_two_level(void) {
+  load(16 * size * 3);
+  const int g = 4, nodes = (size + g - 1) / g;
+  for (int t = 0; t < 2; t++) {
+    int tr = t == 0 ? 16 : WHOLE;
+    levels_run_t flat = levels_run(TSR_ALLREDUCE_FLAT, g, tr, tr);
+    levels_run_t two = levels_run(TSR_ALLREDUCE_TWO_LEVEL, g, tr, tr);
+    int64_t n = two.n;
+    double ring = 2.0 * (nodes - 1) / nodes * (double)n * sizeof(float);
+    const char *tiles = t == 0 ? "16x16" : "whole-matrix";
+    CHECK(two.node_bytes <= 1.05 * ring,
+          "%s tiles, %d nodes of %d: a node sent %.0f bytes per step to other nodes, the ring's "
+          "optimum %.0f",
+          tiles, nodes, g, two.node_bytes, ring);
+    CHECK(two.node_bytes >= 0.5 * ring, "%s tiles: a node sent only %.0f bytes (ring %.0f)", tiles,
+          two.node_bytes, ring);
+    /* Whole tiles are chunks enough for both with 16x16 tiles (as many messages); with
+     * whole-matrix tiles flat cuts bands for P homes, two levels for max(N, G). */
+    CHECK(t == 0 ? two.messages <= flat.messages : two.messages < flat.messages,
+          "%s tiles: %.0f messages per step, flat %.0f", tiles, two.messages, flat.messages);
+    double d = max_rel_diff(two.w, flat.w, n);
+    CHECK(d <= 1e-5, "%s tiles: two-level ends %g (relative) from flat", tiles, d);
+    if (rank == 0)
+      printf("two-level, %d ranks, %d nodes of %d, %s tiles, per step: busiest node sent %.0f "
+             "bytes to other nodes (%.3f x the ring's %.0f; flat %.0f, %.2f x), busiest rank "
+             "%.0f bytes (flat %.0f), most messages a rank sent %.0f (flat %.0f); weights %.1e "
+             "from flat\n",
+             size, nodes, g, tiles, two.node_bytes, two.node_bytes / ring, ring, flat.node_bytes,
+             flat.node_bytes / ring, two.rank_bytes, flat.rank_bytes, two.messages, flat.messages,
+             d);
+    free(flat.w), free(two.w);
+  }
+  tile_rows = tile_cols = 16;
+  /* The deterministic contract, on an epoch average. */
+  static const int sizes[] = {4, 1, 0}; /* 0: all ranks one node */
+  for (int c = 0; c < 3; c++) {
+    int gs = sizes[c] ? sizes[c] : size;
+    allreduce = TSR_ALLREDUCE_TWO_LEVEL, node_size = gs;
+    tsr_net_t *avg = make_net(32, 0.9f), *alone = make_net(32, 0.9f);
+    train(avg, "epoch", 1, true);
+    allreduce = TSR_ALLREDUCE_AUTO, node_size = 0;
+    train(alone, "none", 1, true);
+    int64_t n;
+    float *w = params(avg, &n), *own = params(alone, &n), *all = gather_all(own, n);
+    float *want = malloc(sizeof(float) * (size_t)n), *flat = malloc(sizeof(float) * (size_t)n);
+    node_ordered_mean(all, n, gs, want);
+    ordered_mean(all, n, false, flat);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; i++)
+      off += memcmp(&w[i], &want[i], sizeof(float)) != 0;
+    CHECK(off == 0,
+          "--deterministic --allreduce two-level, nodes of %d: %lld of %lld weights differ from "
+          "the float32 sum in its order",
+          gs, (long long)off, (long long)n);
+    bool same_as_flat = memcmp(want, flat, sizeof(float) * (size_t)n) == 0;
+    if (gs == 1 || gs == size)
+      CHECK(same_as_flat, "nodes of %d: the order must be flat's rank order", gs);
+    else
+      CHECK(!same_as_flat,
+            "nodes of %d: the node order must change some bits for the check to "
+            "mean much",
+            gs);
+    if (rank == 0)
+      printf("two-level --deterministic, nodes of %d: the epoch average is the float32 sum in "
+             "node order bit for bit (%s flat's rank order)\n",
+             gs, same_as_flat ? "equal to" : "differs from");
+    free(w), free(own), free(all), free(want), free(flat);
+    tsr_net_destroy(&avg), tsr_net_destroy(&alone);
+  }
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
-      "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
-      "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "augment", "bnevery",  "syncbn",  NULL};
+      "batch",         "epoch",   "every",       "weighted",       "async",
+      "deterministic", "uneven",  "tiles",       "twice",          "bytes",
+      "resume",        "outer",   "hier",        "postlocal",      "grid",
+      "shares",        "fednova", "hiersamples", "postlocalstate", "epochn",
+      "augment",       "bnevery", "syncbn",      "twolevel",       NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -2078,7 +2246,7 @@ int main(int argc, char **argv) {
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
             "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment|"
-            "bnevery|syncbn [thread|worker]\n");
+            "bnevery|syncbn|twolevel [thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -2103,7 +2271,7 @@ int main(int argc, char **argv) {
   if (argc == 3)
     ro.mpi_progress =
         strcmp(argv[2], "thread") == 0 ? TSR_MPI_PROGRESS_THREAD : TSR_MPI_PROGRESS_WORKER;
-  if (which == 9 || which == 14) setenv("STARPU_COMM_STATS", "1", 1);
+  if (which == 9 || which == 14 || which == 23) setenv("STARPU_COMM_STATS", "1", 1);
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -2135,7 +2303,8 @@ int main(int argc, char **argv) {
   case 19: test_epoch_n(); break;
   case 20: test_augment(); break;
   case 21: test_bnevery(); break;
-  default: test_syncbn(); break;
+  case 22: test_syncbn(); break;
+  default: test_two_level(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

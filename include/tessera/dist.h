@@ -76,8 +76,20 @@ typedef struct {
   float momentum; /* β or μ (0.5, 0.9) */
 } tsr_outer_t;
 
+/* How an average over every rank moves its chunks (--allreduce). */
+typedef enum {
+  /* two-level where there are several nodes and one holds several ranks, one replica per rank,
+   * uniform --shares and a policy that sums (not async-epoch); else flat */
+  TSR_ALLREDUCE_AUTO,
+  TSR_ALLREDUCE_FLAT, /* every rank sends its copy of a chunk to the chunk's home and back */
+  /* the ranks of a node first sum a chunk on one of them (its local home there), the nodes'
+   * sums meet on the chunk's home, and the result goes back the same way: a node sends about
+   * 2 (N - 1) / N |W| to other nodes, not its ranks' 2 (P - 1) / P |W| each */
+  TSR_ALLREDUCE_TWO_LEVEL
+} tsr_allreduce_t;
+
 /* A policy and the options orthogonal to its schedule (--outer, --sync-state, --weighting,
- * --deterministic, --sync-bn), parsed apart from it. */
+ * --deterministic, --sync-bn, --allreduce, --node-size), parsed apart from it. */
 typedef struct {
   tsr_sync_schedule_t schedule; /* --sync: tsr_sync_schedule_parse fills only this */
   tsr_outer_t outer;
@@ -101,6 +113,10 @@ typedef struct {
    * (synchronized batch normalization); off: each rank's own batch (as DDP without it). Needs
    * several ranks, a model with batchnorm, no grid and uniform shares (tsr_run_check). */
   bool sync_bn;
+  tsr_allreduce_t allreduce; /* --allreduce [auto] */
+  /* --node-size G: G consecutive ranks make a node for two-level averaging (to study it on one
+   * machine); 0: the nodes MPI sees (ranks that share memory) */
+  int node_size;
 } tsr_sync_t;
 
 /* How much of the work each rank gets (--shares): its part of every epoch's samples and,

@@ -327,6 +327,16 @@ static int read_mpi_progress(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
+static int read_allreduce(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"auto", "flat", "two-level", NULL};
+  static const tsr_allreduce_t kinds[] = {TSR_ALLREDUCE_AUTO, TSR_ALLREDUCE_FLAT,
+                                          TSR_ALLREDUCE_TWO_LEVEL};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->sync.allreduce = kinds[i];
+  return 0;
+}
+
 /* The schedule alone: the options orthogonal to it stay as they are. */
 static int read_sync(parse_t *p, const row_t *row, const char *arg) {
   (void)row;
@@ -613,6 +623,15 @@ static const row_t rows[] = {
              "(measured throughput) or w0,w1,... (one per rank) [uniform]"},
     {"deterministic", NULL, read_true, AT(sync.deterministic),
      .help = "sum rank contributions in a fixed order (reproducible bits)"},
+    {"allreduce", "A", read_allreduce, .want = "auto, flat or two-level",
+     .help = "under mpirun, how averages over every rank travel: flat (each\n"
+             "rank to each chunk's home and back), two-level (a node's ranks\n"
+             "sum first, the nodes reduce among themselves, the result is\n"
+             "spread inside each node) or auto: two-level where several\n"
+             "nodes hold several ranks [auto]"},
+    {"node-size", "G", read_int, AT(sync.node_size), 1, TSR_MAX_RANKS, "an integer from 1 to 1024",
+     "with two-level averaging, G consecutive ranks are a node (to\n"
+     "study it on one machine) [the ranks that share memory]"},
     {"sync-bn", NULL, read_true, AT(sync.sync_bn),
      .help = "under mpirun, batchnorm statistics over every rank's batch\n"
              "(forward and backward, every step) [each rank's own]"},

@@ -136,7 +136,67 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
   return rc;
 }
 
+/* The lightest of loads[0 .. n) (the lowest among equals). */
+static uint64_t lightest(const uint64_t *loads, int n) {
+  uint64_t least = loads[0];
+  for (int q = 1; q < n; q++)
+    if (loads[q] < least) least = loads[q];
+  return least;
+}
+
+int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
+                               tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load) {
+  int slots = nodes > per_node ? nodes : per_node;
+  int first = tsr__chunks_plan(shapes, n, slots, NULL, out, NULL, NULL);
+  if (first) return first;
+  int64_t nchunks = 0;
+  for (int k = 0; k < n; k++)
+    nchunks += (int64_t)out[k].cmt * out[k].nt;
+  chunk_t *all = malloc(sizeof *all * (size_t)(nchunks > 0 ? nchunks : 1));
+  uint64_t *by_node = calloc((size_t)nodes, sizeof *by_node);
+  uint64_t *by_local = calloc((size_t)per_node, sizeof *by_local);
+  uint64_t *cell = calloc((size_t)nodes * (size_t)per_node, sizeof *cell); /* (node, index) */
+  int rc = all && by_node && by_local && cell ? 0 : TSR_ENOMEM;
+  for (int k = 0; rc == 0 && k < n; k++)
+    if (!(out[k].local = calloc((size_t)out[k].cmt * (size_t)out[k].nt, sizeof(int))))
+      rc = TSR_ENOMEM;
+  int64_t m = 0;
+  for (int k = 0; rc == 0 && k < n; k++)
+    for (int I = 0; I < out[k].cmt; I++)
+      for (int j = 0; j < out[k].nt; j++) {
+        int64_t rows = shapes[k].rows - (int64_t)I * out[k].cr;
+        int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
+        all[m++] =
+            (chunk_t){k, I, j,
+                      (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
+                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
+      }
+  if (rc == 0) qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+  for (int64_t c = 0; rc == 0 && c < nchunks; c++) {
+    /* The lightest node and the lightest index; among equals the emptiest (node, index). */
+    uint64_t node_least = lightest(by_node, nodes), local_least = lightest(by_local, per_node);
+    int bn = -1, bl = -1;
+    for (int a = 0; a < nodes; a++) {
+      if (by_node[a] != node_least) continue;
+      for (int l = 0; l < per_node; l++)
+        if (by_local[l] == local_least &&
+            (bn < 0 || cell[(size_t)a * per_node + l] < cell[(size_t)bn * per_node + bl]))
+          bn = a, bl = l;
+    }
+    by_node[bn] += all[c].bytes, by_local[bl] += all[c].bytes;
+    cell[(size_t)bn * per_node + bl] += all[c].bytes;
+    tsr_chunking_t *o = &out[all[c].param];
+    o->home[all[c].I * o->nt + all[c].j] = bn;
+    o->local[all[c].I * o->nt + all[c].j] = bl;
+  }
+  if (rc == 0 && node_load) memcpy(node_load, by_node, sizeof *by_node * (size_t)nodes);
+  if (rc == 0 && local_load) memcpy(local_load, by_local, sizeof *by_local * (size_t)per_node);
+  if (rc) tsr__chunks_free(out, n);
+  free(all), free(by_node), free(by_local), free(cell);
+  return rc;
+}
+
 void tsr__chunks_free(tsr_chunking_t *c, int n) {
   for (int k = 0; k < n; k++)
-    free(c[k].home), c[k].home = NULL;
+    free(c[k].home), free(c[k].local), c[k].home = NULL, c[k].local = NULL;
 }

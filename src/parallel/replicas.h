@@ -29,6 +29,10 @@ typedef struct {
  * the reductions and of batch mode's sharded updates, follow it (without a
  * grid). net is borrowed and must outlive *r. The run's combination (grid and policy) must
  * have passed tsr_run_check. */
+/* Why averages under sync cannot take two levels (--allreduce two-level) with a grid of
+ * grid_rows rows (1: none) and, where uneven, --shares other than uniform: a sentence, or NULL
+ * where they can. tsr_run_check refuses two-level asked for then; auto takes flat. */
+const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven);
 int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);

@@ -93,6 +93,10 @@ typedef struct rparam {
   tsr_tiles_t *acc;     /* chunk-tiled, distributed by chunk home: the weighted sum */
   tsr_tiles_t **gacc;   /* hier: [ngroups] like acc, each distributed by chunk home in its group */
   group_home_t *gctx;   /* hier: [ngroups] */
+  int *local;           /* two levels: (cmt, nt) each chunk's index inside a node */
+  tsr_tiles_t **nacc;   /* two levels: [nnodes] like acc, each on the chunks' local homes in its
+                           node: the node's partial sum, then the result it spreads */
+  group_home_t *nctx;   /* two levels: [nnodes] */
   tsr_tiles_t *updated; /* batch, k > 1: chunk-tiled, by chunk home: the updated bands */
   tsr_tiles_t *global;  /* async-epoch: tiled like w, by tile home: the global copy */
   tsr_tiles_t **snap;   /* async-epoch: [size], by tile home: each rank's fold */
@@ -111,6 +115,11 @@ struct tsr_replicas {
   int ngroups;     /* hier: groups, and this rank's */
   group_t *groups; /* hier: [ngroups] */
   int my_group;
+  bool two_level; /* averages over every rank go through the nodes (tsr_sync_t.allreduce) */
+  int nnodes;     /* two levels: the nodes, this rank's, and the most ranks one holds */
+  group_t *nodes; /* two levels: [nnodes] */
+  int *node_of;   /* two levels: [size] each rank's node */
+  int my_node, per_node;
   bool batch;               /* gradients are averaged (batch, and post-local's first epochs) */
   int64_t local_from;       /* post-local: the step at which local SGD began */
   tsr_outer_state_t *outer; /* anchor and momentum of an outer optimizer; NULL: none */
@@ -180,6 +189,16 @@ static int group_chunk_home(int i, int j, void *ctx) {
   return home_in(h->g, h->rp, i, j);
 }
 
+/* Two levels: chunk (i, j)'s local home in node ctx (the rank of its index there). */
+static int node_chunk_home(int i, int j, void *ctx) {
+  const group_home_t *h = ctx;
+  return h->g->ranks[h->rp->local[i * h->rp->nt + j] % h->g->n];
+}
+
+static int local_home(const rparam_t *rp, int node, int I, int j) {
+  return node_chunk_home(I, j, &rp->nctx[node]);
+}
+
 static tsr_tiles_t *acc_of(const rparam_t *rp, int gi) {
   return gi < 0 ? rp->acc : rp->gacc[gi];
 }
@@ -236,6 +255,95 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
   return m;
 }
 
+/* Two levels: the reduce-scatter of chunk (I, j) over every rank (xs: every rank's views of
+ * what is averaged, chunk-tiled where bands travel). Each node's ranks add their weighted
+ * copies into the node's partial on the chunk's local home there, nacc[n] (I, j); the home adds
+ * the nodes' partials into acc (I, j); a node of one rank adds its copy straight into acc.
+ * Deterministic mode: s_n = w_a x_a, then s_n = w_q x_q + s_n for node n's ranks in rank order
+ * (s_n is nacc[n], or w_q x_q itself for a node of one rank q); acc = s_0, then
+ * acc = s_n + acc for n = 1 .. N-1 (nodes numbered by their lowest rank). That is flat's
+ * float32 sum in rank order, task for task, when every node holds one rank, and bit for bit
+ * when one node holds them all. */
+static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                            tsr_tiles_t **xs, int I, int j) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool det = r->sync.deterministic;
+  int me = r->rank, home = rp->chome[I * rp->nt + j], lh = local_home(rp, r->my_node, I, j);
+  const group_t *node = &r->nodes[r->my_node];
+  tsr_tiles_t *part = rp->nacc[r->my_node];
+  if (!det && me == lh && node->n > 1) TSR_TRY(tsr__tile_fill(&local, part, I, j, 0.0f));
+  for (int t = 0; t < node->n && node->n > 1; t++) {
+    int q = node->ranks[t];
+    if (me == lh || q == me)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, part,
+                              I, j, !det));
+  }
+  if (!det && me == home) TSR_TRY(tsr__tile_fill(&local, rp->acc, I, j, 0.0f));
+  for (int n = 0; n < r->nnodes; n++) {
+    if (me != home && (n != r->my_node || me != lh)) continue;
+    const group_t *g = &r->nodes[n];
+    float beta = det && n == 0 ? 0.0f : 1.0f;
+    if (g->n == 1)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[g->ranks[0]], xs[g->ranks[0]], beta, rp->acc,
+                              I, j, !det));
+    else
+      TSR_TRY(tsr__tile_axpby(&mpi, 1.0f, rp->nacc[n], beta, rp->acc, I, j, !det));
+  }
+  uint64_t bytes = chunk_bytes(rp, I, j);
+  if (me == lh)
+    r->st.bytes_received += bytes * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
+  else
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
+  if (me == home)
+    r->st.bytes_received += bytes * (uint64_t)(r->nnodes - 1),
+        r->st.messages_received += r->nnodes - 1;
+  else if (me == lh)
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
+  return 0;
+}
+
+/* Two levels: the all-gather of chunk (I, j): tile (si, sj) of src, on the chunk's home, goes to
+ * the chunk's local home in every other node (nacc[n] (I, j)), and from there (in the home's
+ * node from the home) into rows r0 .. of tile (i, j) of the node's ranks' y_q; the home's own
+ * y too when with_home. */
+static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                            const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
+                            int I, int j) {
+  tsr_task_opts_t mpi = with_mpi(o, true);
+  int i, r0, me = r->rank, home = rp->chome[I * rp->nt + j];
+  chunk_tile(rp, I, &i, &r0);
+  int hn = r->node_of[home];
+  bool home_node = hn == r->my_node;
+  for (int n = 0; n < r->nnodes; n++) {
+    if (n == hn) continue;
+    int lh = local_home(rp, n, I, j);
+    if (me != home && me != lh) continue;
+    if (r->nodes[n].n == 1) /* a node of one rank: straight into its y */
+      TSR_TRY(tsr__tile_band_put(&mpi, y[lh], i, j, r0, src, si, sj));
+    else
+      TSR_TRY(tsr__tile_band_put(&mpi, rp->nacc[n], I, j, 0, src, si, sj));
+  }
+  const group_t *node = &r->nodes[r->my_node];
+  int from = home_node ? home : local_home(rp, r->my_node, I, j);
+  const tsr_tiles_t *have = home_node ? src : rp->nacc[r->my_node];
+  int hi = home_node ? si : I, hj = home_node ? sj : j;
+  for (int t = 0; t < node->n && (home_node || node->n > 1); t++) {
+    int q = node->ranks[t];
+    if ((q != home || with_home) && (me == from || q == me))
+      TSR_TRY(tsr__tile_band_put(&mpi, y[q], i, j, r0, have, hi, hj));
+  }
+  uint64_t bytes = chunk_bytes(rp, I, j);
+  if (me == home)
+    r->st.bytes_sent += bytes * (uint64_t)(r->nnodes - 1), r->st.messages_sent += r->nnodes - 1;
+  else if (me == from)
+    r->st.bytes_received += bytes, r->st.messages_received++;
+  if (me == from)
+    r->st.bytes_sent += bytes * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
+  else
+    r->st.bytes_received += bytes, r->st.messages_received++;
+  return 0;
+}
+
 /* Reduce-scatter of one chunk over the ranks q of scope gi (this rank is
  * one): the home's acc (I, j) = sum of weights[q] x_q, where x_q is rank q's
  * band of X (x, this rank's own, and xs, every rank's views); in rank order
@@ -254,6 +362,7 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
     TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
     xs = rp->stages; /* chunk-tiled: chunk (I, j) is its tile (I, j) */
   }
+  if (gi < 0 && r->two_level) return reduce_two_level(o, r, rp, xs, I, j);
   bool det = r->sync.deterministic, at_home = r->rank == home;
   if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, acc, I, j, 0.0f));
   for (int t = 0; t < g->n; t++) {
@@ -277,6 +386,7 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
 static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
                         const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                         int I, int j) {
+  if (gi < 0 && r->two_level) return gather_two_level(o, r, rp, src, si, sj, y, with_home, I, j);
   tsr_task_opts_t mpi = with_mpi(o, true);
   const group_t *g = scope(r, rp, gi, j);
   if (!member(g, r->rank)) return 0; /* grid: another row's column */
@@ -568,11 +678,19 @@ static int plan_chunks(tsr_replicas_t *r) {
     shapes[k] =
         (tsr_chunk_shape_t){tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w), tsr_tiles_nb(w)};
   }
-  if (rc == 0) rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
+  if (rc == 0 && r->two_level)
+    rc = tsr__chunks_plan_two_level(shapes, r->nparams, r->nnodes, r->per_node, ch, NULL, NULL);
+  else if (rc == 0)
+    rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
   for (int k = 0; rc == 0 && k < r->nparams; k++) {
     rparam_t *rp = &r->params[k];
     rp->k = ch[k].k, rp->cr = ch[k].cr, rp->cmt = ch[k].cmt, rp->nt = ch[k].nt;
-    rp->chome = ch[k].home; /* the replicas' now */
+    rp->chome = ch[k].home, rp->local = ch[k].local; /* the replicas' now */
+    /* Two levels: the home is rank `local` of node `home`. */
+    for (int c = 0; rp->local && c < rp->cmt * rp->nt; c++) {
+      const group_t *g = &r->nodes[rp->chome[c]];
+      rp->chome[c] = g->ranks[rp->local[c] % g->n];
+    }
   }
   free(shapes), free(ch);
   if (rc) return rc;
@@ -657,6 +775,16 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
                                            &rp->gctx[g]));
     }
   }
+  if (r->two_level) {
+    rp->nacc = calloc((size_t)r->nnodes, sizeof *rp->nacc);
+    rp->nctx = calloc((size_t)r->nnodes, sizeof *rp->nctx);
+    if (!rp->nacc || !rp->nctx) return TSR_ENOMEM;
+    for (int n = 0; n < r->nnodes; n++) {
+      rp->nctx[n] = (group_home_t){rp, &r->nodes[n]};
+      TSR_TRY(tsr_tiles_create_distributed(&rp->nacc[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                           rp->cr, tsr_tiles_nb(w), node_chunk_home, &rp->nctx[n]));
+    }
+  }
   bool async = r->policy->folds;
   if (async) {
     TSR_TRY(by_tile_home(&rp->global, rp));
@@ -686,32 +814,70 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_tiles_destroy(&rp->global), tsr_tiles_destroy(&rp->anchor);
   for (int g = 0; rp->gacc && g < r->ngroups; g++)
     tsr_tiles_destroy(&rp->gacc[g]);
-  free(rp->gacc), free(rp->gctx);
-  free(rp->chome), free(rp->home);
+  for (int n = 0; rp->nacc && n < r->nnodes; n++)
+    tsr_tiles_destroy(&rp->nacc[n]);
+  free(rp->gacc), free(rp->gctx), free(rp->nacc), free(rp->nctx);
+  free(rp->chome), free(rp->local), free(rp->home);
+}
+
+/* The ranks cut into groups of gs consecutive ranks, or (gs 0) into the nodes MPI sees (a
+ * collective call): *n groups in *groups, their ranks in rank order; of_rank[q] (size entries,
+ * the caller's) is rank q's group. */
+static int split_ranks(const tsr_replicas_t *r, int gs, int *n, group_t **groups, int *of_rank) {
+  if (gs > 0) {
+    *n = (r->size + gs - 1) / gs;
+    for (int q = 0; q < r->size; q++)
+      of_rank[q] = q / gs;
+  } else {
+    *n = tsr_dist_nodes(of_rank);
+  }
+  if (!(*groups = calloc((size_t)*n, sizeof **groups))) return TSR_ENOMEM;
+  for (int g = 0; g < *n; g++)
+    if (!((*groups)[g].ranks = malloc(sizeof(int) * (size_t)r->size))) return TSR_ENOMEM;
+  for (int q = 0; q < r->size; q++) {
+    group_t *g = &(*groups)[of_rank[q]];
+    g->ranks[g->n++] = q;
+  }
+  return 0;
 }
 
 int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
   int *group_of_rank = malloc(sizeof(int) * (size_t)r->size);
-  if (!group_of_rank) return TSR_ENOMEM;
-  if (gs > 0) {
-    r->ngroups = (r->size + gs - 1) / gs;
-    for (int q = 0; q < r->size; q++)
-      group_of_rank[q] = q / gs;
-  } else {
-    r->ngroups = tsr_dist_nodes(group_of_rank);
-  }
-  r->groups = calloc((size_t)r->ngroups, sizeof *r->groups);
-  int rc = r->groups ? 0 : TSR_ENOMEM;
-  for (int g = 0; g < r->ngroups && rc == 0; g++)
-    if (!(r->groups[g].ranks = malloc(sizeof(int) * (size_t)r->size))) rc = TSR_ENOMEM;
-  for (int q = 0; q < r->size && rc == 0; q++) {
-    group_t *g = &r->groups[group_of_rank[q]];
-    g->ranks[g->n++] = q;
-  }
-  r->my_group = group_of_rank[r->rank];
+  int rc = group_of_rank ? split_ranks(r, gs, &r->ngroups, &r->groups, group_of_rank) : TSR_ENOMEM;
+  if (rc == 0) r->my_group = group_of_rank[r->rank];
   free(group_of_rank);
   if (rc == 0 && !(r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples))) rc = TSR_ENOMEM;
   return rc;
+}
+
+const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven) {
+  if (grid_rows > 1) return "a grid averages over its grid rows, whose ranks are spread over nodes";
+  if (tsr__sync_policy(&sync->schedule)->folds)
+    return "async-epoch folds one rank's weights after another into the global copy, so a "
+           "node's ranks cannot be summed first";
+  if (uneven) return "--shares other than uniform places the chunks' homes by rank";
+  return NULL;
+}
+
+/* --allreduce and --node-size: the nodes (always computed: a collective call every rank makes),
+ * and whether averages over every rank go through them. auto: where there are several nodes
+ * and one holds several ranks, one replica per rank (no grid), homes not weighted by --shares,
+ * and a policy that sums (async-epoch folds one rank after another). Asked for explicitly where
+ * it cannot be (tsr_run_check refuses it first): an error. */
+static int choose_levels(tsr_replicas_t *r, tsr_errbuf_t *err) {
+  if (!(r->node_of = malloc(sizeof(int) * (size_t)r->size))) return TSR_ENOMEM;
+  TSR_TRY(split_ranks(r, r->sync.node_size, &r->nnodes, &r->nodes, r->node_of));
+  r->my_node = r->node_of[r->rank];
+  for (int n = 0; n < r->nnodes; n++)
+    if (r->nodes[n].n > r->per_node) r->per_node = r->nodes[n].n;
+  const char *why = tsr__replicas_flat_only(&r->sync, r->grid_rows, r->home_share != NULL);
+  if (r->sync.allreduce == TSR_ALLREDUCE_TWO_LEVEL && why)
+    return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
+                         why);
+  r->two_level =
+      r->sync.allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
+      (r->sync.allreduce == TSR_ALLREDUCE_AUTO && !why && r->nnodes > 1 && r->per_node > 1);
+  return 0;
 }
 
 /* batch under --clip-grad: the views grad_end all-reduces the sum of squares with. */
@@ -759,6 +925,11 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
       r->rows[p].ranks[r->rows[p].n++] = q;
   }
   if (rc == 0 && r->policy->create) rc = r->policy->create(r, &sync->schedule);
+  tsr_errbuf_t why = {""};
+  if (rc == 0 && (rc = choose_levels(r, &why)) && why.msg[0]) {
+    tsr__replicas_destroy(&r);
+    return tsr_error_set(err, rc, "%s", why.msg);
+  }
   if (rc == 0 && sync->outer.kind != TSR_OUTER_NONE)
     rc = tsr__outer_create(&r->outer, &sync->outer, r->nparams);
   int k = 0;
@@ -912,6 +1083,9 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
     free(r->groups[g].ranks);
   for (int p = 0; r->rows && p < r->grid_rows; p++)
     free(r->rows[p].ranks);
+  for (int n = 0; r->nodes && n < r->nnodes; n++)
+    free(r->nodes[n].ranks);
+  free(r->nodes), free(r->node_of);
   free(r->rows);
   free(r->groups), free(r->all.ranks), free(r->gsamples);
   free(r->params), free(r->weights), free(r->home_share), free(r->samples), free(r->steps);

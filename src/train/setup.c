@@ -106,6 +106,10 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   if (grid && (uneven || sync->by_steps))
     return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
   if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
+  const char *flat_only = tsr__replicas_flat_only(sync, pr, uneven);
+  if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
+    return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
+                         flat_only);
   if (sync->sync_bn && ranks < 2)
     return tsr_error_set(err, TSR_EINVAL,
                          "--sync-bn reduces batchnorm statistics across MPI ranks, and this run "
