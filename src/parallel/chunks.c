@@ -136,12 +136,12 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
   return rc;
 }
 
-/* The lightest of loads[0 .. n) (the lowest among equals). */
-static uint64_t lightest(const uint64_t *loads, int n) {
-  uint64_t least = loads[0];
+/* The lightest of loads[0 .. n): its index (the lowest among equals). */
+static int lightest(const uint64_t *loads, int n) {
+  int best = 0;
   for (int q = 1; q < n; q++)
-    if (loads[q] < least) least = loads[q];
-  return least;
+    if (loads[q] < loads[best]) best = q;
+  return best;
 }
 
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
@@ -149,50 +149,76 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
   int slots = nodes > per_node ? nodes : per_node;
   int first = tsr__chunks_plan(shapes, n, slots, NULL, out, NULL, NULL);
   if (first) return first;
-  int64_t nchunks = 0;
-  for (int k = 0; k < n; k++)
+  int64_t nchunks = 0, ntiles = 0;
+  for (int k = 0; k < n; k++) {
     nchunks += (int64_t)out[k].cmt * out[k].nt;
-  chunk_t *all = malloc(sizeof *all * (size_t)(nchunks > 0 ? nchunks : 1));
+    ntiles += (int64_t)((shapes[k].rows + shapes[k].mb - 1) / shapes[k].mb) * out[k].nt;
+  }
+  int64_t most = nchunks > ntiles ? nchunks : ntiles;
+  chunk_t *all = malloc(sizeof *all * (size_t)(most > 0 ? most : 1));
   uint64_t *by_node = calloc((size_t)nodes, sizeof *by_node);
   uint64_t *by_local = calloc((size_t)per_node, sizeof *by_local);
-  uint64_t *cell = calloc((size_t)nodes * (size_t)per_node, sizeof *cell); /* (node, index) */
-  int rc = all && by_node && by_local && cell ? 0 : TSR_ENOMEM;
+  int rc = all && by_node && by_local ? 0 : TSR_ENOMEM;
   for (int k = 0; rc == 0 && k < n; k++)
     if (!(out[k].local = calloc((size_t)out[k].cmt * (size_t)out[k].nt, sizeof(int))))
       rc = TSR_ENOMEM;
+  /* Whole tiles to indices: a node's ranks send a tile to its index's rank in one message. */
   int64_t m = 0;
+  for (int k = 0; rc == 0 && k < n; k++)
+    for (int i = 0; i * (int64_t)shapes[k].mb < shapes[k].rows; i++)
+      for (int j = 0; j < out[k].nt; j++) {
+        int64_t rows = shapes[k].rows - (int64_t)i * shapes[k].mb;
+        int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
+        all[m++] = (chunk_t){k, i, j,
+                             (uint64_t)(rows < shapes[k].mb ? rows : shapes[k].mb) *
+                                 (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) *
+                                 sizeof(float)};
+      }
+  if (rc == 0) qsort(all, (size_t)ntiles, sizeof *all, by_bytes);
+  for (int64_t t = 0; rc == 0 && t < ntiles; t++) {
+    int l = lightest(by_local, per_node);
+    by_local[l] += all[t].bytes;
+    tsr_chunking_t *o = &out[all[t].param];
+    for (int I = all[t].I * o->k; I < (all[t].I + 1) * o->k && I < o->cmt; I++)
+      o->local[I * o->nt + all[t].j] = l;
+  }
+  /* Chunks to nodes. */
+  m = 0;
   for (int k = 0; rc == 0 && k < n; k++)
     for (int I = 0; I < out[k].cmt; I++)
       for (int j = 0; j < out[k].nt; j++) {
         int64_t rows = shapes[k].rows - (int64_t)I * out[k].cr;
         int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
-        all[m++] =
-            (chunk_t){k, I, j,
-                      (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
-                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
+        all[m++] = (chunk_t){k, I, j,
+                             (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
+                                 (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) *
+                                 sizeof(float)};
       }
   if (rc == 0) qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+  /* A home sends each chunk it homes to every other node: among the nodes lightest to within
+   * this chunk's bytes, the one whose rank of the chunk's index homes the fewest chunks, so
+   * that a node's chunks spread over its ranks (then the lightest, then the lowest). */
+  int *homed = rc == 0 ? calloc((size_t)nodes * (size_t)per_node, sizeof *homed) : NULL;
+  if (rc == 0 && !homed) rc = TSR_ENOMEM;
   for (int64_t c = 0; rc == 0 && c < nchunks; c++) {
-    /* The lightest node and the lightest index; among equals the emptiest (node, index). */
-    uint64_t node_least = lightest(by_node, nodes), local_least = lightest(by_local, per_node);
-    int bn = -1, bl = -1;
-    for (int a = 0; a < nodes; a++) {
-      if (by_node[a] != node_least) continue;
-      for (int l = 0; l < per_node; l++)
-        if (by_local[l] == local_least &&
-            (bn < 0 || cell[(size_t)a * per_node + l] < cell[(size_t)bn * per_node + bl]))
-          bn = a, bl = l;
-    }
-    by_node[bn] += all[c].bytes, by_local[bl] += all[c].bytes;
-    cell[(size_t)bn * per_node + bl] += all[c].bytes;
     tsr_chunking_t *o = &out[all[c].param];
-    o->home[all[c].I * o->nt + all[c].j] = bn;
-    o->local[all[c].I * o->nt + all[c].j] = bl;
+    int l = o->local[all[c].I * o->nt + all[c].j];
+    uint64_t b = all[c].bytes > 0 ? all[c].bytes : 1, level = by_node[lightest(by_node, nodes)] / b;
+    int best = -1;
+    for (int a = 0; a < nodes; a++) {
+      if (by_node[a] / b != level) continue;
+      if (best < 0 || homed[a * per_node + l] < homed[best * per_node + l] ||
+          (homed[a * per_node + l] == homed[best * per_node + l] && by_node[a] < by_node[best]))
+        best = a;
+    }
+    by_node[best] += all[c].bytes, homed[best * per_node + l]++;
+    o->home[all[c].I * o->nt + all[c].j] = best;
   }
+  free(homed);
   if (rc == 0 && node_load) memcpy(node_load, by_node, sizeof *by_node * (size_t)nodes);
   if (rc == 0 && local_load) memcpy(local_load, by_local, sizeof *by_local * (size_t)per_node);
   if (rc) tsr__chunks_free(out, n);
-  free(all), free(by_node), free(by_local), free(cell);
+  free(all), free(by_node), free(by_local);
   return rc;
 }
 

@@ -45,20 +45,20 @@ typedef struct {
  * TSR_ENOMEM. */
 int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const double *weight,
                      tsr_chunking_t *out, uint64_t *load, int64_t *count);
-/* Two levels (--allreduce two-level), nodes of per_node ranks: the ranks of a node sum their
- * copies of a chunk on one of them, the chunk's local home there (node partials), the nodes'
- * partials meet on the chunk's home, and the result goes back the same way. The cut is
- * tsr__chunks_plan's for max(nodes, per_node) equal ranks (so there are chunks enough to
- * balance both levels, and no more: messages grow with chunks, not with ranks x chunks). Chunks
- * are then placed largest first (ties in listing order) on a node, home[I * nt + j], the one
- * with the fewest bytes so far, and an index, local[I * nt + j] in [0, per_node), the one with
- * the fewest bytes over every node so far (ties: the node's rank of that index homing the
- * fewest bytes, then the lowest node and index): the chunk's home is rank local of node home,
- * its local home in node n rank local of n. A node then sends |W| + (nodes - 2) x (the bytes
- * it homes) to other nodes, the ring's 2 (N - 1) / N |W| when they are balanced, and a rank
- * (G - 1) x (the bytes its index local-homes) + the rest to the ranks of its node. Fills out[n]
- * (tsr__chunks_free), and where not NULL node_load[nodes] and local_load[per_node] (bytes).
- * Returns 0 or TSR_ENOMEM. */
+/* Two levels (--allreduce two-level), nodes of per_node ranks: the ranks of a node sum each
+ * tile on one of them, the tile's local home there (node partials, one message per tile and
+ * rank), the nodes' partials of each chunk meet on the chunk's home, and the result goes back
+ * the same way. The cut is tsr__chunks_plan's for max(nodes, per_node) equal ranks (chunks
+ * enough to balance the nodes, and no more). Whole tiles, largest first (ties in listing
+ * order), take the index local[I * nt + j] in [0, per_node) with the fewest bytes so far (every
+ * chunk of a tile the same); chunks, largest first, the node home[I * nt + j] among those
+ * lightest to within the chunk's bytes whose rank of the chunk's index homes the fewest chunks
+ * (then the lightest, then the lowest), so a node's chunks spread over its ranks. A chunk's home is rank `local` of node `home`, its local
+ * home in node n rank `local` of n. A node then sends |W| + (nodes - 2) x (the bytes it homes)
+ * to other nodes, the ring's 2 (N - 1) / N |W| when they are balanced; a rank sends a message
+ * per tile (not per chunk) inside its node, and per chunk of its index to other nodes. Fills
+ * out[n] (tsr__chunks_free), and where not NULL node_load[nodes] and local_load[per_node]
+ * (bytes). Returns 0 or TSR_ENOMEM. */
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
                                tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load);
 void tsr__chunks_free(tsr_chunking_t *c, int n);

@@ -93,9 +93,11 @@ typedef struct rparam {
   tsr_tiles_t *acc;     /* chunk-tiled, distributed by chunk home: the weighted sum */
   tsr_tiles_t **gacc;   /* hier: [ngroups] like acc, each distributed by chunk home in its group */
   group_home_t *gctx;   /* hier: [ngroups] */
-  int *local;           /* two levels: (cmt, nt) each chunk's index inside a node */
-  tsr_tiles_t **nacc;   /* two levels: [nnodes] like acc, each on the chunks' local homes in its
-                           node: the node's partial sum, then the result it spreads */
+  int *local;           /* two levels: (cmt, nt) each chunk's index inside a node (its tile's) */
+  tsr_tiles_t **ntile;  /* two levels: [nnodes] tiled like the parameter, each tile on its local
+                           home in that node: the node's partial sum of the tile */
+  tsr_tiles_t **nband;  /* two levels: [nnodes] like acc, on the same ranks: the chunks' bands
+                           the nodes exchange */
   group_home_t *nctx;   /* two levels: [nnodes] */
   tsr_tiles_t *updated; /* batch, k > 1: chunk-tiled, by chunk home: the updated bands */
   tsr_tiles_t *global;  /* async-epoch: tiled like w, by tile home: the global copy */
@@ -195,6 +197,12 @@ static int node_chunk_home(int i, int j, void *ctx) {
   return h->g->ranks[h->rp->local[i * h->rp->nt + j] % h->g->n];
 }
 
+/* Two levels: tile (i, j)'s local home in node ctx (its chunks'). */
+static int node_tile_home(int i, int j, void *ctx) {
+  const group_home_t *h = ctx;
+  return node_chunk_home(i * h->rp->k, j, ctx);
+}
+
 static int local_home(const rparam_t *rp, int node, int I, int j) {
   return node_chunk_home(I, j, &rp->nctx[node]);
 }
@@ -237,6 +245,12 @@ static void chunk_tile(const rparam_t *rp, int I, int *i, int *r0) {
   *i = I / rp->k, *r0 = (I % rp->k) * rp->cr;
 }
 
+/* The chunks of tile (i, j), as chunk rows I0 .. I1 (exclusive). */
+static void chunks_of_tile(const rparam_t *rp, int i, int *I0, int *I1) {
+  *I0 = i * rp->k;
+  *I1 = *I0 + rp->k < rp->cmt ? *I0 + rp->k : rp->cmt;
+}
+
 static uint64_t chunk_bytes(const rparam_t *rp, int I, int j) {
   return (uint64_t)tsr_tiles_tile_rows(rp->acc, I) * (uint64_t)tsr_tiles_tile_cols(rp->acc, j) *
          sizeof(float);
@@ -255,45 +269,60 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
   return m;
 }
 
-/* Two levels: the reduce-scatter of chunk (I, j) over every rank (xs: every rank's views of
- * what is averaged, chunk-tiled where bands travel). Each node's ranks add their weighted
- * copies into the node's partial on the chunk's local home there, nacc[n] (I, j); the home adds
- * the nodes' partials into acc (I, j); a node of one rank adds its copy straight into acc.
- * Deterministic mode: s_n = w_a x_a, then s_n = w_q x_q + s_n for node n's ranks in rank order
- * (s_n is nacc[n], or w_q x_q itself for a node of one rank q); acc = s_0, then
- * acc = s_n + acc for n = 1 .. N-1 (nodes numbered by their lowest rank). That is flat's
+/* Two levels: the reduce-scatter of chunk (I, j), rows r0 .. of tile (i, j), over every rank
+ * (x: this rank's matrix, xs: every rank's views of it). At the tile's first chunk each node's
+ * ranks add their weighted copies of the whole tile into the node's partial on the tile's
+ * local home there, ntile[n] (i, j): one message per tile and rank. The local home then cuts
+ * the chunk's band out of it (nband[n] (I, j)) and the home adds the nodes' bands into
+ * acc (I, j); a node of one rank adds its own weighted band straight into acc. Deterministic
+ * mode: s_n = w_a x_a, then s_n = w_q x_q + s_n for node n's ranks in rank order; acc = s_0,
+ * then acc = s_n + acc for n = 1 .. N-1 (nodes numbered by their lowest rank). That is flat's
  * float32 sum in rank order, task for task, when every node holds one rank, and bit for bit
  * when one node holds them all. */
 static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
-                            tsr_tiles_t **xs, int I, int j) {
+                            tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
   bool det = r->sync.deterministic;
-  int me = r->rank, home = rp->chome[I * rp->nt + j], lh = local_home(rp, r->my_node, I, j);
+  int i, r0, I0, I1, me = r->rank, home = rp->chome[I * rp->nt + j];
+  chunk_tile(rp, I, &i, &r0);
+  chunks_of_tile(rp, i, &I0, &I1);
+  int lh = local_home(rp, r->my_node, I, j);
   const group_t *node = &r->nodes[r->my_node];
-  tsr_tiles_t *part = rp->nacc[r->my_node];
-  if (!det && me == lh && node->n > 1) TSR_TRY(tsr__tile_fill(&local, part, I, j, 0.0f));
-  for (int t = 0; t < node->n && node->n > 1; t++) {
-    int q = node->ranks[t];
-    if (me == lh || q == me)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, part,
-                              I, j, !det));
+  /* Where a lone rank's band of the chunk is (chunk-tiled: chunk (I, j) is tile (I, j)). */
+  tsr_tiles_t **bands = rp->k > 1 ? rp->stages : xs;
+  if (node->n == 1 && rp->k > 1) TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
+  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(x, i) * (uint64_t)tsr_tiles_tile_cols(x, j) *
+                  sizeof(float);
+  if (node->n > 1 && I == I0) {
+    tsr_tiles_t *part = rp->ntile[r->my_node];
+    if (!det && me == lh) TSR_TRY(tsr__tile_fill(&local, part, i, j, 0.0f));
+    for (int t = 0; t < node->n; t++) {
+      int q = node->ranks[t];
+      if (me == lh || q == me)
+        TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f,
+                                part, i, j, !det));
+    }
+    if (me == lh)
+      r->st.bytes_received += tile * (uint64_t)(node->n - 1),
+          r->st.messages_received += node->n - 1;
+    else
+      r->st.bytes_sent += tile, r->st.messages_sent++;
   }
+  if (node->n > 1 && me == lh)
+    TSR_TRY(tsr__tile_band_get(&local, rp->nband[r->my_node], I, j, rp->ntile[r->my_node], i, j,
+                               r0));
   if (!det && me == home) TSR_TRY(tsr__tile_fill(&local, rp->acc, I, j, 0.0f));
   for (int n = 0; n < r->nnodes; n++) {
     if (me != home && (n != r->my_node || me != lh)) continue;
     const group_t *g = &r->nodes[n];
     float beta = det && n == 0 ? 0.0f : 1.0f;
     if (g->n == 1)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[g->ranks[0]], xs[g->ranks[0]], beta, rp->acc,
-                              I, j, !det));
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[g->ranks[0]], bands[g->ranks[0]], beta,
+                              rp->acc, I, j, !det));
     else
-      TSR_TRY(tsr__tile_axpby(&mpi, 1.0f, rp->nacc[n], beta, rp->acc, I, j, !det));
+      TSR_TRY(tsr__tile_axpby(&mpi, 1.0f, rp->nband[n], beta, rp->acc, I, j, !det));
   }
   uint64_t bytes = chunk_bytes(rp, I, j);
-  if (me == lh)
-    r->st.bytes_received += bytes * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
-  else
-    r->st.bytes_sent += bytes, r->st.messages_sent++;
   if (me == home)
     r->st.bytes_received += bytes * (uint64_t)(r->nnodes - 1),
         r->st.messages_received += r->nnodes - 1;
@@ -302,45 +331,48 @@ static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
   return 0;
 }
 
-/* Two levels: the all-gather of chunk (I, j): tile (si, sj) of src, on the chunk's home, goes to
- * the chunk's local home in every other node (nacc[n] (I, j)), and from there (in the home's
- * node from the home) into rows r0 .. of tile (i, j) of the node's ranks' y_q; the home's own
- * y too when with_home. */
+/* Two levels: the all-gather of chunk (I, j), rows r0 .. of tile (i, j): tile (si, sj) of src,
+ * on the chunk's home, goes to the tile's local home in every other node (nband[n] (I, j); a
+ * lone rank's y straight away) and into its y there; the home's own y too when with_home (in
+ * the home's node the home is the tile's local home). At the tile's last chunk each local home
+ * sends the whole tile of its y to its node's other ranks: one message per tile and rank. */
 static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
                             const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                             int I, int j) {
-  tsr_task_opts_t mpi = with_mpi(o, true);
-  int i, r0, me = r->rank, home = rp->chome[I * rp->nt + j];
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  int i, r0, I0, I1, me = r->rank, home = rp->chome[I * rp->nt + j];
   chunk_tile(rp, I, &i, &r0);
-  int hn = r->node_of[home];
-  bool home_node = hn == r->my_node;
+  chunks_of_tile(rp, i, &I0, &I1);
+  int hn = r->node_of[home], lh = local_home(rp, r->my_node, I, j);
+  const group_t *node = &r->nodes[r->my_node];
   for (int n = 0; n < r->nnodes; n++) {
     if (n == hn) continue;
-    int lh = local_home(rp, n, I, j);
-    if (me != home && me != lh) continue;
+    int to = local_home(rp, n, I, j);
+    if (me != home && me != to) continue;
     if (r->nodes[n].n == 1) /* a node of one rank: straight into its y */
-      TSR_TRY(tsr__tile_band_put(&mpi, y[lh], i, j, r0, src, si, sj));
+      TSR_TRY(tsr__tile_band_put(&mpi, y[to], i, j, r0, src, si, sj));
     else
-      TSR_TRY(tsr__tile_band_put(&mpi, rp->nacc[n], I, j, 0, src, si, sj));
+      TSR_TRY(tsr__tile_band_put(&mpi, rp->nband[n], I, j, 0, src, si, sj));
   }
-  const group_t *node = &r->nodes[r->my_node];
-  int from = home_node ? home : local_home(rp, r->my_node, I, j);
-  const tsr_tiles_t *have = home_node ? src : rp->nacc[r->my_node];
-  int hi = home_node ? si : I, hj = home_node ? sj : j;
-  for (int t = 0; t < node->n && (home_node || node->n > 1); t++) {
-    int q = node->ranks[t];
-    if ((q != home || with_home) && (me == from || q == me))
-      TSR_TRY(tsr__tile_band_put(&mpi, y[q], i, j, r0, have, hi, hj));
-  }
+  if (me == home && with_home) TSR_TRY(tsr__tile_band_put(&local, y[me], i, j, r0, src, si, sj));
+  if (me == lh && r->my_node != hn && node->n > 1)
+    TSR_TRY(tsr__tile_band_put(&local, y[me], i, j, r0, rp->nband[r->my_node], I, j));
   uint64_t bytes = chunk_bytes(rp, I, j);
   if (me == home)
     r->st.bytes_sent += bytes * (uint64_t)(r->nnodes - 1), r->st.messages_sent += r->nnodes - 1;
-  else if (me == from)
+  else if (me == lh)
     r->st.bytes_received += bytes, r->st.messages_received++;
-  if (me == from)
-    r->st.bytes_sent += bytes * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
+  if (I != I1 - 1 || node->n == 1) return 0;
+  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(y[me], i) *
+                  (uint64_t)tsr_tiles_tile_cols(y[me], j) * sizeof(float);
+  for (int t = 0; t < node->n; t++) {
+    int q = node->ranks[t];
+    if (q != lh && (me == lh || me == q)) TSR_TRY(tsr__tile_copy(&mpi, y[q], y[lh], i, j));
+  }
+  if (me == lh)
+    r->st.bytes_sent += tile * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
   else
-    r->st.bytes_received += bytes, r->st.messages_received++;
+    r->st.bytes_received += tile, r->st.messages_received++;
   return 0;
 }
 
@@ -355,6 +387,7 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
   const group_t *g = scope(r, rp, gi, j);
   if (!member(g, r->rank)) return 0; /* grid: another row's column */
+  if (gi < 0 && r->two_level) return reduce_two_level(o, r, rp, x, xs, I, j);
   tsr_tiles_t *acc = acc_of(rp, gi);
   int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
@@ -362,7 +395,6 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
     TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
     xs = rp->stages; /* chunk-tiled: chunk (I, j) is its tile (I, j) */
   }
-  if (gi < 0 && r->two_level) return reduce_two_level(o, r, rp, xs, I, j);
   bool det = r->sync.deterministic, at_home = r->rank == home;
   if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, acc, I, j, 0.0f));
   for (int t = 0; t < g->n; t++) {
@@ -404,12 +436,6 @@ static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
   else
     r->st.bytes_received += bytes, r->st.messages_received++;
   return 0;
-}
-
-/* The chunks of tile (i, j), as chunk rows I0 .. I1 (exclusive). */
-static void chunks_of_tile(const rparam_t *rp, int i, int *I0, int *I1) {
-  *I0 = i * rp->k;
-  *I1 = *I0 + rp->k < rp->cmt ? *I0 + rp->k : rp->cmt;
 }
 
 /* batch: the optimizer on chunk (I, j)'s home (rows r0 .. of tile (i, j); the net's own
@@ -569,9 +595,10 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
     for (int s = 0; r->sync.average_state && s < rp->nstate; s++, nsets++)
       own[nsets] = tsr__optim_state(r->net->optim, rp->p->index, s), views[nsets] = rp->s[s];
     if (rp->bufs) own[nsets] = rp->buf, views[nsets++] = rp->bufs; /* a plain weighted mean */
-    for (int I = 0; I < rp->cmt && rc == 0; I++)
-      for (int j = 0; j < rp->nt && rc == 0; j++)
-        for (int s = 0; s < nsets && rc == 0; s++) {
+    /* Set by set: two levels keep one node partial per tile for all its chunks. */
+    for (int s = 0; s < nsets && rc == 0; s++)
+      for (int I = 0; I < rp->cmt && rc == 0; I++)
+        for (int j = 0; j < rp->nt && rc == 0; j++) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
           if (rc == 0 && s == 0 && fednova && r->rank == home_in(g, rp, I, j)) {
@@ -757,9 +784,9 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
                                tsr_tiles_nb(w)));
     if (!(rp->stages = replicas_of(r, rp->stage))) return TSR_ENOMEM;
     if (batch) TSR_TRY(by_chunk_home(&rp->updated, rp));
-  } else if (batch && !(rp->g = replicas_of(r, p->g))) {
-    return TSR_ENOMEM;
   }
+  /* batch: the gradient's whole tiles travel (as chunks, or inside a node with two levels) */
+  if (batch && (rp->k == 1 || r->two_level) && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
   TSR_TRY(by_chunk_home(&rp->acc, rp));
   if (r->sync.by_steps && !r->outer) TSR_TRY(by_chunk_home(&rp->anchor, rp));
   if (r->ngroups > 0) {
@@ -776,13 +803,18 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     }
   }
   if (r->two_level) {
-    rp->nacc = calloc((size_t)r->nnodes, sizeof *rp->nacc);
+    rp->ntile = calloc((size_t)r->nnodes, sizeof *rp->ntile);
+    rp->nband = calloc((size_t)r->nnodes, sizeof *rp->nband);
     rp->nctx = calloc((size_t)r->nnodes, sizeof *rp->nctx);
-    if (!rp->nacc || !rp->nctx) return TSR_ENOMEM;
+    if (!rp->ntile || !rp->nband || !rp->nctx) return TSR_ENOMEM;
     for (int n = 0; n < r->nnodes; n++) {
       rp->nctx[n] = (group_home_t){rp, &r->nodes[n]};
-      TSR_TRY(tsr_tiles_create_distributed(&rp->nacc[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
-                                           rp->cr, tsr_tiles_nb(w), node_chunk_home, &rp->nctx[n]));
+      TSR_TRY(tsr_tiles_create_distributed(&rp->ntile[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                           tsr_tiles_mb(w), tsr_tiles_nb(w), node_tile_home,
+                                           &rp->nctx[n]));
+      TSR_TRY(tsr_tiles_create_distributed(&rp->nband[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                           rp->cr, tsr_tiles_nb(w), node_chunk_home,
+                                           &rp->nctx[n]));
     }
   }
   bool async = r->policy->folds;
@@ -814,9 +846,11 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_tiles_destroy(&rp->global), tsr_tiles_destroy(&rp->anchor);
   for (int g = 0; rp->gacc && g < r->ngroups; g++)
     tsr_tiles_destroy(&rp->gacc[g]);
-  for (int n = 0; rp->nacc && n < r->nnodes; n++)
-    tsr_tiles_destroy(&rp->nacc[n]);
-  free(rp->gacc), free(rp->gctx), free(rp->nacc), free(rp->nctx);
+  for (int n = 0; rp->ntile && n < r->nnodes; n++)
+    tsr_tiles_destroy(&rp->ntile[n]);
+  for (int n = 0; rp->nband && n < r->nnodes; n++)
+    tsr_tiles_destroy(&rp->nband[n]);
+  free(rp->gacc), free(rp->gctx), free(rp->ntile), free(rp->nband), free(rp->nctx);
   free(rp->chome), free(rp->local), free(rp->home);
 }
 
