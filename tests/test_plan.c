@@ -59,7 +59,7 @@ Test(plan, two_ranks_send_the_model_once_per_average) {
    * rank 0 sends the result back (gather): each sends |W| in one message. */
   tsr__plan_param_t p = {784, 512, 784, 512};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 2, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 2, 1, false, &a), 0);
   cr_expect_eq(a.chunks, 1);
   cr_expect_eq(a.sent_max, 784.0 * 512 * 4);
   cr_expect_eq(a.sent_rank0, 784.0 * 512 * 4);
@@ -72,7 +72,7 @@ Test(plan, four_ranks_move_the_ring_optimum) {
    * which the ring all-reduce also moves; at alpha 1 us and beta 1 ns/B: 24 us + 6.29 ms. */
   tsr__plan_param_t p = {1024, 1024, 256, 256};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 4, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 1, false, &a), 0);
   double w = 1024.0 * 1024 * 4;
   cr_expect_eq(a.chunks, 16);
   cr_expect_eq(a.sent_max, 2.0 * 3 / 4 * w);
@@ -88,11 +88,74 @@ Test(plan, three_ranks_cut_a_tile_into_bands) {
    * floats / 256 columns), one homed per rank: |W| + |W| / 3 sent, 2 + 2 messages. */
   tsr__plan_param_t p = {300, 256, 300, 256};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 3, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 3, 1, false, &a), 0);
   double w = 300.0 * 256 * 4;
   cr_expect_eq(a.chunks, 3);
   cr_expect_float_eq(a.sent_max, w + w / 3, 1e-6);
   cr_expect_eq(a.messages_max, 4);
+}
+
+Test(plan, two_levels_send_the_ring_optimum_between_nodes) {
+  /* The same 16 tiles on 4 ranks in 2 nodes of 2. Two levels: each index (rank of a node) takes
+   * 8 whole tiles, each rank sends its node's local home the 8 tiles it does not hold and gets
+   * its 8 back summed: |W| and 16 messages inside the node; then chunks (tiles here) go 8 to
+   * a node, 4 to each rank, which gets the other node's band of each of its 4 and sends the
+   * result back, and sends its own band of its index's 4 chunks of the other node: |W| / 2
+   * and 8 messages out of the node; a node sends 2 (N - 1) / N |W| = |W| to the other, the
+   * ring optimum. Flat sends 2 |W| out of each node (a rank's 12 chunks each, to or from
+   * both ranks of the other node). */
+  tsr__plan_param_t p = {1024, 1024, 256, 256};
+  tsr__plan_average_t a, flat;
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, true, &a), 0);
+  double w = 1024.0 * 1024 * 4;
+  cr_expect_eq(a.chunks, 16);
+  cr_expect_eq(a.intra_sent_max, w);
+  cr_expect_eq(a.intra_messages_max, 16);
+  cr_expect_eq(a.inter_messages_max, 8);
+  cr_expect_eq(a.node_sent_max, w);
+  cr_expect_eq(a.sent_max, 1.5 * w);
+  cr_expect_eq(a.messages_max, 24);
+  cr_expect_eq(a.reduced_max, w / 2 + w / 4);
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, false, &flat), 0);
+  cr_expect_eq(flat.sent_max, 1.5 * w);
+  cr_expect_eq(flat.node_sent_max, 2 * w);
+  /* Intra-node links 10x faster: two levels cost 16 x 0.1 us + |W| x 0.1 ns inside, 8 us +
+   * |W| ns between the nodes. */
+  tsr_machine_t m = round_machine();
+  m.intra_alpha = 1e-7, m.intra_beta = 1e-10;
+  cr_expect_float_eq(tsr__plan_average_seconds(&a, &m), 16e-7 + w * 1e-10 + 8e-6 + w * 1e-9, 1e-12);
+}
+
+Test(plan, two_levels_cut_the_messages_of_thousands_of_ranks) {
+  /* Issue 24's target: the MLP 4096x2 on 8,192 ranks of ib100 (1,024 nodes of 8) averaged
+   * every step sent 80,135 messages from its busiest rank, flat; two levels at most 1/20. */
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:4096,4096", 10, &err), 0, "%s", err.msg);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 8192, o.pr = 1, o.pc = 8192, o.batch = 128;
+  cr_assert_eq(tsr_plan_sync_parse(&o.sync, "batch", &err), 0, "%s", err.msg);
+  tsr_machine_t m = round_machine();
+  m.cores_per_node = 32, m.ranks_per_node = 8, m.workers = 4;
+  tsr_plan_row_t flat, two;
+  int n = 0;
+  o.allreduce = TSR_ALLREDUCE_FLAT;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &flat, 1, &n, &err), 0, "%s", err.msg);
+  o.allreduce = TSR_ALLREDUCE_AUTO;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &two, 1, &n, &err), 0, "%s", err.msg);
+  cr_expect(!flat.two_level && two.two_level);
+  cr_expect_eq(two.nodes, 1024);
+  cr_expect_eq(two.node_size, 8);
+  cr_expect_eq(flat.sync_messages_step, 80135);
+  cr_expect(two.sync_messages_step <= 80135 / 20, "%.0f messages", two.sync_messages_step);
+  /* Between nodes, each node sends within 5% of the ring's 2 (N - 1) / N |W|. */
+  double w = 4.0 * (784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10);
+  double ring = 2.0 * 1023 / 1024 * w;
+  cr_expect(two.node_bytes_step >= ring && two.node_bytes_step <= 1.05 * ring, "%g vs %g",
+            two.node_bytes_step, ring);
+  cr_expect(flat.node_bytes_step > 7 * ring, "%g", flat.node_bytes_step);
+  tsr_model_spec_fini(&spec);
 }
 
 Test(plan, one_rank_moves_nothing) {

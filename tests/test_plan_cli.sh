@@ -26,9 +26,12 @@ for policy in hier:2,4 post-local:1,4 async-epoch none; do
   expect 2 "--sync $policy: the planner does not model ${policy%%:*}; it models batch, every=K, \
 epoch or epoch=n" -- "$tessera" plan --sync "$policy"
 done
-expect 0 "\| 1x4 \| every=3 " -- "$tessera" plan --ranks 4 --grid 1x4 --sync every=3 --workers 1 \
+expect 0 "\| 1x4 \| every=3 \| flat " -- "$tessera" plan --ranks 4 --grid 1x4 --sync every=3 --workers 1 \
   --cluster "$src/benchmarks/clusters/eth10.ini"
 expect 2 "--optimizer" -- "$tessera" plan --optimizer lbfgs
+expect 2 "--allreduce ring: expected auto, flat or two-level" -- "$tessera" plan --allreduce ring
+expect 0 "\| 1x8 \| batch \| two-level, 2 nodes of 4 " -- "$tessera" plan --ranks 8 --grid 1x8 \
+  --sync batch --node-size 4 --cluster "$src/benchmarks/clusters/eth10.ini"
 expect 2 "plan: unknown option '--frobnicate'" -- "$tessera" plan --frobnicate
 expect 2 "--model 'mlpx'" -- "$tessera" plan --model mlpx
 expect 1 "nosuch.ini: cannot open" -- "$tessera" plan --cluster "$tmp/nosuch.ini"
@@ -37,21 +40,23 @@ expect 0 "\| 1x8192 \| batch" -- "$tessera" plan --cluster "$src/benchmarks/clus
 expect 0 "\*\*best\*\*" -- "$tessera" plan --cluster "$src/benchmarks/clusters/ib100.ini" \
   --ranks 64 --model cnn
 
-# measured RANKS SYNC MODEL SAMPLES: a real run's logged bytes and messages against the plan.
+# measured RANKS SYNC MODEL SAMPLES [OPTION...]: a real run's logged bytes and messages against
+# the plan, both given the options (--allreduce, --node-size).
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 measured() {
   local ranks=$1 sync=$2 model=$3 samples=$4 log="$tmp/run.jsonl"
+  shift 4
   rm -f "$log"
   if ! timeout 120 "${mpi[@]}" -np "$ranks" "$tessera" train --workers 1 --quiet --epochs 2 \
     --model "$model" --sync "$sync" --batch 32 --train-limit "$samples" --test-limit 100 \
-    --data "$data" --log "$log" >"$tmp/out" 2>&1; then
+    --data "$data" --log "$log" "$@" >"$tmp/out" 2>&1; then
     failed=$((failed + 1))
-    echo "FAIL: training $ranks ranks --sync $sync --model $model:"
+    echo "FAIL: training $ranks ranks --sync $sync --model $model $*:"
     head -5 "$tmp/out"
     return
   fi
   if ! "$tessera" plan --workers 1 --ranks "$ranks" --grid "1x$ranks" --sync "$sync" \
-    --model "$model" --batch 32 --samples "$samples" --json >"$tmp/plan.json" 2>"$tmp/out"; then
+    --model "$model" --batch 32 --samples "$samples" --json "$@" >"$tmp/plan.json" 2>"$tmp/out"; then
     failed=$((failed + 1))
     echo "FAIL: tessera plan for $ranks ranks --sync $sync:"
     head -5 "$tmp/out"
@@ -79,10 +84,10 @@ sys.exit(1 if bad else 0)
 PY
   ); then
     passed=$((passed + 1))
-    echo "ok: $ranks ranks --sync $sync --model $model: $out"
+    echo "ok: $ranks ranks --sync $sync --model $model $*: $out"
   else
     failed=$((failed + 1))
-    echo "FAIL: $ranks ranks --sync $sync --model $model: $out"
+    echo "FAIL: $ranks ranks --sync $sync --model $model $*: $out"
   fi
 }
 
@@ -134,6 +139,8 @@ measured 2 every=4 mlp:64 1280
 measured 2 epoch mlp:64 1280
 measured 3 batch mlp:128,64 1536
 measured 2 batch cnn 256
+measured 4 batch mlp:128,64 1536 --node-size 2 --allreduce two-level
+measured 4 every=4 mlp:128,64 1536 --node-size 2 --allreduce two-level
 grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
 grid 2 2x1 batch cnn 256

@@ -25,17 +25,22 @@ TSR_EXTERN_C_BEGIN
 /* A machine: nodes of identical cores joined by one network. */
 typedef struct {
   char name[64];
-  char source[1024];    /* where the figures come from, for the output */
-  int nodes;            /* nodes available (0: unbounded; a plan for more ranks is warned) */
-  int cores_per_node;   /* cores per node */
-  int ranks_per_node;   /* ranks started on a node */
-  int workers;          /* CPU workers per rank (StarPU 1.3 runs at most 4) */
-  double gemm_gflops;   /* one worker's GEMM rate on large tiles, GFLOP/s */
-  double conv_gflops;   /* one worker's convolution rate, GFLOP/s (0: gemm_gflops) */
-  double mem_gbs;       /* one worker's memory bandwidth for memory-bound tasks, GB/s */
-  double alpha;         /* seconds per message */
-  double beta;          /* seconds per byte (1 / bandwidth) */
-  double gamma;         /* seconds per byte reduced (summing received data) */
+  char source[1024];  /* where the figures come from, for the output */
+  int nodes;          /* nodes available (0: unbounded; a plan for more ranks is warned) */
+  int cores_per_node; /* cores per node */
+  int ranks_per_node; /* ranks started on a node */
+  int workers;        /* CPU workers per rank (StarPU 1.3 runs at most 4) */
+  double gemm_gflops; /* one worker's GEMM rate on large tiles, GFLOP/s */
+  double conv_gflops; /* one worker's convolution rate, GFLOP/s (0: gemm_gflops) */
+  double mem_gbs;     /* one worker's memory bandwidth for memory-bound tasks, GB/s */
+  double alpha;       /* seconds per message */
+  double beta;        /* seconds per byte (1 / bandwidth) */
+  double gamma;       /* seconds per byte reduced (summing received data) */
+  /* Between the ranks of one node (keys intra_latency_us, intra_bandwidth_gbits; 0 in a file:
+   * as latency_us and bandwidth_gbits; here: the measured alpha and beta, all ranks on one
+   * node). Messages to other nodes cost alpha, and a node's ranks share its link: the bytes
+   * its ranks send to other nodes together cost beta each. */
+  double intra_alpha, intra_beta;
   double task_overhead; /* seconds a task costs besides its kernel (StarPU) */
   bool measure_kernels; /* time each GEMM / convolution tile shape on this machine (cached) */
   char cache[512];      /* measure_kernels: the file measured rates are cached in ("" none) */
@@ -67,6 +72,9 @@ typedef struct {
   int nstate;               /* optimizer state per parameter, tsr_optimizer_nstate (sgd: 1) */
   int tile_rows, tile_cols; /* as train's --tile (0: chosen) */
   int in_channels, in_height, in_width; /* input sample shape; 0s: as the network infers it */
+  tsr_allreduce_t allreduce; /* as train's --allreduce: auto is two-level where several nodes
+                                hold several ranks (the engine's rule) */
+  int node_size;             /* ranks per node (0: the machine's ranks_per_node) */
 } tsr_plan_opts_t;
 
 /* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
@@ -92,6 +100,11 @@ typedef struct {
   double grid_messages_step;
   double sync_bytes_step; /* bytes sent for averaging per step (batch) or per average */
   double sync_messages_step;
+  bool two_level;             /* averages go through the nodes (--allreduce) */
+  int nodes, node_size;       /* the ranks in nodes of node_size (the last may hold fewer) */
+  double node_bytes_step;     /* bytes the busiest node sends to other nodes per step (batch) or
+                                 per average */
+  double inter_messages_step; /* the most messages a rank sends to other nodes, likewise */
   double
       sync_bytes_epoch; /* bytes sent for averaging per epoch (what the log's bytes_sent counts) */
   double sync_messages_epoch;

@@ -42,6 +42,9 @@ static void usage(FILE *out) {
           "  --classes N         classes [10; a language model: 256, bytes]\n"
           "  --tile N | RxC      as tessera train's [chosen from the shapes]\n"
           "  --workers N         CPU workers per rank [the machine's]\n"
+          "  --allreduce A       as tessera train's: flat, two-level or auto (two-level\n"
+          "                      where several nodes hold several ranks) [auto]\n"
+          "  --node-size G       ranks per node [the machine's ranks_per_node]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
@@ -100,17 +103,25 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
   printf("tessera plan: %s, batch %d per replica, %d ranks, %lld samples per epoch\n", model,
          o->batch, o->ranks, (long long)o->samples);
   printf("machine: %s (%s)\n\n", m->name, m->source);
-  printf("| grid | sync | tiles | step ms | epoch s | compute ms | grid ms | sync ms (exposed) "
+  printf("| grid | sync | averaging | tiles | step ms | epoch s | compute ms | grid ms | sync ms "
+         "(exposed) "
          "| MB sent per step | MB sent per epoch | memory MB per rank | |\n"
-         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (int i = 0; i < n; i++) {
     const tsr_plan_row_t *r = &rows[i];
-    char sync[32], a[32], b[32], c[32];
+    char sync[32], avg[64], a[32], b[32], c[32];
     tsr_sync_schedule_describe(&r->sync, sync, sizeof sync);
+    if (r->pc < 2)
+      snprintf(avg, sizeof avg, "-");
+    else if (r->two_level)
+      snprintf(avg, sizeof avg, "two-level, %d nodes of %d", r->nodes, r->node_size);
+    else
+      snprintf(avg, sizeof avg, "flat");
     double per_step =
         r->grid_bytes_step + (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_bytes_step : 0);
-    printf("| %dx%d | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | %s |\n",
-           r->pr, r->pc, sync, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
+    printf("| %dx%d | %s | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | "
+           "%s |\n",
+           r->pr, r->pc, sync, avg, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
            r->compute_s * 1e3, r->grid_s * 1e3,
            (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_s : r->average_s) * 1e3,
            r->exposed_sync_s * 1e3, mb(per_step, a), mb(r->bytes_epoch, b), mb(r->memory_bytes, c),
@@ -135,6 +146,8 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
   cJSON_AddNumberToObject(mj, "alpha_s", m->alpha);
   cJSON_AddNumberToObject(mj, "beta_s_per_byte", m->beta);
   cJSON_AddNumberToObject(mj, "gamma_s_per_byte", m->gamma);
+  cJSON_AddNumberToObject(mj, "intra_alpha_s", m->intra_alpha > 0 ? m->intra_alpha : m->alpha);
+  cJSON_AddNumberToObject(mj, "intra_beta_s_per_byte", m->intra_beta > 0 ? m->intra_beta : m->beta);
   for (int i = 0; i < n; i++) {
     const tsr_plan_row_t *r = &rows[i];
     cJSON *x = cJSON_CreateObject();
@@ -162,6 +175,11 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     cJSON_AddNumberToObject(x, "sync_messages_step", r->sync_messages_step);
     cJSON_AddNumberToObject(x, "sync_bytes_epoch", r->sync_bytes_epoch);
     cJSON_AddNumberToObject(x, "sync_messages_epoch", r->sync_messages_epoch);
+    cJSON_AddStringToObject(x, "allreduce", r->two_level ? "two-level" : "flat");
+    cJSON_AddNumberToObject(x, "nodes", r->nodes);
+    cJSON_AddNumberToObject(x, "node_size", r->node_size);
+    cJSON_AddNumberToObject(x, "node_bytes_step", r->node_bytes_step);
+    cJSON_AddNumberToObject(x, "inter_messages_step", r->inter_messages_step);
     cJSON_AddNumberToObject(x, "bytes_epoch", r->bytes_epoch);
     cJSON_AddNumberToObject(x, "memory_bytes", r->memory_bytes);
     cJSON_AddBoolToObject(x, "best", r->best);
@@ -189,6 +207,8 @@ int tsr_cli_plan(int argc, char **argv) {
     O_CLASSES,
     O_TILE,
     O_WORKERS,
+    O_ALLREDUCE,
+    O_NODE_SIZE,
     O_MACHINE,
     O_CALIBRATE,
     O_JSON,
@@ -207,6 +227,8 @@ int tsr_cli_plan(int argc, char **argv) {
                                            {"classes", required_argument, 0, O_CLASSES},
                                            {"tile", required_argument, 0, O_TILE},
                                            {"workers", required_argument, 0, O_WORKERS},
+                                           {"allreduce", required_argument, 0, O_ALLREDUCE},
+                                           {"node-size", required_argument, 0, O_NODE_SIZE},
                                            {"machine", required_argument, 0, O_MACHINE},
                                            {"calibrate", no_argument, 0, O_CALIBRATE},
                                            {"json", no_argument, 0, O_JSON},
@@ -307,6 +329,21 @@ int tsr_cli_plan(int argc, char **argv) {
       if (tsr__cli_to_long(optarg, 1, 4096, &v))
         return bad("--workers", optarg, "an integer from 1 to 4096");
       workers = (int)v;
+      break;
+    case O_ALLREDUCE:
+      if (!strcmp(optarg, "auto"))
+        o.allreduce = TSR_ALLREDUCE_AUTO;
+      else if (!strcmp(optarg, "flat"))
+        o.allreduce = TSR_ALLREDUCE_FLAT;
+      else if (!strcmp(optarg, "two-level"))
+        o.allreduce = TSR_ALLREDUCE_TWO_LEVEL;
+      else
+        return bad("--allreduce", optarg, "auto, flat or two-level");
+      break;
+    case O_NODE_SIZE:
+      if (tsr__cli_to_long(optarg, 1, 1 << 20, &v))
+        return bad("--node-size", optarg, "an integer from 1 to 1048576");
+      o.node_size = (int)v;
       break;
     case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
     case O_CALIBRATE: do_calibrate = true; break;

@@ -53,12 +53,12 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
  * order), take the index local[I * nt + j] in [0, per_node) with the fewest bytes so far (every
  * chunk of a tile the same); chunks, largest first, the node home[I * nt + j] among those
  * lightest to within the chunk's bytes whose rank of the chunk's index homes the fewest chunks
- * (then the lightest, then the lowest), so a node's chunks spread over its ranks. A chunk's home is rank `local` of node `home`, its local
- * home in node n rank `local` of n. A node then sends |W| + (nodes - 2) x (the bytes it homes)
- * to other nodes, the ring's 2 (N - 1) / N |W| when they are balanced; a rank sends a message
- * per tile (not per chunk) inside its node, and per chunk of its index to other nodes. Fills
- * out[n] (tsr__chunks_free), and where not NULL node_load[nodes] and local_load[per_node]
- * (bytes). Returns 0 or TSR_ENOMEM. */
+ * (then the lightest, then the lowest), so a node's chunks spread over its ranks. A chunk's home is
+ * rank `local` of node `home`, its local home in node n rank `local` of n. A node then sends |W| +
+ * (nodes - 2) x (the bytes it homes) to other nodes, the ring's 2 (N - 1) / N |W| when they are
+ * balanced; a rank sends a message per tile (not per chunk) inside its node, and per chunk of its
+ * index to other nodes. Fills out[n] (tsr__chunks_free), and where not NULL node_load[nodes] and
+ * local_load[per_node] (bytes). Returns 0 or TSR_ENOMEM. */
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
                                tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load);
 void tsr__chunks_free(tsr_chunking_t *c, int n);

@@ -363,7 +363,19 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   double slice = 0;
   int rc = row0_slice(lay, pr, &ps, &nps, layer_bytes);
   tsr__plan_average_t a = {0};
-  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, &a);
+  /* The averaging's nodes: a grid row's ranks (one per column) spread over them, per_node / Pr
+   * a node; two levels as the engine decides (tsr__replicas_create: never under a grid). */
+  int node_size = o->node_size > 0 ? o->node_size : per_node;
+  int avg_node = pr > 1 ? (node_size / pr > 1 ? node_size / pr : 1) : node_size;
+  if (avg_node > pc) avg_node = pc;
+  int nodes = (pc + avg_node - 1) / avg_node;
+  row->two_level = pr == 1 && (o->allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
+                               (o->allreduce == TSR_ALLREDUCE_AUTO && nodes > 1 && avg_node > 1));
+  row->nodes = nodes, row->node_size = avg_node;
+  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, &a);
+  /* A node holds ranks of min(Pr, node_size) grid rows, each row averaging its own slice at
+   * the same time: their bytes to other nodes share the node's link. */
+  a.node_sent_max *= pr < node_size ? pr : node_size;
   free(ps);
   if (rc) {
     free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
@@ -374,6 +386,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   double avg_s = pc > 1 ? tsr__plan_average_seconds(&a, m) : 0;
   row->average_s = grads ? 0 : avg_s;
   row->sync_bytes_step = a.sent_max, row->sync_messages_step = a.messages_max;
+  row->node_bytes_step = a.node_sent_max, row->inter_messages_step = a.inter_messages_max;
   double steps = (double)row->steps_per_epoch, averages = policy->plan_averages(sync, steps);
   if (grads) {
     row->sync_s = avg_s;
@@ -453,15 +466,84 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
 
 /* ---- Averaging: sync.c's chunks and homes ------------------------------ */
 
-int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out) {
+/* Per rank and per node, what one averaging sends: to ranks of the same node (bytes,
+ * messages), to other nodes (messages; bytes per rank and summed per node), and what it adds. */
+typedef struct {
+  int ranks, per_node, nodes;
+  double *intra, *intra_msgs, *inter, *inter_msgs, *reduced;       /* [ranks] */
+  double *node_out;                                                /* [nodes] */
+  double *all_intra, *all_intra_msgs, *all_inter, *all_inter_msgs; /* [nodes]: each rank of it */
+} traffic_t;
+
+static int node_size_of(const traffic_t *t, int node) {
+  int rest = t->ranks - node * t->per_node;
+  return rest < t->per_node ? rest : t->per_node;
+}
+
+/* Every rank of node n but `except` sends b to one rank of the node. */
+static void each_sends(traffic_t *t, int n, int except, double b) {
+  t->all_intra[n] += b, t->all_intra_msgs[n] += 1;
+  t->intra[except] -= b, t->intra_msgs[except] -= 1;
+}
+
+/* Rank q sends b to k ranks, inside its node or outside it. */
+static void sends(traffic_t *t, int q, double b, double k, bool inside) {
+  if (inside)
+    t->intra[q] += k * b, t->intra_msgs[q] += k;
+  else
+    t->inter[q] += k * b, t->inter_msgs[q] += k, t->node_out[q / t->per_node] += k * b;
+}
+
+/* Flat: every rank sends chunk (b bytes) to its home h, which sends the result to every rank. */
+static void flat_chunk(traffic_t *t, int h, double b) {
+  int m = h / t->per_node;
+  for (int n = 0; n < t->nodes; n++) {
+    int g = node_size_of(t, n);
+    if (n == m) /* to the home: inside the node */
+      each_sends(t, n, h, b);
+    else /* every rank of n, to another node */
+      t->all_inter[n] += b, t->all_inter_msgs[n] += 1, t->node_out[n] += b * g;
+  }
+  int gm = node_size_of(t, m);
+  sends(t, h, b, gm - 1, true);
+  sends(t, h, b, t->ranks - gm, false);
+  t->reduced[h] += (t->ranks - 1) * b;
+}
+
+/* Two levels, inside every node: its ranks send a whole tile (b bytes, index l) to the tile's
+ * local home there (the rank of index l), which sends the tile of the result back to each. */
+static void two_level_tile(traffic_t *t, int l, double b) {
+  for (int n = 0; n < t->nodes; n++) {
+    int g = node_size_of(t, n), lh = n * t->per_node + l % g;
+    if (g == 1) continue;
+    each_sends(t, n, lh, b);
+    sends(t, lh, b, g - 1, true);
+    t->reduced[lh] += (g - 1) * b;
+  }
+}
+
+/* Two levels, between the nodes: chunk (b bytes) of node m and index l: every other node's
+ * local home sends its band to the home (the rank of index l in node m), which sends the
+ * result back to each. */
+static void two_level_chunk(traffic_t *t, int m, int l, double b) {
+  for (int n = 0; n < t->nodes; n++)
+    if (n != m) sends(t, n * t->per_node + l % node_size_of(t, n), b, 1, false);
+  int home = m * t->per_node + l % node_size_of(t, m);
+  sends(t, home, b, t->nodes - 1, false);
+  t->reduced[home] += (t->nodes - 1) * b;
+}
+
+int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
+                      bool two_level, tsr__plan_average_t *out) {
   memset(out, 0, sizeof *out);
   int64_t total = 0;
   for (int k = 0; k < n; k++)
     total += params[k].rows * params[k].cols;
   out->bytes = 4.0 * (double)total;
   if (ranks < 2 || total == 0) return 0;
-  uint64_t *load = calloc((size_t)ranks, sizeof *load);
-  int64_t *count = calloc((size_t)ranks, sizeof *count);
+  if (per_node < 1 || per_node > ranks) per_node = ranks;
+  traffic_t t = {.ranks = ranks, .per_node = per_node, .nodes = (ranks + per_node - 1) / per_node};
+  double *buf = calloc((size_t)ranks * 5 + (size_t)t.nodes * 5, sizeof *buf);
   tsr_chunking_t *ch = malloc(sizeof *ch * (size_t)n);
   tsr_chunk_shape_t *sh = malloc(sizeof *sh * (size_t)n); /* tiles clamped, as tsr_tiles_t's */
   for (int k = 0; sh && k < n; k++) {
@@ -469,26 +551,64 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__pl
     if (sh[k].mb > sh[k].rows) sh[k].mb = (int)sh[k].rows;
     if (sh[k].nb > sh[k].cols) sh[k].nb = (int)sh[k].cols;
   }
-  int rc = load && count && ch && sh ? tsr__chunks_plan(sh, n, ranks, NULL, ch, load, count)
-                                     : TSR_ENOMEM;
-  for (int k = 0; rc == 0 && k < n; k++)
+  int rc = buf && ch && sh ? 0 : TSR_ENOMEM;
+  if (rc == 0) {
+    double *b = buf;
+    t.intra = b, t.intra_msgs = b += ranks, t.inter = b += ranks, t.inter_msgs = b += ranks;
+    t.reduced = b += ranks, t.node_out = b += ranks, t.all_intra = b += t.nodes;
+    t.all_intra_msgs = b += t.nodes, t.all_inter = b += t.nodes, t.all_inter_msgs = b += t.nodes;
+    rc = two_level ? tsr__chunks_plan_two_level(sh, n, t.nodes, per_node, ch, NULL, NULL)
+                   : tsr__chunks_plan(sh, n, ranks, NULL, ch, NULL, NULL);
+  }
+  for (int k = 0; rc == 0 && two_level && k < n; k++)
+    for (int i = 0; i * (int64_t)sh[k].mb < sh[k].rows; i++)
+      for (int j = 0; j < ch[k].nt; j++) {
+        int64_t rows = sh[k].rows - (int64_t)i * sh[k].mb,
+                cols = sh[k].cols - (int64_t)j * sh[k].nb;
+        two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
+                       4.0 * (double)(rows < sh[k].mb ? rows : sh[k].mb) *
+                           (double)(cols < sh[k].nb ? cols : sh[k].nb));
+      }
+  for (int k = 0; rc == 0 && k < n; k++) {
     out->chunks += (int64_t)ch[k].cmt * ch[k].nt;
-  /* A rank sends each chunk it does not home once and each it homes to every
-   * other rank; it receives as much. */
+    for (int I = 0; I < ch[k].cmt; I++)
+      for (int j = 0; j < ch[k].nt; j++) {
+        int64_t rows = sh[k].rows - (int64_t)I * ch[k].cr,
+                cols = sh[k].cols - (int64_t)j * sh[k].nb;
+        double b = 4.0 * (double)(rows < ch[k].cr ? rows : ch[k].cr) *
+                   (double)(cols < sh[k].nb ? cols : sh[k].nb);
+        int c = I * ch[k].nt + j;
+        if (two_level)
+          two_level_chunk(&t, ch[k].home[c], ch[k].local[c], b);
+        else
+          flat_chunk(&t, ch[k].home[c], b);
+      }
+  }
   for (int q = 0; rc == 0 && q < ranks; q++) {
-    double sent = out->bytes + (ranks - 2) * (double)load[q];
-    double msgs = (double)(out->chunks - count[q]) + (double)(ranks - 1) * count[q];
+    int nq = q / per_node;
+    double intra = t.intra[q] + t.all_intra[nq],
+           intra_msgs = t.intra_msgs[q] + t.all_intra_msgs[nq];
+    double inter = t.inter[q] + t.all_inter[nq],
+           inter_msgs = t.inter_msgs[q] + t.all_inter_msgs[nq];
+    double sent = intra + inter, msgs = intra_msgs + inter_msgs;
     if (sent > out->sent_max) out->sent_max = sent;
     if (msgs > out->messages_max) out->messages_max = msgs;
-    double red = (double)(ranks - 1) * load[q];
-    if (red > out->reduced_max) out->reduced_max = red;
+    if (intra > out->intra_sent_max) out->intra_sent_max = intra;
+    if (intra_msgs > out->intra_messages_max) out->intra_messages_max = intra_msgs;
+    if (inter_msgs > out->inter_messages_max) out->inter_messages_max = inter_msgs;
+    if (t.reduced[q] > out->reduced_max) out->reduced_max = t.reduced[q];
     if (q == 0) out->sent_rank0 = sent, out->messages_rank0 = msgs;
   }
+  for (int a = 0; rc == 0 && a < t.nodes; a++)
+    if (t.node_out[a] > out->node_sent_max) out->node_sent_max = t.node_out[a];
   if (rc == 0) tsr__chunks_free(ch, n);
-  free(sh), free(ch), free(load), free(count);
+  free(sh), free(ch), free(buf);
   return rc;
 }
 
 double tsr__plan_average_seconds(const tsr__plan_average_t *a, const tsr_machine_t *m) {
-  return a->messages_max * m->alpha + a->sent_max * m->beta + a->reduced_max * m->gamma;
+  double intra_alpha = m->intra_alpha > 0 ? m->intra_alpha : m->alpha;
+  double intra_beta = m->intra_beta > 0 ? m->intra_beta : m->beta;
+  return a->intra_messages_max * intra_alpha + a->intra_sent_max * intra_beta +
+         a->inter_messages_max * m->alpha + a->node_sent_max * m->beta + a->reduced_max * m->gamma;
 }

@@ -18,7 +18,9 @@ typedef tsr_chunk_shape_t tsr__plan_param_t;
 
 /* What one averaging of a set of parameters over P ranks moves
  * (src/parallel/sync.c: a reduce-scatter into each chunk's home, then an
- * all-gather from it), for the busiest rank and for rank 0. */
+ * all-gather from it; or with two levels through each node's local homes), for the busiest
+ * rank, the busiest node, and rank 0. Ranks are in nodes of per_node consecutive ranks (the
+ * last may hold fewer). */
 typedef struct {
   int64_t chunks;      /* chunks over all parameters */
   double bytes;        /* the parameters' bytes */
@@ -26,13 +28,20 @@ typedef struct {
   double messages_max; /* messages it sends (and receives) */
   double reduced_max;  /* bytes it adds into its chunks' sums */
   double sent_rank0, messages_rank0;
+  double intra_sent_max, intra_messages_max; /* to ranks of its node: the busiest rank */
+  double inter_messages_max;                 /* to other nodes: the busiest rank */
+  double node_sent_max; /* bytes the busiest node's ranks send to other nodes together */
 } tsr__plan_average_t;
 
-/* Chunks and homes as sync.c averages them (parallel/chunks.h, the same
- * code), then the bytes and messages each rank moves. */
-int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, tsr__plan_average_t *out);
+/* Chunks and homes as sync.c averages them (parallel/chunks.h, the same code: flat, or
+ * two_level), then the bytes and messages each rank and node moves. */
+int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
+                      bool two_level, tsr__plan_average_t *out);
 
-/* Seconds of one averaging costed with m's alpha, beta and gamma. */
+/* Seconds of one averaging costed with m's alpha, beta and gamma: the busiest rank's messages
+ * and bytes inside its node at intra_alpha and intra_beta, plus its messages to other nodes at
+ * alpha, plus the busiest node's bytes to other nodes at beta (its ranks share the link), plus
+ * the bytes reduced at gamma. */
 double tsr__plan_average_seconds(const tsr__plan_average_t *a, const tsr_machine_t *m);
 
 /* 2 m n k: the flops of a GEMM (m, k) x (k, n). */
