@@ -169,10 +169,10 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
       for (int j = 0; j < out[k].nt; j++) {
         int64_t rows = shapes[k].rows - (int64_t)i * shapes[k].mb;
         int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
-        all[m++] = (chunk_t){k, i, j,
-                             (uint64_t)(rows < shapes[k].mb ? rows : shapes[k].mb) *
-                                 (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) *
-                                 sizeof(float)};
+        all[m++] =
+            (chunk_t){k, i, j,
+                      (uint64_t)(rows < shapes[k].mb ? rows : shapes[k].mb) *
+                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
       }
   if (rc == 0) qsort(all, (size_t)ntiles, sizeof *all, by_bytes);
   for (int64_t t = 0; rc == 0 && t < ntiles; t++) {
@@ -189,10 +189,10 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
       for (int j = 0; j < out[k].nt; j++) {
         int64_t rows = shapes[k].rows - (int64_t)I * out[k].cr;
         int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
-        all[m++] = (chunk_t){k, I, j,
-                             (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
-                                 (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) *
-                                 sizeof(float)};
+        all[m++] =
+            (chunk_t){k, I, j,
+                      (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
+                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
       }
   if (rc == 0) qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
   /* A home sends each chunk it homes to every other node: among the nodes lightest to within

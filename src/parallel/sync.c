@@ -291,8 +291,8 @@ static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
   /* Where a lone rank's band of the chunk is (chunk-tiled: chunk (I, j) is tile (I, j)). */
   tsr_tiles_t **bands = rp->k > 1 ? rp->stages : xs;
   if (node->n == 1 && rp->k > 1) TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
-  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(x, i) * (uint64_t)tsr_tiles_tile_cols(x, j) *
-                  sizeof(float);
+  uint64_t tile =
+      (uint64_t)tsr_tiles_tile_rows(x, i) * (uint64_t)tsr_tiles_tile_cols(x, j) * sizeof(float);
   if (node->n > 1 && I == I0) {
     tsr_tiles_t *part = rp->ntile[r->my_node];
     if (!det && me == lh) TSR_TRY(tsr__tile_fill(&local, part, i, j, 0.0f));
@@ -309,8 +309,8 @@ static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
       r->st.bytes_sent += tile, r->st.messages_sent++;
   }
   if (node->n > 1 && me == lh)
-    TSR_TRY(tsr__tile_band_get(&local, rp->nband[r->my_node], I, j, rp->ntile[r->my_node], i, j,
-                               r0));
+    TSR_TRY(
+        tsr__tile_band_get(&local, rp->nband[r->my_node], I, j, rp->ntile[r->my_node], i, j, r0));
   if (!det && me == home) TSR_TRY(tsr__tile_fill(&local, rp->acc, I, j, 0.0f));
   for (int n = 0; n < r->nnodes; n++) {
     if (me != home && (n != r->my_node || me != lh)) continue;
@@ -813,8 +813,7 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
                                            tsr_tiles_mb(w), tsr_tiles_nb(w), node_tile_home,
                                            &rp->nctx[n]));
       TSR_TRY(tsr_tiles_create_distributed(&rp->nband[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
-                                           rp->cr, tsr_tiles_nb(w), node_chunk_home,
-                                           &rp->nctx[n]));
+                                           rp->cr, tsr_tiles_nb(w), node_chunk_home, &rp->nctx[n]));
     }
   }
   bool async = r->policy->folds;
