@@ -82,9 +82,9 @@ typedef enum {
    * uniform --shares and a policy that sums (not async-epoch); else flat */
   TSR_ALLREDUCE_AUTO,
   TSR_ALLREDUCE_FLAT, /* every rank sends its copy of a chunk to the chunk's home and back */
-  /* the ranks of a node first sum a chunk on one of them (its local home there), the nodes'
-   * sums meet on the chunk's home, and the result goes back the same way: a node sends about
-   * 2 (N - 1) / N |W| to other nodes, not its ranks' 2 (P - 1) / P |W| each */
+  /* the ranks of a node first sum each tile on one of them (its local home there), the nodes'
+   * sums of each chunk meet on the chunk's home, and the result goes back the same way: a node
+   * sends about 2 (N - 1) / N |W| to other nodes, not its ranks' 2 (P - 1) / P |W| each */
   TSR_ALLREDUCE_TWO_LEVEL
 } tsr_allreduce_t;
 
