@@ -11,6 +11,10 @@ engine). tessera trains --epochs epochs on --samples images and reports its
 last epoch (epoch-end averaging and calibration included in epoch 1 and not
 in the last); PyTorch trains for --seconds after warm-up on synthetic data.
 
+A policy may name how its averages travel: batch@two-level:4 runs --sync batch
+--allreduce two-level --node-size 4 (nodes of 4 ranks on this one machine),
+batch@flat --allreduce flat; without @ the engine's default (auto).
+
 --tiles R1xC1,R2xC2,... also runs tessera --sync epoch at the largest P with
 each tile and reports the default tile's rate against the best of them.
 
@@ -18,7 +22,7 @@ Writes OUT/scaling.csv, OUT/scaling.md (the table) and, with matplotlib,
 OUT/scaling.png (samples/s and efficiency against ranks).
 
   /usr/bin/python3 benchmarks/scaling.py [--ranks 1,2,4,8,16] [--workers 1]
-      [--policies batch,every=8,epoch] [--samples 30000] [--epochs 2] [--seconds 8]
+      [--policies batch,every=8,epoch,batch@two-level:4] [--samples 30000] [--epochs 2] [--seconds 8]
       [--tiles 32x256,64x256,64x1024] [--out DIR] [--force] [--plot-only]
 """
 import argparse
@@ -44,7 +48,11 @@ def tessera(args, ranks, policy, tile=None):
                "--epochs", str(args.epochs), "--train-limit", str(args.samples),
                "--test-limit", "1000", "--lr-schedule", "constant", "--quiet", "--log", log]
         if ranks > 1:
-            cmd += ["--sync", policy]
+            sync, _, travel = policy.partition("@")
+            cmd += ["--sync", sync]
+            if travel:
+                allreduce, _, nodes = travel.partition(":")
+                cmd += ["--allreduce", allreduce] + (["--node-size", nodes] if nodes else [])
         if tile:
             cmd += ["--tile", tile]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
