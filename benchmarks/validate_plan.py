@@ -26,6 +26,11 @@ and prints the table. Grids the build cannot run are listed as "not measurable
   /usr/bin/python3 benchmarks/validate_plan.py --only mlp512     # those whose name contains it
   /usr/bin/python3 benchmarks/validate_plan.py --dry-run         # print the commands
   /usr/bin/python3 benchmarks/validate_plan.py --zoo --only 1x   # ResNet-20, VGG-11 at 32x32x3
+  /usr/bin/python3 benchmarks/validate_plan.py --node-size 2 --only two-level
+                               # also 4 ranks in nodes of 2, --allreduce two-level
+
+A sync written batch@two-level:G trains and plans --sync batch --allreduce two-level
+--node-size G.
 """
 import argparse
 import csv
@@ -92,6 +97,15 @@ def has_grid(tessera):
     return "--grid" in out
 
 
+def travel(sync):
+    """--sync and the options of how its averages travel: batch@two-level:2 is --sync batch
+    --allreduce two-level --node-size 2."""
+    sync, _, how = sync.partition("@")
+    allreduce, _, nodes = how.partition(":")
+    return ["--sync", sync] + (["--allreduce", allreduce] if allreduce else []) + \
+        (["--node-size", nodes] if nodes else [])
+
+
 def train_cmd(args, model, grid, sync, batch, log):
     pr, pc = (int(x) for x in grid.split("x"))
     ranks = pr * pc
@@ -102,7 +116,7 @@ def train_cmd(args, model, grid, sync, batch, log):
         cmd += ["--data", args.zoo_data]
     if ranks > 1:
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
-               "-x", "STARPU_SILENT"] + cmd + ["--sync", sync]
+               "-x", "STARPU_SILENT"] + cmd + travel(sync)
         if pr > 1:
             cmd += ["--grid", grid]
     return cmd
@@ -111,7 +125,7 @@ def train_cmd(args, model, grid, sync, batch, log):
 def plan_cmd(args, model, grid, sync, batch):
     pr, pc = (int(x) for x in grid.split("x"))
     cmd = [args.tessera, "plan", "--json", "--model", MODELS[model], "--batch", str(batch),
-           "--ranks", str(pr * pc), "--grid", grid, "--sync", sync,
+           "--ranks", str(pr * pc), "--grid", grid] + travel(sync) + [
            "--samples", str(args.samples or SAMPLES[model])]
     if model in ("resnet20", "vgg11"):
         cmd += ["--input", "%dx%dx%d" % ZOO_INPUT]
@@ -175,6 +189,8 @@ def main():
     ap.add_argument("--only", help="only configurations whose name contains this")
     ap.add_argument("--zoo", action="store_true", help="also ResNet-20 and VGG-11 at 32x32x3 "
                     "(synthetic images), 1 and 2 ranks")
+    ap.add_argument("--node-size", type=int, default=0,
+                    help="also 2 nodes of this many ranks with --allreduce two-level")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as plan.png "
                     "in --out")
@@ -189,6 +205,9 @@ def main():
     load_before = os.getloadavg()[0]
     rows = []
     configs = default_configs() + (zoo_configs() if args.zoo else [])
+    if args.node_size:
+        configs += [(m, "1x%d" % (2 * args.node_size), "%s@two-level:%d" % (s, args.node_size), b)
+                    for m, b in (("mlp512", 64), ("mlp4096", 512)) for s in ("batch", "epoch")]
     configs = [c for c in configs if not args.only or args.only in "%s %s %s b%d" % c]
     # Predictions first: the first plan of a shape times its kernels here, which must not share
     # the cores with this script's own training runs.

@@ -371,6 +371,16 @@ MUTANTS = [
      "src/parallel/sync.c",
      [("tsr__tile_clip(&local, rp->acc, I, j, r->sq_total,",
        "tsr__tile_clip(&local, rp->acc, I, j, r->net->grad_sq,")], ["mpi-batch-2"]),
+    ("two-level-one-node-homes", "two levels home every chunk on node 0 (the nodes unbalanced)",
+     "src/parallel/chunks.c",
+     [("by_node[best] += all[c].bytes, homed[best * per_node + l]++;",
+       "by_node[0] += all[c].bytes, homed[best * per_node + l]++;")], ["plan", "mpi-twolevel-8"]),
+    ("two-level-node-order", "deterministic two levels add the nodes' sums in reversed order",
+     "src/parallel/sync.c",
+     [("  for (int n = 0; n < r->nnodes; n++) {\n    if (me != home && (n != r->my_node || me != lh)) continue;",
+       "  for (int n = r->nnodes - 1; n >= 0; n--) {\n    if (me != home && (n != r->my_node || me != lh)) continue;"),
+      ("float beta = det && n == 0 ? 0.0f : 1.0f;", "float beta = det && n == r->nnodes - 1 ? 0.0f : 1.0f;")],
+     ["mpi-twolevel-8"]),
 ]
 
 

@@ -225,10 +225,9 @@ CAMPAIGN = [
     ("cluster-bandwidth-bytes", "a cluster file's bandwidth_gbits read as GB/s (no factor 8)",
      "src/plan/machine.c",
      [("FIELD(beta), 8.0 / 1e9,", "FIELD(beta), 1.0 / 1e9,")], ["plan", "plan-cli"]),
-    ("plan-sent-ranks-minus-1", "the planner's bytes a rank sends count its own homed chunks "
-     "once more (P - 1, not P - 2)", "src/plan/plan.c",
-     [("double sent = out->bytes + (ranks - 2) * (double)load[q];",
-       "double sent = out->bytes + (ranks - 1) * (double)load[q];")], ["plan", "plan-cli"]),
+    ("plan-sent-ranks-minus-1", "the planner's home sends each chunk it homes to itself too "
+     "(P - 1 copies sent, not P - 2 more than once)", "src/plan/plan.c",
+     [("sends(t, h, b, gm - 1, true);", "sends(t, h, b, gm, true);")], ["plan", "plan-cli"]),
 ]
 
 if __name__ == "__main__":
