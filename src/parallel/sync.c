@@ -995,7 +995,8 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
 }
 
 bool tsr__replicas_agree(const tsr_replicas_t *r) {
-  return r->batch || r->agreed;
+  /* One grid column (Px1) is one replica: nothing to disagree with. */
+  return r->batch || r->agreed || r->grid_rows == r->size;
 }
 
 int tsr__replicas_share_state(tsr_replicas_t *r) {
