@@ -46,6 +46,7 @@ typedef struct {
   float base_lr; /* the rate the schedule runs around (after scaling by the ranks) */
   char sync[64]; /* the synchronization policy; "none" for one process */
   int ranks;     /* ranks training when it was written */
+  int grid_rows; /* Pr of its --grid PrxPc (1: none); the file holds whole tensors either way */
   /* What it was written for. */
   char model[256];             /* tsr_model_describe of the net */
   char data[128];              /* tsr_dataset_fingerprint of the training set, or "" */
@@ -82,7 +83,9 @@ typedef struct {
 
 /* Writes net (its parameters, optimizer state and step count) and info to
  * path atomically: a temporary file beside it, synced, renamed over it. It
- * waits for the tasks that write the net. */
+ * waits for the tasks that write the net. A net under --grid (tsr_net_grid_rows > 1) is
+ * spread over its grid column's ranks: every rank calls this at the same point (collective),
+ * rank 0 gathering the tiles and writing whole tensors. */
 TSR_API int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
                                 const char *path, tsr_errbuf_t *err);
 
@@ -90,6 +93,8 @@ TSR_API int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_
  * optimizer, or (when data is neither NULL nor "") of other data, with a
  * message naming both, and one of an optimizer this tessera does not know
  * (TSR_EFORMAT, naming it and the known ones). *info (may be NULL) receives where training stood.
+ * Each rank reads whole tensors and keeps the tiles it owns, so a checkpoint of any grid or
+ * number of ranks loads onto any other. Not collective.
  */
 TSR_API int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
                                 tsr_checkpoint_info_t *info, tsr_errbuf_t *err);
@@ -116,8 +121,10 @@ TSR_API int tsr_checkpoint_read_standardization(const char *path, tsr_standardiz
  * 1 with why (one sentence, without a final period) saying what restarts instead: rank 0's
  * optimizer state on ranks whose own the file does not hold (a checkpoint of before issue 20,
  * or of another number of ranks, under weight averaging), an outer momentum from zero,
- * weights of a finished run's final average (tsr_checkpoint_info_t.final_average), or another
- * augmentation than the file's (tsr_checkpoint_info_t.augment: its batches differ). A run
+ * weights of a finished run's final average (tsr_checkpoint_info_t.final_average), another
+ * augmentation than the file's (tsr_checkpoint_info_t.augment: its batches differ), or a
+ * checkpoint written inside an epoch resumed with another number of replicas (ranks / Pr: the
+ * rest of that epoch is cut into other shards). A run
  * that promises the uninterrupted run's digits (--deterministic) refuses such a resume. */
 TSR_API int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
                                         const tsr_sync_t *sync, int ranks, char *why, size_t size);

@@ -72,6 +72,12 @@ TSR_API int tsr_tiles_write(tsr_tiles_t *t, const float *src);
  * untouched: with a distributed matrix each rank reads or writes its part. */
 TSR_API int tsr_tiles_read_owned(const tsr_tiles_t *t, float *dst);
 TSR_API int tsr_tiles_write_owned(tsr_tiles_t *t, const float *src);
+/* The whole matrix on rank 0, in dst (m, n) row-major there (ignored elsewhere, may be NULL):
+ * a distributed matrix's tiles each from the rank that owns it (every rank reads its own and
+ * MPI gathers them), another matrix read from rank 0's own copy. Collective under MPI: every
+ * rank calls it for the same matrix at the same point, and the result is the same on every
+ * rank (0, or an error of one of them). Without MPI, tsr_tiles_read. */
+TSR_API int tsr_tiles_gather(const tsr_tiles_t *t, float *dst);
 /* Copies tile (i, j), which must be on this process, to dst (tile rows,
  * tile cols) row-major, waiting for the tasks that write it. */
 TSR_API int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst);

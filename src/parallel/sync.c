@@ -995,7 +995,8 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
 }
 
 bool tsr__replicas_agree(const tsr_replicas_t *r) {
-  return r->batch || r->agreed;
+  /* One grid column (Px1) is one replica: nothing to disagree with. */
+  return r->batch || r->agreed || r->grid_rows == r->size;
 }
 
 int tsr__replicas_share_state(tsr_replicas_t *r) {
@@ -1043,39 +1044,11 @@ static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
   return NULL;
 }
 
-/* Tile (i, j) of t, whose top-left element is (i0, j0), between the (m, n) row-major buffers
- * from and to. */
-static void copy_tile_of(const tsr_tiles_t *t, int i, int j, const float *from, float *to) {
-  int64_t n = tsr_tiles_cols(t), i0 = (int64_t)i * tsr_tiles_mb(t),
-          j0 = (int64_t)j * tsr_tiles_nb(t);
-  int64_t rows = tsr_tiles_tile_rows(t, i),
-          cols = n - j0 < tsr_tiles_nb(t) ? n - j0 : tsr_tiles_nb(t);
-  for (int64_t a = i0; a < i0 + rows; a++)
-    memcpy(to + a * n + j0, from + a * n + j0, sizeof(float) * (size_t)cols);
-}
-
 int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all) {
   const rparam_t *rp = param_of(r, index);
   const tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
-  if (!u) return TSR_EINVAL;
-  int64_t count = tsr_tiles_rows(u) * tsr_tiles_cols(u);
-  if (count > INT_MAX / (int64_t)sizeof(float) / r->size) return TSR_EINVAL;
-  int bytes = (int)(sizeof(float) * (size_t)count);
-  float *mine = calloc((size_t)count, sizeof(float));
-  float *every = r->rank == 0 ? malloc((size_t)bytes * (size_t)r->size) : NULL;
-  /* Every rank takes part in the gather or none does. */
-  int rc = tsr_dist_any(!mine || (r->rank == 0 && !every)) ? TSR_ENOMEM : 0;
-  if (rc == 0) {
-    rc = tsr_tiles_read_owned(u, mine);
-    int rc2 = tsr_dist_gather(mine, bytes, every);
-    rc = rc ? rc : rc2;
-  }
   /* Each tile from the rank that homes it. */
-  for (int i = 0; rc == 0 && r->rank == 0 && i < tsr_tiles_mt(u); i++)
-    for (int j = 0; j < tsr_tiles_nt(u); j++)
-      copy_tile_of(u, i, j, every + (size_t)tsr_tiles_rank_of(u, i, j) * (size_t)count, all);
-  free(mine), free(every);
-  return rc;
+  return u ? tsr_tiles_gather(u, all) : TSR_EINVAL;
 }
 
 int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all) {

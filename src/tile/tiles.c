@@ -7,6 +7,7 @@
  * memory per rank follows the tiles it owns. Views (replica, pick) own no
  * memory: see tiles_impl.h. */
 #include <assert.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +339,47 @@ int tsr_tiles_read(const tsr_tiles_t *t, float *dst) {
 
 int tsr_tiles_write(tsr_tiles_t *t, const float *src) {
   return transfer(t, (float *)src, false);
+}
+
+/* Tile (i, j) of t between the (m, n) row-major buffers from and to. */
+static void copy_tile(const tsr_tiles_t *t, int i, int j, const float *from, float *to) {
+  int64_t i0 = (int64_t)i * t->mb, j0 = (int64_t)j * t->nb;
+  int cols = tsr_tiles_tile_cols(t, j);
+  for (int64_t a = i0; a < i0 + tsr_tiles_tile_rows(t, i); a++)
+    memcpy(to + a * t->n + j0, from + a * t->n + j0, sizeof(float) * (size_t)cols);
+}
+
+/* Every rank's owned tiles, zeros elsewhere, gathered on rank 0 (every, (size, m, n)), which
+ * takes each tile from its owner's part. */
+static int gather_distributed(const tsr_tiles_t *t, float *dst) {
+  int rank = tsr_dist_rank(), size = tsr_dist_size();
+  int64_t count = t->m * t->n;
+  if (count > INT_MAX / (int64_t)sizeof(float) / size) return TSR_EINVAL; /* MPI's int count */
+  int bytes = (int)(sizeof(float) * (size_t)count);
+  float *mine = calloc((size_t)count, sizeof(float));
+  float *every = rank == 0 ? malloc((size_t)bytes * (size_t)size) : NULL;
+  /* Every rank takes part in the gather or none does. */
+  int rc = tsr_dist_any(!mine || (rank == 0 && (!every || !dst))) ? TSR_ENOMEM : 0;
+  if (rc == 0) {
+    rc = tsr_tiles_read_owned(t, mine);
+    int rc2 = tsr_dist_gather(mine, bytes, every);
+    rc = rc ? rc : rc2;
+  }
+  for (int i = 0; rc == 0 && rank == 0 && i < t->mt; i++)
+    for (int j = 0; j < t->nt; j++)
+      copy_tile(t, i, j, every + (size_t)tsr_tiles_rank_of(t, i, j) * (size_t)count, dst);
+  free(mine), free(every);
+  return rc;
+}
+
+int tsr_tiles_gather(const tsr_tiles_t *t, float *dst) {
+  if (!tsr_dist_active() || tsr_dist_size() == 1) return tsr_tiles_read(t, dst);
+  int rc;
+  if (t->kind == TSR_TILES_DISTRIBUTED)
+    rc = gather_distributed(t, dst);
+  else
+    rc = tsr_dist_rank() != 0 ? 0 : dst ? tsr_tiles_read(t, dst) : TSR_EINVAL;
+  return tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
 }
 
 int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst) {

@@ -328,14 +328,83 @@ static int add_replicas_meta(bundle_t *b, bool per_rank, bool outer, tsr_replica
   return rc;
 }
 
+/* Adds matrix t as tensor name on the writer (b; NULL elsewhere). Collective (every rank
+ * calls it for every tensor, in the same order): a grid column's spread matrix is gathered
+ * from the ranks that own its tiles (column 0's: every column holds the same weights where a
+ * checkpoint is written), another read on the writer. Returns the gathering's result, the
+ * same on every rank; the writer's own (out of room in b) in *added. */
+static int add_gathered(bundle_t *b, const char *name, const tsr_tiles_t *t, int *added) {
+  int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t);
+  float *data = b && *added == 0 ? malloc(sizeof(float) * (size_t)(rows * cols)) : NULL;
+  int rc = tsr_tiles_gather(t, data);
+  if (rc == 0 && data)
+    *added = add_data(b, name, rows, cols, data);
+  else
+    free(data);
+  return rc;
+}
+
+/* The tensors, in the order every rank takes part in: each layer's parameters with their
+ * optimizer state (every rank's under local SGD, the outer momentum), then its buffers (rank
+ * 0's: under --sync batch each replica's own, as DDP saves rank 0's). b is the writer's (NULL
+ * elsewhere), its own result in *rc; the collectives' result returned, the same everywhere. */
+static int add_tensors(bundle_t *b, const tsr_net_t *net, tsr_replicas_t *rep, bool collective,
+                       bool per_rank, bool outer, int *rc) {
+  int nstate = tsr__optim_nstate(net->optim), crc = 0;
+  for (int i = 0; i < net->n_layers && crc == 0; i++) {
+    const tsr_layer_t *l = &net->layers[i];
+    for (int k = 0; k < l->nparams && crc == 0; k++) {
+      char name[96], state[128];
+      param_name(l, k, name, sizeof name);
+      if (collective)
+        crc = add_gathered(b, name, l->params[k].w, rc);
+      else if (*rc == 0)
+        *rc = add_tensor(b, name, l->params[k].w);
+      for (int s = 0; s < nstate && crc == 0; s++) {
+        const tsr_tiles_t *t = tsr__optim_state(net->optim, l->params[k].index, s);
+        const char *sname = tsr__optim_state_name(net->optim, s);
+        snprintf(state, sizeof state, "optimizer.%s.%s", name, sname);
+        if (collective)
+          crc = add_gathered(b, state, t, rc);
+        else if (*rc == 0)
+          *rc = add_tensor(b, state, t);
+        if (per_rank && crc == 0) crc = gather_state(b, name, sname, t, rc);
+      }
+      if (outer && crc == 0)
+        crc = gather_outer(b, rep, name, l->params[k].w, l->params[k].index, rc);
+    }
+    for (int k = 0; k < state_count(l) && crc == 0; k++) {
+      char name[96];
+      state_name(l, k, name, sizeof name);
+      if (k == l->nbuffers) {
+        if (b && *rc == 0) *rc = add_scalar(b, name, (double)l->batches_tracked);
+      } else if (collective) {
+        crc = add_gathered(b, name, l->buffers[k], rc);
+      } else if (*rc == 0) {
+        *rc = add_tensor(b, name, l->buffers[k]);
+      }
+    }
+  }
+  return crc;
+}
+
 int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
                              const tsr_checkpoint_info_t *info, const char *path,
                              tsr_errbuf_t *err) {
-  bool writer = !rep || tsr_dist_rank() == 0;
-  int ranks = rep ? tsr_dist_size() : 1, nstate = tsr__optim_nstate(net->optim);
+  /* Under MPI (replicas, or a grid's spread tiles) every rank takes part, rank 0 writing. */
+  int pr = tsr_net_grid_rows(net);
+  bool collective = rep || (pr > 1 && tsr_dist_active());
+  bool writer = !collective || tsr_dist_rank() == 0;
+  int ranks = collective ? tsr_dist_size() : 1, replicas = ranks / pr;
+  int nstate = tsr__optim_nstate(net->optim);
   /* Local SGD: each replica's optimizer state is its own (batch shares it before this). */
-  bool per_rank = rep && ranks > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
+  bool per_rank = rep && replicas > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
   bool outer = rep && tsr__replicas_has_outer(rep);
+  if (per_rank && pr > 1) /* tsr_run_check refuses it: a column's state is spread */
+    return tsr_error_set(err, TSR_EINVAL,
+                         "%s: each grid column's own optimizer state cannot be saved (--grid "
+                         "%dx%d, local SGD): use --sync batch or --grid %dx1",
+                         path, pr, replicas, pr);
   int ntensors = tsr_net_n_params(net) * (1 + nstate * (per_rank ? ranks : 1) + (outer ? 1 : 0));
   for (int i = 0; i < net->n_layers; i++)
     ntensors += state_count(&net->layers[i]);
@@ -344,32 +413,10 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   int rc = writer ? bundle_init(&b, ntensors) : 0, crc = 0;
   int64_t steps[TSR_MAX_RANKS] = {0}, mine = tsr__optim_steps(net->optim);
   if (per_rank && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
-  for (int i = 0; i < net->n_layers && crc == 0; i++) {
-    const tsr_layer_t *l = &net->layers[i];
-    for (int k = 0; k < l->nparams && crc == 0; k++) {
-      char name[96], state[128];
-      param_name(l, k, name, sizeof name);
-      if (writer && rc == 0) rc = add_tensor(&b, name, l->params[k].w);
-      for (int s = 0; s < nstate && crc == 0; s++) {
-        const tsr_tiles_t *t = tsr__optim_state(net->optim, l->params[k].index, s);
-        const char *sname = tsr__optim_state_name(net->optim, s);
-        snprintf(state, sizeof state, "optimizer.%s.%s", name, sname);
-        if (writer && rc == 0) rc = add_tensor(&b, state, t);
-        if (per_rank) crc = gather_state(writer ? &b : NULL, name, sname, t, &rc);
-      }
-      if (outer && crc == 0)
-        crc = gather_outer(writer ? &b : NULL, rep, name, l->params[k].w, l->params[k].index, &rc);
-    }
-    /* Rank 0's buffers (under --sync batch each replica's own, as DDP saves rank 0's). */
-    for (int k = 0; writer && rc == 0 && k < state_count(l); k++) {
-      char name[96];
-      state_name(l, k, name, sizeof name);
-      rc = k < l->nbuffers ? add_tensor(&b, name, l->buffers[k])
-                           : add_scalar(&b, name, (double)l->batches_tracked);
-    }
-  }
+  if (crc == 0) crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_rank, outer, &rc);
   rc = rc ? rc : crc;
   if (writer && rc == 0) rc = add_state_meta(&b, net, info);
+  if (writer && rc == 0 && pr > 1) rc = add_meta(&b, "grid", "%dx%d", pr, replicas);
   if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_rank, outer, rep, steps);
   if (writer && rc == 0)
     rc = tsr__st_write(path, b.t, b.n, b.meta, b.nmeta, err);
@@ -663,6 +710,16 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
   info->ranks = (int)ranks;
   TSR_TRY(read_validation(f, path, sched, info, err));
   const char *s;
+  /* "PrxPc", for information; a file without was written without a grid. */
+  int grid_rows = 1, grid_cols = 1, end = -1;
+  s = tsr__st_meta(f, "grid");
+  if (s && (sscanf(s, "%dx%d%n", &grid_rows, &grid_cols, &end) != 2 || s[end] || grid_rows < 1 ||
+            grid_cols < 1 || (int64_t)grid_rows * grid_cols != ranks))
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata grid holds '%.40s', not PrxPc with Pr x Pc = %lld ranks; "
+                         "the file is damaged or not tessera's",
+                         path, s, (long long)ranks);
+  info->grid_rows = grid_rows;
   if ((s = tsr__st_meta(f, "sync"))) snprintf(info->sync, sizeof info->sync, "%s", s);
   if ((s = tsr__st_meta(f, "model"))) snprintf(info->model, sizeof info->model, "%s", s);
   if ((s = tsr__st_meta(f, "data"))) snprintf(info->data, sizeof info->data, "%s", s);
@@ -698,7 +755,8 @@ static int load_tensor(const tsr_st_file_t *f, const char *path, const char *nam
                (long long)tsr_tiles_cols(t));
     return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s is not of shape %s", path, name, want);
   }
-  int rc = tsr_tiles_write(t, x.data);
+  /* A grid column's spread matrix keeps this rank's tiles; a local one takes every tile. */
+  int rc = tsr_tiles_write_owned(t, x.data);
   return rc ? tsr_error_set(err, rc, "%s: cannot set %s: %s", path, name, tsr_strerror(rc)) : 0;
 }
 
@@ -838,7 +896,9 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
   tsr_checkpoint_info_t got;
   rc = read_info(f, path, &got, err);
   int q = tsr_dist_rank();
-  if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() && q > 0)
+  /* Per rank is per replica without a grid only (a grid refuses it). */
+  if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() &&
+      tsr_net_grid_rows(net) == 1 && q > 0)
     rc = restore_own_state(net, f, path, q, err);
   for (int i = 0;
        rc == 0 && got.outer_momentum && tsr__replicas_has_outer(rep) && i < net->n_layers; i++) {
@@ -966,11 +1026,22 @@ int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_
              "was saved): every rank resumes from it");
     return 1;
   }
-  if (stateful && info->state_ranks > 1 && info->state_ranks != ranks) {
+  int pr = tsr_net_grid_rows(net), then_pr = info->grid_rows > 1 ? info->grid_rows : 1;
+  if (stateful && info->state_ranks > 1 && (info->state_ranks != ranks || pr > 1)) {
     snprintf(why, size,
-             "the checkpoint holds the optimizer states of its %d ranks, which a run on %d "
+             "the checkpoint holds the optimizer states of its %d ranks, which a run on %d%s "
              "cannot take over rank by rank: every rank resumes from rank 0's",
-             info->state_ranks, ranks);
+             info->state_ranks, ranks, pr > 1 ? " under a grid" : "");
+    return 1;
+  }
+  /* Replicas take contiguous shards of the epoch's order: another number of them takes other
+   * samples at a step, so the rest of a cut epoch is not the rest of the checkpoint's. */
+  if (info->step_in_epoch > 0 && info->ranks / then_pr != ranks / pr) {
+    snprintf(why, size,
+             "the checkpoint stopped %lld steps into epoch %d with %d replicas (grid columns or "
+             "ranks) and this run has %d, which cut the epoch's order into other shards (until "
+             "the epoch ends some samples are taken twice, some not at all)",
+             (long long)info->step_in_epoch, info->epoch + 1, info->ranks / then_pr, ranks / pr);
     return 1;
   }
   if (ranks > 1 && sync->outer.kind != TSR_OUTER_NONE && outer_then && !info->outer_momentum) {

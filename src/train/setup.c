@@ -92,9 +92,6 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   bool grid = pr > 1, across = grid && ranks > pr; /* several grid columns */
   bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
   char what[160];
-  if (grid && c->checkpoint)
-    return refuse_under_grid(
-        c, "--checkpoint and --resume (each rank holds a slice of the weights) are", err);
   if (across && !tsr_sync_traits(&sync->schedule)->grid_columns) {
     char policy[64];
     tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
@@ -103,6 +100,19 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   }
   if (across && sync->outer.kind != TSR_OUTER_NONE)
     return refuse_under_grid(c, "--outer (across several grid columns) is", err);
+  /* Weight averaging across grid columns keeps each column's optimizer state, spread over
+   * its ranks: one rank's is not the column's, and the file holds one per rank. */
+  if (across && c->checkpoint && !tsr_sync_traits(&sync->schedule)->meets_every_step &&
+      tsr_optimizer_nstate(&c->net.opt) > 0) {
+    char policy[64];
+    tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--grid %dx%d --sync %s: --checkpoint and --resume cannot keep each grid "
+                         "column's own optimizer state (%s's, spread over the column's ranks); "
+                         "use --sync batch, an optimizer without state (--optimizer sgd "
+                         "--momentum 0), or --grid %dx1 on %d ranks",
+                         pr, ranks / pr, policy, tsr_optimizer_name(&c->net.opt), pr, pr);
+  }
   if (grid && (uneven || sync->by_steps))
     return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
   if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
