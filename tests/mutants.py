@@ -155,7 +155,7 @@ MUTANTS = [
     # Issue 20: checkpoints that lose nothing, and their contracts.
     ("resume-rank0-state", "a resumed local SGD run gives every rank rank 0's optimizer state "
      "(the file holds each rank's)", "src/train/checkpoint.c",
-     [("got.state_ranks == tsr_dist_size() && q > 0)", "got.state_ranks == tsr_dist_size() && q > 1)")],
+     [("tsr_net_grid_rows(net) == 1 && q > 0)", "tsr_net_grid_rows(net) == 1 && q > 1)")],
      ["resume-mpi"]),
     ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint.c",
      [("(rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)",
@@ -163,9 +163,10 @@ MUTANTS = [
     ("resume-post-local-again", "post-local resumed past its switch switches again (sharing one "
      "rank's state, counting from the resume)", "src/train/checkpoint.c",
      [("(rc = tsr__replicas_resume_local(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
-    ("outer-gather-rank0", "the outer momentum gathered from rank 0's tiles only, not each tile's "
-     "home", "src/parallel/sync.c",
-     [("every + (size_t)tsr_tiles_rank_of(u, i, j) * (size_t)count", "every")], ["resume-mpi"]),
+    ("outer-gather-rank0", "a distributed matrix (the outer momentum, a grid's tiles) gathered "
+     "from rank 0's tiles only, not each tile's owner", "src/tile/tiles.c",
+     [("every + (size_t)tsr_tiles_rank_of(t, i, j) * (size_t)count", "every")],
+     ["resume-mpi", "grid-checkpoint"]),
     ("final-average-unmarked", "async-epoch's final average not recorded: a resume from it is "
      "taken for the uninterrupted run", "src/parallel/sync_async_epoch.c",
      [("    tsr__replicas_mark_final(r);\n", "")], ["resume-mpi"]),
