@@ -32,6 +32,27 @@ static int by_bytes(const void *a, const void *b) {
   return x->I != y->I ? x->I - y->I : x->j - y->j;
 }
 
+uint64_t tsr__chunks_piece_bytes(const tsr_chunk_shape_t *s, int band, int I, int j) {
+  int64_t rows = s->rows - (int64_t)I * band, cols = s->cols - (int64_t)j * s->nb;
+  return (uint64_t)(rows < band ? rows : band) * (uint64_t)(cols < s->nb ? cols : s->nb) *
+         sizeof(float);
+}
+
+/* Every parameter's pieces into all, largest first (ties in listing order): chunks, or with
+ * tiles whole tiles (piece (i, j) of out[k] then its tile (i, j)). Returns how many. */
+static int64_t list_pieces(const tsr_chunk_shape_t *sh, int n, const tsr_chunking_t *out,
+                           bool tiles, chunk_t *all) {
+  int64_t m = 0;
+  for (int k = 0; k < n; k++) {
+    int band = tiles ? sh[k].mb : out[k].cr;
+    for (int I = 0; I * (int64_t)band < sh[k].rows; I++)
+      for (int j = 0; j < out[k].nt; j++)
+        all[m++] = (chunk_t){k, I, j, tsr__chunks_piece_bytes(&sh[k], band, I, j)};
+  }
+  qsort(all, (size_t)m, sizeof *all, by_bytes);
+  return m;
+}
+
 /* Equal weights: a min-heap of ranks by (bytes homed, rank), so that
  * homing costs O(log P) a chunk for the planner's thousands of ranks. */
 typedef struct {
@@ -83,17 +104,7 @@ static int assign(const tsr_chunk_shape_t *sh, int n, int ranks, const double *w
   }
   chunk_t *all = malloc(sizeof *all * (size_t)(nchunks > 0 ? nchunks : 1));
   if (!all) return TSR_ENOMEM;
-  int64_t m = 0;
-  for (int k = 0; k < n; k++)
-    for (int I = 0; I < out[k].cmt; I++)
-      for (int j = 0; j < out[k].nt; j++) {
-        int64_t rows = sh[k].rows - (int64_t)I * out[k].cr;
-        int64_t cols = sh[k].cols - (int64_t)j * sh[k].nb;
-        all[m++] = (chunk_t){k, I, j,
-                             (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
-                                 (uint64_t)(cols < sh[k].nb ? cols : sh[k].nb) * sizeof(float)};
-      }
-  qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+  list_pieces(sh, n, out, false, all);
   for (int q = 0; q < ranks; q++)
     load[q] = 0, count[q] = 0, heap[q] = (slot_t){0, q};
   *busiest = 0;
@@ -163,18 +174,7 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
     if (!(out[k].local = calloc((size_t)out[k].cmt * (size_t)out[k].nt, sizeof(int))))
       rc = TSR_ENOMEM;
   /* Whole tiles to indices: a node's ranks send a tile to its index's rank in one message. */
-  int64_t m = 0;
-  for (int k = 0; rc == 0 && k < n; k++)
-    for (int i = 0; i * (int64_t)shapes[k].mb < shapes[k].rows; i++)
-      for (int j = 0; j < out[k].nt; j++) {
-        int64_t rows = shapes[k].rows - (int64_t)i * shapes[k].mb;
-        int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
-        all[m++] =
-            (chunk_t){k, i, j,
-                      (uint64_t)(rows < shapes[k].mb ? rows : shapes[k].mb) *
-                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
-      }
-  if (rc == 0) qsort(all, (size_t)ntiles, sizeof *all, by_bytes);
+  if (rc == 0) list_pieces(shapes, n, out, true, all);
   for (int64_t t = 0; rc == 0 && t < ntiles; t++) {
     int l = lightest(by_local, per_node);
     by_local[l] += all[t].bytes;
@@ -183,18 +183,7 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
       o->local[I * o->nt + all[t].j] = l;
   }
   /* Chunks to nodes. */
-  m = 0;
-  for (int k = 0; rc == 0 && k < n; k++)
-    for (int I = 0; I < out[k].cmt; I++)
-      for (int j = 0; j < out[k].nt; j++) {
-        int64_t rows = shapes[k].rows - (int64_t)I * out[k].cr;
-        int64_t cols = shapes[k].cols - (int64_t)j * shapes[k].nb;
-        all[m++] =
-            (chunk_t){k, I, j,
-                      (uint64_t)(rows < out[k].cr ? rows : out[k].cr) *
-                          (uint64_t)(cols < shapes[k].nb ? cols : shapes[k].nb) * sizeof(float)};
-      }
-  if (rc == 0) qsort(all, (size_t)nchunks, sizeof *all, by_bytes);
+  if (rc == 0) list_pieces(shapes, n, out, false, all);
   /* A home sends each chunk it homes to every other node: among the nodes lightest to within
    * this chunk's bytes, the one whose rank of the chunk's index homes the fewest chunks, so
    * that a node's chunks spread over its ranks (then the lightest, then the lowest). */

@@ -62,5 +62,8 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
                                tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load);
 void tsr__chunks_free(tsr_chunking_t *c, int n);
+/* The bytes of piece (I, j) of a parameter of shape s cut in bands of `band` rows by its nb
+ * columns: a chunk with band = its chunking's cr, a tile with band = s->mb. */
+uint64_t tsr__chunks_piece_bytes(const tsr_chunk_shape_t *s, int band, int I, int j);
 
 #endif

@@ -562,21 +562,14 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
   }
   for (int k = 0; rc == 0 && two_level && k < n; k++)
     for (int i = 0; i * (int64_t)sh[k].mb < sh[k].rows; i++)
-      for (int j = 0; j < ch[k].nt; j++) {
-        int64_t rows = sh[k].rows - (int64_t)i * sh[k].mb,
-                cols = sh[k].cols - (int64_t)j * sh[k].nb;
+      for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
-                       4.0 * (double)(rows < sh[k].mb ? rows : sh[k].mb) *
-                           (double)(cols < sh[k].nb ? cols : sh[k].nb));
-      }
+                       (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
   for (int k = 0; rc == 0 && k < n; k++) {
     out->chunks += (int64_t)ch[k].cmt * ch[k].nt;
     for (int I = 0; I < ch[k].cmt; I++)
       for (int j = 0; j < ch[k].nt; j++) {
-        int64_t rows = sh[k].rows - (int64_t)I * ch[k].cr,
-                cols = sh[k].cols - (int64_t)j * sh[k].nb;
-        double b = 4.0 * (double)(rows < ch[k].cr ? rows : ch[k].cr) *
-                   (double)(cols < sh[k].nb ? cols : sh[k].nb);
+        double b = (double)tsr__chunks_piece_bytes(&sh[k], ch[k].cr, I, j);
         int c = I * ch[k].nt + j;
         if (two_level)
           two_level_chunk(&t, ch[k].home[c], ch[k].local[c], b);
