@@ -69,6 +69,18 @@ int tsr__insert_band_get(const tsr_task_opts_t *o, starpu_data_handle_t dst,
 /* Rows r0 .. r0 + rows(src) of dst = src; dst's other rows are kept. */
 int tsr__insert_band_put(const tsr_task_opts_t *o, starpu_data_handle_t dst, int r0,
                          starpu_data_handle_t src);
+/* A bucket (--bucket-mb) is one row of floats carrying many chunks: rows r0 .. r0 + rows of a
+ * tile, packed row after row from the bucket's float off. */
+typedef struct {
+  int r0, rows;
+  int64_t off;
+} tsr_bucket_args_t;
+/* bucket[off ..] = rows r0 .. r0 + rows of src; the bucket's other floats are kept. */
+int tsr__insert_bucket_pack(const tsr_task_opts_t *o, starpu_data_handle_t bucket, int64_t off,
+                            starpu_data_handle_t src, int r0, int rows);
+/* Rows r0 .. r0 + rows of dst = bucket[off ..]; dst's other rows are kept. */
+int tsr__insert_bucket_unpack(const tsr_task_opts_t *o, starpu_data_handle_t dst, int r0, int rows,
+                              starpu_data_handle_t bucket, int64_t off);
 int tsr__insert_fill(const tsr_task_opts_t *o, starpu_data_handle_t x, float value);
 int tsr__insert_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, starpu_data_handle_t src);
 /* y = alpha x + beta y (y only written when beta is 0) */

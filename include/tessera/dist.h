@@ -117,6 +117,11 @@ typedef struct {
   /* --node-size G: G consecutive ranks make a node for two-level averaging (to study it on one
    * machine); 0: the nodes MPI sees (ranks that share memory) */
   int node_size;
+  /* --bucket-mb M: averages over every rank pack each home's chunks into buckets of at least M
+   * MiB (the last of a home's may hold less), each one message a rank where each chunk was one
+   * (PyTorch DDP's bucket_cap_mb, 25 there); flat averaging only (no grid, not two-level, not
+   * async-epoch). 0: every chunk its own message. */
+  float bucket_mb;
 } tsr_sync_t;
 
 /* How much of the work each rank gets (--shares): its part of every epoch's samples and,

@@ -26,9 +26,20 @@ typedef struct {
 typedef struct {
   int k, cr, cmt, nt;
   int *home;
-  int *local; /* two levels (tsr__chunks_plan_two_level): chunk (I, j)'s index inside a node;
-                 NULL for one level */
+  int *local;      /* two levels (tsr__chunks_plan_two_level): chunk (I, j)'s index inside a node;
+                      NULL for one level */
+  int *bucket;     /* --bucket-mb (tsr__chunks_buckets): chunk (I, j)'s bucket; NULL: none */
+  int64_t *offset; /* --bucket-mb: chunk (I, j)'s first float in its bucket */
 } tsr_chunking_t;
+
+/* Buckets of chunks (--bucket-mb): bucket b holds chunks[b] chunks of one home, floats[b] floats
+ * in all, and travels as one message where its chunks would each travel as one. */
+typedef struct {
+  int n;
+  int *home;
+  int *chunks;
+  int64_t *floats;
+} tsr_buckets_t;
 
 /* The coarsest chunking under which the busiest rank sends at most
  * TSR_CHUNK_BALANCE times the ring's 2 (P - 1) / P |W| per averaging: whole
@@ -61,6 +72,15 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
  * local_load[per_node] (bytes). Returns 0 or TSR_ENOMEM. */
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
                                tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load);
+/* Packs a flat chunking's chunks (tsr__chunks_plan, homes ranks) into buckets: each home's
+ * chunks, parameters last to first (the backward pass's order, in which --sync batch's gradients
+ * arrive), chunk rows then columns in each, join that home's open bucket, which closes once it
+ * holds at least target_bytes (a chunk larger than that is a bucket of its own). Buckets are
+ * numbered as they open. Fills ch[k].bucket and .offset and out (tsr__buckets_free). Returns 0,
+ * TSR_EINVAL (target_bytes 0) or TSR_ENOMEM. */
+int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch, int ranks,
+                        uint64_t target_bytes, tsr_buckets_t *out);
+void tsr__buckets_free(tsr_buckets_t *b);
 void tsr__chunks_free(tsr_chunking_t *c, int n);
 /* The bytes of piece (I, j) of a parameter of shape s cut in bands of `band` rows by its nb
  * columns: a chunk with band = its chunking's cr, a tile with band = s->mb. */

@@ -33,6 +33,9 @@ typedef struct {
  * grid_rows rows (1: none) and, where uneven, --shares other than uniform: a sentence, or NULL
  * where they can. tsr_run_check refuses two-level asked for then; auto takes flat. */
 const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven);
+/* Why averages under sync with a grid of grid_rows rows cannot pack chunks into buckets
+ * (--bucket-mb): a sentence, or NULL where they can. tsr_run_check refuses --bucket-mb then. */
+const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows);
 int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);

@@ -32,6 +32,15 @@
  * reduce-scatter by samples over local steps and extrapolates from the
  * anchor on the home at the same point (set_step_weights).
  *
+ * --bucket-mb packs chunks into buckets (chunks.h): each rank copies its
+ * bands of a bucket's chunks into its own row of floats as they are
+ * submitted, and once the last is packed the bucket is summed on its home
+ * and sent back as one message, not one a chunk; in between, the home
+ * unpacks the sum into acc and updates (or steps the outer optimizer)
+ * chunk by chunk as without buckets, and packs the results. Averages over
+ * every rank only (hier's group averages and async-epoch's folds keep
+ * their chunks or tiles); flat, no grid.
+ *
  * Each rank submits only the tasks it takes part in (it runs them, or sends
  * their input), so submission costs O(P) per chunk on the home and O(1)
  * elsewhere. Deterministic mode sums in rank order: acc = w_0 x_0, then acc =
@@ -70,12 +79,14 @@ typedef struct {
 typedef struct rparam {
   const struct tsr_replicas *r;
   tsr_param_t *p;
-  int index;       /* in the replicas' params, and in the outer state */
-  int nt;          /* tile columns (chunks share them) */
-  int k;           /* bands per tile row; chunk rows cr = mb / k */
-  int cr;          /* rows of a chunk (the last of a matrix may be shorter) */
-  int cmt;         /* chunk rows of the matrix: ceil(m / cr) */
-  int *chome;      /* (cmt, nt) home rank of each chunk */
+  int index;    /* in the replicas' params, and in the outer state */
+  int nt;       /* tile columns (chunks share them) */
+  int k;        /* bands per tile row; chunk rows cr = mb / k */
+  int cr;       /* rows of a chunk (the last of a matrix may be shorter) */
+  int cmt;      /* chunk rows of the matrix: ceil(m / cr) */
+  int *chome;   /* (cmt, nt) home rank of each chunk */
+  int *cbucket; /* --bucket-mb: (cmt, nt) bucket of each chunk, and its first float there */
+  int64_t *coff;
   int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
   tsr_tiles_t **w; /* [size] replica views of the weights */
   tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
@@ -105,6 +116,17 @@ typedef struct rparam {
   tsr_tiles_t *anchor;  /* --weighting steps without an outer optimizer: like acc, the weights
                            every rank last restarted from (the outer state keeps its own) */
 } rparam_t;
+
+/* --bucket-mb: chunks of one home that travel together (chunks.h). */
+typedef struct {
+  int home, nchunks;
+  int64_t floats;
+  int *param, *I, *j;  /* [nchunks] its chunks */
+  tsr_tiles_t *mine;   /* 1 x floats, local: this rank's packed bands, and what it gets back */
+  tsr_tiles_t **mines; /* [size] replica views of mine */
+  tsr_tiles_t *sum;    /* 1 x floats on the home: the weighted sum, then the results */
+  int packed;          /* chunks packed in this pass */
+} bucket_t;
 
 struct tsr_replicas {
   tsr_net_t *net;
@@ -141,8 +163,10 @@ struct tsr_replicas {
    * (the net's grad_sq), and of each rank's total, this rank's own (sq_total, local) */
   tsr_tiles_t **sq, **sq_totals, *sq_total;
   tsr_sync_bn_t *sync_bn; /* --sync-bn's statistics hook, or NULL */
-  bool agreed;            /* every replica holds the same weights (tsr__replicas_agree) */
-  bool final_extra;       /* the last average was the end's, off the schedule (checkpoints) */
+  int nbuckets;           /* --bucket-mb: averages over every rank pack chunks; 0: they do not */
+  bucket_t *buckets;
+  bool agreed;      /* every replica holds the same weights (tsr__replicas_agree) */
+  bool final_extra; /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
 };
 
@@ -438,20 +462,127 @@ static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
   return 0;
 }
 
-/* batch: the optimizer on chunk (I, j)'s home (rows r0 .. of tile (i, j); the net's own
- * optimizer on its own weights and state) from the averaged gradient, clipped first under
- * --clip-grad, and the updated band sent to every other rank. */
+/* ---- Buckets (--bucket-mb) ---- */
+
+static int bucket_home(int i, int j, void *ctx) {
+  (void)i, (void)j;
+  return ((const bucket_t *)ctx)->home;
+}
+
+/* What an average gets back: set 0 the weights, set s > 0 optimizer state s - 1. */
+static tsr_tiles_t *set_of(const tsr_replicas_t *r, rparam_t *rp, int s) {
+  return s == 0 ? rp->p->w : tsr__optim_state(r->net->optim, rp->p->index, s - 1);
+}
+
+/* Packs chunk (I, j) of rp, this rank's band of x, into its bucket; *full: the bucket when that
+ * was the last of its chunks in this pass (the next pass packs it from the start), else NULL. */
+static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                      const tsr_tiles_t *x, int I, int j, bucket_t **full) {
+  tsr_task_opts_t local = with_mpi(o, false);
+  int i, r0, c = I * rp->nt + j;
+  chunk_tile(rp, I, &i, &r0);
+  bucket_t *b = &r->buckets[rp->cbucket[c]];
+  TSR_TRY(
+      tsr__tile_pack(&local, b->mine, rp->coff[c], x, i, j, r0, tsr_tiles_tile_rows(rp->acc, I)));
+  *full = ++b->packed == b->nchunks ? b : NULL;
+  if (*full) b->packed = 0;
+  return 0;
+}
+
+/* The reduce-scatter of bucket b, as reduce_chunk's of each of its chunks but one message a
+ * rank: the home's sum = the sum of weights[q] x_q over every rank's packed bands (in rank order
+ * in deterministic mode), unpacked into acc chunk by chunk. */
+static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool det = r->sync.deterministic, at_home = r->rank == b->home;
+  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, b->sum, 0, 0, 0.0f));
+  for (int q = 0; q < r->size; q++)
+    if (at_home || q == r->rank)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], b->mines[q], det && q == 0 ? 0.0f : 1.0f,
+                              b->sum, 0, 0, !det));
+  uint64_t bytes = (uint64_t)b->floats * sizeof(float);
+  if (!at_home) {
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
+    return 0;
+  }
+  r->st.bytes_received += bytes * (uint64_t)(r->size - 1), r->st.messages_received += r->size - 1;
+  for (int t = 0; t < b->nchunks; t++) {
+    rparam_t *rp = &r->params[b->param[t]];
+    int I = b->I[t], j = b->j[t];
+    TSR_TRY(tsr__tile_unpack(&local, rp->acc, I, j, 0, tsr_tiles_tile_rows(rp->acc, I), b->sum,
+                             rp->coff[I * rp->nt + j]));
+  }
+  return 0;
+}
+
+/* On bucket b's home: chunk t's result, rows r0 .. of tile (i, j) of src, packed into the sum. */
+static int pack_result(const tsr_task_opts_t *local, const bucket_t *b, int t, rparam_t *rp,
+                       const tsr_tiles_t *src, int i, int r0) {
+  int I = b->I[t], j = b->j[t];
+  return tsr__tile_pack(local, b->sum, rp->coff[I * rp->nt + j], src, i, j, r0,
+                        tsr_tiles_tile_rows(rp->acc, I));
+}
+
+/* The all-gather of bucket b, whose home packed the results into its sum: every other rank gets
+ * the sum in one message and unpacks it into set `set` of each chunk's parameter (set_of); the
+ * home too with with_home (an average's result), else it has it already (batch). */
+static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b, int set,
+                         bool with_home) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool at_home = r->rank == b->home;
+  for (int q = 0; q < r->size; q++)
+    if (q != b->home && (at_home || q == r->rank))
+      TSR_TRY(tsr__tile_copy(&mpi, b->mines[q], b->sum, 0, 0));
+  uint64_t bytes = (uint64_t)b->floats * sizeof(float);
+  if (at_home)
+    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1), r->st.messages_sent += r->size - 1;
+  else
+    r->st.bytes_received += bytes, r->st.messages_received++;
+  if (at_home && !with_home) return 0;
+  const tsr_tiles_t *src = at_home ? b->sum : b->mine;
+  for (int t = 0; t < b->nchunks; t++) {
+    rparam_t *rp = &r->params[b->param[t]];
+    int I = b->I[t], j = b->j[t], i, r0;
+    chunk_tile(rp, I, &i, &r0);
+    TSR_TRY(tsr__tile_unpack(&local, set_of(r, rp, set), i, j, r0, tsr_tiles_tile_rows(rp->acc, I),
+                             src, rp->coff[I * rp->nt + j]));
+  }
+  return 0;
+}
+
+/* batch: on chunk (I, j)'s home, the optimizer (the net's own, on its own weights and state,
+ * rows r0 .. of tile (i, j)) from the averaged gradient, clipped first under --clip-grad. */
+static int update_home(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *local, int i, int j,
+                       int I, int r0) {
+  if (r->sq_total)
+    TSR_TRY(tsr__tile_clip(local, rp->acc, I, j, r->sq_total, r->net->opts.clip_grad));
+  return tsr__optim_update_tile(r->net->optim, rp->p->index, rp->p->w, NULL, i, j, r0, rp->acc, I,
+                                j, local);
+}
+
+/* batch with buckets, once bucket b's sums are in acc: each chunk updated on the home, the
+ * updated bands packed and sent back in one message. */
+static int update_bucket(tsr_replicas_t *r, bucket_t *b, const tsr_task_opts_t *layer) {
+  tsr_task_opts_t local = with_mpi(layer, false);
+  for (int t = 0; t < b->nchunks && r->rank == b->home; t++) {
+    rparam_t *rp = &r->params[b->param[t]];
+    int i, r0;
+    chunk_tile(rp, b->I[t], &i, &r0);
+    TSR_TRY(update_home(r, rp, &local, i, b->j[t], b->I[t], r0));
+    TSR_TRY(pack_result(&local, b, t, rp, rp->p->w, i, r0));
+  }
+  return gather_bucket(layer, r, b, 0, false);
+}
+
+/* batch: the optimizer on chunk (I, j)'s home (update_home) and the updated band sent to every
+ * other rank. */
 static int update_chunk(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer, int i, int j,
                         int I, int r0) {
   tsr_param_t *p = rp->p;
   tsr_task_opts_t local = with_mpi(layer, false);
   int home = chunk_home(I, j, rp);
   bool at_home = r->rank == home;
-  if (at_home && r->sq_total)
-    TSR_TRY(tsr__tile_clip(&local, rp->acc, I, j, r->sq_total, r->net->opts.clip_grad));
-  if (at_home)
-    TSR_TRY(tsr__optim_update_tile(r->net->optim, p->index, p->w, NULL, i, j, r0, rp->acc, I, j,
-                                   &local));
+  if (at_home) TSR_TRY(update_home(r, rp, &local, i, j, I, r0));
   /* A band travels from a chunk-tiled copy; a whole tile straight from the home's. */
   if (rp->k > 1 && at_home) TSR_TRY(tsr__tile_band_get(&local, rp->updated, I, j, p->w, i, j, r0));
   return rp->k > 1 ? gather_chunk(layer, r, rp, -1, rp->updated, I, j, rp->w, false, I, j)
@@ -484,6 +615,24 @@ static int reduce_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opt
              : 0;
 }
 
+/* batch with buckets: chunk (I, j)'s gradient packed; once its bucket is full, the bucket's
+ * reduce-scatter, then its update, or under --clip-grad its squares added to this rank's part
+ * of the norm. */
+static int pack_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer, int i,
+                           int j, int I, int r0) {
+  (void)i, (void)j, (void)r0;
+  bucket_t *b;
+  TSR_TRY(pack_chunk(layer, r, rp, rp->p->g, I, j, &b));
+  if (!b) return 0;
+  TSR_TRY(reduce_bucket(layer, r, b));
+  if (!r->sq_total) return update_bucket(r, b, layer);
+  tsr_task_opts_t local = with_mpi(layer, false);
+  for (int t = 0; t < b->nchunks && r->rank == b->home; t++)
+    TSR_TRY(
+        tsr__tile_sumsq_add(&local, r->params[b->param[t]].acc, b->I[t], b->j[t], r->net->grad_sq));
+  return 0;
+}
+
 /* batch: replaces the optimizer step of a parameter whose gradient was just
  * submitted: per chunk, the reduce-scatter of the gradient, the optimizer on
  * the chunk's home and the updated band sent to every other rank (update_chunk; under
@@ -496,21 +645,25 @@ static int grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *laye
     if (r->params[k].p == p) rp = &r->params[k];
   if (!rp) return TSR_EINVAL;
   double t0 = now();
-  int rc = each_chunk(r, rp, layer, reduce_and_update);
+  int rc = each_chunk(r, rp, layer, r->nbuckets ? pack_and_update : reduce_and_update);
   r->st.seconds += now() - t0;
   return rc;
 }
 
-/* batch under --clip-grad, once every gradient is reduced: the sum of squares of the averaged
- * gradient, each rank's part (its chunks') added on every rank in rank order (all-reduce of
- * one float), then each chunk clipped and updated on its home, in backward order. */
+/* batch, once every gradient is handed over: with buckets, every bucket went (a parameter
+ * without a gradient would leave its bucket waiting: an error, not a hang); under --clip-grad,
+ * the sum of squares of the averaged gradient, each rank's part (its chunks') added on every
+ * rank in rank order (all-reduce of one float), then each chunk clipped and updated on its home,
+ * in backward order (with buckets bucket by bucket). */
 static int grad_end(tsr_net_t *net, const tsr_task_opts_t *layer, void *ctx) {
   (void)net;
   tsr_replicas_t *r = ctx;
   tsr_task_opts_t mpi = with_mpi(layer, true);
   double t0 = now();
   int rc = 0;
-  for (int q = 0; q < r->size && rc == 0; q++)
+  for (int b = 0; b < r->nbuckets; b++)
+    if (r->buckets[b].packed) return TSR_EINVAL;
+  for (int q = 0; q < r->size && rc == 0 && r->sq_total; q++)
     for (int t = 0; t < r->size && rc == 0; t++) {
       if (r->rank != q && r->rank != t) continue;
       rc =
@@ -521,7 +674,9 @@ static int grad_end(tsr_net_t *net, const tsr_task_opts_t *layer, void *ctx) {
       else
         r->st.bytes_sent += sizeof(float), r->st.messages_sent++;
     }
-  for (int k = r->nparams - 1; k >= 0 && rc == 0; k--)
+  for (int b = 0; b < r->nbuckets && rc == 0 && r->sq_total; b++)
+    rc = update_bucket(r, &r->buckets[b], layer);
+  for (int k = r->nparams - 1; k >= 0 && rc == 0 && r->sq_total && !r->nbuckets; k--)
     rc = each_chunk(r, &r->params[k], layer, update_chunk);
   r->st.seconds += now() - t0;
   return rc;
@@ -573,18 +728,68 @@ static void clear_samples(tsr_replicas_t *r, int gi) {
   }
 }
 
+/* Once acc (scope gi's) holds chunk (I, j)'s weighted sum of the weights, on its home
+ * (at_home): FedNova's step from the anchor, then the outer optimizer's; *result: what every
+ * member gets back (acc, or the outer anchor), on every rank. */
+static int step_chunk(tsr_replicas_t *r, rparam_t *rp, int gi, bool outer, bool fednova,
+                      bool at_home, int I, int j, const tsr_tiles_t **result) {
+  tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
+  *result = acc_of(rp, gi);
+  if (fednova && at_home) {
+    /* acc = x + lambda (x~ - x): FedNova's step from the anchor x; the outer optimizer (if any)
+     * then takes it as the mean, and its anchor moves; else it becomes the anchor itself. */
+    tsr_tiles_t *x = outer ? tsr__outer_anchor(r->outer, rp->index) : rp->anchor;
+    TSR_TRY(tsr__tile_axpby(&local, (float)(1.0 - r->lambda), x, (float)r->lambda, rp->acc, I, j,
+                            false));
+    if (!outer) TSR_TRY(tsr__tile_copy(&local, rp->anchor, rp->acc, I, j));
+  }
+  if (!outer) return 0;
+  if (at_home)
+    TSR_TRY(tsr__outer_step_tile(r->outer, rp->index, I, j, *result, tsr__optim_lr(r->net->optim),
+                                 &local));
+  *result = tsr__outer_anchor(r->outer, rp->index);
+  return 0;
+}
+
+/* With buckets, an average over every rank of the weights and with average_state each state
+ * matrix (set_of), set by set, bucket by bucket. */
+static int average_buckets(tsr_replicas_t *r, bool outer, bool fednova, const tsr_task_opts_t *o) {
+  tsr_task_opts_t local = with_mpi(o, false);
+  int nsets = 1 + (r->sync.average_state && r->nparams > 0 ? r->params[0].nstate : 0);
+  for (int s = 0; s < nsets; s++)
+    for (int k = 0; k < r->nparams; k++) {
+      rparam_t *rp = &r->params[k];
+      for (int I = 0; I < rp->cmt; I++)
+        for (int j = 0; j < rp->nt; j++) {
+          bucket_t *b;
+          TSR_TRY(pack_chunk(o, r, rp, set_of(r, rp, s), I, j, &b));
+          if (!b) continue;
+          TSR_TRY(reduce_bucket(o, r, b));
+          for (int t = 0; t < b->nchunks && r->rank == b->home; t++) {
+            rparam_t *bp = &r->params[b->param[t]];
+            const tsr_tiles_t *result;
+            TSR_TRY(step_chunk(r, bp, -1, s == 0 && outer, s == 0 && fednova, true, b->I[t],
+                               b->j[t], &result));
+            TSR_TRY(pack_result(&local, b, t, bp, result, b->I[t], 0));
+          }
+          TSR_TRY(gather_bucket(o, r, b, s, true));
+        }
+    }
+  return 0;
+}
+
 /* The replicas of scope gi's members (and with average_state the optimizer
  * state) become their weighted mean; with outer, the weights' mean is the
  * outer optimizer's target instead, and every member restarts from its new
- * anchor. */
+ * anchor. With buckets (over every rank), the weights and state bucket by bucket and the
+ * layers' buffers chunk by chunk. */
 static int average(tsr_replicas_t *r, int gi, bool outer) {
   const group_t *g = group_of(r, gi);
-  tsr_task_opts_t o = layer_one_opts(r), local = with_mpi(&o, false);
-  float gamma = tsr__optim_lr(r->net->optim);
+  tsr_task_opts_t o = layer_one_opts(r);
   set_average_weights(r, gi);
-  bool fednova = r->sync.by_steps && gi < 0;
+  bool fednova = r->sync.by_steps && gi < 0, bucketed = gi < 0 && r->nbuckets > 0;
   if (fednova) set_step_weights(r);
-  int rc = 0;
+  int rc = bucketed && g->n > 1 ? average_buckets(r, outer, fednova, &o) : 0;
   for (int k = 0; k < r->nparams && rc == 0 && g->n > 1; k++) {
     rparam_t *rp = &r->params[k];
     /* The weights, then with average_state each state matrix: this rank's own, and every
@@ -596,25 +801,14 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
       own[nsets] = tsr__optim_state(r->net->optim, rp->p->index, s), views[nsets] = rp->s[s];
     if (rp->bufs) own[nsets] = rp->buf, views[nsets++] = rp->bufs; /* a plain weighted mean */
     /* Set by set: two levels keep one node partial per tile for all its chunks. */
-    for (int s = 0; s < nsets && rc == 0; s++)
+    for (int s = bucketed ? nsets - (rp->bufs != NULL) : 0; s < nsets && rc == 0; s++)
       for (int I = 0; I < rp->cmt && rc == 0; I++)
         for (int j = 0; j < rp->nt && rc == 0; j++) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
-          if (rc == 0 && s == 0 && fednova && r->rank == home_in(g, rp, I, j)) {
-            /* acc = x + lambda (x~ - x): FedNova's step from the anchor x; the outer
-             * optimizer (if any) then takes it as the mean, and its anchor moves; else it
-             * becomes the anchor itself. */
-            tsr_tiles_t *x = outer ? tsr__outer_anchor(r->outer, k) : rp->anchor;
-            rc = tsr__tile_axpby(&local, (float)(1.0 - r->lambda), x, (float)r->lambda, rp->acc, I,
-                                 j, false);
-            if (rc == 0 && !outer) rc = tsr__tile_copy(&local, rp->anchor, rp->acc, I, j);
-          }
-          if (rc == 0 && s == 0 && outer) {
-            if (r->rank == home_in(g, rp, I, j))
-              rc = tsr__outer_step_tile(r->outer, k, I, j, result, gamma, &local);
-            result = tsr__outer_anchor(r->outer, k);
-          }
+          if (rc == 0 && s == 0)
+            rc = step_chunk(r, rp, gi, outer, fednova, r->rank == home_in(g, rp, I, j), I, j,
+                            &result);
           if (rc == 0) rc = gather_chunk(&o, r, rp, gi, result, I, j, views[s], true, I, j);
         }
   }
@@ -693,6 +887,50 @@ static int start_equal(tsr_replicas_t *r) {
   return rc == 0 ? set_anchors(r) : rc;
 }
 
+/* --bucket-mb: the buckets of bk (none when it has none) and the chunks each holds, in
+ * parameter and chunk order; their descriptors come later (create_buckets). */
+static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_chunking_t *ch) {
+  if (bk->n == 0) return 0;
+  if (!(r->buckets = calloc((size_t)bk->n, sizeof *r->buckets))) return TSR_ENOMEM;
+  r->nbuckets = bk->n;
+  for (int b = 0; b < bk->n; b++) {
+    bucket_t *t = &r->buckets[b];
+    t->home = bk->home[b], t->floats = bk->floats[b];
+    t->param = malloc(sizeof(int) * (size_t)bk->chunks[b]);
+    t->I = malloc(sizeof(int) * (size_t)bk->chunks[b]);
+    t->j = malloc(sizeof(int) * (size_t)bk->chunks[b]);
+    if (!t->param || !t->I || !t->j) return TSR_ENOMEM;
+  }
+  for (int k = 0; k < r->nparams; k++)
+    for (int c = 0; c < ch[k].cmt * ch[k].nt; c++) {
+      bucket_t *t = &r->buckets[ch[k].bucket[c]];
+      t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
+    }
+  return 0;
+}
+
+/* Each bucket's row of floats on every rank (with every rank's views) and its sum on its home,
+ * created on every rank in bucket order (descriptors take their MPI tags in creation order). */
+static int create_buckets(tsr_replicas_t *r) {
+  for (int b = 0; b < r->nbuckets; b++) {
+    bucket_t *t = &r->buckets[b];
+    TSR_TRY(tsr_tiles_create(&t->mine, 1, t->floats, 1, (int)t->floats));
+    if (!(t->mines = replicas_of(r, t->mine))) return TSR_ENOMEM;
+    TSR_TRY(tsr_tiles_create_distributed(&t->sum, 1, t->floats, 1, (int)t->floats, bucket_home, t));
+  }
+  return 0;
+}
+
+static void destroy_buckets(tsr_replicas_t *r) {
+  for (int b = 0; b < r->nbuckets; b++) {
+    bucket_t *t = &r->buckets[b];
+    destroy_all(r, &t->mines);
+    tsr_tiles_destroy(&t->mine), tsr_tiles_destroy(&t->sum);
+    free(t->param), free(t->I), free(t->j);
+  }
+  free(r->buckets), r->buckets = NULL, r->nbuckets = 0;
+}
+
 /* Chunks and their homes (chunks.h: the coarsest chunking that balances
  * what each rank sends; with --shares, homes in proportion to them). Also
  * homes whole tiles, for async-epoch's fold. */
@@ -709,10 +947,17 @@ static int plan_chunks(tsr_replicas_t *r) {
     rc = tsr__chunks_plan_two_level(shapes, r->nparams, r->nnodes, r->per_node, ch, NULL, NULL);
   else if (rc == 0)
     rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
+  tsr_buckets_t bk = {0};
+  if (rc == 0 && r->sync.bucket_mb > 0)
+    rc = tsr__chunks_buckets(shapes, r->nparams, ch, r->size,
+                             (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &bk);
+  if (rc == 0 && (rc = make_buckets(r, &bk, ch))) tsr__chunks_free(ch, r->nparams);
+  tsr__buckets_free(&bk);
   for (int k = 0; rc == 0 && k < r->nparams; k++) {
     rparam_t *rp = &r->params[k];
     rp->k = ch[k].k, rp->cr = ch[k].cr, rp->cmt = ch[k].cmt, rp->nt = ch[k].nt;
     rp->chome = ch[k].home, rp->local = ch[k].local; /* the replicas' now */
+    rp->cbucket = ch[k].bucket, rp->coff = ch[k].offset;
     /* Two levels: the home is rank `local` of node `home`. */
     for (int c = 0; rp->local && c < rp->cmt * rp->nt; c++) {
       const group_t *g = &r->nodes[rp->chome[c]];
@@ -850,7 +1095,7 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   for (int n = 0; rp->nband && n < r->nnodes; n++)
     tsr_tiles_destroy(&rp->nband[n]);
   free(rp->gacc), free(rp->gctx), free(rp->ntile), free(rp->nband), free(rp->nctx);
-  free(rp->chome), free(rp->local), free(rp->home);
+  free(rp->chome), free(rp->local), free(rp->home), free(rp->cbucket), free(rp->coff);
 }
 
 /* The ranks cut into groups of gs consecutive ranks, or (gs 0) into the nodes MPI sees (a
@@ -889,6 +1134,16 @@ const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool 
     return "async-epoch folds one rank's weights after another into the global copy, so a "
            "node's ranks cannot be summed first";
   if (uneven) return "--shares other than uniform places the chunks' homes by rank";
+  if (sync->bucket_mb > 0)
+    return "--bucket-mb packs the chunks of the flat scheme (two levels do not bucket yet)";
+  return NULL;
+}
+
+const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows) {
+  if (grid_rows > 1)
+    return "a grid averages each slice over its grid row, and buckets are not built for rows yet";
+  if (tsr__sync_policy(&sync->schedule)->folds)
+    return "async-epoch folds whole tiles into the global copy, not chunks";
   return NULL;
 }
 
@@ -973,6 +1228,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (rc == 0) rc = plan_chunks(r);
   for (k = 0; k < r->nparams && rc == 0; k++)
     rc = create_param(r, &r->params[k]);
+  if (rc == 0) rc = create_buckets(r);
   if (rc == 0 && !(r->stats = replicas_of(r, net->train_stats))) rc = TSR_ENOMEM;
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
@@ -986,8 +1242,8 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
     return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
   }
   if (r->batch)
-    r->previous =
-        tsr__net_set_grad_hook(net, (tsr_grad_hook_t){grad_hook, r, r->sq_total ? grad_end : NULL});
+    r->previous = tsr__net_set_grad_hook(
+        net, (tsr_grad_hook_t){grad_hook, r, r->sq_total || r->nbuckets ? grad_end : NULL});
   memset(&r->st, 0, sizeof r->st);
   r->agreed = true;
   *out = r;
@@ -1078,6 +1334,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   /* The outer state first: destroying a distributed matrix asks its rank_of, which reads the
    * chunk homes destroy_param frees. */
   tsr__outer_destroy(&r->outer);
+  destroy_buckets(r);
   for (int k = 0; r->params && k < r->nparams; k++)
     destroy_param(r, &r->params[k]);
   destroy_all(r, &r->stats);

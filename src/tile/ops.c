@@ -452,6 +452,18 @@ int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j,
   return tsr__insert_band_put(o, tsr__tile(dst, i, j), r0, tsr__tile(src, si, sj));
 }
 
+int tsr__tile_pack(const tsr_task_opts_t *o, tsr_tiles_t *bucket, int64_t off,
+                   const tsr_tiles_t *src, int i, int j, int r0, int rows) {
+  if (!tile_ok(bucket, 0, 0) || !tile_ok(src, i, j)) return TSR_ESHAPE;
+  return tsr__insert_bucket_pack(o, tsr__tile(bucket, 0, 0), off, tsr__tile(src, i, j), r0, rows);
+}
+
+int tsr__tile_unpack(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0, int rows,
+                     const tsr_tiles_t *bucket, int64_t off) {
+  if (!tile_ok(dst, i, j) || !tile_ok(bucket, 0, 0)) return TSR_ESHAPE;
+  return tsr__insert_bucket_unpack(o, tsr__tile(dst, i, j), r0, rows, tsr__tile(bucket, 0, 0), off);
+}
+
 int tsr__tiles_wait(unsigned n_left) {
   return starpu_task_wait_for_n_submitted(n_left) == 0 ? 0 : TSR_ERUNTIME;
 }

@@ -154,6 +154,12 @@ int tsr__tile_band_get(const tsr_task_opts_t *o, tsr_tiles_t *dst, int di, int d
                        const tsr_tiles_t *src, int i, int j, int r0);
 int tsr__tile_band_put(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0,
                        const tsr_tiles_t *src, int si, int sj);
+/* Rows r0 .. r0 + rows of tile (i, j) of src packed into tile (0, 0) of bucket from its float off
+ * (--bucket-mb), and back into tile (i, j) of dst. */
+int tsr__tile_pack(const tsr_task_opts_t *o, tsr_tiles_t *bucket, int64_t off,
+                   const tsr_tiles_t *src, int i, int j, int r0, int rows);
+int tsr__tile_unpack(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, int r0, int rows,
+                     const tsr_tiles_t *bucket, int64_t off);
 
 /* Grid layers: a dense layer y (M, N) = x (M, K) W (K, N) whose column tiles
  * j (of W, y, dy and the bias) live on the ranks of a grid column, each on

@@ -113,6 +113,9 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          "--momentum 0), or --grid %dx1 on %d ranks",
                          pr, ranks / pr, policy, tsr_optimizer_name(&c->net.opt), pr, pr);
   }
+  const char *no_buckets = tsr__replicas_no_buckets(sync, pr);
+  if (sync->bucket_mb > 0 && no_buckets)
+    return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
   if (grid && (uneven || sync->by_steps))
     return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
   if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
