@@ -226,6 +226,7 @@ static bool replicas_equal(const float *w, int64_t n) {
 typedef struct {
   int epochs;
   bool deterministic, by_samples, shuffle;
+  bool average_state;                                         /* --sync-state */
   const char *outer;                                          /* NULL: none */
   const char *shares;                                         /* --shares; NULL: uniform */
   bool by_steps;                                              /* --weighting steps */
@@ -243,14 +244,15 @@ static int keep_stats(const tsr_epoch_stats_t *stats, void *ctx) {
 /* --allreduce and --node-size of every run and set of replicas below (test_two_level). */
 static tsr_allreduce_t allreduce;
 static int node_size;
+static float bucket_mb; /* --bucket-mb (test_buckets) */
 
 static void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_sync_t sync;
   tsr_errbuf_t err = {""};
   tsr_sync_parse(&sync, policy, &err);
-  sync.allreduce = allreduce, sync.node_size = node_size;
+  sync.allreduce = allreduce, sync.node_size = node_size, sync.bucket_mb = bucket_mb;
   sync.deterministic = run.deterministic, sync.by_samples = run.by_samples;
-  sync.by_steps = run.by_steps;
+  sync.by_steps = run.by_steps, sync.average_state = run.average_state;
   if (run.outer) tsr_outer_init(&sync.outer, run.outer, &err);
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
@@ -278,7 +280,7 @@ static tsr_replicas_t *replicas_weighted(tsr_net_t *net, const char *policy, boo
   tsr_sync_t sync;
   tsr_sync_parse(&sync, policy, NULL);
   sync.by_samples = by_samples, sync.by_steps = by_steps;
-  sync.allreduce = allreduce, sync.node_size = node_size;
+  sync.allreduce = allreduce, sync.node_size = node_size, sync.bucket_mb = bucket_mb;
   if (outer) tsr_outer_init(&sync.outer, outer, NULL);
   tsr_replicas_t *rep = NULL;
   tsr_errbuf_t err = {""};
@@ -2230,13 +2232,76 @@ static void test_two_level(void) {
   }
 }
 
+/* --bucket-mb on 4 and 8 ranks, flat, 16x16 tiles (each rank homes dozens of chunks):
+ *   - --sync batch with buckets of 25 MiB (one a home): a rank sends 2 (P - 1) messages per step,
+ *     its bucket of every other home's chunks to that home and its own bucket's result to every
+ *     other rank, where flat sends one a chunk; StarPU-MPI counts the same bytes as flat's (the
+ *     same chunks travel) and the engine's count of them;
+ *   - buckets of 4 KiB: more messages than one a home, fewer than one a chunk;
+ *   - the weights end where flat's do (1e-5 relative: the copies are added as they arrive), and
+ *     in deterministic mode bit for bit, after an epoch of batch and of every=2 with
+ *     --sync-state, since each float sums in the same rank order. */
+static void test_buckets(void) {
+  load(16 * size * 3);
+  levels_run_t flat = levels_run(TSR_ALLREDUCE_FLAT, 1, 16, 16);
+  bucket_mb = 25;
+  levels_run_t one = levels_run(TSR_ALLREDUCE_FLAT, 1, 16, 16);
+  bucket_mb = 4.0f / 1024;
+  levels_run_t small = levels_run(TSR_ALLREDUCE_FLAT, 1, 16, 16);
+  bucket_mb = 0;
+  CHECK(one.messages == 2.0 * (size - 1),
+        "--bucket-mb 25: the busiest rank sent %.0f messages per step, 2 (P - 1) = %d",
+        one.messages, 2 * (size - 1));
+  CHECK(flat.messages > 4.0 * one.messages,
+        "flat sends one message a chunk: %.0f per step, buckets %.0f (the check needs many chunks)",
+        flat.messages, one.messages);
+  CHECK(small.messages > one.messages && small.messages < flat.messages,
+        "--bucket-mb 4 KiB: %.0f messages per step, between one a home (%.0f) and flat (%.0f)",
+        small.messages, one.messages, flat.messages);
+  CHECK(
+      fabs(one.rank_bytes - flat.rank_bytes) <= 1e-3 * flat.rank_bytes &&
+          fabs(small.rank_bytes - flat.rank_bytes) <= 1e-3 * flat.rank_bytes,
+      "the same chunks travel: StarPU-MPI counted %.0f and %.0f bytes per step with buckets, %.0f "
+      "flat",
+      one.rank_bytes, small.rank_bytes, flat.rank_bytes);
+  double d = fmax(max_rel_diff(one.w, flat.w, flat.n), max_rel_diff(small.w, flat.w, flat.n));
+  CHECK(d <= 1e-5, "--sync batch in buckets: the weights end %g (relative) from flat's", d);
+  if (rank == 0)
+    printf("--bucket-mb, %d ranks, 16x16 tiles, per step of batch: the busiest rank sent %.0f "
+           "messages with one bucket a home, %.0f with 4 KiB buckets, %.0f flat; %.0f bytes all "
+           "three (StarPU-MPI)\n",
+           size, one.messages, small.messages, flat.messages, flat.rank_bytes);
+  free(flat.w), free(one.w), free(small.w);
+  /* Deterministic mode: batch, and weight averages with state (momentum). */
+  static const char *const policies[] = {"batch", "every=2"};
+  for (int c = 0; c < 2; c++) {
+    tsr_net_t *bucketed = make_net(32, 0.9f), *chunked = make_net(32, 0.9f);
+    run_t run = {.epochs = 1, .deterministic = true, .shuffle = true, .average_state = c == 1};
+    bucket_mb = 4.0f / 1024;
+    train_with(bucketed, policies[c], run);
+    bucket_mb = 0;
+    train_with(chunked, policies[c], run);
+    int64_t n;
+    float *a = params(bucketed, &n), *b = params(chunked, &n);
+    CHECK(memcmp(a, b, sizeof(float) * (size_t)n) == 0,
+          "--sync %s --deterministic: the weights in buckets differ from flat's", policies[c]);
+    CHECK(replicas_equal(a, n), "%s in buckets: the replicas differ at the end", policies[c]);
+    free(a), free(b);
+    tsr_net_destroy(&bucketed), tsr_net_destroy(&chunked);
+  }
+  if (rank == 0)
+    printf("--bucket-mb: batch %.1e from flat; deterministic batch and every=2 --sync-state end "
+           "bit for bit as flat\n",
+           d);
+}
+
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch",         "epoch",   "every",       "weighted",       "async",
-      "deterministic", "uneven",  "tiles",       "twice",          "bytes",
-      "resume",        "outer",   "hier",        "postlocal",      "grid",
-      "shares",        "fednova", "hiersamples", "postlocalstate", "epochn",
-      "augment",       "bnevery", "syncbn",      "twolevel",       NULL};
+      "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
+      "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
+      "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
+      "postlocalstate", "epochn",    "augment", "bnevery",  "syncbn",  "twolevel",
+      "buckets",        NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -2246,7 +2311,7 @@ int main(int argc, char **argv) {
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
             "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment|"
-            "bnevery|syncbn|twolevel [thread|worker]\n");
+            "bnevery|syncbn|twolevel|buckets [thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -2271,7 +2336,7 @@ int main(int argc, char **argv) {
   if (argc == 3)
     ro.mpi_progress =
         strcmp(argv[2], "thread") == 0 ? TSR_MPI_PROGRESS_THREAD : TSR_MPI_PROGRESS_WORKER;
-  if (which == 9 || which == 14 || which == 23) setenv("STARPU_COMM_STATS", "1", 1);
+  if (which == 9 || which == 14 || which >= 23) setenv("STARPU_COMM_STATS", "1", 1);
   tsr_errbuf_t err = {""};
   if (tsr_runtime_init(&ro, &err)) {
     fprintf(stderr, "%s\n", err.msg);
@@ -2304,7 +2369,8 @@ int main(int argc, char **argv) {
   case 20: test_augment(); break;
   case 21: test_bnevery(); break;
   case 22: test_syncbn(); break;
-  default: test_two_level(); break;
+  case 23: test_two_level(); break;
+  default: test_buckets(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

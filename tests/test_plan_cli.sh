@@ -41,7 +41,7 @@ expect 0 "\*\*best\*\*" -- "$tessera" plan --cluster "$src/benchmarks/clusters/i
   --ranks 64 --model cnn
 
 # measured RANKS SYNC MODEL SAMPLES [OPTION...]: a real run's logged bytes and messages against
-# the plan, both given the options (--allreduce, --node-size).
+# the plan, both given the options (--allreduce, --node-size, --bucket-mb, --tile).
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 measured() {
   local ranks=$1 sync=$2 model=$3 samples=$4 log="$tmp/run.jsonl"
@@ -141,6 +141,8 @@ measured 3 batch mlp:128,64 1536
 measured 2 batch cnn 256
 measured 4 batch mlp:128,64 1536 --node-size 2 --allreduce two-level
 measured 4 every=4 mlp:128,64 1536 --node-size 2 --allreduce two-level
+measured 4 batch mlp:128,64 1536 --tile 16 --bucket-mb 0.01
+measured 3 every=4 mlp:128,64 1536 --tile 16 --bucket-mb 25
 grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
 grid 2 2x1 batch cnn 256

@@ -75,6 +75,7 @@ typedef struct {
   tsr_allreduce_t allreduce; /* as train's --allreduce: auto is two-level where several nodes
                                 hold several ranks (the engine's rule) */
   int node_size;             /* ranks per node (0: the machine's ranks_per_node) */
+  float bucket_mb;           /* as train's --bucket-mb: flat averages in buckets (0: none) */
 } tsr_plan_opts_t;
 
 /* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
@@ -101,6 +102,7 @@ typedef struct {
   double sync_bytes_step; /* bytes sent for averaging per step (batch) or per average */
   double sync_messages_step;
   bool two_level;             /* averages go through the nodes (--allreduce) */
+  int64_t buckets;            /* flat averages in buckets (--bucket-mb): how many; 0: none */
   int nodes, node_size;       /* the ranks in nodes of node_size (the last may hold fewer) */
   double node_bytes_step;     /* bytes the busiest node sends to other nodes per step (batch) or
                                  per average */

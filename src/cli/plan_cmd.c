@@ -45,6 +45,7 @@ static void usage(FILE *out) {
           "  --allreduce A       as tessera train's: flat, two-level or auto (two-level\n"
           "                      where several nodes hold several ranks) [auto]\n"
           "  --node-size G       ranks per node [the machine's ranks_per_node]\n"
+          "  --bucket-mb M       as tessera train's: flat averages in buckets of M MiB [0]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
@@ -115,6 +116,8 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
       snprintf(avg, sizeof avg, "-");
     else if (r->two_level)
       snprintf(avg, sizeof avg, "two-level, %d nodes of %d", r->nodes, r->node_size);
+    else if (r->buckets)
+      snprintf(avg, sizeof avg, "flat, %lld buckets", (long long)r->buckets);
     else
       snprintf(avg, sizeof avg, "flat");
     double per_step =
@@ -178,6 +181,7 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     cJSON_AddStringToObject(x, "allreduce", r->two_level ? "two-level" : "flat");
     cJSON_AddNumberToObject(x, "nodes", r->nodes);
     cJSON_AddNumberToObject(x, "node_size", r->node_size);
+    cJSON_AddNumberToObject(x, "buckets", (double)r->buckets);
     cJSON_AddNumberToObject(x, "node_bytes_step", r->node_bytes_step);
     cJSON_AddNumberToObject(x, "inter_messages_step", r->inter_messages_step);
     cJSON_AddNumberToObject(x, "bytes_epoch", r->bytes_epoch);
@@ -209,6 +213,7 @@ int tsr_cli_plan(int argc, char **argv) {
     O_WORKERS,
     O_ALLREDUCE,
     O_NODE_SIZE,
+    O_BUCKET_MB,
     O_MACHINE,
     O_CALIBRATE,
     O_JSON,
@@ -229,6 +234,7 @@ int tsr_cli_plan(int argc, char **argv) {
                                            {"workers", required_argument, 0, O_WORKERS},
                                            {"allreduce", required_argument, 0, O_ALLREDUCE},
                                            {"node-size", required_argument, 0, O_NODE_SIZE},
+                                           {"bucket-mb", required_argument, 0, O_BUCKET_MB},
                                            {"machine", required_argument, 0, O_MACHINE},
                                            {"calibrate", no_argument, 0, O_CALIBRATE},
                                            {"json", no_argument, 0, O_JSON},
@@ -345,6 +351,14 @@ int tsr_cli_plan(int argc, char **argv) {
         return bad("--node-size", optarg, "an integer from 1 to 1048576");
       o.node_size = (int)v;
       break;
+    case O_BUCKET_MB: {
+      char *end;
+      double mb = strtod(optarg, &end);
+      if (end == optarg || *end || !(mb >= 0 && mb <= 1e6))
+        return bad("--bucket-mb", optarg, "a number of MiB from 0 to 1e6");
+      o.bucket_mb = (float)mb;
+      break;
+    }
     case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
     case O_CALIBRATE: do_calibrate = true; break;
     case O_JSON: json = true; break;

@@ -587,6 +587,7 @@ static int announce(run_t *r) {
     else if (tsr_dist_size() > 1)
       printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
+    if (r->setup.averaging[0]) printf(", averaging %s", r->setup.averaging);
     if (r->lr != cfg->net.opt.lr)
       printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
              cfg->net.grid_rows > 1 ? "grid columns" : "ranks");

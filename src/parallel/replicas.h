@@ -33,6 +33,13 @@ typedef struct {
  * grid_rows rows (1: none) and, where uneven, --shares other than uniform: a sentence, or NULL
  * where they can. tsr_run_check refuses two-level asked for then; auto takes flat. */
 const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven);
+/* Whether averages over every rank go through nodes (two levels) under sync with a grid of
+ * grid_rows rows and, where uneven, --shares other than uniform, on nodes nodes of at most
+ * per_node ranks: asked for (--allreduce two-level), or auto where there are several nodes and
+ * one holds several ranks; never where tsr__replicas_flat_only gives a reason. The engine's
+ * rule, which the run's setup and the planner describe with. */
+bool tsr__replicas_two_level(const tsr_sync_t *sync, int grid_rows, bool uneven, int nodes,
+                             int per_node);
 /* Why averages under sync with a grid of grid_rows rows cannot pack chunks into buckets
  * (--bucket-mb): a sentence, or NULL where they can. tsr_run_check refuses --bucket-mb then. */
 const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows);

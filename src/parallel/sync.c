@@ -1147,6 +1147,13 @@ const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows) {
   return NULL;
 }
 
+bool tsr__replicas_two_level(const tsr_sync_t *sync, int grid_rows, bool uneven, int nodes,
+                             int per_node) {
+  if (tsr__replicas_flat_only(sync, grid_rows, uneven)) return false;
+  return sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
+         (sync->allreduce == TSR_ALLREDUCE_AUTO && nodes > 1 && per_node > 1);
+}
+
 /* --allreduce and --node-size: the nodes (always computed: a collective call every rank makes),
  * and whether averages over every rank go through them. auto: where there are several nodes
  * and one holds several ranks, one replica per rank (no grid), homes not weighted by --shares,
@@ -1162,9 +1169,8 @@ static int choose_levels(tsr_replicas_t *r, tsr_errbuf_t *err) {
   if (r->sync.allreduce == TSR_ALLREDUCE_TWO_LEVEL && why)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
                          why);
-  r->two_level =
-      r->sync.allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
-      (r->sync.allreduce == TSR_ALLREDUCE_AUTO && !why && r->nnodes > 1 && r->per_node > 1);
+  r->two_level = tsr__replicas_two_level(&r->sync, r->grid_rows, r->home_share != NULL, r->nnodes,
+                                         r->per_node);
   return 0;
 }
 

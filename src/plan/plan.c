@@ -23,6 +23,7 @@
 
 #include "nn/layers.h"
 #include "parallel/policy.h"
+#include "parallel/replicas.h"
 #include "plan/plan_impl.h"
 #include "try.h"
 
@@ -369,10 +370,12 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   int avg_node = pr > 1 ? (node_size / pr > 1 ? node_size / pr : 1) : node_size;
   if (avg_node > pc) avg_node = pc;
   int nodes = (pc + avg_node - 1) / avg_node;
-  row->two_level = pr == 1 && (o->allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
-                               (o->allreduce == TSR_ALLREDUCE_AUTO && nodes > 1 && avg_node > 1));
+  tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
+  row->two_level = tsr__replicas_two_level(&as_run, pr, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
-  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, &a);
+  uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0;
+  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, bucket, &a);
+  row->buckets = a.buckets;
   /* A node holds ranks of min(Pr, node_size) grid rows, each row averaging its own slice at
    * the same time: their bytes to other nodes share the node's link. */
   a.node_sent_max *= pr < node_size ? pr : node_size;
@@ -534,7 +537,7 @@ static void two_level_chunk(traffic_t *t, int m, int l, double b) {
 }
 
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
-                      bool two_level, tsr__plan_average_t *out) {
+                      bool two_level, uint64_t bucket_bytes, tsr__plan_average_t *out) {
   memset(out, 0, sizeof *out);
   int64_t total = 0;
   for (int k = 0; k < n; k++)
@@ -565,9 +568,15 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
                        (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
+  tsr_buckets_t bk = {0};
+  if (rc == 0 && !two_level && bucket_bytes > 0)
+    rc = tsr__chunks_buckets(sh, n, ch, ranks, bucket_bytes, &bk);
+  for (int b = 0; b < bk.n; b++) /* a bucket travels as a chunk does */
+    flat_chunk(&t, bk.home[b], 4.0 * (double)bk.floats[b]);
+  out->buckets = bk.n;
   for (int k = 0; rc == 0 && k < n; k++) {
     out->chunks += (int64_t)ch[k].cmt * ch[k].nt;
-    for (int I = 0; I < ch[k].cmt; I++)
+    for (int I = 0; I < ch[k].cmt && !bk.n; I++)
       for (int j = 0; j < ch[k].nt; j++) {
         double b = (double)tsr__chunks_piece_bytes(&sh[k], ch[k].cr, I, j);
         int c = I * ch[k].nt + j;
@@ -595,6 +604,7 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
   for (int a = 0; rc == 0 && a < t.nodes; a++)
     if (t.node_out[a] > out->node_sent_max) out->node_sent_max = t.node_out[a];
   if (rc == 0) tsr__chunks_free(ch, n);
+  tsr__buckets_free(&bk);
   free(sh), free(ch), free(buf);
   return rc;
 }

@@ -31,12 +31,14 @@ typedef struct {
   double intra_sent_max, intra_messages_max; /* to ranks of its node: the busiest rank */
   double inter_messages_max;                 /* to other nodes: the busiest rank */
   double node_sent_max; /* bytes the busiest node's ranks send to other nodes together */
+  int64_t buckets;      /* with bucket_bytes: the buckets */
 } tsr__plan_average_t;
 
 /* Chunks and homes as sync.c averages them (parallel/chunks.h, the same code: flat, or
- * two_level), then the bytes and messages each rank and node moves. */
+ * two_level; flat with bucket_bytes > 0 in buckets of that size, each one message), then the
+ * bytes and messages each rank and node moves. */
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
-                      bool two_level, tsr__plan_average_t *out);
+                      bool two_level, uint64_t bucket_bytes, tsr__plan_average_t *out);
 
 /* Seconds of one averaging costed with m's alpha, beta and gamma: the busiest rank's messages
  * and bytes inside its node at intra_alpha and intra_beta, plus its messages to other nodes at

@@ -304,6 +304,30 @@ int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *t
   return 0;
 }
 
+/* How averages over every rank travel (tsr_run_setup_t.averaging), by the engine's rule on the
+ * nodes it will use: --node-size's, or those MPI sees (collective). */
+static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
+  int g = s->sync.node_size, nodes = 1, per_node = s->ranks;
+  if (g > 0) {
+    nodes = (s->ranks + g - 1) / g, per_node = g < s->ranks ? g : s->ranks;
+  } else if (tsr_dist_active()) {
+    int node_of[TSR_MAX_RANKS], count[TSR_MAX_RANKS] = {0};
+    nodes = tsr_dist_nodes(node_of), per_node = 0;
+    for (int q = 0; q < s->ranks; q++)
+      if (++count[node_of[q]] > per_node) per_node = count[node_of[q]];
+  }
+  const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
+  if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return; /* none */
+  bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
+  if (tsr__replicas_two_level(&s->sync, grid_rows(c), uneven, nodes, per_node))
+    snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks", nodes, per_node);
+  else if (s->sync.bucket_mb > 0)
+    snprintf(s->averaging, sizeof s->averaging, "flat, buckets of %g MiB",
+             (double)s->sync.bucket_mb);
+  else
+    snprintf(s->averaging, sizeof s->averaging, "flat");
+}
+
 int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
                   const tsr_dataset_t *train, tsr_errbuf_t *err) {
   *net = NULL;
@@ -311,6 +335,7 @@ int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c
     return tsr_dist_agree(tsr_error_set(err, TSR_EINVAL, "tsr_run_build needs the model's spec"),
                           err, err);
   int rc = tsr_dist_agree(tsr_run_setup(s, c, err), err, err);
+  if (rc == 0) describe_averaging(s, c);
   if (rc == 0)
     rc =
         tsr_dist_agree(tsr_net_create(net, c->spec, c->inputs, c->classes, &s->net, err), err, err);
