@@ -580,14 +580,15 @@ static int announce(run_t *r) {
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
     if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
     if (tsr_dist_size() > 1 && cfg->net.grid_rows > 1)
-      printf(", %d ranks as a %dx%d grid (sync %s across columns, MPI progress: %s), batch %d "
-             "per grid column",
+      printf(", %d ranks as a %dx%d grid (sync %s across columns%s%s, MPI progress: %s), batch "
+             "%d per grid column",
              tsr_dist_size(), cfg->net.grid_rows, r->setup.replicas, r->sync_text,
+             r->setup.averaging[0] ? ", averaging " : "", r->setup.averaging,
              tsr_runtime_mpi_progress(), cfg->net.batch);
     else if (tsr_dist_size() > 1)
-      printf(", %d ranks (sync %s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
-             r->sync_text, tsr_runtime_mpi_progress(), cfg->net.batch);
-    if (r->setup.averaging[0]) printf(", averaging %s", r->setup.averaging);
+      printf(", %d ranks (sync %s%s%s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
+             r->sync_text, r->setup.averaging[0] ? ", averaging " : "", r->setup.averaging,
+             tsr_runtime_mpi_progress(), cfg->net.batch);
     if (r->lr != cfg->net.opt.lr)
       printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
              cfg->net.grid_rows > 1 ? "grid columns" : "ranks");
