@@ -601,7 +601,9 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
         for (int j = 0; j < rp->nt && rc == 0; j++) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
-          if (rc == 0 && s == 0 && fednova && r->rank == home_in(g, rp, I, j)) {
+          /* The home in the chunk's scope (under a grid, in its grid row): where acc is. */
+          bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);
+          if (rc == 0 && s == 0 && fednova && at_home) {
             /* acc = x + lambda (x~ - x): FedNova's step from the anchor x; the outer
              * optimizer (if any) then takes it as the mean, and its anchor moves; else it
              * becomes the anchor itself. */
@@ -611,8 +613,7 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
             if (rc == 0 && !outer) rc = tsr__tile_copy(&local, rp->anchor, rp->acc, I, j);
           }
           if (rc == 0 && s == 0 && outer) {
-            if (r->rank == home_in(g, rp, I, j))
-              rc = tsr__outer_step_tile(r->outer, k, I, j, result, gamma, &local);
+            if (at_home) rc = tsr__outer_step_tile(r->outer, k, I, j, result, gamma, &local);
             result = tsr__outer_anchor(r->outer, k);
           }
           if (rc == 0) rc = gather_chunk(&o, r, rp, gi, result, I, j, views[s], true, I, j);
@@ -977,8 +978,9 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
                                       rank_zero, NULL);
-  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
-  if (rc == 0 && pr == 1) rc = start_equal(r);
+  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal; the
+   * outer optimizer's anchors still start from them. */
+  if (rc == 0) rc = pr == 1 ? start_equal(r) : set_anchors(r);
   if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
   if (rc == 0 && r->batch && net->grad_sq) rc = clip_views(r);
   if (rc) {
