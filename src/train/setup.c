@@ -101,11 +101,10 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
     return refuse_under_grid(c, what, tsr__sync_policy(&sync->schedule)->grid_refusal, err);
   }
-  if (across && sync->outer.kind != TSR_OUTER_NONE)
-    return refuse_under_grid(c, "--outer (across several grid columns) is", NULL, err);
-  /* Weight averaging across grid columns keeps each column's optimizer state, spread over
-   * its ranks: one rank's is not the column's, and the file holds one per rank. */
-  if (across && c->checkpoint && !traits->meets_every_step &&
+  /* Weight averaging across grid columns (post-local's too, once local) keeps each column's
+   * optimizer state, spread over its ranks: one rank's is not the column's, and the file holds
+   * one per rank. */
+  if (across && c->checkpoint && (!traits->meets_every_step || traits->averages_weights) &&
       tsr_optimizer_nstate(&c->net.opt) > 0) {
     char policy[64];
     tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
