@@ -734,6 +734,13 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
   cr_assert(strstr(err.msg, "--grid 2x2: --sync hier:2,4") && strstr(err.msg, "--grid 1x4"), "%s",
             err.msg);
+  cr_assert(strstr(err.msg, "groups of whole columns are not built"), "%s", err.msg);
+  /* post-local and an outer optimizer across grid columns (tests/test_grid_sync.sh). */
+  cr_assert_eq(tsr_sync_parse(&sync, "post-local:1,2", &err), 0);
+  cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
+  cr_assert_eq(tsr_outer_init(&sync.outer, "slowmo", &err), 0);
+  cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert(s->replicas == 2 && s->replica == 0, "rank 1 sits in grid column 0 of 2");
@@ -744,6 +751,12 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert(strstr(err.msg, "--grid 2x2 --sync epoch: --checkpoint and --resume cannot keep") &&
                 strstr(err.msg, "--sync batch") && strstr(err.msg, "--momentum 0"),
             "%s", err.msg);
+  /* post-local too: once local, each column keeps its own. */
+  cr_assert_eq(tsr_sync_parse(&sync, "post-local:1,2", &err), 0);
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--grid 2x2 --sync post-local:1,2: --checkpoint and --resume"), "%s",
+            err.msg);
+  cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);
   float momentum = c.net.opt.momentum;
   c.net.opt.momentum = 0;
   cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);

@@ -359,9 +359,10 @@ struct tsr_run_setup {
 TSR_API void tsr_run_config_init(tsr_run_config_t *c);
 /* The combinations alone, before any data is read: the policy's options (tsr_sync_check), at
  * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
- * (checkpoints; --shares and --weighting steps; under several columns the policies without
- * tsr_sync_traits_t.grid_columns and --outer), --shares against the ranks. TSR_EINVAL with a
- * message naming the options and the fix (tessera train exits 2 on it). */
+ * (checkpoints of each column's own optimizer state; --shares and --weighting steps; under
+ * several columns the policies without tsr_sync_traits_t.grid_columns), --shares against the
+ * ranks. TSR_EINVAL with a message naming the options and the fix (tessera train exits 2 on
+ * it). */
 TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
  * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as

@@ -28,6 +28,8 @@ typedef struct {
   int (*describe)(const tsr_sync_schedule_t *s, char *buf, int size);
   /* The replicas keep a global copy each rank folds itself into (async-epoch). */
   bool folds;
+  /* Without traits.grid_columns: why several grid columns cannot take it, for the refusal. */
+  const char *grid_refusal;
   /* Hooks (NULL: nothing to do), with the replicas' own copy of the schedule; each returns 0
    * or a TSR_E* code. create: once the replicas are laid out, before their tiles exist.
    * epoch_begin: before each epoch's first step (epoch from 1), with the steps taken so far.

@@ -806,9 +806,9 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
         for (int j = 0; j < rp->nt && rc == 0; j++) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
-          if (rc == 0 && s == 0)
-            rc = step_chunk(r, rp, gi, outer, fednova, r->rank == home_in(g, rp, I, j), I, j,
-                            &result);
+          /* The home in the chunk's scope (under a grid, in its grid row): where acc is. */
+          bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);
+          if (rc == 0 && s == 0) rc = step_chunk(r, rp, gi, outer, fednova, at_home, I, j, &result);
           if (rc == 0) rc = gather_chunk(&o, r, rp, gi, result, I, j, views[s], true, I, j);
         }
   }
@@ -1239,8 +1239,9 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
                                       rank_zero, NULL);
-  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal. */
-  if (rc == 0 && pr == 1) rc = start_equal(r);
+  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal; the
+   * outer optimizer's anchors still start from them. */
+  if (rc == 0) rc = pr == 1 ? start_equal(r) : set_anchors(r);
   if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
   if (rc == 0 && r->batch && net->grad_sq) rc = clip_views(r);
   if (rc) {

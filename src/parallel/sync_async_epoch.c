@@ -37,5 +37,8 @@ const tsr__sync_policy_t tsr__sync_async_epoch = {
     .parse = parse,
     .describe = describe,
     .folds = true,
+    .grid_refusal = "it folds each rank's whole tiles into one global copy homed over every rank, "
+                    "where a grid column's ranks each hold only their grid row's slice, and a "
+                    "fold by grid row is not built",
     .epoch_end = epoch_end,
 };

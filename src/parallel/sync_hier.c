@@ -47,6 +47,9 @@ const tsr__sync_policy_t tsr__sync_hier = {
               "numbers >= 1)",
     .parse = parse,
     .describe = describe,
+    .grid_refusal = "its groups are sets of ranks (a node's, or G consecutive ones), but under a "
+                    "grid a replica is a grid column of Pr ranks, averaged grid row by grid row, "
+                    "and groups of whole columns are not built",
     .create = create,
     .after_step = after_step,
     .epoch_end = epoch_end,

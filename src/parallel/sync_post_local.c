@@ -40,6 +40,7 @@ const tsr__sync_policy_t tsr__sync_post_local = {
                .meets_every_step = true,
                .averages_weights = true,
                .counts_steps = true,
+               .grid_columns = true,
                .needs_ranks = true},
     .forms = (const char *const[]){"post-local:E,K", NULL},
     .counts = "E,K: epochs of batch averaging, then steps between averages (whole numbers >= 1)",

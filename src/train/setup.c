@@ -35,16 +35,18 @@ static bool grid_columns(const tsr_sync_traits_t *t) {
   return t->grid_columns;
 }
 
-/* "--grid PrxPc: WHAT not supported under a grid yet; use --sync ... without them, or --grid
- * 1xP". */
-static int refuse_under_grid(const tsr_run_config_t *c, const char *what, tsr_errbuf_t *err) {
+/* "--grid PrxPc: WHAT not supported under a grid yet[: WHY]; use --sync ... without them, or
+ * --grid 1xP" (why: NULL, none said). */
+static int refuse_under_grid(const tsr_run_config_t *c, const char *what, const char *why,
+                             tsr_errbuf_t *err) {
   int ranks = ranks_of(c), pr = grid_rows(c);
   char ok[128];
   tsr__sync_list(ok, sizeof ok, grid_columns, true);
   return tsr_error_set(err, TSR_EINVAL,
-                       "--grid %dx%d: %s not supported under a grid yet; use --sync %s without "
-                       "them, or --grid 1x%d",
-                       pr, c->grid_cols > 0 ? c->grid_cols : ranks / pr, what, ok, ranks);
+                       "--grid %dx%d: %s not supported under a grid yet%s%s; use --sync %s "
+                       "without them, or --grid 1x%d",
+                       pr, c->grid_cols > 0 ? c->grid_cols : ranks / pr, what, why ? ": " : "",
+                       why ? why : "", ok, ranks);
 }
 
 /* What the model's layers refuse of the run (a batch a layer cannot take, --sync-bn without a
@@ -92,17 +94,17 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   bool grid = pr > 1, across = grid && ranks > pr; /* several grid columns */
   bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
   char what[160];
-  if (across && !tsr_sync_traits(&sync->schedule)->grid_columns) {
+  const tsr_sync_traits_t *traits = tsr_sync_traits(&sync->schedule);
+  if (across && !traits->grid_columns) {
     char policy[64];
     tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
     snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
-    return refuse_under_grid(c, what, err);
+    return refuse_under_grid(c, what, tsr__sync_policy(&sync->schedule)->grid_refusal, err);
   }
-  if (across && sync->outer.kind != TSR_OUTER_NONE)
-    return refuse_under_grid(c, "--outer (across several grid columns) is", err);
-  /* Weight averaging across grid columns keeps each column's optimizer state, spread over
-   * its ranks: one rank's is not the column's, and the file holds one per rank. */
-  if (across && c->checkpoint && !tsr_sync_traits(&sync->schedule)->meets_every_step &&
+  /* Weight averaging across grid columns (post-local's too, once local) keeps each column's
+   * optimizer state, spread over its ranks: one rank's is not the column's, and the file holds
+   * one per rank. */
+  if (across && c->checkpoint && (!traits->meets_every_step || traits->averages_weights) &&
       tsr_optimizer_nstate(&c->net.opt) > 0) {
     char policy[64];
     tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
@@ -117,7 +119,7 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   if (sync->bucket_mb > 0 && no_buckets)
     return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
   if (grid && (uneven || sync->by_steps))
-    return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", err);
+    return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", NULL, err);
   if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
   const char *flat_only = tsr__replicas_flat_only(sync, pr, uneven);
   if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
@@ -127,7 +129,7 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     return tsr_error_set(err, TSR_EINVAL,
                          "--sync-bn reduces batchnorm statistics across MPI ranks, and this run "
                          "has one: start it under mpirun -np P (P >= 2), or leave --sync-bn out");
-  if (sync->sync_bn && grid) return refuse_under_grid(c, "--sync-bn is", err);
+  if (sync->sync_bn && grid) return refuse_under_grid(c, "--sync-bn is", NULL, err);
   if (sync->sync_bn && uneven)
     return tsr_error_set(err, TSR_EINVAL,
                          "--sync-bn needs every rank to take the same batch: leave --shares out "
