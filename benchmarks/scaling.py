@@ -13,7 +13,8 @@ in the last); PyTorch trains for --seconds after warm-up on synthetic data.
 
 A policy may name how its averages travel: batch@two-level:4 runs --sync batch
 --allreduce two-level --node-size 4 (nodes of 4 ranks on this one machine),
-batch@flat --allreduce flat; without @ the engine's default (auto).
+batch@flat --allreduce flat, batch@bucket:25 --allreduce flat --bucket-mb 25;
+without @ the engine's default (auto).
 
 --tiles R1xC1,R2xC2,... also runs tessera --sync epoch at the largest P with
 each tile and reports the default tile's rate against the best of them.
@@ -22,7 +23,7 @@ Writes OUT/scaling.csv, OUT/scaling.md (the table) and, with matplotlib,
 OUT/scaling.png (samples/s and efficiency against ranks).
 
   /usr/bin/python3 benchmarks/scaling.py [--ranks 1,2,4,8,16] [--workers 1]
-      [--policies batch,every=8,epoch,batch@two-level:4] [--samples 30000] [--epochs 2] [--seconds 8]
+      [--policies batch,every=8,epoch,batch@two-level:4,batch@bucket:25] [--samples 30000] [--epochs 2] [--seconds 8]
       [--tiles 32x256,64x256,64x1024] [--out DIR] [--force] [--plot-only]
 """
 import argparse
@@ -50,7 +51,9 @@ def tessera(args, ranks, policy, tile=None):
         if ranks > 1:
             sync, _, travel = policy.partition("@")
             cmd += ["--sync", sync]
-            if travel:
+            if travel.startswith("bucket:"):
+                cmd += ["--allreduce", "flat", "--bucket-mb", travel.partition(":")[2]]
+            elif travel:
                 allreduce, _, nodes = travel.partition(":")
                 cmd += ["--allreduce", allreduce] + (["--node-size", nodes] if nodes else [])
         if tile:
