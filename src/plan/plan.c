@@ -416,10 +416,12 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
 
   /* Memory: what the layout counts for row 0, the busiest (tsr_net_estimate's figures:
    * parameters with gradient and state, activations, the workers' scratch), and the
-   * averaging's sums (its chunks; batch: and their updated copies). */
+   * averaging's sums (its chunks; batch: and their updated copies; with buckets each rank's row
+   * of every bucket, the whole model). */
   const tsr_net_memory_t *mem = &lay->memory;
-  row->memory_bytes =
-      (double)mem->total + (pc > 1 ? (double)mem->params / pc * (grads ? 2 : 1) : 0);
+  row->memory_bytes = (double)mem->total +
+                      (pc > 1 ? (double)mem->params / pc * (grads ? 2 : 1) : 0) +
+                      (pc > 1 && a.buckets ? (double)mem->params : 0);
   free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
   return 0;
 }
