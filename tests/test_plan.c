@@ -59,7 +59,7 @@ Test(plan, two_ranks_send_the_model_once_per_average) {
    * rank 0 sends the result back (gather): each sends |W| in one message. */
   tsr__plan_param_t p = {784, 512, 784, 512};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 2, 1, false, 0, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 2, 1, false, 0, NULL, &a), 0);
   cr_expect_eq(a.chunks, 1);
   cr_expect_eq(a.sent_max, 784.0 * 512 * 4);
   cr_expect_eq(a.sent_rank0, 784.0 * 512 * 4);
@@ -72,7 +72,7 @@ Test(plan, four_ranks_move_the_ring_optimum) {
    * which the ring all-reduce also moves; at alpha 1 us and beta 1 ns/B: 24 us + 6.29 ms. */
   tsr__plan_param_t p = {1024, 1024, 256, 256};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 4, 1, false, 0, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 1, false, 0, NULL, &a), 0);
   double w = 1024.0 * 1024 * 4;
   cr_expect_eq(a.chunks, 16);
   cr_expect_eq(a.sent_max, 2.0 * 3 / 4 * w);
@@ -82,13 +82,40 @@ Test(plan, four_ranks_move_the_ring_optimum) {
   cr_expect_float_eq(tsr__plan_average_seconds(&a, &m), 24e-6 + 1.5 * w * 1e-9, 1e-12);
 }
 
+Test(plan, buckets_send_one_message_per_bucket) {
+  /* The same 16 tiles on 4 ranks, two matrices of 512 x 1024 (8 tiles each). Buckets of 64 MiB:
+   * one a home (4 tiles, 1 MiB), so each rank sends 3 buckets (one to each other home) and its
+   * own to 3 ranks: 6 = 2 (P - 1) messages, flat's bytes; every bucket closes with its chunk of
+   * matrix 0 (packed last), so all the bytes start after matrix 0's gradient. Buckets of 256
+   * KiB (one tile): every chunk its own bucket, flat's 24 messages, and each matrix's bytes
+   * start with its own gradient. */
+  tsr__plan_param_t p[2] = {{512, 1024, 256, 256}, {512, 1024, 256, 256}};
+  tsr__plan_average_t a, flat, tile;
+  double release[2], own[2];
+  cr_assert_eq(tsr__plan_average(p, 2, 4, 1, false, 0, NULL, &flat), 0);
+  cr_assert_eq(tsr__plan_average(p, 2, 4, 1, false, 64u << 20, release, &a), 0);
+  double w = 1024.0 * 1024 * 4;
+  cr_expect_eq(a.buckets, 4);
+  cr_expect_eq(a.messages_max, 6);
+  cr_expect_eq(flat.messages_max, 24);
+  cr_expect_eq(a.sent_max, flat.sent_max);
+  cr_expect_eq(a.sent_max, 2.0 * 3 / 4 * w);
+  cr_expect_eq(release[0], w);
+  cr_expect_eq(release[1], 0);
+  cr_assert_eq(tsr__plan_average(p, 2, 4, 1, false, 256u << 10, own, &tile), 0);
+  cr_expect_eq(tile.buckets, 16);
+  cr_expect_eq(tile.messages_max, 24);
+  cr_expect_eq(own[0], w / 2);
+  cr_expect_eq(own[1], w / 2);
+}
+
 Test(plan, three_ranks_cut_a_tile_into_bands) {
   /* One 300 x 256 tile on 3 ranks: whole, its home would send 2 |W| > 1.05 x 4/3 |W|, so sync.c
    * cuts it for 1/3 of the model each: bands of 100 rows (the divisor of 300 nearest 76800 / 3
    * floats / 256 columns), one homed per rank: |W| + |W| / 3 sent, 2 + 2 messages. */
   tsr__plan_param_t p = {300, 256, 300, 256};
   tsr__plan_average_t a;
-  cr_assert_eq(tsr__plan_average(&p, 1, 3, 1, false, 0, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 3, 1, false, 0, NULL, &a), 0);
   double w = 300.0 * 256 * 4;
   cr_expect_eq(a.chunks, 3);
   cr_expect_float_eq(a.sent_max, w + w / 3, 1e-6);
@@ -106,7 +133,7 @@ Test(plan, two_levels_send_the_ring_optimum_between_nodes) {
    * both ranks of the other node). */
   tsr__plan_param_t p = {1024, 1024, 256, 256};
   tsr__plan_average_t a, flat;
-  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, true, 0, &a), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, true, 0, NULL, &a), 0);
   double w = 1024.0 * 1024 * 4;
   cr_expect_eq(a.chunks, 16);
   cr_expect_eq(a.intra_sent_max, w);
@@ -116,7 +143,7 @@ Test(plan, two_levels_send_the_ring_optimum_between_nodes) {
   cr_expect_eq(a.sent_max, 1.5 * w);
   cr_expect_eq(a.messages_max, 24);
   cr_expect_eq(a.reduced_max, w / 2 + w / 4);
-  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, false, 0, &flat), 0);
+  cr_assert_eq(tsr__plan_average(&p, 1, 4, 2, false, 0, NULL, &flat), 0);
   cr_expect_eq(flat.sent_max, 1.5 * w);
   cr_expect_eq(flat.node_sent_max, 2 * w);
   /* Intra-node links 10x faster: two levels cost 16 x 0.1 us + |W| x 0.1 ns inside, 8 us +

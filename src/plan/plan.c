@@ -249,11 +249,15 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 /* Row 0's slice of every parameter, layer by layer in the layout's order: a spread layer's
  * tile columns j with j mod Pr = 0 (as separate matrices when Pr > 1, each tile column's
  * parameters in turn), a replicated layer's parameters whole. */
-static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int *n,
-                      double *layer_bytes) {
+static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int **layer_of,
+                      int *n, double *layer_bytes) {
   int cap = 16, cnt = 0;
   tsr__plan_param_t *ps = malloc(sizeof *ps * (size_t)cap);
-  if (!ps) return TSR_ENOMEM;
+  int *of = malloc(sizeof *of * (size_t)cap);
+  if (!ps || !of) {
+    free(ps), free(of);
+    return TSR_ENOMEM;
+  }
   for (int k = 0; k < lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &lay->layers[k];
     layer_bytes[k] = 0;
@@ -268,19 +272,21 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
         int64_t cols = sliced ? tsize(p->cols, pnb, j) : p->cols;
         tsr__plan_param_t add = {p->rows, cols, kb, imin(pnb, (int)cols)};
         if (cnt == cap) {
-          tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap *= 2));
-          if (!more) {
-            free(ps);
+          tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap * 2));
+          if (more) ps = more;
+          int *more_of = more ? realloc(of, sizeof *of * (size_t)(cap * 2)) : NULL;
+          if (!more_of) {
+            free(ps), free(of);
             return TSR_ENOMEM;
           }
-          ps = more;
+          of = more_of, cap *= 2;
         }
-        ps[cnt++] = add;
+        of[cnt] = k, ps[cnt++] = add;
         layer_bytes[k] += 4.0 * (double)add.rows * (double)add.cols;
       }
     }
   }
-  *out = ps, *n = cnt;
+  *out = ps, *layer_of = of, *n = cnt;
   return 0;
 }
 
@@ -360,9 +366,11 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
 
   /* Across columns. */
   tsr__plan_param_t *ps = NULL;
-  int nps = 0;
+  int nps = 0, *layer_of = NULL;
   double slice = 0;
-  int rc = row0_slice(lay, pr, &ps, &nps, layer_bytes);
+  int rc = row0_slice(lay, pr, &ps, &layer_of, &nps, layer_bytes);
+  double *release = rc == 0 ? calloc((size_t)nps + 1, sizeof *release) : NULL;
+  if (rc == 0 && !release) rc = TSR_ENOMEM;
   tsr__plan_average_t a = {0};
   /* The averaging's nodes: a grid row's ranks (one per column) spread over them, per_node / Pr
    * a node; two levels as the engine decides (tsr__replicas_create: never under a grid). */
@@ -374,14 +382,20 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   row->two_level = tsr__replicas_two_level(&as_run, pr, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
   uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0;
-  if (rc == 0 && pc > 1) rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, bucket, &a);
+  if (rc == 0 && pc > 1)
+    rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, bucket, release, &a);
   row->buckets = a.buckets;
   /* A node holds ranks of min(Pr, node_size) grid rows, each row averaging its own slice at
    * the same time: their bytes to other nodes share the node's link. */
   a.node_sent_max *= pr < node_size ? pr : node_size;
-  free(ps);
+  /* What each layer's backward pass lets start: with buckets, the buckets it closes. */
+  double *released = calloc((size_t)lay->n_layers + 1, sizeof *released);
+  if (rc == 0 && !released) rc = TSR_ENOMEM;
+  for (int k = 0; rc == 0 && k < nps; k++)
+    released[layer_of[k]] += pc > 1 ? release[k] : 4.0 * (double)ps[k].rows * (double)ps[k].cols;
+  free(ps), free(layer_of), free(release);
   if (rc) {
-    free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
+    free(bwd), free(layer_bytes), free(released), tsr__net_layout_fini(lay);
     return rc;
   }
   for (int k = 0; k < lay->n_layers; k++)
@@ -402,7 +416,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
     double t = 0, link = 0;
     for (int k = lay->n_layers - 1; k >= 0; k--) {
       t += c.bwd[k] * scale;
-      double share = slice > 0 ? layer_bytes[k] / slice : 0;
+      double share = slice > 0 ? released[k] / slice : 0;
       if (share > 0) link = (link > t ? link : t) + avg_s * share;
     }
     row->exposed_sync_s = link > t ? link - t : 0;
@@ -422,7 +436,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   row->memory_bytes = (double)mem->total +
                       (pc > 1 ? (double)mem->params / pc * (grads ? 2 : 1) : 0) +
                       (pc > 1 && a.buckets ? (double)mem->params : 0);
-  free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
+  free(bwd), free(layer_bytes), free(released), tsr__net_layout_fini(lay);
   return 0;
 }
 
@@ -539,8 +553,11 @@ static void two_level_chunk(traffic_t *t, int m, int l, double b) {
 }
 
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
-                      bool two_level, uint64_t bucket_bytes, tsr__plan_average_t *out) {
+                      bool two_level, uint64_t bucket_bytes, double *release,
+                      tsr__plan_average_t *out) {
   memset(out, 0, sizeof *out);
+  for (int k = 0; release && k < n; k++)
+    release[k] = 4.0 * (double)params[k].rows * (double)params[k].cols;
   int64_t total = 0;
   for (int k = 0; k < n; k++)
     total += params[k].rows * params[k].cols;
@@ -576,6 +593,20 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
   for (int b = 0; b < bk.n; b++) /* a bucket travels as a chunk does */
     flat_chunk(&t, bk.home[b], 4.0 * (double)bk.floats[b]);
   out->buckets = bk.n;
+  if (release && bk.n) { /* a bucket starts once its last chunk is packed: the lowest k's */
+    for (int k = 0; k < n; k++)
+      release[k] = 0;
+    int *last = malloc(sizeof *last * (size_t)bk.n);
+    if (!last) rc = TSR_ENOMEM;
+    for (int b = 0; last && b < bk.n; b++)
+      last[b] = n;
+    for (int k = 0; last && k < n; k++)
+      for (int c = 0; c < ch[k].cmt * ch[k].nt; c++)
+        if (last[ch[k].bucket[c]] > k) last[ch[k].bucket[c]] = k;
+    for (int b = 0; last && b < bk.n; b++)
+      release[last[b]] += 4.0 * (double)bk.floats[b];
+    free(last);
+  }
   for (int k = 0; rc == 0 && k < n; k++) {
     out->chunks += (int64_t)ch[k].cmt * ch[k].nt;
     for (int I = 0; I < ch[k].cmt && !bk.n; I++)

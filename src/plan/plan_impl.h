@@ -36,9 +36,13 @@ typedef struct {
 
 /* Chunks and homes as sync.c averages them (parallel/chunks.h, the same code: flat, or
  * two_level; flat with bucket_bytes > 0 in buckets of that size, each one message), then the
- * bytes and messages each rank and node moves. */
+ * bytes and messages each rank and node moves. release, where not NULL ([n]): the bytes whose
+ * averaging can start once parameter k's gradient is handed over: its own, or with buckets
+ * those of each bucket whose last chunk is packed from it (parameters are packed last to
+ * first). */
 int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per_node,
-                      bool two_level, uint64_t bucket_bytes, tsr__plan_average_t *out);
+                      bool two_level, uint64_t bucket_bytes, double *release,
+                      tsr__plan_average_t *out);
 
 /* Seconds of one averaging costed with m's alpha, beta and gamma: the busiest rank's messages
  * and bytes inside its node at intra_alpha and intra_beta, plus its messages to other nodes at
