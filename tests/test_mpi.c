@@ -2238,9 +2238,12 @@ static void test_two_level(void) {
  *     other rank, where flat sends one a chunk; StarPU-MPI counts the same bytes as flat's (the
  *     same chunks travel) and the engine's count of them;
  *   - buckets of 4 KiB: more messages than one a home, fewer than one a chunk;
- *   - the weights end where flat's do (1e-5 relative: the copies are added as they arrive), and
- *     in deterministic mode bit for bit, after an epoch of batch and of every=2 with
- *     --sync-state, since each float sums in the same rank order. */
+ *   - two levels, nodes of P / 2, one bucket a home: StarPU-MPI counts the same bytes between the
+ *     nodes as without buckets, and the busiest rank sends fewer messages;
+ *   - the weights end where flat's (two levels': without buckets) do (1e-5 relative: the copies
+ *     are added as they arrive), and in deterministic mode bit for bit, after an epoch of batch
+ *     and of every=2 with --sync-state, flat and two-level, since each float sums in the same
+ *     order. */
 static void test_buckets(void) {
   load(16 * size * 3);
   levels_run_t flat = levels_run(TSR_ALLREDUCE_FLAT, 1, 16, 16);
@@ -2272,27 +2275,49 @@ static void test_buckets(void) {
            "three (StarPU-MPI)\n",
            size, one.messages, small.messages, flat.messages, flat.rank_bytes);
   free(flat.w), free(one.w), free(small.w);
-  /* Deterministic mode: batch, and weight averages with state (momentum). */
+  /* Two levels, nodes of P / 2: buckets between the nodes carry the same bytes in fewer
+   * messages. */
+  const int g = size / 2;
+  levels_run_t two = levels_run(TSR_ALLREDUCE_TWO_LEVEL, g, 16, 16);
+  bucket_mb = 25;
+  levels_run_t twob = levels_run(TSR_ALLREDUCE_TWO_LEVEL, g, 16, 16);
+  bucket_mb = 0;
+  CHECK(two.node_bytes > 0 && fabs(twob.node_bytes - two.node_bytes) <= 1e-3 * two.node_bytes,
+        "two levels: StarPU-MPI counted %.0f bytes a step between nodes with buckets, %.0f without",
+        twob.node_bytes, two.node_bytes);
+  CHECK(twob.messages < two.messages, "two levels: %.0f messages a step with buckets, %.0f without",
+        twob.messages, two.messages);
+  double d2 = max_rel_diff(twob.w, two.w, two.n);
+  CHECK(d2 <= 1e-5, "two levels in buckets: the weights end %g (relative) from without", d2);
+  if (rank == 0)
+    printf("--bucket-mb 25, two levels, 2 nodes of %d: the busiest node sent %.0f bytes a step to "
+           "the other (%.0f without buckets), the busiest rank %.0f messages (%.0f without)\n",
+           g, twob.node_bytes, two.node_bytes, twob.messages, two.messages);
+  free(two.w), free(twob.w);
+  /* Deterministic mode: batch, and weight averages with state (momentum), flat and two-level. */
   static const char *const policies[] = {"batch", "every=2"};
-  for (int c = 0; c < 2; c++) {
+  for (int c = 0; c < 4; c++) {
     tsr_net_t *bucketed = make_net(32, 0.9f), *chunked = make_net(32, 0.9f);
-    run_t run = {.epochs = 1, .deterministic = true, .shuffle = true, .average_state = c == 1};
+    run_t run = {.epochs = 1, .deterministic = true, .shuffle = true, .average_state = c % 2};
+    allreduce = c < 2 ? TSR_ALLREDUCE_FLAT : TSR_ALLREDUCE_TWO_LEVEL, node_size = c < 2 ? 0 : g;
     bucket_mb = 4.0f / 1024;
-    train_with(bucketed, policies[c], run);
+    train_with(bucketed, policies[c % 2], run);
     bucket_mb = 0;
-    train_with(chunked, policies[c], run);
+    train_with(chunked, policies[c % 2], run);
     int64_t n;
     float *a = params(bucketed, &n), *b = params(chunked, &n);
     CHECK(memcmp(a, b, sizeof(float) * (size_t)n) == 0,
-          "--sync %s --deterministic: the weights in buckets differ from flat's", policies[c]);
-    CHECK(replicas_equal(a, n), "%s in buckets: the replicas differ at the end", policies[c]);
+          "--sync %s --allreduce %s --deterministic: the weights in buckets differ from without",
+          policies[c % 2], c < 2 ? "flat" : "two-level");
+    CHECK(replicas_equal(a, n), "%s in buckets: the replicas differ at the end", policies[c % 2]);
     free(a), free(b);
     tsr_net_destroy(&bucketed), tsr_net_destroy(&chunked);
   }
+  allreduce = TSR_ALLREDUCE_AUTO, node_size = 0;
   if (rank == 0)
-    printf("--bucket-mb: batch %.1e from flat; deterministic batch and every=2 --sync-state end "
-           "bit for bit as flat\n",
-           d);
+    printf("--bucket-mb: batch %.1e from flat, %.1e from two levels without; deterministic batch "
+           "and every=2 --sync-state end bit for bit as without buckets, flat and two-level\n",
+           d, d2);
 }
 
 int main(int argc, char **argv) {

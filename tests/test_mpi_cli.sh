@@ -222,14 +222,12 @@ expect 2 "--allreduce two-level: async-epoch folds one rank's weights" 60 -- \
   --allreduce two-level
 expect 2 "--allreduce two-level: --shares other than uniform places the chunks' homes" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --shares 1,2 --allreduce two-level
-# --bucket-mb packs the flat scheme's chunks: refused where there are none to pack, naming why.
+# --bucket-mb packs the chunks of averages: refused where there are none to pack, naming why.
 expect 2 "--bucket-mb -1: expected a number of MiB from 0 to 1e6" 30 -- "$tessera" train --bucket-mb -1
 expect 2 "--bucket-mb: a grid averages each slice over its grid row.*leave --bucket-mb out" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x1 --bucket-mb 1
 expect 2 "--bucket-mb: async-epoch folds whole tiles" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --sync async-epoch --bucket-mb 1
-expect 2 "--allreduce two-level: --bucket-mb packs the chunks of the flat scheme" 60 -- \
-  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --bucket-mb 1 --allreduce two-level
 
 # --grid PrxPc: bad values exit 2 naming the option; a grid run learns, evaluates and logs each
 # rank's transfers, and StarPU-MPI's own count of the bytes inside a grid column equals the

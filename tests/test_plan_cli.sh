@@ -143,6 +143,7 @@ measured 4 batch mlp:128,64 1536 --node-size 2 --allreduce two-level
 measured 4 every=4 mlp:128,64 1536 --node-size 2 --allreduce two-level
 measured 4 batch mlp:128,64 1536 --tile 16 --bucket-mb 0.01
 measured 3 every=4 mlp:128,64 1536 --tile 16 --bucket-mb 25
+measured 4 batch mlp:128,64 1536 --tile 16 --node-size 2 --allreduce two-level --bucket-mb 0.01
 grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
 grid 2 2x1 batch cnn 256

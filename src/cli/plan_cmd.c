@@ -45,7 +45,7 @@ static void usage(FILE *out) {
           "  --allreduce A       as tessera train's: flat, two-level or auto (two-level\n"
           "                      where several nodes hold several ranks) [auto]\n"
           "  --node-size G       ranks per node [the machine's ranks_per_node]\n"
-          "  --bucket-mb M       as tessera train's: flat averages in buckets of M MiB [0]\n"
+          "  --bucket-mb M       as tessera train's: averages in buckets of M MiB [0]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
@@ -116,10 +116,12 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
       snprintf(avg, sizeof avg, "-");
     else if (r->two_level)
       snprintf(avg, sizeof avg, "two-level, %d nodes of %d", r->nodes, r->node_size);
-    else if (r->buckets)
-      snprintf(avg, sizeof avg, "flat, %lld buckets", (long long)r->buckets);
     else
       snprintf(avg, sizeof avg, "flat");
+    if (r->pc >= 2 && r->buckets) {
+      size_t at = strlen(avg);
+      snprintf(avg + at, sizeof avg - at, ", %lld buckets", (long long)r->buckets);
+    }
     double per_step =
         r->grid_bytes_step + (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_bytes_step : 0);
     printf("| %dx%d | %s | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | "

@@ -211,28 +211,32 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
   return rc;
 }
 
-/* Appends a bucket of home to b (capacity *cap): its index, or -1 out of memory. */
-static int open_bucket(tsr_buckets_t *b, int *cap, int home) {
+/* Appends a bucket of home and index local to b (capacity *cap): its index, or -1 out of
+ * memory. */
+static int open_bucket(tsr_buckets_t *b, int *cap, int home, int local) {
   if (b->n == *cap) {
     int grown = *cap ? 2 * *cap : 16;
     int *h = realloc(b->home, sizeof *h * (size_t)grown);
     if (h) b->home = h;
-    int *c = h ? realloc(b->chunks, sizeof *c * (size_t)grown) : NULL;
+    int *l = h ? realloc(b->local, sizeof *l * (size_t)grown) : NULL;
+    if (l) b->local = l;
+    int *c = l ? realloc(b->chunks, sizeof *c * (size_t)grown) : NULL;
     if (c) b->chunks = c;
     int64_t *f = c ? realloc(b->floats, sizeof *f * (size_t)grown) : NULL;
     if (!f) return -1;
     b->floats = f, *cap = grown;
   }
-  b->home[b->n] = home, b->chunks[b->n] = 0, b->floats[b->n] = 0;
+  b->home[b->n] = home, b->local[b->n] = local, b->chunks[b->n] = 0, b->floats[b->n] = 0;
   return b->n++;
 }
 
 int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch, int ranks,
-                        uint64_t target_bytes, tsr_buckets_t *out) {
+                        int per_node, uint64_t target_bytes, tsr_buckets_t *out) {
   memset(out, 0, sizeof *out);
-  if (target_bytes == 0) return TSR_EINVAL;
-  int *open = malloc(sizeof *open * (size_t)ranks), cap = 0, rc = open ? 0 : TSR_ENOMEM;
-  for (int q = 0; rc == 0 && q < ranks; q++)
+  if (target_bytes == 0 || per_node < 1) return TSR_EINVAL;
+  int keys = ranks * per_node;
+  int *open = malloc(sizeof *open * (size_t)keys), cap = 0, rc = open ? 0 : TSR_ENOMEM;
+  for (int q = 0; rc == 0 && q < keys; q++)
     open[q] = -1;
   for (int k = n - 1; rc == 0 && k >= 0; k--) {
     tsr_chunking_t *c = &ch[k];
@@ -242,15 +246,17 @@ int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *
     if (!c->bucket || !c->offset) rc = TSR_ENOMEM;
     for (int I = 0; rc == 0 && I < c->cmt; I++)
       for (int j = 0; rc == 0 && j < c->nt; j++) {
-        int home = c->home[I * c->nt + j], b = open[home];
-        if (b < 0 && (b = open[home] = open_bucket(out, &cap, home)) < 0) {
+        int home = c->home[I * c->nt + j];
+        int l = c->local ? c->local[I * c->nt + j] : 0, key = home * per_node + l % per_node;
+        int b = open[key];
+        if (b < 0 && (b = open[key] = open_bucket(out, &cap, home, l)) < 0) {
           rc = TSR_ENOMEM;
           break;
         }
         uint64_t bytes = tsr__chunks_piece_bytes(&shapes[k], c->cr, I, j);
         c->bucket[I * c->nt + j] = b, c->offset[I * c->nt + j] = out->floats[b];
         out->floats[b] += (int64_t)(bytes / sizeof(float)), out->chunks[b]++;
-        if ((uint64_t)out->floats[b] * sizeof(float) >= target_bytes) open[home] = -1;
+        if ((uint64_t)out->floats[b] * sizeof(float) >= target_bytes) open[key] = -1;
       }
   }
   free(open);
@@ -259,7 +265,7 @@ int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *
 }
 
 void tsr__buckets_free(tsr_buckets_t *b) {
-  free(b->home), free(b->chunks), free(b->floats);
+  free(b->home), free(b->local), free(b->chunks), free(b->floats);
   memset(b, 0, sizeof *b);
 }
 

@@ -37,6 +37,7 @@ typedef struct {
 typedef struct {
   int n;
   int *home;
+  int *local; /* two levels: the index (chunking's local) its chunks share; flat 0 */
   int *chunks;
   int64_t *floats;
 } tsr_buckets_t;
@@ -72,14 +73,16 @@ int tsr__chunks_plan(const tsr_chunk_shape_t *shapes, int n, int ranks, const do
  * local_load[per_node] (bytes). Returns 0 or TSR_ENOMEM. */
 int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes, int per_node,
                                tsr_chunking_t *out, uint64_t *node_load, uint64_t *local_load);
-/* Packs a flat chunking's chunks (tsr__chunks_plan, homes ranks) into buckets: each home's
- * chunks, parameters last to first (the backward pass's order, in which --sync batch's gradients
- * arrive), chunk rows then columns in each, join that home's open bucket, which closes once it
- * holds at least target_bytes (a chunk larger than that is a bucket of its own). Buckets are
- * numbered as they open. Fills ch[k].bucket and .offset and out (tsr__buckets_free). Returns 0,
- * TSR_EINVAL (target_bytes 0) or TSR_ENOMEM. */
+/* Packs a chunking's chunks into buckets, homes ranks (tsr__chunks_plan's; two levels' with
+ * each home's node and index made its rank): each home's chunks (with two levels, of one index
+ * in [0, per_node), whose senders are the same local homes; flat: per_node 1), parameters last to
+ * first (the backward pass's order, in which --sync batch's gradients arrive), chunk rows then
+ * columns in each, join that home's open bucket, which closes once it holds at least
+ * target_bytes (a chunk larger than that is a bucket of its own). Buckets are numbered as they
+ * open. Fills ch[k].bucket and .offset and out (tsr__buckets_free). Returns 0, TSR_EINVAL
+ * (target_bytes 0) or TSR_ENOMEM. */
 int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch, int ranks,
-                        uint64_t target_bytes, tsr_buckets_t *out);
+                        int per_node, uint64_t target_bytes, tsr_buckets_t *out);
 void tsr__buckets_free(tsr_buckets_t *b);
 void tsr__chunks_free(tsr_chunking_t *c, int n);
 /* The bytes of piece (I, j) of a parameter of shape s cut in bands of `band` rows by its nb

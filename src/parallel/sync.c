@@ -87,6 +87,7 @@ typedef struct rparam {
   int *chome;   /* (cmt, nt) home rank of each chunk */
   int *cbucket; /* --bucket-mb: (cmt, nt) bucket of each chunk, and its first float there */
   int64_t *coff;
+  int *tdone;      /* --bucket-mb with two levels: (mt, nt) chunks of each tile gathered so far */
   int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
   tsr_tiles_t **w; /* [size] replica views of the weights */
   tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
@@ -117,9 +118,10 @@ typedef struct rparam {
                            every rank last restarted from (the outer state keeps its own) */
 } rparam_t;
 
-/* --bucket-mb: chunks of one home that travel together (chunks.h). */
+/* --bucket-mb: chunks of one home that travel together (chunks.h). Flat, every rank packs its
+ * bands of them; with two levels, each node's local home of their index (lidx) its node's sum. */
 typedef struct {
-  int home, nchunks;
+  int home, nchunks, lidx;
   int64_t floats;
   int *param, *I, *j;  /* [nchunks] its chunks */
   tsr_tiles_t *mine;   /* 1 x floats, local: this rank's packed bands, and what it gets back */
@@ -303,6 +305,52 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
  * then acc = s_n + acc for n = 1 .. N-1 (nodes numbered by their lowest rank). That is flat's
  * float32 sum in rank order, task for task, when every node holds one rank, and bit for bit
  * when one node holds them all. */
+/* Two levels, inside this rank's node (of several ranks): tile (i, j)'s weighted sum over the
+ * node's ranks (xs: every rank's views) on the tile's local home lh, ntile[node] (i, j); one
+ * message per rank. */
+static int node_sum_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                         tsr_tiles_t **xs, int i, int j, int lh) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool det = r->sync.deterministic;
+  int me = r->rank;
+  const group_t *node = &r->nodes[r->my_node];
+  tsr_tiles_t *part = rp->ntile[r->my_node];
+  if (!det && me == lh) TSR_TRY(tsr__tile_fill(&local, part, i, j, 0.0f));
+  for (int t = 0; t < node->n; t++) {
+    int q = node->ranks[t];
+    if (me == lh || q == me)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, part,
+                              i, j, !det));
+  }
+  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(part, i) * (uint64_t)tsr_tiles_tile_cols(part, j) *
+                  sizeof(float);
+  if (me == lh)
+    r->st.bytes_received += tile * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
+  else
+    r->st.bytes_sent += tile, r->st.messages_sent++;
+  return 0;
+}
+
+/* Two levels, inside this rank's node (of several ranks): tile (i, j) of the local home lh's y
+ * sent whole to the node's other ranks' y; one message per rank. */
+static int node_spread_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, tsr_tiles_t **y, int i,
+                            int j, int lh) {
+  tsr_task_opts_t mpi = with_mpi(o, true);
+  int me = r->rank;
+  const group_t *node = &r->nodes[r->my_node];
+  for (int t = 0; t < node->n; t++) {
+    int q = node->ranks[t];
+    if (q != lh && (me == lh || me == q)) TSR_TRY(tsr__tile_copy(&mpi, y[q], y[lh], i, j));
+  }
+  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(y[me], i) *
+                  (uint64_t)tsr_tiles_tile_cols(y[me], j) * sizeof(float);
+  if (me == lh)
+    r->st.bytes_sent += tile * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
+  else
+    r->st.bytes_received += tile, r->st.messages_received++;
+  return 0;
+}
+
 static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
                             tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
@@ -315,23 +363,7 @@ static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
   /* Where a lone rank's band of the chunk is (chunk-tiled: chunk (I, j) is tile (I, j)). */
   tsr_tiles_t **bands = rp->k > 1 ? rp->stages : xs;
   if (node->n == 1 && rp->k > 1) TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
-  uint64_t tile =
-      (uint64_t)tsr_tiles_tile_rows(x, i) * (uint64_t)tsr_tiles_tile_cols(x, j) * sizeof(float);
-  if (node->n > 1 && I == I0) {
-    tsr_tiles_t *part = rp->ntile[r->my_node];
-    if (!det && me == lh) TSR_TRY(tsr__tile_fill(&local, part, i, j, 0.0f));
-    for (int t = 0; t < node->n; t++) {
-      int q = node->ranks[t];
-      if (me == lh || q == me)
-        TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f,
-                                part, i, j, !det));
-    }
-    if (me == lh)
-      r->st.bytes_received += tile * (uint64_t)(node->n - 1),
-          r->st.messages_received += node->n - 1;
-    else
-      r->st.bytes_sent += tile, r->st.messages_sent++;
-  }
+  if (node->n > 1 && I == I0) TSR_TRY(node_sum_tile(o, r, rp, xs, i, j, lh));
   if (node->n > 1 && me == lh)
     TSR_TRY(
         tsr__tile_band_get(&local, rp->nband[r->my_node], I, j, rp->ntile[r->my_node], i, j, r0));
@@ -387,17 +419,7 @@ static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
   else if (me == lh)
     r->st.bytes_received += bytes, r->st.messages_received++;
   if (I != I1 - 1 || node->n == 1) return 0;
-  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(y[me], i) *
-                  (uint64_t)tsr_tiles_tile_cols(y[me], j) * sizeof(float);
-  for (int t = 0; t < node->n; t++) {
-    int q = node->ranks[t];
-    if (q != lh && (me == lh || me == q)) TSR_TRY(tsr__tile_copy(&mpi, y[q], y[lh], i, j));
-  }
-  if (me == lh)
-    r->st.bytes_sent += tile * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
-  else
-    r->st.bytes_received += tile, r->st.messages_received++;
-  return 0;
+  return node_spread_tile(o, r, y, i, j, lh);
 }
 
 /* Reduce-scatter of one chunk over the ranks q of scope gi (this rank is
@@ -474,38 +496,82 @@ static tsr_tiles_t *set_of(const tsr_replicas_t *r, rparam_t *rp, int s) {
   return s == 0 ? rp->p->w : tsr__optim_state(r->net->optim, rp->p->index, s - 1);
 }
 
-/* Packs chunk (I, j) of rp, this rank's band of x, into its bucket; *full: the bucket when that
- * was the last of its chunks in this pass (the next pass packs it from the start), else NULL. */
-static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
-                      const tsr_tiles_t *x, int I, int j, bucket_t **full) {
+/* The views of set s of rp (set_of): every rank's weights, or state s - 1. */
+static tsr_tiles_t **views_of(rparam_t *rp, int s) {
+  return s == 0 ? rp->w : rp->s[s - 1];
+}
+
+/* Packs chunk (I, j) of rp into its bucket: flat, this rank's band of x; with two levels, at the
+ * tile's first chunk its sum over the node (node_sum_tile, from xs, every rank's views of x),
+ * then on the local home the node's band of it (a lone rank's own band). *full: the bucket when
+ * that was the last of its chunks in this pass (the next pass packs it from the start), else
+ * NULL; every rank counts, whether it packs or not. */
+static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, tsr_tiles_t *x,
+                      tsr_tiles_t **xs, int I, int j, bucket_t **full) {
   tsr_task_opts_t local = with_mpi(o, false);
-  int i, r0, c = I * rp->nt + j;
+  int i, r0, I0, I1, c = I * rp->nt + j;
   chunk_tile(rp, I, &i, &r0);
   bucket_t *b = &r->buckets[rp->cbucket[c]];
-  TSR_TRY(
-      tsr__tile_pack(&local, b->mine, rp->coff[c], x, i, j, r0, tsr_tiles_tile_rows(rp->acc, I)));
+  const tsr_tiles_t *src = x;
+  bool packs = true;
+  if (r->two_level) {
+    int lh = local_home(rp, r->my_node, I, j);
+    chunks_of_tile(rp, i, &I0, &I1);
+    if (r->nodes[r->my_node].n > 1) {
+      if (I == I0) TSR_TRY(node_sum_tile(o, r, rp, xs, i, j, lh));
+      src = rp->ntile[r->my_node];
+    }
+    packs = r->rank == lh;
+  }
+  if (packs)
+    TSR_TRY(tsr__tile_pack(&local, b->mine, rp->coff[c], src, i, j, r0,
+                           tsr_tiles_tile_rows(rp->acc, I)));
   *full = ++b->packed == b->nchunks ? b : NULL;
   if (*full) b->packed = 0;
   return 0;
 }
 
-/* The reduce-scatter of bucket b, as reduce_chunk's of each of its chunks but one message a
- * rank: the home's sum = the sum of weights[q] x_q over every rank's packed bands (in rank order
- * in deterministic mode), unpacked into acc chunk by chunk. */
+/* Bucket b's senders, in the order its home adds them: flat every rank, with two levels each
+ * node's local home of b's index. Sender t's rank, and *weight its weight in the sum (a node's
+ * sum is weighted already, a lone rank's band is not). */
+static int nsenders(const tsr_replicas_t *r) {
+  return r->two_level ? r->nnodes : r->size;
+}
+
+static int sender(const tsr_replicas_t *r, const bucket_t *b, int t, float *weight) {
+  int q = r->two_level ? r->nodes[t].ranks[b->lidx % r->nodes[t].n] : t;
+  *weight = r->two_level && r->nodes[t].n > 1 ? 1.0f : (float)r->weights[q];
+  return q;
+}
+
+/* Whether this rank is one of b's senders (and so gets the result back). */
+static bool is_sender(const tsr_replicas_t *r, const bucket_t *b) {
+  float w;
+  return !r->two_level || sender(r, b, r->my_node, &w) == r->rank;
+}
+
+/* The reduce-scatter of bucket b, as reduce_chunk's (or reduce_two_level's between the nodes)
+ * of each of its chunks but one message a sender: the home's sum = the weighted sum of every
+ * sender's packed bands (in sender order in deterministic mode), unpacked into acc chunk by
+ * chunk. */
 static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
   bool det = r->sync.deterministic, at_home = r->rank == b->home;
   if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, b->sum, 0, 0, 0.0f));
-  for (int q = 0; q < r->size; q++)
+  int n = nsenders(r);
+  for (int t = 0; t < n; t++) {
+    float w;
+    int q = sender(r, b, t, &w);
     if (at_home || q == r->rank)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], b->mines[q], det && q == 0 ? 0.0f : 1.0f,
-                              b->sum, 0, 0, !det));
+      TSR_TRY(
+          tsr__tile_axpby(&mpi, w, b->mines[q], det && t == 0 ? 0.0f : 1.0f, b->sum, 0, 0, !det));
+  }
   uint64_t bytes = (uint64_t)b->floats * sizeof(float);
   if (!at_home) {
-    r->st.bytes_sent += bytes, r->st.messages_sent++;
+    if (is_sender(r, b)) r->st.bytes_sent += bytes, r->st.messages_sent++;
     return 0;
   }
-  r->st.bytes_received += bytes * (uint64_t)(r->size - 1), r->st.messages_received += r->size - 1;
+  r->st.bytes_received += bytes * (uint64_t)(n - 1), r->st.messages_received += n - 1;
   for (int t = 0; t < b->nchunks; t++) {
     rparam_t *rp = &r->params[b->param[t]];
     int I = b->I[t], j = b->j[t];
@@ -523,29 +589,41 @@ static int pack_result(const tsr_task_opts_t *local, const bucket_t *b, int t, r
                         tsr_tiles_tile_rows(rp->acc, I));
 }
 
-/* The all-gather of bucket b, whose home packed the results into its sum: every other rank gets
- * the sum in one message and unpacks it into set `set` of each chunk's parameter (set_of); the
- * home too with with_home (an average's result), else it has it already (batch). */
+/* The all-gather of bucket b, whose home packed the results into its sum: every other sender
+ * gets the sum in one message and unpacks it into set `set` of each chunk's parameter (set_of);
+ * the home too with with_home (an average's result), else it has it already (batch). With two
+ * levels, once every chunk of a tile is back, its local home sends the whole tile to its node's
+ * other ranks (node_spread_tile), as gather_two_level does at a tile's last chunk. */
 static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b, int set,
                          bool with_home) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  bool at_home = r->rank == b->home;
-  for (int q = 0; q < r->size; q++)
+  bool at_home = r->rank == b->home, gets = is_sender(r, b);
+  int n = nsenders(r);
+  for (int t = 0; t < n; t++) {
+    float w;
+    int q = sender(r, b, t, &w);
     if (q != b->home && (at_home || q == r->rank))
       TSR_TRY(tsr__tile_copy(&mpi, b->mines[q], b->sum, 0, 0));
+  }
   uint64_t bytes = (uint64_t)b->floats * sizeof(float);
   if (at_home)
-    r->st.bytes_sent += bytes * (uint64_t)(r->size - 1), r->st.messages_sent += r->size - 1;
-  else
+    r->st.bytes_sent += bytes * (uint64_t)(n - 1), r->st.messages_sent += n - 1;
+  else if (gets)
     r->st.bytes_received += bytes, r->st.messages_received++;
-  if (at_home && !with_home) return 0;
+  bool unpacks = gets && (!at_home || with_home);
   const tsr_tiles_t *src = at_home ? b->sum : b->mine;
   for (int t = 0; t < b->nchunks; t++) {
     rparam_t *rp = &r->params[b->param[t]];
-    int I = b->I[t], j = b->j[t], i, r0;
+    int I = b->I[t], j = b->j[t], i, r0, I0, I1;
     chunk_tile(rp, I, &i, &r0);
-    TSR_TRY(tsr__tile_unpack(&local, set_of(r, rp, set), i, j, r0, tsr_tiles_tile_rows(rp->acc, I),
-                             src, rp->coff[I * rp->nt + j]));
+    if (unpacks)
+      TSR_TRY(tsr__tile_unpack(&local, set_of(r, rp, set), i, j, r0,
+                               tsr_tiles_tile_rows(rp->acc, I), src, rp->coff[I * rp->nt + j]));
+    if (!r->two_level || r->nodes[r->my_node].n == 1) continue;
+    chunks_of_tile(rp, i, &I0, &I1);
+    if (++rp->tdone[i * rp->nt + j] < I1 - I0) continue;
+    rp->tdone[i * rp->nt + j] = 0;
+    TSR_TRY(node_spread_tile(o, r, views_of(rp, set), i, j, local_home(rp, r->my_node, I, j)));
   }
   return 0;
 }
@@ -622,7 +700,7 @@ static int pack_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_
                            int j, int I, int r0) {
   (void)i, (void)j, (void)r0;
   bucket_t *b;
-  TSR_TRY(pack_chunk(layer, r, rp, rp->p->g, I, j, &b));
+  TSR_TRY(pack_chunk(layer, r, rp, rp->p->g, rp->g, I, j, &b));
   if (!b) return 0;
   TSR_TRY(reduce_bucket(layer, r, b));
   if (!r->sq_total) return update_bucket(r, b, layer);
@@ -762,7 +840,7 @@ static int average_buckets(tsr_replicas_t *r, bool outer, bool fednova, const ts
       for (int I = 0; I < rp->cmt; I++)
         for (int j = 0; j < rp->nt; j++) {
           bucket_t *b;
-          TSR_TRY(pack_chunk(o, r, rp, set_of(r, rp, s), I, j, &b));
+          TSR_TRY(pack_chunk(o, r, rp, set_of(r, rp, s), views_of(rp, s), I, j, &b));
           if (!b) continue;
           TSR_TRY(reduce_bucket(o, r, b));
           for (int t = 0; t < b->nchunks && r->rank == b->home; t++) {
@@ -904,6 +982,7 @@ static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_ch
   for (int k = 0; k < r->nparams; k++)
     for (int c = 0; c < ch[k].cmt * ch[k].nt; c++) {
       bucket_t *t = &r->buckets[ch[k].bucket[c]];
+      if (ch[k].local) t->lidx = ch[k].local[c];
       t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
     }
   return 0;
@@ -947,9 +1026,16 @@ static int plan_chunks(tsr_replicas_t *r) {
     rc = tsr__chunks_plan_two_level(shapes, r->nparams, r->nnodes, r->per_node, ch, NULL, NULL);
   else if (rc == 0)
     rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
+  /* Two levels: the home is rank `local` of node `home`. */
+  for (int k = 0; rc == 0 && k < r->nparams; k++)
+    for (int c = 0; ch[k].local && c < ch[k].cmt * ch[k].nt; c++) {
+      const group_t *g = &r->nodes[ch[k].home[c]];
+      ch[k].home[c] = g->ranks[ch[k].local[c] % g->n];
+    }
+  /* Buckets by home rank: with two levels a home's chunks share its index in every node. */
   tsr_buckets_t bk = {0};
   if (rc == 0 && r->sync.bucket_mb > 0)
-    rc = tsr__chunks_buckets(shapes, r->nparams, ch, r->size,
+    rc = tsr__chunks_buckets(shapes, r->nparams, ch, r->size, r->two_level ? r->per_node : 1,
                              (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &bk);
   if (rc == 0 && (rc = make_buckets(r, &bk, ch))) tsr__chunks_free(ch, r->nparams);
   tsr__buckets_free(&bk);
@@ -958,11 +1044,6 @@ static int plan_chunks(tsr_replicas_t *r) {
     rp->k = ch[k].k, rp->cr = ch[k].cr, rp->cmt = ch[k].cmt, rp->nt = ch[k].nt;
     rp->chome = ch[k].home, rp->local = ch[k].local; /* the replicas' now */
     rp->cbucket = ch[k].bucket, rp->coff = ch[k].offset;
-    /* Two levels: the home is rank `local` of node `home`. */
-    for (int c = 0; rp->local && c < rp->cmt * rp->nt; c++) {
-      const group_t *g = &r->nodes[rp->chome[c]];
-      rp->chome[c] = g->ranks[rp->local[c] % g->n];
-    }
   }
   free(shapes), free(ch);
   if (rc) return rc;
@@ -1047,6 +1128,9 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
                                            &rp->gctx[g]));
     }
   }
+  if (r->two_level && r->nbuckets > 0 &&
+      !(rp->tdone = calloc((size_t)tsr_tiles_mt(w) * (size_t)rp->nt, sizeof *rp->tdone)))
+    return TSR_ENOMEM;
   if (r->two_level) {
     rp->ntile = calloc((size_t)r->nnodes, sizeof *rp->ntile);
     rp->nband = calloc((size_t)r->nnodes, sizeof *rp->nband);
@@ -1096,6 +1180,7 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
     tsr_tiles_destroy(&rp->nband[n]);
   free(rp->gacc), free(rp->gctx), free(rp->ntile), free(rp->nband), free(rp->nctx);
   free(rp->chome), free(rp->local), free(rp->home), free(rp->cbucket), free(rp->coff);
+  free(rp->tdone);
 }
 
 /* The ranks cut into groups of gs consecutive ranks, or (gs 0) into the nodes MPI sees (a
@@ -1134,8 +1219,6 @@ const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool 
     return "async-epoch folds one rank's weights after another into the global copy, so a "
            "node's ranks cannot be summed first";
   if (uneven) return "--shares other than uniform places the chunks' homes by rank";
-  if (sync->bucket_mb > 0)
-    return "--bucket-mb packs the chunks of the flat scheme (two levels do not bucket yet)";
   return NULL;
 }
 

@@ -381,7 +381,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
   row->two_level = tsr__replicas_two_level(&as_run, pr, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
-  uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0;
+  uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0; /* as train's */
   if (rc == 0 && pc > 1)
     rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, bucket, release, &a);
   row->buckets = a.buckets;
@@ -587,11 +587,18 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
                        (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
+  /* Buckets by home rank, as sync.c's (with two levels: rank `local` of node `home`). */
   tsr_buckets_t bk = {0};
-  if (rc == 0 && !two_level && bucket_bytes > 0)
-    rc = tsr__chunks_buckets(sh, n, ch, ranks, bucket_bytes, &bk);
+  for (int k = 0; rc == 0 && two_level && bucket_bytes > 0 && k < n; k++)
+    for (int c = 0; c < ch[k].cmt * ch[k].nt; c++)
+      ch[k].home[c] = ch[k].home[c] * per_node + ch[k].local[c] % node_size_of(&t, ch[k].home[c]);
+  if (rc == 0 && bucket_bytes > 0)
+    rc = tsr__chunks_buckets(sh, n, ch, ranks, two_level ? per_node : 1, bucket_bytes, &bk);
   for (int b = 0; b < bk.n; b++) /* a bucket travels as a chunk does */
-    flat_chunk(&t, bk.home[b], 4.0 * (double)bk.floats[b]);
+    if (two_level)
+      two_level_chunk(&t, bk.home[b] / per_node, bk.local[b], 4.0 * (double)bk.floats[b]);
+    else
+      flat_chunk(&t, bk.home[b], 4.0 * (double)bk.floats[b]);
   out->buckets = bk.n;
   if (release && bk.n) { /* a bucket starts once its last chunk is packed: the lowest k's */
     for (int k = 0; k < n; k++)

@@ -321,13 +321,14 @@ static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
   const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
   if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return; /* none */
   bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
+  char buckets[40] = "";
+  if (s->sync.bucket_mb > 0)
+    snprintf(buckets, sizeof buckets, ", buckets of %g MiB", (double)s->sync.bucket_mb);
   if (tsr__replicas_two_level(&s->sync, grid_rows(c), uneven, nodes, per_node))
-    snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks", nodes, per_node);
-  else if (s->sync.bucket_mb > 0)
-    snprintf(s->averaging, sizeof s->averaging, "flat, buckets of %g MiB",
-             (double)s->sync.bucket_mb);
+    snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks%s", nodes,
+             per_node, buckets);
   else
-    snprintf(s->averaging, sizeof s->averaging, "flat");
+    snprintf(s->averaging, sizeof s->averaging, "flat%s", buckets);
 }
 
 int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
