@@ -2238,8 +2238,8 @@ static void test_two_level(void) {
  *     other rank, where flat sends one a chunk; StarPU-MPI counts the same bytes as flat's (the
  *     same chunks travel) and the engine's count of them;
  *   - buckets of 4 KiB: more messages than one a home, fewer than one a chunk;
- *   - two levels, nodes of P / 2, one bucket a home: StarPU-MPI counts the same bytes between the
- *     nodes as without buckets, and the busiest rank sends fewer messages;
+ *   - two levels, nodes of P / 2, 25 MiB: StarPU-MPI counts the same bytes between the nodes as
+ *     without buckets, and the busiest rank sends 2 (G - 1) + 2 (N - 1) messages a step;
  *   - the weights end where flat's (two levels': without buckets) do (1e-5 relative: the copies
  *     are added as they arrive), and in deterministic mode bit for bit, after an epoch of batch
  *     and of every=2 with --sync-state, flat and two-level, since each float sums in the same
@@ -2285,8 +2285,13 @@ static void test_buckets(void) {
   CHECK(two.node_bytes > 0 && fabs(twob.node_bytes - two.node_bytes) <= 1e-3 * two.node_bytes,
         "two levels: StarPU-MPI counted %.0f bytes a step between nodes with buckets, %.0f without",
         twob.node_bytes, two.node_bytes);
-  CHECK(twob.messages < two.messages, "two levels: %.0f messages a step with buckets, %.0f without",
-        twob.messages, two.messages);
+  /* One node bucket per index and one bucket per home: a rank sends its node bucket to each of
+   * the node's G - 1 other local homes and as one spreads its own back to them, and as a local
+   * home sends its node's bucket to the other N - 1 nodes' homes of its index and as a home the
+   * result back: 2 (G - 1) + 2 (N - 1). */
+  CHECK(twob.messages == 2.0 * (g - 1) + 2.0 * (size / g - 1) && two.messages > 4 * twob.messages,
+        "two levels: %.0f messages a step with buckets (2 (G - 1) + 2 (N - 1) = %d), %.0f without",
+        twob.messages, 2 * (g - 1) + 2 * (size / g - 1), two.messages);
   double d2 = max_rel_diff(twob.w, two.w, two.n);
   CHECK(d2 <= 1e-5, "two levels in buckets: the weights end %g (relative) from without", d2);
   if (rank == 0)

@@ -107,6 +107,15 @@ Test(plan, buckets_send_one_message_per_bucket) {
   cr_expect_eq(tile.messages_max, 24);
   cr_expect_eq(own[0], w / 2);
   cr_expect_eq(own[1], w / 2);
+  /* Two nodes of 2, one bucket a home and one node bucket an index: 2 (G - 1) + 2 (N - 1) = 4
+   * messages, the ring's |W| from each node as without buckets. */
+  tsr__plan_average_t two, twob;
+  cr_assert_eq(tsr__plan_average(p, 2, 4, 2, true, 0, NULL, &two), 0);
+  cr_assert_eq(tsr__plan_average(p, 2, 4, 2, true, 64u << 20, NULL, &twob), 0);
+  cr_expect_eq(twob.messages_max, 4);
+  cr_expect_eq(twob.node_sent_max, w);
+  cr_expect_eq(two.node_sent_max, w);
+  cr_expect_eq(twob.sent_max, two.sent_max);
 }
 
 Test(plan, three_ranks_cut_a_tile_into_bands) {

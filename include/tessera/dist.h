@@ -119,9 +119,9 @@ typedef struct {
   int node_size;
   /* --bucket-mb M: averages over every rank pack each home's chunks into buckets of at least M
    * MiB (the last of a home's may hold less), each one message a rank where each chunk was one
-   * (PyTorch DDP's bucket_cap_mb, 25 there); with two levels the nodes' messages (a node's
-   * ranks still send theirs tile by tile). Not under a grid nor async-epoch. 0: every chunk its
-   * own message. */
+   * (PyTorch DDP's bucket_cap_mb, 25 there); with two levels between the nodes, and inside a
+   * node whole tiles likewise. Not under a grid nor async-epoch. 0: every chunk its own
+   * message. */
   float bucket_mb;
 } tsr_sync_t;
 

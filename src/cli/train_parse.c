@@ -635,7 +635,7 @@ static const row_t rows[] = {
     {"bucket-mb", "M", read_float, AT(sync.bucket_mb), 0, 1e6, "a number of MiB from 0 to 1e6",
      "under mpirun, pack each home's chunks into buckets of at least\n"
      "M MiB, one message each, as PyTorch DDP's bucket_cap_mb (25);\n"
-     "with two levels between the nodes [0: a message a chunk]"},
+     "with two levels inside and between nodes [0: a message a chunk]"},
     {"sync-bn", NULL, read_true, AT(sync.sync_bn),
      .help = "under mpirun, batchnorm statistics over every rank's batch\n"
              "(forward and backward, every step) [each rank's own]"},

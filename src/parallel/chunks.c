@@ -264,6 +264,39 @@ int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *
   return rc;
 }
 
+int tsr__chunks_tile_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch,
+                             int per_node, uint64_t target_bytes, tsr_buckets_t *out) {
+  memset(out, 0, sizeof *out);
+  if (target_bytes == 0 || per_node < 1) return TSR_EINVAL;
+  int *open = malloc(sizeof *open * (size_t)per_node), cap = 0, rc = open ? 0 : TSR_ENOMEM;
+  for (int q = 0; rc == 0 && q < per_node; q++)
+    open[q] = -1;
+  for (int k = n - 1; rc == 0 && k >= 0; k--) {
+    tsr_chunking_t *c = &ch[k];
+    int mt = (int)((shapes[k].rows + shapes[k].mb - 1) / shapes[k].mb);
+    size_t count = (size_t)mt * (size_t)c->nt;
+    free(c->tbucket), free(c->toffset);
+    c->tbucket = malloc(sizeof *c->tbucket * count);
+    c->toffset = malloc(sizeof *c->toffset * count);
+    if (!c->tbucket || !c->toffset || !c->local) rc = c->local ? TSR_ENOMEM : TSR_EINVAL;
+    for (int i = 0; rc == 0 && i < mt; i++)
+      for (int j = 0; rc == 0 && j < c->nt; j++) {
+        int l = c->local[i * c->k * c->nt + j] % per_node, b = open[l];
+        if (b < 0 && (b = open[l] = open_bucket(out, &cap, -1, l)) < 0) {
+          rc = TSR_ENOMEM;
+          break;
+        }
+        uint64_t bytes = tsr__chunks_piece_bytes(&shapes[k], shapes[k].mb, i, j);
+        c->tbucket[i * c->nt + j] = b, c->toffset[i * c->nt + j] = out->floats[b];
+        out->floats[b] += (int64_t)(bytes / sizeof(float)), out->chunks[b]++;
+        if ((uint64_t)out->floats[b] * sizeof(float) >= target_bytes) open[l] = -1;
+      }
+  }
+  free(open);
+  if (rc) tsr__buckets_free(out), tsr__chunks_free(ch, n);
+  return rc;
+}
+
 void tsr__buckets_free(tsr_buckets_t *b) {
   free(b->home), free(b->local), free(b->chunks), free(b->floats);
   memset(b, 0, sizeof *b);
@@ -272,6 +305,8 @@ void tsr__buckets_free(tsr_buckets_t *b) {
 void tsr__chunks_free(tsr_chunking_t *c, int n) {
   for (int k = 0; k < n; k++) {
     free(c[k].home), free(c[k].local), free(c[k].bucket), free(c[k].offset);
+    free(c[k].tbucket), free(c[k].toffset);
     c[k].home = NULL, c[k].local = NULL, c[k].bucket = NULL, c[k].offset = NULL;
+    c[k].tbucket = NULL, c[k].toffset = NULL;
   }
 }

@@ -30,6 +30,9 @@ typedef struct {
                       NULL for one level */
   int *bucket;     /* --bucket-mb (tsr__chunks_buckets): chunk (I, j)'s bucket; NULL: none */
   int64_t *offset; /* --bucket-mb: chunk (I, j)'s first float in its bucket */
+  int *tbucket;    /* --bucket-mb with two levels (tsr__chunks_tile_buckets): (mt, nt) each
+                      whole tile's bucket inside a node, and its first float there */
+  int64_t *toffset;
 } tsr_chunking_t;
 
 /* Buckets of chunks (--bucket-mb): bucket b holds chunks[b] chunks of one home, floats[b] floats
@@ -83,6 +86,13 @@ int tsr__chunks_plan_two_level(const tsr_chunk_shape_t *shapes, int n, int nodes
  * (target_bytes 0) or TSR_ENOMEM. */
 int tsr__chunks_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch, int ranks,
                         int per_node, uint64_t target_bytes, tsr_buckets_t *out);
+/* Two levels with --bucket-mb, inside a node: whole tiles of one index (local), parameters last
+ * to first, tile rows then columns, join that index's open bucket until it holds at least
+ * target_bytes, as tsr__chunks_buckets; every node cuts the same buckets (out->home: -1; local:
+ * the index), which its ranks send to their local home of that index and get back. Fills
+ * ch[k].tbucket and .toffset. Returns 0, TSR_EINVAL or TSR_ENOMEM. */
+int tsr__chunks_tile_buckets(const tsr_chunk_shape_t *shapes, int n, tsr_chunking_t *ch,
+                             int per_node, uint64_t target_bytes, tsr_buckets_t *out);
 void tsr__buckets_free(tsr_buckets_t *b);
 void tsr__chunks_free(tsr_chunking_t *c, int n);
 /* The bytes of piece (I, j) of a parameter of shape s cut in bands of `band` rows by its nb

@@ -87,7 +87,10 @@ typedef struct rparam {
   int *chome;   /* (cmt, nt) home rank of each chunk */
   int *cbucket; /* --bucket-mb: (cmt, nt) bucket of each chunk, and its first float there */
   int64_t *coff;
-  int *tdone;      /* --bucket-mb with two levels: (mt, nt) chunks of each tile gathered so far */
+  int *tdone;   /* --bucket-mb with two levels: (mt, nt) chunks of each tile gathered so far */
+  int *tbucket; /* --bucket-mb with two levels: (mt, nt) each tile's node bucket, its first
+                   float there */
+  int64_t *toff;
   int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
   tsr_tiles_t **w; /* [size] replica views of the weights */
   tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
@@ -119,15 +122,18 @@ typedef struct rparam {
 } rparam_t;
 
 /* --bucket-mb: chunks of one home that travel together (chunks.h). Flat, every rank packs its
- * bands of them; with two levels, each node's local home of their index (lidx) its node's sum. */
+ * bands of them; with two levels, each node's local home of their index (lidx) its node's sum.
+ * A node bucket (two levels, tsr__chunks_tile_buckets) holds whole tiles instead (I: the tile
+ * row), which this rank's node sends to its local home of index lidx (home) and gets back. */
 typedef struct {
   int home, nchunks, lidx;
   int64_t floats;
-  int *param, *I, *j;  /* [nchunks] its chunks */
+  int *param, *I, *j;  /* [nchunks] its chunks (tiles) */
   tsr_tiles_t *mine;   /* 1 x floats, local: this rank's packed bands, and what it gets back */
   tsr_tiles_t **mines; /* [size] replica views of mine */
   tsr_tiles_t *sum;    /* 1 x floats on the home: the weighted sum, then the results */
   int packed;          /* chunks packed in this pass */
+  int back;            /* node buckets: tiles back in this pass */
 } bucket_t;
 
 struct tsr_replicas {
@@ -167,8 +173,10 @@ struct tsr_replicas {
   tsr_sync_bn_t *sync_bn; /* --sync-bn's statistics hook, or NULL */
   int nbuckets;           /* --bucket-mb: averages over every rank pack chunks; 0: they do not */
   bucket_t *buckets;
-  bool agreed;      /* every replica holds the same weights (tsr__replicas_agree) */
-  bool final_extra; /* the last average was the end's, off the schedule (checkpoints) */
+  int ntb;            /* --bucket-mb with two levels: node buckets of whole tiles; 0: none */
+  bucket_t *tbuckets; /* [ntb] this rank's node's */
+  bool agreed;        /* every replica holds the same weights (tsr__replicas_agree) */
+  bool final_extra;   /* the last average was the end's, off the schedule (checkpoints) */
   tsr_sync_stats_t st;
 };
 
@@ -517,8 +525,8 @@ static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
   if (r->two_level) {
     int lh = local_home(rp, r->my_node, I, j);
     chunks_of_tile(rp, i, &I0, &I1);
-    if (r->nodes[r->my_node].n > 1) {
-      if (I == I0) TSR_TRY(node_sum_tile(o, r, rp, xs, i, j, lh));
+    if (r->nodes[r->my_node].n > 1) { /* with node buckets the node's sum is there already */
+      if (I == I0 && !r->ntb) TSR_TRY(node_sum_tile(o, r, rp, xs, i, j, lh));
       src = rp->ntile[r->my_node];
     }
     packs = r->rank == lh;
@@ -581,6 +589,70 @@ static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *
   return 0;
 }
 
+/* Two levels, node bucket nb full: its home (the local home) sums the rows of this rank's node's
+ * ranks, weights[q] each, in rank order in deterministic mode (node_sum_tile's order), and
+ * unpacks the sums into the node's partial tiles, ntile. */
+static int reduce_node_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *nb) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool det = r->sync.deterministic, at_home = r->rank == nb->home;
+  const group_t *node = &r->nodes[r->my_node];
+  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, nb->sum, 0, 0, 0.0f));
+  for (int t = 0; t < node->n; t++) {
+    int q = node->ranks[t];
+    if (at_home || q == r->rank)
+      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], nb->mines[q], det && t == 0 ? 0.0f : 1.0f,
+                              nb->sum, 0, 0, !det));
+  }
+  uint64_t bytes = (uint64_t)nb->floats * sizeof(float);
+  if (!at_home) {
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
+    return 0;
+  }
+  r->st.bytes_received += bytes * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
+  for (int t = 0; t < nb->nchunks; t++) {
+    rparam_t *rp = &r->params[nb->param[t]];
+    int i = nb->I[t], j = nb->j[t];
+    TSR_TRY(tsr__tile_unpack(&local, rp->ntile[r->my_node], i, j, 0,
+                             tsr_tiles_tile_rows(rp->p->w, i), nb->sum, rp->toff[i * rp->nt + j]));
+  }
+  return 0;
+}
+
+/* Two levels with node buckets: tile (i, j) of set `set` is whole on its local home; packed into
+ * its node bucket's row there, and once every tile of the bucket is, the row goes to the node's
+ * other ranks in one message each, which unpack it (node_spread_tile's, bucket by bucket). */
+static int tile_back(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j,
+                     int set) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bucket_t *nb = &r->tbuckets[rp->tbucket[i * rp->nt + j]];
+  bool at_home = r->rank == nb->home;
+  if (at_home)
+    TSR_TRY(tsr__tile_pack(&local, nb->sum, rp->toff[i * rp->nt + j], set_of(r, rp, set), i, j, 0,
+                           tsr_tiles_tile_rows(rp->p->w, i)));
+  if (++nb->back < nb->nchunks) return 0;
+  nb->back = 0;
+  const group_t *node = &r->nodes[r->my_node];
+  for (int t = 0; t < node->n; t++) {
+    int q = node->ranks[t];
+    if (q != nb->home && (at_home || q == r->rank))
+      TSR_TRY(tsr__tile_copy(&mpi, nb->mines[q], nb->sum, 0, 0));
+  }
+  uint64_t bytes = (uint64_t)nb->floats * sizeof(float);
+  if (at_home) {
+    r->st.bytes_sent += bytes * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
+    return 0;
+  }
+  r->st.bytes_received += bytes, r->st.messages_received++;
+  for (int t = 0; t < nb->nchunks; t++) {
+    rparam_t *tp = &r->params[nb->param[t]];
+    int ti = nb->I[t], tj = nb->j[t];
+    TSR_TRY(tsr__tile_unpack(&local, set_of(r, tp, set), ti, tj, 0,
+                             tsr_tiles_tile_rows(tp->p->w, ti), nb->mine,
+                             tp->toff[ti * tp->nt + tj]));
+  }
+  return 0;
+}
+
 /* On bucket b's home: chunk t's result, rows r0 .. of tile (i, j) of src, packed into the sum. */
 static int pack_result(const tsr_task_opts_t *local, const bucket_t *b, int t, rparam_t *rp,
                        const tsr_tiles_t *src, int i, int r0) {
@@ -623,7 +695,10 @@ static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *
     chunks_of_tile(rp, i, &I0, &I1);
     if (++rp->tdone[i * rp->nt + j] < I1 - I0) continue;
     rp->tdone[i * rp->nt + j] = 0;
-    TSR_TRY(node_spread_tile(o, r, views_of(rp, set), i, j, local_home(rp, r->my_node, I, j)));
+    if (r->ntb)
+      TSR_TRY(tile_back(o, r, rp, i, j, set));
+    else
+      TSR_TRY(node_spread_tile(o, r, views_of(rp, set), i, j, local_home(rp, r->my_node, I, j)));
   }
   return 0;
 }
@@ -693,22 +768,80 @@ static int reduce_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opt
              : 0;
 }
 
-/* batch with buckets: chunk (I, j)'s gradient packed; once its bucket is full, the bucket's
- * reduce-scatter, then its update, or under --clip-grad its squares added to this rank's part
- * of the norm. */
+/* A pass of buckets: what is averaged (batch's gradient, set -1, or set `set` of set_of) and
+ * what a full bucket does (batch: reduce and update; else reduce, step, gather). */
+typedef struct {
+  const tsr_task_opts_t *o;
+  int set;
+  bool outer, fednova;
+} pass_t;
+
+static int step_chunk(tsr_replicas_t *r, rparam_t *rp, int gi, bool outer, bool fednova,
+                      bool at_home, int I, int j, const tsr_tiles_t **result);
+
+/* Bucket b full in pass p: batch, its reduce-scatter, then its update, or under --clip-grad its
+ * squares added to this rank's part of the norm; an average, its reduce-scatter, FedNova's and
+ * the outer step chunk by chunk on the home, and the all-gather. */
+static int bucket_full(tsr_replicas_t *r, bucket_t *b, const pass_t *p) {
+  tsr_task_opts_t local = with_mpi(p->o, false);
+  TSR_TRY(reduce_bucket(p->o, r, b));
+  if (p->set < 0 && !r->sq_total) return update_bucket(r, b, p->o);
+  for (int t = 0; t < b->nchunks && r->rank == b->home; t++) {
+    rparam_t *bp = &r->params[b->param[t]];
+    if (p->set < 0) {
+      TSR_TRY(tsr__tile_sumsq_add(&local, bp->acc, b->I[t], b->j[t], r->net->grad_sq));
+      continue;
+    }
+    const tsr_tiles_t *result;
+    TSR_TRY(step_chunk(r, bp, -1, p->set == 0 && p->outer, p->set == 0 && p->fednova, true, b->I[t],
+                       b->j[t], &result));
+    TSR_TRY(pack_result(&local, b, t, bp, result, b->I[t], 0));
+  }
+  return p->set < 0 ? 0 : gather_bucket(p->o, r, b, p->set, true);
+}
+
+/* Chunk (I, j) of rp into its bucket (pack_chunk), and the bucket on once full. */
+static int chunk_on(tsr_replicas_t *r, rparam_t *rp, int I, int j, const pass_t *p) {
+  bucket_t *b;
+  tsr_tiles_t *x = p->set < 0 ? rp->p->g : set_of(r, rp, p->set);
+  TSR_TRY(pack_chunk(p->o, r, rp, x, p->set < 0 ? rp->g : views_of(rp, p->set), I, j, &b));
+  return b ? bucket_full(r, b, p) : 0;
+}
+
+/* Chunk (I, j) of rp handed over in pass p. With node buckets (two levels, a node of several
+ * ranks), at its tile's first chunk every rank packs the whole tile into the tile's node
+ * bucket; once that is full, the local home sums it (reduce_node_bucket) and every chunk of its
+ * tiles goes on (chunk_on). Otherwise chunk_on straight away. */
+static int offer_chunk(tsr_replicas_t *r, rparam_t *rp, int I, int j, const pass_t *p) {
+  if (!r->ntb || r->nodes[r->my_node].n == 1) return chunk_on(r, rp, I, j, p);
+  tsr_task_opts_t local = with_mpi(p->o, false);
+  int i, r0, I0, I1;
+  chunk_tile(rp, I, &i, &r0);
+  chunks_of_tile(rp, i, &I0, &I1);
+  if (I != I0) return 0;
+  bucket_t *nb = &r->tbuckets[rp->tbucket[i * rp->nt + j]];
+  tsr_tiles_t *x = p->set < 0 ? rp->p->g : set_of(r, rp, p->set);
+  TSR_TRY(tsr__tile_pack(&local, nb->mine, rp->toff[i * rp->nt + j], x, i, j, 0,
+                         tsr_tiles_tile_rows(x, i)));
+  if (++nb->packed < nb->nchunks) return 0;
+  nb->packed = 0;
+  TSR_TRY(reduce_node_bucket(p->o, r, nb));
+  for (int t = 0; t < nb->nchunks; t++) {
+    rparam_t *tp = &r->params[nb->param[t]];
+    int a, e;
+    chunks_of_tile(tp, nb->I[t], &a, &e);
+    for (int c = a; c < e; c++)
+      TSR_TRY(chunk_on(r, tp, c, nb->j[t], p));
+  }
+  return 0;
+}
+
+/* batch with buckets: chunk (I, j)'s gradient handed over (offer_chunk). */
 static int pack_and_update(tsr_replicas_t *r, rparam_t *rp, const tsr_task_opts_t *layer, int i,
                            int j, int I, int r0) {
-  (void)i, (void)j, (void)r0;
-  bucket_t *b;
-  TSR_TRY(pack_chunk(layer, r, rp, rp->p->g, rp->g, I, j, &b));
-  if (!b) return 0;
-  TSR_TRY(reduce_bucket(layer, r, b));
-  if (!r->sq_total) return update_bucket(r, b, layer);
-  tsr_task_opts_t local = with_mpi(layer, false);
-  for (int t = 0; t < b->nchunks && r->rank == b->home; t++)
-    TSR_TRY(
-        tsr__tile_sumsq_add(&local, r->params[b->param[t]].acc, b->I[t], b->j[t], r->net->grad_sq));
-  return 0;
+  (void)i, (void)r0;
+  pass_t p = {layer, -1, false, false};
+  return offer_chunk(r, rp, I, j, &p);
 }
 
 /* batch: replaces the optimizer step of a parameter whose gradient was just
@@ -741,6 +874,8 @@ static int grad_end(tsr_net_t *net, const tsr_task_opts_t *layer, void *ctx) {
   int rc = 0;
   for (int b = 0; b < r->nbuckets; b++)
     if (r->buckets[b].packed) return TSR_EINVAL;
+  for (int b = 0; b < r->ntb; b++)
+    if (r->tbuckets[b].packed || r->tbuckets[b].back) return TSR_EINVAL;
   for (int q = 0; q < r->size && rc == 0 && r->sq_total; q++)
     for (int t = 0; t < r->size && rc == 0; t++) {
       if (r->rank != q && r->rank != t) continue;
@@ -832,27 +967,16 @@ static int step_chunk(tsr_replicas_t *r, rparam_t *rp, int gi, bool outer, bool 
 /* With buckets, an average over every rank of the weights and with average_state each state
  * matrix (set_of), set by set, bucket by bucket. */
 static int average_buckets(tsr_replicas_t *r, bool outer, bool fednova, const tsr_task_opts_t *o) {
-  tsr_task_opts_t local = with_mpi(o, false);
   int nsets = 1 + (r->sync.average_state && r->nparams > 0 ? r->params[0].nstate : 0);
-  for (int s = 0; s < nsets; s++)
+  for (int s = 0; s < nsets; s++) {
+    pass_t p = {o, s, outer, fednova};
     for (int k = 0; k < r->nparams; k++) {
       rparam_t *rp = &r->params[k];
       for (int I = 0; I < rp->cmt; I++)
-        for (int j = 0; j < rp->nt; j++) {
-          bucket_t *b;
-          TSR_TRY(pack_chunk(o, r, rp, set_of(r, rp, s), views_of(rp, s), I, j, &b));
-          if (!b) continue;
-          TSR_TRY(reduce_bucket(o, r, b));
-          for (int t = 0; t < b->nchunks && r->rank == b->home; t++) {
-            rparam_t *bp = &r->params[b->param[t]];
-            const tsr_tiles_t *result;
-            TSR_TRY(step_chunk(r, bp, -1, s == 0 && outer, s == 0 && fednova, true, b->I[t],
-                               b->j[t], &result));
-            TSR_TRY(pack_result(&local, b, t, bp, result, b->I[t], 0));
-          }
-          TSR_TRY(gather_bucket(o, r, b, s, true));
-        }
+        for (int j = 0; j < rp->nt; j++)
+          TSR_TRY(offer_chunk(r, rp, I, j, &p));
     }
+  }
   return 0;
 }
 
@@ -988,11 +1112,38 @@ static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_ch
   return 0;
 }
 
+/* Two levels: the node buckets of tb and the tiles each holds; each rank keeps its own node's
+ * (every node cuts the same, so every rank creates as many descriptors), homed on its local home
+ * of the bucket's index. */
+static int make_tile_buckets(tsr_replicas_t *r, const tsr_buckets_t *tb, const tsr_chunking_t *ch) {
+  if (tb->n == 0) return 0;
+  if (!(r->tbuckets = calloc((size_t)tb->n, sizeof *r->tbuckets))) return TSR_ENOMEM;
+  r->ntb = tb->n;
+  const group_t *node = &r->nodes[r->my_node];
+  for (int b = 0; b < tb->n; b++) {
+    bucket_t *t = &r->tbuckets[b];
+    t->lidx = tb->local[b], t->home = node->ranks[tb->local[b] % node->n];
+    t->floats = tb->floats[b];
+    t->param = malloc(sizeof(int) * (size_t)tb->chunks[b]);
+    t->I = malloc(sizeof(int) * (size_t)tb->chunks[b]);
+    t->j = malloc(sizeof(int) * (size_t)tb->chunks[b]);
+    if (!t->param || !t->I || !t->j) return TSR_ENOMEM;
+  }
+  for (int k = 0; k < r->nparams; k++) {
+    const tsr_tiles_t *w = r->params[k].p->w;
+    for (int c = 0; c < tsr_tiles_mt(w) * ch[k].nt; c++) {
+      bucket_t *t = &r->tbuckets[ch[k].tbucket[c]];
+      t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
+    }
+  }
+  return 0;
+}
+
 /* Each bucket's row of floats on every rank (with every rank's views) and its sum on its home,
  * created on every rank in bucket order (descriptors take their MPI tags in creation order). */
-static int create_buckets(tsr_replicas_t *r) {
-  for (int b = 0; b < r->nbuckets; b++) {
-    bucket_t *t = &r->buckets[b];
+static int create_bucket_rows(tsr_replicas_t *r, bucket_t *all, int n) {
+  for (int b = 0; b < n; b++) {
+    bucket_t *t = &all[b];
     TSR_TRY(tsr_tiles_create(&t->mine, 1, t->floats, 1, (int)t->floats));
     if (!(t->mines = replicas_of(r, t->mine))) return TSR_ENOMEM;
     TSR_TRY(tsr_tiles_create_distributed(&t->sum, 1, t->floats, 1, (int)t->floats, bucket_home, t));
@@ -1000,14 +1151,24 @@ static int create_buckets(tsr_replicas_t *r) {
   return 0;
 }
 
-static void destroy_buckets(tsr_replicas_t *r) {
-  for (int b = 0; b < r->nbuckets; b++) {
-    bucket_t *t = &r->buckets[b];
+static int create_buckets(tsr_replicas_t *r) {
+  TSR_TRY(create_bucket_rows(r, r->buckets, r->nbuckets));
+  return create_bucket_rows(r, r->tbuckets, r->ntb);
+}
+
+static void destroy_bucket_rows(tsr_replicas_t *r, bucket_t **all, int *n) {
+  for (int b = 0; b < *n; b++) {
+    bucket_t *t = &(*all)[b];
     destroy_all(r, &t->mines);
     tsr_tiles_destroy(&t->mine), tsr_tiles_destroy(&t->sum);
     free(t->param), free(t->I), free(t->j);
   }
-  free(r->buckets), r->buckets = NULL, r->nbuckets = 0;
+  free(*all), *all = NULL, *n = 0;
+}
+
+static void destroy_buckets(tsr_replicas_t *r) {
+  destroy_bucket_rows(r, &r->buckets, &r->nbuckets);
+  destroy_bucket_rows(r, &r->tbuckets, &r->ntb);
 }
 
 /* Chunks and their homes (chunks.h: the coarsest chunking that balances
@@ -1032,18 +1193,24 @@ static int plan_chunks(tsr_replicas_t *r) {
       const group_t *g = &r->nodes[ch[k].home[c]];
       ch[k].home[c] = g->ranks[ch[k].local[c] % g->n];
     }
-  /* Buckets by home rank: with two levels a home's chunks share its index in every node. */
-  tsr_buckets_t bk = {0};
+  /* Buckets by home rank: with two levels a home's chunks share its index in every node; and
+   * with two levels node buckets of whole tiles. */
+  tsr_buckets_t bk = {0}, tb = {0};
   if (rc == 0 && r->sync.bucket_mb > 0)
     rc = tsr__chunks_buckets(shapes, r->nparams, ch, r->size, r->two_level ? r->per_node : 1,
                              (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &bk);
+  if (rc == 0 && r->sync.bucket_mb > 0 && r->two_level)
+    rc = tsr__chunks_tile_buckets(shapes, r->nparams, ch, r->per_node,
+                                  (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &tb);
   if (rc == 0 && (rc = make_buckets(r, &bk, ch))) tsr__chunks_free(ch, r->nparams);
-  tsr__buckets_free(&bk);
+  if (rc == 0 && (rc = make_tile_buckets(r, &tb, ch))) tsr__chunks_free(ch, r->nparams);
+  tsr__buckets_free(&bk), tsr__buckets_free(&tb);
   for (int k = 0; rc == 0 && k < r->nparams; k++) {
     rparam_t *rp = &r->params[k];
     rp->k = ch[k].k, rp->cr = ch[k].cr, rp->cmt = ch[k].cmt, rp->nt = ch[k].nt;
     rp->chome = ch[k].home, rp->local = ch[k].local; /* the replicas' now */
     rp->cbucket = ch[k].bucket, rp->coff = ch[k].offset;
+    rp->tbucket = ch[k].tbucket, rp->toff = ch[k].toffset;
   }
   free(shapes), free(ch);
   if (rc) return rc;
@@ -1180,7 +1347,7 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
     tsr_tiles_destroy(&rp->nband[n]);
   free(rp->gacc), free(rp->gctx), free(rp->ntile), free(rp->nband), free(rp->nctx);
   free(rp->chome), free(rp->local), free(rp->home), free(rp->cbucket), free(rp->coff);
-  free(rp->tdone);
+  free(rp->tdone), free(rp->tbucket), free(rp->toff);
 }
 
 /* The ranks cut into groups of gs consecutive ranks, or (gs 0) into the nodes MPI sees (a

@@ -582,7 +582,13 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
     rc = two_level ? tsr__chunks_plan_two_level(sh, n, t.nodes, per_node, ch, NULL, NULL)
                    : tsr__chunks_plan(sh, n, ranks, NULL, ch, NULL, NULL);
   }
-  for (int k = 0; rc == 0 && two_level && k < n; k++)
+  /* Inside the nodes: whole tiles, or with buckets node buckets of them (a bucket as a tile). */
+  tsr_buckets_t tb = {0};
+  if (rc == 0 && two_level && bucket_bytes > 0)
+    rc = tsr__chunks_tile_buckets(sh, n, ch, per_node, bucket_bytes, &tb);
+  for (int b = 0; b < tb.n; b++)
+    two_level_tile(&t, tb.local[b], 4.0 * (double)tb.floats[b]);
+  for (int k = 0; rc == 0 && two_level && !tb.n && k < n; k++)
     for (int i = 0; i * (int64_t)sh[k].mb < sh[k].rows; i++)
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
@@ -644,7 +650,7 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
   for (int a = 0; rc == 0 && a < t.nodes; a++)
     if (t.node_out[a] > out->node_sent_max) out->node_sent_max = t.node_out[a];
   if (rc == 0) tsr__chunks_free(ch, n);
-  tsr__buckets_free(&bk);
+  tsr__buckets_free(&bk), tsr__buckets_free(&tb);
   free(sh), free(ch), free(buf);
   return rc;
 }
