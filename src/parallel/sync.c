@@ -37,9 +37,11 @@
  * submitted, and once the last is packed the bucket is summed on its home
  * and sent back as one message, not one a chunk; in between, the home
  * unpacks the sum into acc and updates (or steps the outer optimizer)
- * chunk by chunk as without buckets, and packs the results. Averages over
- * every rank only (hier's group averages and async-epoch's folds keep
- * their chunks or tiles); flat, no grid.
+ * chunk by chunk as without buckets, and packs the results. With two
+ * levels the buckets go between the nodes' local homes, and inside a node
+ * whole tiles travel in node buckets. Averages over every rank only (hier's
+ * group averages and async-epoch's folds keep their chunks or tiles); no
+ * grid.
  *
  * Each rank submits only the tasks it takes part in (it runs them, or sends
  * their input), so submission costs O(P) per chunk on the home and O(1)
