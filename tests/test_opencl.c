@@ -330,6 +330,17 @@ Test(opencl, band_get_and_put) {
   operand_check(&b, "band", REL, ABS);
 }
 
+Test(opencl, bucket_pack_and_unpack) {
+  operand_t t, b;
+  operand_init(&t, 9, 6, false, 40, -1, 1, false);
+  operand_init(&b, 1, 60, false, 41, -1, 1, false);
+  BOTH(tsr__insert_bucket_pack(&o, b.tile[s], 7, t.tile[s], 2, 4));
+  BOTH(tsr__insert_scale(&o, b.tile[s], -2.0f));
+  BOTH(tsr__insert_bucket_unpack(&o, t.tile[s], 5, 4, b.tile[s], 7));
+  operand_check(&t, "bucket tile", REL, ABS);
+  operand_check(&b, "bucket", REL, ABS);
+}
+
 Test(opencl, dropout_same_mask) {
   operand_t y, x;
   operand_init(&y, 10, 9, false, 28, -1, 1, false);
