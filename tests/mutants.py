@@ -86,7 +86,7 @@ MUTANTS = [
      "src/kernels/optim.c",
      [("xr[j] -= lr * (d + momentum * ur[j]);", "xr[j] -= lr * ur[j];")], ["mpi-outer-2"]),
     ("outer-fold-whole", "async-epoch's outer fold takes the whole pseudo-gradient, not 1/P",
-     "src/parallel/sync.c", [("share = 1.0f / (float)r->size;", "share = 1.0f;")],
+     "src/parallel/sync.c", [("share = 1.0f / (float)g->n;", "share = 1.0f;")],
      ["mpi-outer-2"]),
     ("postlocal-phase", "post-local counts every=K from the run's first step, not the switch",
      "src/parallel/sync_post_local.c",
