@@ -395,6 +395,10 @@ MUTANTS = [
      "src/parallel/sync.c",
      [("bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);",
        "bool at_home = r->rank == home_in(g, rp, I, j);")], ["grid-sync"]),
+    ("grid-fold-share", "under a grid async-epoch's outer fold takes a rank's share 1/P of the "
+     "pseudo-gradient instead of a grid column's 1/Pc", "src/parallel/sync.c",
+     [("float share = 1.0f / (float)g->n;", "float share = 1.0f / (float)r->size;")],
+     ["grid-sync"]),
 ]
 
 
