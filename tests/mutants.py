@@ -86,7 +86,7 @@ MUTANTS = [
      "src/kernels/optim.c",
      [("xr[j] -= lr * (d + momentum * ur[j]);", "xr[j] -= lr * ur[j];")], ["mpi-outer-2"]),
     ("outer-fold-whole", "async-epoch's outer fold takes the whole pseudo-gradient, not 1/P",
-     "src/parallel/sync.c", [("share = 1.0f / (float)r->size;", "share = 1.0f;")],
+     "src/parallel/sync.c", [("share = 1.0f / (float)g->n;", "share = 1.0f;")],
      ["mpi-outer-2"]),
     ("postlocal-phase", "post-local counts every=K from the run's first step, not the switch",
      "src/parallel/sync_post_local.c",
@@ -395,6 +395,10 @@ MUTANTS = [
      "src/parallel/sync.c",
      [("bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);",
        "bool at_home = r->rank == home_in(g, rp, I, j);")], ["grid-sync"]),
+    ("grid-fold-share", "under a grid async-epoch's outer fold takes a rank's share 1/P of the "
+     "pseudo-gradient instead of a grid column's 1/Pc", "src/parallel/sync.c",
+     [("float share = 1.0f / (float)g->n;", "float share = 1.0f / (float)r->size;")],
+     ["grid-sync"]),
 ]
 
 

@@ -21,9 +21,10 @@
  * their schedule says (each policy's own file, sync_<name>.c, through the
  * registry of policy.h: its hooks call tsr__replicas_average_all and the
  * others below). async-epoch: each rank folds its weights into a global copy
- * (whole tiles, homed by tile) with a commutative task and continues from its
- * own fold's result. hier's group averages use the same mechanism restricted
- * to the group and chunk homes inside it (each group its own acc).
+ * (whole tiles, homed by tile; under a grid, in the tile's grid row) with a
+ * commutative task and continues from its own fold's result. hier's group
+ * averages use the same mechanism restricted to the group and chunk homes
+ * inside it (each group its own acc).
  *
  * An outer optimizer (optim/outer.h) steps each chunk's anchor on the
  * chunk's home, between the reduce-scatter and the all-gather, so ranks get
@@ -93,7 +94,8 @@ typedef struct rparam {
   int *tbucket; /* --bucket-mb with two levels: (mt, nt) each tile's node bucket, its first
                    float there */
   int64_t *toff;
-  int *home;       /* (mt, nt) async-epoch: home rank of each whole tile */
+  int *home;       /* (mt, nt) async-epoch: each whole tile's home, as its index in the tile's
+                      scope (the rank without a grid, the grid column under one) */
   tsr_tiles_t **w; /* [size] replica views of the weights */
   tsr_tiles_t **g; /* batch, whole-tile chunks (k 1): [size] replica views of the gradient */
   int nstate;      /* optimizer state matrices with views (batch: shared for checkpoints;
@@ -247,9 +249,10 @@ static tsr_tiles_t *acc_of(const rparam_t *rp, int gi) {
   return gi < 0 ? rp->acc : rp->gacc[gi];
 }
 
+/* async-epoch: tile (i, j)'s home, in its scope (under a grid, in its grid row). */
 static int tile_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
-  return rp->home[i * rp->nt + j];
+  return scope(rp->r, rp, -1, j)->ranks[rp->home[i * rp->nt + j]];
 }
 
 static int rank_zero(int i, int j, void *ctx) {
@@ -1026,18 +1029,25 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
 
 /* async-epoch: each rank's fold, then its copy of the result, per tile. The
  * folds of one tile are adjacent accesses to the global copy and commute
- * (in deterministic mode they apply in rank order instead). */
+ * (in deterministic mode they apply in rank order instead). Under a grid a
+ * tile is folded by the ranks of its scope, one per grid column (in column
+ * order), each with a column's share; a replicated parameter by every row
+ * alike, into that row's global copy. */
 static int fold_all(tsr_replicas_t *r) {
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
-  float gamma = tsr__optim_lr(r->net->optim), share = 1.0f / (float)r->size;
+  float gamma = tsr__optim_lr(r->net->optim);
   bool commute = !r->sync.deterministic;
   int rc = 0;
   for (int k = 0; k < r->nparams && rc == 0; k++) {
     rparam_t *rp = &r->params[k];
     for (int i = 0; i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
       for (int j = 0; j < rp->nt && rc == 0; j++) {
-        for (int q = 0; q < r->size && rc == 0; q++) {
+        const group_t *g = scope(r, rp, -1, j);
+        if (!member(g, r->rank)) continue; /* grid: another row's tile */
+        float share = 1.0f / (float)g->n;
+        for (int t = 0; t < g->n && rc == 0; t++) {
+          int q = g->ranks[t];
           rc = r->outer ? tsr__outer_fold_tile(r->outer, k, rp->global, rp->snap[q], rp->w[q], i, j,
                                                share, gamma, commute, &o)
                         : tsr__tile_fold(&o, rp->global, rp->snap[q], rp->w[q], i, j, commute);
@@ -1045,7 +1055,7 @@ static int fold_all(tsr_replicas_t *r) {
         }
         uint64_t bytes = (uint64_t)tsr_tiles_tile_rows(rp->p->w, i) *
                          (uint64_t)tsr_tiles_tile_cols(rp->p->w, j) * sizeof(float);
-        int n = r->rank == tile_home(i, j, rp) ? r->size - 1 : 1;
+        int n = r->rank == tile_home(i, j, rp) ? g->n - 1 : 1;
         r->st.bytes_sent += bytes * (uint64_t)n, r->st.bytes_received += bytes * (uint64_t)n;
         r->st.messages_sent += n, r->st.messages_received += n;
       }
@@ -1073,21 +1083,38 @@ static int set_anchors(tsr_replicas_t *r) {
   return rc;
 }
 
-/* Every replica starts from rank 0's weights; the async global copy from
- * them too, and with an outer optimizer each rank's fold start and the
+/* async-epoch: the global copy starts from the first rank of each tile's
+ * scope (rank 0 without a grid, grid column 0 under one), and with an outer
+ * optimizer each rank's fold start too. */
+static int start_global(tsr_replicas_t *r, const tsr_task_opts_t *o) {
+  int rc = 0;
+  for (int k = 0; k < r->nparams && rc == 0; k++) {
+    rparam_t *rp = &r->params[k];
+    for (int i = 0; rp->global && i < tsr_tiles_mt(rp->p->w) && rc == 0; i++)
+      for (int j = 0; j < rp->nt && rc == 0; j++) {
+        const group_t *g = scope(r, rp, -1, j);
+        if (!member(g, r->rank)) continue; /* grid: another row's tile */
+        const tsr_tiles_t *first = rp->w[g->ranks[0]];
+        rc = tsr__tile_copy(o, rp->global, first, i, j);
+        for (int t = 0; r->outer && t < g->n && rc == 0; t++)
+          rc = tsr__tile_copy(o, rp->snap[g->ranks[t]], first, i, j);
+      }
+  }
+  return rc;
+}
+
+/* Every replica starts from rank 0's weights (under a grid every rank
+ * initialized its tiles from the same seed, so replicas start equal); the
+ * async global copy from them too (start_global), and the outer optimizer's
  * anchors. */
 static int start_equal(tsr_replicas_t *r) {
   tsr_task_opts_t o = layer_one_opts(r);
   o.mpi = true;
   int rc = 0;
-  for (int k = 0; k < r->nparams && rc == 0; k++) {
-    rparam_t *rp = &r->params[k];
+  for (int k = 0; r->grid_rows == 1 && k < r->nparams && rc == 0; k++)
     for (int q = 1; q < r->size && rc == 0; q++)
-      rc = tsr__tiles_copy(&o, rp->w[q], rp->w[0]);
-    if (rc == 0 && rp->global) rc = tsr__tiles_copy(&o, rp->global, rp->w[0]);
-    for (int q = 0; r->outer && rp->snap && q < r->size && rc == 0; q++)
-      rc = tsr__tiles_copy(&o, rp->snap[q], rp->w[0]);
-  }
+      rc = tsr__tiles_copy(&o, r->params[k].w[q], r->params[k].w[0]);
+  if (rc == 0) rc = start_global(r, &o);
   return rc == 0 ? set_anchors(r) : rc;
 }
 
@@ -1216,22 +1243,33 @@ static int plan_chunks(tsr_replicas_t *r) {
   }
   free(shapes), free(ch);
   if (rc) return rc;
-  /* async-epoch's whole tiles: homed in order, to the lightest so far. */
+  /* async-epoch's whole tiles: homed in order, to the lightest so far, on a rank of the tile's
+   * grid row (rank c Pr + p is column c, row p), as its grid column; a replicated parameter's
+   * tile in the same column of every row. Every rank chooses alike (no row's own view). */
+  int pr = r->grid_rows, pc = r->size / pr;
   uint64_t *load = calloc((size_t)r->size, sizeof *load);
   if (!load) return TSR_ENOMEM;
   for (int k = 0; k < r->nparams; k++) {
     rparam_t *rp = &r->params[k];
     const tsr_tiles_t *w = rp->p->w;
+    bool spread = w->kind == TSR_TILES_DISTRIBUTED;
     if (!(rp->home = calloc((size_t)tsr_tiles_mt(w) * (size_t)rp->nt, sizeof *rp->home))) {
       free(load);
       return TSR_ENOMEM;
     }
     for (int i = 0; i < tsr_tiles_mt(w); i++)
       for (int j = 0; j < rp->nt; j++) {
-        int best = 0;
-        for (int q = 1; q < r->size; q++)
-          if (load[q] < load[best]) best = q;
-        load[best] += (uint64_t)tsr_tiles_tile_rows(w, i) * (uint64_t)tsr_tiles_tile_cols(w, j);
+        int p0 = spread ? tsr_tiles_rank_of(w, 0, j) % pr : 0, p1 = spread ? p0 + 1 : pr, best = 0;
+        uint64_t least = UINT64_MAX;
+        for (int c = 0; c < pc; c++) {
+          uint64_t cost = 0;
+          for (int p = p0; p < p1; p++)
+            cost += load[c * pr + p];
+          if (cost < least) best = c, least = cost;
+        }
+        uint64_t bytes = (uint64_t)tsr_tiles_tile_rows(w, i) * (uint64_t)tsr_tiles_tile_cols(w, j);
+        for (int p = p0; p < p1; p++)
+          load[best * pr + p] += bytes;
         rp->home[i * rp->nt + j] = best;
       }
   }
@@ -1491,9 +1529,7 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   if (rc == 0)
     rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
                                       rank_zero, NULL);
-  /* Grid: every rank initialized its tiles from the same seed, so replicas start equal; the
-   * outer optimizer's anchors still start from them. */
-  if (rc == 0) rc = pr == 1 ? start_equal(r) : set_anchors(r);
+  if (rc == 0) rc = start_equal(r);
   if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
   if (rc == 0 && r->batch && net->grad_sq) rc = clip_views(r);
   if (rc) {

@@ -1,7 +1,8 @@
 /* --sync async-epoch (dislib's partially asynchronous variant): at its epoch end each rank
  * folds its weights into a global copy, global = (global + w) / 2 (or an outer step with its
  * share of the pseudo-gradient), and continues from its own fold's result, without waiting for
- * the others; after the last epoch a uniform average gives one model. */
+ * the others; after the last epoch a uniform average gives one model. Under --grid PrxPc a
+ * replica is a grid column, and each tile is folded by its grid row, one rank per column. */
 #include <stdio.h>
 #include <string.h>
 
@@ -32,13 +33,11 @@ const tsr__sync_policy_t tsr__sync_async_epoch = {
     .traits = {.name = "async-epoch",
                .synopsis = "async-epoch",
                .averages_weights = true,
-               .needs_ranks = true},
+               .needs_ranks = true,
+               .grid_columns = true},
     .forms = (const char *const[]){"async-epoch", NULL},
     .parse = parse,
     .describe = describe,
     .folds = true,
-    .grid_refusal = "it folds each rank's whole tiles into one global copy homed over every rank, "
-                    "where a grid column's ranks each hold only their grid row's slice, and a "
-                    "fold by grid row is not built",
     .epoch_end = epoch_end,
 };
