@@ -22,7 +22,9 @@
 # from its fold's result; measured equal too. A 2x2 checkpoint of every=4 --outer slowmo resumed on 2x2
 # is the uninterrupted run bit for bit (the outer momentum written back to its chunks' homes in
 # each grid row, the anchors taken from the weights). What stays refused exits 2 with its
-# reason: hier across grid columns, post-local's checkpoints with optimizer state. Usage: test_grid_sync.sh PATH/TO/tessera
+# reason: --bucket-mb under a grid, post-local's checkpoints with optimizer state. hier: groups of
+# whole columns, 2x2 as 2 ranks (one group) and 2x4 in groups of 2 columns as 4 ranks in groups
+# of 2, measured equal. Usage: test_grid_sync.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -38,14 +40,18 @@ run=(train --data "$data" --train-limit 1280 --test-limit 200 --workers 1 --dete
 mlp=(--model mlp:128,64)
 check_show=$tmp/out
 
-# NAME GRID|- EPOCHS [options]: a run logging to NAME.jsonl, NAME in the options replaced by
-# NAME (GRID -: 2 ranks without --grid, else 4 ranks).
+# NAME GRID|-|-N EPOCHS [options]: a run logging to NAME.jsonl, NAME in the options replaced by
+# NAME (GRID PrxPc: Pr Pc ranks; -: 2 ranks without --grid, -N N ranks).
 train() {
-  local name=$1 grid=$2 epochs=$3
+  local name=$1 grid=$2 epochs=$3 np
   shift 3
   local cmd=("$tessera" "${run[@]}" --epochs "$epochs" --log "$tmp/$name.jsonl" "${@//NAME/$name}")
-  if [[ $grid != - ]]; then cmd=("${mpi[@]}" -np 4 "${cmd[@]}" --grid "$grid"); else
-    cmd=("${mpi[@]}" -np 2 "${cmd[@]}")
+  if [[ $grid != -* ]]; then
+    np=$((${grid%x*} * ${grid#*x}))
+    cmd=("${mpi[@]}" -np "$np" "${cmd[@]}" --grid "$grid")
+  else
+    np=${grid#-}
+    cmd=("${mpi[@]}" -np "${np:-2}" "${cmd[@]}")
   fi
   check "$name: trains" timeout 300 "${cmd[@]}" >"$tmp/out" 2>&1
 }
@@ -127,6 +133,14 @@ both asynccnn0 2 1e-6 --model cnn --train-limit 512 --sync async-epoch --momentu
 both asynccnnslowmo0 2 1e-6 --model cnn --train-limit 512 --sync async-epoch --outer slowmo \
   --momentum 0 --checkpoint "$tmp/NAME.st"
 
+# hier: groups of whole grid columns, each rank averaging its slice with its grid row's ranks of
+# the group's other columns: 2x2 with every column in one group (the nodes: one machine) as 2
+# ranks, and 2x4 in groups of 2 columns (hier:1,3,2) as 4 ranks in groups of 2.
+both hier0 2 1e-6 "${mlp[@]}" --sync hier:1,3 --momentum 0 --checkpoint "$tmp/NAME.st"
+train hier0g24 2x4 2 "${mlp[@]}" --sync hier:1,3,2 --momentum 0 --checkpoint "$tmp/NAME.st"
+train hier0g4 -4 2 "${mlp[@]}" --sync hier:1,3,2 --momentum 0 --checkpoint "$tmp/NAME.st"
+compare hier0g24 hier0g4 1e-6
+
 # A 2x2 checkpoint after epoch 1 of every=4 --outer slowmo (its last step averaged, so the end
 # took no extra average) resumed on 2x2: the uninterrupted run's weights, outer momentum and log.
 train slowmo0r22 2x2 1 "${mlp[@]}" --sync every=4 --outer slowmo --momentum 0 \
@@ -137,8 +151,8 @@ compare slowmo022 slowmo0r22 0
 
 # What stays refused, before anything loads, with its reason.
 grid=("${mpi[@]}" -np 4 "$tessera" "${run[@]}" "${mlp[@]}" --epochs 1 --grid 2x2)
-expect 2 "--sync hier:1,2 \(averaged across several grid columns\) is not supported under a grid yet: its groups are sets of ranks.*groups of whole columns are not built; use --sync batch, every=K, epoch\[=n\], async-epoch, post-local:E,K or none" \
-  -- timeout 60 "${grid[@]}" --sync hier:1,2
+expect 2 "--bucket-mb: a grid averages each slice over its grid row.*leave --bucket-mb out" \
+  -- timeout 60 "${grid[@]}" --bucket-mb 1
 expect 2 "--grid 2x2 --sync post-local:1,2: --checkpoint and --resume cannot keep each grid column's own optimizer state" \
   -- timeout 60 "${grid[@]}" --sync post-local:1,2 --checkpoint "$tmp/refused.st"
 

@@ -199,8 +199,10 @@ static const group_t *group_of(const tsr_replicas_t *r, int gi) {
  * grid (gi -1), the grid row holding that column in every grid column (a
  * replicated parameter: this rank's row), else gi's. */
 static const group_t *scope(const tsr_replicas_t *r, const rparam_t *rp, int gi, int j) {
-  if (gi >= 0 || r->grid_rows == 1) return group_of(r, gi);
-  return &r->rows[tsr_tiles_rank_of(rp->p->w, 0, j) % r->grid_rows];
+  if (r->grid_rows == 1) return group_of(r, gi);
+  int row = tsr_tiles_rank_of(rp->p->w, 0, j) % r->grid_rows;
+  /* hier under a grid: group gi's columns, in that grid row (tsr__replicas_make_groups) */
+  return gi < 0 ? &r->rows[row] : &r->groups[gi / r->grid_rows * r->grid_rows + row];
 }
 
 static bool member(const group_t *g, int rank) {
@@ -938,11 +940,16 @@ static void set_step_weights(tsr_replicas_t *r) {
 }
 
 static void clear_samples(tsr_replicas_t *r, int gi) {
-  const group_t *g = group_of(r, gi);
-  for (int t = 0; t < g->n; t++) {
-    int q = g->ranks[t];
-    if (r->gsamples) r->gsamples[q] = 0;
-    if (gi < 0) r->samples[q] = 0, r->steps[q] = 0;
+  /* hier under a grid: the group's columns in every grid row */
+  int first = gi < 0 ? gi : gi / r->grid_rows * r->grid_rows,
+      last = gi < 0 ? gi : first + r->grid_rows - 1;
+  for (int h = first; h <= last; h++) {
+    const group_t *g = group_of(r, h);
+    for (int t = 0; t < g->n; t++) {
+      int q = g->ranks[t];
+      if (r->gsamples) r->gsamples[q] = 0;
+      if (gi < 0) r->samples[q] = 0, r->steps[q] = 0;
+    }
   }
 }
 
@@ -1411,7 +1418,41 @@ static int split_ranks(const tsr_replicas_t *r, int gs, int *n, group_t **groups
   return 0;
 }
 
+/* hier under --grid PrxPc: groups of whole grid columns, gs consecutive columns each, or
+ * (gs 0) the columns whose first rank is on one node; group g of columns is groups g Pr + p, its
+ * columns' ranks of grid row p (in column order), so that each rank averages its slice with its
+ * row's ranks of the group's other columns. */
+static int column_groups(tsr_replicas_t *r, int gs) {
+  int pr = r->grid_rows, pc = r->size / pr, ncg = 0;
+  int *of_col = malloc(sizeof(int) * (size_t)pc), *node_of = malloc(sizeof(int) * (size_t)r->size);
+  int rc = of_col && node_of ? 0 : TSR_ENOMEM;
+  if (rc == 0 && gs == 0) tsr_dist_nodes(node_of); /* collective */
+  for (int c = 0; rc == 0 && c < pc; c++) {
+    of_col[c] = gs > 0 ? c / gs : -1;
+    for (int e = 0; gs == 0 && e < c && of_col[c] < 0; e++) /* nodes numbered as they appear */
+      if (node_of[e * pr] == node_of[c * pr]) of_col[c] = of_col[e];
+    if (of_col[c] < 0) of_col[c] = ncg;
+    if (of_col[c] + 1 > ncg) ncg = of_col[c] + 1;
+  }
+  if (rc == 0 && !(r->groups = calloc((size_t)ncg * (size_t)pr, sizeof *r->groups)))
+    rc = TSR_ENOMEM;
+  for (int g = 0; rc == 0 && g < ncg * pr; g++)
+    if (!(r->groups[g].ranks = malloc(sizeof(int) * (size_t)pc))) rc = TSR_ENOMEM;
+  for (int c = 0; rc == 0 && c < pc; c++)
+    for (int p = 0; p < pr; p++) {
+      group_t *g = &r->groups[of_col[c] * pr + p];
+      g->ranks[g->n++] = c * pr + p;
+    }
+  if (rc == 0) r->ngroups = ncg * pr, r->my_group = of_col[r->rank / pr] * pr + r->rank % pr;
+  free(of_col), free(node_of);
+  return rc;
+}
+
 int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
+  if (r->grid_rows > 1) {
+    TSR_TRY(column_groups(r, gs));
+    return (r->gsamples = calloc((size_t)r->size, sizeof *r->gsamples)) ? 0 : TSR_ENOMEM;
+  }
   int *group_of_rank = malloc(sizeof(int) * (size_t)r->size);
   int rc = group_of_rank ? split_ranks(r, gs, &r->ngroups, &r->groups, group_of_rank) : TSR_ENOMEM;
   if (rc == 0) r->my_group = group_of_rank[r->rank];

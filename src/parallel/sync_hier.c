@@ -1,7 +1,8 @@
 /* --sync hier:K1,K2[,G] (hierarchical averaging, as Horovod and NCCL do it): the ranks of a
  * node, or of each group of G consecutive ranks, average their weights every K1 steps, over
  * the same mechanism restricted to the group; all ranks average every K2 steps (through the
- * outer optimizer, if any), and at the end. */
+ * outer optimizer, if any), and at the end. Under --grid PrxPc a group is of whole grid columns
+ * (replicas): G consecutive columns, or those whose first rank is on one node. */
 #include <stdio.h>
 
 #include "parallel/policy.h"
@@ -40,16 +41,14 @@ const tsr__sync_policy_t tsr__sync_hier = {
                .synopsis = "hier:K1,K2",
                .averages_weights = true,
                .counts_steps = true,
+               .grid_columns = true,
                .needs_ranks = true},
     .forms = (const char *const[]){"hier:K1,K2", NULL},
     .counts = "K1,K2[,G]: steps between averages inside a node, steps between averages over all "
               "ranks, and optionally G consecutive ranks per group instead of nodes (whole "
-              "numbers >= 1)",
+              "numbers >= 1; under --grid, G grid columns)",
     .parse = parse,
     .describe = describe,
-    .grid_refusal = "its groups are sets of ranks (a node's, or G consecutive ones), but under a "
-                    "grid a replica is a grid column of Pr ranks, averaged grid row by grid row, "
-                    "and groups of whole columns are not built",
     .create = create,
     .after_step = after_step,
     .epoch_end = epoch_end,
