@@ -730,12 +730,15 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
   cr_assert(strstr(err.msg, "--shares: 2 values for 3 ranks"), "%s", err.msg);
   c.shares = NULL, c.ranks = 4, c.net.grid_rows = 2, c.grid_cols = 2;
-  cr_assert_eq(tsr_sync_parse(&sync, "hier:2,4", &err), 0);
+  cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
+  sync.bucket_mb = 1;
   cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
-  cr_assert(strstr(err.msg, "--grid 2x2: --sync hier:2,4") && strstr(err.msg, "--grid 1x4"), "%s",
-            err.msg);
-  cr_assert(strstr(err.msg, "groups of whole columns are not built"), "%s", err.msg);
-  /* post-local and an outer optimizer across grid columns (tests/test_grid_sync.sh). */
+  cr_assert(strstr(err.msg, "--bucket-mb: a grid averages each slice over its grid row") &&
+                strstr(err.msg, "leave --bucket-mb out"),
+            "%s", err.msg);
+  /* post-local, hier and an outer optimizer across grid columns (tests/test_grid_sync.sh). */
+  cr_assert_eq(tsr_sync_parse(&sync, "hier:2,4", &err), 0);
+  cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_sync_parse(&sync, "post-local:1,2", &err), 0);
   cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
