@@ -65,10 +65,10 @@ MUTANTS = [
        "  if (test) tsr_dataset_normalize(test, mean, std);\n")],
      ["data", "cli"]),
     ("reversed-ranks", "deterministic reduction in reversed rank order", "src/parallel/sync.c",
-     [("  for (int t = 0; t < g->n; t++) {\n    int q = g->ranks[t];\n    if (at_home || q == r->rank)\n",
-       "  for (int t = g->n - 1; t >= 0; t--) {\n    int q = g->ranks[t];\n"
+     [("  for (int t = 0; t < n; t++) {\n    int q = ranks[t];\n    in = in || q == r->rank;\n    if (at_home || q == r->rank)\n",
+       "  for (int t = n - 1; t >= 0; t--) {\n    int q = ranks[t];\n    in = in || q == r->rank;\n"
        "    if (at_home || q == r->rank)\n"),
-      ("det && t == 0 ? 0.0f : 1.0f", "det && t == g->n - 1 ? 0.0f : 1.0f")],
+      ("det && t == 0 ? 0.0f : 1.0f, dst", "det && t == n - 1 ? 0.0f : 1.0f, dst")],
      ["mpi-deterministic-3"]),
     ("weights-p-minus-1", "averaging weights 1/(P-1)", "src/parallel/sync.c",
      [(": 1.0 / g->n;", ": 1.0 / (g->n - 1);")], ["mpi-epoch-2"]),

@@ -177,6 +177,8 @@ struct tsr_replicas {
   tsr_sync_bn_t *sync_bn; /* --sync-bn's statistics hook, or NULL */
   int nbuckets;           /* --bucket-mb: averages over every rank pack chunks; 0: they do not */
   bucket_t *buckets;
+  int *send_ranks; /* [size] a bucket's senders and their weights (senders) */
+  float *send_w;
   int ntb;            /* --bucket-mb with two levels: node buckets of whole tiles; 0: none */
   bucket_t *tbuckets; /* [ntb] this rank's node's */
   bool agreed;        /* every replica holds the same weights (tsr__replicas_agree) */
@@ -320,50 +322,69 @@ static tsr_task_opts_t with_mpi(const tsr_task_opts_t *o, bool mpi) {
  * then acc = s_n + acc for n = 1 .. N-1 (nodes numbered by their lowest rank). That is flat's
  * float32 sum in rank order, task for task, when every node holds one rank, and bit for bit
  * when one node holds them all. */
+/* On home, dst (i, j) = the sum over t of w_t xs[ranks[t]] (i, j) (w NULL: the ranks' weights),
+ * in the ranks' order in deterministic mode (acc = w_0 x_0, then acc = w_t x_t + acc), else as
+ * the copies arrive (commutative adds); home is one of the n ranks. This rank submits only what
+ * it takes part in, and counts a message of `bytes` from each other rank to the home. */
+static int sum_on_home(const tsr_task_opts_t *o, tsr_replicas_t *r, int home, int n,
+                       const int *ranks, const float *w, tsr_tiles_t **xs, tsr_tiles_t *dst, int i,
+                       int j, uint64_t bytes) {
+  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  bool det = r->sync.deterministic, at_home = r->rank == home, in = false;
+  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, dst, i, j, 0.0f));
+  for (int t = 0; t < n; t++) {
+    int q = ranks[t];
+    in = in || q == r->rank;
+    if (at_home || q == r->rank)
+      TSR_TRY(tsr__tile_axpby(&mpi, w ? w[t] : (float)r->weights[q], xs[q],
+                              det && t == 0 ? 0.0f : 1.0f, dst, i, j, !det));
+  }
+  if (at_home)
+    r->st.bytes_received += bytes * (uint64_t)(n - 1), r->st.messages_received += n - 1;
+  else if (in)
+    r->st.bytes_sent += bytes, r->st.messages_sent++;
+  return 0;
+}
+
+/* The other way: src (i, j), on home, to ys[q] (i, j) of every other of the n ranks, one message
+ * of `bytes` each. */
+static int copy_from_home(const tsr_task_opts_t *o, tsr_replicas_t *r, int home, int n,
+                          const int *ranks, const tsr_tiles_t *src, tsr_tiles_t **ys, int i, int j,
+                          uint64_t bytes) {
+  tsr_task_opts_t mpi = with_mpi(o, true);
+  bool at_home = r->rank == home, in = false;
+  for (int t = 0; t < n; t++) {
+    int q = ranks[t];
+    in = in || q == r->rank;
+    if (q != home && (at_home || q == r->rank)) TSR_TRY(tsr__tile_copy(&mpi, ys[q], src, i, j));
+  }
+  if (at_home)
+    r->st.bytes_sent += bytes * (uint64_t)(n - 1), r->st.messages_sent += n - 1;
+  else if (in)
+    r->st.bytes_received += bytes, r->st.messages_received++;
+  return 0;
+}
+
 /* Two levels, inside this rank's node (of several ranks): tile (i, j)'s weighted sum over the
  * node's ranks (xs: every rank's views) on the tile's local home lh, ntile[node] (i, j); one
  * message per rank. */
 static int node_sum_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
                          tsr_tiles_t **xs, int i, int j, int lh) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  bool det = r->sync.deterministic;
-  int me = r->rank;
   const group_t *node = &r->nodes[r->my_node];
   tsr_tiles_t *part = rp->ntile[r->my_node];
-  if (!det && me == lh) TSR_TRY(tsr__tile_fill(&local, part, i, j, 0.0f));
-  for (int t = 0; t < node->n; t++) {
-    int q = node->ranks[t];
-    if (me == lh || q == me)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, part,
-                              i, j, !det));
-  }
   uint64_t tile = (uint64_t)tsr_tiles_tile_rows(part, i) * (uint64_t)tsr_tiles_tile_cols(part, j) *
                   sizeof(float);
-  if (me == lh)
-    r->st.bytes_received += tile * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
-  else
-    r->st.bytes_sent += tile, r->st.messages_sent++;
-  return 0;
+  return sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j, tile);
 }
 
 /* Two levels, inside this rank's node (of several ranks): tile (i, j) of the local home lh's y
  * sent whole to the node's other ranks' y; one message per rank. */
 static int node_spread_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, tsr_tiles_t **y, int i,
                             int j, int lh) {
-  tsr_task_opts_t mpi = with_mpi(o, true);
-  int me = r->rank;
   const group_t *node = &r->nodes[r->my_node];
-  for (int t = 0; t < node->n; t++) {
-    int q = node->ranks[t];
-    if (q != lh && (me == lh || me == q)) TSR_TRY(tsr__tile_copy(&mpi, y[q], y[lh], i, j));
-  }
-  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(y[me], i) *
-                  (uint64_t)tsr_tiles_tile_cols(y[me], j) * sizeof(float);
-  if (me == lh)
-    r->st.bytes_sent += tile * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
-  else
-    r->st.bytes_received += tile, r->st.messages_received++;
-  return 0;
+  uint64_t tile = (uint64_t)tsr_tiles_tile_rows(y[r->rank], i) *
+                  (uint64_t)tsr_tiles_tile_cols(y[r->rank], j) * sizeof(float);
+  return copy_from_home(o, r, lh, node->n, node->ranks, y[lh], y, i, j, tile);
 }
 
 static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
@@ -445,7 +466,7 @@ static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
  * only the band travels. */
 static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
                         tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  tsr_task_opts_t local = with_mpi(o, false);
   const group_t *g = scope(r, rp, gi, j);
   if (!member(g, r->rank)) return 0; /* grid: another row's column */
   if (gi < 0 && r->two_level) return reduce_two_level(o, r, rp, x, xs, I, j);
@@ -456,20 +477,7 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
     TSR_TRY(tsr__tile_band_get(&local, rp->stage, I, j, x, i, j, r0));
     xs = rp->stages; /* chunk-tiled: chunk (I, j) is its tile (I, j) */
   }
-  bool det = r->sync.deterministic, at_home = r->rank == home;
-  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, acc, I, j, 0.0f));
-  for (int t = 0; t < g->n; t++) {
-    int q = g->ranks[t];
-    if (at_home || q == r->rank)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], xs[q], det && t == 0 ? 0.0f : 1.0f, acc,
-                              I, j, !det));
-  }
-  uint64_t bytes = chunk_bytes(rp, I, j);
-  if (at_home)
-    r->st.bytes_received += bytes * (uint64_t)(g->n - 1), r->st.messages_received += g->n - 1;
-  else
-    r->st.bytes_sent += bytes, r->st.messages_sent++;
-  return 0;
+  return sum_on_home(o, r, home, g->n, g->ranks, NULL, xs, acc, I, j, chunk_bytes(rp, I, j));
 }
 
 /* All-gather of one chunk over scope gi: rows r0 .. of tile (i, j) of every
@@ -547,46 +555,23 @@ static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
 }
 
 /* Bucket b's senders, in the order its home adds them: flat every rank, with two levels each
- * node's local home of b's index. Sender t's rank, and *weight its weight in the sum (a node's
- * sum is weighted already, a lone rank's band is not). */
-static int nsenders(const tsr_replicas_t *r) {
-  return r->two_level ? r->nnodes : r->size;
-}
-
-static int sender(const tsr_replicas_t *r, const bucket_t *b, int t, float *weight) {
-  int q = r->two_level ? r->nodes[t].ranks[b->lidx % r->nodes[t].n] : t;
-  *weight = r->two_level && r->nodes[t].n > 1 ? 1.0f : (float)r->weights[q];
-  return q;
-}
-
-/* Whether this rank is one of b's senders (and so gets the result back). */
-static bool is_sender(const tsr_replicas_t *r, const bucket_t *b) {
-  float w;
-  return !r->two_level || sender(r, b, r->my_node, &w) == r->rank;
-}
-
-/* The reduce-scatter of bucket b, as reduce_chunk's (or reduce_two_level's between the nodes)
- * of each of its chunks but one message a sender: the home's sum = the weighted sum of every
- * sender's packed bands (in sender order in deterministic mode), unpacked into acc chunk by
- * chunk. */
-static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  bool det = r->sync.deterministic, at_home = r->rank == b->home;
-  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, b->sum, 0, 0, 0.0f));
-  int n = nsenders(r);
+ * node's local home of b's index; their ranks and weights in the sum (a node's sum is weighted
+ * already, a lone rank's band is not), and how many. */
+static int senders(const tsr_replicas_t *r, const bucket_t *b, int *ranks, float *w) {
+  int n = r->two_level ? r->nnodes : r->size;
   for (int t = 0; t < n; t++) {
-    float w;
-    int q = sender(r, b, t, &w);
-    if (at_home || q == r->rank)
-      TSR_TRY(
-          tsr__tile_axpby(&mpi, w, b->mines[q], det && t == 0 ? 0.0f : 1.0f, b->sum, 0, 0, !det));
+    ranks[t] = r->two_level ? r->nodes[t].ranks[b->lidx % r->nodes[t].n] : t;
+    w[t] = r->two_level && r->nodes[t].n > 1 ? 1.0f : (float)r->weights[ranks[t]];
   }
-  uint64_t bytes = (uint64_t)b->floats * sizeof(float);
-  if (!at_home) {
-    if (is_sender(r, b)) r->st.bytes_sent += bytes, r->st.messages_sent++;
-    return 0;
-  }
-  r->st.bytes_received += bytes * (uint64_t)(n - 1), r->st.messages_received += n - 1;
+  return n;
+}
+
+static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b) {
+  tsr_task_opts_t local = with_mpi(o, false);
+  int *ranks = r->send_ranks, n = senders(r, b, ranks, r->send_w);
+  TSR_TRY(sum_on_home(o, r, b->home, n, ranks, r->send_w, b->mines, b->sum, 0, 0,
+                      (uint64_t)b->floats * sizeof(float)));
+  if (r->rank != b->home) return 0;
   for (int t = 0; t < b->nchunks; t++) {
     rparam_t *rp = &r->params[b->param[t]];
     int I = b->I[t], j = b->j[t];
@@ -600,22 +585,11 @@ static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *
  * ranks, weights[q] each, in rank order in deterministic mode (node_sum_tile's order), and
  * unpacks the sums into the node's partial tiles, ntile. */
 static int reduce_node_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *nb) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  bool det = r->sync.deterministic, at_home = r->rank == nb->home;
+  tsr_task_opts_t local = with_mpi(o, false);
   const group_t *node = &r->nodes[r->my_node];
-  if (!det && at_home) TSR_TRY(tsr__tile_fill(&local, nb->sum, 0, 0, 0.0f));
-  for (int t = 0; t < node->n; t++) {
-    int q = node->ranks[t];
-    if (at_home || q == r->rank)
-      TSR_TRY(tsr__tile_axpby(&mpi, (float)r->weights[q], nb->mines[q], det && t == 0 ? 0.0f : 1.0f,
-                              nb->sum, 0, 0, !det));
-  }
-  uint64_t bytes = (uint64_t)nb->floats * sizeof(float);
-  if (!at_home) {
-    r->st.bytes_sent += bytes, r->st.messages_sent++;
-    return 0;
-  }
-  r->st.bytes_received += bytes * (uint64_t)(node->n - 1), r->st.messages_received += node->n - 1;
+  TSR_TRY(sum_on_home(o, r, nb->home, node->n, node->ranks, NULL, nb->mines, nb->sum, 0, 0,
+                      (uint64_t)nb->floats * sizeof(float)));
+  if (r->rank != nb->home) return 0;
   for (int t = 0; t < nb->nchunks; t++) {
     rparam_t *rp = &r->params[nb->param[t]];
     int i = nb->I[t], j = nb->j[t];
@@ -630,7 +604,7 @@ static int reduce_node_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucke
  * other ranks in one message each, which unpack it (node_spread_tile's, bucket by bucket). */
 static int tile_back(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j,
                      int set) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
+  tsr_task_opts_t local = with_mpi(o, false);
   bucket_t *nb = &r->tbuckets[rp->tbucket[i * rp->nt + j]];
   bool at_home = r->rank == nb->home;
   if (at_home)
@@ -639,17 +613,9 @@ static int tile_back(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, 
   if (++nb->back < nb->nchunks) return 0;
   nb->back = 0;
   const group_t *node = &r->nodes[r->my_node];
-  for (int t = 0; t < node->n; t++) {
-    int q = node->ranks[t];
-    if (q != nb->home && (at_home || q == r->rank))
-      TSR_TRY(tsr__tile_copy(&mpi, nb->mines[q], nb->sum, 0, 0));
-  }
-  uint64_t bytes = (uint64_t)nb->floats * sizeof(float);
-  if (at_home) {
-    r->st.bytes_sent += bytes * (uint64_t)(node->n - 1), r->st.messages_sent += node->n - 1;
-    return 0;
-  }
-  r->st.bytes_received += bytes, r->st.messages_received++;
+  TSR_TRY(copy_from_home(o, r, nb->home, node->n, node->ranks, nb->sum, nb->mines, 0, 0,
+                         (uint64_t)nb->floats * sizeof(float)));
+  if (at_home) return 0;
   for (int t = 0; t < nb->nchunks; t++) {
     rparam_t *tp = &r->params[nb->param[t]];
     int ti = nb->I[t], tj = nb->j[t];
@@ -675,20 +641,13 @@ static int pack_result(const tsr_task_opts_t *local, const bucket_t *b, int t, r
  * other ranks (node_spread_tile), as gather_two_level does at a tile's last chunk. */
 static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b, int set,
                          bool with_home) {
-  tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  bool at_home = r->rank == b->home, gets = is_sender(r, b);
-  int n = nsenders(r);
-  for (int t = 0; t < n; t++) {
-    float w;
-    int q = sender(r, b, t, &w);
-    if (q != b->home && (at_home || q == r->rank))
-      TSR_TRY(tsr__tile_copy(&mpi, b->mines[q], b->sum, 0, 0));
-  }
-  uint64_t bytes = (uint64_t)b->floats * sizeof(float);
-  if (at_home)
-    r->st.bytes_sent += bytes * (uint64_t)(n - 1), r->st.messages_sent += n - 1;
-  else if (gets)
-    r->st.bytes_received += bytes, r->st.messages_received++;
+  tsr_task_opts_t local = with_mpi(o, false);
+  int *ranks = r->send_ranks, n = senders(r, b, ranks, r->send_w);
+  bool at_home = r->rank == b->home, gets = false;
+  for (int t = 0; t < n; t++)
+    gets = gets || ranks[t] == r->rank;
+  TSR_TRY(copy_from_home(o, r, b->home, n, ranks, b->sum, b->mines, 0, 0,
+                         (uint64_t)b->floats * sizeof(float)));
   bool unpacks = gets && (!at_home || with_home);
   const tsr_tiles_t *src = at_home ? b->sum : b->mine;
   for (int t = 0; t < b->nchunks; t++) {
@@ -1527,13 +1486,18 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   sync = &r->sync;
   r->batch = r->policy->traits.meets_every_step;
   r->weights = calloc((size_t)r->size, sizeof *r->weights);
+  r->send_ranks = calloc((size_t)r->size, sizeof *r->send_ranks);
+  r->send_w = calloc((size_t)r->size, sizeof *r->send_w);
   r->samples = calloc((size_t)r->size, sizeof *r->samples);
   r->steps = calloc((size_t)r->size, sizeof *r->steps);
   r->all.n = r->size;
   r->all.ranks = malloc(sizeof(int) * (size_t)r->size);
   r->nparams = tsr_net_n_params(net);
   r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  int rc = r->weights && r->samples && r->steps && r->all.ranks && r->params ? 0 : TSR_ENOMEM;
+  int rc = r->weights && r->send_ranks && r->send_w && r->samples && r->steps && r->all.ranks &&
+                   r->params
+               ? 0
+               : TSR_ENOMEM;
   for (int q = 0; q < r->size && rc == 0; q++)
     r->all.ranks[q] = q;
   /* Homes in proportion to the shares (a rank's part of the reductions and sharded updates
@@ -1687,7 +1651,8 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   free(r->nodes), free(r->node_of);
   free(r->rows);
   free(r->groups), free(r->all.ranks), free(r->gsamples);
-  free(r->params), free(r->weights), free(r->home_share), free(r->samples), free(r->steps);
+  free(r->params), free(r->weights), free(r->send_ranks), free(r->send_w), free(r->home_share),
+      free(r->samples), free(r->steps);
   free(r);
   *rp = NULL;
 }
