@@ -49,19 +49,12 @@ train() {
 # compare A B TOLERANCE: every tensor of checkpoints A and B within TOLERANCE (0: bit for bit),
 # and the last test loss of their logs within TOLERANCE * 100 (relative).
 compare() {
-  check "$1 against $2 (within $3)" /usr/bin/python3 - "$tmp" "$@" <<'PY'
-import array, json, struct, sys
+  check "$1 against $2 (within $3)" env PYTHONPATH="$here" /usr/bin/python3 - "$tmp" "$@" <<'PY'
+import json, sys
+import st_floats
 tmp, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 def tensors(name):
-    raw = open("%s/%s.st" % (tmp, name), "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    out = {}
-    for k, v in json.loads(raw[8:8 + n]).items():
-        if k != "__metadata__":
-            x = array.array("f")
-            x.frombytes(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            out[k] = x
-    return out
+    return st_floats.tensors("%s/%s.st" % (tmp, name))
 def last(name):
     return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name)) if '"event"' not in l][-1]
 ta, tb = tensors(a), tensors(b)
