@@ -122,6 +122,10 @@ int tsr__insert_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_dat
 int tsr__insert_channels_copy(const tsr_task_opts_t *o, starpu_data_handle_t dst, int dst_stride,
                               int dst_off, starpu_data_handle_t src, int src_stride, int src_off,
                               int pixels, int width);
+/* For every row: dst's columns dst_off .. + width = (add: +=) src's columns src_off .. + width;
+ * dst's other columns are kept (a domain-split layer's halos, src/tile/domain.c). */
+int tsr__insert_columns(const tsr_task_opts_t *o, starpu_data_handle_t dst, int dst_off,
+                        starpu_data_handle_t src, int src_off, int width, bool add);
 /* dst (m, n) row r = src row rows[r] from column col0, zero from row nvalid on.
  * rows is copied; src is borrowed and must stay valid until the task has run. */
 int tsr__insert_gather(const tsr_task_opts_t *o, starpu_data_handle_t dst, const float *src,

@@ -41,15 +41,16 @@ __kernel void tsr_add(int m, int n, __global float *y, int yo, int ldy, __global
 }
 
 /* A concat's channel block (tsr__k_channels_copy), over (pixels width, m): work-item (q, i)
- * copies value q % width of pixel q / width of row i. */
+ * copies (add: adds) value q % width of pixel q / width of row i. */
 __kernel void tsr_channels_copy(int m, int pixels, int width, __global float *d, int dof, int ldd,
                                 int dst_stride, int dst_off, __global const float *s, int so,
-                                int lds, int src_stride, int src_off) {
+                                int lds, int src_stride, int src_off, int add) {
   int q = get_global_id(0), i = get_global_id(1);
   if (i >= m || q >= pixels * width) return;
   int p = q / width, c = q % width;
-  d[dof + (long)i * ldd + (long)p * dst_stride + dst_off + c] =
-      s[so + (long)i * lds + (long)p * src_stride + src_off + c];
+  long at = dof + (long)i * ldd + (long)p * dst_stride + dst_off + c;
+  float v = s[so + (long)i * lds + (long)p * src_stride + src_off + c];
+  d[at] = add ? d[at] + v : v;
 }
 
 __kernel void tsr_scale(int m, int n, float alpha, __global float *x, int xo, int ldx) {

@@ -243,6 +243,11 @@ typedef struct {
    * pooling and the input batch are replicated on every rank of the column. Every rank of a
    * column calls every function of the net alike; the ranks must be a multiple of Pr. */
   int grid_rows;
+  /* Domain parallelism under a grid (--domain rows) [false]: convolutions and pooling cut their
+   * output images' rows into bands over the column's Pr ranks, exchanging halo rows
+   * (src/tile/domain.h), instead of every rank computing them whole; their parameters stay
+   * replicated, their gradients summed over the column. */
+  bool domain;
 } tsr_net_opts_t;
 
 /* batch 64, SGD lr 0.01 momentum 0.9, seed 1, PyTorch's initialization, tiles chosen

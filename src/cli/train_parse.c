@@ -397,6 +397,14 @@ static int read_grid(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
+static int read_domain(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"none", "rows", NULL};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  p->cfg->net.domain = i == 1;
+  return 0;
+}
+
 static int read_checkpoint_every(parse_t *p, const row_t *row, const char *arg) {
   char *end;
   errno = 0;
@@ -644,6 +652,11 @@ static const row_t rows[] = {
              "consecutive ranks holds one replica, its dense layers'\n"
              "feature tiles spread over them; the Pc columns split the\n"
              "batch and --sync averages across them [1xP]"},
+    {"domain", "D", read_domain, .want = "none or rows",
+     .help = "under --grid PrxPc: rows cuts each convolution's and pooling's\n"
+             "images into bands of rows over a column's Pr ranks, with\n"
+             "halo rows exchanged; none computes them whole on every rank\n"
+             "of the column [none]"},
     {"mpi-progress", "M", read_mpi_progress, .want = "auto, thread or worker",
      .help = "under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
              "worker (that thread also runs a worker's tasks), or auto:\n"
@@ -826,6 +839,11 @@ static int check_together(parse_t *p) {
   if (cfg->net.clip_grad > 0 && cfg->net.grid_rows > 1) {
     fprintf(stderr, "tessera train: --clip-grad with --grid is not implemented (the grid spreads "
                     "the dense layers' gradients over a column's ranks); leave one of them out\n");
+    return 2;
+  }
+  if (cfg->net.domain && cfg->net.grid_rows < 2) {
+    fprintf(stderr, "tessera train: --domain rows splits images over a grid column's ranks: it "
+                    "needs --grid PrxPc with Pr > 1 (e.g. --grid 2x1)\n");
     return 2;
   }
   if (cfg->log_every && !cfg->log_path) {

@@ -501,3 +501,26 @@ void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float
       }
   }
 }
+
+int tsr__k_band_rows(int h, int pr) {
+  return (h + pr - 1) / pr;
+}
+
+int tsr__k_bands(int h, int pr) {
+  int b = tsr__k_band_rows(h, pr);
+  return (h + b - 1) / b;
+}
+
+void tsr__k_band(int h, int pr, int p, int *r0, int *r1) {
+  int b = tsr__k_band_rows(h, pr);
+  long lo = (long)p * b, hi = lo + b;
+  *r0 = (int)(lo < h ? lo : h), *r1 = (int)(hi < h ? hi : h);
+}
+
+tsr_conv_geom_t tsr__k_band_window(const tsr_conv_geom_t *g, int r0, int r1, int *a0, int *a1) {
+  int top = r0 * g->sh - g->ph, bottom = (r1 - 1) * g->sh - g->ph + g->kh;
+  *a0 = top > 0 ? top : 0, *a1 = bottom < g->h ? bottom : g->h;
+  tsr_conv_geom_t cut = *g;
+  cut.h = *a1 - *a0, cut.oh = r1 - r0, cut.ph = *a0 - top;
+  return cut;
+}

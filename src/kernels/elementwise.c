@@ -122,9 +122,17 @@ void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const 
 }
 
 void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
-                          int dst_off, const float *src, int lds, int src_stride, int src_off) {
+                          int dst_off, const float *src, int lds, int src_stride, int src_off,
+                          bool add) {
   for (int i = 0; i < m; i++)
-    for (int p = 0; p < pixels; p++)
-      memcpy(dst + (long)i * ldd + (long)p * dst_stride + dst_off,
-             src + (long)i * lds + (long)p * src_stride + src_off, sizeof(float) * (size_t)width);
+    for (int p = 0; p < pixels; p++) {
+      float *d = dst + (long)i * ldd + (long)p * dst_stride + dst_off;
+      const float *s = src + (long)i * lds + (long)p * src_stride + src_off;
+      if (!add) {
+        memcpy(d, s, sizeof(float) * (size_t)width);
+        continue;
+      }
+      for (int q = 0; q < width; q++)
+        d[q] += s[q];
+    }
 }

@@ -101,9 +101,11 @@ void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm);
 void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb);
 /* A block of channels between two tiles of channels-last rows (the concat layer): for each of
  * m rows and each of `pixels` pixels, the `width` values at column p * src_stride + src_off of
- * src go to column p * dst_stride + dst_off of dst (rows lds and ldd floats apart). */
+ * src go to column p * dst_stride + dst_off of dst (rows lds and ldd floats apart), or with add
+ * are added to what is there (a domain-split layer's halo gradients). */
 void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
-                          int dst_off, const float *src, int lds, int src_stride, int src_off);
+                          int dst_off, const float *src, int lds, int src_stride, int src_off,
+                          bool add);
 
 /* dst (m, n) row r = src row rows[r], columns [col0, col0 + n), for r < nvalid;
  * rows from nvalid on are zero (padding of a short last batch). */
@@ -119,6 +121,18 @@ typedef struct {
   int oc, oh, ow;
   int kh, kw, sh, sw, ph, pw;
 } tsr_conv_geom_t;
+
+/* Domain parallelism (--grid with --domain rows): the Pr ranks of a grid column cut every
+ * image of a convolution's or pooling's output into bands of ceil(h / Pr) rows; band p is rows
+ * [*r0, *r1) (empty, r0 == r1, past the last band). */
+int tsr__k_band_rows(int h, int pr);
+int tsr__k_bands(int h, int pr);
+void tsr__k_band(int h, int pr, int p, int *r0, int *r1);
+/* The window of g's output rows [r0, r1) (r0 < r1): the input rows [*a0, *a1) they read, and g
+ * cut to those rows (h = a1 - a0, oh = r1 - r0, ph what padding remains above a0; the padding
+ * below is implied by the range checks), so that a kernel run with it on input rows [a0, a1)
+ * alone computes exactly output rows [r0, r1), and its input gradient is theirs. */
+tsr_conv_geom_t tsr__k_band_window(const tsr_conv_geom_t *g, int r0, int r1, int *a0, int *a1);
 
 /* Floats of workspace the conv kernels need for n samples: the lowered
  * input (n oh ow, kh kw c). */

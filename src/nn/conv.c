@@ -13,7 +13,10 @@
 
 static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
-  (void)net, (void)train;
+  (void)train;
+  if (l->domain)
+    return tsr__domain_conv_fwd(o, l->domain, l->y, x[0], l->params[0].w, l->params[1].w, l->relu,
+                                &net->traffic);
   return tsr__tiles_conv_fwd(o, l->y, x[0], l->params[0].w, l->params[1].w, &l->geom, l->relu);
 }
 
@@ -23,11 +26,13 @@ static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const
  * gradient (the end of the step's critical path) ran on one worker only. */
 static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *xs,
                          tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
-  (void)net;
   const tsr_tiles_t *x = xs[0];
   tsr_tiles_t *dx = dxs[0];
   if (l->relu && !l->relu_grad_by_next) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
   tsr_task_opts_t critical = tsr__net_critical(o);
+  if (l->domain)
+    return tsr__domain_conv_bwd(o, &critical, l->domain, dx, l->dy, l->params[0].w, l->params[0].g,
+                                l->params[1].g, &net->traffic);
   if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(&critical, dx, l->dy, l->params[0].w, &l->geom));
   return tsr__tiles_conv_bwd_filter(o, l->params[0].g, l->params[1].g, l->scratch[0], l->scratch[1],
                                     x, l->dy, &l->geom);
@@ -72,7 +77,7 @@ static void conv_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   l->nparams = 2;
   l->params[0] = (tsr_layout_matrix_t){fan_in, g->oc, fan_in, g->oc, true};
   l->params[1] = (tsr_layout_matrix_t){1, g->oc, 1, g->oc, false};
-  l->nscratch = mt > 1 ? 2 : 0;
+  l->nscratch = mt > 1 && !l->domain ? 2 : 0; /* domain: its own (src/tile/domain.h) */
   l->scratch[0] = (tsr_layout_matrix_t){(int64_t)(mt - 1) * fan_in, g->oc, fan_in, g->oc, false};
   l->scratch[1] = (tsr_layout_matrix_t){mt - 1, g->oc, 1, g->oc, false};
   l->workspace = (int64_t)tsr__k_conv_work(g, lay->mb);
@@ -156,6 +161,7 @@ const tsr_layer_type_t tsr__conv_type = {
     .alias = "conv2d",
     .keys = conv_keys,
     .whole_samples = true,
+    .splits_rows = true,
     .fuses_relu = true,
     .defers_relu_grad = true,
     .shape = conv_shape,

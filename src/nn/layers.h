@@ -79,6 +79,10 @@ typedef struct tsr_layer_type {
   /* Sums its inputs into a residual stream (add): GPT-2's initialization scales the layers
    * only such layers read (site init_std). */
   bool residual;
+  /* Under a grid with --domain rows, cuts its output images' rows into bands over the grid
+   * column, each rank computing its band from its input band and halo rows (conv, pooling:
+   * src/tile/domain.h); its parameters are replicated. */
+  bool splits_rows;
   /* Not taken under a grid (--grid PrxPc with Pr > 1): the sequence layers, which the grid
    * neither splits nor replicates yet (a GPT under --grid 2x1 corrupted the heap). */
   bool no_grid;

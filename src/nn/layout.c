@@ -14,6 +14,7 @@
 #include "nn/layout.h"
 #include "nn/model.h"
 #include "optim/optim.h"
+#include "tile/domain.h"
 #include "try.h"
 
 /* The registered type of spec layer i (check_spec made sure there is one). */
@@ -559,17 +560,31 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
 /* ---- Placement under a grid ------------------------------------------------ */
 
 /* Dense layers spread their output columns over the grid column, element-wise layers keep
- * their inputs' placement, the rest stay replicated in the column (every rank computes them).
- * What cannot work goes to lay->grid_rc (the first such layer). */
+ * their inputs' placement, the rest stay replicated in the column (every rank computes them);
+ * with --domain rows, convolutions and pooling cut their output images' rows into bands over
+ * the column instead (tile j of a band-wide tiling: band j on row j). What cannot work goes to
+ * lay->grid_rc (the first such layer). */
 static void place(tsr_net_layout_t *lay) {
   for (int j = 0; j < lay->n_layers && lay->grid_rows > 1; j++) {
     tsr_layout_layer_t *l = &lay->layers[j];
     const tsr_layer_type_t *t = l->type;
-    int spread_in = 0;
-    for (int k = 0; k < l->n_inputs; k++)
-      spread_in += l->in[k].from >= 0 && lay->layers[l->in[k].from].spread;
+    int spread_in = 0, banded_in = 0;
+    for (int k = 0; k < l->n_inputs; k++) {
+      const tsr_layout_layer_t *from = l->in[k].from >= 0 ? &lay->layers[l->in[k].from] : NULL;
+      spread_in += from && from->spread;
+      banded_in += from && from->banded;
+      l->in[k].nb = from ? from->out_nb : lay->in_nb; /* a band-wide tiling above */
+    }
+    l->in_nb = l->in[0].nb;
     l->in_spread = spread_in > 0;
-    l->spread = t->cuts_features || (t->elementwise && l->in_spread);
+    l->domain = lay->domain && t->splits_rows;
+    l->banded_in = banded_in > 0;
+    l->banded = l->domain || (t->elementwise && banded_in > 0);
+    l->spread = l->banded || t->cuts_features || (t->elementwise && l->in_spread);
+    if (l->domain)
+      l->out_nb = tsr__k_band_rows(l->geom.oh, lay->grid_rows) * l->geom.ow * l->geom.oc;
+    else if (l->banded)
+      l->out_nb = l->in_nb;
     l->cuts = t->cuts_features;
     l->gathers = l->cuts && l->in_spread;
     l->partials = l->cuts && (l->in_spread || l->has_dx);
@@ -582,14 +597,31 @@ static void place(tsr_net_layout_t *lay) {
           "layer %d (%s): a grid (--grid PrxPc with Pr > 1) does not take %s layers yet (a "
           "language model is not split across a column); run it data-parallel, without --grid",
           l->index, l->name, t->name);
-    else if (t->elementwise && l->in_spread && spread_in < l->n_inputs)
+    else if (t->elementwise && l->in_spread &&
+             (spread_in < l->n_inputs || (banded_in > 0 && banded_in < l->n_inputs)))
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --grid, %d of its %d inputs come spread over the grid column (a dense "
-          "layer's output) and the others replicated (the input batch, convolutions, pooling): "
-          "an element-wise layer takes inputs placed alike; put a dense layer on the replicated "
-          "side, or use --grid 1xP for this model",
-          layer_label(l->index, l->name, t->name, me, sizeof me), spread_in, l->n_inputs);
+          "layer's output%s) and the others %s: an element-wise layer takes inputs placed "
+          "alike; put a dense layer on the replicated side, or use --grid 1xP for this model",
+          layer_label(l->index, l->name, t->name, me, sizeof me), spread_in, l->n_inputs,
+          lay->domain ? ", or bands of image rows" : "",
+          lay->domain ? "placed otherwise" : "replicated (the input batch, convolutions, pooling)");
+    else if (l->domain && (l->in_spread != l->banded_in || (!l->banded_in && l->in[0].from >= 0)))
+      lay->grid_rc = tsr_error_set(
+          &lay->grid_err, TSR_EINVAL,
+          "%s: under --domain rows, a convolution or pooling reads the input batch or another "
+          "one's bands of image rows (through element-wise layers), not %s; use --domain none "
+          "or --grid 1xP for this model",
+          layer_label(l->index, l->name, t->name, me, sizeof me),
+          l->in_spread ? "a dense layer's output" : "a layer computed whole on every rank");
+    else if (l->in_spread && !l->spread && l->banded_in)
+      lay->grid_rc = tsr_error_set(
+          &lay->grid_err, TSR_EINVAL,
+          "%s: under --domain rows, this layer does not take bands of image rows yet "
+          "(convolutions, pooling, element-wise and dense layers do); use --domain none or "
+          "--grid 1xP for this model",
+          layer_label(l->index, l->name, t->name, me, sizeof me));
     else if (l->in_spread && !l->spread)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
@@ -617,7 +649,9 @@ static void count_bytes(tsr_net_layout_t *lay) {
   for (int j = 0; j < lay->n_layers; j++) {
     tsr_layout_layer_t *l = &lay->layers[j];
     l->share = l->fout;
-    if (l->spread && l->cuts)
+    if (l->banded) /* row 0's band */
+      l->share = l->out_nb < l->fout ? l->out_nb : l->fout;
+    else if (l->spread && l->cuts)
       l->share = row0_columns(l->fout, l->out_nb, pr);
     else if (l->spread) /* as its (first) spread input */
       for (int k = l->n_inputs - 1; k >= 0; k--)
@@ -626,12 +660,16 @@ static void count_bytes(tsr_net_layout_t *lay) {
     l->param_floats = 0;
     for (int p = 0; p < l->nparams; p++) {
       const tsr_layout_matrix_t *m = &l->params[p];
-      l->param_floats += m->rows * (l->spread ? row0_columns(m->cols, m->nb, pr) : m->cols);
+      l->param_floats +=
+          m->rows * (l->spread && !l->banded ? row0_columns(m->cols, m->nb, pr) : m->cols);
     }
     /* y and dy, the other readers' gradients, the grid's gathered inputs and partial input
      * gradients, the layer's own scratch */
     l->act_floats = (1 + (l->consumers > 1 ? l->consumers : 1)) * batch * l->share;
     if (l->partials) l->act_floats += 2 * batch * l->fin;
+    if (l->domain) /* slabs, halos, the weight gradients' partials */
+      l->act_floats +=
+          tsr__domain_floats(&l->geom, pr, 0, batch, l->banded_in, l->has_dx, l->nparams > 0);
     for (int s = 0; s < l->nscratch; s++)
       l->act_floats += l->scratch[s].rows * l->scratch[s].cols;
     for (int s = 0; s < l->nbuffers; s++)
@@ -665,6 +703,7 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
   TSR_TRY(input_geometry(opts, inputs, &in, err));
   out->batch = opts->batch, out->workers = workers, out->nstate = nstate;
   out->grid_rows = opts->grid_rows > 1 ? opts->grid_rows : 1;
+  out->domain = opts->domain && out->grid_rows > 1;
   out->inputs = inputs, out->classes = classes, out->in_geom = in;
   choose_tiles(spec, inputs, opts, workers, &out->mb, &out->nb);
   walk_t w;

@@ -77,8 +77,13 @@ static int act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int 
 
 /* Grid, a dense layer spreading its output: with a spread input (l->lay->gathers) l->gathered
  * and l->partials, one (batch, fin) matrix per rank of the column, each allocated on its rank
- * only; with a per-node input whose gradient is computed, l->partials and l->dx_sums. */
+ * only; with a per-node input whose gradient is computed, l->partials and l->dx_sums. A domain
+ * layer (--domain rows): its slabs, halos and partial gradients (l->domain). */
 static int grid_scratch(tsr_net_t *net, tsr_layer_t *l) {
+  const tsr_layout_layer_t *ll = l->lay;
+  if (ll->domain)
+    return tsr__domain_create(&l->domain, &ll->geom, net->grid_rows, net->grid_slot, net->batch,
+                              net->mb, ll->banded_in, ll->has_dx, ll->nparams > 0);
   bool in_split = l->lay->gathers;
   if (!l->lay->partials) return 0; /* a per-node input, no gradient below */
   int n = net->grid_rows;
@@ -236,7 +241,7 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
     l->relu_grad_by_next = ll->relu_grad_by_next, l->relu_grad_in = ll->relu_grad_in;
     l->nparams = ll->nparams;
     for (int k = 0; k < ll->nparams; k++)
-      TSR_TRY(param_create(net, &l->params[k], &ll->params[k], ll->spread));
+      TSR_TRY(param_create(net, &l->params[k], &ll->params[k], ll->spread && !ll->banded));
     TSR_TRY(activations(net, l));
     for (int k = 0; k < ll->nscratch; k++) {
       const tsr_layout_matrix_t *m = &ll->scratch[k];
@@ -371,6 +376,7 @@ void tsr_net_destroy(tsr_net_t **np) {
       tsr_tiles_destroy(&l->gathered[p]), tsr_tiles_destroy(&l->partials[p]);
     free(l->gathered), free(l->partials);
     tsr_tiles_destroy(&l->dx_sums);
+    tsr__domain_destroy(&l->domain);
     for (int k = 0; l->grads && k < l->lay->consumers - 1; k++)
       tsr_tiles_destroy(&l->grads[k]);
     free(l->grads);

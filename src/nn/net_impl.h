@@ -13,6 +13,7 @@
 #include "optim/optim.h"
 #include "rng.h"
 #include "runtime/task_opts.h"
+#include "tile/domain.h"
 #include "tile/ops.h"
 #include "tessera/augment.h"
 #include "tessera/net.h"
@@ -67,6 +68,7 @@ struct tsr_layer {
   tsr_tiles_t **partials; /* grid, dense: [grid_rows] (batch, fin) per rank: input-gradient sums */
   tsr_tiles_t *dx_sums;   /* grid, dense over a replicated layer: (batch, fin) spread by column
                            * tile, the input gradient before every rank of the column gets it */
+  tsr_domain_t *domain;   /* grid, --domain rows, conv and pooling: slabs, halos, partials */
   /* Tied parameters (lmhead): the embedding layer's token table this layer reads, borrowed; its
    * backward writes the table's gradient first (the layer runs after the embedding, so its
    * backward runs before), and the owner's backward adds its own (shared_grad_written). */

@@ -18,14 +18,17 @@ static bool is_max(const tsr_layer_t *l) {
 
 static int pool_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
-  (void)net, (void)train;
+  (void)train;
+  if (l->domain) return tsr__domain_pool_fwd(o, l->domain, l->y, x[0], is_max(l), &net->traffic);
   return tsr__tiles_pool_fwd(o, l->y, x[0], &l->geom, is_max(l));
 }
 
 static int pool_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x,
                          tsr_tiles_t *const *dx, const tsr_task_opts_t *o) {
-  (void)net;
   tsr_task_opts_t critical = tsr__net_critical(o);
+  if (l->domain)
+    return tsr__domain_pool_bwd(&critical, l->domain, dx[0], l->dy, l->y, is_max(l),
+                                l->relu_grad_in, &net->traffic);
   return dx[0] ? tsr__tiles_pool_bwd(&critical, dx[0], l->dy, x[0], l->y, &l->geom, is_max(l),
                                      l->relu_grad_in)
                : 0;
@@ -108,6 +111,7 @@ const tsr_layer_type_t tsr__maxpool_type = {
     .name = "maxpool",
     .keys = pool_keys,
     .whole_samples = true,
+    .splits_rows = true,
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
@@ -121,6 +125,7 @@ const tsr_layer_type_t tsr__avgpool_type = {
     .name = "avgpool",
     .keys = pool_keys,
     .whole_samples = true,
+    .splits_rows = true,
     .shape = pool_shape,
     .layout = pool_layout,
     .cost = tsr__cost_pass,
@@ -133,6 +138,7 @@ const tsr_layer_type_t tsr__globalavgpool_type = {
     .kind = TSR_LAYER_GLOBALAVGPOOL,
     .name = "globalavgpool",
     .whole_samples = true,
+    .splits_rows = true,
     .shape = globalavgpool_shape,
     .cost = tsr__cost_pass,
     .flops = pool_flops, /* an add per input element */

@@ -262,7 +262,7 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     const tsr_layout_layer_t *l = &lay->layers[k];
     layer_bytes[k] = 0;
     if (l->nparams == 0) continue;
-    bool sliced = l->spread && pr > 1;
+    bool sliced = l->spread && !l->banded && pr > 1;
     /* the tile columns: every parameter of a spread layer is tiled like its output */
     int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
     for (int j = 0; j < nt; j += pr) {

@@ -172,6 +172,9 @@ int tsr__tile_unpack(const tsr_task_opts_t *o, tsr_tiles_t *dst, int i, int j, i
 typedef struct {
   uint64_t bytes_sent, bytes_received;
   int64_t messages_sent, messages_received;
+  /* Of those sent, the halo rows of domain-split layers (src/tile/domain.h). */
+  uint64_t halo_bytes_sent;
+  int64_t halo_messages_sent;
 } tsr_traffic_t;
 /* The forward all-gather inside the column: each rank with columns of w
  * receives every tile (i, k) of a spread x that another rank owns, once,
