@@ -98,6 +98,18 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
   const tsr_tiles_t *x = xs[0];
   int hw = l->geom.h * l->geom.w;
   tsr_tiles_t *p = l->scratch[0], *s = l->scratch[1], *mean = l->buffers[0], *var = l->buffers[1];
+  if (l->domain) { /* --domain rows: x in bands of image rows, the statistics the column's */
+    if (!train) {
+      TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, bn_eps(l), false));
+    } else {
+      TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, NULL, NULL, NULL, net->valid, false,
+                                    &net->traffic));
+      TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), bn_eps(l), true));
+      if ((int64_t)net->valid * hw >= 2) l->batches_tracked++;
+    }
+    return tsr__domain_bn_normalize(o, l->domain, l->y, x, s, l->params[0].w, l->params[1].w,
+                                    l->relu);
+  }
   if (!train) {
     TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, bn_eps(l), false));
   } else {
@@ -118,11 +130,19 @@ static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const 
   const tsr_tiles_t *x = xs[0];
   tsr_tiles_t *dx = dxs[0], *p = l->scratch[0], *s = l->scratch[1];
   int hw = l->geom.h * l->geom.w;
+  tsr_task_opts_t critical = tsr__net_critical(o);
+  if (l->domain) {
+    TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, l->dy, l->y, s, net->valid, l->relu,
+                                  &net->traffic));
+    TSR_TRY(tsr__tiles_bn_params_grad(o, l->params[0].g, l->params[1].g, p));
+    return dx ? tsr__domain_bn_dx(&critical, l->domain, dx, l->dy, x, l->y, s, l->params[0].w, p,
+                                  net->valid, l->relu)
+              : 0;
+  }
   TSR_TRY(tsr__tiles_bn_sums(o, p, l->dy, x, l->y, s, hw, net->valid, l->relu));
   TSR_TRY(tsr__tiles_bn_params_grad(o, l->params[0].g, l->params[1].g, p));
   if (!dx) return 0;
   if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, true, o, net->on_stats.ctx));
-  tsr_task_opts_t critical = tsr__net_critical(o);
   return tsr__tiles_bn_dx(&critical, dx, l->dy, x, l->y, s, l->params[0].w, p, hw, net->valid,
                           l->relu);
 }

@@ -577,8 +577,8 @@ static void place(tsr_net_layout_t *lay) {
     }
     l->in_nb = l->in[0].nb;
     l->in_spread = spread_in > 0;
-    l->domain = lay->domain && t->splits_rows;
     l->banded_in = banded_in > 0;
+    l->domain = lay->domain && (t->splits_rows || (t->batch_stats && l->banded_in));
     l->banded = l->domain || (t->elementwise && banded_in > 0);
     l->spread = l->banded || t->cuts_features || (t->elementwise && l->in_spread);
     if (l->domain)
@@ -667,7 +667,9 @@ static void count_bytes(tsr_net_layout_t *lay) {
      * gradients, the layer's own scratch */
     l->act_floats = (1 + (l->consumers > 1 ? l->consumers : 1)) * batch * l->share;
     if (l->partials) l->act_floats += 2 * batch * l->fin;
-    if (l->domain) /* slabs, halos, the weight gradients' partials */
+    if (l->domain && l->type->batch_stats) /* each band's statistics */
+      l->act_floats += tsr__domain_bn_floats(&l->geom, pr, 0, batch, lay->mb);
+    else if (l->domain) /* slabs, halos, the weight gradients' partials */
       l->act_floats +=
           tsr__domain_floats(&l->geom, pr, 0, batch, l->banded_in, l->has_dx, l->nparams > 0);
     for (int s = 0; s < l->nscratch; s++)

@@ -81,6 +81,9 @@ static int act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int 
  * layer (--domain rows): its slabs, halos and partial gradients (l->domain). */
 static int grid_scratch(tsr_net_t *net, tsr_layer_t *l) {
   const tsr_layout_layer_t *ll = l->lay;
+  if (ll->domain && ll->type->batch_stats)
+    return tsr__domain_bn_create(&l->domain, &ll->geom, net->grid_rows, net->grid_slot, net->batch,
+                                 net->mb);
   if (ll->domain)
     return tsr__domain_create(&l->domain, &ll->geom, net->grid_rows, net->grid_slot, net->batch,
                               net->mb, ll->banded_in, ll->has_dx, ll->nparams > 0);

@@ -26,6 +26,9 @@ struct tsr_domain {
   tsr_tiles_t **halo;           /* [nout nin] slab p's rows from input band q != p, on q's rank */
   tsr_tiles_t **halo_grad;      /* [nout nin] their gradients, on p's rank (dx) */
   tsr_tiles_t *dw_sum, *db_sum; /* params: band 0's gradients, then the column's sums, row 0 */
+  tsr_tiles_t **part;           /* batchnorm: [nout] (3 mt, c) each band's partials, its rank */
+  int64_t batch;
+  int mb;
 };
 
 static int fixed_rank(int i, int j, void *ctx) {
@@ -91,6 +94,9 @@ void tsr__domain_destroy(tsr_domain_t **dp) {
     if (d->halo_grad) tsr_tiles_destroy(&d->halo_grad[k]);
   }
   tsr_tiles_destroy(&d->dw_sum), tsr_tiles_destroy(&d->db_sum);
+  for (int p = 0; d->part && p < d->nout; p++)
+    tsr_tiles_destroy(&d->part[p]);
+  free(d->part);
   free(d->out), free(d->halo), free(d->halo_grad), free(d->ranks), free(d);
   *dp = NULL;
 }
@@ -352,4 +358,107 @@ int tsr__domain_pool_bwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t 
                                    max ? tsr__tile(y, i, p) : NULL, &b->cut, max, relu));
   }
   return scatter(o, d, dx, tr);
+}
+
+/* ---- Batch normalization over bands ---- */
+
+int tsr__domain_bn_create(tsr_domain_t **out, const tsr_conv_geom_t *g, int pr, const int *ranks,
+                          int64_t batch, int mb) {
+  *out = NULL;
+  if (pr < 2) return TSR_EINVAL;
+  tsr_domain_t *d = calloc(1, sizeof *d);
+  if (!d) return TSR_ENOMEM;
+  *out = d;
+  d->g = *g, d->pr = pr, d->banded_in = true, d->batch = batch, d->mb = mb;
+  d->nout = d->nin = tsr__k_bands(g->h, pr);
+  d->ranks = malloc(sizeof *d->ranks * (size_t)pr);
+  d->part = calloc((size_t)d->nout, sizeof *d->part);
+  if (!d->ranks || !d->part) return TSR_ENOMEM;
+  for (int p = 0; p < pr; p++)
+    d->ranks[p] = ranks[p];
+  int64_t mt = (batch + mb - 1) / mb;
+  for (int p = 0; p < d->nout; p++)
+    TSR_TRY(
+        tsr_tiles_create_distributed(&d->part[p], 3 * mt, g->c, 3, g->c, fixed_rank, &d->ranks[p]));
+  return 0;
+}
+
+int64_t tsr__domain_bn_floats(const tsr_conv_geom_t *g, int pr, int row, int64_t batch, int mb) {
+  return row < tsr__k_bands(g->h, pr) ? 3 * ((batch + mb - 1) / mb) * g->c : 0;
+}
+
+/* Rows of batch-row tile i that are samples. */
+static int valid_rows(const tsr_domain_t *d, int i, int valid) {
+  int64_t v = valid - (int64_t)i * d->mb, rows = d->batch - (int64_t)i * d->mb;
+  if (rows > d->mb) rows = d->mb;
+  return (int)(v < 0 ? 0 : v < rows ? v : rows);
+}
+
+int tsr__domain_bn_reduce(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *out,
+                          const tsr_tiles_t *x, const tsr_tiles_t *dy, const tsr_tiles_t *y,
+                          const tsr_tiles_t *s, int valid, bool relu, tsr_traffic_t *tr) {
+  if (!d->part || x->nt != d->nout) return TSR_ESHAPE;
+  bool sums = dy != NULL;
+  tsr_task_opts_t l = local(o);
+  int mt = (int)((d->batch + d->mb - 1) / d->mb);
+  for (int p = 0; p < d->nout; p++) {
+    if (!here(d->ranks[p])) continue;
+    tsr_tiles_t *part = d->part[p];
+    for (int i = 0; i < mt; i++) {
+      int v = valid_rows(d, i, valid), hw = tsr_tiles_tile_cols(x, p) / d->g.c;
+      if (sums)
+        TSR_TRY(tsr__insert_bn_sums(&l, tsr__tile(part, i, 0), tsr__tile(dy, i, p),
+                                    tsr__tile(x, i, p), tsr__tile(y, i, p), tsr__tile(s, 0, 0), hw,
+                                    v, relu));
+      else
+        TSR_TRY(tsr__insert_bn_stats(&l, tsr__tile(part, i, 0), tsr__tile(x, i, p), hw, d->g.c, v));
+    }
+    for (int k = 1; k < mt; k *= 2) /* the band's fixed tree, as one process's */
+      for (int i = 0; i + k < mt; i += 2 * k)
+        TSR_TRY(tsr__insert_bn_combine(&l, tsr__tile(part, i, 0), tsr__tile(part, i + k, 0), sums));
+  }
+  /* The bands' combined on row 0 in band order, then every rank of the column gets them. */
+  starpu_data_handle_t first = tsr__tile(d->part[0], 0, 0);
+  for (int p = 1; p < d->nout; p++) {
+    int at_p = d->ranks[p], at_0 = d->ranks[0];
+    if (!here(at_p) && !here(at_0)) continue;
+    starpu_data_handle_t h = tsr__tile(d->part[p], 0, 0);
+    send(tr, h, at_p, at_0, false);
+    if (!here(at_0)) continue;
+    TSR_TRY(tsr__insert_bn_combine(&l, first, h, sums));
+    drop(h, at_p);
+  }
+  for (int p = 0; p < d->pr; p++)
+    send(tr, first, d->ranks[0], d->ranks[p], false);
+  TSR_TRY(tsr__insert_copy(&l, tsr__tile(out, 0, 0), first));
+  drop(first, d->ranks[0]);
+  return 0;
+}
+
+int tsr__domain_bn_normalize(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y,
+                             const tsr_tiles_t *x, const tsr_tiles_t *s, const tsr_tiles_t *scale,
+                             const tsr_tiles_t *shift, bool relu) {
+  if (x->nt != d->nout || y->nt != d->nout) return TSR_ESHAPE;
+  tsr_task_opts_t l = local(o);
+  for (int p = 0; p < d->nout; p++)
+    for (int i = 0; here(d->ranks[p]) && i < y->mt; i++)
+      TSR_TRY(tsr__insert_bn_normalize(
+          &l, tsr__tile(y, i, p), tsr__tile(x, i, p), tsr__tile(s, 0, 0), tsr__tile(scale, 0, 0),
+          tsr__tile(shift, 0, 0), tsr_tiles_tile_cols(x, p) / d->g.c, relu));
+  return 0;
+}
+
+int tsr__domain_bn_dx(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *dx,
+                      const tsr_tiles_t *dy, const tsr_tiles_t *x, const tsr_tiles_t *y,
+                      const tsr_tiles_t *s, const tsr_tiles_t *scale, const tsr_tiles_t *p,
+                      int valid, bool relu) {
+  if (x->nt != d->nout || dx->nt != d->nout) return TSR_ESHAPE;
+  tsr_task_opts_t l = local(o);
+  for (int q = 0; q < d->nout; q++)
+    for (int i = 0; here(d->ranks[q]) && i < dx->mt; i++)
+      TSR_TRY(tsr__insert_bn_dx(&l, tsr__tile(dx, i, q), tsr__tile(dy, i, q), tsr__tile(x, i, q),
+                                tsr__tile(y, i, q), tsr__tile(s, 0, 0), tsr__tile(scale, 0, 0),
+                                tsr__tile(p, 0, 0), tsr_tiles_tile_cols(x, q) / d->g.c,
+                                valid_rows(d, i, valid), relu));
+  return 0;
 }

@@ -61,6 +61,28 @@ int tsr__domain_pool_bwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t 
                          const tsr_tiles_t *dy, const tsr_tiles_t *y, bool max, bool relu,
                          tsr_traffic_t *tr);
 
+/* Batch normalization over banded samples (geometry g: its c h w): each band's statistics over
+ * its rows (per batch-row tile, then the one process's tree), combined on row 0 in band order
+ * and sent to every rank of the column, where they normalize each band alike. */
+int tsr__domain_bn_create(tsr_domain_t **out, const tsr_conv_geom_t *g, int pr, const int *ranks,
+                          int64_t batch, int mb);
+int64_t tsr__domain_bn_floats(const tsr_conv_geom_t *g, int pr, int row, int64_t batch, int mb);
+/* out (a local (3, c) tile on every rank of the column) = the column's partials of x's first
+ * valid rows (count, mean, M2 per channel); with dy, the backward sums of dy and dy xhat
+ * instead (xhat from s; y read for a fused ReLU, relu). */
+int tsr__domain_bn_reduce(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *out,
+                          const tsr_tiles_t *x, const tsr_tiles_t *dy, const tsr_tiles_t *y,
+                          const tsr_tiles_t *s, int valid, bool relu, tsr_traffic_t *tr);
+/* y's bands = normalize(x's) with s, scale, shift (local tiles), as tsr__tiles_bn_normalize. */
+int tsr__domain_bn_normalize(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y,
+                             const tsr_tiles_t *x, const tsr_tiles_t *s, const tsr_tiles_t *scale,
+                             const tsr_tiles_t *shift, bool relu);
+/* dx's bands, as tsr__tiles_bn_dx, from the column's sums p. */
+int tsr__domain_bn_dx(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *dx,
+                      const tsr_tiles_t *dy, const tsr_tiles_t *x, const tsr_tiles_t *y,
+                      const tsr_tiles_t *s, const tsr_tiles_t *scale, const tsr_tiles_t *p,
+                      int valid, bool relu);
+
 /* The halo bytes per sample that rank `row` of the column sends for one layer of geometry g
  * with a banded input: forward the rows of its input band that other bands' windows read;
  * with dx, backward as many again (their gradients). What tessera plan and the tests count. */
