@@ -403,6 +403,21 @@ MUTANTS = [
      "pseudo-gradient instead of a grid column's 1/Pc", "src/parallel/sync.c",
      [("float share = 1.0f / (float)g->n;", "float share = 1.0f / (float)r->size;")],
      ["grid-sync"]),
+    ("domain-no-halo", "a domain-split layer's slab leaves its halo rows as they were: the "
+     "neighbouring bands' rows never reach the window", "src/tile/domain.c",
+     [("        TSR_TRY(tsr__insert_columns(&l, tsr__tile(b->slab, i, 0), at, h, 0, width, false));\n",
+       "")], ["mpi-domain-2"]),
+    ("domain-halo-grad-dropped", "the halo rows' gradients are not added back on their owners",
+     "src/tile/domain.c",
+     [("        TSR_TRY(tsr__insert_columns(&l, t, (lo - q0) * wc, h, 0, width, true));",
+       "        (void)h;")], ["mpi-domain-2"]),
+    ("domain-dw-band0", "a convolution's weight gradient is band 0's alone, the other bands' "
+     "never added", "src/tile/domain.c",
+     [("    TSR_TRY(tsr__insert_axpby(&l, 1.0f, hw, 1.0f, tsr__tile(d->dw_sum, 0, 0)));", "")],
+     ["mpi-domain-2"]),
+    ("domain-bn-band-stats", "batch normalization over bands normalizes with row 0's band's "
+     "statistics only", "src/tile/domain.c",
+     [("    TSR_TRY(tsr__insert_bn_combine(&l, first, h, sums));", "")], ["mpi-domain-2"]),
 ]
 
 

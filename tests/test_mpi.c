@@ -1326,14 +1326,17 @@ static void domain_equals_one_process(const char *model, float lr) {
         model, pr, first, first_other);
   CHECK(tsr__progress_wait_all() == 0, "wait");
   MPI_Barrier(MPI_COMM_WORLD);
-  uint64_t in0, in1, across, halo0 = net->traffic.halo_bytes_sent, sent0 = net->traffic.bytes_sent;
+  uint64_t in0, in1, across, halo0, halo1, sent0 = net->traffic.bytes_sent;
+  int64_t halo_msgs;
+  tsr_net_halo_traffic(net, &halo0, &halo_msgs);
   bytes_by_peer(pr, &in0, &across);
   for (int k = 0; k < BYTE_STEPS; k++)
     CHECK(tsr_net_train_step(net, &train_set, rows + k * B, B, true) == 0, "step");
   CHECK(tsr__progress_wait_all() == 0, "wait");
   MPI_Barrier(MPI_COMM_WORLD);
   bytes_by_peer(pr, &in1, &across);
-  double halo = (double)(net->traffic.halo_bytes_sent - halo0);
+  tsr_net_halo_traffic(net, &halo1, &halo_msgs);
+  double halo = (double)(halo1 - halo0);
   double counted = (double)(net->traffic.bytes_sent - sent0), measured = (double)(in1 - in0);
   double formula = halo_formula(net, pr, B) * BYTE_STEPS;
   CHECK(halo == formula, "%s %dx1: halo bytes sent by rank %d: %.0f, the formula %.0f", model, pr,

@@ -261,6 +261,26 @@ for r in o["per_rank"]:
 sent = sum(r["grid_bytes_sent"] for r in o["per_rank"])
 assert sent == sum(r["grid_bytes_received"] for r in o["per_rank"]), o["per_rank"]
 PY
+# --domain rows: the CNN's convolutions and pooling in bands of image rows learn as well; every
+# rank sends halo rows, and StarPU-MPI's count inside the column is still the engine's.
+expect 2 "--domain rows splits images over a grid column's ranks: it needs --grid PrxPc with Pr > 1" \
+  30 -- "$tessera" train --domain rows
+expect 2 "--domain bands: expected none or rows" 30 -- "$tessera" train --domain bands
+expect 0 "2 ranks as a 2x1 grid" 120 -- env STARPU_COMM_STATS=1 "${mpi[@]}" -x STARPU_COMM_STATS \
+  -np 2 "$tessera" train --workers 1 --data "$data" --model cnn --train-limit 512 \
+  --test-limit 200 --epochs 1 --grid 2x1 --domain rows --log "$tmp/domain.jsonl"
+check_log "CNN --grid 2x1 --domain rows" "$tmp/domain.jsonl" 1 ranks=2 "test_accuracy>0.2"
+if /usr/bin/python3 - "$tmp/domain.jsonl" "$tmp/grid.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: domain log"; cat "$tmp/domain.jsonl"; fi
+import json, sys
+o, whole = ([json.loads(l) for l in open(f) if '"event"' not in l][0] for f in sys.argv[1:3])
+for r in o["per_rank"]:
+    assert 0 < r["halo_bytes_sent"] < r["grid_bytes_sent"] and r["halo_messages_sent"] > 0, r
+    assert r["measured_sent_inside"] == r["grid_bytes_sent"], r
+for r in whole["per_rank"]:
+    assert r["halo_bytes_sent"] == 0, r
+# The same training: the epoch's loss as the replicated convolutions' (float rounding apart).
+assert abs(o["loss"] - whole["loss"]) <= 1e-5 * abs(whole["loss"]), (o["loss"], whole["loss"])
+PY
 # --grid 1x2: two replicas of one rank each, the rate scaled by 2 under batch.
 expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \
   --grid 1x2 --sync batch --log "$tmp/grid12.jsonl"

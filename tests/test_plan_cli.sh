@@ -91,19 +91,20 @@ PY
   fi
 }
 
-# grid RANKS GRID SYNC MODEL SAMPLES: a grid run's rank 0 (row 0, the one the planner costs),
+# grid RANKS GRID SYNC MODEL SAMPLES [OPTION...]: a grid run's rank 0 (row 0, the one the planner costs),
 # per epoch, inside its column and across columns, against the plan. No test set: evaluation's
 # forward transfers are not part of a training epoch's plan.
 grid() {
   local ranks=$1 g=$2 sync=$3 model=$4 samples=$5 log="$tmp/grid.jsonl"
+  shift 5
   rm -f "$log"
   if ! timeout 120 "${mpi[@]}" -np "$ranks" "$tessera" train --workers 1 --quiet --epochs 2 \
     --grid "$g" --model "$model" --sync "$sync" --batch 32 --train-limit "$samples" \
-    --test-limit 0 --data "$data" --log "$log" >"$tmp/out" 2>&1 ||
+    --test-limit 0 --data "$data" --log "$log" "$@" >"$tmp/out" 2>&1 ||
     ! "$tessera" plan --workers 1 --ranks "$ranks" --grid "$g" --sync "$sync" --model "$model" \
-      --batch 32 --samples "$samples" --json >"$tmp/plan.json" 2>>"$tmp/out"; then
+      --batch 32 --samples "$samples" --json "$@" >"$tmp/plan.json" 2>>"$tmp/out"; then
     failed=$((failed + 1))
-    echo "FAIL: --grid $g --sync $sync --model $model:"
+    echo "FAIL: --grid $g --sync $sync --model $model $*:"
     head -5 "$tmp/out"
     return
   fi
@@ -127,10 +128,10 @@ sys.exit(1 if bad else 0)
 PY
   ); then
     passed=$((passed + 1))
-    echo "ok: --grid $g --sync $sync --model $model: $out"
+    echo "ok: --grid $g --sync $sync --model $model $*: $out"
   else
     failed=$((failed + 1))
-    echo "FAIL: --grid $g --sync $sync --model $model: $out"
+    echo "FAIL: --grid $g --sync $sync --model $model $*: $out"
   fi
 }
 
@@ -147,6 +148,8 @@ measured 4 batch mlp:128,64 1536 --tile 16 --node-size 2 --allreduce two-level -
 grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
 grid 2 2x1 batch cnn 256
+grid 2 2x1 batch cnn 256 --domain rows
+grid 4 4x1 batch resnet20 128 --domain rows
 
 echo "plan-cli: $passed passed, $failed failed"
 [[ $failed == 0 ]]

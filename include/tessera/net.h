@@ -274,6 +274,10 @@ TSR_API int tsr_net_grid_rows(const tsr_net_t *net);
 TSR_API void tsr_net_grid_traffic(const tsr_net_t *net, uint64_t *bytes_sent,
                                   uint64_t *bytes_received, int64_t *messages_sent,
                                   int64_t *messages_received);
+/* Of what tsr_net_grid_traffic counts as sent, the halo rows of the layers cut into bands of
+ * image rows (--domain rows): bytes and messages this rank sent so far, forward and backward. */
+TSR_API void tsr_net_halo_traffic(const tsr_net_t *net, uint64_t *bytes_sent,
+                                  int64_t *messages_sent);
 /* Bytes of parameter tiles (weights and biases) this process stores. */
 TSR_API int64_t tsr_net_param_local_bytes(const tsr_net_t *net);
 

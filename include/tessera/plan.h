@@ -76,6 +76,10 @@ typedef struct {
                                 hold several ranks (the engine's rule) */
   int node_size;             /* ranks per node (0: the machine's ranks_per_node) */
   float bucket_mb;           /* as train's --bucket-mb: flat averages in buckets (0: none) */
+  /* As train's --domain, for grids with Pr > 1: convolutions, pooling and batchnorm computed
+   * whole on every rank of a column (NONE), cut into bands of image rows with halos (ROWS), or
+   * AUTO: both priced, the faster kept for each grid. */
+  enum { TSR_PLAN_DOMAIN_NONE, TSR_PLAN_DOMAIN_ROWS, TSR_PLAN_DOMAIN_AUTO } domain;
 } tsr_plan_opts_t;
 
 /* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
@@ -99,6 +103,8 @@ typedef struct {
   double epoch_s;         /* steps x step_s + the epoch's weight averages */
   double grid_bytes_step; /* bytes sent inside the column per step */
   double grid_messages_step;
+  bool domain;            /* convolutions and pooling cut into bands of image rows (--domain) */
+  double halo_bytes_step; /* of grid_bytes_step, the halo rows the busiest rank sends */
   double sync_bytes_step; /* bytes sent for averaging per step (batch) or per average */
   double sync_messages_step;
   bool two_level;             /* averages go through the nodes (--allreduce) */

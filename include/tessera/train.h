@@ -27,6 +27,9 @@ typedef struct {
   uint64_t sync_bytes_sent, sync_bytes_received;
   int64_t sync_messages_sent, sync_messages_received;
   uint64_t measured_sent_inside, measured_sent_across;
+  /* Of grid_bytes_sent, the halo rows of domain-split layers (--domain rows). */
+  uint64_t halo_bytes_sent;
+  int64_t halo_messages_sent;
 } tsr_rank_traffic_t;
 /* One rank's work in an epoch (or, in tsr_rank_stats_t, the run) under MPI: what --shares gave
  * it and how its time went. */

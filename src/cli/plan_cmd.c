@@ -46,6 +46,9 @@ static void usage(FILE *out) {
           "                      where several nodes hold several ranks) [auto]\n"
           "  --node-size G       ranks per node [the machine's ranks_per_node]\n"
           "  --bucket-mb M       as tessera train's: averages in buckets of M MiB [0]\n"
+          "  --domain D          as tessera train's, for grids with Pr > 1: none, rows\n"
+          "                      (convolutions cut into bands of image rows, halos priced)\n"
+          "                      or auto (both priced, the faster kept per grid) [none]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
@@ -124,10 +127,10 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
     }
     double per_step =
         r->grid_bytes_step + (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_bytes_step : 0);
-    printf("| %dx%d | %s | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | "
+    printf("| %dx%d%s | %s | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | "
            "%s |\n",
-           r->pr, r->pc, sync, avg, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
-           r->compute_s * 1e3, r->grid_s * 1e3,
+           r->pr, r->pc, r->domain ? " rows" : "", sync, avg, r->tile_rows, r->tile_cols,
+           r->step_s * 1e3, r->epoch_s, r->compute_s * 1e3, r->grid_s * 1e3,
            (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_s : r->average_s) * 1e3,
            r->exposed_sync_s * 1e3, mb(per_step, a), mb(r->bytes_epoch, b), mb(r->memory_bytes, c),
            r->best ? "**best**" : "");
@@ -176,6 +179,8 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     cJSON_AddNumberToObject(x, "epoch_s", r->epoch_s);
     cJSON_AddNumberToObject(x, "grid_bytes_step", r->grid_bytes_step);
     cJSON_AddNumberToObject(x, "grid_messages_step", r->grid_messages_step);
+    cJSON_AddStringToObject(x, "domain", r->domain ? "rows" : "none");
+    cJSON_AddNumberToObject(x, "halo_bytes_step", r->halo_bytes_step);
     cJSON_AddNumberToObject(x, "sync_bytes_step", r->sync_bytes_step);
     cJSON_AddNumberToObject(x, "sync_messages_step", r->sync_messages_step);
     cJSON_AddNumberToObject(x, "sync_bytes_epoch", r->sync_bytes_epoch);
@@ -216,6 +221,7 @@ int tsr_cli_plan(int argc, char **argv) {
     O_ALLREDUCE,
     O_NODE_SIZE,
     O_BUCKET_MB,
+    O_DOMAIN,
     O_MACHINE,
     O_CALIBRATE,
     O_JSON,
@@ -237,6 +243,7 @@ int tsr_cli_plan(int argc, char **argv) {
                                            {"allreduce", required_argument, 0, O_ALLREDUCE},
                                            {"node-size", required_argument, 0, O_NODE_SIZE},
                                            {"bucket-mb", required_argument, 0, O_BUCKET_MB},
+                                           {"domain", required_argument, 0, O_DOMAIN},
                                            {"machine", required_argument, 0, O_MACHINE},
                                            {"calibrate", no_argument, 0, O_CALIBRATE},
                                            {"json", no_argument, 0, O_JSON},
@@ -361,6 +368,16 @@ int tsr_cli_plan(int argc, char **argv) {
       o.bucket_mb = (float)mb;
       break;
     }
+    case O_DOMAIN:
+      if (!strcmp(optarg, "none"))
+        o.domain = TSR_PLAN_DOMAIN_NONE;
+      else if (!strcmp(optarg, "rows"))
+        o.domain = TSR_PLAN_DOMAIN_ROWS;
+      else if (!strcmp(optarg, "auto"))
+        o.domain = TSR_PLAN_DOMAIN_AUTO;
+      else
+        return bad("--domain", optarg, "none, rows or auto");
+      break;
     case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
     case O_CALIBRATE: do_calibrate = true; break;
     case O_JSON: json = true; break;

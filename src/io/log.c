@@ -263,6 +263,8 @@ int tsr_log_epoch(tsr_log_t *log, const tsr_epoch_stats_t *st) {
       cJSON_AddNumberToObject(x, "sync_messages_received", (double)r->sync_messages_received);
       cJSON_AddNumberToObject(x, "measured_sent_inside", (double)r->measured_sent_inside);
       cJSON_AddNumberToObject(x, "measured_sent_across", (double)r->measured_sent_across);
+      cJSON_AddNumberToObject(x, "halo_bytes_sent", (double)r->halo_bytes_sent);
+      cJSON_AddNumberToObject(x, "halo_messages_sent", (double)r->halo_messages_sent);
       cJSON_AddItemToArray(rs, x);
     }
   }

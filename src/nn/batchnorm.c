@@ -49,14 +49,14 @@ static void bn_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
  * the gradients and an update). */
 static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *c,
                       double *bwd) {
-  (void)lay;
   int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb), depth = 0;
+  double share = tsr__cost_rows_share(lay, l); /* row 0's band under --domain rows */
   double ch = l->geom.c, relu = l->relu ? 1 : 0;
   for (int s = 1; s < mt; s *= 2)
     depth++;
   double fwd = 0, bchain = 0, tree = 0;
   for (int i = 0; i < mt; i++) {
-    double n = (double)tsr__cost_tsize(c->batch, mb, i) * l->fin;
+    double n = share * tsr__cost_tsize(c->batch, mb, i) * l->fin;
     double t = c->task(c, 0, 1, 4.0 * (n + 3 * ch));
     double u = c->task(c, 0, 1, 4.0 * (2 * n + 5 * ch));
     if (i == 0) fwd = t + u;
@@ -66,7 +66,7 @@ static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
   fwd += depth * tree + c->task(c, 0, 1, 4.0 * 10 * ch);
   double before = c->work(c);
   for (int i = 0; i < mt; i++) {
-    double n = (double)tsr__cost_tsize(c->batch, mb, i) * l->fin;
+    double n = share * tsr__cost_tsize(c->batch, mb, i) * l->fin;
     double t = c->task(c, 0, 1, 4.0 * ((2 + relu) * n + 6 * ch));
     if (l->has_dx) t += c->task(c, 0, 1, 4.0 * ((3 + relu) * n + 7 * ch));
     if (i == 0) bchain = t;

@@ -88,16 +88,17 @@ static void conv_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
  * forward, then its input gradient (or filter gradient). */
 static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
                         tsr_cost_sink_t *c, double *bwd) {
-  (void)lay;
   const tsr_conv_geom_t *g = &l->geom;
   int mb = c->mb, mt = tsr__cost_ntiles(c->batch, mb);
-  double per_sample = tsr__gemm_flops((int64_t)g->oh * g->ow, g->oc, (int64_t)g->kh * g->kw * g->c);
+  double share = tsr__cost_rows_share(lay, l); /* row 0's band under --domain rows */
+  double per_sample =
+      share * tsr__gemm_flops((int64_t)g->oh * g->ow, g->oc, (int64_t)g->kh * g->kw * g->c);
   double r_fwd = c->conv_rate(c, g, mb, 0), r_dx = c->conv_rate(c, g, mb, 1),
          r_dw = c->conv_rate(c, g, mb, 2);
   double chain = 0, before = c->work(c);
   for (int i = 0; i < mt; i++) {
     int m = tsr__cost_tsize(c->batch, mb, i);
-    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double bytes = 4.0 * m * share * ((double)l->fin + l->fout);
     double t = c->task(c, per_sample * m, r_fwd, bytes);
     if (i == 0) chain += t;
   }
@@ -105,7 +106,7 @@ static double conv_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l
   double bchain = 0;
   for (int i = 0; i < mt; i++) {
     int m = tsr__cost_tsize(c->batch, mb, i);
-    double bytes = 4.0 * m * ((double)l->fin + l->fout);
+    double bytes = 4.0 * m * share * ((double)l->fin + l->fout);
     double t = 0;
     if (l->has_dx) t = c->task(c, per_sample * m, r_dx, bytes);
     double f = c->task(c, per_sample * m, r_dw, bytes);

@@ -756,9 +756,15 @@ int tsr__cost_tsize(int64_t n, int b, int i) {
   return (int)(r < b ? r : b);
 }
 
+double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l) {
+  if (!l->domain) return 1;
+  int r0, r1;
+  tsr__k_band(l->geom.oh, lay->grid_rows, 0, &r0, &r1);
+  return (double)(r1 - r0) / l->geom.oh;
+}
+
 double tsr__cost_pass(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, tsr_cost_sink_t *k,
                       double *bwd) {
-  (void)lay;
   int mb = k->mb, mt = tsr__cost_ntiles(k->batch, mb);
   int nb = l->out_nb < l->fout ? l->out_nb : l->fout;
   int nt = l->whole_samples ? 1 : tsr__cost_ntiles(l->fout, nb);
@@ -767,8 +773,9 @@ double tsr__cost_pass(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
     for (int j = 0; j < nt; j++) {
       if (!l->whole_samples && j % k->pr != 0) continue;
       int m = tsr__cost_tsize(k->batch, mb, i);
-      double in = l->whole_samples ? l->fin : tsr__cost_tsize(l->fin, nb, j);
-      double out = l->whole_samples ? l->fout : tsr__cost_tsize(l->fout, nb, j);
+      double share = tsr__cost_rows_share(lay, l);
+      double in = l->whole_samples ? share * l->fin : tsr__cost_tsize(l->fin, nb, j);
+      double out = l->whole_samples ? share * l->fout : tsr__cost_tsize(l->fout, nb, j);
       double t = k->task(k, 0, 1, 4.0 * m * (in + out));
       double b = l->has_dx ? k->task(k, 0, 1, 4.0 * m * (2 * in + 2 * out)) : 0;
       if (i == 0 && j == 0) chain += t + b;

@@ -589,6 +589,10 @@ void tsr_net_grid_traffic(const tsr_net_t *net, uint64_t *bytes_sent, uint64_t *
   *messages_received = net->traffic.messages_received;
 }
 
+void tsr_net_halo_traffic(const tsr_net_t *net, uint64_t *bytes_sent, int64_t *messages_sent) {
+  *bytes_sent = net->traffic.halo_bytes_sent, *messages_sent = net->traffic.halo_messages_sent;
+}
+
 int64_t tsr_net_param_local_bytes(const tsr_net_t *net) {
   int64_t n = 0;
   for (int i = 0; i < net->n_layers; i++)

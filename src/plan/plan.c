@@ -25,6 +25,7 @@
 #include "parallel/policy.h"
 #include "parallel/replicas.h"
 #include "plan/plan_impl.h"
+#include "tile/domain.h"
 #include "try.h"
 
 void tsr_plan_opts_init(tsr_plan_opts_t *o) {
@@ -175,6 +176,7 @@ typedef struct {
   double *sent, *recv, *msent, *mrecv, *reduced; /* [pr] this phase */
   double seconds, bytes_max, messages_max;       /* totals per step */
   double *total_sent, *total_msgs;               /* [pr] per step */
+  double *halo, halo_max;                        /* [pr] halo bytes sent per step; the most */
 } grid_t;
 
 static void send(grid_t *g, int from, int to, double bytes, bool reduce) {
@@ -196,6 +198,44 @@ static void phase_end(grid_t *g, const tsr_machine_t *m) {
     g->sent[p] = g->recv[p] = g->msent[p] = g->mrecv[p] = g->reduced[p] = 0;
   }
   g->seconds += worst;
+}
+
+/* A layer cut into bands of image rows (src/tile/domain.h), per batch-row tile: forward the halo
+ * rows each band's owner sends the bands whose windows read them; backward their gradients the
+ * other way (with the input's gradient); a convolution's weight and bias gradients from every
+ * band to row 0 and their sum back to every row; a batchnorm's statistics (3 C floats) the
+ * same way forward, and its sums backward. */
+static void domain_step(grid_t *g, const tsr_layout_layer_t *l, int batch, int mb,
+                        const tsr_machine_t *m) {
+  int pr = g->pr, mt = ntiles(batch, mb);
+  const tsr_conv_geom_t *geo = &l->geom;
+  bool stats = l->type->batch_stats;
+  int nout = tsr__k_bands(stats ? geo->h : geo->oh, pr);
+  double row = 4.0 * geo->w * geo->c;
+  for (int dir = 0; dir < 2; dir++) {
+    if (dir == 1 && !l->has_dx && l->nparams == 0) break;
+    for (int i = 0; i < mt && !stats && l->banded_in && (dir == 0 || l->has_dx); i++)
+      for (int p = 0; p < nout; p++)
+        for (int q = 0; q < pr; q++) {
+          int rows = tsr__domain_halo_rows(geo, pr, p, q);
+          if (!rows) continue;
+          double bytes = row * rows * tsize(batch, mb, i);
+          if (dir == 0) send(g, q, p, bytes, false), g->halo[q] += bytes;
+          if (dir == 1) send(g, p, q, bytes, true), g->halo[p] += bytes;
+        }
+    /* what goes to row 0 and back: the statistics, or the weight and the bias gradients */
+    double small[2] = {stats ? 4.0 * 3 * geo->c : 0, 0};
+    if (!stats && dir == 1 && l->nparams > 0)
+      small[0] = 4.0 * geo->kh * geo->kw * geo->c * geo->oc, small[1] = 4.0 * geo->oc;
+    for (int k = 0; k < 2; k++)
+      for (int p = 1; p < nout && small[k] > 0; p++)
+        send(g, p, 0, small[k], true);
+    phase_end(g, m);
+    for (int k = 0; k < 2; k++)
+      for (int p = 1; p < pr && small[k] > 0; p++)
+        send(g, 0, p, small[k], false);
+    phase_end(g, m);
+  }
 }
 
 /* Per layer, where its inputs live (the layout's placement): replicated on every row, or tile
@@ -229,6 +269,8 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
             if (p != o) send(g, o, p, bytes, false);
         }
       phase_end(g, m);
+    } else if (l->domain) {
+      domain_step(g, l, batch, mb, m);
     } else if (l->whole_samples) {
       for (int i = 0; i < mt && !in_repl; i++)
         for (int t = 0; t < kt; t++)
@@ -241,6 +283,7 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
   for (int p = 0; p < pr; p++) {
     if (g->total_sent[p] > g->bytes_max) g->bytes_max = g->total_sent[p];
     if (g->total_msgs[p] > g->messages_max) g->messages_max = g->total_msgs[p];
+    if (g->halo[p] > g->halo_max) g->halo_max = g->halo[p];
   }
 }
 
@@ -293,8 +336,8 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 /* ---- One configuration ------------------------------------------------- */
 
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
-                    int pr, int pc, const tsr_sync_schedule_t *sync, tsr_plan_row_t *row,
-                    tsr_errbuf_t *err) {
+                    int pr, int pc, const tsr_sync_schedule_t *sync, bool domain,
+                    tsr_plan_row_t *row, tsr_errbuf_t *err) {
   const tsr__sync_policy_t *policy = tsr__sync_policy(sync);
   /* Gradients averaged every step (batch), overlapping the backward pass, or weights averaged
    * between steps. */
@@ -315,6 +358,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
   no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
   no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
+  no.domain = domain;
   tsr_net_layout_t layout, *lay = &layout;
   TSR_TRY(tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err));
   /* per layer: the seconds of its backward pass, its parameters' bytes on row 0 */
@@ -326,6 +370,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   }
   memset(row, 0, sizeof *row);
   row->pr = pr, row->pc = pc, row->sync = *sync;
+  row->domain = lay->domain && !lay->grid_rc; /* bands the engine builds */
   row->tile_rows = lay->mb, row->tile_cols = lay->nb;
   int64_t shard = (o->samples + pc - 1) / pc;
   row->steps_per_epoch = (shard + o->batch - 1) / o->batch;
@@ -352,17 +397,18 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
 
   /* Inside the column. */
   grid_t g = {.pr = pr};
-  double *buf = calloc((size_t)pr * 7, sizeof *buf);
+  double *buf = calloc((size_t)pr * 8, sizeof *buf);
   if (!buf) {
     free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
     return TSR_ENOMEM;
   }
   g.sent = buf, g.recv = buf + pr, g.msent = buf + 2 * pr, g.mrecv = buf + 3 * pr;
   g.reduced = buf + 4 * pr, g.total_sent = buf + 5 * pr, g.total_msgs = buf + 6 * pr;
+  g.halo = buf + 7 * pr;
   if (pr > 1) grid_step(&g, lay, o->batch, c.mb, m);
   free(buf);
   row->grid_s = g.seconds, row->grid_bytes_step = g.bytes_max;
-  row->grid_messages_step = g.messages_max;
+  row->grid_messages_step = g.messages_max, row->halo_bytes_step = g.halo_max;
 
   /* Across columns. */
   tsr__plan_param_t *ps = NULL;
@@ -474,7 +520,14 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
       if (*n_rows >= max_rows)
         return tsr_error_set(err, TSR_EINVAL, "more than %d plans", max_rows);
       tsr_plan_row_t *r = &rows[*n_rows];
-      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], r, err));
+      bool domain = pr > 1 && opts->domain != TSR_PLAN_DOMAIN_NONE;
+      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], domain, r, err));
+      /* auto: the other placement too, the faster kept */
+      tsr_plan_row_t whole;
+      if (domain && opts->domain == TSR_PLAN_DOMAIN_AUTO) {
+        TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], false, &whole, err));
+        if (!r->domain || whole.epoch_s < r->epoch_s) *r = whole;
+      }
       if (best < 0 || r->epoch_s < rows[best].epoch_s) best = *n_rows;
       (*n_rows)++;
     }

@@ -81,6 +81,13 @@ int64_t tsr__domain_halo_bytes(const tsr_conv_geom_t *g, int pr, int row, bool b
   return bytes;
 }
 
+int tsr__domain_halo_rows(const tsr_conv_geom_t *g, int pr, int p, int q) {
+  int a0, a1, lo, hi;
+  if (p == q || p >= tsr__k_bands(g->oh, pr) || q >= tsr__k_bands(g->h, pr)) return 0;
+  slab_rows(g, pr, p, &a0, &a1);
+  return overlap(g, pr, a0, a1, q, &lo, &hi) ? hi - lo : 0;
+}
+
 void tsr__domain_destroy(tsr_domain_t **dp) {
   tsr_domain_t *d = *dp;
   if (!d) return;

@@ -83,6 +83,10 @@ int tsr__domain_bn_dx(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *dx
                       const tsr_tiles_t *s, const tsr_tiles_t *scale, const tsr_tiles_t *p,
                       int valid, bool relu);
 
+/* The input rows of band q that output band p's windows read, when q != p (0 otherwise): the
+ * halo rows rank q sends rank p forward (and p sends q back, their gradients). */
+int tsr__domain_halo_rows(const tsr_conv_geom_t *g, int pr, int p, int q);
+
 /* The halo bytes per sample that rank `row` of the column sends for one layer of geometry g
  * with a banded input: forward the rows of its input band that other bands' windows read;
  * with dx, backward as many again (their gradients). What tessera plan and the tests count. */

@@ -233,6 +233,7 @@ static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_tr
   tsr_rank_traffic_t now_ = {.rank = me};
   tsr_net_grid_traffic(net, &now_.grid_bytes_sent, &now_.grid_bytes_received,
                        &now_.grid_messages_sent, &now_.grid_messages_received);
+  tsr_net_halo_traffic(net, &now_.halo_bytes_sent, &now_.halo_messages_sent);
   tsr_rank_traffic_t mine = {
       .rank = me,
       .grid_bytes_sent = now_.grid_bytes_sent - grid_seen->grid_bytes_sent,
@@ -242,7 +243,9 @@ static int epoch_traffic(tsr_net_t *net, const tsr_sync_stats_t *ss, tsr_rank_tr
       .sync_bytes_sent = ss->bytes_sent,
       .sync_bytes_received = ss->bytes_received,
       .sync_messages_sent = ss->messages_sent,
-      .sync_messages_received = ss->messages_received};
+      .sync_messages_received = ss->messages_received,
+      .halo_bytes_sent = now_.halo_bytes_sent - grid_seen->halo_bytes_sent,
+      .halo_messages_sent = now_.halo_messages_sent - grid_seen->halo_messages_sent};
   *grid_seen = now_;
   uint64_t *sent = malloc(sizeof(uint64_t) * (size_t)size);
   if (!sent) return TSR_ENOMEM;
