@@ -265,7 +265,7 @@ PY
 # rank sends halo rows, and StarPU-MPI's count inside the column is still the engine's.
 expect 2 "--domain rows splits images over a grid column's ranks: it needs --grid PrxPc with Pr > 1" \
   30 -- "$tessera" train --domain rows
-expect 2 "--domain bands: expected none or rows" 30 -- "$tessera" train --domain bands
+expect 2 "--domain bands: expected none, rows or rows:K" 30 -- "$tessera" train --domain bands
 expect 0 "2 ranks as a 2x1 grid" 120 -- env STARPU_COMM_STATS=1 "${mpi[@]}" -x STARPU_COMM_STATS \
   -np 2 "$tessera" train --workers 1 --data "$data" --model cnn --train-limit 512 \
   --test-limit 200 --epochs 1 --grid 2x1 --domain rows --log "$tmp/domain.jsonl"

@@ -149,6 +149,7 @@ grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
 grid 2 2x1 batch cnn 256
 grid 2 2x1 batch cnn 256 --domain rows
+grid 2 2x1 batch cnn 256 --domain rows:2
 grid 4 4x1 batch resnet20 128 --domain rows
 
 echo "plan-cli: $passed passed, $failed failed"

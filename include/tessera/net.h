@@ -248,6 +248,11 @@ typedef struct {
    * (src/tile/domain.h), instead of every rank computing them whole; their parameters stay
    * replicated, their gradients summed over the column. */
   bool domain;
+  /* With domain, how many of those layers, in the order they run, are cut (0: all); a later
+   * convolution or pooling reads the bands all-gathered and is computed whole on every rank of
+   * the column (Gholami's integrated formulation: early layers' large images split, late
+   * layers' small ones not; --domain rows:K). */
+  int domain_layers;
 } tsr_net_opts_t;
 
 /* batch 64, SGD lr 0.01 momentum 0.9, seed 1, PyTorch's initialization, tiles chosen

@@ -78,8 +78,10 @@ typedef struct {
   float bucket_mb;           /* as train's --bucket-mb: flat averages in buckets (0: none) */
   /* As train's --domain, for grids with Pr > 1: convolutions, pooling and batchnorm computed
    * whole on every rank of a column (NONE), cut into bands of image rows with halos (ROWS), or
-   * AUTO: both priced, the faster kept for each grid. */
+   * AUTO: every choice priced (none, the first K for each K, all), the fastest kept for each
+   * grid. */
   enum { TSR_PLAN_DOMAIN_NONE, TSR_PLAN_DOMAIN_ROWS, TSR_PLAN_DOMAIN_AUTO } domain;
+  int domain_layers; /* ROWS: the first K convolutions and poolings cut (--domain rows:K; 0: all) */
 } tsr_plan_opts_t;
 
 /* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
@@ -104,6 +106,9 @@ typedef struct {
   double grid_bytes_step; /* bytes sent inside the column per step */
   double grid_messages_step;
   bool domain;            /* convolutions and pooling cut into bands of image rows (--domain) */
+  int domain_layers;      /* with domain: how many of them are cut (the first, in run order) */
+  int splittable;         /* the convolutions and poolings that could be (domain_layers of them:
+                           * --domain rows; fewer: rows:K) */
   double halo_bytes_step; /* of grid_bytes_step, the halo rows the busiest rank sends */
   double sync_bytes_step; /* bytes sent for averaging per step (batch) or per average */
   double sync_messages_step;

@@ -47,8 +47,9 @@ static void usage(FILE *out) {
           "  --node-size G       ranks per node [the machine's ranks_per_node]\n"
           "  --bucket-mb M       as tessera train's: averages in buckets of M MiB [0]\n"
           "  --domain D          as tessera train's, for grids with Pr > 1: none, rows\n"
-          "                      (convolutions cut into bands of image rows, halos priced)\n"
-          "                      or auto (both priced, the faster kept per grid) [none]\n"
+          "                      (convolutions cut into bands of image rows, halos priced),\n"
+          "                      rows:K (the first K) or auto (every K priced, the fastest\n"
+          "                      kept per grid) [none]\n"
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
@@ -127,10 +128,15 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
     }
     double per_step =
         r->grid_bytes_step + (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_bytes_step : 0);
+    char dom[32] = "";
+    if (r->domain && r->domain_layers < r->splittable)
+      snprintf(dom, sizeof dom, " rows:%d", r->domain_layers);
+    else if (r->domain)
+      snprintf(dom, sizeof dom, " rows");
     printf("| %dx%d%s | %s | %s | %dx%d | %.3f | %.2f | %.3f | %.3f | %.3f (%.3f) | %s | %s | %s | "
            "%s |\n",
-           r->pr, r->pc, r->domain ? " rows" : "", sync, avg, r->tile_rows, r->tile_cols,
-           r->step_s * 1e3, r->epoch_s, r->compute_s * 1e3, r->grid_s * 1e3,
+           r->pr, r->pc, dom, sync, avg, r->tile_rows, r->tile_cols, r->step_s * 1e3, r->epoch_s,
+           r->compute_s * 1e3, r->grid_s * 1e3,
            (tsr_sync_traits(&r->sync)->meets_every_step ? r->sync_s : r->average_s) * 1e3,
            r->exposed_sync_s * 1e3, mb(per_step, a), mb(r->bytes_epoch, b), mb(r->memory_bytes, c),
            r->best ? "**best**" : "");
@@ -180,6 +186,7 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     cJSON_AddNumberToObject(x, "grid_bytes_step", r->grid_bytes_step);
     cJSON_AddNumberToObject(x, "grid_messages_step", r->grid_messages_step);
     cJSON_AddStringToObject(x, "domain", r->domain ? "rows" : "none");
+    cJSON_AddNumberToObject(x, "domain_layers", r->domain_layers);
     cJSON_AddNumberToObject(x, "halo_bytes_step", r->halo_bytes_step);
     cJSON_AddNumberToObject(x, "sync_bytes_step", r->sync_bytes_step);
     cJSON_AddNumberToObject(x, "sync_messages_step", r->sync_messages_step);
@@ -373,10 +380,12 @@ int tsr_cli_plan(int argc, char **argv) {
         o.domain = TSR_PLAN_DOMAIN_NONE;
       else if (!strcmp(optarg, "rows"))
         o.domain = TSR_PLAN_DOMAIN_ROWS;
+      else if (!strncmp(optarg, "rows:", 5) && !tsr__cli_to_long(optarg + 5, 1, 1 << 20, &v))
+        o.domain = TSR_PLAN_DOMAIN_ROWS, o.domain_layers = (int)v;
       else if (!strcmp(optarg, "auto"))
         o.domain = TSR_PLAN_DOMAIN_AUTO;
       else
-        return bad("--domain", optarg, "none, rows or auto");
+        return bad("--domain", optarg, "none, rows, rows:K or auto");
       break;
     case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
     case O_CALIBRATE: do_calibrate = true; break;

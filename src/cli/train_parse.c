@@ -397,11 +397,17 @@ static int read_grid(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
+/* none, rows, or rows:K (the first K convolutions and poolings cut, the rest whole). */
 static int read_domain(parse_t *p, const row_t *row, const char *arg) {
-  static const char *const names[] = {"none", "rows", NULL};
-  int i = read_choice(row, arg, names);
-  if (i < 0) return 2;
-  p->cfg->net.domain = i == 1;
+  (void)row;
+  long k = 0;
+  const char *want = "none, rows or rows:K (K >= 1: the first K convolutions and poolings)";
+  if (strncmp(arg, "rows:", 5) == 0) {
+    if (tsr__cli_to_long(arg + 5, 1, 1 << 20, &k)) return bad("--domain", arg, want);
+  } else if (strcmp(arg, "rows") != 0 && strcmp(arg, "none") != 0) {
+    return bad("--domain", arg, want);
+  }
+  p->cfg->net.domain = strcmp(arg, "none") != 0, p->cfg->net.domain_layers = (int)k;
   return 0;
 }
 
@@ -652,11 +658,12 @@ static const row_t rows[] = {
              "consecutive ranks holds one replica, its dense layers'\n"
              "feature tiles spread over them; the Pc columns split the\n"
              "batch and --sync averages across them [1xP]"},
-    {"domain", "D", read_domain, .want = "none or rows",
+    {"domain", "D", read_domain,
      .help = "under --grid PrxPc: rows cuts each convolution's and pooling's\n"
              "images into bands of rows over a column's Pr ranks, with\n"
-             "halo rows exchanged; none computes them whole on every rank\n"
-             "of the column [none]"},
+             "halo rows exchanged; rows:K the first K of them only, the\n"
+             "rest whole on every rank from the bands gathered; none\n"
+             "computes them all whole on every rank of the column [none]"},
     {"mpi-progress", "M", read_mpi_progress, .want = "auto, thread or worker",
      .help = "under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
              "worker (that thread also runs a worker's tasks), or auto:\n"

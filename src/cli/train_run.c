@@ -579,7 +579,8 @@ static int announce(run_t *r) {
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
            r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched());
     if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
-    if (tsr_dist_size() > 1 && cfg->net.grid_rows > 1)
+    bool grid = tsr_dist_size() > 1 && cfg->net.grid_rows > 1;
+    if (grid)
       printf(", %d ranks as a %dx%d grid (sync %s across columns%s%s, MPI progress: %s), batch "
              "%d per grid column",
              tsr_dist_size(), cfg->net.grid_rows, r->setup.replicas, r->sync_text,
@@ -589,6 +590,11 @@ static int announce(run_t *r) {
       printf(", %d ranks (sync %s%s%s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, r->setup.averaging[0] ? ", averaging " : "", r->setup.averaging,
              tsr_runtime_mpi_progress(), cfg->net.batch);
+    if (grid && cfg->net.domain && cfg->net.domain_layers > 0)
+      printf(", the first %d convolutions and poolings in bands of image rows",
+             cfg->net.domain_layers);
+    else if (grid && cfg->net.domain)
+      printf(", convolutions and pooling in bands of image rows");
     if (r->lr != cfg->net.opt.lr)
       printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
              cfg->net.grid_rows > 1 ? "grid columns" : "ranks");

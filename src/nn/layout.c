@@ -5,6 +5,7 @@
  * samples, as classes of matrices that element-wise layers tie together); the placement under
  * a grid; each type's own part (parameters, scratch, workspace); the bytes. */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -565,6 +566,7 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
  * the column instead (tile j of a band-wide tiling: band j on row j). What cannot work goes to
  * lay->grid_rc (the first such layer). */
 static void place(tsr_net_layout_t *lay) {
+  int windows = 0; /* layers of a splits_rows type so far */
   for (int j = 0; j < lay->n_layers && lay->grid_rows > 1; j++) {
     tsr_layout_layer_t *l = &lay->layers[j];
     const tsr_layer_type_t *t = l->type;
@@ -578,7 +580,10 @@ static void place(tsr_net_layout_t *lay) {
     l->in_nb = l->in[0].nb;
     l->in_spread = spread_in > 0;
     l->banded_in = banded_in > 0;
-    l->domain = lay->domain && (t->splits_rows || (t->batch_stats && l->banded_in));
+    bool cut = t->splits_rows && windows++ < lay->domain_layers;
+    l->domain = lay->domain && (cut || (t->batch_stats && l->banded_in));
+    l->gathers_bands = !l->domain && l->banded_in && l->whole_samples && l->n_inputs == 1;
+    if (l->gathers_bands) l->in_spread = false, banded_in = 0; /* it reads the bands gathered */
     l->banded = l->domain || (t->elementwise && banded_in > 0);
     l->spread = l->banded || t->cuts_features || (t->elementwise && l->in_spread);
     if (l->domain)
@@ -597,6 +602,15 @@ static void place(tsr_net_layout_t *lay) {
           "layer %d (%s): a grid (--grid PrxPc with Pr > 1) does not take %s layers yet (a "
           "language model is not split across a column); run it data-parallel, without --grid",
           l->index, l->name, t->name);
+    else if (t->elementwise && banded_in > 0 && banded_in < l->n_inputs && lay->domain &&
+             spread_in == banded_in)
+      lay->grid_rc = tsr_error_set(
+          &lay->grid_err, TSR_EINVAL,
+          "%s: under --domain rows:%d, %d of its %d inputs are bands of image rows and the others "
+          "whole: an element-wise layer takes inputs placed alike; choose K so that its inputs' "
+          "branches are cut alike (a residual block's end), or use --domain rows",
+          layer_label(l->index, l->name, t->name, me, sizeof me), lay->domain_layers, banded_in,
+          l->n_inputs);
     else if (t->elementwise && l->in_spread &&
              (spread_in < l->n_inputs || (banded_in > 0 && banded_in < l->n_inputs)))
       lay->grid_rc = tsr_error_set(
@@ -667,6 +681,7 @@ static void count_bytes(tsr_net_layout_t *lay) {
      * gradients, the layer's own scratch */
     l->act_floats = (1 + (l->consumers > 1 ? l->consumers : 1)) * batch * l->share;
     if (l->partials) l->act_floats += 2 * batch * l->fin;
+    if (l->gathers_bands) l->act_floats += (l->has_dx ? 2 : 1) * batch * l->fin;
     if (l->domain && l->type->batch_stats) /* each band's statistics */
       l->act_floats += tsr__domain_bn_floats(&l->geom, pr, 0, batch, lay->mb);
     else if (l->domain) /* slabs, halos, the weight gradients' partials */
@@ -706,6 +721,7 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
   out->batch = opts->batch, out->workers = workers, out->nstate = nstate;
   out->grid_rows = opts->grid_rows > 1 ? opts->grid_rows : 1;
   out->domain = opts->domain && out->grid_rows > 1;
+  out->domain_layers = opts->domain_layers > 0 ? opts->domain_layers : INT_MAX;
   out->inputs = inputs, out->classes = classes, out->in_geom = in;
   choose_tiles(spec, inputs, opts, workers, &out->mb, &out->nb);
   walk_t w;

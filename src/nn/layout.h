@@ -66,11 +66,13 @@ typedef struct {
                    * a spread input, backward it sums partial input gradients */
   bool gathers, partials, dx_sums; /* the grid scratch it holds (net_impl.h, tsr_layer_t) */
   /* Grid with --domain rows (lay->domain): */
-  bool domain;    /* it computes its output in bands of image rows from slabs of its input
-                   * (its type splits_rows; src/tile/domain.h) */
-  bool banded;    /* its output's column tiles are bands of image rows (band p on row p): a
-                   * domain layer's, or an element-wise layer's over banded inputs */
-  bool banded_in; /* its input 0 is banded (else, for a domain layer, the input batch) */
+  bool domain;        /* it computes its output in bands of image rows from slabs of its input
+                       * (its type splits_rows; src/tile/domain.h) */
+  bool banded;        /* its output's column tiles are bands of image rows (band p on row p): a
+                       * domain layer's, or an element-wise layer's over banded inputs */
+  bool banded_in;     /* its input 0 is banded (else, for a domain layer, the input batch) */
+  bool gathers_bands; /* a layer on whole samples over a banded input, not cut itself (past
+                       * --domain rows:K): every rank all-gathers the bands, computes it whole */
   int nparams;
   tsr_layout_matrix_t params[TSR_LAYER_MAX_PARAMS]; /* in the order of tsr_layer_t.params */
   /* Non-trained state the layer keeps across steps (batchnorm: running mean and variance):
@@ -93,6 +95,7 @@ typedef struct {
   int workers;                /* CPU workers the tiles were chosen for */
   int grid_rows;              /* Pr (1: no grid) */
   bool domain;                /* --domain rows under the grid (Pr > 1) */
+  int domain_layers;          /* how many layers of a splits_rows type are cut (INT_MAX: all) */
   int nstate;                 /* optimizer state matrices per parameter */
   int inputs, classes;        /* features of a sample, classes (the output layer's units) */
   int positions;              /* predictions per sample: 1, or the oh ow of a last layer whose

@@ -81,6 +81,12 @@ static int act_tiles(tsr_net_t *net, tsr_tiles_t **t, int64_t m, int64_t n, int 
  * layer (--domain rows): its slabs, halos and partial gradients (l->domain). */
 static int grid_scratch(tsr_net_t *net, tsr_layer_t *l) {
   const tsr_layout_layer_t *ll = l->lay;
+  if (ll->gathers_bands) {
+    TSR_TRY(tsr_tiles_create_per_node(&l->whole_x, net->batch, l->fin, net->mb, l->fin));
+    if (ll->has_dx)
+      TSR_TRY(tsr_tiles_create_per_node(&l->whole_dx, net->batch, l->fin, net->mb, l->fin));
+    return 0;
+  }
   if (ll->domain && ll->type->batch_stats)
     return tsr__domain_bn_create(&l->domain, &ll->geom, net->grid_rows, net->grid_slot, net->batch,
                                  net->mb);
@@ -380,6 +386,7 @@ void tsr_net_destroy(tsr_net_t **np) {
     free(l->gathered), free(l->partials);
     tsr_tiles_destroy(&l->dx_sums);
     tsr__domain_destroy(&l->domain);
+    tsr_tiles_destroy(&l->whole_x), tsr_tiles_destroy(&l->whole_dx);
     for (int k = 0; l->grads && k < l->lay->consumers - 1; k++)
       tsr_tiles_destroy(&l->grads[k]);
     free(l->grads);
@@ -471,6 +478,11 @@ static int forward(tsr_net_t *net, bool train) {
     for (int k = 0; k < l->lay->n_inputs; k++)
       x[k] = layer_input(net, i, k);
     tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, false);
+    if (l->whole_x) { /* computed whole over bands (--domain rows:K): they are gathered first */
+      TSR_TRY(tsr__domain_allgather(&o, x[0], l->whole_x, net->grid_rows, net->grid_slot,
+                                    &net->traffic));
+      x[0] = l->whole_x;
+    }
     TSR_TRY(l->ops->forward(net, l, x, train, &o));
   }
   return 0;
@@ -496,7 +508,16 @@ static int backward(tsr_net_t *net, bool do_update) {
     for (int k = 0; k < l->lay->n_inputs; k++)
       x[k] = layer_input(net, i, k), dx[k] = layer_input_grad(net, i, k);
     tsr_task_opts_t o = tsr__net_task_opts(net, i + 1, true);
+    tsr_tiles_t *banded_dx = NULL;
+    if (l->whole_x) /* the whole input gradient, then each rank's bands of it */
+      x[0] = l->whole_x, banded_dx = dx[0], dx[0] = dx[0] ? l->whole_dx : NULL;
     TSR_TRY(l->ops->backward(net, l, x, dx, &o));
+    if (banded_dx) {
+      tsr_task_opts_t critical = tsr__net_critical(&o);
+      TSR_TRY(tsr__domain_take_bands(&critical, banded_dx, l->whole_dx, net->grid_rows,
+                                     net->grid_slot));
+      dx[0] = banded_dx;
+    }
     for (int k = 0; k < l->lay->n_inputs; k++) {
       const tsr_layout_input_t *e = &l->lay->in[k];
       if (e->slot == 0 || !dx[k]) continue;

@@ -69,6 +69,8 @@ struct tsr_layer {
   tsr_tiles_t *dx_sums;   /* grid, dense over a replicated layer: (batch, fin) spread by column
                            * tile, the input gradient before every rank of the column gets it */
   tsr_domain_t *domain;   /* grid, --domain rows, conv and pooling: slabs, halos, partials */
+  tsr_tiles_t *whole_x, *whole_dx; /* lay->gathers_bands: per-node (batch, fin), the bands
+                                    * all-gathered, and the input gradient before its bands */
   /* Tied parameters (lmhead): the embedding layer's token table this layer reads, borrowed; its
    * backward writes the table's gradient first (the layer runs after the embedding, so its
    * backward runs before), and the owner's backward adds its own (shared_grad_written). */

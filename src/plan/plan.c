@@ -16,6 +16,7 @@
  *
  * Compute and bytes are those of row 0, the busiest (it owns tile column 0 of
  * every dense layer, the logits and the loss). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,8 +272,8 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
       phase_end(g, m);
     } else if (l->domain) {
       domain_step(g, l, batch, mb, m);
-    } else if (l->whole_samples) {
-      for (int i = 0; i < mt && !in_repl; i++)
+    } else if (l->whole_samples) { /* over bands past --domain rows:K: they are all-gathered */
+      for (int i = 0; i < mt && (l->gathers_bands || !in_repl); i++)
         for (int t = 0; t < kt; t++)
           for (int p = 0; p < pr; p++)
             if (p != t % pr)
@@ -336,8 +337,8 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 /* ---- One configuration ------------------------------------------------- */
 
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
-                    int pr, int pc, const tsr_sync_schedule_t *sync, bool domain,
-                    tsr_plan_row_t *row, tsr_errbuf_t *err) {
+                    int pr, int pc, const tsr_sync_schedule_t *sync, int split, tsr_plan_row_t *row,
+                    tsr_errbuf_t *err) {
   const tsr__sync_policy_t *policy = tsr__sync_policy(sync);
   /* Gradients averaged every step (batch), overlapping the backward pass, or weights averaged
    * between steps. */
@@ -358,7 +359,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
   no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
   no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
-  no.domain = domain;
+  no.domain = split > 0, no.domain_layers = split == INT_MAX ? 0 : split; /* as --domain rows[:K] */
   tsr_net_layout_t layout, *lay = &layout;
   TSR_TRY(tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err));
   /* per layer: the seconds of its backward pass, its parameters' bytes on row 0 */
@@ -370,7 +371,11 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   }
   memset(row, 0, sizeof *row);
   row->pr = pr, row->pc = pc, row->sync = *sync;
-  row->domain = lay->domain && !lay->grid_rc; /* bands the engine builds */
+  int windows = 0, cut = 0; /* the layers that could be cut, and those that are */
+  for (int k = 0; k < lay->n_layers; k++)
+    if (lay->layers[k].type->splits_rows) windows++, cut += lay->layers[k].domain;
+  row->domain = cut > 0 && !lay->grid_rc; /* bands the engine builds */
+  row->domain_layers = row->domain ? cut : 0, row->splittable = windows;
   row->tile_rows = lay->mb, row->tile_cols = lay->nb;
   int64_t shard = (o->samples + pc - 1) / pc;
   row->steps_per_epoch = (shard + o->batch - 1) / o->batch;
@@ -520,13 +525,18 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
       if (*n_rows >= max_rows)
         return tsr_error_set(err, TSR_EINVAL, "more than %d plans", max_rows);
       tsr_plan_row_t *r = &rows[*n_rows];
-      bool domain = pr > 1 && opts->domain != TSR_PLAN_DOMAIN_NONE;
-      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], domain, r, err));
-      /* auto: the other placement too, the faster kept */
-      tsr_plan_row_t whole;
-      if (domain && opts->domain == TSR_PLAN_DOMAIN_AUTO) {
-        TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], false, &whole, err));
-        if (!r->domain || whole.epoch_s < r->epoch_s) *r = whole;
+      int split = pr < 2 || opts->domain == TSR_PLAN_DOMAIN_NONE ? 0
+                  : opts->domain == TSR_PLAN_DOMAIN_ROWS && opts->domain_layers > 0
+                      ? opts->domain_layers
+                      : INT_MAX;
+      TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], split, r, err));
+      /* auto: the first K cut for every K too (0: none), the fastest the engine builds kept */
+      bool built = r->domain;
+      for (int k = 0; split && opts->domain == TSR_PLAN_DOMAIN_AUTO && k < r->splittable; k++) {
+        tsr_plan_row_t other;
+        TSR_TRY(plan_one(spec, opts, m, pr, opts->ranks / pr, &syncs[s], k, &other, err));
+        if (k > 0 && !other.domain) continue; /* refused (a residual add between cut and not) */
+        if (!built || other.epoch_s < r->epoch_s) *r = other, built = true;
       }
       if (best < 0 || r->epoch_s < rows[best].epoch_s) best = *n_rows;
       (*n_rows)++;

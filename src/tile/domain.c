@@ -367,6 +367,36 @@ int tsr__domain_pool_bwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t 
   return scatter(o, d, dx, tr);
 }
 
+/* ---- A whole layer over bands ---- */
+
+int tsr__domain_allgather(const tsr_task_opts_t *o, const tsr_tiles_t *x, tsr_tiles_t *whole,
+                          int pr, const int *ranks, tsr_traffic_t *tr) {
+  if (x->nt > pr || whole->nt != 1 || whole->n != x->n || whole->mt != x->mt) return TSR_ESHAPE;
+  tsr_task_opts_t l = local(o);
+  for (int i = 0; i < x->mt; i++)
+    for (int q = 0; q < x->nt; q++) {
+      starpu_data_handle_t h = tsr__tile(x, i, q);
+      for (int p = 0; p < pr; p++)
+        send(tr, h, ranks[q], ranks[p], false);
+      TSR_TRY(tsr__insert_columns(&l, tsr__tile(whole, i, 0), q * x->nb, h, 0,
+                                  tsr_tiles_tile_cols(x, q), false));
+      drop(h, ranks[q]);
+    }
+  return 0;
+}
+
+int tsr__domain_take_bands(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *whole_dx,
+                           int pr, const int *ranks) {
+  if (dx->nt > pr || whole_dx->nt != 1 || whole_dx->n != dx->n) return TSR_ESHAPE;
+  tsr_task_opts_t l = local(o);
+  for (int i = 0; i < dx->mt; i++)
+    for (int q = 0; q < dx->nt; q++)
+      if (here(ranks[q]))
+        TSR_TRY(tsr__insert_columns(&l, tsr__tile(dx, i, q), 0, tsr__tile(whole_dx, i, 0),
+                                    q * dx->nb, tsr_tiles_tile_cols(dx, q), false));
+  return 0;
+}
+
 /* ---- Batch normalization over bands ---- */
 
 int tsr__domain_bn_create(tsr_domain_t **out, const tsr_conv_geom_t *g, int pr, const int *ranks,

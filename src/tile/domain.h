@@ -83,6 +83,15 @@ int tsr__domain_bn_dx(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *dx
                       const tsr_tiles_t *s, const tsr_tiles_t *scale, const tsr_tiles_t *p,
                       int valid, bool relu);
 
+/* A layer computed whole over a banded input (past --domain rows:K): every rank of the column
+ * (pr ranks, ranks[p] row p's) receives x's bands (tile (i, q) on row q) into its own whole
+ * copy `whole` (per-node, (batch, h w c) one tile wide); backward, each band's gradient (dx,
+ * banded like x) is its columns of the whole gradient `whole_dx`, the same on every rank. */
+int tsr__domain_allgather(const tsr_task_opts_t *o, const tsr_tiles_t *x, tsr_tiles_t *whole,
+                          int pr, const int *ranks, tsr_traffic_t *tr);
+int tsr__domain_take_bands(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *whole_dx,
+                           int pr, const int *ranks);
+
 /* The input rows of band q that output band p's windows read, when q != p (0 otherwise): the
  * halo rows rank q sends rank p forward (and p sends q back, their gradients). */
 int tsr__domain_halo_rows(const tsr_conv_geom_t *g, int pr, int p, int q);
