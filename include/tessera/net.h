@@ -240,8 +240,8 @@ typedef struct {
   /* Pr of a --grid PrxPc run under MPI (0 or 1: none). Rank q sits in grid column q / Pr, row
    * q % Pr; the Pr ranks of a column hold one replica between them: a dense layer's column tile
    * j (of W, the bias, y and dy) lives on the column's row j mod Pr, while convolutions,
-   * pooling and the input batch are replicated on every rank of the column. Every rank of a
-   * column calls every function of the net alike; the ranks must be a multiple of Pr. */
+   * pooling and the input batch are replicated on every rank of the column (unless domain). Every
+   * rank of a column calls every function of the net alike; the ranks must be a multiple of Pr. */
   int grid_rows;
   /* Domain parallelism under a grid (--domain rows) [false]: convolutions and pooling cut their
    * output images' rows into bands over the column's Pr ranks, exchanging halo rows

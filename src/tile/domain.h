@@ -13,8 +13,9 @@
  *
  * The input is another domain layer's banded output, or the input batch (every rank of the
  * column holds it whole: the slab is copied out of it, nothing travels). Every rank of the
- * column submits every call alike (StarPU-MPI's owner-computes: o->mpi). Halo transfers are
- * counted in tr (the grid's traffic: bytes_sent and halo_bytes_sent on the rank sending). */
+ * column makes every call alike; each task is a plain StarPU task on the rank of its band, each
+ * transfer explicit (starpu_mpi_get_data_on_node_detached). Transfers are counted in tr (the
+ * grid's traffic; the halo rows also in halo_bytes_sent, on the rank sending). */
 #ifndef TSR_TILE_DOMAIN_H
 #define TSR_TILE_DOMAIN_H
 
