@@ -971,6 +971,18 @@ static const char grid_graph[] = "[a]\ntype = dense\nunits = 32\nactivation = re
                                  "[output]\ntype = dense\nunits = 10\n";
 static bool grid_graph_net; /* make_grid_net builds grid_graph instead of the MLP */
 
+/* The net of spec (finished here) and o, or every rank aborts with the message. */
+static tsr_net_t *net_or_abort(tsr_model_spec_t *spec, const tsr_net_opts_t *o) {
+  tsr_errbuf_t err = {""};
+  tsr_net_t *net = NULL;
+  if (tsr_net_create(&net, spec, (int)train_set.features, train_set.classes, o, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  tsr_model_spec_fini(spec);
+  return net;
+}
+
 /* The grid nets: mlp:64,32 (784-64-32-10), grid_cnn or grid_graph, in tile_rows x tile_cols
  * tiles (16 x 16 unless a check says otherwise), so that each dense layer has several column
  * tiles to spread over a column's Pr ranks. */
@@ -988,13 +1000,7 @@ static tsr_net_t *make_grid_net(int batch, int grid_rows, bool cnn) {
   tsr_net_opts_init(&o);
   o.batch = batch, o.seed = 3, o.opt.lr = 0.05f, o.opt.momentum = 0.9f;
   o.tile_rows = tile_rows, o.tile_cols = tile_cols, o.grid_rows = grid_rows;
-  tsr_net_t *net = NULL;
-  if (tsr_net_create(&net, &spec, (int)train_set.features, train_set.classes, &o, &err)) {
-    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  tsr_model_spec_fini(&spec);
-  return net;
+  return net_or_abort(&spec, &o);
 }
 
 /* All parameters of a grid net, whole, on every rank: each rank's own tiles, summed over ranks
@@ -1264,13 +1270,7 @@ static tsr_net_t *domain_net(const char *model, int grid_rows, int tile_rows, fl
   tsr_net_opts_init(&o);
   o.batch = 16, o.seed = 3, o.opt.lr = lr, o.opt.momentum = 0.9f, o.tile_rows = tile_rows;
   o.grid_rows = grid_rows, o.domain = grid_rows > 1, o.domain_layers = domain_layers;
-  tsr_net_t *net = NULL;
-  if (tsr_net_create(&net, &spec, (int)train_set.features, train_set.classes, &o, &err)) {
-    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  tsr_model_spec_fini(&spec);
-  return net;
+  return net_or_abort(&spec, &o);
 }
 
 /* --grid Px1 --domain rows: the convolutions, pooling and batch normalizations of `model` cut

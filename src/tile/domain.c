@@ -67,20 +67,6 @@ int64_t tsr__domain_floats(const tsr_conv_geom_t *g, int pr, int row, int64_t ba
   return floats;
 }
 
-int64_t tsr__domain_halo_bytes(const tsr_conv_geom_t *g, int pr, int row, bool banded_in, bool dx) {
-  if (!banded_in) return 0;
-  int nout = tsr__k_bands(g->oh, pr), nin = tsr__k_bands(g->h, pr);
-  int64_t wc = (int64_t)g->w * g->c, bytes = 0;
-  for (int p = 0; p < nout; p++) {
-    int a0, a1, lo, hi;
-    slab_rows(g, pr, p, &a0, &a1);
-    for (int q = 0; q < nin; q++)
-      if (q != p && overlap(g, pr, a0, a1, q, &lo, &hi))
-        bytes += ((q == row) + (dx && p == row)) * (hi - lo) * wc * (int64_t)sizeof(float);
-  }
-  return bytes;
-}
-
 int tsr__domain_halo_rows(const tsr_conv_geom_t *g, int pr, int p, int q) {
   int a0, a1, lo, hi;
   if (p == q || p >= tsr__k_bands(g->oh, pr) || q >= tsr__k_bands(g->h, pr)) return 0;
@@ -293,29 +279,34 @@ static int share(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *sum, ts
   return 0;
 }
 
-int tsr__domain_conv_fwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y,
-                         const tsr_tiles_t *x, const tsr_tiles_t *w, const tsr_tiles_t *b,
-                         bool relu, tsr_traffic_t *tr) {
+/* The slabs from x, then y's bands from them: the convolution with w, b (relu fused), or with w
+ * NULL the pooling (max or mean). */
+static int forward(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y, const tsr_tiles_t *x,
+                   const tsr_tiles_t *w, const tsr_tiles_t *b, bool relu, bool max,
+                   tsr_traffic_t *tr) {
   if (y->nt != d->nout) return TSR_ESHAPE;
   TSR_TRY(gather(o, d, x, tr));
   tsr_task_opts_t l = local(o);
   for (int p = 0; p < d->nout; p++)
-    for (int i = 0; here(d->ranks[p]) && i < y->mt; i++)
-      TSR_TRY(tsr__insert_conv_fwd(&l, tsr__tile(y, i, p), tsr__tile(d->out[p].slab, i, 0),
-                                   tsr__tile(w, 0, 0), tsr__tile(b, 0, 0), &d->out[p].cut, relu));
+    for (int i = 0; here(d->ranks[p]) && i < y->mt; i++) {
+      starpu_data_handle_t out = tsr__tile(y, i, p), slab = tsr__tile(d->out[p].slab, i, 0);
+      const tsr_conv_geom_t *cut = &d->out[p].cut;
+      TSR_TRY(
+          w ? tsr__insert_conv_fwd(&l, out, slab, tsr__tile(w, 0, 0), tsr__tile(b, 0, 0), cut, relu)
+            : tsr__insert_pool_fwd(&l, out, slab, cut, max));
+    }
   return 0;
+}
+
+int tsr__domain_conv_fwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y,
+                         const tsr_tiles_t *x, const tsr_tiles_t *w, const tsr_tiles_t *b,
+                         bool relu, tsr_traffic_t *tr) {
+  return forward(o, d, y, x, w, b, relu, false, tr);
 }
 
 int tsr__domain_pool_fwd(const tsr_task_opts_t *o, tsr_domain_t *d, tsr_tiles_t *y,
                          const tsr_tiles_t *x, bool max, tsr_traffic_t *tr) {
-  if (y->nt != d->nout) return TSR_ESHAPE;
-  TSR_TRY(gather(o, d, x, tr));
-  tsr_task_opts_t l = local(o);
-  for (int p = 0; p < d->nout; p++)
-    for (int i = 0; here(d->ranks[p]) && i < y->mt; i++)
-      TSR_TRY(tsr__insert_pool_fwd(&l, tsr__tile(y, i, p), tsr__tile(d->out[p].slab, i, 0),
-                                   &d->out[p].cut, max));
-  return 0;
+  return forward(o, d, y, x, NULL, NULL, false, max, tr);
 }
 
 int tsr__domain_conv_bwd(const tsr_task_opts_t *o, const tsr_task_opts_t *critical, tsr_domain_t *d,

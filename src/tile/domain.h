@@ -97,9 +97,4 @@ int tsr__domain_take_bands(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_
  * halo rows rank q sends rank p forward (and p sends q back, their gradients). */
 int tsr__domain_halo_rows(const tsr_conv_geom_t *g, int pr, int p, int q);
 
-/* The halo bytes per sample that rank `row` of the column sends for one layer of geometry g
- * with a banded input: forward the rows of its input band that other bands' windows read;
- * with dx, backward as many again (their gradients). What tessera plan and the tests count. */
-int64_t tsr__domain_halo_bytes(const tsr_conv_geom_t *g, int pr, int row, bool banded_in, bool dx);
-
 #endif
