@@ -265,7 +265,9 @@ PY
 # rank sends halo rows, and StarPU-MPI's count inside the column is still the engine's.
 expect 2 "--domain rows splits images over a grid column's ranks: it needs --grid PrxPc with Pr > 1" \
   30 -- "$tessera" train --domain rows
-expect 2 "--domain bands: expected none, rows or rows:K" 30 -- "$tessera" train --domain bands
+expect 2 "--domain bands: expected none, rows, rows:K .* or auto" 30 -- "$tessera" train --domain bands
+expect 2 "--domain auto splits images over a grid column's ranks: it needs --grid PrxPc" 30 -- \
+  "$tessera" train --domain auto
 expect 0 "2 ranks as a 2x1 grid" 120 -- env STARPU_COMM_STATS=1 "${mpi[@]}" -x STARPU_COMM_STATS \
   -np 2 "$tessera" train --workers 1 --data "$data" --model cnn --train-limit 512 \
   --test-limit 200 --epochs 1 --grid 2x1 --domain rows --log "$tmp/domain.jsonl"
@@ -280,6 +282,27 @@ for r in whole["per_rank"]:
     assert r["halo_bytes_sent"] == 0, r
 # The same training: the epoch's loss as the replicated convolutions' (float rounding apart).
 assert abs(o["loss"] - whole["loss"]) <= 1e-5 * abs(whole["loss"]), (o["loss"], whole["loss"])
+PY
+# --domain auto: the run takes what tessera plan --domain auto chooses for the same grid, model,
+# samples, batch and workers (the kernel rates cached under $STARPU_HOME: the same on both), says so, and logs
+# it as its domain.
+expect 0 "--domain auto: .* of 4 convolutions and poolings cut, planned [0-9.]+ ms per step" 120 -- \
+  "${mpi[@]}" -np 2 "$tessera" train --workers 1 --data "$data" --model cnn --train-limit 512 \
+  --test-limit 200 --epochs 1 --grid 2x1 --domain auto --log "$tmp/auto.jsonl"
+check_log "CNN --grid 2x1 --domain auto" "$tmp/auto.jsonl" 1 ranks=2 "test_accuracy>0.2"
+banner=$(grep -E "^--domain auto: " <<<"$last")
+"$tessera" plan --workers 1 --model cnn --samples 512 --ranks 2 --grid 2x1 --sync batch \
+  --domain auto --json >"$tmp/auto-plan.json" 2>"$tmp/auto-plan.err"
+if /usr/bin/python3 - "$tmp/auto.jsonl" "$tmp/auto-plan.json" "$banner" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --domain auto against tessera plan"; cat "$tmp/auto-plan.err"; fi
+import json, re, sys
+run = json.loads(open(sys.argv[1]).readline())["config"]["domain"]
+plan = json.load(open(sys.argv[2]))["plans"][0]
+assert plan["grid"] == "2x1" and plan["sync"] == "batch", plan
+k, cut = plan["domain_layers"], plan["domain"]
+want = "none" if cut == "none" else "rows" if k == 4 else "rows:%d" % k
+assert run == want, (run, want, plan)
+words = "none" if want == "none" else "all (rows)" if want == "rows" else "the first %d (%s)" % (k, want)
+assert sys.argv[3].startswith("--domain auto: %s of 4 " % words), (sys.argv[3], want)
 PY
 # --grid 1x2: two replicas of one rank each, the rate scaled by 2 under batch.
 expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \

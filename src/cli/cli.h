@@ -22,6 +22,9 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
  * (a bad value; devices asked of a build without OpenCL). */
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl);
 
+/* $STARPU_HOME/name, or ~/.starpu/name (where StarPU keeps its own calibration, and the
+ * planner its machine file and kernel rates), into buf. */
+void tsr__cli_starpu_home_file(char *buf, size_t size, const char *name);
 /* HxWxC (e.g. 224x224x3, each from 1 to 65536) into *h, *w, *c: 0, or -1 (untouched). */
 int tsr__cli_shape(const char *s, int *h, int *w, int *c);
 /* --model's value for command cmd ("plan", "summary") into *spec, for `classes` classes: a model

@@ -135,6 +135,14 @@ int tsr__cli_launch_check(const char *cmd) {
   return 2;
 }
 
+void tsr__cli_starpu_home_file(char *buf, size_t size, const char *name) {
+  const char *home = getenv("STARPU_HOME");
+  if (home && *home)
+    snprintf(buf, size, "%s/%s", home, name);
+  else
+    snprintf(buf, size, "%s/.starpu/%s", getenv("HOME") ? getenv("HOME") : ".", name);
+}
+
 int tsr__cli_shape(const char *s, int *h, int *w, int *c) {
   long v[3];
   const char *p = s;

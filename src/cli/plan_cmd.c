@@ -63,15 +63,6 @@ static int bad(const char *opt, const char *val, const char *want) {
   return 2;
 }
 
-/* $STARPU_HOME/name, or ~/.starpu/name (where StarPU keeps its own calibration). */
-static void starpu_home_file(char *buf, size_t size, const char *name) {
-  const char *home = getenv("STARPU_HOME");
-  if (home && *home)
-    snprintf(buf, size, "%s/%s", home, name);
-  else
-    snprintf(buf, size, "%s/.starpu/%s", getenv("HOME") ? getenv("HOME") : ".", name);
-}
-
 static int calibrate(int argc, char **argv, const char *path) {
   if (tsr_dist_start(&argc, &argv, true)) {
     fprintf(stderr, "tessera plan: cannot start MPI\n");
@@ -261,8 +252,8 @@ int tsr_cli_plan(int argc, char **argv) {
   o.all_policies = true;
   const char *model = "mlp", *cluster = NULL;
   char machine_path[1024], cache_path[1024];
-  starpu_home_file(machine_path, sizeof machine_path, "tessera-machine.ini");
-  starpu_home_file(cache_path, sizeof cache_path, "tessera-plan-rates.txt");
+  tsr__cli_starpu_home_file(machine_path, sizeof machine_path, "tessera-machine.ini");
+  tsr__cli_starpu_home_file(cache_path, sizeof cache_path, "tessera-plan-rates.txt");
   bool json = false, do_calibrate = false, input_given = false, classes_given = false;
   int workers = 0;
   long v;

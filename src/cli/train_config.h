@@ -35,6 +35,8 @@ typedef struct {
   tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar/channel images */
   tsr_augment_t augment;         /* --crop S:P, --flip (fill: the run's, from the data) */
   int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
+  bool domain_auto;              /* --domain auto: the planner's choice of net.domain and
+                                    net.domain_layers, made once the data is loaded */
   double val_split;              /* --val-split F: the fraction held out (0: none) */
   bool quiet;                    /* --quiet */
   bool help;                     /* --help: print the usage and run nothing */

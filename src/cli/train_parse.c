@@ -397,17 +397,20 @@ static int read_grid(parse_t *p, const row_t *row, const char *arg) {
   return 0;
 }
 
-/* none, rows, or rows:K (the first K convolutions and poolings cut, the rest whole). */
+/* none, rows, rows:K (the first K convolutions and poolings cut, the rest whole), or auto (the
+ * run asks the planner once the data is loaded: net.domain until then). */
 static int read_domain(parse_t *p, const row_t *row, const char *arg) {
   (void)row;
   long k = 0;
-  const char *want = "none, rows or rows:K (K >= 1: the first K convolutions and poolings)";
+  const char *want = "none, rows, rows:K (K >= 1: the first K convolutions and poolings) or auto";
+  bool automatic = strcmp(arg, "auto") == 0;
   if (strncmp(arg, "rows:", 5) == 0) {
     if (tsr__cli_to_long(arg + 5, 1, 1 << 20, &k)) return bad("--domain", arg, want);
-  } else if (strcmp(arg, "rows") != 0 && strcmp(arg, "none") != 0) {
+  } else if (strcmp(arg, "rows") != 0 && strcmp(arg, "none") != 0 && !automatic) {
     return bad("--domain", arg, want);
   }
   p->cfg->net.domain = strcmp(arg, "none") != 0, p->cfg->net.domain_layers = (int)k;
+  p->cfg->domain_auto = automatic;
   return 0;
 }
 
@@ -458,6 +461,17 @@ static void show_seed(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, cha
                       size_t size) {
   (void)text, (void)size;
   f->kind = TSR_LOG_INT, f->number = (double)cfg->net.seed;
+}
+
+/* What the run cuts: none, rows or rows:K (under --domain auto, the planner's choice). */
+static void show_domain(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                        size_t size) {
+  if (!cfg->net.domain)
+    show_text(f, text, size, "none");
+  else if (cfg->net.domain_layers > 0)
+    snprintf(text, size, "rows:%d", cfg->net.domain_layers), f->kind = TSR_LOG_TEXT, f->text = text;
+  else
+    show_text(f, text, size, "rows");
 }
 
 static void show_lr_schedule(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
@@ -663,7 +677,8 @@ static const row_t rows[] = {
              "images into bands of rows over a column's Pr ranks, with\n"
              "halo rows exchanged; rows:K the first K of them only, the\n"
              "rest whole on every rank from the bands gathered; none\n"
-             "computes them all whole on every rank of the column [none]"},
+             "computes them all whole on every rank of the column; auto\n"
+             "takes the choice tessera plan --domain auto makes [none]"},
     {"mpi-progress", "M", read_mpi_progress, .want = "auto, thread or worker",
      .help = "under mpirun, who polls StarPU-MPI: thread (its own thread),\n"
              "worker (that thread also runs a worker's tasks), or auto:\n"
@@ -754,6 +769,7 @@ static const struct {
     {"lr-schedule", show_lr_schedule}, {"val-split", show_val_split},
     {"lr-scaling", show_lr_scaling},   {"sync", show_sync},
     {"weighting", show_weighting},     {"checkpoint-every", show_checkpoint_every},
+    {"domain", show_domain},
 };
 
 /* The value of a row with a generic reader, at its field; false for another reader. */
@@ -849,8 +865,10 @@ static int check_together(parse_t *p) {
     return 2;
   }
   if (cfg->net.domain && cfg->net.grid_rows < 2) {
-    fprintf(stderr, "tessera train: --domain rows splits images over a grid column's ranks: it "
-                    "needs --grid PrxPc with Pr > 1 (e.g. --grid 2x1)\n");
+    fprintf(stderr,
+            "tessera train: --domain %s splits images over a grid column's ranks: it "
+            "needs --grid PrxPc with Pr > 1 (e.g. --grid 2x1)\n",
+            cfg->domain_auto ? "auto" : "rows");
     return 2;
   }
   if (cfg->log_every && !cfg->log_path) {
