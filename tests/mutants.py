@@ -341,6 +341,15 @@ MUTANTS = [
     ("syncbn-backward-as-forward", "--sync-bn combines the backward sums by Chan's formula",
      "src/parallel/sync_bn.c", [("e->view[q], backward));", "e->view[q], backward && !backward));")],
      ["mpi-syncbn-2"]),
+    ("syncbn-grid-all-ranks", "--sync-bn under a grid combines every rank's statistics, a "
+     "column's copies as well, instead of along the grid's rows",
+     "src/parallel/sync_bn.c", [("s->rows = tsr_net_grid_rows(net);", "s->rows = 1;")],
+     ["mpi-syncbngrid-4"]),
+    ("syncbn-domain-no-hook", "--sync-bn over bands of image rows leaves each column's forward "
+     "statistics its own", "src/nn/batchnorm.c",
+     [("                                    &net->traffic));\n      if (net->on_stats.fn)",
+       "                                    &net->traffic));\n      if (0)")],
+     ["mpi-syncbngrid-4"]),
     ("tied-grad-overwritten", "the embedding's backward overwrites the tied head's gradient of the "
      "token table instead of adding to it", "src/nn/embedding.c",
      [("l->dy, l->shared_grad_written);", "l->dy, false);")], ["seq", "grad"]),

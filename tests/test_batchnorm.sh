@@ -4,7 +4,7 @@
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
 # resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
 # process and --sync-bn with a model without batchnorm are refused before training (status 2);
-# 2 ranks train with --sync-bn. (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
+# 2 ranks train with --sync-bn, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -80,6 +80,41 @@ if command -v mpirun >/dev/null; then
     "$tessera" train "${small[@]}" --epochs 1 --workers 1 --sync-bn --log "$tmp/sbn.jsonl" \
     >"$tmp/out" 2>&1
   check "2 ranks train with --sync-bn" test -s "$tmp/sbn.jsonl"
+  # Under a grid the statistics are combined along the grid's rows (test_mpi syncbngrid checks
+  # the numbers): 4 ranks as 2x2 with the images in bands learn; one column is refused.
+  cat >"$tmp/grid.ini" <<'INI'
+[c1]
+type = conv
+filters = 8
+kernel = 3
+padding = 1
+[bn1]
+type = batchnorm
+activation = relu
+[p1]
+type = maxpool
+kernel = 2
+[c2]
+type = conv
+filters = 8
+kernel = 3
+padding = 1
+[bn2]
+type = batchnorm
+activation = relu
+[out]
+type = dense
+units = 10
+INI
+  grid=(--model "$tmp/grid.ini" --train-limit 600 --test-limit 200 --data "$data" --epochs 1
+    --workers 1 --sync-bn)
+  expect 2 "sync-bn --grid 2x1: one grid column, whose batchnorm statistics are already" -- \
+    mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train "${grid[@]}" --grid 2x1
+  mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 4 \
+    "$tessera" train "${grid[@]}" --grid 2x2 --domain rows --log "$tmp/gsbn.jsonl" >"$tmp/out" 2>&1
+  check_log "4 ranks as 2x2 --domain rows learn with --sync-bn" "$tmp/gsbn.jsonl" 1 ranks=4 \
+    "test_accuracy>0.25"
 fi
 echo "$passed passed, $failed failed"
 [[ $failed == 0 ]]

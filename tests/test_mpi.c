@@ -2246,6 +2246,123 @@ static void test_syncbn(void) {
   net_model = NULL;
 }
 
+/* --sync-bn under --grid 2xPc: a column's ranks hold the column's batch statistics (batchnorm
+ * whole on each, or reduced from its bands under --domain rows), and each grid row combines its
+ * columns'. Pc columns of batch B under --sync batch then equal one process with batch Pc B:
+ * the weights and the running statistics, with and without the domain split; without --sync-bn
+ * each column normalizes with its own batch's and the weights end elsewhere. */
+static const char syncbn_grid_cnn[] =
+    "[c1]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+    "[bn1]\ntype = batchnorm\nactivation = relu\n[pool]\ntype = maxpool\nkernel = 2\n"
+    "[c2]\ntype = conv\nfilters = 8\nkernel = 3\npadding = 1\n"
+    "[bn2]\ntype = batchnorm\nactivation = relu\n[out]\ntype = dense\nunits = 10\n";
+
+/* What a --sync-bn run's ranks sent: StarPU-MPI's count inside this rank's grid column and to
+ * other columns, and what the statistics' combines should have sent across: per batchnorm
+ * layer and pass (forward; backward when it has an input gradient) a (3, C) tile of floats from
+ * each rank to its row's first, and back from there to each (Pc - 1 tiles from the first). */
+typedef struct {
+  double inside, across, stats_formula;
+} syncbn_bytes_t;
+
+/* Pr 1: one process with batch B on every rank, the step's rows alone (no replicas). */
+static float *syncbn_grid_run(int pr, bool domain, bool sync_bn, const int32_t *rows, int B,
+                              int steps, int64_t *n, float **stats, int64_t *nb,
+                              syncbn_bytes_t *sent) {
+  int pc = size / pr, column = rank / pr;
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  CHECK(tsr_model_parse_ini_text(&spec, syncbn_grid_cnn, "syncbn_grid_cnn", &err) == 0, "%s",
+        err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = B, o.seed = 3, o.opt.lr = 0.05f, o.opt.momentum = 0.9f, o.tile_rows = 8;
+  o.grid_rows = pr, o.domain = domain && pr > 1;
+  tsr_net_t *net = net_or_abort(&spec, &o);
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  sync.sync_bn = sync_bn, sync.deterministic = true;
+  tsr_replicas_t *rep = NULL;
+  if (pr > 1)
+    CHECK(tsr__replicas_create(&rep, net, &sync, NULL, &err) == 0, "replicas: %s", err.msg);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  uint64_t in0 = 0, across0 = 0, in1 = 0, across1 = 0;
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  bytes_by_peer(pr, &in0, &across0);
+  for (int k = 0; k < steps; k++) {
+    if (rep) tsr__replicas_count(rep, counts);
+    const int32_t *mine = rep ? rows + (k * pc + column) * B : rows + k * B;
+    CHECK(tsr_net_train_step(net, &train_set, mine, B, true) == 0, "--sync-bn %dx%d: step %d", pr,
+          pc, k + 1);
+  }
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  bytes_by_peer(pr, &in1, &across1);
+  *sent = (syncbn_bytes_t){(double)(in1 - in0), (double)(across1 - across0), 0};
+  for (int l = 0; l < net->n_layers && sync_bn; l++) {
+    const tsr_layout_layer_t *ll = net->layers[l].lay;
+    if (ll->type->batch_stats)
+      sent->stats_formula +=
+          steps * (1 + ll->has_dx) * 4.0 * 3 * ll->geom.c * (column == 0 ? pc - 1 : 1);
+  }
+  tsr__replicas_destroy(&rep);
+  tsr_net_wait(net, 0);
+  float *w = pr > 1 ? grid_params(net, pc, n) : params(net, n);
+  *stats = buffers(net, nb, NULL);
+  tsr_net_destroy(&net);
+  return w;
+}
+
+static void test_syncbn_grid(void) {
+  enum { B = 8, STEPS = 5, PR = 2 };
+  int pc = size / PR;
+  load(B * size * STEPS);
+  int32_t *rows = batch_rows(B, STEPS);
+  int64_t n, nb, m;
+  syncbn_bytes_t with, without;
+  float *ref_stats, *start_stats;
+  float *ref = syncbn_grid_run(1, false, false, rows, pc * B, STEPS, &n, &ref_stats, &m, &with);
+  float *start = syncbn_grid_run(1, false, false, rows, pc * B, 0, &n, &start_stats, &m, &with);
+  for (int domain = 0; domain < 2; domain++) {
+    const char *how = domain ? "rows" : "none";
+    float *bs, *bs_own;
+    float *w = syncbn_grid_run(PR, domain, true, rows, B, STEPS, &n, &bs, &nb, &with);
+    float *own = syncbn_grid_run(PR, domain, false, rows, B, STEPS, &n, &bs_own, &nb, &without);
+    CHECK(nb == m, "--sync-bn %dx%d: %lld running statistics, one process %lld", PR, pc,
+          (long long)nb, (long long)m);
+    CHECK(replicas_equal(bs, nb), "--sync-bn %dx%d --domain %s: running statistics differ", PR, pc,
+          how);
+    CHECK(!replicas_equal(bs_own, nb),
+          "--grid %dx%d --domain %s without --sync-bn: the columns' running statistics agree", PR,
+          pc, how);
+    double d = max_rel_diff(w, ref, n), s = max_rel_diff(bs, ref_stats, nb);
+    double e = max_rel_diff(own, ref, n), moved = max_rel_diff(start, ref, n);
+    CHECK(d <= 1e-4,
+          "--sync-bn %dx%d --domain %s, batch %d per column vs 1 process x batch %d: weights %g "
+          "off",
+          PR, pc, how, B, pc * B, d);
+    CHECK(s <= 1e-4, "--sync-bn %dx%d --domain %s: running statistics %g off one process's", PR, pc,
+          how, s);
+    CHECK(moved > 1e-2 && e > 100 * d,
+          "the check must be sensitive: training moved %g, without --sync-bn %g off", moved, e);
+    /* The statistics go along the grid's rows only: nothing more inside a column. */
+    double across = with.across - without.across, inside = with.inside - without.inside;
+    CHECK(across == with.stats_formula && inside == 0,
+          "--sync-bn %dx%d --domain %s: rank %d sent %.0f bytes more to other columns (the "
+          "formula %.0f) and %.0f more inside its column (want 0)",
+          PR, pc, how, rank, across, with.stats_formula, inside);
+    if (rank == 0)
+      printf("--sync-bn %dx%d --domain %s: weights %.2e and running statistics %.2e off one "
+             "process (without --sync-bn: %.2e); rank 0 sent %.0f bytes of statistics per step\n",
+             PR, pc, how, d, s, e, across / STEPS);
+    free(w), free(own), free(bs), free(bs_own);
+  }
+  free(ref), free(ref_stats), free(start), free(start_stats), free(rows);
+}
+
 /* Per step under --sync batch with this rank's node of G consecutive ranks: the bytes every node
  * sent to other nodes (StarPU-MPI's count, summed over each node's ranks; the busiest node's),
  * and this rank's weights at the end. Also the engine's count of this rank's bytes and
@@ -2502,11 +2619,11 @@ static void test_buckets(void) {
 
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch",          "epoch",     "every",   "weighted", "async",   "deterministic",
-      "uneven",         "tiles",     "twice",   "bytes",    "resume",  "outer",
-      "hier",           "postlocal", "grid",    "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "augment", "bnevery",  "syncbn",  "twolevel",
-      "buckets",        "domain",    NULL};
+      "batch",          "epoch",     "every",      "weighted", "async",   "deterministic",
+      "uneven",         "tiles",     "twice",      "bytes",    "resume",  "outer",
+      "hier",           "postlocal", "grid",       "shares",   "fednova", "hiersamples",
+      "postlocalstate", "epochn",    "augment",    "bnevery",  "syncbn",  "twolevel",
+      "buckets",        "domain",    "syncbngrid", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -2516,7 +2633,7 @@ int main(int argc, char **argv) {
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
             "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment|"
-            "bnevery|syncbn|twolevel|buckets|domain [thread|worker]\n");
+            "bnevery|syncbn|twolevel|buckets|domain|syncbngrid [thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -2576,7 +2693,8 @@ int main(int argc, char **argv) {
   case 22: test_syncbn(); break;
   case 23: test_two_level(); break;
   case 24: test_buckets(); break;
-  default: test_domain(); break;
+  case 25: test_domain(); break;
+  default: test_syncbn_grid(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

@@ -110,8 +110,10 @@ typedef struct {
   bool by_steps;
   /* --sync-bn: batchnorm layers normalize with the statistics of every rank's batch together
    * (forward) and reduce their backward sums likewise, every step, by StarPU-MPI tasks
-   * (synchronized batch normalization); off: each rank's own batch (as DDP without it). Needs
-   * several ranks, a model with batchnorm, no grid and uniform shares (tsr_run_check). */
+   * (synchronized batch normalization); off: each rank's own batch (as DDP without it). Under
+   * a grid, every grid column's batch (combined along the grid's rows). Needs several ranks, a
+   * model with batchnorm, several grid columns under a grid, and uniform shares
+   * (tsr_run_check). */
   bool sync_bn;
   tsr_allreduce_t allreduce; /* --allreduce [auto] */
   /* --node-size G: G consecutive ranks make a node for two-level averaging (to study it on one

@@ -104,8 +104,9 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
     } else {
       TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, NULL, NULL, NULL, net->valid, false,
                                     &net->traffic));
+      if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
       TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), bn_eps(l), true));
-      if ((int64_t)net->valid * hw >= 2) l->batches_tracked++;
+      if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
     }
     return tsr__domain_bn_normalize(o, l->domain, l->y, x, s, l->params[0].w, l->params[1].w,
                                     l->relu);
@@ -135,9 +136,10 @@ static int bn_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const 
     TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, l->dy, l->y, s, net->valid, l->relu,
                                   &net->traffic));
     TSR_TRY(tsr__tiles_bn_params_grad(o, l->params[0].g, l->params[1].g, p));
-    return dx ? tsr__domain_bn_dx(&critical, l->domain, dx, l->dy, x, l->y, s, l->params[0].w, p,
-                                  net->valid, l->relu)
-              : 0;
+    if (!dx) return 0;
+    if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, true, o, net->on_stats.ctx));
+    return tsr__domain_bn_dx(&critical, l->domain, dx, l->dy, x, l->y, s, l->params[0].w, p,
+                             net->valid, l->relu);
   }
   TSR_TRY(tsr__tiles_bn_sums(o, p, l->dy, x, l->y, s, hw, net->valid, l->relu));
   TSR_TRY(tsr__tiles_bn_params_grad(o, l->params[0].g, l->params[1].g, p));

@@ -2,9 +2,13 @@
  * normalization, as PyTorch's SyncBatchNorm), by StarPU-MPI tasks every step. Installed as the
  * net's statistics hook (net_impl.h): a layer whose type reduces batch statistics
  * (batch_stats, layers.h) hands over the (3, C) partial of its batch, tile 0 of its scratch[0];
- * rank 0 combines every rank's into its own in rank order (forward: count, mean, M2 by Chan's
- * formula; backward: the sums added), then every rank gets a copy. Fixed order: deterministic.
- * Bytes per layer and pass: 2 (P - 1) tiles of 3 C floats through rank 0. */
+ * the first rank of a group combines every rank's into its own in rank order (forward: count,
+ * mean, M2 by Chan's formula; backward: the sums added), then every rank of the group gets a
+ * copy. Without a grid the group is every rank. Under --grid PrxPc a column's ranks already
+ * hold the column's statistics (batchnorm is computed whole on each, or its bands' are reduced
+ * inside the column under --domain rows), so the groups are the grid's rows: rank r with the
+ * ranks c Pr + r % Pr of the other columns. Fixed order: deterministic. Bytes per layer and
+ * pass: 2 (Pc - 1) tiles of 3 C floats through each row's first rank (Pc = P without a grid). */
 #include <stdlib.h>
 
 #include "nn/layers.h"
@@ -22,6 +26,7 @@ typedef struct {
 struct tsr_sync_bn {
   tsr_net_t *net;
   int size, n;
+  int rows;      /* groups: the grid's rows (Pr; 1 without a grid), rank q in row q % rows */
   bn_entry_t *e; /* [n], one per batchnorm layer in layer order */
   tsr_stats_hook_t previous;
 };
@@ -36,10 +41,12 @@ static int stats_hook(tsr_net_t *net, tsr_tiles_t *p, bool backward, const tsr_t
   if (!e) return TSR_EINVAL;
   tsr_task_opts_t mpi = *o;
   mpi.mpi = true;
-  for (int q = 1; q < s->size; q++)
-    TSR_TRY(tsr__tile_bn_combine(&mpi, e->view[0], e->view[q], backward));
-  for (int q = 1; q < s->size; q++)
-    TSR_TRY(tsr__tile_copy(&mpi, e->view[q], e->view[0], 0, 0));
+  for (int row = 0; row < s->rows; row++) { /* every rank submits every row's tasks */
+    for (int q = row + s->rows; q < s->size; q += s->rows)
+      TSR_TRY(tsr__tile_bn_combine(&mpi, e->view[row], e->view[q], backward));
+    for (int q = row + s->rows; q < s->size; q += s->rows)
+      TSR_TRY(tsr__tile_copy(&mpi, e->view[q], e->view[row], 0, 0));
+  }
   return 0;
 }
 
@@ -60,7 +67,7 @@ int tsr__sync_bn_create(tsr_sync_bn_t **out, tsr_net_t *net) {
   *out = NULL;
   tsr_sync_bn_t *s = calloc(1, sizeof *s);
   if (!s) return TSR_ENOMEM;
-  s->size = tsr_dist_size();
+  s->size = tsr_dist_size(), s->rows = tsr_net_grid_rows(net);
   for (int i = 0; i < net->n_layers; i++)
     s->n += net->layers[i].lay->type->batch_stats;
   s->e = calloc((size_t)s->n + 1, sizeof *s->e);

@@ -129,7 +129,12 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     return tsr_error_set(err, TSR_EINVAL,
                          "--sync-bn reduces batchnorm statistics across MPI ranks, and this run "
                          "has one: start it under mpirun -np P (P >= 2), or leave --sync-bn out");
-  if (sync->sync_bn && grid) return refuse_under_grid(c, "--sync-bn is", NULL, err);
+  if (sync->sync_bn && grid && ranks / pr == 1)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--sync-bn --grid %dx1: one grid column, whose batchnorm statistics are "
+                         "already the whole batch's; leave --sync-bn out, or use a grid of several "
+                         "columns (e.g. --grid 1x%d)",
+                         pr, ranks);
   if (sync->sync_bn && uneven)
     return tsr_error_set(err, TSR_EINVAL,
                          "--sync-bn needs every rank to take the same batch: leave --shares out "
