@@ -345,6 +345,10 @@ MUTANTS = [
      "column's copies as well, instead of along the grid's rows",
      "src/parallel/sync_bn.c", [("s->rows = tsr_net_grid_rows(net);", "s->rows = 1;")],
      ["mpi-syncbngrid-4"]),
+    ("grid-fednova-row-weights", "--weighting steps under a grid weights a grid row's ranks "
+     "as if they were all the ranks (1/Pr of their weight)", "src/parallel/sync.c",
+     [("p / (double)r->steps[q] / S * r->grid_rows", "p / (double)r->steps[q] / S")],
+     ["mpi-gridshares-4"]),
     ("syncbn-domain-no-hook", "--sync-bn over bands of image rows leaves each column's forward "
      "statistics its own", "src/nn/batchnorm.c",
      [("                                    &net->traffic));\n      if (net->on_stats.fn)",

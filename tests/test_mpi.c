@@ -2246,6 +2246,122 @@ static void test_syncbn(void) {
   net_model = NULL;
 }
 
+/* A grid net's parameters as its column holds them, whole, on every rank: the column's own
+ * tiles summed over its ranks (a replicated parameter divided by its Pr copies); then every
+ * column's, column c's at [c n, (c + 1) n). The caller frees. */
+static float *column_params(tsr_net_t *net, int pr, int64_t *count) {
+  int64_t total = tsr_net_param_count(net), off = 0;
+  float *mine = calloc((size_t)total, sizeof(float)), *col = malloc(sizeof(float) * (size_t)total);
+  for (int l = 0; l < net->n_layers; l++)
+    for (int k = 0; k < net->layers[l].nparams; k++) {
+      const tsr_tiles_t *w = net->layers[l].params[k].w;
+      CHECK(tsr_tiles_read_owned(w, mine + off) == 0, "read layer %d parameter %d", l + 1, k);
+      int64_t n = tsr_tiles_rows(w) * tsr_tiles_cols(w);
+      bool sliced = net->layers[l].split && !net->layers[l].lay->banded;
+      for (int64_t i = 0; !sliced && i < n; i++)
+        mine[off + i] /= (float)pr;
+      off += n;
+    }
+  MPI_Comm column;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / pr, rank, &column);
+  MPI_Allreduce(mine, col, (int)total, MPI_FLOAT, MPI_SUM, column);
+  MPI_Comm_free(&column);
+  float *every = gather_all(col, total), *all = malloc(sizeof(float) * (size_t)(total * size / pr));
+  for (int c = 0; c < size / pr; c++)
+    memcpy(all + c * total, every + c * pr * total, sizeof(float) * (size_t)total);
+  free(mine), free(col), free(every);
+  *count = total;
+  return all;
+}
+
+/* --shares under --grid 2x2: one share per grid column, whose ranks take its batch and shard
+ * together. Under batch with shares 3,1 of a global batch of 16 the columns take 12 and 4 rows
+ * a step and equal one process on the global batches; under epoch each column trains its shard
+ * (240 and 80 samples: 15 and 5 steps of 16) and the average is the formula's, weighted by
+ * samples or by steps (FedNova). */
+static void test_grid_shares(void) {
+  enum { N = 320, PR = 2 };
+  if (size != 4) {
+    if (rank == 0) fprintf(stderr, "the grid shares check is written for 4 ranks (2x2)\n");
+    failed++;
+    return;
+  }
+  static const int batch[2] = {12, 4}, lo[2] = {0, 240}, column_steps[2] = {15, 5};
+  int column = rank / PR;
+  load(N);
+  int saved_rows = tile_rows;
+  tile_rows = batch[column]; /* one batch-row tile each, as tsr_shares_tile_rows makes them */
+  tsr_net_t *net = make_grid_net(batch[column], PR, false);
+  tile_rows = saved_rows;
+  train_with(net, "batch",
+             (run_t){.epochs = 1,
+                     .shuffle = true,
+                     .deterministic = true,
+                     .lr_scaling = TSR_LR_SCALING_NONE,
+                     .shares = "3,1",
+                     .global_batch = 16});
+  int64_t n;
+  float *w = grid_params(net, 2, &n);
+  tsr_net_destroy(&net);
+  if (rank == 0) {
+    tsr_net_t *one = make_grid_net(16, 1, false);
+    int32_t order[N], rows[16];
+    tsr_dataset_epoch_order(order, N, 5, 1);
+    for (int k = 0; k < 20; k++) {
+      int taken = 0;
+      for (int c = 0; c < 2; c++)
+        for (int i = 0; i < batch[c]; i++)
+          rows[taken++] = order[lo[c] + k * batch[c] + i];
+      tsr_net_train_step(one, &train_set, rows, taken, true);
+    }
+    float *ref = params(one, &n);
+    double d = max_rel_diff(w, ref, n);
+    CHECK(d <= 1e-4, "--grid 2x2 batch with shares 3,1 vs one process on the global batches: %g",
+          d);
+    printf("grid shares: batch, columns of 12 and 4 rows vs one process of 16: %.2e\n", d);
+    free(ref);
+    tsr_net_destroy(&one);
+  }
+  free(w);
+  /* epoch: the columns alone on the same shards, then both weightings. */
+  tsr_net_t *alone = make_grid_net(16, PR, false);
+  float *x0 = grid_params(alone, 2, &n);
+  train_with(alone, "none", (run_t){.epochs = 1, .shuffle = true, .shares = "3,1"});
+  float *cols = column_params(alone, PR, &n);
+  tsr_net_destroy(&alone);
+  const double p[2] = {0.75, 0.25};
+  double tau_eff = p[0] * column_steps[0] + p[1] * column_steps[1];
+  float *fednova = malloc(sizeof(float) * (size_t)n),
+        *by_samples = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0, m = 0;
+    for (int c = 0; c < 2; c++)
+      s += p[c] * ((double)x0[i] - cols[c * n + i]) / column_steps[c], m += p[c] * cols[c * n + i];
+    fednova[i] = (float)(x0[i] - tau_eff * s), by_samples[i] = (float)m;
+  }
+  for (int steps = 0; steps < 2; steps++) {
+    net = make_grid_net(16, PR, false);
+    train_with(
+        net, "epoch",
+        (run_t){
+            .epochs = 1, .shuffle = true, .by_samples = true, .by_steps = steps, .shares = "3,1"});
+    float *got = column_params(net, PR, &n);
+    tsr_net_destroy(&net);
+    CHECK(memcmp(got, got + n, sizeof(float) * (size_t)n) == 0,
+          "--grid 2x2 epoch with shares: the columns differ at the end");
+    const float *want = steps ? fednova : by_samples;
+    double d = max_rel_diff(got, want, n), apart = max_rel_diff(fednova, by_samples, n);
+    CHECK(d <= 1e-4, "--grid 2x2 epoch with shares 3,1, --weighting %s: vs the formula: %g",
+          steps ? "steps" : "samples", d);
+    CHECK(apart > 1e-3, "FedNova and the sample-weighted mean must differ (%g) here", apart);
+    if (rank == 0)
+      printf("grid shares: epoch, --weighting %s vs its formula: max relative difference %.2e\n",
+             steps ? "steps" : "samples", d);
+    free(got);
+  }
+  free(x0), free(cols), free(fednova), free(by_samples);
+}
+
 /* --sync-bn under --grid 2xPc: a column's ranks hold the column's batch statistics (batchnorm
  * whole on each, or reduced from its bands under --domain rows), and each grid row combines its
  * columns'. Pc columns of batch B under --sync batch then equal one process with batch Pc B:
@@ -2619,11 +2735,11 @@ static void test_buckets(void) {
 
 int main(int argc, char **argv) {
   static const char *const checks[] = {
-      "batch",          "epoch",     "every",      "weighted", "async",   "deterministic",
-      "uneven",         "tiles",     "twice",      "bytes",    "resume",  "outer",
-      "hier",           "postlocal", "grid",       "shares",   "fednova", "hiersamples",
-      "postlocalstate", "epochn",    "augment",    "bnevery",  "syncbn",  "twolevel",
-      "buckets",        "domain",    "syncbngrid", NULL};
+      "batch",          "epoch",     "every",      "weighted",   "async",   "deterministic",
+      "uneven",         "tiles",     "twice",      "bytes",      "resume",  "outer",
+      "hier",           "postlocal", "grid",       "shares",     "fednova", "hiersamples",
+      "postlocalstate", "epochn",    "augment",    "bnevery",    "syncbn",  "twolevel",
+      "buckets",        "domain",    "syncbngrid", "gridshares", NULL};
   int which = -1;
   for (int i = 0; argc >= 2 && checks[i]; i++)
     if (strcmp(argv[1], checks[i]) == 0) which = i;
@@ -2633,7 +2749,7 @@ int main(int argc, char **argv) {
             "usage: mpirun -np P test_mpi "
             "batch|epoch|every|weighted|async|deterministic|uneven|tiles|twice|bytes|resume|"
             "outer|hier|postlocal|grid|shares|fednova|hiersamples|postlocalstate|epochn|augment|"
-            "bnevery|syncbn|twolevel|buckets|domain|syncbngrid [thread|worker]\n");
+            "bnevery|syncbn|twolevel|buckets|domain|syncbngrid|gridshares [thread|worker]\n");
     return 2;
   }
   /* tiles: MPI started here, then Open MPI's node-local variables made wrong: tessera must take
@@ -2694,7 +2810,8 @@ int main(int argc, char **argv) {
   case 23: test_two_level(); break;
   case 24: test_buckets(); break;
   case 25: test_domain(); break;
-  default: test_syncbn_grid(); break;
+  case 26: test_syncbn_grid(); break;
+  default: test_grid_shares(); break;
   }
   tsr_runtime_fini();
   tsr_dataset_fini(&train_set), tsr_dataset_fini(&test_set);

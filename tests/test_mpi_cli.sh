@@ -304,6 +304,30 @@ assert run == want, (run, want, plan)
 words = "none" if want == "none" else "all (rows)" if want == "rows" else "the first %d (%s)" % (k, want)
 assert sys.argv[3].startswith("--domain auto: %s of 4 " % words), (sys.argv[3], want)
 PY
+# --shares under a grid: one share per grid column (its ranks take its batch and shard
+# together); auto measures each column at its slowest rank's pace (every rank of a column takes
+# the same number of steps: on each rank's own clock a column's ranks parted and hung).
+expect 2 "--shares: 3 values for the 2 grid columns of --grid 2x2; give one share per grid column" \
+  60 -- "${mpi[@]}" -np 4 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2 --shares 1,2,3 \
+  --data /nonexistent
+expect 0 "column 0 0\.750 \(batch 96\), column 1 0\.250 \(batch 32\)" 120 -- \
+  "${mpi[@]}" -np 4 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2 --sync batch \
+  --shares 3,1
+expect 0 "shares \(auto, measured, re-measured every epoch\): column 0 0\.[0-9]+, column 1" 120 -- \
+  "${mpi[@]}" -np 4 "$tessera" train "${common[@]}" --epochs 2 --grid 2x2 --sync epoch \
+  --shares auto --weighting steps --log "$tmp/gridshares.jsonl"
+if /usr/bin/python3 - "$tmp/gridshares.jsonl" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --grid 2x2 --shares auto's log"; cat "$tmp/gridshares.jsonl"; fi
+import json, sys
+epochs = [json.loads(l) for l in open(sys.argv[1]) if '"event"' not in l]
+assert len(epochs) == 2, epochs
+for o in epochs:
+    w = o["work"]
+    assert len(w) == 4, w
+    for c in (0, 2):  # a column's two ranks: its share, samples and steps
+        assert [w[c][k] for k in ("share", "samples", "steps")] == \
+            [w[c + 1][k] for k in ("share", "samples", "steps")], w
+    assert abs(w[0]["share"] + w[2]["share"] - 1) < 1e-6 and w[0]["samples"] + w[2]["samples"] == 1280, w
+PY
 # --grid 1x2: two replicas of one rank each, the rate scaled by 2 under batch.
 expect 0 "lr 0.01 x 2 ranks" 120 -- "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 \
   --grid 1x2 --sync batch --log "$tmp/grid12.jsonl"

@@ -176,7 +176,9 @@ typedef struct {
    * tsr_shares_tile_rows says; elsewhere each rank's shard of every epoch follows the shares,
    * with the net's batch, and a rank whose shard is used up skips its steps. AUTO: measured
    * by tsr_train_calibrate before, and, where shards follow them, re-measured at every epoch
-   * end from each rank's samples / compute_seconds (all ranks agree on the numbers). */
+   * end from each rank's samples / compute_seconds (all ranks agree on the numbers). Under
+   * --grid PrxPc the replicas are the Pc columns: one share per column, whose ranks take its
+   * batch and shard together (a column's rate: its slowest rank's). */
   const tsr_shares_t *shares;
   int global_batch; /* with shares, under batch and post-local; 0: ranks x the net's batch */
   /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
@@ -409,8 +411,9 @@ TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_data
 
 /* --shares auto's measurement, collective under MPI: every rank runs forward passes of net
  * (weights unchanged) on ds for `seconds`, all at once so that ranks sharing cores share
- * them as in training, and shares gets every rank's samples per second (kind AUTO, n the
- * ranks). One process: one share. */
+ * them as in training, and shares gets every replica's samples per second (kind AUTO, n the
+ * replicas: the ranks, or under a grid the columns, each at its slowest rank's rate). One
+ * process: one share. */
 TSR_API int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                                 tsr_shares_t *shares, tsr_errbuf_t *err);
 

@@ -648,7 +648,8 @@ static const row_t rows[] = {
              "local steps: FedNova): how ranks count in averages [uniform]"},
     {"shares", "S", read_shares,
      .help = "under mpirun, each rank's part of the work: uniform, auto\n"
-             "(measured throughput) or w0,w1,... (one per rank) [uniform]"},
+             "(measured throughput) or w0,w1,... (one per rank; under\n"
+             "--grid, one per grid column) [uniform]"},
     {"deterministic", NULL, read_true, AT(sync.deterministic),
      .help = "sum rank contributions in a fixed order (reproducible bits)"},
     {"allreduce", "A", read_allreduce, .want = "auto, flat or two-level",

@@ -685,8 +685,8 @@ static int announce(run_t *r) {
       bool automatic = s->shares.kind == TSR_SHARES_AUTO;
       printf("shares (%s%s):", automatic ? "auto, measured" : "given",
              automatic && !s->step_sync ? ", re-measured every epoch" : "");
-      for (int q = 0; q < s->replicas; q++) {
-        printf(" rank %d %.3f", q, s->share[q]);
+      for (int q = 0; q < s->replicas; q++) { /* under a grid: the columns' */
+        printf(" %s %d %.3f", s->replicas < s->ranks ? "column" : "rank", q, s->share[q]);
         if (s->step_sync) printf(" (batch %lld)", (long long)s->batch[q]);
         printf(q + 1 < s->replicas ? "," : "\n");
       }

@@ -881,7 +881,9 @@ static void set_average_weights(tsr_replicas_t *r, int gi) {
 
 /* --weighting steps (FedNova; the formula is at tsr_sync_t.by_steps in tessera/dist.h):
  * weights v_q = (p_q / tau_q) / S over the ranks that took steps, and lambda = tau_eff S,
- * with which the home extrapolates from the anchor. Averages over all ranks only. */
+ * with which the home extrapolates from the anchor. Averages over all ranks only. Under a grid
+ * each column's Pr ranks count its samples and steps, so p_q is the column's over Pr (S and
+ * tau_eff are the columns'), and a chunk averages over one grid row: v_q times Pr. */
 static void set_step_weights(tsr_replicas_t *r) {
   int64_t total = 0;
   for (int q = 0; q < r->size; q++)
@@ -893,9 +895,10 @@ static void set_step_weights(tsr_replicas_t *r) {
       S += p / (double)r->steps[q], tau_eff += p * (double)r->steps[q];
     }
   r->lambda = S > 0 ? tau_eff * S : 1.0;
-  for (int q = 0; q < r->size && S > 0; q++)
-    r->weights[q] =
-        r->steps[q] > 0 ? (double)r->samples[q] / (double)total / (double)r->steps[q] / S : 0.0;
+  for (int q = 0; q < r->size && S > 0; q++) {
+    double p = (double)r->samples[q] / (double)total;
+    r->weights[q] = r->steps[q] > 0 ? p / (double)r->steps[q] / S * r->grid_rows : 0.0;
+  }
 }
 
 static void clear_samples(tsr_replicas_t *r, int gi) {

@@ -118,9 +118,14 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   const char *no_buckets = tsr__replicas_no_buckets(sync, pr);
   if (sync->bucket_mb > 0 && no_buckets)
     return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
-  if (grid && (uneven || sync->by_steps))
-    return refuse_under_grid(c, "--shares other than uniform and --weighting steps are", NULL, err);
-  if (c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
+  /* Under a grid a column is one replica: its ranks take its batch and shard together. */
+  if (grid && c->shares && c->shares->kind == TSR_SHARES_FIXED && c->shares->n != ranks / pr)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares: %d value%s for the %d grid column%s of --grid %dx%d; give one "
+                         "share per grid column (its %d ranks take its batch together)",
+                         c->shares->n, c->shares->n == 1 ? "" : "s", ranks / pr,
+                         ranks / pr == 1 ? "" : "s", pr, ranks / pr, pr);
+  if (!grid && c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
   const char *flat_only = tsr__replicas_flat_only(sync, pr, uneven);
   if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",

@@ -102,13 +102,18 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
   return rc;
 }
 
-/* --shares auto, where shards follow the shares: each rank's samples per second of compute in
- * the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
- * rank is kept at 1% of the even share at least, so that it is measured again. */
-static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ranks) {
+/* --shares auto, where shards follow the shares: each replica's samples per second of compute
+ * in the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
+ * replica is a rank, or under --grid PrxPc a column of Pr ranks (ranks c Pr ... c Pr + Pr - 1),
+ * which steps together: its samples over its slowest rank's compute. A replica is kept at 1% of
+ * the even share at least, so that it is measured again. */
+static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ranks, int pr) {
   double rate[TSR_MAX_RANKS], sum = 0;
   for (int q = 0; q < ranks; q++) {
-    rate[q] = work[q].compute_seconds > 0 ? (double)work[q].samples / work[q].compute_seconds : 0;
+    double seconds = 0;
+    for (int p = 0; p < pr; p++)
+      seconds = fmax(seconds, work[q * pr + p].compute_seconds);
+    rate[q] = seconds > 0 ? (double)work[q * pr].samples / seconds : 0;
     if (!(rate[q] > 0) || !isfinite(rate[q])) return; /* nothing measured: keep the shares */
     sum += rate[q];
   }
@@ -119,19 +124,45 @@ static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ran
   shares->n = ranks;
 }
 
+/* Under --grid PrxPc a column's ranks take each step together (their tasks exchange data), so
+ * the measurement cannot stop on each rank's own clock: every rank takes the same number of
+ * steps, enough for `seconds` at the slowest rank's pace in two probing steps (at least 4), and
+ * each column is timed on its own. Returns that number; *rc: an error of the probe (after the
+ * exchange, which every rank makes). */
+static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows, double seconds,
+                          int *rc) {
+  int b = tsr_net_batch(net), ranks = tsr_dist_size();
+  double t0 = now();
+  for (int k = 0; *rc == 0 && k < 2; k++) {
+    for (int i = 0; i < b; i++)
+      rows[i] = (int32_t)((k * b + i) % ds->n);
+    *rc = tsr_net_eval_step(net, ds, rows, b);
+  }
+  if (*rc == 0) *rc = tsr_net_wait(net, 0);
+  double step = (now() - t0) / 2, *all = malloc(sizeof(double) * (size_t)ranks), slowest = 0;
+  int rc2 = all ? tsr_dist_allgather(&step, (int)sizeof step, all) : TSR_ENOMEM;
+  for (int q = 0; rc2 == 0 && q < ranks; q++)
+    slowest = fmax(slowest, all[q]);
+  free(all);
+  if (*rc == 0) *rc = rc2;
+  double steps = slowest > 0 ? ceil(seconds / slowest) : 4;
+  return steps < 4 ? 4 : steps > 1e6 ? 1000000 : (int64_t)steps;
+}
+
 int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                         tsr_shares_t *shares, tsr_errbuf_t *err) {
-  int ranks = tsr_dist_size(), b = tsr_net_batch(net);
+  int ranks = tsr_dist_size(), b = tsr_net_batch(net), pr = tsr_net_grid_rows(net);
   if (ranks > TSR_SHARES_MAX || ds->n <= 0 || !(seconds > 0))
     return tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %d ranks, %lld samples, %g s",
                          ranks, (long long)ds->n, seconds);
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
   if (!rows) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  int rc = 0;
+  int64_t limit = pr > 1 ? grid_steps(net, ds, rows, seconds, &rc) : INT64_MAX;
   (void)tsr_dist_any(false); /* start together */
   double t0 = now(), t = t0;
   int64_t samples = 0;
-  int rc = 0;
-  for (int64_t k = 0; rc == 0 && t - t0 < seconds; k++) {
+  for (int64_t k = 0; rc == 0 && k < limit && (pr > 1 || t - t0 < seconds); k++) {
     for (int i = 0; i < b; i++)
       rows[i] = (int32_t)((k * b + i) % ds->n);
     rc = tsr_net_eval_step(net, ds, rows, b);
@@ -151,8 +182,8 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
     for (int q = 0; q < ranks; q++)
       work[q] = (tsr_rank_work_t){.samples = 1000000, .compute_seconds = 1e6 / all[q]};
     shares->kind = TSR_SHARES_AUTO;
-    tsr_shares_get(NULL, ranks, shares->w), shares->n = ranks;
-    remeasure(shares, work, ranks);
+    tsr_shares_get(NULL, ranks / pr, shares->w), shares->n = ranks / pr;
+    remeasure(shares, work, ranks / pr, pr);
   }
   free(all);
   rc = rc ? rc : rc2;
@@ -587,7 +618,7 @@ static int epoch_work(run_t *r, const epoch_t *ep, tsr_epoch_stats_t *st, tsr_sy
   totals->work.share = mine_w.share;
   totals->work.samples += ep->my_samples, totals->work.steps += ep->my_steps;
   totals->work.compute_seconds += ep->computed, totals->work.wait_seconds += mine_w.wait_seconds;
-  if (r->remeasured) remeasure(&r->sh->shares, r->work, r->sh->replicas);
+  if (r->remeasured) remeasure(&r->sh->shares, r->work, r->sh->replicas, r->pr);
   tsr_sync_stats_t ss;
   tsr__replicas_take_stats(r->rep, &ss);
   st->sync_seconds = ss.seconds;
