@@ -1713,6 +1713,44 @@ static void test_postlocal(void) {
   tsr_net_destroy(&net), tsr_net_destroy(&alone);
 }
 
+/* One process trained on the global batches of a run with shares (train_with's order: seed 5,
+ * epoch 1 of n samples): step k's rows are every replica's part in replica order, replica q's
+ * batch[q] rows from its shard at lo[q]. */
+static void train_global_batches(tsr_net_t *one, int n, int replicas, const int *batch,
+                                 const int *lo, int steps) {
+  int global = 0;
+  for (int q = 0; q < replicas; q++)
+    global += batch[q];
+  int32_t *order = malloc(sizeof(int32_t) * (size_t)n),
+          *rows = malloc(sizeof(int32_t) * (size_t)global);
+  tsr_dataset_epoch_order(order, n, 5, 1);
+  for (int k = 0; k < steps; k++) {
+    int taken = 0;
+    for (int q = 0; q < replicas; q++)
+      for (int i = 0; i < batch[q]; i++)
+        rows[taken++] = order[lo[q] + k * batch[q] + i];
+    tsr_net_train_step(one, &train_set, rows, taken, true);
+  }
+  free(order), free(rows);
+}
+
+/* What weight averaging should give from x0 and the replicas' weights x (replica q's at
+ * [q n, (q + 1) n)) with samples p_q and local steps tau_q: the sample-weighted mean
+ * sum_q p_q x_q, and FedNova's x0 - tau_eff sum_q p_q (x0 - x_q) / tau_q. */
+static void weighted_formulas(const float *x0, const float *x, int64_t n, int replicas,
+                              const double *p, const double *tau, float *by_samples,
+                              float *fednova) {
+  double tau_eff = 0;
+  for (int q = 0; q < replicas; q++)
+    tau_eff += p[q] * tau[q];
+  for (int64_t i = 0; i < n; i++) {
+    double s = 0, m = 0;
+    for (int q = 0; q < replicas; q++)
+      s += p[q] * ((double)x0[i] - x[q * n + i]) / tau[q], m += p[q] * x[q * n + i];
+    fednova[i] = (float)(x0[i] - tau_eff * s), by_samples[i] = (float)m;
+  }
+}
+
 /* --shares 2,1,1 on 3 ranks, by hand: the parts; batch averaging with per-rank batches (24, 12,
  * 12 of a global 48) equals one process on the global batches; epoch averaging on shards of 240,
  * 120 and 120 samples, weighted by samples, equals the weighted mean of replicas trained alone
@@ -1783,15 +1821,7 @@ static void test_shares(void) {
   }
   if (rank == 0) {
     tsr_net_t *one = make_net(48, 0.9f);
-    int32_t order[N], rows[48];
-    tsr_dataset_epoch_order(order, N, 5, 1);
-    for (int k = 0; k < 10; k++) {
-      int taken = 0;
-      for (int q = 0; q < 3; q++)
-        for (int i = 0; i < batch[q]; i++)
-          rows[taken++] = order[lo[q] + k * batch[q] + i];
-      tsr_net_train_step(one, &train_set, rows, taken, true);
-    }
+    train_global_batches(one, N, 3, batch, lo, 10);
     float *ref = params(one, &n);
     double d = max_rel_diff(w, ref, n);
     CHECK(d <= 1e-4, "batch with shares vs one process on the global batches: %g", d);
@@ -1808,16 +1838,9 @@ static void test_shares(void) {
   train_with(alone, "none", (run_t){.epochs = 1, .shuffle = true, .shares = "2,1,1"});
   float *mine = params(alone, &n), *all = gather_all(mine, n);
   const double p[3] = {0.5, 0.25, 0.25}, tau[3] = {15, 8, 8};
-  double tau_eff = 0;
-  for (int q = 0; q < 3; q++)
-    tau_eff += p[q] * tau[q];
-  float *fednova = malloc(sizeof(float) * (size_t)n), *by_samples = weighted_mean(mine, n, p);
-  for (int64_t i = 0; i < n; i++) {
-    double s = 0;
-    for (int q = 0; q < 3; q++)
-      s += p[q] * ((double)x0[i] - all[q * n + i]) / tau[q];
-    fednova[i] = (float)(x0[i] - tau_eff * s);
-  }
+  float *fednova = malloc(sizeof(float) * (size_t)n),
+        *by_samples = malloc(sizeof(float) * (size_t)n);
+  weighted_formulas(x0, all, n, 3, p, tau, by_samples, fednova);
   for (int steps = 0; steps < 2; steps++) {
     net = make_net(16, 0.9f);
     train_with(net, "epoch",
@@ -2286,7 +2309,7 @@ static void test_grid_shares(void) {
     failed++;
     return;
   }
-  static const int batch[2] = {12, 4}, lo[2] = {0, 240}, column_steps[2] = {15, 5};
+  static const int batch[2] = {12, 4}, lo[2] = {0, 240};
   int column = rank / PR;
   load(N);
   int saved_rows = tile_rows;
@@ -2305,15 +2328,7 @@ static void test_grid_shares(void) {
   tsr_net_destroy(&net);
   if (rank == 0) {
     tsr_net_t *one = make_grid_net(16, 1, false);
-    int32_t order[N], rows[16];
-    tsr_dataset_epoch_order(order, N, 5, 1);
-    for (int k = 0; k < 20; k++) {
-      int taken = 0;
-      for (int c = 0; c < 2; c++)
-        for (int i = 0; i < batch[c]; i++)
-          rows[taken++] = order[lo[c] + k * batch[c] + i];
-      tsr_net_train_step(one, &train_set, rows, taken, true);
-    }
+    train_global_batches(one, N, 2, batch, lo, 20);
     float *ref = params(one, &n);
     double d = max_rel_diff(w, ref, n);
     CHECK(d <= 1e-4, "--grid 2x2 batch with shares 3,1 vs one process on the global batches: %g",
@@ -2329,16 +2344,10 @@ static void test_grid_shares(void) {
   train_with(alone, "none", (run_t){.epochs = 1, .shuffle = true, .shares = "3,1"});
   float *cols = column_params(alone, PR, &n);
   tsr_net_destroy(&alone);
-  const double p[2] = {0.75, 0.25};
-  double tau_eff = p[0] * column_steps[0] + p[1] * column_steps[1];
+  const double p[2] = {0.75, 0.25}, column_steps[2] = {15, 5};
   float *fednova = malloc(sizeof(float) * (size_t)n),
         *by_samples = malloc(sizeof(float) * (size_t)n);
-  for (int64_t i = 0; i < n; i++) {
-    double s = 0, m = 0;
-    for (int c = 0; c < 2; c++)
-      s += p[c] * ((double)x0[i] - cols[c * n + i]) / column_steps[c], m += p[c] * cols[c * n + i];
-    fednova[i] = (float)(x0[i] - tau_eff * s), by_samples[i] = (float)m;
-  }
+  weighted_formulas(x0, cols, n, 2, p, column_steps, by_samples, fednova);
   for (int steps = 0; steps < 2; steps++) {
     net = make_grid_net(16, PR, false);
     train_with(
