@@ -345,6 +345,14 @@ MUTANTS = [
      "column's copies as well, instead of along the grid's rows",
      "src/parallel/sync_bn.c", [("s->rows = tsr_net_grid_rows(net);", "s->rows = 1;")],
      ["mpi-syncbngrid-4"]),
+    ("syncbn-uneven-plain-sums", "--sync-bn with batches of different sizes adds the ranks' "
+     "backward sums unweighted, as if every batch were the same size",
+     "src/parallel/sync_bn.c", [("if (backward && s->uneven) {", "if (backward && !s) {")],
+     ["mpi-syncbn-2"]),
+    ("syncbn-empty-step-skipped", "an empty step under weight averaging and --sync-bn is "
+     "skipped, so the other ranks wait for its statistics forever",
+     "src/train/setup.c", [("|| (s->sync.sync_bn && s->ranks > 1)", "")],
+     ["batchnorm-cli"]),
     ("grid-fednova-row-weights", "--weighting steps under a grid weights a grid row's ranks "
      "as if they were all the ranks (1/Pr of their weight)", "src/parallel/sync.c",
      [("p / (double)r->steps[q] / S * r->grid_rows", "p / (double)r->steps[q] / S")],

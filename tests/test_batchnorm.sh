@@ -4,7 +4,8 @@
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
 # resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
 # process and --sync-bn with a model without batchnorm are refused before training (status 2);
-# 2 ranks train with --sync-bn, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
+# 2 ranks train with --sync-bn, with --shares 3,1, and under --sync epoch with an empty step
+# on one rank, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -114,6 +115,19 @@ INI
   mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 4 \
     "$tessera" train "${grid[@]}" --grid 2x2 --domain rows --log "$tmp/gsbn.jsonl" >"$tmp/out" 2>&1
   check_log "4 ranks as 2x2 --domain rows learn with --sync-bn" "$tmp/gsbn.jsonl" 1 ranks=4 \
+    "test_accuracy>0.25"
+  # --shares with --sync-bn: batches of 75 and 25 (test_mpi syncbn checks the numbers).
+  mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train "${grid[@]}" --batch 50 --shares 3,1 --log "$tmp/ssbn.jsonl" >"$tmp/out" 2>&1
+  check_log "2 ranks with --shares 3,1 learn with --sync-bn" "$tmp/ssbn.jsonl" 1 ranks=2 \
+    "test_accuracy>0.25"
+  # Weight averaging with --sync-bn: 601 samples are shards of 300 and 301 at batch 100, so rank
+  # 0 has no sample in the fourth step; it takes the step without an update, its statistics
+  # (none) exchanged with rank 1's (skipping it left rank 1 waiting for ever).
+  timeout 120 mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
+    "$tessera" train "${grid[@]}" --train-limit 601 --batch 100 --sync epoch \
+    --log "$tmp/esbn.jsonl" >"$tmp/out" 2>&1
+  check_log "--sync epoch --sync-bn with an empty step ends" "$tmp/esbn.jsonl" 1 ranks=2 \
     "test_accuracy>0.25"
 fi
 echo "$passed passed, $failed failed"

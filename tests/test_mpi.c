@@ -2232,6 +2232,59 @@ static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, in
   return w;
 }
 
+/* --sync-bn with batches of different sizes (as --shares cuts them): rank q takes batch[q] rows
+ * of each step's global batch (the ranks' parts in rank order), and in step 4 the last rank
+ * none; batchnorm's backward sums are weighted by the counts (sync_bn.c), so the weights and the
+ * running statistics equal one process's on the global batches. */
+static void test_syncbn_uneven(const int32_t *rows, int B, int steps) {
+  int batch[3] = {24, 8, 0}, counts[TSR_MAX_RANKS], global = B * size;
+  if (size == 3) batch[1] = 16, batch[2] = 8;
+  tsr_net_t *net = make_net(batch[rank], 0.9f);
+  tsr_sync_t sync;
+  tsr_sync_parse(&sync, "batch", NULL);
+  sync.sync_bn = true;
+  tsr_replicas_t *rep = NULL;
+  tsr_errbuf_t err = {""};
+  if (tsr__replicas_create(&rep, net, &sync, NULL, &err)) {
+    fprintf(stderr, "rank %d: %s\n", rank, err.msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int lo = 0;
+  for (int q = 0; q < rank; q++)
+    lo += batch[q];
+  for (int k = 0; k < steps; k++) {
+    for (int q = 0; q < size; q++)
+      counts[q] = k == 3 && q == size - 1 ? 0 : batch[q];
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + k * global + lo, counts[rank], true) == 0,
+          "uneven step %d", k + 1);
+  }
+  tsr__replicas_destroy(&rep);
+  int64_t n, nb, m;
+  float *w = params(net, &n), *bs = buffers(net, &nb, NULL);
+  CHECK(replicas_equal(w, n), "--sync-bn with uneven batches: replicas differ");
+  if (rank == 0) {
+    tsr_net_t *one = make_net(global, 0.9f), *start = make_net(global, 0.9f);
+    for (int k = 0; k < steps; k++)
+      tsr_net_train_step(one, &train_set, rows + k * global,
+                         k == 3 ? global - batch[size - 1] : global, true);
+    float *ref = params(one, &n), *w0 = params(start, &n), *bref = buffers(one, &m, NULL);
+    double d = max_rel_diff(w, ref, n), s = max_rel_diff(bs, bref, nb);
+    double moved = max_rel_diff(w0, ref, n);
+    CHECK(d <= 1e-4 && s <= 1e-4,
+          "--sync-bn, batches %d,%d,%d vs 1 process on the global batches: weights %g, running "
+          "statistics %g off",
+          batch[0], batch[1], size == 3 ? batch[2] : 0, d, s);
+    CHECK(moved > 1e-2, "the check must be sensitive: training moved %g", moved);
+    printf("--sync-bn, uneven batches: weights %.2e and running statistics %.2e off one process\n",
+           d, s);
+    free(ref), free(w0), free(bref);
+    tsr_net_destroy(&one), tsr_net_destroy(&start);
+  }
+  free(w), free(bs);
+  tsr_net_destroy(&net);
+}
+
 static void test_syncbn(void) {
   enum { B = 16, STEPS = 5 };
   net_model = "[c]\ntype = conv\nfilters = 4\nkernel = 3\nstride = 2\n"
@@ -2265,6 +2318,7 @@ static void test_syncbn(void) {
     free(ref), free(w0), free(bref);
     tsr_net_destroy(&one), tsr_net_destroy(&start);
   }
+  test_syncbn_uneven(rows, B, STEPS);
   free(w), free(own), free(bs), free(bs_own), free(rows);
   net_model = NULL;
 }

@@ -339,7 +339,8 @@ struct tsr_run_setup {
   int uniform_batch;     /* the batch asked for (c->net.batch): every replica's without shares */
   int global_batch;      /* where ranks meet at every step: the samples of all replicas a step */
   double calibration;    /* seconds --shares auto measures for */
-  bool step_sync;        /* ranks meet at every step (tsr_sync_traits_t.meets_every_step) */
+  bool step_sync;        /* ranks meet at every step (tsr_sync_traits_t.meets_every_step, or
+                            --sync-bn under mpirun) */
   bool measure;          /* --shares auto: tsr_run_setup_net measures with the net */
   bool rebuild;          /* after tsr_run_setup_net: build this rank's net again with net */
   /* Per replica q < replicas: its share of the work (sums to 1), the samples it takes a step,

@@ -1669,6 +1669,7 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
     if (r->gsamples) r->gsamples[q] += samples_per_rank[q];
     total += samples_per_rank[q];
   }
+  if (r->sync_bn) tsr__sync_bn_count(r->sync_bn, samples_per_rank);
   /* The global gradient is the mean over the global batch. */
   if (r->batch)
     for (int q = 0; q < r->size; q++)

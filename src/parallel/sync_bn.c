@@ -8,7 +8,16 @@
  * hold the column's statistics (batchnorm is computed whole on each, or its bands' are reduced
  * inside the column under --domain rows), so the groups are the grid's rows: rank r with the
  * ranks c Pr + r % Pr of the other columns. Fixed order: deterministic. Bytes per layer and
- * pass: 2 (Pc - 1) tiles of 3 C floats through each row's first rank (Pc = P without a grid). */
+ * pass: 2 (Pc - 1) tiles of 3 C floats through each row's first rank (Pc = P without a grid).
+ *
+ * Batches of different sizes (--shares, a short last batch): rank q's dy is its own loss's,
+ * the mean over its n_q samples, N / n_q times the global mean loss's (N = sum n_q), and so is
+ * every gradient it computes. Its input gradient needs the global sums of g = dL/dy, each
+ * rank's sums S_q scaled by n_q / N, in its own scale N / n_q, over the count N the
+ * statistics give: the backward sums rank q gets are sum_q' (n_q' / n_q) S_q'. Added on the
+ * group's first rank with samples (r) as S_r + sum_q (n_q / n_r) S_q, then sent to each q
+ * times n_r / n_q; a rank without samples keeps its zeros. Equal batches take the plain sum
+ * (the same value, not rounded twice). The forward's counts are in the partials already. */
 #include <stdlib.h>
 
 #include "nn/layers.h"
@@ -28,8 +37,29 @@ struct tsr_sync_bn {
   int size, n;
   int rows;      /* groups: the grid's rows (Pr; 1 without a grid), rank q in row q % rows */
   bn_entry_t *e; /* [n], one per batchnorm layer in layer order */
+  int *count;    /* [size] samples each rank takes in the coming step (tsr__sync_bn_count) */
+  bool uneven;   /* some group's ranks take different counts */
   tsr_stats_hook_t previous;
 };
+
+/* The backward sums of group `row` under batches of different sizes (the header's formula). */
+static int weighted_sums(const tsr_sync_bn_t *s, const bn_entry_t *e, int row,
+                         const tsr_task_opts_t *mpi) {
+  int first = -1;
+  for (int q = row; q < s->size && first < 0; q += s->rows)
+    if (s->count[q] > 0) first = q;
+  if (first < 0) return 0; /* nobody has samples: every sum is zero */
+  double nr = s->count[first];
+  for (int q = row; q < s->size; q += s->rows)
+    if (q != first && s->count[q] > 0)
+      TSR_TRY(tsr__tile_axpby(mpi, (float)(s->count[q] / nr), e->view[q], 1.0f, e->view[first], 0,
+                              0, false));
+  for (int q = row; q < s->size; q += s->rows)
+    if (q != first && s->count[q] > 0)
+      TSR_TRY(tsr__tile_axpby(mpi, (float)(nr / s->count[q]), e->view[first], 0.0f, e->view[q], 0,
+                              0, false));
+  return 0;
+}
 
 static int stats_hook(tsr_net_t *net, tsr_tiles_t *p, bool backward, const tsr_task_opts_t *o,
                       void *ctx) {
@@ -42,12 +72,24 @@ static int stats_hook(tsr_net_t *net, tsr_tiles_t *p, bool backward, const tsr_t
   tsr_task_opts_t mpi = *o;
   mpi.mpi = true;
   for (int row = 0; row < s->rows; row++) { /* every rank submits every row's tasks */
+    if (backward && s->uneven) {
+      TSR_TRY(weighted_sums(s, e, row, &mpi));
+      continue;
+    }
     for (int q = row + s->rows; q < s->size; q += s->rows)
       TSR_TRY(tsr__tile_bn_combine(&mpi, e->view[row], e->view[q], backward));
     for (int q = row + s->rows; q < s->size; q += s->rows)
       TSR_TRY(tsr__tile_copy(&mpi, e->view[q], e->view[row], 0, 0));
   }
   return 0;
+}
+
+void tsr__sync_bn_count(tsr_sync_bn_t *s, const int *samples_per_rank) {
+  s->uneven = false;
+  for (int q = 0; q < s->size; q++) {
+    s->count[q] = samples_per_rank[q];
+    if (q >= s->rows && s->count[q] != s->count[q % s->rows]) s->uneven = true;
+  }
 }
 
 void tsr__sync_bn_destroy(tsr_sync_bn_t **sp) {
@@ -59,7 +101,7 @@ void tsr__sync_bn_destroy(tsr_sync_bn_t **sp) {
       tsr_tiles_destroy(&s->e[k].view[q]);
     free(s->e[k].view);
   }
-  free(s->e), free(s);
+  free(s->e), free(s->count), free(s);
   *sp = NULL;
 }
 
@@ -71,7 +113,8 @@ int tsr__sync_bn_create(tsr_sync_bn_t **out, tsr_net_t *net) {
   for (int i = 0; i < net->n_layers; i++)
     s->n += net->layers[i].lay->type->batch_stats;
   s->e = calloc((size_t)s->n + 1, sizeof *s->e);
-  int rc = s->e ? 0 : TSR_ENOMEM;
+  s->count = calloc((size_t)s->size, sizeof *s->count);
+  int rc = s->e && s->count ? 0 : TSR_ENOMEM;
   for (int i = 0, k = 0; i < net->n_layers && rc == 0; i++) {
     tsr_layer_t *l = &net->layers[i];
     if (!l->lay->type->batch_stats) continue;

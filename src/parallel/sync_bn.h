@@ -11,6 +11,9 @@ typedef struct tsr_sync_bn tsr_sync_bn_t;
  * alike, after the net is built) and installs the hook; TSR_ENOMEM. net is borrowed and must
  * outlive *s. */
 int tsr__sync_bn_create(tsr_sync_bn_t **s, tsr_net_t *net);
+/* The samples each rank takes in the coming step ([size]; every rank gives the same): batches
+ * of different sizes weight the backward sums (sync_bn.c). Until called, equal batches. */
+void tsr__sync_bn_count(tsr_sync_bn_t *s, const int *samples_per_rank);
 /* Puts the previous hook back and frees *s (NULL: nothing). */
 void tsr__sync_bn_destroy(tsr_sync_bn_t **s);
 

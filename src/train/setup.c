@@ -140,10 +140,6 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          "already the whole batch's; leave --sync-bn out, or use a grid of several "
                          "columns (e.g. --grid 1x%d)",
                          pr, ranks);
-  if (sync->sync_bn && uneven)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--sync-bn needs every rank to take the same batch: leave --shares out "
-                         "(uniform) or --sync-bn out");
   if (c->spec && c->spec->n_layers > 0) return check_layers(c, sync, err);
   return 0;
 }
@@ -279,7 +275,8 @@ int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *e
   s->uniform_batch = c->net.batch;
   s->global_batch = c->global_batch > 0 ? c->global_batch : c->net.batch * s->replicas;
   s->calibration = c->calibration > 0 ? c->calibration : CALIBRATION_SECONDS;
-  s->step_sync = t->meets_every_step;
+  /* --sync-bn's statistics meet at every step too, whatever averages the weights. */
+  s->step_sync = t->meets_every_step || (s->sync.sync_bn && s->ranks > 1);
   s->measure = s->shares.kind == TSR_SHARES_AUTO && s->ranks > 1;
   /* Each replica's step takes --batch of its shard; a larger batch only pads every step. */
   int64_t shard = (c->samples + s->replicas - 1) / s->replicas;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "parallel/policy.h"
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
@@ -536,11 +537,12 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
                                          r->state.lr_factor));
   }
   tsr__net_label_step(net, (int64_t)(e - 1) * sh->steps + k + 1);
-  /* An empty step of weight averaging is skipped: no sample, no update (momentum and decay
-   * would still move the weights), and no other rank waits for it (a grid column's ranks skip
-   * it together). */
+  /* An empty step of weight averaging takes no update (momentum and decay would still move the
+   * weights), and is skipped where no other rank waits for it (a grid column's ranks skip it
+   * together); under --sync-bn the others wait for its statistics, so it runs without one. */
   if (here > 0 || sh->step_sync)
-    rc = tsr_net_train_step(net, r->train, ep->mine + k * sh->batch[sh->replica], here, true);
+    rc = tsr_net_train_step(net, r->train, ep->mine + k * sh->batch[sh->replica], here,
+                            here > 0 || !r->rep || tsr__replicas_averaging_gradients(r->rep));
   if (rc == 0 && r->rep) rc = tsr__replicas_after_step(r->rep, r->step + 1);
   r->step++;
   if (rc == 0 && k >= o->window) {
