@@ -345,6 +345,11 @@ MUTANTS = [
      "column's copies as well, instead of along the grid's rows",
      "src/parallel/sync_bn.c", [("s->rows = tsr_net_grid_rows(net);", "s->rows = 1;")],
      ["mpi-syncbngrid-4"]),
+    ("concat-bands-first-only", "a concat over bands of image rows joins only the first band's "
+     "channels, leaving the other bands' output as it was",
+     "src/tile/ops.c", [("for (int j = 0; pixels > 1 && j < dst->nt; j++)",
+                         "for (int j = 0; pixels > 1 && j < 1; j++)")],
+     ["mpi-domain-2"]),
     ("syncbn-uneven-plain-sums", "--sync-bn with batches of different sizes adds the ranks' "
      "backward sums unweighted, as if every batch were the same size",
      "src/parallel/sync_bn.c", [("if (backward && s->uneven) {", "if (backward && !s) {")],

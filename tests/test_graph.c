@@ -75,6 +75,8 @@ Test(graph, residual_cnn_passes_the_gradient_check) {
   tsr_model_spec_fini(&spec);
 }
 
+static int layout_domain = -1; /* layout_of's --domain rows:K (0: all; -1: none) */
+
 /* The layout of text on a c x h x w input (2 workers), or its error. */
 static int layout_of(tsr_net_layout_t *lay, const char *text, int c, int h, int w, int grid_rows,
                      tsr_errbuf_t *err) {
@@ -84,6 +86,7 @@ static int layout_of(tsr_net_layout_t *lay, const char *text, int c, int h, int 
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.in_channels = c, o.in_height = h, o.in_width = w, o.grid_rows = grid_rows;
+  o.domain = layout_domain >= 0, o.domain_layers = layout_domain >= 0 ? layout_domain : 0;
   const tsr_layer_spec_t *last = &spec.layers[spec.n_layers - 1];
   rc = tsr__net_layout(lay, &spec, c * h * w, last->units >= 2 ? last->units : 3, &o, 2, err);
   if (rc == 0 && lay->grid_rc) {
@@ -206,6 +209,32 @@ Test(graph, grid_placements_that_cannot_work_are_refused) {
                0, "%s", err.msg);
   cr_expect(lay.layers[2].spread && lay.layers[2].in_spread && !lay.layers[2].cuts);
   tsr__net_layout_fini(&lay);
+}
+
+/* Under --domain rows a concat of inputs in bands of image rows gives its output in the same
+ * bands (8 rows on 2 grid rows: 4 each, of the 4 + 6 channels); under rows:2 only c1 and a are
+ * cut, and a concat of a's bands and b's whole images is refused. */
+Test(graph, concats_of_bands_under_domain_rows) {
+  static const char text[] =
+      "[c1]\ntype = conv\nfilters = 2\nkernel = 3\npadding = 1\nactivation = relu\n"
+      "[a]\ntype = conv\nfilters = 4\nkernel = 1\ninput = c1.relu\n"
+      "[b]\ntype = conv\nfilters = 6\nkernel = 3\npadding = 1\ninput = c1.relu\n"
+      "[cat]\ntype = concat\ninputs = a, b\n[out]\ntype = dense\nunits = 3\n";
+  tsr_net_layout_t lay;
+  tsr_errbuf_t err = {""};
+  layout_domain = 0;
+  cr_assert_eq(layout_of(&lay, text, 1, 8, 8, 2, &err), 0, "%s", err.msg);
+  const tsr_layout_layer_t *cat = NULL;
+  for (int j = 0; j < lay.n_layers; j++)
+    if (strcmp(lay.layers[j].name, "cat") == 0) cat = &lay.layers[j];
+  cr_assert(cat);
+  cr_expect(cat->banded && cat->spread && !cat->domain && !cat->whole_samples);
+  cr_expect_eq(cat->out_nb, 4 * 8 * 10, "out_nb %d", cat->out_nb);
+  tsr__net_layout_fini(&lay);
+  layout_domain = 2;
+  expect_error(text, 1, 8, 8, 2,
+               WANT("[cat] (concat)", "rows:K", "1 of its 2 inputs", "cut alike"));
+  layout_domain = -1;
 }
 
 Test(graph, model_file_inputs_are_checked_when_read) {

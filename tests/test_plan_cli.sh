@@ -5,7 +5,8 @@
 # log (bytes_sent, messages_sent of every rank, per epoch) within 5%, for
 # batch, every=K and epoch averaging, 2 and 3 ranks, the MLP and the CNN; and
 # under --grid, rank 0's transfers inside its grid column and across columns
-# (the log's per_rank) against the planner's for row 0.
+# (the log's per_rank) against the planner's for row 0, --domain rows included (the CNN,
+# ResNet-20, a concat of bands).
 # Usage: test_plan_cli.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -151,6 +152,39 @@ grid 2 2x1 batch cnn 256
 grid 2 2x1 batch cnn 256 --domain rows
 grid 2 2x1 batch cnn 256 --domain rows:2
 grid 4 4x1 batch resnet20 128 --domain rows
+# a concat of bands (an inception-like block): its bands stay where they are, nothing moves
+cat >"$tmp/inception.ini" <<'INI'
+[c1]
+type = conv
+filters = 8
+kernel = 3
+padding = 1
+activation = relu
+[a]
+type = conv
+filters = 4
+kernel = 1
+input = c1.relu
+[b]
+type = conv
+filters = 6
+kernel = 3
+padding = 1
+input = c1.relu
+[cat]
+type = concat
+inputs = a, b
+[c2]
+type = conv
+filters = 8
+kernel = 3
+padding = 1
+stride = 2
+[out]
+type = dense
+units = 10
+INI
+grid 2 2x1 batch "$tmp/inception.ini" 256 --domain rows
 
 echo "plan-cli: $passed passed, $failed failed"
 [[ $failed == 0 ]]

@@ -2,7 +2,8 @@
  * 1 x 1 samples, along features), in the order named, with the concat type's registry
  * descriptor (layers.h). With one pixel per sample its output is cut in feature tiles as any
  * layer's and each input's columns are copied into it tile by tile; with several, inputs and
- * output hold whole samples and each batch-row tile is one task per input. Backward, each
+ * output hold whole samples and each batch-row tile is one task per input, or under --domain
+ * rows the same bands of image rows, one task per band on the band's rank. Backward, each
  * input's gradient is its block of the output's. */
 #include <stdio.h>
 
@@ -61,11 +62,12 @@ static bool concat_whole(const tsr_conv_geom_t *g) {
 }
 
 /* Per batch-row tile and input, a copy of its block forward and, when its gradient is
- * computed, back (a task per pair of overlapping tiles is counted as one of their bytes). */
+ * computed, back (a task per pair of overlapping tiles is counted as one of their bytes); over
+ * bands of image rows, row 0's band. */
 static double concat_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
                           tsr_cost_sink_t *k, double *bwd) {
-  (void)lay;
-  int mt = tsr__cost_ntiles(k->batch, k->mb), pixels = l->geom.oh * l->geom.ow;
+  int mt = tsr__cost_ntiles(k->batch, k->mb);
+  double pixels = tsr__cost_rows_share(lay, l) * l->geom.oh * l->geom.ow;
   double chain = 0, back = 0;
   for (int i = 0; i < mt; i++) {
     double rows = tsr__cost_tsize(k->batch, k->mb, i), t = 0, b = 0;
@@ -88,6 +90,7 @@ const tsr_layer_type_t tsr__concat_type = {
     .max_inputs = TSR_MAX_INPUTS,
     .shape = concat_shape,
     .whole = concat_whole,
+    .joins_bands = true,
     .cost = concat_cost,
     .ops = &concat_ops,
 };

@@ -83,6 +83,10 @@ typedef struct tsr_layer_type {
    * column, each rank computing its band from its input band and halo rows (conv, pooling:
    * src/tile/domain.h); its parameters are replicated. */
   bool splits_rows;
+  /* Under --domain rows, takes inputs that are all in bands of image rows (of one h x w: cut
+   * alike) and gives its output in the same bands, each band computed on its rank from the
+   * inputs' (concat); inputs of which only some are bands are refused. */
+  bool joins_bands;
   /* Not taken under a grid (--grid PrxPc with Pr > 1): the sequence layers, which the grid
    * neither splits nor replicates yet (a GPT under --grid 2x1 corrupted the heap). */
   bool no_grid;

@@ -563,7 +563,8 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
 /* Dense layers spread their output columns over the grid column, element-wise layers keep
  * their inputs' placement, the rest stay replicated in the column (every rank computes them);
  * with --domain rows, convolutions and pooling cut their output images' rows into bands over
- * the column instead (tile j of a band-wide tiling: band j on row j). What cannot work goes to
+ * the column instead (tile j of a band-wide tiling: band j on row j), and a concat of bands
+ * gives its output in the same bands. What cannot work goes to
  * lay->grid_rc (the first such layer). */
 static void place(tsr_net_layout_t *lay) {
   int windows = 0; /* layers of a splits_rows type so far */
@@ -582,11 +583,13 @@ static void place(tsr_net_layout_t *lay) {
     l->banded_in = banded_in > 0;
     bool cut = t->splits_rows && windows++ < lay->domain_layers;
     l->domain = lay->domain && (cut || (t->batch_stats && l->banded_in));
+    bool joins = t->joins_bands && banded_in == l->n_inputs; /* a concat of bands */
+    if (joins) l->whole_samples = false;                     /* it works band by band */
     l->gathers_bands = !l->domain && l->banded_in && l->whole_samples && l->n_inputs == 1;
     if (l->gathers_bands) l->in_spread = false, banded_in = 0; /* it reads the bands gathered */
-    l->banded = l->domain || (t->elementwise && banded_in > 0);
+    l->banded = l->domain || joins || (t->elementwise && banded_in > 0);
     l->spread = l->banded || t->cuts_features || (t->elementwise && l->in_spread);
-    if (l->domain)
+    if (l->domain || joins)
       l->out_nb = tsr__k_band_rows(l->geom.oh, lay->grid_rows) * l->geom.ow * l->geom.oc;
     else if (l->banded)
       l->out_nb = l->in_nb;
@@ -602,6 +605,14 @@ static void place(tsr_net_layout_t *lay) {
           "layer %d (%s): a grid (--grid PrxPc with Pr > 1) does not take %s layers yet (a "
           "language model is not split across a column); run it data-parallel, without --grid",
           l->index, l->name, t->name);
+    else if (t->joins_bands && banded_in > 0 && banded_in < l->n_inputs)
+      lay->grid_rc = tsr_error_set(
+          &lay->grid_err, TSR_EINVAL,
+          "%s: under --domain rows%s, %d of its %d inputs are bands of image rows and the others "
+          "not: a concat joins inputs cut alike; choose K so that every branch it joins is cut "
+          "or none is, or use --domain none",
+          layer_label(l->index, l->name, t->name, me, sizeof me), lay->domain_layers ? ":K" : "",
+          banded_in, l->n_inputs);
     else if (t->elementwise && banded_in > 0 && banded_in < l->n_inputs && lay->domain &&
              spread_in == banded_in)
       lay->grid_rc = tsr_error_set(
@@ -773,7 +784,7 @@ int tsr__cost_tsize(int64_t n, int b, int i) {
 }
 
 double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l) {
-  if (!l->domain) return 1;
+  if (!l->banded) return 1;
   int r0, r1;
   tsr__k_band(l->geom.oh, lay->grid_rows, 0, &r0, &r1);
   return (double)(r1 - r0) / l->geom.oh;

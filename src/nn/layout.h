@@ -162,8 +162,8 @@ static inline double tsr__cost_gemm(tsr_cost_sink_t *k, int rows, int cols, int 
 /* Pricing helpers shared by the layer types' cost hooks (layout.c). */
 int tsr__cost_ntiles(int64_t n, int b);       /* tiles of b in n */
 int tsr__cost_tsize(int64_t n, int b, int i); /* size of tile i of n cut in b */
-/* Of a layer's per-sample work, the part row 0 of a grid column does: 1, or for a layer cut
- * into bands of image rows (l->domain) its band's output rows over all of them. */
+/* Of a layer's per-sample work, the part row 0 of a grid column does: 1, or for a layer whose
+ * output is in bands of image rows (l->banded) its band's output rows over all of them. */
 double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l);
 /* The cost of a memory-bound layer (pooling, dropout, a ReLU not fused): per output tile one
  * forward task reading its input and writing its output, and a backward task when its input

@@ -172,9 +172,22 @@ int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *
   return 0;
 }
 
+/* Whether dst and src (strides per pixel) are cut alike in whole pixels, `pixels` in all. */
+static bool same_pixels(const tsr_tiles_t *dst, int dst_stride, const tsr_tiles_t *src,
+                        int src_stride, int pixels) {
+  if (dst->nt != src->nt || dst->n != (int64_t)pixels * dst_stride ||
+      src->n != (int64_t)pixels * src_stride)
+    return false;
+  for (int j = 0; j < dst->nt; j++) {
+    int dc = tsr_tiles_tile_cols(dst, j), sc = tsr_tiles_tile_cols(src, j);
+    if (dc % dst_stride || sc % src_stride || dc / dst_stride != sc / src_stride) return false;
+  }
+  return true;
+}
+
 /* With one pixel per row the block is a range of columns, cut wherever a tile of either side
- * ends: one task per pair of overlapping tiles. With several, both sides hold whole samples
- * (one tile wide) and each batch-row tile is one task. */
+ * ends: one task per pair of overlapping tiles. With several, both sides are cut alike in
+ * whole pixels (one tile wide, or bands of image rows) and each tile is one task. */
 int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst_stride,
                              int dst_off, const tsr_tiles_t *src, int src_stride, int src_off,
                              int pixels, int width) {
@@ -182,14 +195,14 @@ int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst
   if (dst->m != src->m || dst->mb != src->mb || pixels < 1 || width < 1 ||
       (int64_t)(pixels - 1) * dst_stride + dst_off + width > dst->n ||
       (int64_t)(pixels - 1) * src_stride + src_off + width > src->n ||
-      (pixels > 1 && (dst->nt != 1 || src->nt != 1)))
+      (pixels > 1 && !same_pixels(dst, dst_stride, src, src_stride, pixels)))
     return TSR_ESHAPE;
   for (int i = 0; i < dst->mt; i++) {
-    if (pixels > 1) {
-      TSR_TRY(tsr__insert_channels_copy(o, tsr__tile(dst, i, 0), dst_stride, dst_off,
-                                        tsr__tile(src, i, 0), src_stride, src_off, pixels, width));
-      continue;
-    }
+    for (int j = 0; pixels > 1 && j < dst->nt; j++)
+      TSR_TRY(tsr__insert_channels_copy(o, tsr__tile(dst, i, j), dst_stride, dst_off,
+                                        tsr__tile(src, i, j), src_stride, src_off,
+                                        tsr_tiles_tile_cols(dst, j) / dst_stride, width));
+    if (pixels > 1) continue;
     for (int j = dst_off / dst->nb; j < dst->nt && (int64_t)j * dst->nb < dst_off + width; j++) {
       int64_t d0 = (int64_t)j * dst->nb, d1 = d0 + tsr_tiles_tile_cols(dst, j);
       int64_t lo = d0 > dst_off ? d0 : dst_off, hi = d1 < dst_off + width ? d1 : dst_off + width;

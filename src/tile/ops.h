@@ -67,7 +67,8 @@ int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *
 /* Rows of channels-last samples of `pixels` pixels: for every pixel p, the `width` values at
  * column p src_stride + src_off of src go to column p dst_stride + dst_off of dst (a concat's
  * input into its output, or its output's gradient back out); dst's other columns are kept.
- * Row tilings must agree; with pixels > 1 both must be one tile wide, with one pixel any
+ * Row tilings must agree; with pixels > 1 both are cut alike in whole pixels (one tile wide,
+ * or bands of image rows: tile j of each the same pixels, a task per tile), with one pixel any
  * column tiling works (a task per pair of overlapping tiles). */
 int tsr__tiles_channels_copy(const tsr_task_opts_t *o, tsr_tiles_t *dst, int dst_stride,
                              int dst_off, const tsr_tiles_t *src, int src_stride, int src_off,
