@@ -254,6 +254,10 @@ Test(graph, model_file_inputs_are_checked_when_read) {
        "a second activation"},
       /* keys before any section still make a layer, and it must say what its type needs */
       {"type = conv\nfilters = 3\n", "no 'kernel'"},
+      /* ... which goes by layer1, so a section [layer1] right after it would be read back as the
+       * same section once the model is written out (the fuzzer's find) */
+      {"type = dense\nunits = 3\n[layer1]\ntype = dense\nunits = 3\n",
+       "[layer1] follows the keys before the first section"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     tsr_model_spec_t s;

@@ -467,6 +467,21 @@ static int on_key(void *user, const char *section, const char *name, const char 
   if (st->rc) return 0;
   if (strcmp(section, st->section) != 0) {
     if ((st->rc = section_done(st))) return 0;
+    /* Keys before the first section are a layer that goes by layer<N>: a section of that name
+     * right after it would be read back as the same section once written out. */
+    char before[TSR_NAME_MAX];
+    int last = st->spec->n_layers - 1;
+    if (last >= 0 && st->spec->layers[last].name[0] == '\0') {
+      tsr__layer_name(st->spec, last, before, sizeof before);
+      if (strcmp(before, section) == 0) {
+        st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                               "%s: [%s] follows the keys before the first section, which are a "
+                               "layer that goes by %s too; put those keys under a section of "
+                               "their own, or rename this one",
+                               st->path, section, before);
+        return 0;
+      }
+    }
     snprintf(st->section, sizeof st->section, "%s", section);
     st->has_type = false;
   }
