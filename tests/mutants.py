@@ -155,8 +155,14 @@ MUTANTS = [
     # Issue 20: checkpoints that lose nothing, and their contracts.
     ("resume-rank0-state", "a resumed local SGD run gives every rank rank 0's optimizer state "
      "(the file holds each rank's)", "src/train/checkpoint.c",
-     [("tsr_net_grid_rows(net) == 1 && q > 0)", "tsr_net_grid_rows(net) == 1 && q > 1)")],
+     [("tsr_dist_size() / pr && q > 0)", "tsr_dist_size() / pr && q > 1)")],
      ["resume-mpi"]),
+    ("resume-grid-column-of-rank", "a resumed grid run gives each rank the optimizer state of the "
+     "replica its rank numbers, not its grid column's", "src/train/checkpoint.c",
+     [("q = tsr_dist_rank() / pr;", "q = tsr_dist_rank() % pr;")], ["grid-checkpoint"]),
+    ("gather-copies-column-0", "each grid column's optimizer state is gathered from column 0's "
+     "ranks", "src/tile/tiles.c",
+     [("every + (size_t)(c * stride + owner)", "every + (size_t)(owner)")], ["grid-checkpoint"]),
     ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint.c",
      [("(rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)",
        "(rc = 0) != 0)")], ["resume-mpi"]),

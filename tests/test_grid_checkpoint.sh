@@ -16,6 +16,13 @@
 #     within 10 points. Another number of replicas takes other samples in each step of epoch 2
 #     (contiguous shards of the epoch's order), as different as another shuffle: measured 1.6%
 #     and 7 points on these 200 test samples.
+# Local SGD (--sync every=2) keeps each replica's optimizer state: each grid column's, spread over
+# its ranks, gathered column by column (optimizer.column1.*, optimizer_state per-column). With
+# SGD's momentum and with Adam (its step count per column too), one epoch on 2x2 resumed on 2x2
+# for epoch 2 ends bit for bit where the uninterrupted run does; the same checkpoint resumed on
+# 2 ranks without a grid (each rank taking its column's state) within 1e-6 of it, and a 2-rank
+# checkpoint (per-rank) resumed on 2x2 within 1e-6 of the uninterrupted 2-rank run; on 4x1 (one
+# replica, no column to give column 1's state to) --deterministic refuses it.
 # And kill -9 of every rank at random moments while rank 0 writes a grid checkpoint every 2
 # steps leaves a loadable one (5 kills); such a checkpoint from inside an epoch resumed on
 # another number of replicas is refused with --deterministic. Usage: test_grid_checkpoint.sh PATH/TO/tessera
@@ -54,7 +61,9 @@ import json, sys
 import st_floats
 tmp, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 def tensors(name):
-    return st_floats.tensors("%s/%s.st" % (tmp, name))
+    # Each replica's own optimizer state: a grid column's under a grid, a rank's without.
+    t = st_floats.tensors("%s/%s.st" % (tmp, name))
+    return {k.replace("optimizer.column", "optimizer.rank"): v for k, v in t.items()}
 def last(name):
     return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name)) if '"event"' not in l][-1]
 ta, tb = tensors(a), tensors(b)
@@ -111,6 +120,27 @@ compare r4 r14 1e-6
 train r2 - 2 32 2 --resume "$tmp/c22.st"
 compare u22 r2 1e-6
 for r in r41 r1 r14; do near u22 "$r"; done
+
+# Each grid column's own optimizer state under local SGD.
+local=(--sync every=2)
+for opt in sgd adam; do
+  more=("${local[@]}" --optimizer "$opt")
+  train "e${opt}u22" 2x2 4 32 2 "${more[@]}"
+  train "e${opt}c22" 2x2 4 32 1 "${more[@]}"
+  check "$opt: the 2x2 file holds column 1's state" grep -qE "^  optimizer_state +per-column$" \
+    <("$tessera" inspect "$tmp/e${opt}c22.st")
+  train "e${opt}r22" 2x2 4 32 2 "${more[@]}" --resume "$tmp/e${opt}c22.st"
+  compare "e${opt}u22" "e${opt}r22" 0
+  train "e${opt}r2" - 2 32 2 "${more[@]}" --resume "$tmp/e${opt}c22.st"
+  compare "e${opt}u22" "e${opt}r2" 1e-6
+done
+train esgdu2 - 2 32 2 "${local[@]}"
+train esgdc2 - 2 32 1 "${local[@]}"
+train esgdr22 2x2 4 32 2 "${local[@]}" --resume "$tmp/esgdc2.st"
+compare esgdu2 esgdr22 1e-6
+expect 1 "--deterministic: the checkpoint holds the optimizer states of its 2 replicas \(grid columns\), which a run of 1 replica cannot" \
+  -- "${mpi[@]}" -np 4 "$tessera" "${run[@]}" "${local[@]}" --batch 64 --epochs 2 --grid 4x1 \
+  --resume "$tmp/esgdc22.st"
 
 # kill -9 of mpirun and its ranks at random moments while checkpoints are written every 2 steps:
 # the file is always a whole checkpoint (the old one or the new one). One written inside an

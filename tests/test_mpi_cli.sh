@@ -231,15 +231,11 @@ expect 2 "--bucket-mb: async-epoch folds whole tiles" 60 -- \
 
 # --grid PrxPc: bad values exit 2 naming the option; a grid run learns, evaluates and logs each
 # rank's transfers, and StarPU-MPI's own count of the bytes inside a grid column equals the
-# engine's; checkpoints of each grid column's own optimizer state and the policies a grid does
-# not support are refused before loading, a language model when the net is built.
+# engine's; a language model is refused when the net is built.
 expect 2 "--grid 2y1: expected PrxPc" 30 -- "$tessera" train --grid 2y1
 expect 2 "--grid 0x2: expected PrxPc" 30 -- "$tessera" train --grid 0x2
 expect 2 "--grid 2x2: Pr x Pc = 4 must equal the MPI ranks \(2\)" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2
-expect 2 "--grid 2x2 --sync epoch: --checkpoint and --resume cannot keep each grid column's" \
-  60 -- "${mpi[@]}" -np 4 "$tessera" train "${common[@]}" --epochs 1 --grid 2x2 --sync epoch \
-  --checkpoint "$tmp/grid.safetensors"
 # A language model is not split across a grid column (it corrupted the heap before it was
 # refused): every rank exits 1 naming the first sequence layer.
 expect 1 "layer 1 \(embed\): a grid .* does not take embedding layers yet" 60 -- \

@@ -177,7 +177,7 @@ wanted every || { echo "resume-mpi: $passed passed, $failed failed"; [[ $failed 
 out=$("${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --sync every=2 --epochs 4 \
   --resume "$tmp/every/part.st" 2>&1)
 rc=$?
-if [[ $rc != 0 ]] && grep -q "holds the optimizer states of its 2 ranks, which a run on 1" <<<"$out"; then
+if [[ $rc != 0 ]] && grep -q "holds the optimizer states of its 2 replicas (ranks), which a run of 1 replica cannot" <<<"$out"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))
@@ -189,7 +189,7 @@ nodet=()
 for a in "${common[@]}"; do [[ $a != --deterministic ]] && nodet+=("$a"); done
 out=$("$tessera" train "${nodet[@]}" --epochs 5 --resume "$tmp/every/part.st" 2>&1)
 rc=$?
-if [[ $rc == 0 ]] && grep -q "note: --resume .*: the checkpoint holds the optimizer states of its 2 ranks" <<<"$out" &&
+if [[ $rc == 0 ]] && grep -q "note: --resume .*: the checkpoint holds the optimizer states of its 2 replicas (ranks)" <<<"$out" &&
   grep -q "^epoch 5/5" <<<"$out"; then
   passed=$((passed + 1))
 else

@@ -58,8 +58,11 @@ typedef struct {
   char version[16]; /* tessera's version that wrote it */
   /* What it holds of the replicas under MPI (docs/checkpoints.md). */
   int state_ranks;     /* the optimizer states it holds: 1, one for every rank (one process,
-                          batch); ranks, each rank's own (local SGD); 0, unknown: written
-                          before issue 20, rank 0's only under weight averaging */
+                          batch); one per replica under local SGD, each rank's own (ranks), or
+                          under a grid each grid column's own (the columns; state_columns); 0,
+                          unknown: written before issue 20, rank 0's only under weight
+                          averaging */
+  bool state_columns;  /* state_ranks counts grid columns (optimizer.column<q>. tensors) */
   bool outer_momentum; /* the outer optimizer's momentum (outer.<parameter>.momentum) */
   bool final_average;  /* written after the last epoch's average, one the schedule would not
                           have taken there (async-epoch's; every=K, epoch=n off their count) */

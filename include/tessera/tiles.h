@@ -78,6 +78,13 @@ TSR_API int tsr_tiles_write_owned(tsr_tiles_t *t, const float *src);
  * rank calls it for the same matrix at the same point, and the result is the same on every
  * rank (0, or an error of one of them). Without MPI, tsr_tiles_read. */
 TSR_API int tsr_tiles_gather(const tsr_tiles_t *t, float *dst);
+/* tsr_tiles_gather for every copy at once, where the ranks hold copies of t in groups of
+ * `stride` consecutive ranks (a grid's columns), each group's spread alike: tile (i, j) of
+ * copy c on rank c stride + rank_of(i, j) as rank 0 sees it (a matrix that is not spread:
+ * every rank's own, copy c rank c stride's). On rank 0, dst ((size / stride), m, n) row-major,
+ * copy by copy (ignored elsewhere, may be NULL). Collective as tsr_tiles_gather; stride must
+ * divide the ranks. With stride 1 and a matrix every rank holds, each rank's own copy. */
+TSR_API int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst);
 /* Copies tile (i, j), which must be on this process, to dst (tile rows,
  * tile cols) row-major, waiting for the tasks that write it. */
 TSR_API int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst);

@@ -18,8 +18,10 @@ metadata strings: format, tessera_version, model (tsr_model_describe's line), mo
          beta1 X beta2 X eps X"), optimizer_steps, epoch, step_in_epoch, epochs, seed,
          lr_schedule (constant or cosine), base_lr, sync, ranks, dropout_calls ("N:calls ..."),
          and crc32.<tensor> for every tensor (zlib's CRC-32 of its bytes, 8 hex digits).
-         Under MPI also optimizer_state ("shared", or "per-rank" with the tensors
-         `optimizer.rank<q>.<parameter>.<state>` of ranks q >= 1 and optimizer_steps_ranks),
+         Under MPI also optimizer_state ("shared"; "per-rank" with the tensors
+         `optimizer.rank<q>.<parameter>.<state>` of ranks q >= 1 and optimizer_steps_ranks; or
+         under a grid "per-column" with `optimizer.column<q>.<parameter>.<state>` of grid
+         columns q >= 1 and optimizer_steps_columns),
          outer_state ("momentum": the tensors `outer.<parameter>.momentum`), local_since and
          final_average (docs/checkpoints.md); this package reads rank 0's state.
 """

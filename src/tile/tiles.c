@@ -382,6 +382,36 @@ int tsr_tiles_gather(const tsr_tiles_t *t, float *dst) {
   return tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
 }
 
+int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst) {
+  int rank = tsr_dist_rank(), size = tsr_dist_size();
+  if (stride < 1 || size % stride) return TSR_EINVAL;
+  int64_t count = t->m * t->n;
+  if (count > INT_MAX / (int64_t)sizeof(float) / size) return TSR_EINVAL; /* MPI's int count */
+  int bytes = (int)(sizeof(float) * (size_t)count);
+  float *mine = calloc((size_t)count, sizeof(float));
+  float *every = rank == 0 ? malloc((size_t)bytes * (size_t)size) : NULL;
+  int rc = tsr_dist_any(!mine || (rank == 0 && (!every || !dst))) ? TSR_ENOMEM : 0;
+  if (rc == 0) {
+    rc = tsr_tiles_read_owned(t, mine);
+    int rc2 = tsr_dist_gather(mine, bytes, every);
+    rc = tsr_dist_any(rc || rc2) ? (rc ? rc : rc2 ? rc2 : TSR_ERUNTIME) : 0;
+  }
+  /* Rank 0 is the first of copy 0: its rank_of names ranks 0 .. stride - 1. */
+  for (int c = 0; rc == 0 && rank == 0 && c < size / stride; c++)
+    for (int i = 0; rc == 0 && i < t->mt; i++)
+      for (int j = 0; j < t->nt; j++) {
+        int owner = tsr_tiles_rank_of(t, i, j);
+        if (owner < 0 || owner >= stride) {
+          rc = TSR_EINVAL;
+          break;
+        }
+        copy_tile(t, i, j, every + (size_t)(c * stride + owner) * (size_t)count,
+                  dst + (size_t)c * (size_t)count);
+      }
+  free(mine), free(every);
+  return tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
+}
+
 int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst) {
   if (i < 0 || i >= t->mt || j < 0 || j >= t->nt || !tsr_tiles_is_local(t, i, j)) return TSR_EINVAL;
   return transfer_tile(t, i, j, dst, tsr_tiles_tile_cols(t, j), true);

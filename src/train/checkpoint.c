@@ -263,31 +263,33 @@ static int add_state_meta(bundle_t *b, const tsr_net_t *net, const tsr_checkpoin
   return rc;
 }
 
-/* Under MPI with weight averaging every rank's optimizer state is its own: state s of
- * parameter name, this rank's matrix t, gathered to rank 0 as optimizer.rank<q>.<name>.<s>
- * for q >= 1 (rank 0's is the plain optimizer.<name>.<s>). Collective, its result the same
- * on every rank; b is rank 0's (NULL elsewhere), *added its own result there. */
+/* The prefix of replica q's optimizer state in a file whose states are per replica: ranks
+ * without a grid, grid columns under one (optimizer.rank<q>. or optimizer.column<q>.). */
+static void replica_prefix(char *buf, size_t size, bool columns, int q) {
+  snprintf(buf, size, "optimizer.%s%d.", columns ? "column" : "rank", q);
+}
+
+/* Under MPI with weight averaging every replica's optimizer state is its own: state s of
+ * parameter name, matrix t (a grid column's spread over its pr ranks), gathered to rank 0 as
+ * <prefix of q><name>.<s> for replicas q >= 1 (replica 0's is the plain optimizer.<name>.<s>).
+ * Collective, its result the same on every rank; b is rank 0's (NULL elsewhere), *added its
+ * own result there. */
 static int gather_state(bundle_t *b, const char *name, const char *state, const tsr_tiles_t *t,
-                        int *added) {
-  int ranks = tsr_dist_size(), rank = tsr_dist_rank();
+                        int pr, int *added) {
+  int replicas = tsr_dist_size() / pr;
   int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t), count = rows * cols;
-  if (count > INT_MAX / (int64_t)sizeof(float) / ranks) return TSR_EINVAL; /* MPI's int count */
-  float *mine = malloc(sizeof(float) * (size_t)count);
-  float *every = rank == 0 ? malloc(sizeof(float) * (size_t)(count * ranks)) : NULL;
-  int rc = tsr_dist_any(!mine || (rank == 0 && !every)) ? TSR_ENOMEM : 0;
-  if (rc == 0) {
-    rc = tsr_tiles_read(t, mine);
-    int rc2 = tsr_dist_gather(mine, (int)(sizeof(float) * (size_t)count), every);
-    rc = tsr_dist_any(rc || rc2) ? (rc ? rc : rc2 ? rc2 : TSR_ERUNTIME) : 0;
-  }
-  for (int q = 1; rc == 0 && b && q < ranks && *added == 0; q++) {
-    char full[160];
-    snprintf(full, sizeof full, "optimizer.rank%d.%s.%s", q, name, state);
+  if (count > INT_MAX / (int64_t)sizeof(float) / tsr_dist_size()) return TSR_EINVAL;
+  float *every = b ? malloc(sizeof(float) * (size_t)(count * replicas)) : NULL;
+  int rc = tsr_dist_any(b && !every) ? TSR_ENOMEM : tsr_tiles_gather_copies(t, pr, every);
+  for (int q = 1; rc == 0 && b && q < replicas && *added == 0; q++) {
+    char full[192];
+    replica_prefix(full, sizeof full, pr > 1, q);
+    snprintf(full + strlen(full), sizeof full - strlen(full), "%s.%s", name, state);
     float *copy = malloc(sizeof(float) * (size_t)count);
     if (copy) memcpy(copy, every + q * count, sizeof(float) * (size_t)count);
     *added = copy ? add_data(b, full, rows, cols, copy) : TSR_ENOMEM;
   }
-  free(mine), free(every);
+  free(every);
   return rc;
 }
 
@@ -311,20 +313,23 @@ static int gather_outer(bundle_t *b, tsr_replicas_t *rep, const char *name, cons
 }
 
 /* What the replicas hold beyond the net, in the metadata (rank 0's b), under MPI only (a file
- * of one process is as it was): how the optimizer state is kept, the outer momentum, the
- * switch of post-local, each rank's step count. */
-static int add_replicas_meta(bundle_t *b, bool per_rank, bool outer, tsr_replicas_t *rep,
+ * of one process is as it was): how the optimizer state is kept (per replica: each rank's, or
+ * under a grid of pr rows each column's), the outer momentum, the switch of post-local, each
+ * replica's step count (steps: every rank's; a column's ranks count alike). */
+static int add_replicas_meta(bundle_t *b, bool per_replica, int pr, bool outer, tsr_replicas_t *rep,
                              const int64_t *steps) {
-  int rc = add_meta(b, "optimizer_state", "%s", per_rank ? "per-rank" : "shared");
+  const char *kept = !per_replica ? "shared" : pr > 1 ? "per-column" : "per-rank";
+  int rc = add_meta(b, "optimizer_state", "%s", kept);
   if (rc == 0 && outer) rc = add_meta(b, "outer_state", "momentum");
   if (rc == 0 && rep && tsr__replicas_final_extra(rep)) rc = add_meta(b, "final_average", "1");
   if (rc == 0 && rep && !tsr__replicas_averaging_gradients(rep))
     rc = add_meta(b, "local_since", "%" PRId64, tsr__replicas_local_from(rep));
   char text[1024] = "";
   int n = 0;
-  for (int q = 0; per_rank && q < tsr_dist_size() && n < (int)sizeof text - 24; q++)
-    n += snprintf(text + n, sizeof text - (size_t)n, "%s%" PRId64, q ? " " : "", steps[q]);
-  if (rc == 0 && per_rank) rc = add_meta(b, "optimizer_steps_ranks", "%s", text);
+  for (int q = 0; per_replica && q < tsr_dist_size() / pr && n < (int)sizeof text - 24; q++)
+    n += snprintf(text + n, sizeof text - (size_t)n, "%s%" PRId64, q ? " " : "", steps[q * pr]);
+  if (rc == 0 && per_replica)
+    rc = add_meta(b, pr > 1 ? "optimizer_steps_columns" : "optimizer_steps_ranks", "%s", text);
   return rc;
 }
 
@@ -345,11 +350,13 @@ static int add_gathered(bundle_t *b, const char *name, const tsr_tiles_t *t, int
 }
 
 /* The tensors, in the order every rank takes part in: each layer's parameters with their
- * optimizer state (every rank's under local SGD, the outer momentum), then its buffers (rank
- * 0's: under --sync batch each replica's own, as DDP saves rank 0's). b is the writer's (NULL
- * elsewhere), its own result in *rc; the collectives' result returned, the same everywhere. */
+ * optimizer state (every replica's under local SGD: each rank's, or each grid column's of pr
+ * ranks), the outer momentum, then its buffers (rank 0's: under --sync batch each replica's
+ * own, as DDP saves rank 0's). b is the writer's (NULL elsewhere), its own result in *rc; the
+ * collectives' result returned, the same everywhere. */
 static int add_tensors(bundle_t *b, const tsr_net_t *net, tsr_replicas_t *rep, bool collective,
-                       bool per_rank, bool outer, int *rc) {
+                       bool per_replica, bool outer, int *rc) {
+  int pr = tsr_net_grid_rows(net);
   int nstate = tsr__optim_nstate(net->optim), crc = 0;
   for (int i = 0; i < net->n_layers && crc == 0; i++) {
     const tsr_layer_t *l = &net->layers[i];
@@ -368,7 +375,7 @@ static int add_tensors(bundle_t *b, const tsr_net_t *net, tsr_replicas_t *rep, b
           crc = add_gathered(b, state, t, rc);
         else if (*rc == 0)
           *rc = add_tensor(b, state, t);
-        if (per_rank && crc == 0) crc = gather_state(b, name, sname, t, rc);
+        if (per_replica && crc == 0) crc = gather_state(b, name, sname, t, pr, rc);
       }
       if (outer && crc == 0)
         crc = gather_outer(b, rep, name, l->params[k].w, l->params[k].index, rc);
@@ -398,26 +405,23 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   int ranks = collective ? tsr_dist_size() : 1, replicas = ranks / pr;
   int nstate = tsr__optim_nstate(net->optim);
   /* Local SGD: each replica's optimizer state is its own (batch shares it before this). */
-  bool per_rank = rep && replicas > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
+  bool per_replica = rep && replicas > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
   bool outer = rep && tsr__replicas_has_outer(rep);
-  if (per_rank && pr > 1) /* tsr_run_check refuses it: a column's state is spread */
-    return tsr_error_set(err, TSR_EINVAL,
-                         "%s: each grid column's own optimizer state cannot be saved (--grid "
-                         "%dx%d, local SGD): use --sync batch or --grid %dx1",
-                         path, pr, replicas, pr);
-  int ntensors = tsr_net_n_params(net) * (1 + nstate * (per_rank ? ranks : 1) + (outer ? 1 : 0));
+  int ntensors =
+      tsr_net_n_params(net) * (1 + nstate * (per_replica ? replicas : 1) + (outer ? 1 : 0));
   for (int i = 0; i < net->n_layers; i++)
     ntensors += state_count(&net->layers[i]);
   bundle_t b = {0};
   /* rc: the writer's own; crc: the collectives', the same on every rank. */
   int rc = writer ? bundle_init(&b, ntensors) : 0, crc = 0;
   int64_t steps[TSR_MAX_RANKS] = {0}, mine = tsr__optim_steps(net->optim);
-  if (per_rank && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
-  if (crc == 0) crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_rank, outer, &rc);
+  if (per_replica && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
+  if (crc == 0)
+    crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_replica, outer, &rc);
   rc = rc ? rc : crc;
   if (writer && rc == 0) rc = add_state_meta(&b, net, info);
   if (writer && rc == 0 && pr > 1) rc = add_meta(&b, "grid", "%dx%d", pr, replicas);
-  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_rank, outer, rep, steps);
+  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_replica, pr, outer, rep, steps);
   if (writer && rc == 0)
     rc = tsr__st_write(path, b.t, b.n, b.meta, b.nmeta, err);
   else if (rc)
@@ -726,8 +730,12 @@ static int read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_in
   if ((s = tsr__st_meta(f, "tessera_version")))
     snprintf(info->version, sizeof info->version, "%s", s);
   /* Written before issue 20: 0, unknown (rank 0's state under weight averaging). */
-  if ((s = tsr__st_meta(f, "optimizer_state")))
-    info->state_ranks = strcmp(s, "per-rank") == 0 ? info->ranks : 1;
+  if ((s = tsr__st_meta(f, "optimizer_state"))) {
+    info->state_columns = strcmp(s, "per-column") == 0;
+    info->state_ranks = strcmp(s, "per-rank") == 0 ? info->ranks
+                        : info->state_columns      ? info->ranks / grid_rows
+                                                   : 1;
+  }
   info->outer_momentum = (s = tsr__st_meta(f, "outer_state")) && strcmp(s, "momentum") == 0;
   info->final_average = tsr__st_meta(f, "final_average") != NULL;
   s = tsr__st_meta(f, "augment");
@@ -858,17 +866,19 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
   return rc;
 }
 
-/* This rank's (q >= 1) optimizer state and step count, from a file of every rank's. */
+/* Replica q's (q >= 1: this rank's, or its grid column's) optimizer state and step count, from
+ * a file of every replica's (each rank's, or each grid column's where columns). */
 static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char *path, int q,
-                             tsr_errbuf_t *err) {
+                             bool columns, tsr_errbuf_t *err) {
   int rc = 0, nstate = tsr__optim_nstate(net->optim);
   for (int i = 0; i < net->n_layers && rc == 0; i++) {
     tsr_layer_t *l = &net->layers[i];
     for (int k = 0; k < l->nparams && rc == 0; k++) {
-      char name[96], state[160];
+      char name[96], state[192];
       param_name(l, k, name, sizeof name);
       for (int s = 0; s < nstate && rc == 0; s++) {
-        snprintf(state, sizeof state, "optimizer.rank%d.%s.%s", q, name,
+        replica_prefix(state, sizeof state, columns, q);
+        snprintf(state + strlen(state), sizeof state - strlen(state), "%s.%s", name,
                  tsr__optim_state_name(net->optim, s));
         rc = load_tensor(f, path, state, tsr__optim_state(net->optim, l->params[k].index, s), err);
       }
@@ -880,10 +890,11 @@ static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char 
                            : load_counter(f, path, name, &l->batches_tracked, err);
     }
   }
-  const char *steps = tsr__st_meta(f, "optimizer_steps_ranks");
+  const char *key = columns ? "optimizer_steps_columns" : "optimizer_steps_ranks";
+  const char *steps = tsr__st_meta(f, key);
   int64_t v = 0;
   for (int r = 0; rc == 0 && steps && r <= q; r++)
-    rc = whole_at(&steps, path, "optimizer_steps_ranks", 0, INT64_MAX, &v, err);
+    rc = whole_at(&steps, path, key, 0, INT64_MAX, &v, err);
   if (rc == 0 && steps) tsr__optim_set_steps(net->optim, v);
   return rc;
 }
@@ -895,11 +906,11 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
   if (rc) return rc;
   tsr_checkpoint_info_t got;
   rc = read_info(f, path, &got, err);
-  int q = tsr_dist_rank();
-  /* Per rank is per replica without a grid only (a grid refuses it). */
-  if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() &&
-      tsr_net_grid_rows(net) == 1 && q > 0)
-    rc = restore_own_state(net, f, path, q, err);
+  /* The states are the replicas' (ranks, or grid columns), taken over one by one by a run of
+   * as many replicas, whichever they are: replica q is this rank, or its grid column. */
+  int pr = tsr_net_grid_rows(net), q = tsr_dist_rank() / pr;
+  if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() / pr && q > 0)
+    rc = restore_own_state(net, f, path, q, got.state_columns, err);
   for (int i = 0;
        rc == 0 && got.outer_momentum && tsr__replicas_has_outer(rep) && i < net->n_layers; i++) {
     tsr_layer_t *l = &net->layers[i];
@@ -1027,11 +1038,12 @@ int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_
     return 1;
   }
   int pr = tsr_net_grid_rows(net), then_pr = info->grid_rows > 1 ? info->grid_rows : 1;
-  if (stateful && info->state_ranks > 1 && (info->state_ranks != ranks || pr > 1)) {
+  if (stateful && info->state_ranks > 1 && info->state_ranks != ranks / pr) {
+    const char *whose = info->state_columns ? "grid columns" : "ranks";
     snprintf(why, size,
-             "the checkpoint holds the optimizer states of its %d ranks, which a run on %d%s "
-             "cannot take over rank by rank: every rank resumes from rank 0's",
-             info->state_ranks, ranks, pr > 1 ? " under a grid" : "");
+             "the checkpoint holds the optimizer states of its %d replicas (%s), which a run of "
+             "%d replica%s cannot take over one by one: every replica resumes from the first's",
+             info->state_ranks, whose, ranks / pr, ranks / pr == 1 ? "" : "s");
     return 1;
   }
   /* Replicas take contiguous shards of the epoch's order: another number of them takes other

@@ -101,20 +101,6 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
     return refuse_under_grid(c, what, tsr__sync_policy(&sync->schedule)->grid_refusal, err);
   }
-  /* Weight averaging across grid columns (post-local's too, once local) keeps each column's
-   * optimizer state, spread over its ranks: one rank's is not the column's, and the file holds
-   * one per rank. */
-  if (across && c->checkpoint && (!traits->meets_every_step || traits->averages_weights) &&
-      tsr_optimizer_nstate(&c->net.opt) > 0) {
-    char policy[64];
-    tsr_sync_schedule_describe(&sync->schedule, policy, sizeof policy);
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--grid %dx%d --sync %s: --checkpoint and --resume cannot keep each grid "
-                         "column's own optimizer state (%s's, spread over the column's ranks); "
-                         "use --sync batch, an optimizer without state (--optimizer sgd "
-                         "--momentum 0), or --grid %dx1 on %d ranks",
-                         pr, ranks / pr, policy, tsr_optimizer_name(&c->net.opt), pr, pr);
-  }
   const char *no_buckets = tsr__replicas_no_buckets(sync, pr);
   if (sync->bucket_mb > 0 && no_buckets)
     return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
