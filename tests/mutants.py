@@ -157,6 +157,13 @@ MUTANTS = [
      "(the file holds each rank's)", "src/train/checkpoint.c",
      [("tsr_dist_size() / pr && q > 0)", "tsr_dist_size() / pr && q > 1)")],
      ["resume-mpi"]),
+    ("grid-two-level-all-nodes", "under a grid two levels group every rank by node, not the rank's "
+     "grid row", "src/parallel/sync.c",
+     [("member_nodes(r, pr > 1 ? &r->rows[r->rank % pr] : &r->all, of_rank)",
+       "member_nodes(r, &r->all, of_rank)")], ["grid-sync"]),
+    ("grid-two-level-home-row", "under a grid with two levels another row's chunk keeps this row's "
+     "home", "src/parallel/sync.c",
+     [("return home - home % pr + row;", "return home + 0 * row;")], ["grid-sync"]),
     ("resume-grid-column-of-rank", "a resumed grid run gives each rank the optimizer state of the "
      "replica its rank numbers, not its grid column's", "src/train/checkpoint.c",
      [("q = tsr_dist_rank() / pr;", "q = tsr_dist_rank() % pr;")], ["grid-checkpoint"]),
@@ -429,8 +436,8 @@ MUTANTS = [
      ["grid-sync"]),
     ("grid-outer-home", "under a grid the outer step runs on the chunk's home over all ranks",
      "src/parallel/sync.c",
-     [("bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);",
-       "bool at_home = r->rank == home_in(g, rp, I, j);")], ["grid-sync"]),
+     [("r->rank == (gi < 0 ? chunk_home(I, j, rp) : home_in(scope(r, rp, gi, j), rp, I, j));",
+       "r->rank == home_in(g, rp, I, j);")], ["grid-sync"]),
     ("grid-fold-share", "under a grid async-epoch's outer fold takes a rank's share 1/P of the "
      "pseudo-gradient instead of a grid column's 1/Pc", "src/parallel/sync.c",
      [("float share = 1.0f / (float)g->n;", "float share = 1.0f / (float)r->size;")],

@@ -23,7 +23,7 @@
 # from its fold's result; measured equal too. A 2x2 checkpoint of every=4 --outer slowmo resumed on 2x2
 # is the uninterrupted run bit for bit (the outer momentum written back to its chunks' homes in
 # each grid row, the anchors taken from the weights). What stays refused exits 2 with its
-# reason: --bucket-mb under a grid. hier: groups of
+# reason: --bucket-mb under a grid, two levels on nodes the grid rows lie on unevenly. hier: groups of
 # whole columns, 2x2 as 2 ranks (one group) and 2x4 in groups of 2 columns as 4 ranks in groups
 # of 2, measured equal. Usage: test_grid_sync.sh PATH/TO/tessera
 set -u
@@ -140,6 +140,31 @@ train hier0g24 2x4 2 "${mlp[@]}" --sync hier:1,3,2 --momentum 0 --checkpoint "$t
 train hier0g4 -4 2 "${mlp[@]}" --sync hier:1,3,2 --momentum 0 --checkpoint "$tmp/NAME.st"
 compare hier0g24 hier0g4 1e-6
 
+# Two levels (--allreduce two-level): each grid row averages its slice over its own nodes.
+# --grid 2x4 with --node-size 4 (each node two whole grid columns: each row has 2 ranks on each
+# of 2 nodes) trains as 4 ranks without a grid in nodes of 2, bit for bit (the same sums in the
+# same order), under batch with SGD's momentum, every=4 --outer slowmo, post-local and the CNN
+# (its convolutions replicated on both rows, each row averaging its own copy) under every=4;
+# and it is not flat's average (the node order changes some bits, within 1e-6).
+lv() {
+  local name=$1 epochs=$2
+  shift 2
+  train "${name}24" 2x4 "$epochs" "$@" --node-size 4 --allreduce two-level \
+    --checkpoint "$tmp/NAME.st"
+  train "${name}4" -4 "$epochs" "$@" --node-size 2 --allreduce two-level --checkpoint "$tmp/NAME.st"
+  compare "${name}24" "${name}4" 0
+}
+lv lvbatch 1 "${mlp[@]}"
+lv lvslowmo 2 "${mlp[@]}" --sync every=4 --outer slowmo
+lv lvpost 2 "${mlp[@]}" --sync post-local:1,2
+lv lvcnn 1 --model cnn --train-limit 512 --sync every=4
+train lvflat24 2x4 1 "${mlp[@]}" --node-size 4 --allreduce flat --checkpoint "$tmp/NAME.st"
+compare lvbatch24 lvflat24 1e-6
+check "two levels change some bits against flat" env PYTHONPATH="$here" /usr/bin/python3 -c "
+import sys, st_floats
+a, b = (st_floats.tensors('$tmp/%s.st' % n) for n in ('lvbatch24', 'lvflat24'))
+sys.exit(all(a[k].tobytes() == b[k].tobytes() for k in a))"
+
 # A 2x2 checkpoint after epoch 1 of every=4 --outer slowmo (its last step averaged, so the end
 # took no extra average) resumed on 2x2: the uninterrupted run's weights, outer momentum and log.
 train slowmo0r22 2x2 1 "${mlp[@]}" --sync every=4 --outer slowmo --momentum 0 \
@@ -152,6 +177,8 @@ compare slowmo022 slowmo0r22 0
 grid=("${mpi[@]}" -np 4 "$tessera" "${run[@]}" "${mlp[@]}" --epochs 1 --grid 2x2)
 expect 2 "--bucket-mb: a grid averages each slice over its grid row.*leave --bucket-mb out" \
   -- timeout 60 "${grid[@]}" --bucket-mb 1
+expect 2 "--allreduce two-level: the grid rows lie on the nodes unevenly \(row 1 on 1 node with at most 2 of its ranks on one, row 2 on 2 with at most 1\)" \
+  -- timeout 60 "${grid[@]}" --allreduce two-level --node-size 3
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

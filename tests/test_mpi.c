@@ -2642,6 +2642,101 @@ static void node_ordered_mean(const float *all, int64_t n, int g, float *out) {
   }
 }
 
+/* Per step under --sync batch on --grid 2x(P/2) with nodes of g consecutive ranks (each holding
+ * g / 2 whole grid columns): the bytes the busiest node sent to other nodes (StarPU-MPI's
+ * count; the grid's own transfers stay inside a column, on its node), and this rank's bytes to
+ * other grid columns (StarPU-MPI's and the engine's count of its averaging); the weights at the
+ * end (grid_params). */
+typedef struct {
+  double node_bytes, across, engine;
+  float *w;
+  int64_t n;
+} grid_levels_t;
+
+static grid_levels_t grid_levels_run(tsr_allreduce_t mode, int g) {
+  enum { B = 16, STEPS = 3, PR = 2 };
+  int pc = size / PR, column = rank / PR;
+  allreduce = mode, node_size = g;
+  tsr_net_t *net = make_grid_net(B, PR, false);
+  tsr_replicas_t *rep = replicas(net, "batch", false);
+  CHECK(tsr__progress_wait_all() == 0, "start-up transfers");
+  tsr_sync_stats_t st;
+  tsr__replicas_take_stats(rep, &st);
+  size_t before[TSR_MAX_RANKS] = {0}, after[TSR_MAX_RANKS] = {0};
+  uint64_t inside0, across0, inside1, across1;
+  bytes_by_peer(PR, &inside0, &across0);
+  starpu_mpi_comm_amounts_retrieve(before);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 0; k < STEPS; k++) {
+    tsr__replicas_count(rep, counts);
+    CHECK(tsr_net_train_step(net, &train_set, rows + (k * pc + column) * B, B, true) == 0, "step");
+  }
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  starpu_mpi_comm_amounts_retrieve(after);
+  bytes_by_peer(PR, &inside1, &across1);
+  tsr__replicas_take_stats(rep, &st);
+  double off_node = 0;
+  for (int q = 0; q < size; q++)
+    if (q / g != rank / g) off_node += (double)(after[q] - before[q]) / STEPS;
+  double *of_rank = malloc(sizeof(double) * (size_t)size);
+  MPI_Allgather(&off_node, 1, MPI_DOUBLE, of_rank, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  grid_levels_t out = {0};
+  for (int n = 0; n * g < size; n++) {
+    double node = 0;
+    for (int q = n * g; q < (n + 1) * g && q < size; q++)
+      node += of_rank[q];
+    out.node_bytes = fmax(out.node_bytes, node);
+  }
+  out.across = (double)(across1 - across0) / STEPS;
+  out.engine = (double)st.bytes_sent / STEPS;
+  free(of_rank), free(rows);
+  tsr__replicas_destroy(&rep);
+  out.w = grid_params(net, pc, &out.n);
+  tsr_net_destroy(&net);
+  allreduce = TSR_ALLREDUCE_AUTO, node_size = 0;
+  return out;
+}
+
+/* Two levels under --grid 2x(P/2), --node-size 4: each grid row averages its slice of the
+ * dense layers over its own nodes (2 of its ranks a node, P/4 nodes). Per step of --sync batch:
+ *   - the bytes a node sends to other nodes (StarPU-MPI's count) are at most 1.05 x the ring's
+ *     2 (N - 1) / N |W| (the rows' slices together are the model once; the node's ranks of
+ *     both rows send at once), and at least half of it; flat sends more;
+ *   - every rank's bytes to other grid columns, StarPU-MPI's count, are what the engine counts;
+ *   - the weights end within 1e-5 of flat's. */
+static void grid_two_level(void) {
+  const int g = 4, nodes = size / g;
+  tile_rows = tile_cols = 16;
+  grid_levels_t flat = grid_levels_run(TSR_ALLREDUCE_FLAT, g);
+  grid_levels_t two = grid_levels_run(TSR_ALLREDUCE_TWO_LEVEL, g);
+  double ring = 2.0 * (nodes - 1) / nodes * (double)two.n * sizeof(float);
+  CHECK(two.node_bytes <= 1.05 * ring && two.node_bytes >= 0.5 * ring,
+        "--grid 2x%d, %d nodes of %d: a node sent %.0f bytes per step to other nodes, the ring's "
+        "optimum %.0f",
+        size / 2, nodes, g, two.node_bytes, ring);
+  CHECK(flat.node_bytes > two.node_bytes,
+        "--grid 2x%d: flat sent %.0f off the node, two-level %.0f", size / 2, flat.node_bytes,
+        two.node_bytes);
+  for (int t = 0; t < 2; t++) {
+    const grid_levels_t *x = t ? &two : &flat;
+    CHECK(fabs(x->across - x->engine) <= 0.05 * x->across,
+          "--grid 2x%d %s: bytes to other columns per step: StarPU-MPI %.0f, the engine %.0f",
+          size / 2, t ? "two-level" : "flat", x->across, x->engine);
+  }
+  double d = max_rel_diff(two.w, flat.w, two.n);
+  CHECK(d <= 1e-5, "--grid 2x%d: two-level ends %g (relative) from flat", size / 2, d);
+  if (rank == 0)
+    printf("two-level --grid 2x%d, each grid row on %d nodes of 2 ranks, per step: busiest node "
+           "sent %.0f bytes to other nodes (%.3f x the ring's %.0f; flat %.0f, %.2f x); weights "
+           "%.1e from flat\n",
+           size / 2, nodes, two.node_bytes, two.node_bytes / ring, ring, flat.node_bytes,
+           flat.node_bytes / ring, d);
+  free(flat.w), free(two.w);
+}
+
 /* --allreduce two-level with --node-size 4 on 8 and 16 ranks (2 and 4 "nodes"):
  *   - the bytes each node sends to other nodes per step of --sync batch (StarPU-MPI's count) are
  *     at most 1.05 x the ring's 2 (N - 1) / N |W| (flat sends G times that: printed), with
@@ -2651,7 +2746,8 @@ static void node_ordered_mean(const float *all, int64_t n, int g, float *out) {
  *   - the weights end where flat's do (1e-5 relative; the sums' order differs);
  *   - in deterministic mode an epoch average is the float32 sum in the documented order, bit
  *     for bit: node by node (node_ordered_mean) for nodes of 4, rank order for nodes of 1 and of
- *     P (flat's contract), and the orders differ for the check to mean much. */
+ *     P (flat's contract), and the orders differ for the check to mean much;
+ *   - under --grid 2x(P/2), each grid row over its own nodes (grid_two_level). */
 static void test_two_level(void) {
   load(16 * size * 3);
   const int g = 4, nodes = (size + g - 1) / g;
@@ -2721,6 +2817,7 @@ static void test_two_level(void) {
     free(w), free(own), free(all), free(want), free(flat);
     tsr_net_destroy(&avg), tsr_net_destroy(&alone);
   }
+  grid_two_level();
 }
 
 /* --bucket-mb on 4 and 8 ranks, flat, 16x16 tiles (each rank homes dozens of chunks):

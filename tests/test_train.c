@@ -747,23 +747,23 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert(s->replicas == 2 && s->replica == 0, "rank 1 sits in grid column 0 of 2");
-  /* Checkpoints under a grid: refused only where each grid column keeps its own optimizer
-   * state (weight averaging with momentum), with the ways out. */
+  /* Checkpoints under a grid keep each grid column's own optimizer state (weight averaging with
+   * momentum; post-local once local): accepted (tests/test_grid_checkpoint.sh). */
   c.checkpoint = true;
-  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
-  cr_assert(strstr(err.msg, "--grid 2x2 --sync epoch: --checkpoint and --resume cannot keep") &&
-                strstr(err.msg, "--sync batch") && strstr(err.msg, "--momentum 0"),
-            "%s", err.msg);
-  /* post-local too: once local, each column keeps its own. */
-  cr_assert_eq(tsr_sync_parse(&sync, "post-local:1,2", &err), 0);
-  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
-  cr_assert(strstr(err.msg, "--grid 2x2 --sync post-local:1,2: --checkpoint and --resume"), "%s",
-            err.msg);
-  cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);
-  float momentum = c.net.opt.momentum;
-  c.net.opt.momentum = 0;
   cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
-  c.net.opt.momentum = momentum;
+  cr_assert_eq(tsr_sync_parse(&sync, "post-local:1,2", &err), 0);
+  cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
+  /* Two levels under a grid: each grid row over its own nodes, which the rows must lie on alike
+   * (--node-size 4: one node of both columns; 3: row 1 on one node, row 2 on two). */
+  sync.allreduce = TSR_ALLREDUCE_TWO_LEVEL, sync.node_size = 4;
+  cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
+  sync.node_size = 3;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--allreduce two-level: the grid rows lie on the nodes unevenly (row 1 "
+                            "on 1 node with at most 2 of its ranks on one, row 2 on 2 with at "
+                            "most 1)"),
+            "%s", err.msg);
+  sync.allreduce = TSR_ALLREDUCE_AUTO, sync.node_size = 0;
   cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
   cr_assert_eq(tsr_run_check(&c, &err), 0, "%s", err.msg);
   cr_assert_eq(tsr_sync_parse(&sync, "epoch", &err), 0);

@@ -22,6 +22,27 @@ typedef struct {
   int64_t group_averages; /* hier: averages inside this rank's group */
 } tsr_sync_stats_t;
 
+/* Why averages under sync cannot take two levels (--allreduce two-level) where, when uneven,
+ * --shares other than uniform place the chunks' homes by rank: a sentence, or NULL where they
+ * can. tsr_run_check refuses two-level asked for then; auto takes flat. */
+const char *tsr__replicas_flat_only(const tsr_sync_t *sync, bool uneven);
+/* Under a grid of pr rows (1: none, every rank one row) whose size ranks lie on the nodes
+ * node_of (size entries, numbered from 0): the nodes a grid row's ranks (c pr + p, one a
+ * column) lie on and the most of them one node holds, in *nodes and *per_node, returning NULL
+ * where every row lies alike (as many nodes, as many ranks at most on one); else a sentence
+ * why two levels cannot be taken. */
+const char *tsr__replicas_row_nodes(const int *node_of, int size, int pr, int *nodes,
+                                    int *per_node);
+/* Whether averages go through nodes (two levels) under sync (uneven: --shares other than
+ * uniform placing the homes) on nodes nodes of at most per_node of the ranks that average
+ * together (every rank, or under a grid a grid row's: tsr__replicas_row_nodes): asked for
+ * (--allreduce two-level), or auto where there are several nodes and one holds several such
+ * ranks; never where tsr__replicas_flat_only gives a reason. The engine's rule, which the run's
+ * setup and the planner describe with. */
+bool tsr__replicas_two_level(const tsr_sync_t *sync, bool uneven, int nodes, int per_node);
+/* Why averages under sync with a grid of grid_rows rows cannot pack chunks into buckets
+ * (--bucket-mb): a sentence, or NULL where they can. tsr_run_check refuses --bucket-mb then. */
+const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows);
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
  * makes every replica equal to rank 0's. In `batch` mode it takes over the
  * net's gradient hook. share (NULL: equal) is each rank's part of the work
@@ -29,20 +50,6 @@ typedef struct {
  * the reductions and of batch mode's sharded updates, follow it (without a
  * grid). net is borrowed and must outlive *r. The run's combination (grid and policy) must
  * have passed tsr_run_check. */
-/* Why averages under sync cannot take two levels (--allreduce two-level) with a grid of
- * grid_rows rows (1: none) and, where uneven, --shares other than uniform: a sentence, or NULL
- * where they can. tsr_run_check refuses two-level asked for then; auto takes flat. */
-const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven);
-/* Whether averages over every rank go through nodes (two levels) under sync with a grid of
- * grid_rows rows and, where uneven, --shares other than uniform, on nodes nodes of at most
- * per_node ranks: asked for (--allreduce two-level), or auto where there are several nodes and
- * one holds several ranks; never where tsr__replicas_flat_only gives a reason. The engine's
- * rule, which the run's setup and the planner describe with. */
-bool tsr__replicas_two_level(const tsr_sync_t *sync, int grid_rows, bool uneven, int nodes,
-                             int per_node);
-/* Why averages under sync with a grid of grid_rows rows cannot pack chunks into buckets
- * (--bucket-mb): a sentence, or NULL where they can. tsr_run_check refuses --bucket-mb then. */
-const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows);
 int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *sync,
                          const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);

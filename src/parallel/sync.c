@@ -213,11 +213,18 @@ static bool member(const group_t *g, int rank) {
   return false;
 }
 
-/* Chunk (i, j)'s home: over all ranks, or under a grid in its scope. */
+/* Chunk (i, j)'s home: over all ranks, or under a grid in its scope. With two levels under a
+ * grid each row plans its own homes on its own nodes, and this rank's plan (homes in its row)
+ * holds for its row's chunks only; another row's chunk is given the rank of that row in the
+ * planned home's column: never this rank, so it neither stores nor updates that chunk. */
 static int chunk_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
-  int home = rp->chome[i * rp->nt + j];
-  if (rp->r->grid_rows == 1) return home;
+  int home = rp->chome[i * rp->nt + j], pr = rp->r->grid_rows;
+  if (pr == 1) return home;
+  if (rp->r->two_level) {
+    int row = scope(rp->r, rp, -1, j)->ranks[0] % pr;
+    return home - home % pr + row;
+  }
   const group_t *g = scope(rp->r, rp, -1, j);
   return g->ranks[home % g->n];
 }
@@ -487,10 +494,10 @@ static int reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *r
 static int gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
                         const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                         int I, int j) {
-  if (gi < 0 && r->two_level) return gather_two_level(o, r, rp, src, si, sj, y, with_home, I, j);
-  tsr_task_opts_t mpi = with_mpi(o, true);
   const group_t *g = scope(r, rp, gi, j);
   if (!member(g, r->rank)) return 0; /* grid: another row's column */
+  if (gi < 0 && r->two_level) return gather_two_level(o, r, rp, src, si, sj, y, with_home, I, j);
+  tsr_task_opts_t mpi = with_mpi(o, true);
   int i, r0, home = home_in(g, rp, I, j);
   chunk_tile(rp, I, &i, &r0);
   bool at_home = r->rank == home;
@@ -983,7 +990,8 @@ static int average(tsr_replicas_t *r, int gi, bool outer) {
           rc = reduce_chunk(&o, r, rp, gi, own[s], views[s], I, j);
           const tsr_tiles_t *result = acc_of(rp, gi);
           /* The home in the chunk's scope (under a grid, in its grid row): where acc is. */
-          bool at_home = r->rank == home_in(scope(r, rp, gi, j), rp, I, j);
+          bool at_home =
+              r->rank == (gi < 0 ? chunk_home(I, j, rp) : home_in(scope(r, rp, gi, j), rp, I, j));
           if (rc == 0 && s == 0) rc = step_chunk(r, rp, gi, outer, fednova, at_home, I, j, &result);
           if (rc == 0) rc = gather_chunk(&o, r, rp, gi, result, I, j, views[s], true, I, j);
         }
@@ -1359,17 +1367,21 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
   free(rp->tdone), free(rp->tbucket), free(rp->toff);
 }
 
+/* Each rank's node, of_rank[q] (size entries, the caller's), numbered in order of their lowest
+ * ranks: groups of gs consecutive ranks, or (gs 0) the nodes MPI sees (a collective call).
+ * Returns the number of nodes. */
+static int rank_nodes(int size, int gs, int *of_rank) {
+  if (gs == 0) return tsr_dist_nodes(of_rank);
+  for (int q = 0; q < size; q++)
+    of_rank[q] = q / gs;
+  return (size + gs - 1) / gs;
+}
+
 /* The ranks cut into groups of gs consecutive ranks, or (gs 0) into the nodes MPI sees (a
  * collective call): *n groups in *groups, their ranks in rank order; of_rank[q] (size entries,
  * the caller's) is rank q's group. */
 static int split_ranks(const tsr_replicas_t *r, int gs, int *n, group_t **groups, int *of_rank) {
-  if (gs > 0) {
-    *n = (r->size + gs - 1) / gs;
-    for (int q = 0; q < r->size; q++)
-      of_rank[q] = q / gs;
-  } else {
-    *n = tsr_dist_nodes(of_rank);
-  }
+  *n = rank_nodes(r->size, gs, of_rank);
   if (!(*groups = calloc((size_t)*n, sizeof **groups))) return TSR_ENOMEM;
   for (int g = 0; g < *n; g++)
     if (!((*groups)[g].ranks = malloc(sizeof(int) * (size_t)r->size))) return TSR_ENOMEM;
@@ -1423,8 +1435,7 @@ int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
   return rc;
 }
 
-const char *tsr__replicas_flat_only(const tsr_sync_t *sync, int grid_rows, bool uneven) {
-  if (grid_rows > 1) return "a grid averages over its grid rows, whose ranks are spread over nodes";
+const char *tsr__replicas_flat_only(const tsr_sync_t *sync, bool uneven) {
   if (tsr__sync_policy(&sync->schedule)->folds)
     return "async-epoch folds one rank's weights after another into the global copy, so a "
            "node's ranks cannot be summed first";
@@ -1440,30 +1451,94 @@ const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows) {
   return NULL;
 }
 
-bool tsr__replicas_two_level(const tsr_sync_t *sync, int grid_rows, bool uneven, int nodes,
-                             int per_node) {
-  if (tsr__replicas_flat_only(sync, grid_rows, uneven)) return false;
+const char *tsr__replicas_row_nodes(const int *node_of, int size, int pr, int *nodes,
+                                    int *per_node) {
+  static char why[160];
+  int *count = malloc(sizeof(int) * (size_t)size); /* node numbers are below the ranks */
+  if (!count) return "out of memory";
+  for (int p = 0; p < pr; p++) {
+    int n = 0, most = 0;
+    memset(count, 0, sizeof(int) * (size_t)size);
+    for (int q = p; q < size; q += pr) {
+      n += count[node_of[q]] == 0;
+      if (++count[node_of[q]] > most) most = count[node_of[q]];
+    }
+    if (p == 0) {
+      *nodes = n, *per_node = most;
+    } else if (n != *nodes || most != *per_node) {
+      snprintf(why, sizeof why,
+               "the grid rows lie on the nodes unevenly (row 1 on %d node%s with at most %d of "
+               "its ranks on one, row %d on %d with at most %d)",
+               *nodes, *nodes == 1 ? "" : "s", *per_node, p + 1, n, most);
+      free(count);
+      return why;
+    }
+  }
+  free(count);
+  return NULL;
+}
+
+bool tsr__replicas_two_level(const tsr_sync_t *sync, bool uneven, int nodes, int per_node) {
+  if (tsr__replicas_flat_only(sync, uneven)) return false;
   return sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL ||
          (sync->allreduce == TSR_ALLREDUCE_AUTO && nodes > 1 && per_node > 1);
 }
 
+/* The nodes of the ranks this rank averages with (every rank; under a grid its grid row's, one
+ * a column), from every rank's node (of_rank): r->nodes in order of their lowest ranks, each
+ * member's index in r->node_of (-1 for the others), the most members one holds. */
+static int member_nodes(tsr_replicas_t *r, const group_t *members, const int *of_rank) {
+  int *index = malloc(sizeof(int) * (size_t)r->size);
+  r->node_of = malloc(sizeof(int) * (size_t)r->size);
+  r->nodes = calloc((size_t)members->n, sizeof *r->nodes);
+  if (!index || !r->node_of || !r->nodes) {
+    free(index);
+    return TSR_ENOMEM;
+  }
+  for (int q = 0; q < r->size; q++)
+    index[q] = -1, r->node_of[q] = -1;
+  for (int t = 0; t < members->n; t++) {
+    int q = members->ranks[t], n = of_rank[q];
+    if (index[n] < 0) {
+      index[n] = r->nnodes++;
+      if (!(r->nodes[index[n]].ranks = malloc(sizeof(int) * (size_t)members->n))) {
+        free(index);
+        return TSR_ENOMEM;
+      }
+    }
+    group_t *g = &r->nodes[index[n]];
+    g->ranks[g->n++] = q, r->node_of[q] = index[n];
+    if (g->n > r->per_node) r->per_node = g->n;
+  }
+  r->my_node = r->node_of[r->rank];
+  free(index);
+  return 0;
+}
+
 /* --allreduce and --node-size: the nodes (always computed: a collective call every rank makes),
  * and whether averages over every rank go through them. auto: where there are several nodes
- * and one holds several ranks, one replica per rank (no grid), homes not weighted by --shares,
- * and a policy that sums (async-epoch folds one rank after another). Asked for explicitly where
- * it cannot be (tsr_run_check refuses it first): an error. */
+ * and one holds several of the ranks that average together (every rank, or under a grid a grid
+ * row's), homes not weighted by --shares, and a policy that sums (async-epoch folds one rank
+ * after another). Under a grid each row averages over its own nodes, so every row must lie
+ * alike on them: each makes descriptors of its nodes' number and shape, and every rank creates
+ * the same descriptors in the same order (their MPI tags). Asked for explicitly where it cannot
+ * be: an error (tsr_run_check refuses what it can tell before the nodes are known). */
 static int choose_levels(tsr_replicas_t *r, tsr_errbuf_t *err) {
-  if (!(r->node_of = malloc(sizeof(int) * (size_t)r->size))) return TSR_ENOMEM;
-  TSR_TRY(split_ranks(r, r->sync.node_size, &r->nnodes, &r->nodes, r->node_of));
-  r->my_node = r->node_of[r->rank];
-  for (int n = 0; n < r->nnodes; n++)
-    if (r->nodes[n].n > r->per_node) r->per_node = r->nodes[n].n;
-  const char *why = tsr__replicas_flat_only(&r->sync, r->grid_rows, r->home_share != NULL);
+  int *of_rank = malloc(sizeof(int) * (size_t)r->size);
+  if (!of_rank) return TSR_ENOMEM;
+  rank_nodes(r->size, r->sync.node_size, of_rank);
+  int pr = r->grid_rows, nodes = 0, per_node = 0;
+  const char *why = tsr__replicas_flat_only(&r->sync, r->home_share != NULL);
+  const char *rows = tsr__replicas_row_nodes(of_rank, r->size, pr, &nodes, &per_node);
+  int rc = member_nodes(r, pr > 1 ? &r->rows[r->rank % pr] : &r->all, of_rank);
+  free(of_rank);
+  TSR_TRY(rc);
+  if (!why) why = rows;
   if (r->sync.allreduce == TSR_ALLREDUCE_TWO_LEVEL && why)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
                          why);
-  r->two_level = tsr__replicas_two_level(&r->sync, r->grid_rows, r->home_share != NULL, r->nnodes,
-                                         r->per_node);
+  r->two_level =
+      !why && tsr__replicas_two_level(&r->sync, r->home_share != NULL, r->nnodes, r->per_node);
   return 0;
 }
 

@@ -424,13 +424,14 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   if (rc == 0 && !release) rc = TSR_ENOMEM;
   tsr__plan_average_t a = {0};
   /* The averaging's nodes: a grid row's ranks (one per column) spread over them, per_node / Pr
-   * a node; two levels as the engine decides (tsr__replicas_create: never under a grid). */
+   * a node (whole columns on a node); two levels as the engine decides (tsr__replicas_create:
+   * each grid row over its own nodes). */
   int node_size = o->node_size > 0 ? o->node_size : per_node;
   int avg_node = pr > 1 ? (node_size / pr > 1 ? node_size / pr : 1) : node_size;
   if (avg_node > pc) avg_node = pc;
   int nodes = (pc + avg_node - 1) / avg_node;
   tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
-  row->two_level = tsr__replicas_two_level(&as_run, pr, false, nodes, avg_node);
+  row->two_level = tsr__replicas_two_level(&as_run, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
   uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0; /* as train's */
   if (rc == 0 && pc > 1)

@@ -112,7 +112,15 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          c->shares->n, c->shares->n == 1 ? "" : "s", ranks / pr,
                          ranks / pr == 1 ? "" : "s", pr, ranks / pr, pr);
   if (!grid && c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
-  const char *flat_only = tsr__replicas_flat_only(sync, pr, uneven);
+  /* Under a grid shares weigh the columns' samples; the homes stay where the rows put them. */
+  const char *flat_only = tsr__replicas_flat_only(sync, uneven && !grid);
+  /* With --node-size the nodes are known before the run: each grid row must lie on them alike
+   * (the nodes MPI sees are checked when the replicas are made). */
+  int node_of[TSR_MAX_RANKS], nodes, per_node;
+  for (int q = 0; q < ranks && sync->node_size > 0; q++)
+    node_of[q] = q / sync->node_size;
+  if (!flat_only && grid && sync->node_size > 0)
+    flat_only = tsr__replicas_row_nodes(node_of, ranks, pr, &nodes, &per_node);
   if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
                          flat_only);
@@ -300,24 +308,27 @@ int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *t
 }
 
 /* How averages over every rank travel (tsr_run_setup_t.averaging), by the engine's rule on the
- * nodes it will use: --node-size's, or those MPI sees (collective). */
+ * nodes it will use: --node-size's, or those MPI sees (collective); under a grid a grid row's
+ * ranks on them. */
 static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
-  int g = s->sync.node_size, nodes = 1, per_node = s->ranks;
-  if (g > 0) {
-    nodes = (s->ranks + g - 1) / g, per_node = g < s->ranks ? g : s->ranks;
-  } else if (tsr_dist_active()) {
-    int node_of[TSR_MAX_RANKS], count[TSR_MAX_RANKS] = {0};
-    nodes = tsr_dist_nodes(node_of), per_node = 0;
+  int g = s->sync.node_size, pr = grid_rows(c), nodes = 1, per_node = s->ranks / pr;
+  int node_of[TSR_MAX_RANKS] = {0};
+  if (g > 0)
     for (int q = 0; q < s->ranks; q++)
-      if (++count[node_of[q]] > per_node) per_node = count[node_of[q]];
-  }
+      node_of[q] = q / g;
+  else if (tsr_dist_active())
+    tsr_dist_nodes(node_of);
+  bool alike = !tsr__replicas_row_nodes(node_of, s->ranks, pr, &nodes, &per_node);
   const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
   if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return; /* none */
-  bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM;
+  bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM && pr == 1;
   char buckets[40] = "";
   if (s->sync.bucket_mb > 0)
     snprintf(buckets, sizeof buckets, ", buckets of %g MiB", (double)s->sync.bucket_mb);
-  if (tsr__replicas_two_level(&s->sync, grid_rows(c), uneven, nodes, per_node))
+  if (alike && pr > 1 && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
+    snprintf(s->averaging, sizeof s->averaging, "two-level, each grid row on %d nodes of %d ranks",
+             nodes, per_node);
+  else if (alike && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
     snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks%s", nodes,
              per_node, buckets);
   else
