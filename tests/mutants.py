@@ -161,9 +161,17 @@ MUTANTS = [
      "grid row", "src/parallel/sync.c",
      [("member_nodes(r, pr > 1 ? &r->rows[r->rank % pr] : &r->all, of_rank)",
        "member_nodes(r, &r->all, of_rank)")], ["grid-sync"]),
-    ("grid-two-level-home-row", "under a grid with two levels another row's chunk keeps this row's "
-     "home", "src/parallel/sync.c",
-     [("return home - home % pr + row;", "return home + 0 * row;")], ["grid-sync"]),
+    ("grid-two-level-home-rank", "under a grid with two levels a chunk's home is kept as a rank, "
+     "not as its column in the row", "src/parallel/sync.c",
+     [("home = g->ranks[c->local[at] % g->n] / pr;", "home = g->ranks[c->local[at] % g->n];")],
+     ["grid-sync"]),
+    ("grid-rows-plan-whole", "under a grid each row plans its chunks from every tile column of a "
+     "spread parameter, not its own", "src/parallel/sync.c",
+     [("if (!spread || j % r->grid_rows == p)", "if (!spread || j >= 0)")], ["plan-cli"]),
+    ("grid-outer-gather-plan", "under a grid the outer momentum is gathered by rank 0's plan of "
+     "the other rows' homes", "src/parallel/sync.c",
+     [("return r->grid_rows > 1 ? tsr_tiles_gather_owned(u, all) : tsr_tiles_gather(u, all);",
+       "return tsr_tiles_gather(u, all);")], ["grid-sync"]),
     ("resume-grid-column-of-rank", "a resumed grid run gives each rank the optimizer state of the "
      "replica its rank numbers, not its grid column's", "src/train/checkpoint.c",
      [("q = tsr_dist_rank() / pr;", "q = tsr_dist_rank() % pr;")], ["grid-checkpoint"]),

@@ -148,6 +148,11 @@ measured 3 every=4 mlp:128,64 1536 --tile 16 --bucket-mb 25
 measured 4 batch mlp:128,64 1536 --tile 16 --node-size 2 --allreduce two-level --bucket-mb 0.01
 grid 2 2x1 batch mlp:128,64 1280
 grid 4 2x2 batch mlp:128,64 1280
+# each grid row on its own 2 nodes of 2 (two whole columns a node)
+grid 8 2x4 batch mlp:128,64 1280 --node-size 4 --allreduce two-level
+grid 8 2x4 every=2 mlp:128,64 1280 --node-size 4 --allreduce two-level
+grid 8 2x4 batch mlp:128,64 1280 --allreduce flat
+grid 6 2x3 batch mlp:128,64 1280 --allreduce flat
 grid 2 2x1 batch cnn 256
 grid 2 2x1 batch cnn 256 --domain rows
 grid 2 2x1 batch cnn 256 --domain rows:2

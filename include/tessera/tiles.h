@@ -85,6 +85,10 @@ TSR_API int tsr_tiles_gather(const tsr_tiles_t *t, float *dst);
  * copy by copy (ignored elsewhere, may be NULL). Collective as tsr_tiles_gather; stride must
  * divide the ranks. With stride 1 and a matrix every rank holds, each rank's own copy. */
 TSR_API int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst);
+/* tsr_tiles_gather where the ranks disagree on who owns what and on the tiling, each right about
+ * its own tiles only (a grid's rows, each homing its own chunks): every element from the lowest
+ * rank that owns a tile holding it, none left out. Collective as tsr_tiles_gather. */
+TSR_API int tsr_tiles_gather_owned(const tsr_tiles_t *t, float *dst);
 /* Copies tile (i, j), which must be on this process, to dst (tile rows,
  * tile cols) row-major, waiting for the tasks that write it. */
 TSR_API int tsr_tiles_read_tile(const tsr_tiles_t *t, int i, int j, float *dst);

@@ -85,6 +85,9 @@ typedef struct rparam {
   int index;    /* in the replicas' params, and in the outer state */
   int nt;       /* tile columns (chunks share them) */
   int k;        /* bands per tile row; chunk rows cr = mb / k */
+  bool staged;  /* a stage (and under batch the updated bands) exist: k > 1 here, or under a grid
+                   in some grid row (every rank creates the descriptors any row needs) */
+  bool whole_g; /* batch: views of every rank's gradient exist (k 1 or two levels, in some row) */
   int cr;       /* rows of a chunk (the last of a matrix may be shorter) */
   int cmt;      /* chunk rows of the matrix: ceil(m / cr) */
   int *chome;   /* (cmt, nt) home rank of each chunk */
@@ -213,18 +216,13 @@ static bool member(const group_t *g, int rank) {
   return false;
 }
 
-/* Chunk (i, j)'s home: over all ranks, or under a grid in its scope. With two levels under a
- * grid each row plans its own homes on its own nodes, and this rank's plan (homes in its row)
- * holds for its row's chunks only; another row's chunk is given the rank of that row in the
- * planned home's column: never this rank, so it neither stores nor updates that chunk. */
+/* Chunk (i, j)'s home: over all ranks; under a grid a position in its scope, the chunk's grid
+ * row (plan_rows: this rank's row plans its own chunks, and another row's chunk, never averaged
+ * here, goes to a rank of that row). */
 static int chunk_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
-  int home = rp->chome[i * rp->nt + j], pr = rp->r->grid_rows;
-  if (pr == 1) return home;
-  if (rp->r->two_level) {
-    int row = scope(rp->r, rp, -1, j)->ranks[0] % pr;
-    return home - home % pr + row;
-  }
+  int home = rp->chome[i * rp->nt + j];
+  if (rp->r->grid_rows == 1) return home;
   const group_t *g = scope(rp->r, rp, -1, j);
   return g->ranks[home % g->n];
 }
@@ -398,7 +396,7 @@ static int reduce_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
                             tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
   bool det = r->sync.deterministic;
-  int i, r0, I0, I1, me = r->rank, home = rp->chome[I * rp->nt + j];
+  int i, r0, I0, I1, me = r->rank, home = chunk_home(I, j, rp);
   chunk_tile(rp, I, &i, &r0);
   chunks_of_tile(rp, i, &I0, &I1);
   int lh = local_home(rp, r->my_node, I, j);
@@ -439,7 +437,7 @@ static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
                             const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
                             int I, int j) {
   tsr_task_opts_t local = with_mpi(o, false), mpi = with_mpi(o, true);
-  int i, r0, I0, I1, me = r->rank, home = rp->chome[I * rp->nt + j];
+  int i, r0, I0, I1, me = r->rank, home = chunk_home(I, j, rp);
   chunk_tile(rp, I, &i, &r0);
   chunks_of_tile(rp, i, &I0, &I1);
   int hn = r->node_of[home], lh = local_home(rp, r->my_node, I, j);
@@ -1177,6 +1175,81 @@ static void destroy_buckets(tsr_replicas_t *r) {
   destroy_bucket_rows(r, &r->tbuckets, &r->ntb);
 }
 
+/* Under a grid row p averages the slice of the parameters its ranks hold: a spread parameter's
+ * tile columns j with j mod Pr = p, as one matrix of their widths (its tiles are theirs, the
+ * last one last), a replicated one whole (shapes[k]; cols 0: none of the row's). The planner
+ * plans grid row 0 from the same shapes (src/plan/plan.c). */
+static void row_shapes(const tsr_replicas_t *r, int p, tsr_chunk_shape_t *shapes) {
+  for (int k = 0; k < r->nparams; k++) {
+    const tsr_tiles_t *w = r->params[k].p->w;
+    int64_t cols = 0;
+    bool spread = w->kind == TSR_TILES_DISTRIBUTED;
+    for (int j = 0; j < tsr_tiles_nt(w); j++)
+      if (!spread || j % r->grid_rows == p) cols += tsr_tiles_tile_cols(w, j);
+    shapes[k] = (tsr_chunk_shape_t){tsr_tiles_rows(w), cols, tsr_tiles_mb(w), tsr_tiles_nb(w)};
+  }
+}
+
+/* Under a grid: each grid row's chunks, planned over its own ranks (one a column), flat or
+ * over the row's nodes, from its own slice (row_shapes), so that every row's ranks home its
+ * chunks evenly. This rank keeps its row's chunking (ch), spread back over each parameter's
+ * tile columns, each home as a position in the row (a column: chunk_home takes it to the
+ * chunk's row; another row's columns take their neighbours' plan, never used here). Every rank
+ * plans every row: the descriptors a chunking needs (a stage, the updated bands, the
+ * gradient's views) are created wherever any row needs them, so that every rank creates the
+ * same descriptors in the same order (their MPI tags). */
+static int plan_rows(tsr_replicas_t *r, tsr_chunking_t *ch) {
+  int pr = r->grid_rows, pc = r->size / pr, mine = r->rank % pr;
+  tsr_chunk_shape_t *shapes = malloc(sizeof *shapes * (size_t)r->nparams);
+  tsr_chunking_t *row = calloc((size_t)r->nparams, sizeof *row);
+  int *of = malloc(sizeof *of * (size_t)r->nparams), rc = shapes && row && of ? 0 : TSR_ENOMEM;
+  memset(ch, 0, sizeof *ch * (size_t)r->nparams);
+  for (int p = 0; rc == 0 && p < pr; p++) {
+    row_shapes(r, p, shapes);
+    int n = 0; /* the parameters the row holds, planned together */
+    for (int k = 0; k < r->nparams; k++)
+      if (shapes[k].cols > 0) shapes[n] = shapes[k], of[n++] = k;
+    if (n > 0)
+      rc = r->two_level
+               ? tsr__chunks_plan_two_level(shapes, n, r->nnodes, r->per_node, row, NULL, NULL)
+               : tsr__chunks_plan(shapes, n, pc, NULL, row, NULL, NULL);
+    for (int e = 0; rc == 0 && e < n; e++) {
+      rparam_t *rp = &r->params[of[e]];
+      rp->staged = rp->staged || row[e].k > 1;
+      rp->whole_g = rp->whole_g || row[e].k == 1 || r->two_level;
+    }
+    for (int k = 0; rc == 0 && p == mine && k < r->nparams; k++) {
+      const tsr_tiles_t *w = r->params[k].p->w;
+      int e = 0, nt = tsr_tiles_nt(w), mb = tsr_tiles_mb(w);
+      while (e < n && of[e] != k)
+        e++;
+      const tsr_chunking_t *c = e < n ? &row[e] : NULL; /* NULL: none of the row's */
+      bool spread = w->kind == TSR_TILES_DISTRIBUTED;
+      ch[k].k = c ? c->k : 1, ch[k].cr = c ? c->cr : mb, ch[k].nt = nt;
+      ch[k].cmt = c ? c->cmt : tsr_tiles_mt(w);
+      size_t count = (size_t)ch[k].cmt * (size_t)nt;
+      ch[k].home = calloc(count, sizeof *ch[k].home);
+      ch[k].local = r->two_level ? calloc(count, sizeof *ch[k].local) : NULL;
+      if (!ch[k].home || (r->two_level && !ch[k].local)) rc = TSR_ENOMEM;
+      for (int I = 0; rc == 0 && c && I < ch[k].cmt; I++)
+        for (int j = 0; j < nt; j++) {
+          int jc = spread ? j / pr : j, at = I * c->nt + (jc < c->nt ? jc : c->nt - 1);
+          int home = c->home[at];
+          if (r->two_level) { /* rank `local` of node `home`, as its column */
+            const group_t *g = &r->nodes[home];
+            home = g->ranks[c->local[at] % g->n] / pr;
+            ch[k].local[I * nt + j] = c->local[at];
+          }
+          ch[k].home[I * nt + j] = home;
+        }
+    }
+    tsr__chunks_free(row, n);
+  }
+  if (rc) tsr__chunks_free(ch, r->nparams);
+  free(shapes), free(row), free(of);
+  return rc;
+}
+
 /* Chunks and their homes (chunks.h: the coarsest chunking that balances
  * what each rank sends; with --shares, homes in proportion to them). Also
  * homes whole tiles, for async-epoch's fold. */
@@ -1189,12 +1262,18 @@ static int plan_chunks(tsr_replicas_t *r) {
     shapes[k] =
         (tsr_chunk_shape_t){tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w), tsr_tiles_nb(w)};
   }
-  if (rc == 0 && r->two_level)
+  if (rc == 0 && r->grid_rows > 1)
+    rc = plan_rows(r, ch);
+  else if (rc == 0 && r->two_level)
     rc = tsr__chunks_plan_two_level(shapes, r->nparams, r->nnodes, r->per_node, ch, NULL, NULL);
   else if (rc == 0)
     rc = tsr__chunks_plan(shapes, r->nparams, r->size, r->home_share, ch, NULL, NULL);
-  /* Two levels: the home is rank `local` of node `home`. */
-  for (int k = 0; rc == 0 && k < r->nparams; k++)
+  for (int k = 0; rc == 0 && r->grid_rows == 1 && k < r->nparams; k++) {
+    r->params[k].staged = ch[k].k > 1;
+    r->params[k].whole_g = ch[k].k == 1 || r->two_level;
+  }
+  /* Two levels: the home is rank `local` of node `home` (a grid's rows: plan_rows did). */
+  for (int k = 0; rc == 0 && r->grid_rows == 1 && k < r->nparams; k++)
     for (int c = 0; ch[k].local && c < ch[k].cmt * ch[k].nt; c++) {
       const group_t *g = &r->nodes[ch[k].home[c]];
       ch[k].home[c] = g->ranks[ch[k].local[c] % g->n];
@@ -1284,7 +1363,7 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
       return TSR_ESHAPE;
     if (!(rp->bufs = replicas_of(r, rp->buf))) return TSR_ENOMEM;
   }
-  if (rp->k > 1) {
+  if (rp->staged) {
     /* A grid's slice stages its own columns only, on their rank. */
     if (w->kind == TSR_TILES_DISTRIBUTED)
       TSR_TRY(tsr_tiles_create_distributed(&rp->stage, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
@@ -1296,7 +1375,7 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     if (batch) TSR_TRY(by_chunk_home(&rp->updated, rp));
   }
   /* batch: the gradient's whole tiles travel (as chunks, or inside a node with two levels) */
-  if (batch && (rp->k == 1 || r->two_level) && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
+  if (batch && rp->whole_g && !(rp->g = replicas_of(r, p->g))) return TSR_ENOMEM;
   TSR_TRY(by_chunk_home(&rp->acc, rp));
   if (r->sync.by_steps && !r->outer) TSR_TRY(by_chunk_home(&rp->anchor, rp));
   if (r->ngroups > 0) {
@@ -1681,8 +1760,10 @@ static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
 int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all) {
   const rparam_t *rp = param_of(r, index);
   const tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
-  /* Each tile from the rank that homes it. */
-  return u ? tsr_tiles_gather(u, all) : TSR_EINVAL;
+  /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
+   * plan (plan_rows), which only that row's ranks know. */
+  if (!u) return TSR_EINVAL;
+  return r->grid_rows > 1 ? tsr_tiles_gather_owned(u, all) : tsr_tiles_gather(u, all);
 }
 
 int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all) {

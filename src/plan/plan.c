@@ -290,9 +290,10 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 
 /* ---- Averaging across columns ------------------------------------------ */
 
-/* Row 0's slice of every parameter, layer by layer in the layout's order: a spread layer's
- * tile columns j with j mod Pr = 0 (as separate matrices when Pr > 1, each tile column's
- * parameters in turn), a replicated layer's parameters whole. */
+/* Row 0's slice of every parameter, layer by layer in the layout's order: of a spread layer's
+ * parameter the tile columns j with j mod Pr = 0, as one matrix of their widths (the engine's
+ * grid rows plan their chunks from these shapes: sync.c's row_shapes), a replicated layer's
+ * parameters whole. */
 static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int **layer_of,
                       int *n, double *layer_bytes) {
   int cap = 16, cnt = 0;
@@ -307,27 +308,28 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     layer_bytes[k] = 0;
     if (l->nparams == 0) continue;
     bool sliced = l->spread && !l->banded && pr > 1;
-    /* the tile columns: every parameter of a spread layer is tiled like its output */
+    /* the tile columns: every parameter of a spread layer is tiled like its output; row 0
+     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (sync.c's row_shapes) */
     int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
-    for (int j = 0; j < nt; j += pr) {
-      for (int a = 0; a < l->nparams; a++) {
-        const tsr_layout_matrix_t *p = &l->params[a];
-        int pnb = imin(p->nb, (int)p->cols), kb = imin(p->mb, (int)p->rows);
-        int64_t cols = sliced ? tsize(p->cols, pnb, j) : p->cols;
-        tsr__plan_param_t add = {p->rows, cols, kb, imin(pnb, (int)cols)};
-        if (cnt == cap) {
-          tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap * 2));
-          if (more) ps = more;
-          int *more_of = more ? realloc(of, sizeof *of * (size_t)(cap * 2)) : NULL;
-          if (!more_of) {
-            free(ps), free(of);
-            return TSR_ENOMEM;
-          }
-          of = more_of, cap *= 2;
+    for (int a = 0; a < l->nparams; a++) {
+      const tsr_layout_matrix_t *p = &l->params[a];
+      int pnb = imin(p->nb, (int)p->cols), kb = imin(p->mb, (int)p->rows);
+      int64_t cols = sliced ? 0 : p->cols;
+      for (int j = 0; sliced && j < nt; j += pr)
+        cols += tsize(p->cols, pnb, j);
+      tsr__plan_param_t add = {p->rows, cols, kb, imin(pnb, (int)cols)};
+      if (cnt == cap) {
+        tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap * 2));
+        if (more) ps = more;
+        int *more_of = more ? realloc(of, sizeof *of * (size_t)(cap * 2)) : NULL;
+        if (!more_of) {
+          free(ps), free(of);
+          return TSR_ENOMEM;
         }
-        of[cnt] = k, ps[cnt++] = add;
-        layer_bytes[k] += 4.0 * (double)add.rows * (double)add.cols;
+        of = more_of, cap *= 2;
       }
+      of[cnt] = k, ps[cnt++] = add;
+      layer_bytes[k] += 4.0 * (double)add.rows * (double)add.cols;
     }
   }
   *out = ps, *layer_of = of, *n = cnt;
