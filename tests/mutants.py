@@ -163,7 +163,8 @@ MUTANTS = [
        "member_nodes(r, &r->all, of_rank)")], ["grid-sync"]),
     ("grid-two-level-home-rank", "under a grid with two levels a chunk's home is kept as a rank, "
      "not as its column in the row", "src/parallel/sync.c",
-     [("home = g->ranks[c->local[at] % g->n] / pr;", "home = g->ranks[c->local[at] % g->n];")],
+     [("row[e].home[c] = g->ranks[row[e].local[c] % g->n] / pr;",
+       "row[e].home[c] = g->ranks[row[e].local[c] % g->n];")],
      ["grid-sync"]),
     ("grid-rows-plan-whole", "under a grid each row plans its chunks from every tile column of a "
      "spread parameter, not its own", "src/parallel/sync.c",
@@ -172,6 +173,18 @@ MUTANTS = [
      "the other rows' homes", "src/parallel/sync.c",
      [("return r->grid_rows > 1 ? tsr_tiles_gather_owned(u, all) : tsr_tiles_gather(u, all);",
        "return tsr_tiles_gather(u, all);")], ["grid-sync"]),
+    ("grid-bucket-senders-all", "under a grid a bucket's home sums the rows of every rank, not "
+     "of its grid row's", "src/parallel/sync.c",
+     [("const group_t *row = r->grid_rows > 1 ? &r->rows[r->rank % r->grid_rows] : &r->all;",
+       "const group_t *row = &r->all;")], ["grid-sync"]),
+    ("grid-bucket-no-pad", "under a grid each rank makes its own row's buckets only, as many as "
+     "that row has", "src/parallel/sync.c",
+     [("if (r->grid_rows > 1 && r->sync.bucket_mb > 0) TSR_TRY(pad_buckets(r));", "")],
+     ["mpi-twolevel-8"]),
+    ("grid-bucket-other-rows", "under a grid a rank offers another row's chunks to the buckets",
+     "src/parallel/sync.c",
+     [("  if (!member(scope(r, rp, -1, j), r->rank)) return 0; /* grid: another row's column */\n",
+       "")], ["grid-sync"]),
     ("resume-grid-column-of-rank", "a resumed grid run gives each rank the optimizer state of the "
      "replica its rank numbers, not its grid column's", "src/train/checkpoint.c",
      [("q = tsr_dist_rank() / pr;", "q = tsr_dist_rank() % pr;")], ["grid-checkpoint"]),

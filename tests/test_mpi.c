@@ -60,6 +60,7 @@
 #include "nn/net_impl.h"
 #include "parallel/replicas.h"
 #include "runtime/progress.h"
+#include "runtime/tags.h"
 #include "runtime/task_opts.h"
 #include "tile/ops.h"
 
@@ -2728,6 +2729,25 @@ static void grid_two_level(void) {
   }
   double d = max_rel_diff(two.w, flat.w, two.n);
   CHECK(d <= 1e-5, "--grid 2x%d: two-level ends %g (relative) from flat", size / 2, d);
+  /* Each grid row packs its own chunks into as many buckets as it needs (in 16x48 tiles row 0
+   * holds 48 of the first layer's 64 features and all of the others, row 1 16: more buckets
+   * for row 0) and every rank makes as many bucket descriptors as the row with the most: every
+   * rank has used as many MPI tag spaces once the replicas are made, so the tags of whatever
+   * any ranks create next agree. */
+  tile_cols = 48;
+  for (int t = 0; t < 2; t++) {
+    allreduce = t ? TSR_ALLREDUCE_TWO_LEVEL : TSR_ALLREDUCE_FLAT, node_size = g, bucket_mb = 0.01f;
+    tsr_net_t *net = make_grid_net(16, 2, false);
+    tsr_replicas_t *rep = replicas(net, "batch", false);
+    int64_t next = tsr__tag_space(), lo, hi;
+    MPI_Allreduce(&next, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&next, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(lo == hi, "--grid 2x%d --bucket-mb 0.01 %s: the ranks used %lld to %lld tag spaces",
+          size / 2, t ? "two-level" : "flat", (long long)lo, (long long)hi);
+    tsr__replicas_destroy(&rep);
+    tsr_net_destroy(&net);
+  }
+  allreduce = TSR_ALLREDUCE_AUTO, node_size = 0, bucket_mb = 0, tile_cols = 16;
   if (rank == 0)
     printf("two-level --grid 2x%d, each grid row on %d nodes of 2 ranks, per step: busiest node "
            "sent %.0f bytes to other nodes (%.3f x the ring's %.0f; flat %.0f, %.2f x); weights "

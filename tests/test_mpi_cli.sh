@@ -221,8 +221,6 @@ expect 2 "--allreduce two-level: --shares other than uniform places the chunks' 
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --shares 1,2 --allreduce two-level
 # --bucket-mb packs the chunks of averages: refused where there are none to pack, naming why.
 expect 2 "--bucket-mb -1: expected a number of MiB from 0 to 1e6" 30 -- "$tessera" train --bucket-mb -1
-expect 2 "--bucket-mb: a grid averages each slice over its grid row.*leave --bucket-mb out" 60 -- \
-  "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --grid 2x1 --bucket-mb 1
 expect 2 "--bucket-mb: async-epoch folds whole tiles" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --sync async-epoch --bucket-mb 1
 

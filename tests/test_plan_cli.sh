@@ -118,13 +118,14 @@ inside = plan["grid_bytes_step"] * plan["steps_per_epoch"]
 bad, seen = [], []
 for l in epochs:
     r0 = l["per_rank"][0]
-    for key, want in (("grid_bytes_sent", inside), ("sync_bytes_sent", plan["sync_bytes_epoch"])):
+    for key, want in (("grid_bytes_sent", inside), ("sync_bytes_sent", plan["sync_bytes_epoch"]),
+                      ("sync_messages_sent", plan["sync_messages_epoch"])):
         seen.append("%s %d (planned %.0f)" % (key, r0[key], want))
         if abs(r0[key] - want) > 0.05 * want:
             bad.append("epoch %d rank 0 %s: logged %d, planned %.0f" % (l["epoch"], key, r0[key], want))
 if inside <= 0:
     bad.append("the plan moves nothing inside the column")
-print("; ".join(bad) if bad else ", ".join(seen[:2]))
+print("; ".join(bad) if bad else ", ".join(seen[:3]))
 sys.exit(1 if bad else 0)
 PY
   ); then
@@ -153,6 +154,9 @@ grid 8 2x4 batch mlp:128,64 1280 --node-size 4 --allreduce two-level
 grid 8 2x4 every=2 mlp:128,64 1280 --node-size 4 --allreduce two-level
 grid 8 2x4 batch mlp:128,64 1280 --allreduce flat
 grid 6 2x3 batch mlp:128,64 1280 --allreduce flat
+# each row's chunks in its own buckets, flat and over its nodes
+grid 8 2x4 batch mlp:128,64 1280 --allreduce flat --bucket-mb 0.01
+grid 8 2x4 batch mlp:128,64 1280 --node-size 4 --allreduce two-level --bucket-mb 25
 grid 2 2x1 batch cnn 256
 grid 2 2x1 batch cnn 256 --domain rows
 grid 2 2x1 batch cnn 256 --domain rows:2

@@ -352,9 +352,10 @@ struct tsr_run_setup {
   int64_t steps;
   tsr_net_memory_t memory; /* the estimate for net (zero when not checked) */
   /* How averages over every replica travel, as tsr_run_build decides it by the engine's rule:
-   * "flat", "flat, buckets of 25 MiB" or "two-level, 2 nodes of 4 ranks[, buckets of ...]" ("" with
-   * one replica or --sync none). */
-  char averaging[64];
+   * "flat", "flat, buckets of 25 MiB" or "two-level, 2 nodes of 4 ranks[, buckets of ...]" (under
+   * a grid "two-level, each grid row on 2 nodes of 2 ranks[, ...]"; "" with one replica or
+   * --sync none). */
+  char averaging[96];
   /* What rank 0 should say (no prefix, no newline): a batch larger than a shard, a network
    * taking more than half the memory, a policy that needs several ranks on one process. */
   int n_warnings;

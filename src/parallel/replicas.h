@@ -40,9 +40,9 @@ const char *tsr__replicas_row_nodes(const int *node_of, int size, int pr, int *n
  * ranks; never where tsr__replicas_flat_only gives a reason. The engine's rule, which the run's
  * setup and the planner describe with. */
 bool tsr__replicas_two_level(const tsr_sync_t *sync, bool uneven, int nodes, int per_node);
-/* Why averages under sync with a grid of grid_rows rows cannot pack chunks into buckets
- * (--bucket-mb): a sentence, or NULL where they can. tsr_run_check refuses --bucket-mb then. */
-const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows);
+/* Why averages under sync cannot pack chunks into buckets (--bucket-mb): a sentence, or NULL
+ * where they can. tsr_run_check refuses --bucket-mb then. */
+const char *tsr__replicas_no_buckets(const tsr_sync_t *sync);
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
  * makes every replica equal to rank 0's. In `batch` mode it takes over the
  * net's gradient hook. share (NULL: equal) is each rank's part of the work

@@ -559,13 +559,15 @@ static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
   return 0;
 }
 
-/* Bucket b's senders, in the order its home adds them: flat every rank, with two levels each
- * node's local home of b's index; their ranks and weights in the sum (a node's sum is weighted
- * already, a lone rank's band is not), and how many. */
+/* Bucket b's senders, in the order its home adds them: flat every rank (under a grid every rank
+ * of this rank's grid row), with two levels each node's local home of b's index; their ranks and
+ * weights in the sum (a node's sum is weighted already, a lone rank's band is not), and how
+ * many. */
 static int senders(const tsr_replicas_t *r, const bucket_t *b, int *ranks, float *w) {
-  int n = r->two_level ? r->nnodes : r->size;
+  const group_t *row = r->grid_rows > 1 ? &r->rows[r->rank % r->grid_rows] : &r->all;
+  int n = r->two_level ? r->nnodes : row->n;
   for (int t = 0; t < n; t++) {
-    ranks[t] = r->two_level ? r->nodes[t].ranks[b->lidx % r->nodes[t].n] : t;
+    ranks[t] = r->two_level ? r->nodes[t].ranks[b->lidx % r->nodes[t].n] : row->ranks[t];
     w[t] = r->two_level && r->nodes[t].n > 1 ? 1.0f : (float)r->weights[ranks[t]];
   }
   return n;
@@ -784,6 +786,7 @@ static int chunk_on(tsr_replicas_t *r, rparam_t *rp, int I, int j, const pass_t 
  * bucket; once that is full, the local home sums it (reduce_node_bucket) and every chunk of its
  * tiles goes on (chunk_on). Otherwise chunk_on straight away. */
 static int offer_chunk(tsr_replicas_t *r, rparam_t *rp, int I, int j, const pass_t *p) {
+  if (!member(scope(r, rp, -1, j), r->rank)) return 0; /* grid: another row's column */
   if (!r->ntb || r->nodes[r->my_node].n == 1) return chunk_on(r, rp, I, j, p);
   tsr_task_opts_t local = with_mpi(p->o, false);
   int i, r0, I0, I1;
@@ -1109,6 +1112,7 @@ static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_ch
   }
   for (int k = 0; k < r->nparams; k++)
     for (int c = 0; c < ch[k].cmt * ch[k].nt; c++) {
+      if (ch[k].bucket[c] < 0) continue; /* a grid: another row's chunk */
       bucket_t *t = &r->buckets[ch[k].bucket[c]];
       if (ch[k].local) t->lidx = ch[k].local[c];
       t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
@@ -1136,11 +1140,39 @@ static int make_tile_buckets(tsr_replicas_t *r, const tsr_buckets_t *tb, const t
   for (int k = 0; k < r->nparams; k++) {
     const tsr_tiles_t *w = r->params[k].p->w;
     for (int c = 0; c < tsr_tiles_mt(w) * ch[k].nt; c++) {
+      if (ch[k].tbucket[c] < 0) continue; /* a grid: another row's tile */
       bucket_t *t = &r->tbuckets[ch[k].tbucket[c]];
       t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
     }
   }
   return 0;
+}
+
+/* Under a grid each row packs its own chunks into its own buckets: every rank makes as many
+ * buckets (and node buckets) as the row with the most, the others empty and never packed, so
+ * that every rank creates the same descriptors in the same order (their MPI tags). An empty
+ * bucket's sum is homed on each rank itself; nothing travels. Collective. */
+static int pad_buckets(tsr_replicas_t *r) {
+  int mine[2] = {r->nbuckets, r->ntb}, most[2] = {0, 0};
+  int *all = malloc(sizeof mine * (size_t)r->size);
+  if (!all) return TSR_ENOMEM;
+  int rc = tsr_dist_allgather(mine, (int)sizeof mine, all);
+  for (int q = 0; rc == 0 && q < r->size; q++)
+    for (int a = 0; a < 2; a++)
+      if (all[2 * q + a] > most[a]) most[a] = all[2 * q + a];
+  free(all);
+  bucket_t **sets[2] = {&r->buckets, &r->tbuckets};
+  int *counts[2] = {&r->nbuckets, &r->ntb};
+  for (int a = 0; rc == 0 && a < 2; a++) {
+    if (most[a] == *counts[a]) continue;
+    bucket_t *more = realloc(*sets[a], sizeof *more * (size_t)most[a]);
+    if (!more) return TSR_ENOMEM;
+    memset(more + *counts[a], 0, sizeof *more * (size_t)(most[a] - *counts[a]));
+    for (int b = *counts[a]; b < most[a]; b++)
+      more[b].home = r->rank, more[b].floats = 1;
+    *sets[a] = more, *counts[a] = most[a];
+  }
+  return rc;
 }
 
 /* Each bucket's row of floats on every rank (with every rank's views) and its sum on its home,
@@ -1156,6 +1188,7 @@ static int create_bucket_rows(tsr_replicas_t *r, bucket_t *all, int n) {
 }
 
 static int create_buckets(tsr_replicas_t *r) {
+  if (r->grid_rows > 1 && r->sync.bucket_mb > 0) TSR_TRY(pad_buckets(r));
   TSR_TRY(create_bucket_rows(r, r->buckets, r->nbuckets));
   return create_bucket_rows(r, r->tbuckets, r->ntb);
 }
@@ -1190,15 +1223,59 @@ static void row_shapes(const tsr_replicas_t *r, int p, tsr_chunk_shape_t *shapes
   }
 }
 
+/* Spreads a row's chunking c of a parameter (its tile columns of the row, or NULL: none)
+ * back over the parameter's nt tile columns into *out (homes as positions in the row; another
+ * row's columns take their neighbours' chunking, in no bucket). */
+static int spread_row(const tsr_replicas_t *r, const tsr_tiles_t *w, const tsr_chunking_t *c,
+                      tsr_chunking_t *out) {
+  int pr = r->grid_rows, nt = tsr_tiles_nt(w), mt = tsr_tiles_mt(w);
+  bool spread = w->kind == TSR_TILES_DISTRIBUTED;
+  out->k = c ? c->k : 1, out->cr = c ? c->cr : tsr_tiles_mb(w), out->nt = nt;
+  out->cmt = c ? c->cmt : mt;
+  size_t count = (size_t)out->cmt * (size_t)nt, tiles = (size_t)mt * (size_t)nt;
+  bool buckets = r->sync.bucket_mb > 0, tile_buckets = buckets && r->two_level;
+  out->home = calloc(count, sizeof *out->home);
+  if (r->two_level) out->local = calloc(count, sizeof *out->local);
+  if (buckets) out->bucket = malloc(count * sizeof *out->bucket);
+  if (buckets) out->offset = calloc(count, sizeof *out->offset);
+  if (tile_buckets) out->tbucket = malloc(tiles * sizeof *out->tbucket);
+  if (tile_buckets) out->toffset = calloc(tiles, sizeof *out->toffset);
+  if (!out->home || (r->two_level && !out->local) || (buckets && (!out->bucket || !out->offset)) ||
+      (tile_buckets && (!out->tbucket || !out->toffset)))
+    return TSR_ENOMEM;
+  for (size_t e = 0; buckets && e < count; e++) /* in no bucket until the row's own say */
+    out->bucket[e] = -1;
+  for (size_t e = 0; tile_buckets && e < tiles; e++)
+    out->tbucket[e] = -1;
+  for (int I = 0; c && I < out->cmt; I++)
+    for (int j = 0; j < nt; j++) {
+      int jc = spread ? j / pr : j, at = I * c->nt + (jc < c->nt ? jc : c->nt - 1);
+      bool ours = !spread || j % pr == r->rank % pr;
+      out->home[I * nt + j] = c->home[at];
+      if (out->local) out->local[I * nt + j] = c->local[at];
+      if (out->bucket) out->bucket[I * nt + j] = ours ? c->bucket[at] : -1;
+      if (out->bucket && ours) out->offset[I * nt + j] = c->offset[at];
+    }
+  for (int i = 0; c && c->tbucket && i < mt; i++)
+    for (int j = 0; j < nt; j++) {
+      int jc = spread ? j / pr : j, at = i * c->nt + (jc < c->nt ? jc : c->nt - 1);
+      bool ours = !spread || j % pr == r->rank % pr;
+      out->tbucket[i * nt + j] = ours ? c->tbucket[at] : -1;
+      if (ours) out->toffset[i * nt + j] = c->toffset[at];
+    }
+  return 0;
+}
+
 /* Under a grid: each grid row's chunks, planned over its own ranks (one a column), flat or
  * over the row's nodes, from its own slice (row_shapes), so that every row's ranks home its
- * chunks evenly. This rank keeps its row's chunking (ch), spread back over each parameter's
- * tile columns, each home as a position in the row (a column: chunk_home takes it to the
- * chunk's row; another row's columns take their neighbours' plan, never used here). Every rank
- * plans every row: the descriptors a chunking needs (a stage, the updated bands, the
- * gradient's views) are created wherever any row needs them, so that every rank creates the
- * same descriptors in the same order (their MPI tags). */
-static int plan_rows(tsr_replicas_t *r, tsr_chunking_t *ch) {
+ * chunks evenly; with --bucket-mb this rank's row's buckets (bk, and with two levels the node
+ * buckets tb) from the same chunking, homes as ranks. This rank keeps its row's chunking (ch),
+ * spread back over each parameter's tile columns (spread_row), each home as a position in the
+ * row (a column: chunk_home takes it to the chunk's row). Every rank plans every row: the
+ * descriptors a chunking needs (a stage, the updated bands, the gradient's views) are created
+ * wherever any row needs them, so that every rank creates the same descriptors in the same
+ * order (their MPI tags). */
+static int plan_rows(tsr_replicas_t *r, tsr_chunking_t *ch, tsr_buckets_t *bk, tsr_buckets_t *tb) {
   int pr = r->grid_rows, pc = r->size / pr, mine = r->rank % pr;
   tsr_chunk_shape_t *shapes = malloc(sizeof *shapes * (size_t)r->nparams);
   tsr_chunking_t *row = calloc((size_t)r->nparams, sizeof *row);
@@ -1218,30 +1295,25 @@ static int plan_rows(tsr_replicas_t *r, tsr_chunking_t *ch) {
       rp->staged = rp->staged || row[e].k > 1;
       rp->whole_g = rp->whole_g || row[e].k == 1 || r->two_level;
     }
+    /* This rank's row: homes as positions (two levels: rank `local` of node `home`, as its
+     * column), its buckets, and the chunking spread back over the tile columns. */
+    for (int e = 0; rc == 0 && p == mine && r->two_level && e < n; e++)
+      for (int c = 0; c < row[e].cmt * row[e].nt; c++) {
+        const group_t *g = &r->nodes[row[e].home[c]];
+        row[e].home[c] = g->ranks[row[e].local[c] % g->n] / pr;
+      }
+    uint64_t target = (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5);
+    if (rc == 0 && p == mine && target > 0 && n > 0)
+      rc = tsr__chunks_buckets(shapes, n, row, pc, r->two_level ? r->per_node : 1, target, bk);
+    if (rc == 0 && p == mine && target > 0 && n > 0 && r->two_level)
+      rc = tsr__chunks_tile_buckets(shapes, n, row, r->per_node, target, tb);
+    for (int b = 0; rc == 0 && p == mine && b < bk->n; b++)
+      bk->home[b] = r->rows[mine].ranks[bk->home[b]];
     for (int k = 0; rc == 0 && p == mine && k < r->nparams; k++) {
-      const tsr_tiles_t *w = r->params[k].p->w;
-      int e = 0, nt = tsr_tiles_nt(w), mb = tsr_tiles_mb(w);
+      int e = 0;
       while (e < n && of[e] != k)
         e++;
-      const tsr_chunking_t *c = e < n ? &row[e] : NULL; /* NULL: none of the row's */
-      bool spread = w->kind == TSR_TILES_DISTRIBUTED;
-      ch[k].k = c ? c->k : 1, ch[k].cr = c ? c->cr : mb, ch[k].nt = nt;
-      ch[k].cmt = c ? c->cmt : tsr_tiles_mt(w);
-      size_t count = (size_t)ch[k].cmt * (size_t)nt;
-      ch[k].home = calloc(count, sizeof *ch[k].home);
-      ch[k].local = r->two_level ? calloc(count, sizeof *ch[k].local) : NULL;
-      if (!ch[k].home || (r->two_level && !ch[k].local)) rc = TSR_ENOMEM;
-      for (int I = 0; rc == 0 && c && I < ch[k].cmt; I++)
-        for (int j = 0; j < nt; j++) {
-          int jc = spread ? j / pr : j, at = I * c->nt + (jc < c->nt ? jc : c->nt - 1);
-          int home = c->home[at];
-          if (r->two_level) { /* rank `local` of node `home`, as its column */
-            const group_t *g = &r->nodes[home];
-            home = g->ranks[c->local[at] % g->n] / pr;
-            ch[k].local[I * nt + j] = c->local[at];
-          }
-          ch[k].home[I * nt + j] = home;
-        }
+      rc = spread_row(r, r->params[k].p->w, e < n ? &row[e] : NULL, &ch[k]);
     }
     tsr__chunks_free(row, n);
   }
@@ -1262,8 +1334,9 @@ static int plan_chunks(tsr_replicas_t *r) {
     shapes[k] =
         (tsr_chunk_shape_t){tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w), tsr_tiles_nb(w)};
   }
+  tsr_buckets_t bk = {0}, tb = {0};
   if (rc == 0 && r->grid_rows > 1)
-    rc = plan_rows(r, ch);
+    rc = plan_rows(r, ch, &bk, &tb);
   else if (rc == 0 && r->two_level)
     rc = tsr__chunks_plan_two_level(shapes, r->nparams, r->nnodes, r->per_node, ch, NULL, NULL);
   else if (rc == 0)
@@ -1279,12 +1352,11 @@ static int plan_chunks(tsr_replicas_t *r) {
       ch[k].home[c] = g->ranks[ch[k].local[c] % g->n];
     }
   /* Buckets by home rank: with two levels a home's chunks share its index in every node; and
-   * with two levels node buckets of whole tiles. */
-  tsr_buckets_t bk = {0}, tb = {0};
-  if (rc == 0 && r->sync.bucket_mb > 0)
+   * with two levels node buckets of whole tiles (a grid's rows: plan_rows did). */
+  if (rc == 0 && r->grid_rows == 1 && r->sync.bucket_mb > 0)
     rc = tsr__chunks_buckets(shapes, r->nparams, ch, r->size, r->two_level ? r->per_node : 1,
                              (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &bk);
-  if (rc == 0 && r->sync.bucket_mb > 0 && r->two_level)
+  if (rc == 0 && r->grid_rows == 1 && r->sync.bucket_mb > 0 && r->two_level)
     rc = tsr__chunks_tile_buckets(shapes, r->nparams, ch, r->per_node,
                                   (uint64_t)(r->sync.bucket_mb * 1048576.0 + 0.5), &tb);
   if (rc == 0 && (rc = make_buckets(r, &bk, ch))) tsr__chunks_free(ch, r->nparams);
@@ -1522,9 +1594,7 @@ const char *tsr__replicas_flat_only(const tsr_sync_t *sync, bool uneven) {
   return NULL;
 }
 
-const char *tsr__replicas_no_buckets(const tsr_sync_t *sync, int grid_rows) {
-  if (grid_rows > 1)
-    return "a grid averages each slice over its grid row, and buckets are not built for rows yet";
+const char *tsr__replicas_no_buckets(const tsr_sync_t *sync) {
   if (tsr__sync_policy(&sync->schedule)->folds)
     return "async-epoch folds whole tiles into the global copy, not chunks";
   return NULL;

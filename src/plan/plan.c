@@ -435,7 +435,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
   row->two_level = tsr__replicas_two_level(&as_run, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
-  uint64_t bucket = pr == 1 ? (uint64_t)(o->bucket_mb * 1048576.0 + 0.5) : 0; /* as train's */
+  uint64_t bucket = (uint64_t)(o->bucket_mb * 1048576.0 + 0.5); /* as train's (a grid: row 0's) */
   if (rc == 0 && pc > 1)
     rc = tsr__plan_average(ps, nps, pc, avg_node, row->two_level, bucket, release, &a);
   row->buckets = a.buckets;

@@ -101,7 +101,7 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
     return refuse_under_grid(c, what, tsr__sync_policy(&sync->schedule)->grid_refusal, err);
   }
-  const char *no_buckets = tsr__replicas_no_buckets(sync, pr);
+  const char *no_buckets = tsr__replicas_no_buckets(sync);
   if (sync->bucket_mb > 0 && no_buckets)
     return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
   /* Under a grid a column is one replica: its ranks take its batch and shard together. */
@@ -326,8 +326,8 @@ static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
   if (s->sync.bucket_mb > 0)
     snprintf(buckets, sizeof buckets, ", buckets of %g MiB", (double)s->sync.bucket_mb);
   if (alike && pr > 1 && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
-    snprintf(s->averaging, sizeof s->averaging, "two-level, each grid row on %d nodes of %d ranks",
-             nodes, per_node);
+    snprintf(s->averaging, sizeof s->averaging,
+             "two-level, each grid row on %d nodes of %d ranks%s", nodes, per_node, buckets);
   else if (alike && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
     snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks%s", nodes,
              per_node, buckets);
