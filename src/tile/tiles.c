@@ -349,26 +349,38 @@ static void copy_tile(const tsr_tiles_t *t, int i, int j, const float *from, flo
     memcpy(to + a * t->n + j0, from + a * t->n + j0, sizeof(float) * (size_t)cols);
 }
 
-/* Every rank's owned tiles, zeros elsewhere, gathered on rank 0 (every, (size, m, n)), which
- * takes each tile from its owner's part. */
-static int gather_distributed(const tsr_tiles_t *t, float *dst) {
+/* Every rank's owned tiles of t, zeros elsewhere, gathered on rank 0 into *every ((size, m, n),
+ * the caller's to free; NULL elsewhere). ready: rank 0 has where to put what it makes of them.
+ * Collective, its result the same on every rank. */
+static int gather_parts(const tsr_tiles_t *t, bool ready, float **every) {
   int rank = tsr_dist_rank(), size = tsr_dist_size();
   int64_t count = t->m * t->n;
+  *every = NULL;
   if (count > INT_MAX / (int64_t)sizeof(float) / size) return TSR_EINVAL; /* MPI's int count */
   int bytes = (int)(sizeof(float) * (size_t)count);
   float *mine = calloc((size_t)count, sizeof(float));
-  float *every = rank == 0 ? malloc((size_t)bytes * (size_t)size) : NULL;
+  if (rank == 0) *every = malloc((size_t)bytes * (size_t)size);
   /* Every rank takes part in the gather or none does. */
-  int rc = tsr_dist_any(!mine || (rank == 0 && (!every || !dst))) ? TSR_ENOMEM : 0;
+  int rc = tsr_dist_any(!mine || (rank == 0 && (!*every || !ready))) ? TSR_ENOMEM : 0;
   if (rc == 0) {
     rc = tsr_tiles_read_owned(t, mine);
-    int rc2 = tsr_dist_gather(mine, bytes, every);
-    rc = rc ? rc : rc2;
+    int rc2 = tsr_dist_gather(mine, bytes, *every);
+    rc = tsr_dist_any(rc || rc2) ? (rc ? rc : rc2 ? rc2 : TSR_ERUNTIME) : 0;
   }
-  for (int i = 0; rc == 0 && rank == 0 && i < t->mt; i++)
+  free(mine);
+  if (rc) free(*every), *every = NULL;
+  return rc;
+}
+
+/* Rank 0 takes each tile from its owner's part (gather_parts). */
+static int gather_distributed(const tsr_tiles_t *t, float *dst) {
+  float *every;
+  int rc = gather_parts(t, dst != NULL, &every);
+  int64_t count = t->m * t->n;
+  for (int i = 0; rc == 0 && every && i < t->mt; i++)
     for (int j = 0; j < t->nt; j++)
       copy_tile(t, i, j, every + (size_t)tsr_tiles_rank_of(t, i, j) * (size_t)count, dst);
-  free(mine), free(every);
+  free(every);
   return rc;
 }
 
@@ -383,21 +395,13 @@ int tsr_tiles_gather(const tsr_tiles_t *t, float *dst) {
 }
 
 int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst) {
-  int rank = tsr_dist_rank(), size = tsr_dist_size();
+  int size = tsr_dist_size();
   if (stride < 1 || size % stride) return TSR_EINVAL;
+  float *every;
+  int rc = gather_parts(t, dst != NULL, &every);
   int64_t count = t->m * t->n;
-  if (count > INT_MAX / (int64_t)sizeof(float) / size) return TSR_EINVAL; /* MPI's int count */
-  int bytes = (int)(sizeof(float) * (size_t)count);
-  float *mine = calloc((size_t)count, sizeof(float));
-  float *every = rank == 0 ? malloc((size_t)bytes * (size_t)size) : NULL;
-  int rc = tsr_dist_any(!mine || (rank == 0 && (!every || !dst))) ? TSR_ENOMEM : 0;
-  if (rc == 0) {
-    rc = tsr_tiles_read_owned(t, mine);
-    int rc2 = tsr_dist_gather(mine, bytes, every);
-    rc = tsr_dist_any(rc || rc2) ? (rc ? rc : rc2 ? rc2 : TSR_ERUNTIME) : 0;
-  }
   /* Rank 0 is the first of copy 0: its rank_of names ranks 0 .. stride - 1. */
-  for (int c = 0; rc == 0 && rank == 0 && c < size / stride; c++)
+  for (int c = 0; rc == 0 && every && c < size / stride; c++)
     for (int i = 0; rc == 0 && i < t->mt; i++)
       for (int j = 0; j < t->nt; j++) {
         int owner = tsr_tiles_rank_of(t, i, j);
@@ -408,7 +412,7 @@ int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst) {
         copy_tile(t, i, j, every + (size_t)(c * stride + owner) * (size_t)count,
                   dst + (size_t)c * (size_t)count);
       }
-  free(mine), free(every);
+  free(every);
   return tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
 }
 
