@@ -90,7 +90,7 @@ typedef struct rparam {
   bool whole_g; /* batch: views of every rank's gradient exist (k 1 or two levels, in some row) */
   int cr;       /* rows of a chunk (the last of a matrix may be shorter) */
   int cmt;      /* chunk rows of the matrix: ceil(m / cr) */
-  int *chome;   /* (cmt, nt) home rank of each chunk */
+  int *chome;   /* (cmt, nt) home rank of each chunk (under a grid its position in its row) */
   int *cbucket; /* --bucket-mb: (cmt, nt) bucket of each chunk, and its first float there */
   int64_t *coff;
   int *tdone;   /* --bucket-mb with two levels: (mt, nt) chunks of each tile gathered so far */
