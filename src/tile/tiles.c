@@ -419,27 +419,20 @@ int tsr_tiles_gather_copies(const tsr_tiles_t *t, int stride, float *dst) {
 int tsr_tiles_gather_owned(const tsr_tiles_t *t, float *dst) {
   int rank = tsr_dist_rank(), size = tsr_dist_size();
   int64_t count = t->m * t->n;
-  if (count > INT_MAX / (int64_t)sizeof(float) / size) return TSR_EINVAL; /* MPI's int count */
-  int bytes = (int)(sizeof(float) * (size_t)count);
-  float *mine = calloc((size_t)count, sizeof(float)), *every = NULL;
-  unsigned char *owned = calloc((size_t)count, 1), *owners = NULL;
-  if (rank == 0)
-    every = malloc((size_t)bytes * (size_t)size), owners = malloc((size_t)count * (size_t)size);
-  int rc =
-      tsr_dist_any(!mine || !owned || (rank == 0 && (!every || !owners || !dst))) ? TSR_ENOMEM : 0;
-  if (rc == 0) rc = tsr_tiles_read_owned(t, mine);
-  for (int i = 0; rc == 0 && i < t->mt; i++) /* which elements this rank's tiles hold */
+  float *every;
+  int rc = gather_parts(t, dst != NULL, &every);
+  /* Which elements each rank's tiles hold, gathered alike (count fits an int: gather_parts). */
+  unsigned char *owned = rc == 0 ? calloc((size_t)count, 1) : NULL, *owners = NULL;
+  if (rc == 0 && rank == 0) owners = malloc((size_t)count * (size_t)size);
+  if (rc == 0 && tsr_dist_any(!owned || (rank == 0 && !owners))) rc = TSR_ENOMEM;
+  for (int i = 0; rc == 0 && i < t->mt; i++)
     for (int j = 0; j < t->nt; j++)
       if (tsr_tiles_is_local(t, i, j))
         for (int64_t a = (int64_t)i * t->mb; a < (int64_t)i * t->mb + tsr_tiles_tile_rows(t, i);
              a++)
           memset(owned + a * t->n + (int64_t)j * t->nb, 1, (size_t)tsr_tiles_tile_cols(t, j));
-  if (tsr_dist_any(rc != 0)) rc = rc ? rc : TSR_ERUNTIME;
-  if (rc == 0) {
-    int rc1 = tsr_dist_gather(mine, bytes, every), rc2 = tsr_dist_gather(owned, (int)count, owners);
-    rc = tsr_dist_any(rc1 || rc2) ? TSR_ERUNTIME : 0;
-  }
-  for (int64_t e = 0; rc == 0 && rank == 0 && e < count; e++) {
+  if (rc == 0 && tsr_dist_any(tsr_dist_gather(owned, (int)count, owners) != 0)) rc = TSR_ERUNTIME;
+  for (int64_t e = 0; rc == 0 && every && e < count; e++) {
     int q = 0;
     while (q < size && !owners[(size_t)q * (size_t)count + (size_t)e])
       q++;
@@ -449,7 +442,7 @@ int tsr_tiles_gather_owned(const tsr_tiles_t *t, float *dst) {
     }
     dst[e] = every[(size_t)q * (size_t)count + (size_t)e];
   }
-  free(mine), free(owned), free(every), free(owners);
+  free(owned), free(every), free(owners);
   return tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
 }
 

@@ -278,7 +278,6 @@ static int gather_state(bundle_t *b, const char *name, const char *state, const 
                         int pr, int *added) {
   int replicas = tsr_dist_size() / pr;
   int64_t rows = tsr_tiles_rows(t), cols = tsr_tiles_cols(t), count = rows * cols;
-  if (count > INT_MAX / (int64_t)sizeof(float) / tsr_dist_size()) return TSR_EINVAL;
   float *every = b ? malloc(sizeof(float) * (size_t)(count * replicas)) : NULL;
   int rc = tsr_dist_any(b && !every) ? TSR_ENOMEM : tsr_tiles_gather_copies(t, pr, every);
   for (int q = 1; rc == 0 && b && q < replicas && *added == 0; q++) {

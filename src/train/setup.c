@@ -325,12 +325,9 @@ static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
   char buckets[40] = "";
   if (s->sync.bucket_mb > 0)
     snprintf(buckets, sizeof buckets, ", buckets of %g MiB", (double)s->sync.bucket_mb);
-  if (alike && pr > 1 && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
-    snprintf(s->averaging, sizeof s->averaging,
-             "two-level, each grid row on %d nodes of %d ranks%s", nodes, per_node, buckets);
-  else if (alike && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
-    snprintf(s->averaging, sizeof s->averaging, "two-level, %d nodes of %d ranks%s", nodes,
-             per_node, buckets);
+  if (alike && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
+    snprintf(s->averaging, sizeof s->averaging, "two-level, %s%d nodes of %d ranks%s",
+             pr > 1 ? "each grid row on " : "", nodes, per_node, buckets);
   else
     snprintf(s->averaging, sizeof s->averaging, "flat%s", buckets);
 }
