@@ -1394,7 +1394,11 @@ static void domain_equals_one_process(const char *model, float lr) {
 static void test_domain(void) {
   load(16 * 20);
   domain_equals_one_process("cnn", 0.05f);
-  domain_equals_one_process("resnet20", 0.01f);
+  /* At lr 0.01 one ReLU opened by the split's rounding at step 1 (the first update's 1.2e-3)
+   * grows faster than another tiling's differences: on a Zen 3 EPYC step 4 was 8.9e-4 off
+   * against another tiling's 1.2e-7 (Zen 4 passed). At 5e-4 the split stays within 2-4x of
+   * another tiling at every step on both (1.4e-6 at step 3, 1.2e-5 at step 4). */
+  domain_equals_one_process("resnet20", 5e-4f);
   domain_equals_one_process("inception", 0.05f); /* a concat of bands: every layer cut */
   /* rows:2: conv1 and pool1 cut, conv2 and pool2 whole on every rank from conv2's input
    * all-gathered (its gradient taken back band by band). */
