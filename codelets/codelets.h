@@ -20,6 +20,17 @@
 #define TSR_LD(buf) ((int)STARPU_MATRIX_GET_LD(buf))
 #define TSR_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))
 
+/* Codelets with several CPU implementations (impls.c): cpu_funcs[TSR_IMPL_ONEDNN] and
+ * cpu_funcs[TSR_IMPL_BLIS], .can_execute = tsr__cl_impl_can_execute, and an argument struct
+ * that starts with a tsr_impl_choice_t filled from the task's options (o->kernels). */
+enum { TSR_IMPL_ONEDNN, TSR_IMPL_BLIS };
+typedef struct {
+  int kernels; /* tsr_kernels_t */
+} tsr_impl_choice_t;
+int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
+extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_filter,
+    tsr_cl_conv_bwd_filter_w;
+
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);
 int tsr__handle_cols(starpu_data_handle_t h);

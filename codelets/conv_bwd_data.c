@@ -1,24 +1,41 @@
-/* Convolution input gradient on one batch-row tile: dy w^T into the
- * worker's workspace (one GEMM), scattered back onto the input by col2im.
- * Submitted only where a layer below needs the gradient. */
+/* Convolution input gradient on one batch-row tile, by either of two CPU implementations
+ * (impls.c): oneDNN's primitive, or dy w^T into the worker's workspace (one GEMM) scattered
+ * back onto the input by col2im. Submitted only where a layer below needs the gradient. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
-static void conv_bwd_data_cpu(void *buffers[], void *cl_arg) {
-  const tsr_conv_geom_t *g = cl_arg;
+struct conv_bwd_data_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
+  tsr_conv_geom_t g;
+};
+
+static void conv_bwd_data_blis(void *buffers[], void *cl_arg) {
+  const tsr_conv_geom_t *g = &((const struct conv_bwd_data_args *)cl_arg)->g;
   int n = TSR_ROWS(buffers[0]);
   tsr__k_conv_bwd_data(g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
                        TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
                        tsr__workspace(tsr__k_conv_work(g, n)));
 }
 
+/* The lowered kernel where oneDNN cannot serve the tile (conv_fwd.c). */
+static void conv_bwd_data_onednn(void *buffers[], void *cl_arg) {
+  const tsr_conv_geom_t *g = &((const struct conv_bwd_data_args *)cl_arg)->g;
+  int n = TSR_ROWS(buffers[0]);
+  size_t work = tsr__k_dnnl_conv_work(g, n, 1, false);
+  if (!work ||
+      !tsr__k_dnnl_conv_bwd_data(g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
+                                 TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
+                                 tsr__workspace(work)))
+    conv_bwd_data_blis(buffers, cl_arg);
+}
+
 #ifdef TSR_HAVE_OPENCL
 /* dcol (n oh ow, kh kw c) = dy w^T with CLBlast (dy packed first when its
  * rows are not contiguous), then col2im gathers it into dx. */
 static void conv_bwd_data_opencl(void *buffers[], void *cl_arg) {
-  tsr_conv_geom_t g = *(const tsr_conv_geom_t *)cl_arg;
+  tsr_conv_geom_t g = ((const struct conv_bwd_data_args *)cl_arg)->g;
   int n = TSR_ROWS(buffers[0]), p = g.oh * g.ow, k = g.kh * g.kw * g.c, np = n * p, oc = g.oc;
   int lddx = TSR_LD(buffers[0]), dxo = TSR_CL_OFF(buffers[0]);
   int lddy = TSR_LD(buffers[1]), dyo = TSR_CL_OFF(buffers[1]);
@@ -44,8 +61,10 @@ static struct starpu_perfmodel conv_bwd_data_model = {
 
 struct starpu_codelet tsr_cl_conv_bwd_data = {
     .name = "conv_bwd_data",
-    .cpu_funcs = {conv_bwd_data_cpu},
-    .cpu_funcs_name = {"conv_bwd_data_cpu"},
+    .can_execute = tsr__cl_impl_can_execute,
+    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_bwd_data_onednn, [TSR_IMPL_BLIS] = conv_bwd_data_blis},
+    .cpu_funcs_name =
+        {[TSR_IMPL_ONEDNN] = "conv_bwd_data_onednn", [TSR_IMPL_BLIS] = "conv_bwd_data_blis"},
     TSR_OPENCL_FUNC(conv_bwd_data_opencl),
     .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
@@ -60,6 +79,7 @@ int tsr__insert_conv_bwd_data(const tsr_task_opts_t *o, starpu_data_handle_t dx,
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
       tsr__handle_cols(w) != g->oc)
     return TSR_ESHAPE;
+  struct conv_bwd_data_args args = {{o->kernels}, *g};
   starpu_data_handle_t h[3] = {dx, dy, w};
-  return tsr__submit(o, &tsr_cl_conv_bwd_data, g, sizeof *g, 3, h);
+  return tsr__submit(o, &tsr_cl_conv_bwd_data, &args, sizeof args, 3, h);
 }

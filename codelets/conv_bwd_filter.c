@@ -1,24 +1,37 @@
-/* Convolution weight and bias gradients of one batch-row tile: the input is
- * lowered again (cheaper than keeping every tile's lowering between the
- * passes) and lowered(x)^T dy is added to dw. Batch-row tiles accumulate in a
- * fixed chain, the first writing (beta 0, W access) and the next ones adding
- * (RW), so the result does not depend on scheduling. */
+/* Convolution weight and bias gradients of one batch-row tile, by either of two CPU
+ * implementations (impls.c): oneDNN's primitive, or the input lowered again (cheaper than
+ * keeping every tile's lowering between the passes) and lowered(x)^T dy added to dw. Batch-row
+ * tiles accumulate in a fixed chain, the first writing (beta 0, W access) and the next ones
+ * adding (RW), so the result does not depend on scheduling. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
 struct conv_bwd_filter_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
   tsr_conv_geom_t g;
   float beta;
 };
 
-static void conv_bwd_filter_cpu(void *buffers[], void *cl_arg) {
+static void conv_bwd_filter_blis(void *buffers[], void *cl_arg) {
   const struct conv_bwd_filter_args *a = cl_arg;
   int n = TSR_ROWS(buffers[2]);
   tsr__k_conv_bwd_filter(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
                          TSR_PTR(buffers[2]), TSR_LD(buffers[2]), TSR_PTR(buffers[3]),
                          TSR_LD(buffers[3]), a->beta, tsr__workspace(tsr__k_conv_work(&a->g, n)));
+}
+
+/* The lowered kernel where oneDNN cannot serve the tile (conv_fwd.c). */
+static void conv_bwd_filter_onednn(void *buffers[], void *cl_arg) {
+  const struct conv_bwd_filter_args *a = cl_arg;
+  int n = TSR_ROWS(buffers[2]);
+  size_t work = tsr__k_dnnl_conv_work(&a->g, n, 2, a->beta != 0.0f);
+  if (!work || !tsr__k_dnnl_conv_bwd_filter(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                                            TSR_PTR(buffers[1]), TSR_PTR(buffers[2]),
+                                            TSR_LD(buffers[2]), TSR_PTR(buffers[3]),
+                                            TSR_LD(buffers[3]), a->beta, tsr__workspace(work)))
+    conv_bwd_filter_blis(buffers, cl_arg);
 }
 
 #ifdef TSR_HAVE_OPENCL
@@ -59,8 +72,11 @@ static struct starpu_perfmodel conv_bwd_filter_model = {
 
 struct starpu_codelet tsr_cl_conv_bwd_filter = {
     .name = "conv_bwd_filter",
-    .cpu_funcs = {conv_bwd_filter_cpu},
-    .cpu_funcs_name = {"conv_bwd_filter_cpu"},
+    .can_execute = tsr__cl_impl_can_execute,
+    .cpu_funcs =
+        {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn, [TSR_IMPL_BLIS] = conv_bwd_filter_blis},
+    .cpu_funcs_name =
+        {[TSR_IMPL_ONEDNN] = "conv_bwd_filter_onednn", [TSR_IMPL_BLIS] = "conv_bwd_filter_blis"},
     TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
     .nbuffers = 4,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
@@ -69,8 +85,11 @@ struct starpu_codelet tsr_cl_conv_bwd_filter = {
 
 struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
     .name = "conv_bwd_filter",
-    .cpu_funcs = {conv_bwd_filter_cpu},
-    .cpu_funcs_name = {"conv_bwd_filter_cpu"},
+    .can_execute = tsr__cl_impl_can_execute,
+    .cpu_funcs =
+        {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn, [TSR_IMPL_BLIS] = conv_bwd_filter_blis},
+    .cpu_funcs_name =
+        {[TSR_IMPL_ONEDNN] = "conv_bwd_filter_onednn", [TSR_IMPL_BLIS] = "conv_bwd_filter_blis"},
     TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
     .nbuffers = 4,
     .modes = {STARPU_W, STARPU_W, STARPU_R, STARPU_R},
@@ -85,7 +104,7 @@ int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t d
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(dw) != k ||
       tsr__handle_cols(dw) != g->oc || tsr__handle_rows(db) != 1 || tsr__handle_cols(db) != g->oc)
     return TSR_ESHAPE;
-  struct conv_bwd_filter_args args = {*g, beta};
+  struct conv_bwd_filter_args args = {{o->kernels}, *g, beta};
   starpu_data_handle_t h[4] = {dw, db, x, dy};
   return tsr__submit(o, beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
                      sizeof args, 4, h);

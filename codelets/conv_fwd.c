@@ -1,22 +1,36 @@
-/* Convolution forward on one batch-row tile: im2col into the worker's
- * workspace, one BLIS GEMM for the whole tile, then the bias and a following
- * ReLU fused in while the output is hot in cache. */
+/* Convolution forward on one batch-row tile, bias and a following ReLU included, by either of
+ * two CPU implementations (impls.c): oneDNN's primitive, or im2col into the worker's workspace,
+ * one BLIS GEMM for the whole tile, then the bias and ReLU while the output is hot in cache. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
 struct conv_fwd_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
   tsr_conv_geom_t g;
   bool relu;
 };
 
-static void conv_fwd_cpu(void *buffers[], void *cl_arg) {
+static void conv_fwd_blis(void *buffers[], void *cl_arg) {
   const struct conv_fwd_args *a = cl_arg;
   int n = TSR_ROWS(buffers[0]);
   tsr__k_conv_fwd(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
                   TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]), TSR_PTR(buffers[3]),
                   a->relu, tsr__workspace(tsr__k_conv_work(&a->g, n)));
+}
+
+/* The lowered kernel where oneDNN cannot serve the tile (rows that are not whole samples back
+ * to back, a shape oneDNN runs only with its reference code). */
+static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
+  const struct conv_fwd_args *a = cl_arg;
+  int n = TSR_ROWS(buffers[0]);
+  size_t work = tsr__k_dnnl_conv_work(&a->g, n, 0, a->relu);
+  if (!work ||
+      !tsr__k_dnnl_conv_fwd(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
+                            TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
+                            TSR_PTR(buffers[3]), a->relu, tsr__workspace(work)))
+    conv_fwd_blis(buffers, cl_arg);
 }
 
 #ifdef TSR_HAVE_OPENCL
@@ -54,8 +68,9 @@ static struct starpu_perfmodel conv_fwd_model = {
 
 struct starpu_codelet tsr_cl_conv_fwd = {
     .name = "conv_fwd",
-    .cpu_funcs = {conv_fwd_cpu},
-    .cpu_funcs_name = {"conv_fwd_cpu"},
+    .can_execute = tsr__cl_impl_can_execute,
+    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_fwd_onednn, [TSR_IMPL_BLIS] = conv_fwd_blis},
+    .cpu_funcs_name = {[TSR_IMPL_ONEDNN] = "conv_fwd_onednn", [TSR_IMPL_BLIS] = "conv_fwd_blis"},
     TSR_OPENCL_FUNC(conv_fwd_opencl),
     .nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
@@ -70,7 +85,7 @@ int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starp
       tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
       tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc)
     return TSR_ESHAPE;
-  struct conv_fwd_args args = {*g, relu};
+  struct conv_fwd_args args = {{o->kernels}, *g, relu};
   starpu_data_handle_t h[4] = {y, x, w, b};
   return tsr__submit(o, &tsr_cl_conv_fwd, &args, sizeof args, 4, h);
 }

@@ -25,10 +25,13 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 # munge authenticates them) and runs tessera under srun --mpi=pmix: Slurm's PMIx plugin loads the
 # unversioned libpmix.so, which is in libpmix-dev. fortunes' plain files are the default text of a
 # language model (tessera train --model gpt:..., /usr/share/games/fortunes, about 2.5 MB).
+# oneDNN (libdnnl-dev, the library PyTorch's CPU convolutions use) runs the convolutions
+# (src/kernels/conv_dnnl.c); without it they fall back to the lowered BLIS GEMMs.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
   clang-format g++ python3-numpy python3-torch python3-matplotlib clang libclang-rt-dev
-  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev fortunes)
+  pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev fortunes
+  libdnnl-dev)
 
 say() { echo "setup: $*" >&2; }
 
@@ -89,6 +92,12 @@ configure() {
   if ((${#opts[@]} > 0)) && ! meson configure "$build_dir" | grep -Eq '^\s*werror_ci\s+true\b'; then
     # A build folder configured before CI turned warnings into errors.
     run meson configure "$build_dir" "${opts[@]}"
+  fi
+  # A folder configured before oneDNN was installed looked for it then (-Ddnnl=auto): look again.
+  if [[ -f /usr/include/oneapi/dnnl/dnnl.h && -f $build_dir/build.ninja ]] &&
+    ! grep -q TSR_HAVE_DNNL "$build_dir/build.ninja" &&
+    ! meson configure "$build_dir" | grep -Eq '^\s*dnnl\s+disabled\b'; then
+    run meson setup --reconfigure "$build_dir"
   fi
   if ((${#extra[@]} > 0)); then
     # Only the options the folder lacks: a folder that has them all is left as it is.

@@ -561,8 +561,8 @@ static void check_close(const char *what, int p, long idx, double got, double wa
 
 /* One step without update on the first n of `batch` samples of shape (c, h, w);
  * every parameter gradient and the input gradient against central differences. */
-static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, int classes,
-                           int batch, int n, int tile_rows, int tile_cols) {
+static void gradient_check_with(const tsr_model_spec_t *spec, int c, int h, int w, int classes,
+                                int batch, int n, int tile_rows, int tile_cols) {
   int inputs = c * h * w;
   tsr_rng_t rng = {42};
   tsr_dataset_t ds = {.n = batch, .features = inputs, .classes = classes};
@@ -668,6 +668,36 @@ static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, in
   free(grads), free(sizes), free(r.params);
   free(dx), free(x), free(labels), free(ds.x), free(ds.y);
   tsr_net_destroy(&net);
+}
+
+/* Checks the gradients of spec's network (gradient_check_with), and where it has convolutions
+ * once with each of their CPU implementations (oneDNN's where built, the lowered BLIS one),
+ * forced by restarting the runtime with --kernels' choice; the runtime ends as the suite
+ * started it (default options). */
+static void gradient_check(const tsr_model_spec_t *spec, int c, int h, int w, int classes,
+                           int batch, int n, int tile_rows, int tile_cols) {
+  bool convs = false;
+  for (int i = 0; i < spec->n_layers; i++)
+    convs |= spec->layers[i].kind == TSR_LAYER_CONV;
+  if (!convs) {
+    gradient_check_with(spec, c, h, w, classes, batch, n, tile_rows, tile_cols);
+    return;
+  }
+  const tsr_kernels_t choices[] = {TSR_KERNELS_ONEDNN, TSR_KERNELS_BLIS};
+  for (int k = 0; k < 2; k++) {
+    if (choices[k] == TSR_KERNELS_ONEDNN && !tsr_runtime_onednn_built()) continue;
+    tsr_errbuf_t err = {""};
+    tsr_runtime_opts_t ro;
+    tsr_runtime_opts_init(&ro);
+    ro.kernels = choices[k];
+    tsr_runtime_fini();
+    cr_assert_eq(tsr_runtime_init(&ro, &err), 0, "%s", err.msg);
+    cr_assert_eq(tsr_runtime_kernels(), choices[k]);
+    gradient_check_with(spec, c, h, w, classes, batch, n, tile_rows, tile_cols);
+  }
+  tsr_errbuf_t err = {""};
+  tsr_runtime_fini();
+  cr_assert_eq(tsr_runtime_init(NULL, &err), 0, "%s", err.msg);
 }
 
 /* A registered type's example network as a spec (owned by the caller). */

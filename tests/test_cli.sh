@@ -182,6 +182,24 @@ if [[ $(nproc --all) -ge 2 ]] && command -v taskset >/dev/null; then
 fi
 expect 0 "lws" -- info --sched-list
 
+# --kernels: the convolutions' CPU implementation forced, or both registered (auto); --stats
+# counts each implementation's tasks apart, so it says which ran, and tessera info lists them.
+expect 2 "^tessera train: --kernels fast: expected auto, onednn or blis" -- train --kernels fast
+expect 0 "^  blis +the input lowered" -- info
+kernels=(blis)
+if "$tessera" --version | grep -q "oneDNN [0-9]"; then kernels+=(onednn); else
+  expect 2 "built without oneDNN; install libdnnl-dev" -- train --kernels onednn
+fi
+for k in "${kernels[@]}"; do
+  other=$([[ $k == blis ]] && echo onednn || echo blis)
+  out=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 --test-limit 64 \
+    --kernels "$k" --stats 2>&1)
+  if grep -q "kernels $k" <<<"$out" && grep -q "conv_fwd:$k [0-9]" <<<"$out" &&
+    grep -q "conv_bwd_filter:$k [0-9]" <<<"$out" && ! grep -q ":$other " <<<"$out"; then pass; else
+    fail "--kernels $k --stats: $(grep -E 'kernels|tasks per codelet' <<<"$out")"
+  fi
+done
+
 # A folder with a truncated image file: rejected, naming the file.
 mkdir "$tmp/bad"
 printf '\x00\x00\x08\x03\x00\x00\x00\x0a\x00\x00\x00\x1c\x00\x00\x00\x1c\x01\x02' >"$tmp/bad/train-images-idx3-ubyte"

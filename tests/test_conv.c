@@ -57,6 +57,69 @@ static const tsr_conv_geom_t conv_cases[] = {
     {48, 10, 9, 8, 0, 0, 3, 3, 1, 1, 1, 1}, /* fan-in 432: chunks of the minimum rows */
 };
 
+/* The kernels' two implementations: 0 the input lowered to BLIS GEMMs, 1 oneDNN's (where this
+ * build has it). oneDNN must serve every tile of whole samples back to back and refuse the
+ * others (rows with gaps), writing nothing: its codelets then run the lowered kernel. */
+#define IMPLS 2
+static const char *const impl_names[IMPLS] = {"blis", "onednn"};
+
+static bool impl_skipped(int impl) {
+  return impl == 1 && !tsr__k_dnnl_built();
+}
+
+static float *dnnl_work(const tsr_conv_geom_t *g, int n, int pass, bool flag) {
+  size_t f = tsr__k_dnnl_conv_work(g, n, pass, flag);
+  cr_assert(f > 0, "oneDNN cannot serve %dx%dx%d:%d %dx%d (%s)", g->h, g->w, g->c, g->oc, g->kh,
+            g->kw, tsr__k_dnnl_conv_impl(g, n, pass));
+  return malloc(sizeof(float) * f);
+}
+
+/* One pass by implementation impl: true when it ran (the lowered kernel always does; oneDNN's
+ * only on whole samples, and then it must). */
+static bool fwd_by(int impl, const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
+                   int ldx, const float *w, const float *b, bool relu) {
+  bool dense = tsr__k_dnnl_conv_dense(g, n, ldx, ldy, g->oc);
+  float *work = impl ? dnnl_work(g, n, 0, relu) : malloc(sizeof(float) * tsr__k_conv_work(g, n));
+  bool ran = true;
+  if (impl)
+    ran = tsr__k_dnnl_conv_fwd(g, n, y, ldy, x, ldx, w, g->oc, b, relu, work);
+  else
+    tsr__k_conv_fwd(g, n, y, ldy, x, ldx, w, g->oc, b, relu, work);
+  free(work);
+  cr_assert(ran == (!impl || dense), "%s: ran %d on %s rows", impl_names[impl], ran,
+            dense ? "dense" : "gapped");
+  return ran;
+}
+
+static bool bwd_data_by(int impl, const tsr_conv_geom_t *g, int n, float *dx, int lddx,
+                        const float *dy, int lddy, const float *w) {
+  bool dense = tsr__k_dnnl_conv_dense(g, n, lddx, lddy, g->oc);
+  float *work = impl ? dnnl_work(g, n, 1, false) : malloc(sizeof(float) * tsr__k_conv_work(g, n));
+  bool ran = true;
+  if (impl)
+    ran = tsr__k_dnnl_conv_bwd_data(g, n, dx, lddx, dy, lddy, w, g->oc, work);
+  else
+    tsr__k_conv_bwd_data(g, n, dx, lddx, dy, lddy, w, g->oc, work);
+  free(work);
+  cr_assert(ran == (!impl || dense), "%s: ran %d", impl_names[impl], ran);
+  return ran;
+}
+
+static bool bwd_filter_by(int impl, const tsr_conv_geom_t *g, int n, float *dw, float *db,
+                          const float *x, int ldx, const float *dy, int lddy, float beta) {
+  bool dense = tsr__k_dnnl_conv_dense(g, n, ldx, lddy, g->oc);
+  float *work =
+      impl ? dnnl_work(g, n, 2, beta != 0.0f) : malloc(sizeof(float) * tsr__k_conv_work(g, n));
+  bool ran = true;
+  if (impl)
+    ran = tsr__k_dnnl_conv_bwd_filter(g, n, dw, g->oc, db, x, ldx, dy, lddy, beta, work);
+  else
+    tsr__k_conv_bwd_filter(g, n, dw, g->oc, db, x, ldx, dy, lddy, beta, work);
+  free(work);
+  cr_assert(ran == (!impl || dense), "%s: ran %d", impl_names[impl], ran);
+  return ran;
+}
+
 Test(conv, kernel_forward_matches_direct_convolution) {
   tsr_rng_t rng = {7};
   for (size_t t = 0; t < sizeof conv_cases / sizeof *conv_cases; t++) {
@@ -65,7 +128,9 @@ Test(conv, kernel_forward_matches_direct_convolution) {
         geom(c0->c, c0->h, c0->w, c0->oc, c0->kh, c0->kw, c0->sh, c0->sw, c0->ph, c0->pw);
     int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
     int ldx = in + 5, ldy = out + 3; /* rows with gaps: the per-sample paths */
-    for (int gaps = 0; gaps < 2; gaps++) {
+    for (int run = 0; run < 2 * IMPLS; run++) {
+      int gaps = run % 2, impl = run / 2;
+      if (impl_skipped(impl)) continue;
       int lx = gaps ? ldx : in, ly = gaps ? ldy : out;
       float *x = calloc((size_t)n * lx, 4), *w = malloc(sizeof(float) * k * g.oc),
             *b = malloc(sizeof(float) * g.oc), *y = calloc((size_t)n * ly, 4);
@@ -75,9 +140,12 @@ Test(conv, kernel_forward_matches_direct_convolution) {
         fill(x + (long)s * lx, xd + (long)s * in, in, &rng);
       fill(w, wd, (long)k * g.oc, &rng);
       fill(b, bd, g.oc, &rng);
-      float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
       for (int relu = 0; relu < 2; relu++) {
-        tsr__k_conv_fwd(&g, n, y, ly, x, lx, w, g.oc, b, relu, work);
+        if (!fwd_by(impl, &g, n, y, ly, x, lx, w, b, relu)) {
+          for (long j = 0; j < (long)n * ly; j++)
+            cr_assert(y[j] == 0.0f, "case %zu: oneDNN refused the tile but wrote y[%ld]", t, j);
+          break;
+        }
         conv_ref(&g, n, yd, xd, wd, bd);
         for (int s = 0; s < n; s++)
           for (int j = 0; j < out; j++) {
@@ -85,11 +153,11 @@ Test(conv, kernel_forward_matches_direct_convolution) {
             if (relu) want = fmax(want, 0);
             float got = y[(long)s * ly + j];
             cr_assert(fabs(got - want) <= 1e-4 * (1 + fabs(want)),
-                      "case %zu gaps %d relu %d sample %d [%d]: %g vs %g", t, gaps, relu, s, j, got,
-                      want);
+                      "%s case %zu gaps %d relu %d sample %d [%d]: %g vs %g", impl_names[impl], t,
+                      gaps, relu, s, j, got, want);
           }
       }
-      free(x), free(w), free(b), free(y), free(xd), free(wd), free(bd), free(yd), free(work);
+      free(x), free(w), free(b), free(y), free(xd), free(wd), free(bd), free(yd);
     }
   }
 }
@@ -108,7 +176,9 @@ Test(conv, kernel_backward_matches_direct_sums) {
   for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
     const tsr_conv_geom_t g = cases[t];
     int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
-    for (int gaps = 0; gaps < 2; gaps++) {
+    for (int run = 0; run < 2 * IMPLS; run++) {
+      int gaps = run % 2, impl = run / 2;
+      if (impl_skipped(impl) || (impl && gaps)) continue; /* refusals: the forward test's */
       int lx = in + 3 * gaps, ly = out + 5 * gaps;
       float *x = calloc((size_t)n * lx, 4), *dy = calloc((size_t)n * ly, 4),
             *w = malloc(sizeof(float) * k * g.oc), *dx = calloc((size_t)n * lx, 4),
@@ -116,9 +186,16 @@ Test(conv, kernel_backward_matches_direct_sums) {
       for (int s = 0; s < n; s++)
         fill(x + (long)s * lx, NULL, in, &rng), fill(dy + (long)s * ly, NULL, out, &rng);
       fill(w, NULL, (long)k * g.oc, &rng);
-      float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, n));
-      tsr__k_conv_bwd_data(&g, n, dx, lx, dy, ly, w, g.oc, work);
-      tsr__k_conv_bwd_filter(&g, n, dw, g.oc, db, x, lx, dy, ly, 0.0f, work);
+      /* The filter gradient adding (beta 1) onto what is there: dw and db start at 1. */
+      for (int j = 0; j < k * g.oc; j++)
+        dw[j] = 1.0f;
+      for (int o = 0; o < g.oc; o++)
+        db[o] = 1.0f;
+      bwd_data_by(impl, &g, n, dx, lx, dy, ly, w);
+      bwd_filter_by(impl, &g, n, dw, db, x, lx, dy, ly, 1.0f);
+      float *dw1 = malloc(sizeof(float) * k * g.oc), db1[80];
+      memcpy(dw1, dw, sizeof(float) * k * g.oc), memcpy(db1, db, sizeof db1);
+      bwd_filter_by(impl, &g, n, dw, db, x, lx, dy, ly, 0.0f);
       double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[80] = {0};
       for (int s = 0; s < n; s++)
         for (int oy = 0; oy < g.oh; oy++)
@@ -141,14 +218,22 @@ Test(conv, kernel_backward_matches_direct_sums) {
         for (int j = 0; j < in; j++)
           cr_assert(fabs(dx[(long)s * lx + j] - wdx[(long)s * in + j]) <=
                         1e-4 * (1 + fabs(wdx[(long)s * in + j])),
-                    "case %zu gaps %d dx[%d][%d]: %g vs %g", t, gaps, s, j, dx[(long)s * lx + j],
-                    wdx[(long)s * in + j]);
+                    "%s case %zu gaps %d dx[%d][%d]: %g vs %g", impl_names[impl], t, gaps, s, j,
+                    dx[(long)s * lx + j], wdx[(long)s * in + j]);
       for (int j = 0; j < k * g.oc; j++)
         cr_assert(fabs(dw[j] - wdw[j]) <= 1e-3 * (1 + fabs(wdw[j])),
-                  "case %zu gaps %d dw[%d]: %g vs %g", t, gaps, j, dw[j], wdw[j]);
+                  "%s case %zu gaps %d dw[%d]: %g vs %g", impl_names[impl], t, gaps, j, dw[j],
+                  wdw[j]);
       for (int o = 0; o < g.oc; o++)
         cr_assert(fabs(db[o] - wdb[o]) <= 1e-3 * (1 + fabs(wdb[o])), "case %zu db[%d]", t, o);
-      free(x), free(dy), free(w), free(dx), free(dw), free(work), free(wdx), free(wdw);
+      for (int j = 0; j < k * g.oc; j++)
+        cr_assert(fabs(dw1[j] - 1.0 - wdw[j]) <= 1e-3 * (1 + fabs(wdw[j])),
+                  "%s case %zu beta 1: dw[%d] %g vs 1 + %g", impl_names[impl], t, j, dw1[j],
+                  wdw[j]);
+      for (int o = 0; o < g.oc; o++)
+        cr_assert(fabs(db1[o] - 1.0 - wdb[o]) <= 1e-3 * (1 + fabs(wdb[o])),
+                  "%s case %zu beta 1: db[%d]", impl_names[impl], t, o);
+      free(x), free(dy), free(w), free(dx), free(dw), free(dw1), free(wdx), free(wdw);
     }
   }
 }
@@ -179,7 +264,10 @@ Test(conv, kernel_pooling_matches_direct_pooling) {
 }
 
 /* The tiled operations over batch-row edge tiles: 7 samples in tiles of 3. */
-Test(conv, tiled_forward_over_edge_tiles) {
+/* Tiles of whole samples (the last one short) through the conv codelet, with each of its CPU
+ * implementations forced by the task options (--kernels). */
+static void tiled_forward(tsr_kernels_t kernels) {
+  topts.kernels = (int)kernels;
   tsr_rng_t rng = {9};
   tsr_conv_geom_t g = geom(3, 7, 5, 6, 3, 2, 2, 1, 1, 0);
   tsr_conv_geom_t pg = geom(6, g.oh, g.ow, 6, 2, 2, 1, 2, 0, 0);
@@ -221,6 +309,13 @@ Test(conv, tiled_forward_over_edge_tiles) {
   tsr_tiles_destroy(&x), tsr_tiles_destroy(&w), tsr_tiles_destroy(&b), tsr_tiles_destroy(&y);
   tsr_tiles_destroy(&p);
   free(xv), free(wv), free(yv), free(pv), free(xd), free(wd), free(yd), free(pd);
+  topts.kernels = TSR_KERNELS_AUTO;
+}
+
+Test(conv, tiled_forward_over_edge_tiles) {
+  if (tsr_runtime_onednn_built()) tiled_forward(TSR_KERNELS_ONEDNN);
+  tiled_forward(TSR_KERNELS_BLIS);
+  tiled_forward(TSR_KERNELS_AUTO);
 }
 
 /* ---- float64 reference network, channels-last, for gradient checks ---- */

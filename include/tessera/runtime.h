@@ -18,6 +18,16 @@ typedef enum {
   TSR_MPI_PROGRESS_WORKER, /* that thread runs the rank's first worker between polls */
 } tsr_mpi_progress_t;
 
+/* Which CPU implementation runs the operations that have several (the convolutions' three
+ * passes): AUTO registers both and lets StarPU choose (the model-based policies, dmda and dmdas,
+ * per task from each one's measured history; the others take oneDNN's first), ONEDNN and BLIS
+ * force one (oneDNN's primitives, or the input lowered to BLIS GEMMs). */
+typedef enum {
+  TSR_KERNELS_AUTO,
+  TSR_KERNELS_ONEDNN,
+  TSR_KERNELS_BLIS,
+} tsr_kernels_t;
+
 typedef struct {
   const char *sched; /* StarPU scheduling policy name (predefined or registered with
                         tsr_sched_register); NULL: TSR_DEFAULT_SCHED */
@@ -32,12 +42,13 @@ typedef struct {
                                       them; 0, 0 (default): every task. Otherwise both >= 1 and
                                       trace_from <= trace_to, and trace must be on */
   tsr_mpi_progress_t mpi_progress; /* under MPI only; default AUTO */
-  int opencl;   /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
-                   0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
-                   N; asking for any in a build without OpenCL is an error */
-  bool verbose; /* StarPU's own messages (calibration, warnings) on stderr; default false:
-                   StarPU is silenced (STARPU_SILENT=1) unless the environment sets
-                   STARPU_SILENT itself, which wins either way */
+  int opencl; /* OpenCL devices (--devices): TSR_OPENCL_AUTO (default) whatever StarPU finds,
+                 0 none, TSR_OPENCL_ALL every one StarPU finds and at least one, N > 0 exactly
+                 N; asking for any in a build without OpenCL is an error */
+  tsr_kernels_t kernels; /* default AUTO; ONEDNN in a build without oneDNN is an error */
+  bool verbose;          /* StarPU's own messages (calibration, warnings) on stderr; default false:
+                            StarPU is silenced (STARPU_SILENT=1) unless the environment sets
+                            STARPU_SILENT itself, which wins either way */
 } tsr_runtime_opts_t;
 
 #define TSR_OPENCL_AUTO (-1)
@@ -65,6 +76,14 @@ TSR_API bool tsr_runtime_opencl_built(void);
 /* Parses --devices' value: "none", "opencl" or "opencl:N" (N from 1 to 64) into *opencl
  * (tsr_runtime_opts_t.opencl); returns 0, or TSR_EINVAL for anything else. */
 TSR_API int tsr_runtime_parse_devices(const char *s, int *opencl);
+/* Whether this build has oneDNN's convolutions (meson -Ddnnl), and its version ("oneDNN
+ * 2.6.3 (OpenMP)") or why not. */
+TSR_API bool tsr_runtime_onednn_built(void);
+TSR_API const char *tsr_runtime_onednn_version(void);
+/* Parses --kernels' value: "auto", "onednn" or "blis"; returns 0, or TSR_EINVAL. */
+TSR_API int tsr_runtime_parse_kernels(const char *s, tsr_kernels_t *kernels);
+TSR_API const char *tsr_runtime_kernels_name(tsr_kernels_t kernels);
+TSR_API tsr_kernels_t tsr_runtime_kernels(void); /* the choice in use */
 TSR_API int tsr_runtime_max_ncpus(void); /* at most this many per process (STARPU_MAXCPUS) */
 /* Bytes this process can still allocate as far as the system says: the smallest of the
  * kernel's MemAvailable and the cgroup's memory.max less memory.current, shared by the ranks

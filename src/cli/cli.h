@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include "tessera/net.h"
+#include "tessera/runtime.h"
 
 int tsr_cli_train(int argc, char **argv);
 int tsr_cli_info(int argc, char **argv);
@@ -21,6 +22,9 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
  * (tsr_runtime_opts_t.opencl): 0, or 2 after saying on stderr what is wrong
  * (a bad value; devices asked of a build without OpenCL). */
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl);
+/* --kernels' value into *kernels (tsr_runtime_opts_t.kernels), or a message naming `cmd` on
+ * stderr and 2: an unknown name, or onednn in a build without it. */
+int tsr__cli_kernels(const char *cmd, const char *arg, tsr_kernels_t *kernels);
 
 /* $STARPU_HOME/name, or ~/.starpu/name (where StarPU keeps its own calibration, and the
  * planner its machine file and kernel rates), into buf. */

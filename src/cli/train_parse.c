@@ -22,6 +22,22 @@ static int bad(const char *opt, const char *val, const char *want) {
   return 2;
 }
 
+int tsr__cli_kernels(const char *cmd, const char *arg, tsr_kernels_t *kernels) {
+  if (tsr_runtime_parse_kernels(arg, kernels)) {
+    fprintf(stderr, "tessera %s: --kernels %s: expected auto, onednn or blis\n", cmd, arg);
+    return 2;
+  }
+  if (*kernels == TSR_KERNELS_ONEDNN && !tsr_runtime_onednn_built()) {
+    fprintf(stderr,
+            "tessera %s: --kernels onednn: this tessera is built without oneDNN; install "
+            "libdnnl-dev and rebuild (meson setup --reconfigure build -Ddnnl=enabled), or use "
+            "--kernels blis\n",
+            cmd);
+    return 2;
+  }
+  return 0;
+}
+
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl) {
   if (tsr_runtime_parse_devices(arg, opencl)) {
     fprintf(stderr,
@@ -317,6 +333,13 @@ static int read_devices(parse_t *p, const row_t *row, const char *arg) {
   return tsr__cli_devices("train", arg, &p->cfg->runtime.opencl);
 }
 
+static int read_kernels(parse_t *p, const row_t *row, const char *arg) {
+  static const char *const names[] = {"auto", "onednn", "blis", NULL};
+  int i = read_choice(row, arg, names);
+  if (i < 0) return 2;
+  return tsr__cli_kernels("train", names[i], &p->cfg->runtime.kernels);
+}
+
 static int read_mpi_progress(parse_t *p, const row_t *row, const char *arg) {
   static const char *const names[] = {"auto", "thread", "worker", NULL};
   static const tsr_mpi_progress_t kinds[] = {TSR_MPI_PROGRESS_AUTO, TSR_MPI_PROGRESS_THREAD,
@@ -606,6 +629,11 @@ static const row_t rows[] = {
              "StarPU finds, at least one), opencl:N (exactly N) or none\n"
              "[what StarPU finds; CPU devices such as PoCL need\n"
              "STARPU_OPENCL_ON_CPUS=1]"},
+    {"kernels", "K", read_kernels, .want = "auto, onednn or blis",
+     .help = "the convolutions' CPU kernels: auto (both registered, StarPU\n"
+             "chooses: dmda and dmdas by each one's measured time, the\n"
+             "other policies oneDNN), onednn or blis (its GEMMs over the\n"
+             "lowered input) [auto]; `tessera info` lists them"},
     {"window", "N", read_int, AT(train.window), 1, 1 << 16, "an integer from 1 to 65536",
      "training steps in flight at most [8]"},
     {"train-limit", "N", read_int64, AT(train_limit), 1, 0x7fffffffL,

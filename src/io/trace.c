@@ -104,9 +104,11 @@ static bool write_trace(FILE *f, const tsr_trace_t *tr, const tsr_trace_graph_t 
     fprintf(f,
             ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
             "\"args\":{\"layer\":%d,\"step\":%lld,\"tile\":[%d,%d],\"priority\":%d,\"mpi\":%s,"
-            "\"id\":%lld,\"deps\":[",
+            "\"id\":%lld,",
             e.mpi ? "mpi" : "task", e.ts, e.dur, e.rank, e.worker, e.layer, (long long)e.batch,
             e.ti, e.tj, e.priority, e.mpi ? "true" : "false", (long long)g->id[k]);
+    if (e.impl) fprintf(f, "\"impl\":\"%s\",", e.impl); /* which of the codelet's ran */
+    fprintf(f, "\"deps\":[");
     for (int64_t d = g->dep_start[k]; d < g->dep_start[k + 1]; d++)
       fprintf(f, "%s%lld", d > g->dep_start[k] ? "," : "", (long long)g->id[g->deps[d]]);
     fprintf(f, "]}}");

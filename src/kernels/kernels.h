@@ -156,6 +156,29 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
                             const float *x, int ldx, const float *dy, int lddy, float beta,
                             float *work);
 
+/* ---- The same three passes through oneDNN (conv_dnnl.c) ----
+ * Same arguments and results as tsr__k_conv_* above, on one thread; each returns false, having
+ * written nothing, when oneDNN cannot serve the call (a build without it, or a shape it runs
+ * only with its reference code): the caller then runs the lowered kernel. work holds
+ * tsr__k_dnnl_conv_work(g, n, pass, flag) floats (pass 0 forward, 1 input gradient, 2 filter
+ * gradient; flag: the forward's relu, the filter gradient's beta != 0). beta is 0 or 1. */
+bool tsr__k_dnnl_built(void);
+const char *tsr__k_dnnl_version(void); /* "oneDNN 2.6.3 (OpenMP)" or why there is none */
+/* Whether a tile's rows are whole samples back to back and w is (kh kw c, oc) exactly: the
+ * layouts these kernels take. */
+bool tsr__k_dnnl_conv_dense(const tsr_conv_geom_t *g, int n, int ld_in, int ld_out, int ldw);
+size_t tsr__k_dnnl_conv_work(const tsr_conv_geom_t *g, int n, int pass, bool flag);
+/* The implementation oneDNN chose for the pass ("brg:avx512_core", "jit:avx2", ...), or
+ * "none". */
+const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass);
+bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
+                          int ldx, const float *w, int ldw, const float *b, bool relu, float *work);
+bool tsr__k_dnnl_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx,
+                               const float *dy, int lddy, const float *w, int ldw, float *work);
+bool tsr__k_dnnl_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
+                                 const float *x, int ldx, const float *dy, int lddy, float beta,
+                                 float *work);
+
 /* Pooling over each channel (g->oc == g->c, padding at most half the kernel): y (n, oh ow c)
  * = max (or mean) of x (n, h w c) over each window. The padding never wins a max (-inf) and
  * counts as zeros in a mean, whose divisor is kh kw (PyTorch's count_include_pad=True). */

@@ -305,9 +305,10 @@ void tsr_versions(char *buf, size_t size) {
   int first = 0;
   while (first < len && lib[first] != ',' && lib[first] != '\n')
     first++;
-  snprintf(buf, size, "StarPU %d.%d.%d, BLIS %s, MPI %d.%d (%.*s), OpenCL codelets %s", major,
+  snprintf(buf, size, "StarPU %d.%d.%d, BLIS %s, MPI %d.%d (%.*s), OpenCL codelets %s, %s", major,
            minor, release, bli_info_get_version_str(), version, subversion, first, lib,
-           tsr_runtime_opencl_built() ? "yes (CLBlast)" : "no");
+           tsr_runtime_opencl_built() ? "yes (CLBlast)" : "no",
+           tsr__k_dnnl_built() ? tsr__k_dnnl_version() : "no oneDNN");
 }
 
 static void print_blis(FILE *out) {
@@ -325,6 +326,27 @@ static void print_blis(FILE *out) {
     fprintf(out, "  threads/call    %ld%s\n", nt,
             nt == 1 ? " (StarPU is the only source of parallelism)"
                     : " -- warning: BLIS threads oversubscribe the StarPU workers' cores");
+}
+
+/* The implementations of the operations that have several (--kernels), and what oneDNN runs
+ * on this CPU for a ResNet-20 convolution (3x3 over 16x16x32, 16 samples). */
+static void print_kernels(FILE *out) {
+  fprintf(out, "\nConvolution kernels (--kernels; auto: dmda and dmdas choose per task from the "
+               "measured times,\n  the other policies take the first)\n");
+  if (tsr__k_dnnl_built()) {
+    tsr_conv_geom_t g = {32, 16, 16, 32, 16, 16, 3, 3, 1, 1, 1, 1};
+    fprintf(out,
+            "  onednn          %s, one thread per task; here: %s forward, %s input "
+            "gradient, %s filter gradient\n",
+            tsr__k_dnnl_version(), tsr__k_dnnl_conv_impl(&g, 16, 0),
+            tsr__k_dnnl_conv_impl(&g, 16, 1), tsr__k_dnnl_conv_impl(&g, 16, 2));
+  } else {
+    fprintf(out, "  onednn          %s\n", tsr__k_dnnl_version());
+  }
+  fprintf(out,
+          "  blis            the input lowered (im2col) into BLIS GEMMs with the %s kernels; "
+          "loops of its own\n                  for fan-ins under 32\n",
+          bli_arch_string(bli_arch_query_id()));
 }
 
 static void print_mpi(FILE *out) {
@@ -429,6 +451,7 @@ int tsr_info_print(FILE *out, const tsr_runtime_opts_t *opts, tsr_errbuf_t *err)
   if (started_here) tsr_runtime_fini();
 
   print_blis(out);
+  print_kernels(out);
   print_mpi(out);
   print_core_warning(out, nc, ncpu_workers, outside);
   hwloc_bitmap_free(nc.bind);

@@ -20,6 +20,7 @@
 #include <starpu_mpi.h>
 
 #include "runtime/observe.h"
+#include "runtime/task_opts.h"
 #include "tessera/dist.h"
 #include "tessera/runtime.h"
 
@@ -27,6 +28,7 @@
 #define MAX_NAMES TSR_STATS_MAX_CODELETS
 #define MAX_SPAN_NAMES 16
 #define MAX_BUSES 16
+#define MAX_IMPLS 2 /* a codelet's CPU implementations told apart (codelets/impls.c) */
 #define DEFAULT_CAPACITY (1 << 21) /* records; 176 MiB reserved, touched only as used */
 
 static bool observing;
@@ -41,6 +43,7 @@ typedef struct {
   int16_t owner[TSR__TRACE_MAX_DATA]; /* tagged data's rank */
   uint8_t mode[TSR__TRACE_MAX_DATA];  /* TSR__ACCESS_* */
   uint8_t ndata;
+  uint8_t impl; /* the implementation that ran (starpu_task_get_implementation) */
 } rec_t;
 
 /* One rank's observations, as sent to rank 0. */
@@ -51,11 +54,12 @@ typedef struct {
   int64_t trace_from, trace_to;   /* the step window; 0, 0: none */
   int64_t last_step;              /* the last step a task was labelled with */
   char codelets[MAX_NAMES][32];
+  char impls[MAX_NAMES][MAX_IMPLS][16]; /* "" where a codelet has one implementation */
   char spans[MAX_SPAN_NAMES][32];
   char wname[MAX_WORKERS][48];
   double total[MAX_WORKERS], exec[MAX_WORKERS], sleep[MAX_WORKERS];
   int64_t executed[MAX_WORKERS];
-  int64_t counts[MAX_WORKERS][MAX_NAMES];
+  int64_t counts[MAX_WORKERS][MAX_NAMES][MAX_IMPLS];
   tsr_bus_stats_t bus[MAX_BUSES];
 } snap_t;
 
@@ -67,7 +71,7 @@ static int nspans;
 static rec_t *recs;
 static int64_t capacity;
 static _Atomic int64_t nrecs;
-static _Atomic int64_t counts[MAX_WORKERS][MAX_NAMES];
+static _Atomic int64_t counts[MAX_WORKERS][MAX_NAMES][MAX_IMPLS];
 static snap_t *snap; /* taken at shutdown */
 
 /* The step window (--trace-steps). The main thread, submitting, counts the window's tasks and
@@ -185,9 +189,12 @@ static void task_done(void *arg) {
   uint64_t v = (uint64_t)(uintptr_t)arg;
   rec_t *r = v & SLOT ? &recs[v & ~SLOT] : NULL;
   uint64_t label = r ? r->label : v;
+  unsigned impl = task->cl ? starpu_task_get_implementation(task) : 0;
+  if (impl >= MAX_IMPLS) impl = 0;
   if (stats_on && w >= 0 && w < MAX_WORKERS)
-    atomic_fetch_add_explicit(&counts[w][label & 0xff], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&counts[w][label & 0xff][impl], 1, memory_order_relaxed);
   if (!r) return;
+  r->impl = (uint8_t)impl;
   double end = pi ? starpu_timing_timespec_to_us(&pi->end_time) : starpu_timing_now();
   if (win_from > 0) window_done(end);
   if (!pi) return; /* stays UNRUN: dropped */
@@ -287,9 +294,14 @@ void tsr__observe_snapshot(void) {
   if (!snap) return;
   snap->rank = tsr_dist_rank();
   snap->ncodelets = atomic_load(&ncodelets);
-  for (int i = 0; i < snap->ncodelets; i++)
+  for (int i = 0; i < snap->ncodelets; i++) {
     snprintf(snap->codelets[i], sizeof snap->codelets[i], "%s",
              ((const struct starpu_codelet *)codelets[i])->name);
+    for (unsigned m = 0; m < MAX_IMPLS; m++) {
+      const char *impl = tsr__runtime_impl_name(codelets[i], m);
+      snprintf(snap->impls[i][m], sizeof snap->impls[i][m], "%s", impl ? impl : "");
+    }
+  }
   snap->nspans = nspans;
   for (int i = 0; i < nspans; i++)
     snprintf(snap->spans[i], sizeof snap->spans[i], "%s", span_names[i]);
@@ -305,7 +317,8 @@ void tsr__observe_snapshot(void) {
       snap->executed[w] = wi.executed_tasks;
     }
     for (int c = 0; c < MAX_NAMES; c++)
-      snap->counts[w][c] = atomic_load(&counts[w][c]);
+      for (int m = 0; m < MAX_IMPLS; m++)
+        snap->counts[w][c][m] = atomic_load(&counts[w][c][m]);
   }
   /* Bus counters for statistics and for the trace's memory transfers alike. */
   for (int b = 0; b < starpu_bus_get_count() && snap->nbuses < MAX_BUSES; b++) {
@@ -439,7 +452,17 @@ int tsr_runtime_stats(tsr_run_stats_t *st, tsr_errbuf_t *err) {
       o->overhead = o->seconds - o->executing - o->idle;
       o->tasks = s->executed[w];
       for (int c = 0; c < s->ncodelets; c++)
-        if (s->counts[w][c]) o->codelet_tasks[name_index(st, s->codelets[c])] += s->counts[w][c];
+        for (int m = 0; m < MAX_IMPLS; m++) {
+          if (!s->counts[w][c][m]) continue;
+          /* A codelet with several implementations counts each apart: "conv_fwd:onednn". */
+          char name[sizeof st->codelets[0]];
+          if (s->impls[c][m][0])
+            snprintf(name, sizeof name, "%.*s:%s", (int)(sizeof name - 2 - strlen(s->impls[c][m])),
+                     s->codelets[c], s->impls[c][m]);
+          else
+            snprintf(name, sizeof name, "%s", s->codelets[c]);
+          o->codelet_tasks[name_index(st, name)] += s->counts[w][c][m];
+        }
     }
     for (int b = 0; b < s->nbuses; b++)
       st->buses[st->nbuses++] = s->bus[b];
@@ -540,6 +563,9 @@ void tsr__trace_event(const tsr_trace_t *tr, int64_t k, tsr_trace_event_t *e) {
   }
   label_t l = unpack(rec->label);
   e->name = l.codelet < s->ncodelets ? s->codelets[l.codelet] : "?";
+  e->impl = l.codelet < s->ncodelets && s->impls[l.codelet][rec->impl][0]
+                ? s->impls[l.codelet][rec->impl]
+                : NULL;
   e->layer = l.layer, e->batch = l.batch, e->priority = l.priority, e->mpi = l.mpi;
   e->submitted = rec->submitted, e->ndata = rec->ndata;
   for (int d = 0; d < rec->ndata; d++)

@@ -43,6 +43,8 @@ enum {
 typedef struct {
   bool span;        /* a span of the main thread (a wait), else a task */
   const char *name; /* the span's name or the task's codelet, owned by the trace */
+  const char *impl; /* tasks: the implementation that ran ("onednn", "blis") where the codelet
+                       has several, else NULL */
   int rank, worker; /* StarPU worker id (tasks) */
   double ts, dur;   /* microseconds since the run's first event, on rank 0's clock */
   int layer;        /* tasks: 1-based layer, 0 batch assembly */

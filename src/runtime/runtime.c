@@ -20,11 +20,22 @@
 #include "tessera/runtime.h"
 
 static bool started, with_mpi, priorities = true;
+static tsr_kernels_t kernels_in_use = TSR_KERNELS_AUTO;
 static char sched_in_use[64];
 static const tsr_device_hooks_t *device_hooks; /* codelets/opencl.c's, when built with OpenCL */
 
 void tsr__runtime_device_hooks(const tsr_device_hooks_t *hooks) {
   device_hooks = hooks;
+}
+
+static tsr_impl_name_fn impl_names; /* codelets/impls.c's */
+
+void tsr__runtime_impl_names(tsr_impl_name_fn fn) {
+  impl_names = fn;
+}
+
+const char *tsr__runtime_impl_name(const void *codelet, unsigned nimpl) {
+  return impl_names ? impl_names(codelet, nimpl) : NULL;
 }
 
 bool tsr_runtime_opencl_built(void) {
@@ -47,8 +58,33 @@ int tsr_runtime_parse_devices(const char *s, int *opencl) {
   return 0;
 }
 
+bool tsr_runtime_onednn_built(void) {
+  return tsr__k_dnnl_built();
+}
+
+const char *tsr_runtime_onednn_version(void) {
+  return tsr__k_dnnl_version();
+}
+
+static const char *const kernel_names[] = {"auto", "onednn", "blis"};
+
+int tsr_runtime_parse_kernels(const char *s, tsr_kernels_t *kernels) {
+  for (int k = 0; s && k < (int)(sizeof kernel_names / sizeof *kernel_names); k++)
+    if (strcmp(s, kernel_names[k]) == 0) return *kernels = (tsr_kernels_t)k, 0;
+  return TSR_EINVAL;
+}
+
+const char *tsr_runtime_kernels_name(tsr_kernels_t kernels) {
+  return (unsigned)kernels < sizeof kernel_names / sizeof *kernel_names ? kernel_names[kernels]
+                                                                        : "?";
+}
+
+tsr_kernels_t tsr_runtime_kernels(void) {
+  return kernels_in_use;
+}
+
 tsr_task_opts_t tsr__task_opts_default(void) {
-  return (tsr_task_opts_t){.observer = tsr__observe_observer()};
+  return (tsr_task_opts_t){.observer = tsr__observe_observer(), .kernels = (int)kernels_in_use};
 }
 
 bool tsr__runtime_mpi(void) {
@@ -68,6 +104,7 @@ void tsr_runtime_opts_init(tsr_runtime_opts_t *opts) {
   opts->trace_from = opts->trace_to = 0;
   opts->mpi_progress = TSR_MPI_PROGRESS_AUTO;
   opts->opencl = TSR_OPENCL_AUTO;
+  opts->kernels = TSR_KERNELS_AUTO;
   opts->verbose = false;
 }
 
@@ -257,6 +294,14 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   int ncpus = opts ? opts->ncpus : -1;
   if (ncpus == 0 || ncpus < -1)
     return tsr_error_set(err, TSR_EINVAL, "--workers must be at least 1 (got %d)", ncpus);
+  tsr_kernels_t kernels = opts ? opts->kernels : TSR_KERNELS_AUTO;
+  if ((unsigned)kernels > TSR_KERNELS_BLIS)
+    return tsr_error_set(err, TSR_EINVAL, "unknown kernel choice %d (opts.kernels)", (int)kernels);
+  if (kernels == TSR_KERNELS_ONEDNN && !tsr__k_dnnl_built())
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--kernels onednn: this build has no oneDNN; install libdnnl-dev and "
+                         "reconfigure (meson setup --reconfigure build -Ddnnl=enabled), or use "
+                         "--kernels blis");
   int64_t from = opts ? opts->trace_from : 0, to = opts ? opts->trace_to : 0;
   if ((from || to) && (from < 1 || to < from || !opts->trace))
     return tsr_error_set(err, TSR_EINVAL,
@@ -285,6 +330,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
     int rc = tsr__progress_configure(opts ? opts->mpi_progress : TSR_MPI_PROGRESS_AUTO, &conf, err);
     if (rc) return rc;
   }
+  kernels_in_use = kernels;
   int ret =
       with_mpi ? starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, &conf) : starpu_init(&conf);
   if (ret == -ENODEV) return tsr_error_set(err, TSR_ERUNTIME, "StarPU found no worker to run on");

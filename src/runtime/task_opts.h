@@ -35,6 +35,8 @@ struct tsr_task_opts {
   uint64_t *submitted;                 /* counts the tasks submitted, when not NULL */
   int on_worker; /* 1 + the StarPU worker that must run the task (tests compare a codelet's
                     implementations this way); 0: the scheduler chooses. Local tasks only */
+  int kernels;   /* tsr_kernels_t (tessera/runtime.h): which CPU implementation a codelet with
+                    several may run; the runtime's choice by default */
 };
 
 /* Start-up and shutdown work of accelerator codelets, which codelets/opencl.c
@@ -48,6 +50,15 @@ typedef struct {
   void (*release)(void);
 } tsr_device_hooks_t;
 void tsr__runtime_device_hooks(const tsr_device_hooks_t *hooks);
+
+/* The names of a codelet's implementations, for statistics and traces: codelets/impls.c
+ * registers its function when the library loads (the runtime may not call into codelets/); it
+ * returns NULL for a codelet with one implementation. codelet is a `struct starpu_codelet *`. */
+typedef const char *(*tsr_impl_name_fn)(const void *codelet, unsigned nimpl);
+void tsr__runtime_impl_names(tsr_impl_name_fn fn);
+/* The name of implementation nimpl of codelet, or NULL (one implementation, or none
+ * registered). */
+const char *tsr__runtime_impl_name(const void *codelet, unsigned nimpl);
 
 /* Priority 0, local, unlabelled, no counter, and the runtime's observer
  * while statistics or tracing are on. */

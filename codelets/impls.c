@@ -1,0 +1,33 @@
+/* What the codelets with several CPU implementations share: the convolutions' three passes have
+ * oneDNN's primitives (cpu_funcs[TSR_IMPL_ONEDNN]) and the input lowered to BLIS GEMMs
+ * (cpu_funcs[TSR_IMPL_BLIS]). StarPU keeps a history per implementation in the codelet's
+ * performance model, so its model-based policies (dmda, dmdas) choose between them task by
+ * task, shape by shape; the others run the first one a worker can. can_execute is where the
+ * choice is narrowed: to what this build has, and to what the task's options force (--kernels),
+ * read from the task's argument struct, which starts with tsr_impl_choice_t. The names go to
+ * the runtime's observer, so that statistics and traces say which one ran. */
+#include "codelets.h"
+#include "tessera/runtime.h"
+
+int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl) {
+  if (starpu_worker_get_type((int)workerid) != STARPU_CPU_WORKER) return 1;
+  const tsr_impl_choice_t *c = task->cl_arg;
+  int kernels = c ? c->kernels : TSR_KERNELS_AUTO;
+  if (nimpl == TSR_IMPL_ONEDNN) return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;
+  if (nimpl == TSR_IMPL_BLIS) return kernels != TSR_KERNELS_ONEDNN || !tsr__k_dnnl_built();
+  return 0;
+}
+
+static const struct starpu_codelet *const with_impls[] = {
+    &tsr_cl_conv_fwd, &tsr_cl_conv_bwd_data, &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
+
+/* "onednn" or "blis" for the codelets above, NULL for every other (one implementation). */
+static const char *impl_name(const void *cl, unsigned nimpl) {
+  for (size_t i = 0; i < sizeof with_impls / sizeof *with_impls; i++)
+    if (cl == with_impls[i]) return nimpl == TSR_IMPL_ONEDNN ? "onednn" : "blis";
+  return NULL;
+}
+
+__attribute__((constructor)) static void register_names(void) {
+  tsr__runtime_impl_names(impl_name);
+}
