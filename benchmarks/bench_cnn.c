@@ -9,7 +9,8 @@
  * of the medians is the result.
  *
  * usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]
- *                  [--sched NAME] [--tile R] [--padding 0|1] [--no-torch] */
+ *                  [--sched NAME] [--tile R] [--padding 0|1] [--kernels K] [--no-torch]
+ * PyTorch: Debian's, and $TSR_PEER_PYTHON's when set (bench_common.h). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,36 +55,42 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
 }
 
 /* PyTorch's best samples/s over 1 and 2 threads; 0 when it cannot run. */
-static double run_torch(const char *dir, int batch, int padding, double seconds, int *threads) {
-  char cmd[4400];
+static double run_torch(const char *python, const char *dir, int batch, int padding, double seconds,
+                        int *threads) {
+  char cmd[4600];
   snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 %.4000s/torch_cnn.py --batch %d --padding %d --best-threads 1,2 "
+           "%.200s %.4000s/torch_cnn.py --batch %d --padding %d --best-threads 1,2 "
            "--seconds %g 2>/dev/null",
-           dir, batch, padding, seconds);
+           python, dir, batch, padding, seconds);
   double best = 0;
   run_peer(cmd, &best, threads);
   return best;
 }
 
-static double our_side(void *ctx, int r, int *threads) {
-  (void)r, (void)threads;
+static double our_side(void *ctx, int r) {
+  (void)r;
   bench_t *b = ctx;
   return run_tessera(b, b->ds);
 }
 
-static double their_side(void *ctx, int r, int *threads) {
+static double their_side(void *ctx, int r, const char *python, int *threads) {
   (void)r;
   bench_t *b = ctx;
-  return run_torch(b->peer_dir, b->batch, b->padding, b->seconds, threads);
+  return run_torch(python, b->peer_dir, b->batch, b->padding, b->seconds, threads);
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"batch", required_argument, 0, 'b'},   {"seconds", required_argument, 0, 's'},
-      {"rounds", required_argument, 0, 'r'},  {"workers", required_argument, 0, 'w'},
-      {"sched", required_argument, 0, 'S'},   {"tile", required_argument, 0, 't'},
-      {"padding", required_argument, 0, 'p'}, {"no-torch", no_argument, 0, 'n'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"batch", required_argument, 0, 'b'},
+                                           {"seconds", required_argument, 0, 's'},
+                                           {"rounds", required_argument, 0, 'r'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"sched", required_argument, 0, 'S'},
+                                           {"tile", required_argument, 0, 't'},
+                                           {"padding", required_argument, 0, 'p'},
+                                           {"no-torch", no_argument, 0, 'n'},
+                                           {"kernels", required_argument, 0, 'k'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   bench_t b = {.batch = 64, .padding = 1, .seconds = 5};
   int rounds = 3;
   bool torch = true;
@@ -100,9 +107,16 @@ int main(int argc, char **argv) {
     case 't': b.tile_rows = atoi(optarg); break;
     case 'p': b.padding = atoi(optarg); break;
     case 'n': torch = false; break;
+    case 'k':
+      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
+        fprintf(stderr, "bench_cnn: --kernels %s: expected auto, onednn or blis\n", optarg);
+        return 2;
+      }
+      break;
     default:
       fprintf(stderr, "usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]\n"
-                      "                 [--sched NAME] [--tile R] [--padding 0|1] [--no-torch]\n");
+                      "                 [--sched NAME] [--tile R] [--padding 0|1]\n"
+                      "                 [--kernels auto|onednn|blis] [--no-torch]\n");
       return opt == 'h' ? 0 : 2;
     }
   }
@@ -115,23 +129,15 @@ int main(int argc, char **argv) {
   tsr_dataset_t ds = synthetic_fashion(true);
   char dir[4096];
   b.ds = &ds, b.peer_dir = peer_dir(dir, sizeof dir, argv[0], "torch_cnn.py");
-  double ours[32], theirs[32];
-  int workers = 0, threads = 0;
-  char sched[64] = "";
-  if (bench_rounds("bench_cnn", &ro, rounds, our_side, torch ? their_side : NULL, &b, ours, theirs,
-                   &workers, sched, sizeof sched, &threads))
+  bench_print_machine(stdout);
+  static bench_result_t res;
+  if (bench_rounds("bench_cnn", &ro, rounds, our_side, torch ? their_side : NULL, &b, &res))
     return 1;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
-  printf("\nmachine: %ld cores; tessera on %d StarPU CPU workers (%s), batch %d, tiles of %d "
+  printf("\nmachine: tessera on %d StarPU CPU workers (%s, kernels %s), batch %d, tiles of %d "
          "rows, model cnn with padding %d (%lld parameters); %d rounds of %g s\n",
-         cores, workers, sched, b.batch, b.tile_used, b.padding, (long long)b.params, rounds,
-         b.seconds);
-  printf("tessera %.0f samples/s (median)", mo);
-  if (mt > 0)
-    printf(", PyTorch %.0f samples/s (median, best thread count), tessera / PyTorch %.2fx", mt,
-           mo / mt);
-  printf("\n");
+         res.workers, res.sched, tsr_runtime_kernels_name(ro.kernels), b.batch, b.tile_used,
+         b.padding, (long long)b.params, rounds, b.seconds);
+  bench_report(&res, "samples/s", 1.0);
   free(ds.x), free(ds.y);
   return 0;
 }

@@ -66,8 +66,11 @@ static inline const char *peer_dir(char *dir, size_t size, const char *argv0, co
   return dir;
 }
 
+/* The version the last peer run printed ("1.13.1", "2.15.0+cu132"). */
+static char bench_peer_version[32];
+
 /* Runs cmd (a peer with --best-threads) and reads samples/s and the thread
- * count from its first line that has both; false when it cannot run. */
+ * count from its first line that has both, and its PyTorch version; false when it cannot run. */
 static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads) {
   FILE *p = popen(cmd, "r");
   if (!p) return false;
@@ -76,10 +79,62 @@ static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads
   while (fgets(line, sizeof line, p)) {
     const char *s = strstr(line, "\"samples_per_s\":");
     const char *th = strstr(line, "\"threads\":");
-    if (s && th && !found) *samples_per_s = atof(s + 16), *threads = atoi(th + 10), found = true;
+    const char *v = strstr(line, "\"version\": \"");
+    if (s && th && !found) {
+      *samples_per_s = atof(s + 16), *threads = atoi(th + 10), found = true;
+      if (v) sscanf(v + 12, "%31[^\"]", bench_peer_version);
+    }
   }
   pclose(p);
   return found;
+}
+
+/* The PyTorch peers a benchmark measures beside tessera: Debian's (python3-torch, PyTorch 1.13,
+ * /usr/bin/python3) and, where $TSR_PEER_PYTHON names another interpreter, that one too (a
+ * virtual environment with the newest PyTorch pip gives: benchmarks/results/throughput/README.md
+ * says how). The targets hold against the faster of them. */
+#define BENCH_MAX_PEERS 2
+
+typedef struct {
+  int n;
+  const char *python[BENCH_MAX_PEERS];
+} bench_peers_t;
+
+static inline bench_peers_t bench_peers(void) {
+  bench_peers_t p = {1, {"/usr/bin/python3"}};
+  const char *other = getenv("TSR_PEER_PYTHON");
+  if (other && *other && strcmp(other, p.python[0]) != 0) p.python[p.n++] = other;
+  return p;
+}
+
+/* The machine, for every benchmark's report: the CPU's model name, its widest vector unit the
+ * kernels can use, and the load average when the benchmark started (other processes slow
+ * StarPU's workers far more than they slow PyTorch: say it). */
+static inline void bench_print_machine(FILE *out) {
+  char model[128] = "unknown CPU", line[512];
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "model name", 10) == 0) {
+      const char *c = strchr(line, ':');
+      if (c) snprintf(model, sizeof model, "%.*s", (int)strcspn(c + 2, "\n"), c + 2);
+      break;
+    }
+  if (f) fclose(f);
+  double load[3] = {0};
+  f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+    fclose(f);
+  }
+  const char *isa = "SSE";
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  isa = __builtin_cpu_supports("avx512f") ? "AVX-512"
+        : __builtin_cpu_supports("avx2")  ? "AVX2 (no AVX-512)"
+                                          : "SSE";
+#endif
+  fprintf(out, "# cpu: %s, %ld cores, %s; load average %.2f %.2f %.2f at the start\n", model,
+          sysconf(_SC_NPROCESSORS_ONLN), isa, load[0], load[1], load[2]);
 }
 
 static inline int bench_cmp_double(const void *a, const void *b) {
@@ -118,38 +173,79 @@ static inline double bench_time_steps(tsr_net_t *net, const tsr_dataset_t *ds, i
   return *rc ? 0 : (double)timed * batch / t;
 }
 
-/* One side of a round: samples/s of round r (0 on an error); *threads, where the side has
- * them, the thread count it ran best with. */
-typedef double (*bench_side_fn)(void *ctx, int r, int *threads);
+/* tessera's side of a round: samples/s of round r (0 on an error). */
+typedef double (*bench_ours_fn)(void *ctx, int r);
+/* A peer's side: samples/s of round r with the PyTorch of interpreter `python` at its best
+ * thread count (in *threads), 0 when it cannot run. */
+typedef double (*bench_theirs_fn)(void *ctx, int r, const char *python, int *threads);
+
+/* What bench_rounds measured: each round's figures, and the runtime and peers they came from. */
+typedef struct {
+  int rounds;
+  double ours[32];
+  bench_peers_t peers;
+  double theirs[BENCH_MAX_PEERS][32];
+  int threads[BENCH_MAX_PEERS][32];
+  char version[BENCH_MAX_PEERS][32];
+  int workers;
+  char sched[64];
+} bench_result_t;
 
 /* Rounds alternating tessera (ours, on a runtime started with ro for the round and stopped
- * after it: idle StarPU workers spin) and its peer (theirs, NULL: none), each round's figures
- * printed as they come; ours[r] and theirs[r] filled, and the workers and scheduler of the
- * runtime. Returns 1 (said on stderr, prefixed by name) when tessera cannot run, else 0. */
+ * after it: idle StarPU workers spin) and each peer (theirs, NULL: none), each round's figures
+ * printed as they come, into res. Returns 1 (said on stderr, prefixed by name) when tessera
+ * cannot run, else 0. */
 static inline int bench_rounds(const char *name, tsr_runtime_opts_t *ro, int rounds,
-                               bench_side_fn our_side, bench_side_fn their_side, void *ctx,
-                               double *ours, double *theirs, int *workers, char *sched,
-                               size_t sched_size, int *threads) {
+                               bench_ours_fn our_side, bench_theirs_fn their_side, void *ctx,
+                               bench_result_t *res) {
+  memset(res, 0, sizeof *res);
+  res->rounds = rounds;
+  res->peers = bench_peers();
+  if (!their_side) res->peers.n = 0;
   for (int r = 0; r < rounds; r++) {
     tsr_errbuf_t err = {""};
     if (tsr_runtime_init(ro, &err)) {
       fprintf(stderr, "%s: %s\n", name, err.msg);
       return 1;
     }
-    *workers = tsr_runtime_ncpus();
-    snprintf(sched, sched_size, "%s", tsr_runtime_sched());
-    ours[r] = our_side(ctx, r, NULL);
+    res->workers = tsr_runtime_ncpus();
+    snprintf(res->sched, sizeof res->sched, "%s", tsr_runtime_sched());
+    res->ours[r] = our_side(ctx, r);
     tsr_runtime_fini();
-    if (ours[r] == 0) return 1;
-    theirs[r] = their_side ? their_side(ctx, r, threads) : 0;
-    printf("round %d: tessera %.1f samples/s", r + 1, ours[r]);
-    if (theirs[r] > 0)
-      printf(", PyTorch %.1f samples/s (%d threads), ratio %.2fx", theirs[r], *threads,
-             ours[r] / theirs[r]);
+    if (res->ours[r] == 0) return 1;
+    printf("round %d: tessera %.1f samples/s", r + 1, res->ours[r]);
+    for (int p = 0; p < res->peers.n; p++) {
+      bench_peer_version[0] = '\0';
+      res->theirs[p][r] = their_side(ctx, r, res->peers.python[p], &res->threads[p][r]);
+      if (bench_peer_version[0])
+        snprintf(res->version[p], sizeof res->version[p], "%s", bench_peer_version);
+      if (res->theirs[p][r] > 0)
+        printf("; PyTorch %s %.1f samples/s (%d threads), ratio %.2fx", res->version[p],
+               res->theirs[p][r], res->threads[p][r], res->ours[r] / res->theirs[p][r]);
+    }
     printf("\n");
     fflush(stdout);
   }
   return 0;
+}
+
+/* The medians: "tessera X unit (median)", then per peer "PyTorch V Y (median, best of 1 and 2
+ * threads), tessera / PyTorch Z" and the ratio against the faster peer; scale turns samples
+ * into the unit (tokens per sample for a language model). */
+static inline void bench_report(bench_result_t *res, const char *unit, double scale) {
+  double mo = bench_median(res->ours, res->rounds), fastest = 0;
+  printf("tessera %.1f %s (median)\n", mo * scale, unit);
+  for (int p = 0; p < res->peers.n; p++) {
+    double mt = bench_median(res->theirs[p], res->rounds);
+    if (mt <= 0) {
+      printf("PyTorch of %s: did not run\n", res->peers.python[p]);
+      continue;
+    }
+    printf("PyTorch %s (%s) %.1f %s (median, best of 1 and 2 threads), tessera / PyTorch %.2fx\n",
+           res->version[p], res->peers.python[p], mt * scale, unit, mo / mt);
+    fastest = mt > fastest ? mt : fastest;
+  }
+  if (res->peers.n > 1 && fastest > 0) printf("against the faster PyTorch: %.2fx\n", mo / fastest);
 }
 
 #endif

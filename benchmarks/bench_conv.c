@@ -1,15 +1,22 @@
-/* Convolution kernels on one batch-row tile, at ResNet shapes: for each input shape the four
- * convolutions a ResNet puts on it (3x3 stride 1 padding 1, 3x3 stride 2 padding 1, and the
- * 1x1 shortcut projections and bottleneck convolutions, stride 1 and 2), the forward pass and
- * the two backward passes (input gradient, filter gradient) as one task runs them
- * (src/kernels/conv.c, one worker, BLIS single-threaded), in GFLOP/s (2 n oh ow oc kh kw c
- * flops per pass), each next to the 3x3 stride-1 figure of the same input measured in the
- * same run (the ratio). Each figure is the best of --rounds timings, rounds interleaved over
- * the convolutions of a shape so that load from other processes hits them alike. The clock is
- * the thread's CPU time (a shared machine's other processes then slow a figure only through
- * the caches), or the wall clock with --wall.
+/* Convolution kernels on one batch-row tile, for every convolution shape of the zoo: the three
+ * passes (forward with its bias and ReLU, input gradient, filter gradient) as a task runs them,
+ * by both of tessera's CPU implementations (the input lowered to BLIS GEMMs, src/kernels/conv.c;
+ * oneDNN through src/kernels/conv_dnnl.c, weights reordered inside each call), and, measured in
+ * the same run, oneDNN called directly on the same core: one thread, NHWC activations, weights
+ * and filter gradient in the layout the primitive chose (their reorders not timed), oneDNN's
+ * own scratchpad. The ratio tessera / oneDNN is tessera's fast implementation against the best
+ * the library does with the same activations.
  *
- * usage: bench_conv [--tile N] [--seconds S] [--rounds N] [--wall] [--shape HxWxC:OC]... */
+ * The shapes come from the zoo's model files as the library lays them out (src/nn/layout.c):
+ * ResNet-20/32/56 and VGG-11 at 32x32x3 (batches 128 and 64), ResNet-18/50, VGG-16, AlexNet and
+ * GoogLeNet at 224x224x3 (batch 8), each with the batch-row tile two workers get; a shape that
+ * several models share is measured once. Each figure is GFLOP/s (2 n oh ow oc kh kw c per
+ * pass), the best of --rounds timings interleaved over the implementations, on the thread's CPU
+ * time (other processes then slow a figure only through the caches), or the wall clock with
+ * --wall.
+ *
+ * usage: bench_conv [--model NAME]... [--shape HxWxC:OC:K[:S[:P]]]... [--tile N] [--seconds S]
+ *                   [--rounds N] [--wall] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,31 +25,135 @@
 
 #include "bench_common.h"
 #include "kernels/kernels.h"
+#include "nn/layout.h"
+
+#ifdef TSR_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#define PASSES 3 /* forward, input gradient, filter gradient */
+#define IMPLS 3  /* lowered BLIS, tessera's oneDNN kernel, oneDNN direct */
+#define MAX_SHAPES 512
 
 typedef struct {
-  int h, w, c, oc;
-  int n; /* samples in the tile (0: --tile) */
+  tsr_conv_geom_t g;
+  int n;
+  char models[96]; /* the zoo models with this shape */
 } shape_t;
 
-/* ResNet-20's three stages at 32x32 (16, 32, 64 channels), and ResNet-50's first bottleneck
- * at 56x56 (64 channels in, 256 out: its 1x1 expansion and projection). */
-static const shape_t default_shapes[] = {
-    {32, 32, 16, 16, 0}, {16, 16, 32, 32, 0}, {8, 8, 64, 64, 0}, {56, 56, 64, 256, 2}};
+/* ---- oneDNN called directly: the reference ---- */
 
+#ifdef TSR_HAVE_DNNL
 typedef struct {
-  const char *name;
-  int k, s, p;
-} conv_kind_t;
+  dnnl_primitive_t prim;
+  dnnl_memory_t src, wei, bia, dst; /* wei in the primitive's layout; src/dst NHWC */
+  int in, out;                      /* DNNL_ARG_* of src and dst for the pass */
+} ref_pass_t;
 
-static const conv_kind_t kinds[] = {
-    {"3x3 s1", 3, 1, 1}, {"3x3 s2", 3, 2, 1}, {"1x1 s1", 1, 1, 0}, {"1x1 s2", 1, 2, 0}};
-#define NKINDS 4
-#define NPASSES 3 /* forward, input gradient, filter gradient */
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+static void ref_check(dnnl_status_t s, const char *what) {
+  if (s != dnnl_success) {
+    fprintf(stderr, "bench_conv: oneDNN %s failed (%d)\n", what, (int)s);
+    exit(1);
+  }
+}
+
+static dnnl_memory_desc_t md_tag(int nd, const dnnl_dims_t dims, dnnl_format_tag_t tag) {
+  dnnl_memory_desc_t md;
+  ref_check(dnnl_memory_desc_init_by_tag(&md, nd, dims, dnnl_f32, tag), "memory desc");
+  return md;
+}
+
+/* A memory object over a buffer of md's size filled with small values (ref_fini frees both). */
+static dnnl_memory_t filled_memory(const dnnl_memory_desc_t *md, tsr_rng_t *rng) {
+  size_t n = dnnl_memory_desc_get_size(md) / sizeof(float);
+  float *v = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64);
+  if (!v) {
+    fprintf(stderr, "bench_conv: out of memory\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)(tsr__rng_uniform(rng) - 0.5);
+  dnnl_memory_t m;
+  ref_check(dnnl_memory_create(&m, md, engine, v), "memory");
+  return m;
+}
+
+/* The primitive of pass p for g over n samples, its weights in the layout it chose. */
+static void ref_make(ref_pass_t *r, const tsr_conv_geom_t *g, int n, int pass, tsr_rng_t *rng) {
+  dnnl_dims_t xd = {n, g->c, g->h, g->w}, yd = {n, g->oc, g->oh, g->ow};
+  dnnl_dims_t wd = {g->oc, g->c, g->kh, g->kw}, bd = {g->oc};
+  dnnl_dims_t strides = {g->sh, g->sw}, pl = {g->ph, g->pw};
+  dnnl_dims_t pr = {(g->oh - 1) * g->sh + g->kh - g->h - g->ph,
+                    (g->ow - 1) * g->sw + g->kw - g->w - g->pw};
+  dnnl_memory_desc_t x = md_tag(4, xd, dnnl_nhwc), y = md_tag(4, yd, dnnl_nhwc);
+  dnnl_memory_desc_t w = md_tag(4, wd, dnnl_format_tag_any), b = md_tag(1, bd, dnnl_a);
+  dnnl_convolution_desc_t fd, d;
+  dnnl_primitive_desc_t hint, pd;
+  ref_check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                               &x, &w, &b, &y, strides, pl, pr),
+            "forward desc");
+  dnnl_primitive_attr_t attr;
+  dnnl_post_ops_t ops;
+  ref_check(dnnl_primitive_attr_create(&attr), "attr");
+  ref_check(dnnl_post_ops_create(&ops), "post ops");
+  ref_check(dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f), "relu");
+  ref_check(dnnl_primitive_attr_set_post_ops(attr, ops), "attr ops");
+  ref_check(dnnl_primitive_desc_create(&hint, &fd, pass == 0 ? attr : NULL, engine, NULL),
+            "forward pd");
+  if (pass == 1)
+    ref_check(dnnl_convolution_backward_data_desc_init(&d, dnnl_convolution_direct, &x, &w, &y,
+                                                       strides, pl, pr),
+              "backward data desc");
+  if (pass == 2)
+    ref_check(dnnl_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, &x, &w, &b,
+                                                          &y, strides, pl, pr),
+              "backward weights desc");
+  pd = hint;
+  if (pass > 0) ref_check(dnnl_primitive_desc_create(&pd, &d, NULL, engine, hint), "pass pd");
+  const dnnl_memory_desc_t *wm = dnnl_primitive_desc_query_md(
+      pd, pass == 2 ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+  r->src = filled_memory(&x, rng), r->dst = filled_memory(&y, rng);
+  r->wei = filled_memory(wm, rng), r->bia = filled_memory(&b, rng);
+  ref_check(dnnl_primitive_create(&r->prim, pd), "primitive");
+  r->in = pass == 1 ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC;
+  r->out = pass == 0 ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST;
+  if (pd != hint) dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_desc_destroy(hint), dnnl_post_ops_destroy(ops), dnnl_primitive_attr_destroy(attr);
+}
+
+static void ref_run(const ref_pass_t *r, int pass) {
+  dnnl_exec_arg_t a[4] = {{r->in, r->src}, {r->out, r->dst}};
+  a[2] = (dnnl_exec_arg_t){pass == 2 ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS, r->wei};
+  a[3] = (dnnl_exec_arg_t){pass == 2 ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, r->bia};
+  ref_check(dnnl_primitive_execute(r->prim, stream, pass == 1 ? 3 : 4, a), "execute");
+  ref_check(dnnl_stream_wait(stream), "wait");
+}
+
+static void ref_fini(ref_pass_t *r) {
+  dnnl_primitive_destroy(r->prim);
+  dnnl_memory_t m[] = {r->src, r->wei, r->bia, r->dst};
+  for (int i = 0; i < 4; i++) {
+    void *h = NULL;
+    dnnl_memory_get_data_handle(m[i], &h);
+    dnnl_memory_destroy(m[i]);
+    free(h);
+  }
+}
+#endif
+
+/* ---- tessera's kernels on one tile ---- */
 
 typedef struct {
   tsr_conv_geom_t g;
   int n;
   float *x, *w, *b, *y, *dy, *dx, *dw, *db, *work;
+#ifdef TSR_HAVE_DNNL
+  ref_pass_t ref[PASSES];
+#endif
 } bench_conv_t;
 
 static float *filled(size_t count, tsr_rng_t *rng) {
@@ -53,27 +164,26 @@ static float *filled(size_t count, tsr_rng_t *rng) {
   return v;
 }
 
-static int conv_init(bench_conv_t *c, const shape_t *s, const conv_kind_t *k, int n) {
-  tsr_conv_geom_t g = {.c = s->c,
-                       .h = s->h,
-                       .w = s->w,
-                       .oc = s->oc,
-                       .kh = k->k,
-                       .kw = k->k,
-                       .sh = k->s,
-                       .sw = k->s,
-                       .ph = k->p,
-                       .pw = k->p};
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1, g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+static int conv_init(bench_conv_t *c, const shape_t *s) {
+  const tsr_conv_geom_t *g = &s->g;
+  int n = s->n;
   tsr_rng_t rng = {7};
-  size_t in = (size_t)n * g.h * g.w * g.c, out = (size_t)n * g.oh * g.ow * g.oc;
-  size_t fan = (size_t)g.kh * g.kw * g.c * g.oc;
-  *c = (bench_conv_t){.g = g, .n = n};
+  size_t in = (size_t)n * g->h * g->w * g->c, out = (size_t)n * g->oh * g->ow * g->oc;
+  size_t fan = (size_t)g->kh * g->kw * g->c * g->oc, work = tsr__k_conv_work(g, n);
+  for (int p = 0; p < PASSES; p++) {
+    size_t d = tsr__k_dnnl_conv_work(g, n, p, p == 0);
+    work = d > work ? d : work;
+  }
+  *c = (bench_conv_t){.g = *g, .n = n};
   c->x = filled(in, &rng), c->dx = filled(in, &rng);
   c->y = filled(out, &rng), c->dy = filled(out, &rng);
   c->w = filled(fan, &rng), c->dw = filled(fan, &rng);
-  c->b = filled((size_t)g.oc, &rng), c->db = filled((size_t)g.oc, &rng);
-  c->work = filled(tsr__k_conv_work(&g, n), &rng);
+  c->b = filled((size_t)g->oc, &rng), c->db = filled((size_t)g->oc, &rng);
+  c->work = filled(work, &rng);
+#ifdef TSR_HAVE_DNNL
+  for (int p = 0; p < PASSES; p++)
+    ref_make(&c->ref[p], g, n, p, &rng);
+#endif
   return c->x && c->dx && c->y && c->dy && c->w && c->dw && c->b && c->db && c->work ? 0
                                                                                      : TSR_ENOMEM;
 }
@@ -82,17 +192,40 @@ static void conv_fini(bench_conv_t *c) {
   float *all[] = {c->x, c->w, c->b, c->y, c->dy, c->dx, c->dw, c->db, c->work};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++)
     free(all[i]);
+#ifdef TSR_HAVE_DNNL
+  for (int p = 0; p < PASSES; p++)
+    ref_fini(&c->ref[p]);
+#endif
 }
 
-static void conv_pass(bench_conv_t *c, int pass) {
+/* One pass by implementation impl: 0 lowered BLIS, 1 tessera's oneDNN kernel, 2 oneDNN direct.
+ * False when impl cannot run it (oneDNN not built, or refusing the shape). */
+static bool conv_pass(bench_conv_t *c, int impl, int pass) {
   const tsr_conv_geom_t *g = &c->g;
-  int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc;
+  int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc, n = c->n;
+  if (impl == 2) {
+#ifdef TSR_HAVE_DNNL
+    ref_run(&c->ref[pass], pass);
+    return true;
+#else
+    return false;
+#endif
+  }
+  if (impl == 1) {
+    if (pass == 0)
+      return tsr__k_dnnl_conv_fwd(g, n, c->y, out, c->x, in, c->w, g->oc, c->b, true, c->work);
+    if (pass == 1)
+      return tsr__k_dnnl_conv_bwd_data(g, n, c->dx, in, c->dy, out, c->w, g->oc, c->work);
+    return tsr__k_dnnl_conv_bwd_filter(g, n, c->dw, g->oc, c->db, c->x, in, c->dy, out, 0.0f,
+                                       c->work);
+  }
   if (pass == 0)
-    tsr__k_conv_fwd(g, c->n, c->y, out, c->x, in, c->w, g->oc, c->b, true, c->work);
+    tsr__k_conv_fwd(g, n, c->y, out, c->x, in, c->w, g->oc, c->b, true, c->work);
   else if (pass == 1)
-    tsr__k_conv_bwd_data(g, c->n, c->dx, in, c->dy, out, c->w, g->oc, c->work);
+    tsr__k_conv_bwd_data(g, n, c->dx, in, c->dy, out, c->w, g->oc, c->work);
   else
-    tsr__k_conv_bwd_filter(g, c->n, c->dw, g->oc, c->db, c->x, in, c->dy, out, 0.0f, c->work);
+    tsr__k_conv_bwd_filter(g, n, c->dw, g->oc, c->db, c->x, in, c->dy, out, 0.0f, c->work);
+  return true;
 }
 
 static bool wall_clock;
@@ -104,97 +237,223 @@ static double clock_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Seconds per call of one pass, timed over about `budget` seconds. */
-static double time_pass(bench_conv_t *c, int pass, double budget) {
-  conv_pass(c, pass); /* warm */
+/* Seconds per call of one pass, timed over about `budget` seconds (at least two calls); 0 when
+ * the implementation cannot run it. */
+static double time_pass(bench_conv_t *c, int impl, int pass, double budget) {
+  if (!conv_pass(c, impl, pass)) return 0; /* warm: primitives made, caches filled */
   int reps = 0;
   double t0 = clock_now(), t;
   do {
-    conv_pass(c, pass);
+    conv_pass(c, impl, pass);
     reps++;
-  } while ((t = clock_now() - t0) < budget);
+  } while ((t = clock_now() - t0) < budget || reps < 2);
   return t / reps;
 }
 
-static double flops(const bench_conv_t *c) {
-  const tsr_conv_geom_t *g = &c->g;
-  return 2.0 * c->n * g->oh * g->ow * (double)g->oc * g->kh * g->kw * g->c;
+static double flops(const shape_t *s) {
+  const tsr_conv_geom_t *g = &s->g;
+  return 2.0 * s->n * g->oh * g->ow * (double)g->oc * g->kh * g->kw * g->c;
 }
 
-static int parse_shape(const char *text, shape_t *s) {
+/* ---- the shapes ---- */
+
+typedef struct {
+  const char *model, *input;
+  int batch;
+} zoo_model_t;
+
+static const zoo_model_t zoo[] = {
+    {"resnet20", "32x32x3", 128}, {"resnet32", "32x32x3", 128}, {"resnet56", "32x32x3", 128},
+    {"vgg11", "32x32x3", 64},     {"resnet18", "224x224x3", 8}, {"resnet50", "224x224x3", 8},
+    {"vgg16", "224x224x3", 8},    {"alexnet", "224x224x3", 8},  {"googlenet", "224x224x3", 8},
+};
+
+static bool same_geom(const tsr_conv_geom_t *a, const tsr_conv_geom_t *b) {
+  return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* Adds model's convolutions (as laid out for `batch` on two workers, or with the batch-row tile
+ * `tile` when > 0) to shapes, each distinct (geometry, tile) once. */
+static int add_model(shape_t *shapes, int *nshapes, const zoo_model_t *z, int tile) {
+  int h, w, c;
+  if (sscanf(z->input, "%dx%dx%d", &h, &w, &c) != 3) return TSR_EINVAL;
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  int rc = tsr_model_parse(&spec, z->model, 10, &err);
+  if (rc) {
+    fprintf(stderr, "bench_conv: %s\n", err.msg);
+    return rc;
+  }
+  tsr_model_bind_classes(&spec, 10);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = z->batch, o.in_channels = c, o.in_height = h, o.in_width = w;
+  if (tile > 0) o.tile_rows = tile;
+  tsr_net_layout_t lay;
+  rc = tsr__net_layout(&lay, &spec, h * w * c, 10, &o, 2, &err);
+  tsr_model_spec_fini(&spec);
+  if (rc) {
+    fprintf(stderr, "bench_conv: %s: %s\n", z->model, err.msg);
+    return rc;
+  }
+  for (int l = 0; l < lay.n_layers; l++) {
+    if (lay.layers[l].kind != TSR_LAYER_CONV) continue;
+    shape_t s = {.g = lay.layers[l].geom, .n = lay.mb < z->batch ? lay.mb : z->batch};
+    int k = 0;
+    while (k < *nshapes && !(same_geom(&shapes[k].g, &s.g) && shapes[k].n == s.n))
+      k++;
+    if (k == *nshapes) {
+      if (k == MAX_SHAPES) break;
+      shapes[(*nshapes)++] = s;
+    }
+    char *m = shapes[k].models;
+    if (!strstr(m, z->model) && strlen(m) + strlen(z->model) + 2 < sizeof shapes[k].models)
+      snprintf(m + strlen(m), sizeof shapes[k].models - strlen(m), "%s%s", m[0] ? "," : "",
+               z->model);
+  }
+  tsr__net_layout_fini(&lay);
+  return 0;
+}
+
+/* "HxWxC:OC:K[:S[:P]]": a square kernel K, stride S (1), padding P (K / 2). */
+static int parse_shape(const char *text, shape_t *s, int tile) {
+  int h, w, c, oc, k, st = 1, p = -1;
   char tail;
-  *s = (shape_t){0};
-  return sscanf(text, "%dx%dx%d:%d%c", &s->h, &s->w, &s->c, &s->oc, &tail) == 4 && s->h > 0 &&
-                 s->w > 0 && s->c > 0 && s->oc > 0
-             ? 0
-             : TSR_EINVAL;
+  int got = sscanf(text, "%dx%dx%d:%d:%d:%d:%d%c", &h, &w, &c, &oc, &k, &st, &p, &tail);
+  if (got < 5 || got > 7 || h < 1 || w < 1 || c < 1 || oc < 1 || k < 1 || st < 1) return TSR_EINVAL;
+  if (p < 0) p = k / 2;
+  if (h + 2 * p < k || w + 2 * p < k || p >= k) return TSR_EINVAL;
+  *s = (shape_t){
+      .g = {c, h, w, oc, (h + 2 * p - k) / st + 1, (w + 2 * p - k) / st + 1, k, k, st, st, p, p},
+      .n = tile > 0 ? tile : 16};
+  snprintf(s->models, sizeof s->models, "--shape");
+  return 0;
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: bench_conv [--model NAME]... [--shape HxWxC:OC:K[:S[:P]]]... [--tile N] "
+             "[--seconds S] [--rounds N] [--wall]\n"
+             "  --model NAME   a zoo model's convolutions (several allowed; default: the whole "
+             "zoo)\n"
+             "  --shape ...    one convolution: input HxWxC, OC filters KxK, stride S [1], "
+             "padding P [K/2]\n"
+             "  --tile N       samples per tile [the tile two workers get at the model's batch; "
+             "16 for --shape]\n"
+             "  --seconds S    timed per implementation, pass and round [0.2]\n"
+             "  --rounds N     interleaved rounds, the best kept [3]\n"
+             "  --wall         wall clock instead of the thread's CPU time\n");
 }
 
 int main(int argc, char **argv) {
-  int tile = 16, rounds = 5;
-  double seconds = 2.0;
-  shape_t shapes[16];
-  int nshapes = 0;
+  int tile = 0, rounds = 3;
+  double seconds = 0.2;
+  const char *models[16], *shape_args[64];
+  int nmodels = 0, nshape_args = 0;
   static const struct option longs[] = {
       {"tile", required_argument, 0, 't'},   {"seconds", required_argument, 0, 's'},
       {"rounds", required_argument, 0, 'r'}, {"shape", required_argument, 0, 'x'},
-      {"wall", no_argument, 0, 'w'},         {0, 0, 0, 0}};
-  for (int ch; (ch = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
+      {"model", required_argument, 0, 'm'},  {"wall", no_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+  for (int ch; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
     if (ch == 't')
       tile = atoi(optarg);
     else if (ch == 's')
       seconds = atof(optarg);
     else if (ch == 'r')
       rounds = atoi(optarg);
-    else if (ch == 'x' && nshapes < 16 && parse_shape(optarg, &shapes[nshapes]) == 0)
-      nshapes++;
-    else {
-      fprintf(stderr, "usage: bench_conv [--tile N] [--seconds S] [--rounds N] "
-                      "[--wall] [--shape HxWxC:OC]... (a shape as 32x32x16:16)\n");
+    else if (ch == 'x' && nshape_args < 64)
+      shape_args[nshape_args++] = optarg;
+    else if (ch == 'm' && nmodels < 16)
+      models[nmodels++] = optarg;
+    else if (ch == 'w')
+      wall_clock = true;
+    else if (ch == 'h')
+      return usage(stdout), 0;
+    else
+      return usage(stderr), 2;
+  }
+  if (optind < argc || tile < 0 || rounds < 1 || !(seconds > 0)) return usage(stderr), 2;
+  static shape_t shapes[MAX_SHAPES];
+  int nshapes = 0;
+  for (int i = 0; i < nshape_args; i++)
+    if (parse_shape(shape_args[i], &shapes[nshapes++], tile)) {
+      fprintf(stderr, "bench_conv: --shape %s: expected HxWxC:OC:K[:S[:P]] (e.g. 32x32x16:16:3)\n",
+              shape_args[i]);
+      return 2;
+    }
+  for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
+    bool asked = nmodels == 0 && nshape_args == 0;
+    for (int i = 0; i < nmodels; i++)
+      asked |= strcmp(models[i], zoo[z].model) == 0;
+    if (asked && add_model(shapes, &nshapes, &zoo[z], tile)) return 1;
+  }
+  for (int i = 0; i < nmodels; i++) {
+    bool known = false;
+    for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++)
+      known |= strcmp(models[i], zoo[z].model) == 0;
+    if (!known) {
+      fprintf(stderr,
+              "bench_conv: --model %s: not one of the zoo's (resnet20, resnet32, "
+              "resnet56, vgg11, resnet18, resnet50, vgg16, alexnet, googlenet)\n",
+              models[i]);
       return 2;
     }
   }
-  if (tile < 1 || rounds < 1 || !(seconds > 0)) {
-    fprintf(stderr, "bench_conv: --tile and --rounds must be >= 1, --seconds > 0\n");
-    return 2;
-  }
-  if (nshapes == 0) {
-    nshapes = (int)(sizeof default_shapes / sizeof *default_shapes);
-    memcpy(shapes, default_shapes, sizeof default_shapes);
-  }
   tsr__k_init();
-  static const char *const pass_names[NPASSES] = {"forward", "input grad", "filter grad"};
-  printf("# bench_conv: one batch-row tile per task, one worker; GFLOP/s (%s time), best of %d "
-         "rounds; x: against 3x3 s1 on the same input in this run\n",
-         wall_clock ? "wall" : "CPU", rounds);
-  printf("%-14s %-7s %4s  %-22s %-22s %-22s\n", "input hxwxc:oc", "conv", "n", pass_names[0],
-         pass_names[1], pass_names[2]);
+#ifdef TSR_HAVE_DNNL
+  omp_set_num_threads(1);
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    fprintf(stderr, "bench_conv: oneDNN has no CPU engine here\n");
+    return 1;
+  }
+#endif
+  static const char *const pass_names[PASSES] = {"forward", "input grad", "filter grad"};
+  printf("# bench_conv: one batch-row tile per task, one thread; GFLOP/s (%s time), best of %d "
+         "rounds\n# blis: the lowered kernel (BLIS %s kernels); tessera: its oneDNN kernel "
+         "(%s); oneDNN: called directly, NHWC activations, weights in its own layout\n",
+         wall_clock ? "wall" : "CPU", rounds, tsr__k_blis_kernels(), tsr__k_dnnl_version());
+  printf("%-28s %4s  %-11s %8s %8s %8s %9s  %-14s %s\n", "convolution (in:out k s p)", "n", "pass",
+         "blis", "tessera", "oneDNN", "tess/oDNN", "oneDNN impl", "models");
+  double worst = 1e9;
+  int below = 0, measured = 0;
   for (int si = 0; si < nshapes; si++) {
     const shape_t *s = &shapes[si];
-    int n = s->n > 0 ? s->n : tile;
-    bench_conv_t convs[NKINDS];
-    for (int k = 0; k < NKINDS; k++)
-      if (conv_init(&convs[k], s, &kinds[k], n)) {
-        fprintf(stderr, "bench_conv: out of memory for %dx%dx%d\n", s->h, s->w, s->c);
-        return 1;
-      }
-    double best[NKINDS][NPASSES] = {{0}};
-    double budget = seconds / 10 / (NKINDS * NPASSES) * 4;
+    const tsr_conv_geom_t *g = &s->g;
+    bench_conv_t c;
+    if (conv_init(&c, s)) {
+      fprintf(stderr, "bench_conv: out of memory for %dx%dx%d\n", g->h, g->w, g->c);
+      return 1;
+    }
+    double best[IMPLS][PASSES] = {{0}};
     for (int r = 0; r < rounds; r++)
-      for (int k = 0; k < NKINDS; k++)
-        for (int p = 0; p < NPASSES; p++) {
-          double rate = flops(&convs[k]) / time_pass(&convs[k], p, budget) * 1e-9;
-          if (rate > best[k][p]) best[k][p] = rate;
+      for (int p = 0; p < PASSES; p++)
+        for (int i = 0; i < IMPLS; i++) {
+          double t = time_pass(&c, i, p, seconds);
+          double rate = t > 0 ? flops(s) / t * 1e-9 : 0;
+          if (rate > best[i][p]) best[i][p] = rate;
         }
-    for (int k = 0; k < NKINDS; k++) {
-      char cell[NPASSES][32];
-      for (int p = 0; p < NPASSES; p++)
-        snprintf(cell[p], sizeof cell[p], "%7.2f (%.2fx)", best[k][p], best[k][p] / best[0][p]);
-      printf("%3dx%-3dx%-3d:%-3d %-7s %4d  %-22s %-22s %-22s\n", s->h, s->w, s->c, s->oc,
-             kinds[k].name, n, cell[0], cell[1], cell[2]);
-      conv_fini(&convs[k]);
+    char name[64];
+    snprintf(name, sizeof name, "%dx%dx%d:%dx%dx%d %dx%d s%d p%d", g->h, g->w, g->c, g->oh, g->ow,
+             g->oc, g->kh, g->kw, g->sh, g->ph);
+    for (int p = 0; p < PASSES; p++) {
+      double ratio = best[2][p] > 0 ? best[1][p] / best[2][p] : 0;
+      if (best[2][p] > 0) {
+        measured++;
+        worst = ratio < worst ? ratio : worst;
+        below += ratio < 0.95;
+      }
+      printf("%-28s %4d  %-11s %8.1f %8.1f %8.1f %8.2fx  %-14s %s\n", p ? "" : name, s->n,
+             pass_names[p], best[0][p], best[1][p], best[2][p], ratio,
+             tsr__k_dnnl_conv_impl(g, s->n, p), p ? "" : s->models);
     }
     fflush(stdout);
+    conv_fini(&c);
   }
+  if (measured)
+    printf("# %d shapes x %d passes: tessera / oneDNN at least %.2fx; %d of %d below 0.95x\n",
+           nshapes, PASSES, worst, below, measured);
+  else
+    printf("# %d shapes: oneDNN is not built in, only the lowered kernel was measured\n", nshapes);
   return 0;
 }

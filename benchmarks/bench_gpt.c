@@ -54,20 +54,20 @@ static double run_tessera(bench_t *b) {
   return rate;
 }
 
-static double our_side(void *ctx, int r, int *threads) {
-  (void)r, (void)threads;
+static double our_side(void *ctx, int r) {
+  (void)r;
   return run_tessera(ctx);
 }
 
 /* PyTorch's best samples/s over 1 and 2 threads; 0 when it cannot run. */
-static double their_side(void *ctx, int r, int *threads) {
+static double their_side(void *ctx, int r, const char *python, int *threads) {
   (void)r;
   const bench_t *b = ctx;
-  char cmd[4600];
+  char cmd[4800];
   snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 %.4000s/torch_gpt.py --model %.200s --batch %d --best-threads 1,2 "
+           "%.200s %.4000s/torch_gpt.py --model %.200s --batch %d --best-threads 1,2 "
            "--seconds %g 2>/dev/null",
-           b->peer_dir, b->model, b->batch, b->seconds);
+           python, b->peer_dir, b->model, b->batch, b->seconds);
   double best = 0;
   run_peer(cmd, &best, threads);
   return best;
@@ -134,24 +134,15 @@ int main(int argc, char **argv) {
 
   char dir[4096];
   b.ds = &ds, b.peer_dir = peer_dir(dir, sizeof dir, argv[0], "torch_gpt.py");
-  double ours[32], theirs[32];
-  int workers = 0, threads = 0;
-  char sched[64] = "";
-  int rc = bench_rounds("bench_gpt", &ro, rounds, our_side, torch ? their_side : NULL, &b, ours,
-                        theirs, &workers, sched, sizeof sched, &threads);
+  bench_print_machine(stdout);
+  static bench_result_t res;
+  int rc = bench_rounds("bench_gpt", &ro, rounds, our_side, torch ? their_side : NULL, &b, &res);
   free(ds.x), free(ds.y);
   if (rc) return 1;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
-  printf("\nmachine: %ld cores, BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model "
-         "%s (%lld parameters), batch %d (%d tokens a step), tiles of %d rows; %d rounds of %g "
-         "s\n",
-         cores, bli_arch_string(bli_arch_query_id()), workers, sched, b.model, (long long)b.params,
+  printf("\nmachine: BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model %s (%lld "
+         "parameters), batch %d (%d tokens a step), tiles of %d rows; %d rounds of %g s\n",
+         bli_arch_string(bli_arch_query_id()), res.workers, res.sched, b.model, (long long)b.params,
          b.batch, b.batch * b.t, b.tile_used, rounds, b.seconds);
-  printf("tessera %.0f tokens/s (median)", mo * b.t);
-  if (mt > 0)
-    printf(", PyTorch %.0f tokens/s (median, best of 1 and 2 threads), tessera / PyTorch %.2fx",
-           mt * b.t, mo / mt);
-  printf("\n");
+  bench_report(&res, "tokens/s", b.t);
   return 0;
 }

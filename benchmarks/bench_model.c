@@ -7,7 +7,8 @@
  *
  * usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]
  *                    [--seconds S] [--rounds N] [--workers N] [--sched NAME] [--tile R]
- *                    [--no-torch] */
+ *                    [--kernels auto|onednn|blis] [--no-torch]
+ * PyTorch: Debian's, and $TSR_PEER_PYTHON's when set (bench_common.h). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,27 +65,28 @@ static double run_tessera(bench_t *b, const tsr_dataset_t *ds) {
 
 /* PyTorch's best samples/s over 1 and 2 threads on the model text in `ini_path`; 0 when it
  * cannot run. */
-static double run_torch(const char *dir, const char *ini_path, const bench_t *b, int *threads) {
-  char cmd[8800];
+static double run_torch(const char *python, const char *dir, const char *ini_path, const bench_t *b,
+                        int *threads) {
+  char cmd[9000];
   snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 %.4000s/torch_model.py --model-file %.4000s --input %dx%dx%d "
+           "%.200s %.4000s/torch_model.py --model-file %.4000s --input %dx%dx%d "
            "--batch %d --best-threads 1,2 --seconds %g 2>/dev/null",
-           dir, ini_path, b->c, b->h, b->w, b->batch, b->seconds);
+           python, dir, ini_path, b->c, b->h, b->w, b->batch, b->seconds);
   double best = 0;
   run_peer(cmd, &best, threads);
   return best;
 }
 
-static double our_side(void *ctx, int r, int *threads) {
-  (void)r, (void)threads;
+static double our_side(void *ctx, int r) {
+  (void)r;
   bench_t *b = ctx;
   return run_tessera(b, b->ds);
 }
 
 /* The peer reads the model tessera built in the first round, written to a file once. */
-static double their_side(void *ctx, int r, int *threads) {
+static double their_side(void *ctx, int r, const char *python, int *threads) {
   bench_t *b = ctx;
-  if (r == 0) {
+  if (r == 0 && !b->ini_path[0]) {
     snprintf(b->ini_path, sizeof b->ini_path, "/tmp/bench_model_XXXXXX");
     int fd = mkstemp(b->ini_path);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -94,23 +96,29 @@ static double their_side(void *ctx, int r, int *threads) {
       b->ini_path[0] = '\0';
     }
   }
-  return b->ini_path[0] ? run_torch(b->peer_dir, b->ini_path, b, threads) : 0;
+  return b->ini_path[0] ? run_torch(python, b->peer_dir, b->ini_path, b, threads) : 0;
 }
 
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]\n"
              "                   [--seconds S] [--rounds N] [--workers N] [--sched NAME]\n"
-             "                   [--tile R] [--no-torch]\n");
+             "                   [--tile R] [--kernels auto|onednn|blis] [--no-torch]\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},   {"input", required_argument, 0, 'i'},
-      {"classes", required_argument, 0, 'c'}, {"batch", required_argument, 0, 'b'},
-      {"seconds", required_argument, 0, 's'}, {"rounds", required_argument, 0, 'r'},
-      {"workers", required_argument, 0, 'w'}, {"sched", required_argument, 0, 'S'},
-      {"tile", required_argument, 0, 't'},    {"no-torch", no_argument, 0, 'n'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"model", required_argument, 0, 'm'},
+                                           {"input", required_argument, 0, 'i'},
+                                           {"classes", required_argument, 0, 'c'},
+                                           {"batch", required_argument, 0, 'b'},
+                                           {"seconds", required_argument, 0, 's'},
+                                           {"rounds", required_argument, 0, 'r'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"sched", required_argument, 0, 'S'},
+                                           {"tile", required_argument, 0, 't'},
+                                           {"no-torch", no_argument, 0, 'n'},
+                                           {"kernels", required_argument, 0, 'k'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   static bench_t b = {.h = 32, .w = 32, .c = 3, .classes = 10, .batch = 64, .seconds = 5};
   int rounds = 3;
   bool torch = true;
@@ -131,6 +139,12 @@ int main(int argc, char **argv) {
     case 'S': ro.sched = optarg; break;
     case 't': b.tile_rows = atoi(optarg); break;
     case 'n': torch = false; break;
+    case 'k':
+      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
+        fprintf(stderr, "bench_model: --kernels %s: expected auto, onednn or blis\n", optarg);
+        return 2;
+      }
+      break;
     default: usage(opt == 'h' ? stdout : stderr); return opt == 'h' ? 0 : 2;
     }
   }
@@ -156,25 +170,18 @@ int main(int argc, char **argv) {
 
   char dir[4096];
   b.ds = &ds, b.peer_dir = peer_dir(dir, sizeof dir, argv[0], "torch_model.py");
-  double ours[32], theirs[32];
-  int workers = 0, threads = 0;
-  char sched[64] = "";
-  int rc = bench_rounds("bench_model", &ro, rounds, our_side, torch ? their_side : NULL, &b, ours,
-                        theirs, &workers, sched, sizeof sched, &threads);
+  bench_print_machine(stdout);
+  static bench_result_t res;
+  int rc = bench_rounds("bench_model", &ro, rounds, our_side, torch ? their_side : NULL, &b, &res);
   if (b.ini_path[0]) unlink(b.ini_path);
   if (rc) return 1;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  double mo = bench_median(ours, rounds), mt = torch ? bench_median(theirs, rounds) : 0;
-  printf("\nmachine: %ld cores, BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model "
-         "%s at %dx%dx%d, %d classes (%lld parameters), batch %d, tiles of %d rows; %d rounds of "
-         "%g s\n",
-         cores, bli_arch_string(bli_arch_query_id()), workers, sched, b.model, b.h, b.w, b.c,
-         b.classes, (long long)b.params, b.batch, b.tile_used, rounds, b.seconds);
-  printf("tessera %.1f samples/s (median)", mo);
-  if (mt > 0)
-    printf(", PyTorch %.1f samples/s (median, best thread count), tessera / PyTorch %.2fx", mt,
-           mo / mt);
-  printf("\n");
+  printf("\nmachine: BLIS %s kernels, %s; tessera on %d StarPU CPU workers (%s, kernels %s), "
+         "model %s at %dx%dx%d, %d classes (%lld parameters), batch %d, tiles of %d rows; %d "
+         "rounds of %g s\n",
+         bli_arch_string(bli_arch_query_id()), tsr_runtime_onednn_version(), res.workers, res.sched,
+         tsr_runtime_kernels_name(ro.kernels), b.model, b.h, b.w, b.c, b.classes,
+         (long long)b.params, b.batch, b.tile_used, rounds, b.seconds);
+  bench_report(&res, "samples/s", 1.0);
   free(ds.x), free(ds.y);
   return 0;
 }

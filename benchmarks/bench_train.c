@@ -7,9 +7,12 @@
  *     better of BLIS threaded over them and one single-threaded SGEMM per
  *     core at once; measured before StarPU starts, since idle workers spin;
  *   - PyTorch CPU samples/s for the same model and batch at its best thread
- *     count (benchmarks/torch_mlp.py), measured after StarPU stops.
+ *     count (benchmarks/torch_mlp.py), measured after StarPU stops, by each
+ *     peer (Debian's PyTorch, and $TSR_PEER_PYTHON's: bench_common.h).
+ * With --rounds N, N rounds alternate tessera (every configuration) and the peers; the table
+ * has the medians, and each configuration's lowest ratio over the rounds is printed below it.
  *
- * usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--workers N]
+ * usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N] [--workers N]
  *                    [--sched NAME] [--tile RxC] [--no-torch] [--csv FILE] */
 #include <blis.h>
 #include <getopt.h>
@@ -22,14 +25,17 @@
 #include "bench_common.h"
 
 #define MAX_CONFIGS 16
+#define MAX_ROUNDS 16
 
 typedef struct {
   char widths[64];
   int batch;
   int max_width;
-  double blis_gflops, samples_per_s, gflops, torch_samples_per_s;
+  double blis_gflops, samples_per_s, gflops, torch_samples_per_s; /* medians; torch: peer 0 */
   int torch_threads, tile_rows, tile_cols;
   int64_t params;
+  double ours[MAX_ROUNDS], theirs[BENCH_MAX_PEERS][MAX_ROUNDS];
+  int threads[BENCH_MAX_PEERS][MAX_ROUNDS];
 } config_t;
 
 static int max_width(const char *widths) {
@@ -96,8 +102,8 @@ static double blis_rate(int m, int n, int k, int cores, double seconds) {
   return threaded.gflops > concurrent ? threaded.gflops : concurrent;
 }
 
-/* Trains for about `seconds` after a warm-up and fills the throughput fields. */
-static int run_tessera(config_t *c, const tsr_dataset_t *ds, int tile_rows, int tile_cols,
+/* Trains for about `seconds` after a warm-up and fills round r's throughput. */
+static int run_tessera(config_t *c, int r, const tsr_dataset_t *ds, int tile_rows, int tile_cols,
                        double seconds) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
@@ -133,41 +139,46 @@ static int run_tessera(config_t *c, const tsr_dataset_t *ds, int tile_rows, int 
   }
   if (rc == 0) rc = tsr_net_wait(net, 0);
   t = now() - t0;
-  c->samples_per_s = (double)timed * c->batch / t;
-  c->gflops = 6.0 * (double)c->params * c->samples_per_s / 1e9;
+  c->ours[r] = (double)timed * c->batch / t;
   free(rows);
   tsr_net_destroy(&net);
   return rc;
 }
 
-/* Runs the PyTorch peer; leaves torch_samples_per_s at 0 when it cannot. */
-static void run_torch(config_t *c, const char *dir, double seconds) {
+/* Runs peer p (interpreter python) for round r; leaves its figure at 0 when it cannot. */
+static void run_torch(config_t *c, int p, int r, const char *python, const char *dir,
+                      double seconds) {
   if (strlen(dir) > 4000) return;
-  char cmd[4096 + 256];
+  char cmd[4096 + 512];
   snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 %s/torch_mlp.py --widths %.63s --batch %d --best-threads 1,2 "
+           "%.200s %s/torch_mlp.py --widths %.63s --batch %d --best-threads 1,2 "
            "--seconds %g 2>/dev/null",
-           dir, c->widths, c->batch, seconds);
-  run_peer(cmd, &c->torch_samples_per_s, &c->torch_threads);
+           python, dir, c->widths, c->batch, seconds);
+  run_peer(cmd, &c->theirs[p][r], &c->threads[p][r]);
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--workers N]\n"
-                  "                   [--sched NAME] [--tile RxC] [--no-torch] [--csv FILE]\n");
+  fprintf(stderr, "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N]\n"
+                  "                   [--workers N] [--sched NAME] [--tile RxC] [--no-torch]\n"
+                  "                   [--csv FILE]\n");
+}
+
+/* The median of v[0..n) without reordering v. */
+static double median_of(const double *v, int n) {
+  double copy[MAX_ROUNDS];
+  memcpy(copy, v, sizeof(double) * (size_t)n);
+  return bench_median(copy, n);
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {{"config", required_argument, 0, 'c'},
-                                           {"seconds", required_argument, 0, 's'},
-                                           {"workers", required_argument, 0, 'w'},
-                                           {"sched", required_argument, 0, 'S'},
-                                           {"tile", required_argument, 0, 't'},
-                                           {"no-torch", no_argument, 0, 'n'},
-                                           {"csv", required_argument, 0, 'o'},
-                                           {"help", no_argument, 0, 'h'},
-                                           {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      {"config", required_argument, 0, 'c'}, {"seconds", required_argument, 0, 's'},
+      {"rounds", required_argument, 0, 'r'}, {"workers", required_argument, 0, 'w'},
+      {"sched", required_argument, 0, 'S'},  {"tile", required_argument, 0, 't'},
+      {"no-torch", no_argument, 0, 'n'},     {"csv", required_argument, 0, 'o'},
+      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
   config_t configs[MAX_CONFIGS];
-  int nconfigs = 0, tile_rows = 0, tile_cols = 0;
+  int nconfigs = 0, tile_rows = 0, tile_cols = 0, rounds = 1;
   double seconds = 5;
   bool torch = true;
   const char *csv = NULL;
@@ -190,6 +201,7 @@ int main(int argc, char **argv) {
       break;
     }
     case 's': seconds = atof(optarg); break;
+    case 'r': rounds = atoi(optarg); break;
     case 'w': ro.ncpus = atoi(optarg); break;
     case 'S': ro.sched = optarg; break;
     case 't':
@@ -202,6 +214,10 @@ int main(int argc, char **argv) {
     case 'o': csv = optarg; break;
     default: usage(); return opt == 'h' ? 0 : 2;
     }
+  }
+  if (rounds < 1 || rounds > MAX_ROUNDS || !(seconds > 0)) {
+    fprintf(stderr, "bench_train: --rounds from 1 to %d, --seconds > 0\n", MAX_ROUNDS);
+    return 2;
   }
   if (nconfigs == 0) {
     const char *defaults[][2] = {{"512,512", "64"}, {"512,512", "256"}, {"4096,4096", "512"}};
@@ -224,28 +240,51 @@ int main(int argc, char **argv) {
   tsr_runtime_fini();
 
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  bench_print_machine(stdout);
   printf("machine: %ld cores; tessera on %d StarPU CPU workers (%s); BLIS %s (%s kernels) on %d "
-         "threads; %g s per measurement\n",
+         "threads; %g s per measurement, %d rounds\n",
          cores, workers, sched, bli_info_get_version_str(), bli_arch_string(bli_arch_query_id()),
-         workers, seconds);
+         workers, seconds, rounds);
   fflush(stdout);
   for (int i = 0; i < nconfigs; i++) {
     configs[i].max_width = max_width(configs[i].widths);
     configs[i].blis_gflops =
         blis_rate(configs[i].batch, configs[i].max_width, configs[i].max_width, workers, seconds);
   }
-  if (tsr_runtime_init(&ro, &err)) {
-    fprintf(stderr, "bench_train: %s\n", err.msg);
-    return 1;
-  }
-  for (int i = 0; i < nconfigs; i++)
-    if (run_tessera(&configs[i], &ds, tile_rows, tile_cols, seconds)) return 1;
-  tsr_runtime_fini();
-  if (torch) {
-    char dir[4096];
-    const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_mlp.py");
+  bench_peers_t peers = bench_peers();
+  if (!torch) peers.n = 0;
+  char version[BENCH_MAX_PEERS][32] = {"", ""}, dir[4096];
+  const char *src = peer_dir(dir, sizeof dir, argv[0], "torch_mlp.py");
+  for (int r = 0; r < rounds; r++) {
+    if (tsr_runtime_init(&ro, &err)) {
+      fprintf(stderr, "bench_train: %s\n", err.msg);
+      return 1;
+    }
     for (int i = 0; i < nconfigs; i++)
-      run_torch(&configs[i], src, seconds);
+      if (run_tessera(&configs[i], r, &ds, tile_rows, tile_cols, seconds)) return 1;
+    tsr_runtime_fini();
+    for (int i = 0; i < nconfigs; i++) {
+      config_t *c = &configs[i];
+      printf("round %d: %s:%d tessera %.0f samples/s", r + 1, c->widths, c->batch, c->ours[r]);
+      for (int p = 0; p < peers.n; p++) {
+        bench_peer_version[0] = '\0';
+        run_torch(c, p, r, peers.python[p], src, seconds);
+        if (bench_peer_version[0])
+          snprintf(version[p], sizeof version[p], "%s", bench_peer_version);
+        if (c->theirs[p][r] > 0)
+          printf("; PyTorch %s %.0f (%d threads), ratio %.2fx", version[p], c->theirs[p][r],
+                 c->threads[p][r], c->ours[r] / c->theirs[p][r]);
+      }
+      printf("\n");
+      fflush(stdout);
+    }
+  }
+  for (int i = 0; i < nconfigs; i++) {
+    config_t *c = &configs[i];
+    c->samples_per_s = median_of(c->ours, rounds);
+    c->gflops = 6.0 * (double)c->params * c->samples_per_s / 1e9;
+    c->torch_samples_per_s = peers.n ? median_of(c->theirs[0], rounds) : 0;
+    c->torch_threads = peers.n ? c->threads[0][rounds - 1] : 0;
   }
 
   printf("\n%-10s %5s %9s %8s %11s %9s %11s %6s %11s %7s\n", "widths", "batch", "tiles", "params",
@@ -262,6 +301,24 @@ int main(int argc, char **argv) {
            (long long)c->params, c->samples_per_s, c->gflops, c->blis_gflops,
            100 * c->gflops / c->blis_gflops, tor, sp);
   }
+  /* Each configuration's ratio round by round against the faster peer of the round. */
+  for (int i = 0; i < nconfigs && peers.n > 0; i++) {
+    config_t *c = &configs[i];
+    double lowest = 1e9;
+    printf("%s:%d against the faster PyTorch by round:", c->widths, c->batch);
+    for (int r = 0; r < rounds; r++) {
+      double best = 0;
+      for (int p = 0; p < peers.n; p++)
+        best = c->theirs[p][r] > best ? c->theirs[p][r] : best;
+      double ratio = best > 0 ? c->ours[r] / best : 0;
+      lowest = ratio < lowest ? ratio : lowest;
+      printf(" %.2fx", ratio);
+    }
+    printf("; lowest %.2fx\n", lowest);
+  }
+  for (int p = 0; p < peers.n; p++)
+    printf("peer %d: PyTorch %s (%s)%s\n", p + 1, version[p], peers.python[p],
+           p == 0 ? ", the table's torch column" : "");
   if (csv) {
     FILE *f = fopen(csv, "w");
     if (!f) {

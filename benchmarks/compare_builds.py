@@ -38,7 +38,7 @@ def bench_cnn(build, seconds):
     out = subprocess.run([os.path.join(build, "benchmarks", "bench_cnn"), "--seconds",
                           str(seconds), "--rounds", "1", "--no-torch"], check=True,
                          capture_output=True, text=True).stdout
-    return float(re.search(r"tessera (\d+) samples/s \(median\)", out).group(1))
+    return float(re.search(r"tessera ([\d.]+) samples/s \(median\)", out).group(1))
 
 
 def dist(build, policy, samples):
