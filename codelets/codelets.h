@@ -124,9 +124,9 @@ int tsr__insert_sumsq_add(const tsr_task_opts_t *o, starpu_data_handle_t x,
                           starpu_data_handle_t acc);
 int tsr__insert_clip(const tsr_task_opts_t *o, starpu_data_handle_t x, starpu_data_handle_t acc,
                      float max_norm);
-/* y = a + b, all (m, n). */
+/* y = a + b, all (m, n), then max(y, 0) with relu. */
 int tsr__insert_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t a,
-                    starpu_data_handle_t b);
+                    starpu_data_handle_t b, bool relu);
 /* For every row and each of `pixels` pixels: dst's columns p dst_stride + dst_off .. + width =
  * src's columns p src_stride + src_off .. + width (tsr__k_channels_copy); dst's other columns
  * are kept. */

@@ -33,11 +33,13 @@ __kernel void tsr_axpby(int m, int n, float alpha, __global const float *x, int 
   AT(y, yo, ldy, i, j) = beta == 0.0f ? v : v + beta * AT(y, yo, ldy, i, j);
 }
 
-/* y = a + b (the add layer). */
+/* y = a + b (the add layer), then max(y, 0) with relu (a following ReLU fused). */
 __kernel void tsr_add(int m, int n, __global float *y, int yo, int ldy, __global const float *a,
-                      int ao, int lda, __global const float *b, int bo, int ldb) {
+                      int ao, int lda, __global const float *b, int bo, int ldb, int relu) {
   int j = get_global_id(0), i = get_global_id(1);
-  if (i < m && j < n) AT(y, yo, ldy, i, j) = AT(a, ao, lda, i, j) + AT(b, bo, ldb, i, j);
+  if (i >= m || j >= n) return;
+  float v = AT(a, ao, lda, i, j) + AT(b, bo, ldb, i, j);
+  AT(y, yo, ldy, i, j) = relu && !(v > 0.0f) ? 0.0f : v;
 }
 
 /* A concat's channel block (tsr__k_channels_copy), over (pixels width, m): work-item (q, i)

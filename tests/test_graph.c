@@ -69,6 +69,33 @@ Test(graph, residual_mlp_passes_the_gradient_check) {
   tsr_model_spec_fini(&spec);
 }
 
+/* An add of three inputs with its ReLU fused (the accumulation, then a ReLU task), and one of
+ * two (the ReLU inside the add's task); backward each input's gradient is dy gated by y. */
+static const char relu_adds[] = "[a]\ntype = dense\nunits = 5\nactivation = relu\n"
+                                "[b]\ntype = dense\nunits = 5\n"
+                                "[c]\ntype = dense\nunits = 5\n"
+                                "[s3]\ntype = add\ninputs = a, b, c\nactivation = relu\n"
+                                "[s2]\ntype = add\ninputs = s3, b\nactivation = relu\n"
+                                "[out]\ntype = dense\nunits = 3\n";
+
+Test(graph, adds_with_their_relu_fused_pass_the_gradient_check) {
+  tsr_model_spec_t spec = parse(relu_adds);
+  tsr_net_layout_t lay;
+  tsr_errbuf_t err = {""};
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  cr_assert_eq(tsr__net_layout(&lay, &spec, 6, 3, &o, 2, &err), 0, "%s", err.msg);
+  int fused = 0;
+  for (int l = 0; l < lay.n_layers; l++) {
+    cr_assert_neq(lay.layers[l].kind, TSR_LAYER_RELU, "layer %d: a ReLU left unfused", l);
+    fused += lay.layers[l].kind == TSR_LAYER_ADD && lay.layers[l].relu;
+  }
+  cr_assert_eq(fused, 2, "%d adds with their ReLU fused", fused);
+  tsr__net_layout_fini(&lay);
+  gradient_check(&spec, 6, 1, 1, 3, 5, 4, 2, 3);
+  tsr_model_spec_fini(&spec);
+}
+
 Test(graph, residual_cnn_passes_the_gradient_check) {
   tsr_model_spec_t spec = parse(residual_cnn);
   gradient_check(&spec, 2, 6, 6, 3, 5, 4, 2, 3);

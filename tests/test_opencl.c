@@ -299,12 +299,15 @@ Test(opencl, fill_copy_scale_axpby) {
 }
 
 Test(opencl, add_and_channels_copy) {
-  operand_t y, a, b;
+  operand_t y, yr, a, b;
   operand_init(&y, 7, 5, false, 40, -1, 1, false);
+  operand_init(&yr, 7, 5, false, 43, -1, 1, false);
   operand_init(&a, 7, 5, false, 41, -1, 1, false);
   operand_init(&b, 7, 5, false, 42, -1, 1, false);
-  BOTH(tsr__insert_add(&o, y.tile[s], a.tile[s], b.tile[s]));
+  BOTH(tsr__insert_add(&o, y.tile[s], a.tile[s], b.tile[s], false));
+  BOTH(tsr__insert_add(&o, yr.tile[s], a.tile[s], b.tile[s], true)); /* a fused ReLU */
   operand_check(&y, "add y", 0, 0);
+  operand_check(&yr, "add y with its ReLU", 0, 0);
   operand_check(&a, "add a", 0, 0), operand_check(&b, "add b", 0, 0);
   /* a concat's block: 3 pixels of 2 channels of 12 at offset 5, and back; features: 4 columns
    * at offset 1 of the source into offset 3 of the destination */

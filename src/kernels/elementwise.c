@@ -114,12 +114,19 @@ void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int
   }
 }
 
-void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb) {
+void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb,
+                bool relu) {
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     const float *ar = a + (long)i * lda, *br = b + (long)i * ldb;
-    for (int j = 0; j < n; j++)
-      yr[j] = ar[j] + br[j];
+    if (relu)
+      for (int j = 0; j < n; j++) {
+        float v = ar[j] + br[j];
+        yr[j] = v > 0.0f ? v : 0.0f;
+      }
+    else
+      for (int j = 0; j < n; j++)
+        yr[j] = ar[j] + br[j];
   }
 }
 

@@ -98,7 +98,8 @@ void tsr__k_scale(int m, int n, float alpha, float *x, int ldx);
 double tsr__k_sumsq(int m, int n, const float *x, int ldx);
 void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm);
 /* y (m, n) = a + b (the add layer). */
-void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb);
+void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb,
+                bool relu);
 /* A block of channels between two tiles of channels-last rows (the concat layer): for each of
  * m rows and each of `pixels` pixels, the `width` values at column p * src_stride + src_off of
  * src go to column p * dst_stride + dst_off of dst (rows lds and ldd floats apart), or with add

@@ -1,7 +1,10 @@
 /* Add layers: y = x0 + x1 + ... of inputs of one shape (a residual connection), with the add
  * type's registry descriptor (layers.h). Element-wise, so tiled like its inputs (which are
  * tiled alike, and spread alike under a grid): one task per tile for the first two inputs, an
- * accumulation per further input. Backward, every input's gradient is the output's. */
+ * accumulation per further input. Backward, every input's gradient is the output's. A ReLU
+ * after it (a ResNet block's) is fused: the first task applies it with two inputs (a ReLU task
+ * after the accumulations with more), and backward each input's gradient is dy where y is
+ * positive, written by the task that copied dy before: the ReLU costs no pass of its own. */
 #include <stdio.h>
 
 #include "nn/layers.h"
@@ -11,9 +14,11 @@
 static int add_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                        const tsr_task_opts_t *o) {
   (void)net, (void)train;
-  TSR_TRY(tsr__tiles_add(o, l->y, x[0], x[1]));
-  for (int k = 2; k < l->lay->n_inputs; k++)
+  int n = l->lay->n_inputs;
+  TSR_TRY(tsr__tiles_add(o, l->y, x[0], x[1], l->relu && n == 2));
+  for (int k = 2; k < n; k++)
     TSR_TRY(tsr__tiles_axpby(o, 1.0f, x[k], 1.0f, l->y));
+  if (l->relu && n > 2) TSR_TRY(tsr__tiles_relu_fwd(o, l->y, l->y));
   return 0;
 }
 
@@ -22,7 +27,10 @@ static int add_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const
   (void)net, (void)x;
   tsr_task_opts_t critical = tsr__net_critical(o);
   for (int k = 0; k < l->lay->n_inputs; k++)
-    if (dx[k]) TSR_TRY(tsr__tiles_copy(&critical, dx[k], l->dy));
+    if (dx[k] && l->relu)
+      TSR_TRY(tsr__tiles_relu_bwd(&critical, dx[k], l->dy, l->y));
+    else if (dx[k])
+      TSR_TRY(tsr__tiles_copy(&critical, dx[k], l->dy));
   return 0;
 }
 
@@ -85,6 +93,7 @@ const tsr_layer_type_t tsr__add_type = {
     .max_inputs = TSR_MAX_INPUTS,
     .elementwise = true,
     .residual = true,
+    .fuses_relu = true,
     .shape = add_shape,
     .cost = add_cost,
     .flops = add_flops,

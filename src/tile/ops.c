@@ -163,12 +163,12 @@ int tsr__tiles_axpby(const tsr_task_opts_t *o, float alpha, const tsr_tiles_t *x
 }
 
 int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
-                   const tsr_tiles_t *b) {
+                   const tsr_tiles_t *b, bool relu) {
   ROUTE(o, y);
   if (!same_tiling(y, a) || !same_tiling(y, b)) return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
     for (int j = 0; j < y->nt; j++)
-      TSR_TRY(tsr__insert_add(o, tsr__tile(y, i, j), tsr__tile(a, i, j), tsr__tile(b, i, j)));
+      TSR_TRY(tsr__insert_add(o, tsr__tile(y, i, j), tsr__tile(a, i, j), tsr__tile(b, i, j), relu));
   return 0;
 }
 

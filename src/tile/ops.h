@@ -61,9 +61,9 @@ int tsr__tile_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, int i, int j, const
                    float max_norm);
 int tsr__tiles_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, const tsr_tiles_t *acc,
                     float max_norm);
-/* y = a + b, all of one shape and tiling. */
+/* y = a + b, all of one shape and tiling, then max(y, 0) with relu. */
 int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
-                   const tsr_tiles_t *b);
+                   const tsr_tiles_t *b, bool relu);
 /* Rows of channels-last samples of `pixels` pixels: for every pixel p, the `width` values at
  * column p src_stride + src_off of src go to column p dst_stride + dst_off of dst (a concat's
  * input into its output, or its output's gradient back out); dst's other columns are kept.
