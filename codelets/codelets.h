@@ -28,6 +28,10 @@ typedef struct {
   int kernels; /* tsr_kernels_t */
 } tsr_impl_choice_t;
 int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
+/* A performance-model footprint that tells shapes apart, not only sizes: the task's data
+ * footprint (its buffers' sizes) hashed with `size` bytes of key (a convolution's geometry, whose
+ * 3x3 and 1x1 windows over the same tiles would share one history otherwise). */
+uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t size);
 extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_filter,
     tsr_cl_conv_bwd_filter_w;
 

@@ -54,9 +54,15 @@ static void conv_bwd_data_opencl(void *buffers[], void *cl_arg) {
 }
 #endif
 
+static uint32_t conv_bwd_data_footprint(struct starpu_task *task) {
+  const struct conv_bwd_data_args *a = task->cl_arg;
+  return tsr__cl_footprint(task, &a->g, sizeof a->g);
+}
+
 static struct starpu_perfmodel conv_bwd_data_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_conv_bwd_data_f32",
+    .footprint = conv_bwd_data_footprint,
 };
 
 struct starpu_codelet tsr_cl_conv_bwd_data = {

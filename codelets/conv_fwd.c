@@ -61,9 +61,15 @@ static void conv_fwd_opencl(void *buffers[], void *cl_arg) {
 }
 #endif
 
+static uint32_t conv_fwd_footprint(struct starpu_task *task) {
+  const struct conv_fwd_args *a = task->cl_arg;
+  return tsr__cl_footprint(task, &a->g, sizeof a->g);
+}
+
 static struct starpu_perfmodel conv_fwd_model = {
     .type = STARPU_HISTORY_BASED,
     .symbol = "tessera_conv_fwd_f32",
+    .footprint = conv_fwd_footprint,
 };
 
 struct starpu_codelet tsr_cl_conv_fwd = {

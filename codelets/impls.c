@@ -28,6 +28,10 @@ static const char *impl_name(const void *cl, unsigned nimpl) {
   return NULL;
 }
 
+uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t size) {
+  return starpu_hash_crc32c_be_n(key, size, starpu_task_data_footprint(task));
+}
+
 __attribute__((constructor)) static void register_names(void) {
   tsr__runtime_impl_names(impl_name);
 }

@@ -29,6 +29,7 @@ typedef struct {
   int64_t step, id;
   double ts, dur; /* us */
   const char *codelet;
+  const char *impl;  /* the implementation that ran, where the codelet has several; "" else */
   const cJSON *deps; /* array of ids on the same rank, or NULL */
 } task_t;
 
@@ -62,7 +63,7 @@ typedef struct {
 } trace_t;
 
 typedef struct {
-  const char *codelet, *kind;
+  const char *codelet, *impl, *kind;
   int64_t tasks;
   double busy;
 } busy_t;
@@ -268,6 +269,7 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
     /* Format 1 (before codelet names): the codelet in args, the step as "batch". */
     const cJSON *codelet = cJSON_GetObjectItemCaseSensitive(args, "codelet");
     const cJSON *tile = cJSON_GetObjectItemCaseSensitive(args, "tile");
+    const cJSON *impl = cJSON_GetObjectItemCaseSensitive(args, "impl");
     task_t *tk = &t->tasks[t->ntasks++];
     *tk = (task_t){.pid = r,
                    .worker = w,
@@ -279,6 +281,7 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
                    .ts = ts,
                    .dur = dur,
                    .codelet = cJSON_IsString(codelet) ? codelet->valuestring : name->valuestring,
+                   .impl = cJSON_IsString(impl) ? impl->valuestring : "",
                    .deps = cJSON_GetObjectItemCaseSensitive(args, "deps")};
     if (t->has_deps && (tk->id < 1 || !cJSON_IsArray(tk->deps)))
       return tsr_error_set(err, TSR_EFORMAT, "%s: event %lld: a task without args.id or args.deps",
@@ -345,7 +348,7 @@ static int link_tasks(trace_t *t, tsr_errbuf_t *err) {
   return rc;
 }
 
-/* Phase 2: busy time per (codelet, kind), largest first. */
+/* Phase 2: busy time per (codelet, implementation, kind), largest first. */
 static int cmp_busy(const void *a, const void *b) {
   const busy_t *x = a, *y = b;
   return (x->busy < y->busy) - (x->busy > y->busy);
@@ -358,9 +361,10 @@ static busy_t *busy_table(const trace_t *t, int *n) {
     const task_t *k = &t->tasks[i];
     const char *kind = t->workers[k->worker].kind;
     int j = 0;
-    while (j < *n && (strcmp(b[j].codelet, k->codelet) != 0 || strcmp(b[j].kind, kind) != 0))
+    while (j < *n && (strcmp(b[j].codelet, k->codelet) != 0 || strcmp(b[j].impl, k->impl) != 0 ||
+                      strcmp(b[j].kind, kind) != 0))
       j++;
-    if (j == *n) b[(*n)++] = (busy_t){.codelet = k->codelet, .kind = kind};
+    if (j == *n) b[(*n)++] = (busy_t){.codelet = k->codelet, .impl = k->impl, .kind = kind};
     b[j].tasks++, b[j].busy += k->dur;
   }
   if (b) qsort(b, (size_t)*n, sizeof *b, cmp_busy);
@@ -496,13 +500,17 @@ static void print_text(FILE *out, const trace_t *t, const busy_t *busy, int nbus
           t->ranks == 1 ? "" : "s", (long long)t->ntasks, (long long)t->nspans,
           (long long)t->nflows);
   if (first > 0) fprintf(out, ", steps %lld-%lld", (long long)first, (long long)last);
-  fprintf(out, "\n\nbusy time per codelet and worker kind\n  %-16s %-7s %9s %12s %7s\n", "codelet",
-          "kind", "tasks", "busy ms", "share");
-  for (int i = 0; i < nbusy; i++)
-    fprintf(out, "  %-16s %-7s %9lld %12.3f %6.1f%%\n", busy[i].codelet, busy[i].kind,
+  fprintf(out, "\n\nbusy time per codelet and worker kind\n  %-23s %-7s %9s %12s %7s\n",
+          "codelet[:implementation]", "kind", "tasks", "busy ms", "share");
+  for (int i = 0; i < nbusy; i++) {
+    char name[80];
+    snprintf(name, sizeof name, "%s%s%s", busy[i].codelet, busy[i].impl[0] ? ":" : "",
+             busy[i].impl);
+    fprintf(out, "  %-23s %-7s %9lld %12.3f %6.1f%%\n", name, busy[i].kind,
             (long long)busy[i].tasks, busy[i].busy / 1e3,
             total > 0 ? 100 * busy[i].busy / total : 0.0);
-  fprintf(out, "  %-16s %-7s %9lld %12.3f %6.1f%%\n", "all", "", (long long)t->ntasks, total / 1e3,
+  }
+  fprintf(out, "  %-23s %-7s %9lld %12.3f %6.1f%%\n", "all", "", (long long)t->ntasks, total / 1e3,
           total > 0 ? 100.0 : 0.0);
   fprintf(out,
           "\nworkers: busy, and idle from their rank's first task to its last\n  %-4s %-22s %9s "
@@ -561,6 +569,7 @@ static bool print_json(FILE *out, const trace_t *t, const busy_t *busy, int nbus
   for (int i = 0; i < nbusy; i++) {
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "codelet", busy[i].codelet);
+    if (busy[i].impl[0]) cJSON_AddStringToObject(b, "impl", busy[i].impl);
     cJSON_AddStringToObject(b, "kind", busy[i].kind);
     cJSON_AddNumberToObject(b, "tasks", (double)busy[i].tasks);
     cJSON_AddNumberToObject(b, "seconds", busy[i].busy / 1e6);
