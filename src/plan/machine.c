@@ -140,28 +140,40 @@ double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, i
   return v;
 }
 
+/* One pass of the kernel a training task runs by default: oneDNN's where this build has it and
+ * it serves the shape (the first implementation, which every policy but dmda and dmdas runs),
+ * else the lowered one. */
+static void conv_pass(const tsr_conv_geom_t *g, int n, int which, bool dnnl, float *x, float *y,
+                      float *w, float *b, float *work) {
+  int fin = g->h * g->w * g->c, fout = g->oh * g->ow * g->oc;
+  if (which == 0 && !(dnnl && tsr__k_dnnl_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, work)))
+    tsr__k_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, work);
+  if (which == 1 && !(dnnl && tsr__k_dnnl_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, work)))
+    tsr__k_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, work);
+  if (which == 2 &&
+      !(dnnl && tsr__k_dnnl_conv_bwd_filter(g, n, w, g->oc, b, x, fin, y, fout, 0.0f, work)))
+    tsr__k_conv_bwd_filter(g, n, w, g->oc, b, x, fin, y, fout, 0.0f, work);
+}
+
 double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, int which) {
   double described = (m->conv_gflops > 0 ? m->conv_gflops : m->gemm_gflops) * 1e9;
   if (!m->measure_kernels) return described;
-  char key[128];
-  snprintf(key, sizeof key, "conv%d/%s %d %d %d %d %d %d %d %d %d %d %d %d %d", which,
-           tsr__k_blis_kernels(), g->c, g->h, g->w, g->oc, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw,
-           g->ph, g->pw, n);
+  size_t dnnl_work = tsr__k_dnnl_conv_work(g, n, which, which == 0);
+  char key[160];
+  snprintf(key, sizeof key, "conv%d/%s%s %d %d %d %d %d %d %d %d %d %d %d %d %d", which,
+           tsr__k_blis_kernels(), dnnl_work ? "+onednn" : "", g->c, g->h, g->w, g->oc, g->oh, g->ow,
+           g->kh, g->kw, g->sh, g->sw, g->ph, g->pw, n);
   double v;
   if (cached(m, key, &v)) return v;
   int fin = g->h * g->w * g->c, fout = g->oh * g->ow * g->oc, fan = g->kh * g->kw * g->c;
+  size_t lowered = tsr__k_conv_work(g, n);
   float *x = buffer((size_t)n * fin), *y = buffer((size_t)n * fout),
         *w = buffer((size_t)fan * g->oc), *b = buffer((size_t)g->oc),
-        *work = buffer(tsr__k_conv_work(g, n));
+        *work = buffer(dnnl_work > lowered ? dnnl_work : lowered);
   double s = 0;
   if (x && y && w && b && work) {
     tsr__k_init();
-    if (which == 0)
-      TIME_IT(s, tsr__k_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, work));
-    else if (which == 1)
-      TIME_IT(s, tsr__k_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, work));
-    else
-      TIME_IT(s, tsr__k_conv_bwd_filter(g, n, w, g->oc, b, x, fin, y, fout, 0.0f, work));
+    TIME_IT(s, conv_pass(g, n, which, dnnl_work > 0, x, y, w, b, work));
   }
   free(x), free(y), free(w), free(b), free(work);
   v = s > 0 ? tsr__plan_gemm_flops((int64_t)n * g->oh * g->ow, g->oc, fan) / s : described;
