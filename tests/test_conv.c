@@ -238,6 +238,53 @@ Test(conv, kernel_backward_matches_direct_sums) {
   }
 }
 
+/* --domain rows runs a convolution on a band of output rows from the input rows its windows
+ * read (tsr__k_band_window: padding above the first band, rows of the neighbours' halos, the
+ * padding below the last). oneDNN (asymmetric padding) must give each band what the lowered
+ * kernel gives it, pass by pass: the band's output rows, the input gradient over the rows it
+ * reads, the filter gradient from its rows. */
+Test(conv, kernel_band_windows_by_both_implementations) {
+  if (!tsr__k_dnnl_built()) return;
+  const tsr_conv_geom_t cases[] = {
+      geom(16, 11, 9, 8, 3, 3, 1, 1, 1, 1), geom(8, 12, 7, 16, 3, 3, 2, 2, 1, 1),
+      geom(6, 13, 8, 5, 5, 5, 2, 1, 2, 2), geom(8, 9, 9, 8, 1, 1, 2, 2, 0, 0)};
+  tsr_rng_t rng = {12};
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++)
+    for (int pr = 2; pr <= 3; pr++)
+      for (int p = 0; p < tsr__k_bands(cases[t].oh, pr); p++) {
+        int r0, r1, a0, a1, n = 3;
+        tsr__k_band(cases[t].oh, pr, p, &r0, &r1);
+        tsr_conv_geom_t g = tsr__k_band_window(&cases[t], r0, r1, &a0, &a1);
+        int in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
+        float *x = malloc(sizeof(float) * n * in), *dy = malloc(sizeof(float) * n * out);
+        float *w = malloc(sizeof(float) * k * g.oc), *b = malloc(sizeof(float) * g.oc);
+        fill(x, NULL, (long)n * in, &rng), fill(dy, NULL, (long)n * out, &rng);
+        fill(w, NULL, (long)k * g.oc, &rng), fill(b, NULL, g.oc, &rng);
+        float *y[IMPLS], *dx[IMPLS], *dw[IMPLS], db[IMPLS][16];
+        for (int impl = 0; impl < IMPLS; impl++) {
+          y[impl] = malloc(sizeof(float) * n * out), dx[impl] = malloc(sizeof(float) * n * in);
+          dw[impl] = malloc(sizeof(float) * k * g.oc);
+          fwd_by(impl, &g, n, y[impl], out, x, in, w, b, true);
+          bwd_data_by(impl, &g, n, dx[impl], in, dy, out, w);
+          bwd_filter_by(impl, &g, n, dw[impl], db[impl], x, in, dy, out, 0.0f);
+        }
+        const float *got[3][2] = {{y[0], y[1]}, {dx[0], dx[1]}, {dw[0], dw[1]}};
+        const long size[3] = {(long)n * out, (long)n * in, (long)k * g.oc};
+        const char *what[3] = {"y", "dx", "dw"};
+        for (int q = 0; q < 3; q++)
+          for (long j = 0; j < size[q]; j++)
+            cr_assert(fabsf(got[q][1][j] - got[q][0][j]) <= 1e-5f * (1 + fabsf(got[q][0][j])),
+                      "case %zu, band %d of %d (rows %d-%d from %d-%d): %s[%ld] oneDNN %g, "
+                      "lowered %g",
+                      t, p, pr, r0, r1, a0, a1, what[q], j, got[q][1][j], got[q][0][j]);
+        for (int o = 0; o < g.oc; o++)
+          cr_assert(fabsf(db[1][o] - db[0][o]) <= 1e-5f * (1 + fabsf(db[0][o])), "db[%d]", o);
+        for (int impl = 0; impl < IMPLS; impl++)
+          free(y[impl]), free(dx[impl]), free(dw[impl]);
+        free(x), free(dy), free(w), free(b);
+      }
+}
+
 Test(conv, kernel_pooling_matches_direct_pooling) {
   tsr_rng_t rng = {8};
   const int cases[][7] = {/* c h w kh kw sh sw */

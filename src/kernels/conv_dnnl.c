@@ -325,6 +325,8 @@ const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass) {
 bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
                           int ldx, const float *w, int ldw, const float *b, bool relu,
                           float *work) {
+  /* Only whole samples back to back: the work the caller sized is that layout's. */
+  if (!tsr__k_dnnl_conv_dense(g, n, ldx, ldy, ldw)) return false;
   dnnl_key_t k = make_key(g, n, FWD, ldx, ldy, ldw, relu);
   dnnl_entry_t *e = entry(&k);
   if (!e || !weights_in(e, w, work)) return false;
@@ -340,6 +342,7 @@ bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, co
 
 bool tsr__k_dnnl_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx,
                                const float *dy, int lddy, const float *w, int ldw, float *work) {
+  if (!tsr__k_dnnl_conv_dense(g, n, lddx, lddy, ldw)) return false;
   dnnl_key_t k = make_key(g, n, BWD_DATA, lddx, lddy, ldw, 0);
   dnnl_entry_t *e = entry(&k);
   if (!e || !weights_in(e, w, work)) return false;
@@ -355,7 +358,8 @@ bool tsr__k_dnnl_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int
                                  const float *x, int ldx, const float *dy, int lddy, float beta,
                                  float *work) {
   /* beta is 0 (the first tile writes) or 1 (the next add): the codelets' only two. */
-  if (beta != 0.0f && beta != 1.0f) return false;
+  if ((beta != 0.0f && beta != 1.0f) || !tsr__k_dnnl_conv_dense(g, n, ldx, lddy, lddw))
+    return false;
   dnnl_key_t k = make_key(g, n, BWD_FILTER, ldx, lddy, lddw, beta != 0.0f);
   dnnl_entry_t *e = entry(&k);
   if (!e) return false;
