@@ -478,6 +478,30 @@ MUTANTS = [
     ("domain-bn-band-stats", "batch normalization over bands normalizes with row 0's band's "
      "statistics only", "src/tile/domain.c",
      [("    TSR_TRY(tsr__insert_bn_combine(&l, first, h, sums));", "")], ["mpi-domain-2"]),
+    # Issue 38: oneDNN's convolutions, the kernels chosen per task, the fusions.
+    ("onednn-relu-flag", "oneDNN's forward fuses the ReLU where none follows, and drops it where "
+     "one does", "src/kernels/conv_dnnl.c",
+     [("if (ok && k->pass == FWD && k->flag)", "if (ok && k->pass == FWD && !k->flag)")],
+     ["conv"]),
+    ("onednn-beta-overwrites", "oneDNN's filter gradient overwrites what a beta of 1 adds to",
+     "src/kernels/conv_dnnl.c",
+     [("dnnl_post_ops_append_sum(rops, 1.0f)", "dnnl_post_ops_append_sum(rops, 0.0f)")], ["conv"]),
+    ("onednn-pad-right", "oneDNN's right padding taken as the left's (a band's window is "
+     "asymmetric)", "src/kernels/conv_dnnl.c",
+     [("dnnl_dims_t pad_r = {(dnnl_dim_t)(g->oh - 1) * g->sh + g->kh - g->h - g->ph,",
+       "dnnl_dims_t pad_r = {(dnnl_dim_t)g->ph + 0 * ((g->oh - 1) * g->sh + g->kh - g->h - g->ph),")],
+     ["conv"]),
+    ("kernels-blis-ignored", "--kernels blis still lets oneDNN's implementation run",
+     "codelets/impls.c",
+     [("return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;",
+       "return tsr__k_dnnl_built();")], ["cli"]),
+    ("add-relu-grad-ungated", "a residual add with its ReLU fused passes dy to its inputs where "
+     "the ReLU closed", "src/nn/add.c",
+     [("    if (dx[k] && l->relu)\n", "    if (dx[k] && l->relu && 0)\n")], ["graph"]),
+    ("bn-dx-gate-open", "batchnorm's backward lets dy through where its fused ReLU's output is 0",
+     "src/kernels/batchnorm.c",
+     [("uint32_t bits, mask = y > 0.0f ? ~0u : 0u;", "uint32_t bits, mask = ~0u + 0 * (y > 0.0f);")],
+     ["batchnorm"]),
 ]
 
 
