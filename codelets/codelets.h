@@ -49,6 +49,13 @@ int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void 
 int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                      starpu_data_handle_t a, starpu_data_handle_t b, float beta,
                      starpu_data_handle_t c);
+/* GEMM with an epilogue on c (gemm_ep.c): c = alpha op(a) op(b) + beta c, then for ep
+ * TSR_EP_BIAS c += e (1, n) and ReLU with relu, TSR_EP_GATE c = 0 where e (m, n) <= 0, or
+ * TSR_EP_DBIAS e (1, n) = beta e + column sums of b (tb false). */
+enum { TSR_EP_BIAS = 1, TSR_EP_GATE, TSR_EP_DBIAS };
+int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                        starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                        starpu_data_handle_t c, int ep, starpu_data_handle_t e, bool relu);
 /* y (m, n) += b (1, n), then ReLU when relu is set. */
 int tsr__insert_bias_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t b,
                          bool relu);

@@ -190,6 +190,15 @@ kernels=(blis)
 if "$tessera" --version | grep -q "oneDNN [0-9]"; then kernels+=(onednn); else
   expect 2 "built without oneDNN; install libdnnl-dev" -- train --kernels onednn
 fi
+# A dense layer's element-wise passes ride on its GEMM tasks (codelets/gemm_ep.c): an MLP's
+# step has no bias add, bias gradient or ReLU-backward task of its own, and learns the same.
+out=$("$tessera" train --data "$data" --model mlp:64,32 --epochs 1 --train-limit 640 \
+  --test-limit 0 --stats 2>&1)
+if grep -q "gemm_ep [0-9]" <<<"$out" && ! grep -qE "(bias_add|bias_grad|relu_bwd) [0-9]" <<<"$out"; then
+  pass
+else
+  fail "the MLP's fused passes: $(grep 'tasks per codelet' <<<"$out")"
+fi
 for k in "${kernels[@]}"; do
   other=$([[ $k == blis ]] && echo onednn || echo blis)
   out=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 --test-limit 64 \

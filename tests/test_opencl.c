@@ -162,6 +162,33 @@ Test(opencl, gemm_every_transpose_and_beta) {
   }
 }
 
+/* The GEMM with an epilogue (codelets/gemm_ep.c): the bias and a ReLU (x w + b), the ReLU gate
+ * (dy w^T, 0 where the gate is not positive), the bias gradient (x^T dy, and dy's column sums
+ * into db: written with beta 0, added to with beta 1). */
+static void gemm_ep_case(int ep, float beta) {
+  int m = 9, n = 7, k = 5;
+  bool ta = ep == TSR_EP_DBIAS, tb = ep == TSR_EP_GATE;
+  operand_t a, b, c, e;
+  operand_init(&a, ta ? k : m, ta ? m : k, false, 60, -1, 1, false);
+  operand_init(&b, tb ? n : k, tb ? k : n, false, 61, -1, 1, false);
+  operand_init(&c, m, n, false, 62, -1, 1, false);
+  operand_init(&e, ep == TSR_EP_GATE ? m : 1, n, false, 63, -1, 1, false);
+  if (beta == 0.0f) POISON(c);
+  if (beta == 0.0f && ep == TSR_EP_DBIAS) POISON(e);
+  BOTH(tsr__insert_gemm_ep(&o, ta, tb, 1.0f, a.tile[s], b.tile[s], beta, c.tile[s], ep, e.tile[s],
+                           ep == TSR_EP_BIAS));
+  operand_check(&c, "gemm_ep c", 1e-5f, 1e-5f);
+  operand_check(&e, "gemm_ep e", 1e-5f, 1e-5f);
+  operand_check(&a, "gemm_ep a", 0, 0), operand_check(&b, "gemm_ep b", 0, 0);
+}
+
+Test(opencl, gemm_with_each_epilogue) {
+  for (int ep = TSR_EP_BIAS; ep <= TSR_EP_DBIAS; ep++) {
+    gemm_ep_case(ep, 0.0f);
+    gemm_ep_case(ep, 1.0f);
+  }
+}
+
 Test(opencl, bias_add_and_relu) {
   for (int relu = 0; relu < 2; relu++) {
     operand_t y, b;

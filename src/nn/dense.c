@@ -1,6 +1,10 @@
 /* Dense layers (y = x W + b, with a following ReLU fused into the bias add)
  * and standalone ReLU layers, as tiled operations, with their registry
- * descriptors (layers.h): shapes, parameters, the tasks' costs, forward and backward. */
+ * descriptors (layers.h): shapes, parameters, the tasks' costs, forward and backward.
+ * Outside a grid the element-wise passes ride on the GEMM tasks (codelets/gemm_ep.c): the
+ * bias and ReLU on the forward GEMM, the bias gradient on the weight gradient's, and the
+ * backward of the ReLU before a dense layer on that layer's input-gradient GEMM (the producer
+ * lets it: defers_relu_grad), so a dense layer is GEMM tasks and its updates alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +25,7 @@ static int dense_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *cons
     TSR_TRY(tsr__tiles_spread_gemm(o, x, l->gathered, n, l->params[0].w, l->y));
     return tsr__tiles_bias_add(o, l->y, l->params[1].w, l->relu);
   }
-  TSR_TRY(tsr__tiles_gemm(o, false, false, 1.0f, x, l->params[0].w, 0.0f, l->y));
-  return tsr__tiles_bias_add(o, l->y, l->params[1].w, l->relu);
+  return tsr__tiles_gemm_bias(o, x, l->params[0].w, l->params[1].w, l->relu, l->y);
 }
 
 /* The input gradient goes first (at the highest priority): the layer below
@@ -31,7 +34,7 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *con
                           tsr_tiles_t *const *dxs, const tsr_task_opts_t *o) {
   const tsr_tiles_t *x = xs[0];
   tsr_tiles_t *dx = dxs[0];
-  if (l->relu) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
+  if (l->relu && !l->relu_grad_by_next) TSR_TRY(tsr__tiles_relu_bwd(o, l->dy, l->dy, l->y));
   tsr_task_opts_t critical = tsr__net_critical(o);
   if (l->split) {
     int n = net->grid_rows;
@@ -41,9 +44,12 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *con
     TSR_TRY(tsr__tiles_spread_gemm_tn(o, x, l->gathered, n, l->dy, l->params[0].g));
     return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
   }
-  if (dx) TSR_TRY(tsr__tiles_gemm(&critical, false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx));
-  TSR_TRY(tsr__tiles_gemm(o, true, false, 1.0f, x, l->dy, 0.0f, l->params[0].g));
-  return tsr__tiles_bias_grad(o, l->params[1].g, l->dy);
+  /* The input's ReLU (its producer's, fused there) gated on the input gradient's GEMM. */
+  if (dx && l->relu_grad_in)
+    TSR_TRY(tsr__tiles_gemm_gate(&critical, l->dy, l->params[0].w, x, dx));
+  else if (dx)
+    TSR_TRY(tsr__tiles_gemm(&critical, false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx));
+  return tsr__tiles_gemm_dbias(o, x, l->dy, l->params[0].g, l->params[1].g);
 }
 
 static const tsr_layer_ops_t dense_ops = {"dense", dense_forward, dense_backward};
@@ -108,7 +114,12 @@ static int dense_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_
 /* W (fin, fout), its rows tiled like the input's columns (l->in_nb: the feature tile, or whole
  * samples after a convolution), its columns like the output's; b (1, fout). */
 static void dense_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
-  (void)lay;
+  /* After a layer with a fused ReLU that lets its reader apply the ReLU's backward, and that
+   * this layer alone reads, outside a grid: the input gradient's GEMM gates it. */
+  const tsr_layout_layer_t *in = l->in[0].from >= 0 ? &lay->layers[l->in[0].from] : NULL;
+  if (in && in->type->defers_relu_grad && in->relu && in->consumers == 1 && !l->spread &&
+      !in->spread && !in->banded && l->has_dx)
+    l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
   l->nparams = 2;
   l->params[0] = (tsr_layout_matrix_t){l->fin, l->fout, l->in_nb, l->out_nb, true};
   l->params[1] = (tsr_layout_matrix_t){1, l->fout, 1, l->out_nb, false};
@@ -120,7 +131,9 @@ static int imin(int a, int b) {
 
 /* Per output tile column j (row 0's under a grid): the forward GEMMs over the input tiles and
  * the bias add; backward the fused ReLU, the input gradient's GEMMs (when computed), the
- * weight gradient's, the bias gradient and the updates. The chain: the slowest forward output
+ * weight gradient's, the bias gradient and the updates. Outside a grid the bias add, the bias
+ * gradient and a ReLU gated by the next layer are epilogues of GEMM tasks, priced as nothing
+ * (a pass over a tile still in cache, no task of its own). The chain: the slowest forward output
  * tile, the ReLU, then the input gradient (or, for the first layer, the weight gradient and an
  * update). */
 static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
@@ -132,6 +145,7 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   double r_fwd = c->gemm_rate(c, false, false, mb, nb, kb);
   double r_dx = c->gemm_rate(c, false, true, mb, kb, nb);
   double r_dw = c->gemm_rate(c, true, false, kb, nb, mb);
+  bool fused = !l->spread; /* the epilogues (gemm_ep) */
   double fwd_chain = 0;
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j++) {
@@ -140,7 +154,8 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
       double ch = 0;
       for (int k = 0; k < kt; k++)
         ch += tsr__cost_gemm(c, m, n, tsr__cost_tsize(l->fin, kb, k), r_fwd);
-      ch += c->task(c, 0, 1, 4.0 * (2.0 * m * n + n)); /* bias (and ReLU) */
+      if (!fused) /* bias (and ReLU) as a task; an epilogue's pass over the tile is in cache */
+        ch += c->task(c, 0, 1, 4.0 * (2.0 * m * n + n));
       if (ch > fwd_chain) fwd_chain = ch;
     }
   double before = c->work(c);
@@ -148,7 +163,7 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j += c->pr) {
       int m = tsr__cost_tsize(c->batch, mb, i), n = tsr__cost_tsize(l->fout, nb, j);
-      if (l->relu) relu_chain = c->task(c, 0, 1, 4.0 * 3 * m * n);
+      if (l->relu && !l->relu_grad_by_next) relu_chain = c->task(c, 0, 1, 4.0 * 3 * m * n);
     }
   if (l->has_dx)
     for (int i = 0; i < mt; i++)
@@ -169,7 +184,7 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
     }
   double upd = 0;
   for (int j = 0; j < nt; j += c->pr) {
-    for (int i = 0; i < mt; i++) /* bias gradient */
+    for (int i = 0; i < mt && !fused; i++) /* bias gradient, where not an epilogue */
       c->task(c, 0, 1, 4.0 * tsr__cost_tsize(c->batch, mb, i) * tsr__cost_tsize(l->fout, nb, j));
     for (int k = 0; k < kt; k++)
       upd = c->update(c, (double)tsr__cost_tsize(l->fin, kb, k) * tsr__cost_tsize(l->fout, nb, j));
@@ -209,6 +224,7 @@ const tsr_layer_type_t tsr__dense_type = {
     .output = true,
     .cuts_features = true,
     .fuses_relu = true,
+    .defers_relu_grad = true,
     .shape = dense_shape,
     .layout = dense_layout,
     .cost = dense_cost,

@@ -35,23 +35,62 @@ static bool dims_agree(const tsr_tiles_t *x, int da, const tsr_tiles_t *y, int d
   return nx == ny && bx == by;
 }
 
-int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
-                    const tsr_tiles_t *b, float beta, tsr_tiles_t *c) {
+/* c = alpha op(a) op(b) + beta c tile by tile, each output tile's inner tiles in order, with
+ * epilogue ep (0: none) on e: BIAS and GATE on the last inner tile's task of each output tile
+ * (after the whole sum), DBIAS on every task of the first row of output tiles (e's column j
+ * summing op(b)'s column tiles in the inner order). */
+static int gemm_tiles(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
+                      const tsr_tiles_t *b, float beta, tsr_tiles_t *c, int ep,
+                      const tsr_tiles_t *e, bool relu) {
   ROUTE(o, c);
   /* op(a) rows are a's dim (ta ? 1 : 0), op(a) cols the other; same for b. */
   if (!dims_agree(a, ta ? 1 : 0, c, 0) || !dims_agree(b, tb ? 0 : 1, c, 1) ||
       !dims_agree(a, ta ? 0 : 1, b, tb ? 1 : 0))
     return TSR_ESHAPE;
+  if ((ep == TSR_EP_BIAS || ep == TSR_EP_DBIAS) && (e->m != 1 || !dims_agree(e, 1, c, 1)))
+    return TSR_ESHAPE;
+  if (ep == TSR_EP_GATE && !same_tiling(e, c)) return TSR_ESHAPE;
   int kt = ta ? a->mt : a->nt;
   for (int i = 0; i < c->mt; i++)
     for (int j = 0; j < c->nt; j++)
       for (int p = 0; p < kt; p++) {
         starpu_data_handle_t ha = ta ? tsr__tile(a, p, i) : tsr__tile(a, i, p);
         starpu_data_handle_t hb = tb ? tsr__tile(b, j, p) : tsr__tile(b, p, j);
-        TSR_TRY(
-            tsr__insert_gemm(o, ta, tb, alpha, ha, hb, p == 0 ? beta : 1.0f, tsr__tile(c, i, j)));
+        float bp = p == 0 ? beta : 1.0f;
+        bool last = p == kt - 1;
+        if ((ep == TSR_EP_BIAS && last) || (ep == TSR_EP_GATE && last))
+          TSR_TRY(tsr__insert_gemm_ep(o, ta, tb, alpha, ha, hb, bp, tsr__tile(c, i, j), ep,
+                                      ep == TSR_EP_GATE ? tsr__tile(e, i, j) : tsr__tile(e, 0, j),
+                                      relu));
+        else if (ep == TSR_EP_DBIAS && i == 0)
+          TSR_TRY(tsr__insert_gemm_ep(o, ta, tb, alpha, ha, hb, bp, tsr__tile(c, i, j), ep,
+                                      tsr__tile(e, 0, j), false));
+        else
+          TSR_TRY(tsr__insert_gemm(o, ta, tb, alpha, ha, hb, bp, tsr__tile(c, i, j)));
       }
   return 0;
+}
+
+int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
+                    const tsr_tiles_t *b, float beta, tsr_tiles_t *c) {
+  return gemm_tiles(o, ta, tb, alpha, a, b, beta, c, 0, NULL, false);
+}
+
+int tsr__tiles_gemm_bias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *w,
+                         const tsr_tiles_t *bias, bool relu, tsr_tiles_t *y) {
+  return gemm_tiles(o, false, false, 1.0f, x, w, 0.0f, y, TSR_EP_BIAS, bias, relu);
+}
+
+int tsr__tiles_gemm_gate(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                         const tsr_tiles_t *gate, tsr_tiles_t *dx) {
+  return gemm_tiles(o, false, true, 1.0f, dy, w, 0.0f, dx, TSR_EP_GATE, gate, false);
+}
+
+int tsr__tiles_gemm_dbias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *dy,
+                          tsr_tiles_t *dw, tsr_tiles_t *db) {
+  /* The bias gradient's chain is the first row of dW's: every column tile of dy meets it. */
+  if (db->nt != dw->nt) return TSR_ESHAPE;
+  return gemm_tiles(o, true, false, 1.0f, x, dy, 0.0f, dw, TSR_EP_DBIAS, db, false);
 }
 
 int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {

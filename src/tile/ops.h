@@ -61,6 +61,16 @@ int tsr__tile_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, int i, int j, const
                    float max_norm);
 int tsr__tiles_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, const tsr_tiles_t *acc,
                     float max_norm);
+/* A dense layer's three GEMMs with their element-wise passes fused into the GEMM tasks
+ * (codelets/gemm_ep.c), the same digits as apart: y = x w + bias, then max(y, 0) with relu;
+ * dx = dy w^T, 0 where gate (the layer's input, a ReLU's output) is not positive; dw = x^T dy
+ * and db = the column sums of dy. */
+int tsr__tiles_gemm_bias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *w,
+                         const tsr_tiles_t *bias, bool relu, tsr_tiles_t *y);
+int tsr__tiles_gemm_gate(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
+                         const tsr_tiles_t *gate, tsr_tiles_t *dx);
+int tsr__tiles_gemm_dbias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *dy,
+                          tsr_tiles_t *dw, tsr_tiles_t *db);
 /* y = a + b, all of one shape and tiling, then max(y, 0) with relu. */
 int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
                    const tsr_tiles_t *b, bool relu);

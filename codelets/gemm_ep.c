@@ -1,0 +1,124 @@
+/* GEMM on tiles with an epilogue on the output tile, so that a dense layer's small element-wise
+ * passes ride on the last GEMM of their tile instead of being tasks of their own (with 16-row
+ * tiles a bias add or a ReLU gate is about a microsecond of work against several of a task's
+ * cost): c = alpha op(a) op(b) + beta c (tsr__k_gemm), then
+ *   BIAS   c += e (1, n) row by row, then max(c, 0) with relu: a dense layer's forward;
+ *   GATE   c = 0 where e (m, n) is not positive: the input gradient of a layer whose input came
+ *          through a fused ReLU (e is that input, the ReLU's output);
+ *   DBIAS  e (1, n) = ep_beta e + the column sums of b (op(b) = b, k x n): the weight gradient
+ *          x^T dy of the first row of tiles also sums dy's columns into the bias gradient.
+ * Each epilogue is what the separate task did, after the whole sum, in the same order, so the
+ * digits are the unfused ones'. Modes: c is written only (W) with beta 0; DBIAS's e likewise
+ * with ep_beta 0 (the two come together: the first batch-row tile of the chain). */
+#include "codelets.h"
+#include "opencl.h"
+#include "kernels/kernels.h"
+#include "tessera/error.h"
+
+struct gemm_ep_args {
+  bool ta, tb, relu;
+  int ep; /* TSR_EP_* */
+  float alpha, beta, ep_beta;
+};
+
+static void gemm_ep_cpu(void *buffers[], void *cl_arg) {
+  const struct gemm_ep_args *g = cl_arg;
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  float *c = TSR_PTR(buffers[2]), *e = TSR_PTR(buffers[3]);
+  int ldc = TSR_LD(buffers[2]);
+  tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+              TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, c, ldc);
+  if (g->ep == TSR_EP_BIAS)
+    tsr__k_bias_add(m, n, c, ldc, e, g->relu);
+  else if (g->ep == TSR_EP_GATE)
+    tsr__k_relu_bwd(m, n, c, ldc, c, ldc, e, TSR_LD(buffers[3]));
+  else
+    tsr__k_bias_grad(TSR_ROWS(buffers[1]), n, e, TSR_PTR(buffers[1]), TSR_LD(buffers[1]),
+                     g->ep_beta);
+}
+
+#ifdef TSR_HAVE_OPENCL
+/* CLBlast's GEMM, then the kernel the separate task ran. */
+static void gemm_ep_opencl(void *buffers[], void *cl_arg) {
+  const struct gemm_ep_args *g = cl_arg;
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  int ldc = TSR_LD(buffers[2]), co = TSR_CL_OFF(buffers[2]);
+  int lde = TSR_LD(buffers[3]), eo = TSR_CL_OFF(buffers[3]);
+  cl_mem c = TSR_CL_MEM(buffers[2]), e = TSR_CL_MEM(buffers[3]);
+  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
+               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
+               TSR_LD(buffers[1]), g->beta, c, co, ldc);
+  int relu = g->relu;
+  if (g->ep == TSR_EP_BIAS) {
+    tsr__cl_run2d(TSR_CLK_BIAS_ADD, m, n, 8,
+                  (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(c), TSR_CL_ARG(co),
+                                   TSR_CL_ARG(ldc), TSR_CL_ARG(e), TSR_CL_ARG(eo),
+                                   TSR_CL_ARG(relu)});
+  } else if (g->ep == TSR_EP_GATE) {
+    tsr__cl_run2d(TSR_CLK_RELU_BWD, m, n, 11,
+                  (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(c), TSR_CL_ARG(co),
+                                   TSR_CL_ARG(ldc), TSR_CL_ARG(c), TSR_CL_ARG(co), TSR_CL_ARG(ldc),
+                                   TSR_CL_ARG(e), TSR_CL_ARG(eo), TSR_CL_ARG(lde)});
+  } else {
+    int rows = TSR_ROWS(buffers[1]), ldb = TSR_LD(buffers[1]), bo = TSR_CL_OFF(buffers[1]);
+    cl_mem b = TSR_CL_MEM(buffers[1]);
+    float beta = g->ep_beta;
+    tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, n, 8,
+                  (tsr_cl_arg_t[]){TSR_CL_ARG(rows), TSR_CL_ARG(n), TSR_CL_ARG(e), TSR_CL_ARG(eo),
+                                   TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb),
+                                   TSR_CL_ARG(beta)});
+  }
+}
+#endif
+
+/* One history per epilogue: their costs differ little, but a GEMM with a bias add and one with
+ * a bias gradient over the same tiles are not the same task. */
+static uint32_t gemm_ep_footprint(struct starpu_task *task) {
+  const struct gemm_ep_args *g = task->cl_arg;
+  return tsr__cl_footprint(task, &g->ep, sizeof g->ep);
+}
+
+static struct starpu_perfmodel gemm_ep_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_gemm_ep_f32",
+    .footprint = gemm_ep_footprint,
+};
+
+#define GEMM_EP_CODELET(var, c_mode, e_mode)                                                       \
+  struct starpu_codelet var = {.name = "gemm_ep",                                                  \
+                               .cpu_funcs = {gemm_ep_cpu},                                         \
+                               .cpu_funcs_name = {"gemm_ep_cpu"},                                  \
+                               TSR_OPENCL_FUNC(gemm_ep_opencl),                                    \
+                               .nbuffers = 4,                                                      \
+                               .modes = {STARPU_R, STARPU_R, c_mode, e_mode},                      \
+                               .model = &gemm_ep_model}
+
+GEMM_EP_CODELET(tsr_cl_gemm_ep, STARPU_RW, STARPU_R);     /* BIAS, GATE accumulating */
+GEMM_EP_CODELET(tsr_cl_gemm_ep_w, STARPU_W, STARPU_R);    /* BIAS, GATE with beta 0 */
+GEMM_EP_CODELET(tsr_cl_gemm_dbias, STARPU_RW, STARPU_RW); /* DBIAS adding */
+GEMM_EP_CODELET(tsr_cl_gemm_dbias_w, STARPU_W, STARPU_W); /* DBIAS, the first of the chain */
+
+int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                        starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                        starpu_data_handle_t c, int ep, starpu_data_handle_t e, bool relu) {
+  int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
+  int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
+  int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
+  int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
+  int m = tsr__handle_rows(c), n = tsr__handle_cols(c);
+  if (am != m || bn != n || ak != bk) return TSR_ESHAPE;
+  bool row = tsr__handle_rows(e) == 1 && tsr__handle_cols(e) == n;
+  if ((ep == TSR_EP_BIAS && !row) || (ep == TSR_EP_DBIAS && (!row || tb)) ||
+      (ep == TSR_EP_GATE && (tsr__handle_rows(e) != m || tsr__handle_cols(e) != n)) ||
+      ep < TSR_EP_BIAS || ep > TSR_EP_DBIAS)
+    return TSR_ESHAPE;
+  struct gemm_ep_args args = {ta, tb, relu, ep, alpha, beta, beta};
+  struct starpu_codelet *cl = ep == TSR_EP_DBIAS
+                                  ? (beta == 0.0f ? &tsr_cl_gemm_dbias_w : &tsr_cl_gemm_dbias)
+                              : beta == 0.0f ? &tsr_cl_gemm_ep_w
+                                             : &tsr_cl_gemm_ep;
+  starpu_data_handle_t h[4] = {a, b, c, e};
+  return tsr__submit(o, cl, &args, sizeof args, 4, h);
+}
