@@ -292,6 +292,34 @@ Test(plan, every_grid_shape_and_policy) {
   tsr_model_spec_fini(&spec);
 }
 
+/* The batch-row tile of a network with convolutions: one tile per worker, but not under the
+ * samples that make an average convolution task worth its overhead (16 MFLOP): a 32x32 ResNet
+ * keeps 5 samples, a 224x224 ResNet-50 goes down to one per worker. */
+static int conv_rows(const char *model, int c, int h, int w, int batch, int workers) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, model, 10, &err), 0, "%s", err.msg);
+  tsr_model_bind_classes(&spec, 10);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = batch, o.in_channels = c, o.in_height = h, o.in_width = w;
+  tsr_net_layout_t lay;
+  cr_assert_eq(tsr__net_layout(&lay, &spec, c * h * w, 10, &o, workers, &err), 0, "%s", err.msg);
+  int mb = lay.mb;
+  tsr__net_layout_fini(&lay);
+  tsr_model_spec_fini(&spec);
+  return mb;
+}
+
+Test(plan, convolution_tiles_from_the_work_per_sample) {
+  cr_expect_eq(conv_rows("resnet20", 3, 32, 32, 128, 2), 64);
+  cr_expect_eq(conv_rows("resnet20", 3, 32, 32, 8, 2), 5); /* 3.9 MFLOP a convolution: 5 rows */
+  cr_expect_eq(conv_rows("resnet50", 3, 224, 224, 8, 2), 4);
+  cr_expect_eq(conv_rows("resnet50", 3, 224, 224, 8, 4), 2);
+  cr_expect_eq(conv_rows("cnn", 1, 28, 28, 64, 2), 32);
+  cr_expect_eq(conv_rows("cnn", 1, 28, 28, 8, 4), 5); /* 3.8 MFLOP: 5 rows, not 2 */
+}
+
 Test(plan, cnn_layout_is_whole_samples_then_dense) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};

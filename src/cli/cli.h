@@ -22,6 +22,9 @@ int tsr__cli_to_long(const char *s, long lo, long hi, long *out);
  * (tsr_runtime_opts_t.opencl): 0, or 2 after saying on stderr what is wrong
  * (a bad value; devices asked of a build without OpenCL). */
 int tsr__cli_devices(const char *cmd, const char *arg, int *opencl);
+/* --tile's value: "N" (both), "RxC", or "auto" (0 and 0: chosen from the shapes and the
+ * workers); 0, or -1 for anything else (the outputs untouched). */
+int tsr__cli_tile(const char *arg, int *rows, int *cols);
 /* --kernels' value into *kernels (tsr_runtime_opts_t.kernels), or a message naming `cmd` on
  * stderr and 2: an unknown name, or onednn in a build without it. */
 int tsr__cli_kernels(const char *cmd, const char *arg, tsr_kernels_t *kernels);

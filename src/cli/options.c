@@ -178,3 +178,18 @@ int tsr__cli_model_context(const tsr_model_spec_t *spec) {
     if (spec->layers[i].context > context) context = spec->layers[i].context;
   return context;
 }
+
+int tsr__cli_tile(const char *arg, int *rows, int *cols) {
+  if (strcmp(arg, "auto") == 0) return *rows = *cols = 0, 0;
+  long r, c;
+  const char *x = strchr(arg, 'x');
+  char first[32];
+  if (!x) {
+    if (tsr__cli_to_long(arg, 1, 1 << 20, &r)) return -1;
+    return *rows = *cols = (int)r, 0;
+  }
+  if (x - arg >= (long)sizeof first) return -1;
+  snprintf(first, sizeof first, "%.*s", (int)(x - arg), arg);
+  if (tsr__cli_to_long(first, 1, 1 << 20, &r) || tsr__cli_to_long(x + 1, 1, 1 << 20, &c)) return -1;
+  return *rows = (int)r, *cols = (int)c, 0;
+}

@@ -40,7 +40,7 @@ static void usage(FILE *out) {
           "                      [28x28x1 for a square --inputs, else 1x1xN; a language\n"
           "                      model's context T: Tx1x1]\n"
           "  --classes N         classes [10; a language model: 256, bytes]\n"
-          "  --tile N | RxC      as tessera train's [chosen from the shapes]\n"
+          "  --tile N|RxC|auto   as tessera train's [auto]\n"
           "  --workers N         CPU workers per rank [the machine's]\n"
           "  --allreduce A       as tessera train's: flat, two-level or auto (two-level\n"
           "                      where several nodes hold several ranks) [auto]\n"
@@ -323,21 +323,10 @@ int tsr_cli_plan(int argc, char **argv) {
         return bad("--classes", optarg, "an integer from 2 to 1048576");
       o.classes = (int)v, classes_given = true;
       break;
-    case O_TILE: {
-      long r, cc;
-      char *x = strchr(optarg, 'x');
-      int e = 0;
-      if (x) {
-        *x = '\0';
-        e = tsr__cli_to_long(optarg, 1, 1 << 20, &r) || tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
-        *x = 'x';
-      } else {
-        e = tsr__cli_to_long(optarg, 1, 1 << 20, &r), cc = r;
-      }
-      if (e) return bad("--tile", optarg, "N or RxC, integers from 1 to 1048576");
-      o.tile_rows = (int)r, o.tile_cols = (int)cc;
+    case O_TILE:
+      if (tsr__cli_tile(optarg, &o.tile_rows, &o.tile_cols))
+        return bad("--tile", optarg, "N or RxC (integers from 1 to 1048576) or auto");
       break;
-    }
     case O_WORKERS:
       if (tsr__cli_to_long(optarg, 1, 4096, &v))
         return bad("--workers", optarg, "an integer from 1 to 4096");

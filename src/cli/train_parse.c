@@ -310,21 +310,9 @@ static int read_init(parse_t *p, const row_t *row, const char *arg) {
   return tsr_init_from_name(&p->cfg->net.init, arg) ? bad_row(row, arg) : 0;
 }
 
-/* "N" or "RxC"; arg is given back as it was found. */
+/* "N", "RxC" or "auto" (tsr__cli_tile). */
 static int read_tile(parse_t *p, const row_t *row, const char *arg) {
-  long r = 0, cc = 0;
-  char *x = strchr(arg, 'x');
-  if (x) {
-    *x = '\0';
-    int e1 = tsr__cli_to_long(arg, 1, 1 << 20, &r), e2 = tsr__cli_to_long(x + 1, 1, 1 << 20, &cc);
-    *x = 'x';
-    if (e1 || e2) return bad_row(row, arg);
-  } else if (tsr__cli_to_long(arg, 1, 1 << 20, &r)) {
-    return bad_row(row, arg);
-  } else {
-    cc = r;
-  }
-  p->cfg->net.tile_rows = (int)r, p->cfg->net.tile_cols = (int)cc;
+  if (tsr__cli_tile(arg, &p->cfg->net.tile_rows, &p->cfg->net.tile_cols)) return bad_row(row, arg);
   return 0;
 }
 
@@ -615,9 +603,11 @@ static const row_t rows[] = {
              "PyTorch's defaults), he (He-uniform weights, zero biases) or\n"
              "gpt2 (normal std 0.02, residual projections / sqrt(2L), zero\n"
              "biases, layer norms 1 and 0) [pytorch; a language model: gpt2]"},
-    {"tile", "N | RxC", read_tile, .want = "N or RxC, integers from 1 to 1048576",
-     .help = "tile size: N for both, or R batch rows x C features\n"
-             "[chosen from the shapes]"},
+    {"tile", "N | RxC | auto", read_tile, .want = "N or RxC (integers from 1 to 1048576) or auto",
+     .help = "tile size: N for both, or R batch rows x C features, or auto:\n"
+             "feature tiles from the widest layer and the workers, a batch-\n"
+             "row tile per worker but no convolution task under 16 MFLOP\n"
+             "[auto; the banner says what it chose]"},
     {"sched", "NAME", read_text, AT(runtime.sched),
      .help = "StarPU scheduling policy [" TSR_DEFAULT_SCHED ", or " TSR_DEVICES_SCHED
              " with --devices\n"

@@ -646,10 +646,11 @@ static int announce(run_t *r) {
     char val[48] = "";
     if (r->val.n > 0) snprintf(val, sizeof val, " / %lld validation", (long long)r->val.n);
     printf("tessera: model %s (%lld parameters), %lld train%s / %lld test samples, batch %d, "
-           "%s lr %g, tiles %dx%d, %d workers, scheduler %s, kernels %s",
+           "%s lr %g, tiles %dx%d%s, %d workers, scheduler %s, kernels %s",
            r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n, val,
            (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
-           r->tile_cols, tsr_runtime_ncpus(), tsr_runtime_sched(),
+           r->tile_cols, cfg->net.tile_rows || cfg->net.tile_cols ? "" : " (auto)",
+           tsr_runtime_ncpus(), tsr_runtime_sched(),
            tsr_runtime_kernels_name(tsr_runtime_kernels()));
     if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
     bool grid = tsr_dist_size() > 1 && cfg->net.grid_rows > 1;

@@ -62,13 +62,10 @@ static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net
   }
   *mb = o->tile_rows > 0 ? o->tile_rows : batch;
   /* Convolutions are one task per batch-row tile (their activations are one
-   * tile wide): cut the batch into one tile per worker. With the default CNN
-   * at batch 64 on 2 workers, tiles of 32 rows trained 5% faster than 16 and
-   * 40% faster than 64 (benchmarks/bench_cnn --tile R, quiet machine). */
-  if (spatial && o->tile_rows == 0) {
-    int rows = (o->batch + workers - 1) / workers;
-    *mb = rows < 8 ? (o->batch < 8 ? o->batch : 8) : rows > 512 ? 512 : rows;
-  }
+   * tile wide): cut the batch into one tile per worker (spatial_rows, once the shapes are
+   * known). With the default CNN at batch 64 on 2 workers, tiles of 32 rows trained 5% faster
+   * than 16 and 40% faster than 64 (benchmarks/bench_cnn --tile R, quiet machine). */
+  if (spatial && o->tile_rows == 0) *mb = 0;
   *nb = o->tile_cols > 0 ? o->tile_cols : cols;
 }
 
@@ -719,6 +716,35 @@ void tsr__net_layout_fini(tsr_net_layout_t *lay) {
   memset(lay, 0, sizeof *lay);
 }
 
+/* A convolution task's work below which its overhead (a few microseconds of StarPU's) shows:
+ * about 0.2 ms of a worker at 80 GFLOP/s. */
+#define MIN_CONV_TASK_FLOPS 16e6
+
+/* The batch-row tile of a network with convolutions: one tile per worker, but no tile so small
+ * that its average convolution task falls under MIN_CONV_TASK_FLOPS (w's shapes give each
+ * convolution's flops per sample). A 32x32 ResNet-20 (3.9 MFLOP a sample and convolution)
+ * keeps at least 5 samples a tile (the old floor was 8 for every network); ResNet-50 at
+ * 224x224 (80 MFLOP) at batch 8 on two workers gets two tiles of 4, where that floor left one
+ * worker every convolution of the step to itself. */
+static int spatial_rows(const walk_t *w, int batch, int workers) {
+  double flops = 0;
+  int convs = 0;
+  for (int i = 0; i < w->n; i++) {
+    const tsr_conv_geom_t *g = &w->io[i];
+    if (w->spec->layers[i].kind != TSR_LAYER_CONV) continue;
+    flops += 2.0 * g->oh * g->ow * g->oc * g->kh * g->kw * g->c, convs++;
+  }
+  int floor_rows = 8; /* no convolution to price: the old floor */
+  if (convs > 0) {
+    double per_task = flops / convs;
+    floor_rows = (int)ceil(MIN_CONV_TASK_FLOPS / (per_task > 1 ? per_task : 1));
+    floor_rows = floor_rows < 1 ? 1 : floor_rows > 64 ? 64 : floor_rows;
+  }
+  int rows = (batch + workers - 1) / workers;
+  if (rows < floor_rows) rows = batch < floor_rows ? batch : floor_rows;
+  return rows > 512 ? 512 : rows;
+}
+
 int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, int inputs,
                           int classes, const tsr_net_opts_t *opts, int workers, int nstate,
                           tsr_errbuf_t *err) {
@@ -741,6 +767,7 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
   rc = resolve_inputs(&w, err);
   if (rc == 0) rc = order_layers(&w, err);
   if (rc == 0) rc = follow_shapes(&w, &in, err);
+  if (rc == 0 && out->mb == 0) out->mb = spatial_rows(&w, opts->batch, workers);
   if (rc == 0) {
     rc = build_layers(out, &w, &in);
     if (rc) tsr_error_set(err, rc, "out of memory laying the network out");
