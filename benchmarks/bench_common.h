@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "rng.h"
@@ -66,8 +67,10 @@ static inline const char *peer_dir(char *dir, size_t size, const char *argv0, co
   return dir;
 }
 
-/* The version the last peer run printed ("1.13.1", "2.15.0+cu132"). */
+/* The version the last peer run printed ("1.13.1", "2.15.0+cu132"), and its peak resident
+ * memory in MB where it says (0 where not). */
 static char bench_peer_version[32];
+static double bench_peer_peak_mb;
 
 /* Runs cmd (a peer with --best-threads) and reads samples/s and the thread
  * count from its first line that has both, and its PyTorch version; false when it cannot run. */
@@ -80,9 +83,11 @@ static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads
     const char *s = strstr(line, "\"samples_per_s\":");
     const char *th = strstr(line, "\"threads\":");
     const char *v = strstr(line, "\"version\": \"");
+    const char *mb = strstr(line, "\"peak_rss_mb\":");
     if (s && th && !found) {
       *samples_per_s = atof(s + 16), *threads = atoi(th + 10), found = true;
       if (v) sscanf(v + 12, "%31[^\"]", bench_peer_version);
+      bench_peer_peak_mb = mb ? atof(mb + 14) : 0;
     }
   }
   pclose(p);
@@ -187,6 +192,9 @@ typedef struct {
   double theirs[BENCH_MAX_PEERS][32];
   int threads[BENCH_MAX_PEERS][32];
   char version[BENCH_MAX_PEERS][32];
+  double peak_mb[BENCH_MAX_PEERS]; /* each peer's largest peak resident memory over the rounds */
+  double our_peak_mb;              /* this process's, once tessera's rounds ran (the peers run
+                                    * in child processes: not counted) */
   int workers;
   char sched[64];
 } bench_result_t;
@@ -213,12 +221,15 @@ static inline int bench_rounds(const char *name, tsr_runtime_opts_t *ro, int rou
     res->ours[r] = our_side(ctx, r);
     tsr_runtime_fini();
     if (res->ours[r] == 0) return 1;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) res->our_peak_mb = (double)ru.ru_maxrss / 1024.0;
     printf("round %d: tessera %.1f samples/s", r + 1, res->ours[r]);
     for (int p = 0; p < res->peers.n; p++) {
       bench_peer_version[0] = '\0';
       res->theirs[p][r] = their_side(ctx, r, res->peers.python[p], &res->threads[p][r]);
       if (bench_peer_version[0])
         snprintf(res->version[p], sizeof res->version[p], "%s", bench_peer_version);
+      if (bench_peer_peak_mb > res->peak_mb[p]) res->peak_mb[p] = bench_peer_peak_mb;
       if (res->theirs[p][r] > 0)
         printf("; PyTorch %s %.1f samples/s (%d threads), ratio %.2fx", res->version[p],
                res->theirs[p][r], res->threads[p][r], res->ours[r] / res->theirs[p][r]);
@@ -234,15 +245,17 @@ static inline int bench_rounds(const char *name, tsr_runtime_opts_t *ro, int rou
  * into the unit (tokens per sample for a language model). */
 static inline void bench_report(bench_result_t *res, const char *unit, double scale) {
   double mo = bench_median(res->ours, res->rounds), fastest = 0;
-  printf("tessera %.1f %s (median)\n", mo * scale, unit);
+  printf("tessera %.1f %s (median); peak memory %.0f MB\n", mo * scale, unit, res->our_peak_mb);
   for (int p = 0; p < res->peers.n; p++) {
     double mt = bench_median(res->theirs[p], res->rounds);
     if (mt <= 0) {
       printf("PyTorch of %s: did not run\n", res->peers.python[p]);
       continue;
     }
-    printf("PyTorch %s (%s) %.1f %s (median, best of 1 and 2 threads), tessera / PyTorch %.2fx\n",
+    printf("PyTorch %s (%s) %.1f %s (median, best of 1 and 2 threads), tessera / PyTorch %.2fx",
            res->version[p], res->peers.python[p], mt * scale, unit, mo / mt);
+    if (res->peak_mb[p] > 0) printf("; peak memory %.0f MB", res->peak_mb[p]);
+    printf("\n");
     fastest = mt > fastest ? mt : fastest;
   }
   if (res->peers.n > 1 && fastest > 0) printf("against the faster PyTorch: %.2fx\n", mo / fastest);

@@ -9,7 +9,7 @@ initialization), then trained with SGD lr 0.01 momentum 0.9 and cross-entropy, t
 measurement). Prints ONE JSON line:
 
   {"peer": "pytorch", "version": ..., "threads": N, "batch": B, "model": FILE,
-   "samples_per_s": X, "steps": n}
+   "samples_per_s": X, "steps": n, "peak_rss_mb": M}
 
 --best-threads 1,2 measures each thread count in its own process and prints the best, with all
 of them under "runs". Debian's torch is python3-torch for /usr/bin/python3.
@@ -17,6 +17,7 @@ of them under "runs". Debian's torch is python3-torch for /usr/bin/python3.
 import argparse
 import json
 import os
+import resource
 import sys
 
 import torch
@@ -40,9 +41,11 @@ def measure(path, shape, batch, threads, seconds):
     x = torch.rand(rows, *shape) - 0.5
     y = torch.randint(0, graph.classes, (rows,))
     steps, elapsed = time_training(net, x, y, batch, seconds, warmup=3)
+    # The process's peak resident memory (Linux: KiB), the model, its data and its training.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return {"peer": "pytorch", "version": torch.__version__, "threads": threads,
             "batch": batch, "model": path, "samples_per_s": steps * batch / elapsed,
-            "steps": steps}
+            "steps": steps, "peak_rss_mb": peak}
 
 
 def main():
