@@ -606,7 +606,7 @@ static const row_t rows[] = {
     {"tile", "N | RxC | auto", read_tile, .want = "N or RxC (integers from 1 to 1048576) or auto",
      .help = "tile size: N for both, or R batch rows x C features, or auto:\n"
              "feature tiles from the widest layer and the workers, a batch-\n"
-             "row tile per worker but no convolution task under 16 MFLOP\n"
+             "row tile per worker but no typical task under 16 MFLOP\n"
              "[auto; the banner says what it chose]"},
     {"sched", "NAME", read_text, AT(runtime.sched),
      .help = "StarPU scheduling policy [" TSR_DEFAULT_SCHED ", or " TSR_DEVICES_SCHED

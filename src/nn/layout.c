@@ -716,28 +716,30 @@ void tsr__net_layout_fini(tsr_net_layout_t *lay) {
   memset(lay, 0, sizeof *lay);
 }
 
-/* A convolution task's work below which its overhead (a few microseconds of StarPU's) shows:
- * about 0.2 ms of a worker at 80 GFLOP/s. */
-#define MIN_CONV_TASK_FLOPS 16e6
+/* A task's work below which its overhead (a few microseconds of StarPU's) shows: about 0.2 ms
+ * of a worker at 80 GFLOP/s. */
+#define MIN_TASK_FLOPS 16e6
 
-/* The batch-row tile of a network with convolutions: one tile per worker, but no tile so small
- * that its average convolution task falls under MIN_CONV_TASK_FLOPS (w's shapes give each
- * convolution's flops per sample). A 32x32 ResNet-20 (3.9 MFLOP a sample and convolution)
- * keeps at least 5 samples a tile (the old floor was 8 for every network); ResNet-50 at
- * 224x224 (80 MFLOP) at batch 8 on two workers gets two tiles of 4, where that floor left one
+/* The batch-row tile of a network of whole-sample layers (convolutions, poolings, batch
+ * normalizations, on one tile wide activations): one tile per worker, but no tile so small
+ * that a typical task falls under MIN_TASK_FLOPS. A typical task is the flops-weighted mean of
+ * the layers' forward flops per sample (their types' flops hooks): the convolutions, which do
+ * the work, weigh in, not the poolings beside them. A 32x32 ResNet-20 (4.7 MFLOP a sample and
+ * convolution) keeps at least 4 samples a tile (the old floor was 8 for every network);
+ * ResNet-50 at 224x224 at batch 8 on two workers gets two tiles of 4, where that floor left one
  * worker every convolution of the step to itself. */
-static int spatial_rows(const walk_t *w, int batch, int workers) {
-  double flops = 0;
-  int convs = 0;
-  for (int i = 0; i < w->n; i++) {
-    const tsr_conv_geom_t *g = &w->io[i];
-    if (w->spec->layers[i].kind != TSR_LAYER_CONV) continue;
-    flops += 2.0 * g->oh * g->ow * g->oc * g->kh * g->kw * g->c, convs++;
+static int spatial_rows(const tsr_net_layout_t *lay, int batch, int workers) {
+  double sum = 0, weighted = 0;
+  for (int j = 0; j < lay->n_layers; j++) {
+    const tsr_layout_layer_t *l = &lay->layers[j];
+    if (!l->type->whole_samples || !l->type->flops) continue;
+    double f = l->type->flops(l);
+    sum += f, weighted += f * f;
   }
-  int floor_rows = 8; /* no convolution to price: the old floor */
-  if (convs > 0) {
-    double per_task = flops / convs;
-    floor_rows = (int)ceil(MIN_CONV_TASK_FLOPS / (per_task > 1 ? per_task : 1));
+  int floor_rows = 8; /* nothing priced: the old floor */
+  if (sum > 0) {
+    double per_task = weighted / sum;
+    floor_rows = (int)ceil(MIN_TASK_FLOPS / (per_task > 1 ? per_task : 1));
     floor_rows = floor_rows < 1 ? 1 : floor_rows > 64 ? 64 : floor_rows;
   }
   int rows = (batch + workers - 1) / workers;
@@ -767,11 +769,11 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
   rc = resolve_inputs(&w, err);
   if (rc == 0) rc = order_layers(&w, err);
   if (rc == 0) rc = follow_shapes(&w, &in, err);
-  if (rc == 0 && out->mb == 0) out->mb = spatial_rows(&w, opts->batch, workers);
   if (rc == 0) {
     rc = build_layers(out, &w, &in);
     if (rc) tsr_error_set(err, rc, "out of memory laying the network out");
   }
+  if (rc == 0 && out->mb == 0) out->mb = spatial_rows(out, opts->batch, workers);
   walk_fini(&w);
   if (rc == 0) place(out);
   for (int j = 0; rc == 0 && j < out->n_layers; j++) {
