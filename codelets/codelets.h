@@ -32,8 +32,8 @@ int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsign
  * footprint (its buffers' sizes) hashed with `size` bytes of key (a convolution's geometry, whose
  * 3x3 and 1x1 windows over the same tiles would share one history otherwise). */
 uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t size);
-extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_filter,
-    tsr_cl_conv_bwd_filter_w;
+extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_fwd_wb, tsr_cl_conv_bwd_data,
+    tsr_cl_conv_bwd_data_wb, tsr_cl_conv_bwd_filter, tsr_cl_conv_bwd_filter_w;
 
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);
@@ -169,6 +169,20 @@ float *tsr__workspace(size_t floats);
 int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
                          starpu_data_handle_t w, starpu_data_handle_t b, const tsr_conv_geom_t *g,
                          bool relu);
+/* The same with the weights the step reordered for oneDNN's primitive of tiles of wb_n rows
+ * (wb, one row of tsr__k_dnnl_conv_wfloats floats, or NULL: none), which oneDNN's
+ * implementation reads instead of reordering w. */
+int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                            starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
+                            starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g, bool relu);
+int tsr__insert_conv_bwd_data_wb(const tsr_task_opts_t *o, starpu_data_handle_t dx,
+                                 starpu_data_handle_t dy, starpu_data_handle_t w,
+                                 starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g);
+/* wb = w in the layout oneDNN's primitive of pass (0 forward, 1 input gradient; flag: the
+ * forward's ReLU) for tiles of n rows takes (tsr__k_dnnl_conv_wreorder). */
+int tsr__insert_conv_wreorder(const tsr_task_opts_t *o, starpu_data_handle_t w,
+                              starpu_data_handle_t wb, const tsr_conv_geom_t *g, int n, int pass,
+                              bool flag);
 /* dx (n, h w c) = input gradient of the convolution from dy (n, oh ow oc). */
 int tsr__insert_conv_bwd_data(const tsr_task_opts_t *o, starpu_data_handle_t dx,
                               starpu_data_handle_t dy, starpu_data_handle_t w,

@@ -9,6 +9,7 @@
 struct conv_bwd_data_args {
   tsr_impl_choice_t choice; /* first: impls.c reads it */
   tsr_conv_geom_t g;
+  int wb_n; /* > 0: buffers[3] holds the weights reordered for tiles of wb_n rows (conv_fwd.c) */
 };
 
 static void conv_bwd_data_blis(void *buffers[], void *cl_arg) {
@@ -21,12 +22,14 @@ static void conv_bwd_data_blis(void *buffers[], void *cl_arg) {
 
 /* The lowered kernel where oneDNN cannot serve the tile (conv_fwd.c). */
 static void conv_bwd_data_onednn(void *buffers[], void *cl_arg) {
-  const tsr_conv_geom_t *g = &((const struct conv_bwd_data_args *)cl_arg)->g;
+  const struct conv_bwd_data_args *a = cl_arg;
+  const tsr_conv_geom_t *g = &a->g;
   int n = TSR_ROWS(buffers[0]);
   size_t work = tsr__k_dnnl_conv_work(g, n, 1, false);
+  tsr_dnnl_blocked_t wb = {a->wb_n > 0 ? TSR_PTR(buffers[3]) : NULL, a->wb_n};
   if (!work ||
       !tsr__k_dnnl_conv_bwd_data(g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
-                                 TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
+                                 TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]), &wb,
                                  tsr__workspace(work)))
     conv_bwd_data_blis(buffers, cl_arg);
 }
@@ -65,27 +68,38 @@ static struct starpu_perfmodel conv_bwd_data_model = {
     .footprint = conv_bwd_data_footprint,
 };
 
-struct starpu_codelet tsr_cl_conv_bwd_data = {
-    .name = "conv_bwd_data",
-    .can_execute = tsr__cl_impl_can_execute,
-    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_bwd_data_onednn, [TSR_IMPL_BLIS] = conv_bwd_data_blis},
-    .cpu_funcs_name =
-        {[TSR_IMPL_ONEDNN] = "conv_bwd_data_onednn", [TSR_IMPL_BLIS] = "conv_bwd_data_blis"},
-    TSR_OPENCL_FUNC(conv_bwd_data_opencl),
-    .nbuffers = 3,
-    .modes = {STARPU_W, STARPU_R, STARPU_R},
-    .model = &conv_bwd_data_model,
-};
+#define CONV_BWD_DATA_CODELET(var, n, ...)                                                         \
+  struct starpu_codelet var = {                                                                    \
+      .name = "conv_bwd_data",                                                                     \
+      .can_execute = tsr__cl_impl_can_execute,                                                     \
+      .cpu_funcs =                                                                                 \
+          {[TSR_IMPL_ONEDNN] = conv_bwd_data_onednn, [TSR_IMPL_BLIS] = conv_bwd_data_blis},        \
+      .cpu_funcs_name =                                                                            \
+          {[TSR_IMPL_ONEDNN] = "conv_bwd_data_onednn", [TSR_IMPL_BLIS] = "conv_bwd_data_blis"},    \
+      TSR_OPENCL_FUNC(conv_bwd_data_opencl),                                                       \
+      .nbuffers = n,                                                                               \
+      .modes = {__VA_ARGS__},                                                                      \
+      .model = &conv_bwd_data_model}
+
+CONV_BWD_DATA_CODELET(tsr_cl_conv_bwd_data, 3, STARPU_W, STARPU_R, STARPU_R);
+CONV_BWD_DATA_CODELET(tsr_cl_conv_bwd_data_wb, 4, STARPU_W, STARPU_R, STARPU_R, STARPU_R);
+
+int tsr__insert_conv_bwd_data_wb(const tsr_task_opts_t *o, starpu_data_handle_t dx,
+                                 starpu_data_handle_t dy, starpu_data_handle_t w,
+                                 starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g) {
+  int k = g->kh * g->kw * g->c;
+  if (tsr__handle_rows(dx) != tsr__handle_rows(dy) || tsr__handle_cols(dx) != g->h * g->w * g->c ||
+      tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
+      tsr__handle_cols(w) != g->oc || (wb && wb_n <= 0))
+    return TSR_ESHAPE;
+  struct conv_bwd_data_args args = {{o->kernels}, *g, wb ? wb_n : 0};
+  starpu_data_handle_t h[4] = {dx, dy, w, wb};
+  return tsr__submit(o, wb ? &tsr_cl_conv_bwd_data_wb : &tsr_cl_conv_bwd_data, &args, sizeof args,
+                     wb ? 4 : 3, h);
+}
 
 int tsr__insert_conv_bwd_data(const tsr_task_opts_t *o, starpu_data_handle_t dx,
                               starpu_data_handle_t dy, starpu_data_handle_t w,
                               const tsr_conv_geom_t *g) {
-  int k = g->kh * g->kw * g->c;
-  if (tsr__handle_rows(dx) != tsr__handle_rows(dy) || tsr__handle_cols(dx) != g->h * g->w * g->c ||
-      tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
-      tsr__handle_cols(w) != g->oc)
-    return TSR_ESHAPE;
-  struct conv_bwd_data_args args = {{o->kernels}, *g};
-  starpu_data_handle_t h[3] = {dx, dy, w};
-  return tsr__submit(o, &tsr_cl_conv_bwd_data, &args, sizeof args, 3, h);
+  return tsr__insert_conv_bwd_data_wb(o, dx, dy, w, NULL, 0, g);
 }

@@ -1,6 +1,8 @@
 /* Convolution forward on one batch-row tile, bias and a following ReLU included, by either of
  * two CPU implementations (impls.c): oneDNN's primitive, or im2col into the worker's workspace,
- * one BLIS GEMM for the whole tile, then the bias and ReLU while the output is hot in cache. */
+ * one BLIS GEMM for the whole tile, then the bias and ReLU while the output is hot in cache.
+ * The _wb codelet has a fifth buffer, the weights the step reordered into the primitive's
+ * layout (conv_wreorder.c), which oneDNN's function takes instead of reordering them. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -10,6 +12,7 @@ struct conv_fwd_args {
   tsr_impl_choice_t choice; /* first: impls.c reads it */
   tsr_conv_geom_t g;
   bool relu;
+  int wb_n; /* > 0: buffers[4] holds the weights reordered for tiles of wb_n rows */
 };
 
 static void conv_fwd_blis(void *buffers[], void *cl_arg) {
@@ -26,10 +29,11 @@ static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
   const struct conv_fwd_args *a = cl_arg;
   int n = TSR_ROWS(buffers[0]);
   size_t work = tsr__k_dnnl_conv_work(&a->g, n, 0, a->relu);
+  tsr_dnnl_blocked_t wb = {a->wb_n > 0 ? TSR_PTR(buffers[4]) : NULL, a->wb_n};
   if (!work ||
       !tsr__k_dnnl_conv_fwd(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
                             TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
-                            TSR_PTR(buffers[3]), a->relu, tsr__workspace(work)))
+                            TSR_PTR(buffers[3]), a->relu, &wb, tsr__workspace(work)))
     conv_fwd_blis(buffers, cl_arg);
 }
 
@@ -72,26 +76,39 @@ static struct starpu_perfmodel conv_fwd_model = {
     .footprint = conv_fwd_footprint,
 };
 
-struct starpu_codelet tsr_cl_conv_fwd = {
-    .name = "conv_fwd",
-    .can_execute = tsr__cl_impl_can_execute,
-    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_fwd_onednn, [TSR_IMPL_BLIS] = conv_fwd_blis},
-    .cpu_funcs_name = {[TSR_IMPL_ONEDNN] = "conv_fwd_onednn", [TSR_IMPL_BLIS] = "conv_fwd_blis"},
-    TSR_OPENCL_FUNC(conv_fwd_opencl),
-    .nbuffers = 4,
-    .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
-    .model = &conv_fwd_model,
-};
+#define CONV_FWD_CODELET(var, n, ...)                                                              \
+  struct starpu_codelet var = {                                                                    \
+      .name = "conv_fwd",                                                                          \
+      .can_execute = tsr__cl_impl_can_execute,                                                     \
+      .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_fwd_onednn, [TSR_IMPL_BLIS] = conv_fwd_blis},         \
+      .cpu_funcs_name =                                                                            \
+          {[TSR_IMPL_ONEDNN] = "conv_fwd_onednn", [TSR_IMPL_BLIS] = "conv_fwd_blis"},              \
+      TSR_OPENCL_FUNC(conv_fwd_opencl),                                                            \
+      .nbuffers = n,                                                                               \
+      .modes = {__VA_ARGS__},                                                                      \
+      .model = &conv_fwd_model}
+
+CONV_FWD_CODELET(tsr_cl_conv_fwd, 4, STARPU_W, STARPU_R, STARPU_R, STARPU_R);
+CONV_FWD_CODELET(tsr_cl_conv_fwd_wb, 5, STARPU_W, STARPU_R, STARPU_R, STARPU_R, STARPU_R);
+
+int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                            starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
+                            starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g,
+                            bool relu) {
+  int k = g->kh * g->kw * g->c;
+  if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
+      tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
+      tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc ||
+      (wb && wb_n <= 0))
+    return TSR_ESHAPE;
+  struct conv_fwd_args args = {{o->kernels}, *g, relu, wb ? wb_n : 0};
+  starpu_data_handle_t h[5] = {y, x, w, b, wb};
+  return tsr__submit(o, wb ? &tsr_cl_conv_fwd_wb : &tsr_cl_conv_fwd, &args, sizeof args, wb ? 5 : 4,
+                     h);
+}
 
 int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,
                          starpu_data_handle_t w, starpu_data_handle_t b, const tsr_conv_geom_t *g,
                          bool relu) {
-  int k = g->kh * g->kw * g->c;
-  if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
-      tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
-      tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc)
-    return TSR_ESHAPE;
-  struct conv_fwd_args args = {{o->kernels}, *g, relu};
-  starpu_data_handle_t h[4] = {y, x, w, b};
-  return tsr__submit(o, &tsr_cl_conv_fwd, &args, sizeof args, 4, h);
+  return tsr__insert_conv_fwd_wb(o, y, x, w, b, NULL, 0, g, relu);
 }

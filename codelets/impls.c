@@ -19,7 +19,8 @@ int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsign
 }
 
 static const struct starpu_codelet *const with_impls[] = {
-    &tsr_cl_conv_fwd, &tsr_cl_conv_bwd_data, &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
+    &tsr_cl_conv_fwd,         &tsr_cl_conv_fwd_wb,     &tsr_cl_conv_bwd_data,
+    &tsr_cl_conv_bwd_data_wb, &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
 
 /* "onednn" or "blis" for the codelets above, NULL for every other (one implementation). */
 static const char *impl_name(const void *cl, unsigned nimpl) {

@@ -82,7 +82,7 @@ static bool fwd_by(int impl, const tsr_conv_geom_t *g, int n, float *y, int ldy,
   float *work = impl ? dnnl_work(g, n, 0, relu) : malloc(sizeof(float) * tsr__k_conv_work(g, n));
   bool ran = true;
   if (impl)
-    ran = tsr__k_dnnl_conv_fwd(g, n, y, ldy, x, ldx, w, g->oc, b, relu, work);
+    ran = tsr__k_dnnl_conv_fwd(g, n, y, ldy, x, ldx, w, g->oc, b, relu, NULL, work);
   else
     tsr__k_conv_fwd(g, n, y, ldy, x, ldx, w, g->oc, b, relu, work);
   free(work);
@@ -97,7 +97,7 @@ static bool bwd_data_by(int impl, const tsr_conv_geom_t *g, int n, float *dx, in
   float *work = impl ? dnnl_work(g, n, 1, false) : malloc(sizeof(float) * tsr__k_conv_work(g, n));
   bool ran = true;
   if (impl)
-    ran = tsr__k_dnnl_conv_bwd_data(g, n, dx, lddx, dy, lddy, w, g->oc, work);
+    ran = tsr__k_dnnl_conv_bwd_data(g, n, dx, lddx, dy, lddy, w, g->oc, NULL, work);
   else
     tsr__k_conv_bwd_data(g, n, dx, lddx, dy, lddy, w, g->oc, work);
   free(work);
@@ -238,6 +238,52 @@ Test(conv, kernel_backward_matches_direct_sums) {
   }
 }
 
+/* Weights reordered once for a step (tsr__k_dnnl_conv_wreorder, for the primitive of full
+ * tiles of 4 rows) and read by every tile's call: the full tiles' and an edge tile's of 3 rows
+ * (whose primitive may want another layout: then it reorders for itself) give exactly what
+ * the calls that reorder the weights themselves give. Small images and many channels, where
+ * oneDNN blocks its weights. */
+Test(conv, kernel_weights_reordered_once_a_step) {
+  if (!tsr__k_dnnl_built()) return;
+  const tsr_conv_geom_t cases[] = {geom(64, 4, 4, 64, 3, 3, 1, 1, 1, 1),
+                                   geom(32, 6, 5, 48, 1, 1, 1, 1, 0, 0)};
+  tsr_rng_t rng = {13};
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    const tsr_conv_geom_t *g = &cases[t];
+    int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc, k = g->kh * g->kw * g->c;
+    float *w = malloc(sizeof(float) * k * g->oc), *b = malloc(sizeof(float) * g->oc);
+    fill(w, NULL, (long)k * g->oc, &rng), fill(b, NULL, g->oc, &rng);
+    for (int pass = 0; pass < 2; pass++) {
+      size_t floats = tsr__k_dnnl_conv_wfloats(g, 4, pass, pass == 0);
+      cr_assert(floats > 0, "case %zu pass %d: oneDNN takes these weights as they are", t, pass);
+      float *wb = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+      cr_assert(tsr__k_dnnl_conv_wreorder(g, 4, pass, pass == 0, w, g->oc, wb));
+      tsr_dnnl_blocked_t blocked = {wb, 4};
+      for (int n = 3; n <= 4; n++) {
+        float *x = malloc(sizeof(float) * n * in), *dy = malloc(sizeof(float) * n * out);
+        fill(x, NULL, (long)n * in, &rng), fill(dy, NULL, (long)n * out, &rng);
+        size_t floats_n = pass == 0 ? (size_t)n * out : (size_t)n * in;
+        float *own = malloc(sizeof(float) * floats_n), *step = malloc(sizeof(float) * floats_n);
+        float *work = dnnl_work(g, n, pass, pass == 0);
+        if (pass == 0) {
+          cr_assert(tsr__k_dnnl_conv_fwd(g, n, own, out, x, in, w, g->oc, b, true, NULL, work));
+          cr_assert(
+              tsr__k_dnnl_conv_fwd(g, n, step, out, x, in, w, g->oc, b, true, &blocked, work));
+        } else {
+          cr_assert(tsr__k_dnnl_conv_bwd_data(g, n, own, in, dy, out, w, g->oc, NULL, work));
+          cr_assert(tsr__k_dnnl_conv_bwd_data(g, n, step, in, dy, out, w, g->oc, &blocked, work));
+        }
+        cr_assert(memcmp(own, step, sizeof(float) * floats_n) == 0,
+                  "case %zu pass %d, %d rows: the step's reordered weights gave other values", t,
+                  pass, n);
+        free(x), free(dy), free(own), free(step), free(work);
+      }
+      free(wb);
+    }
+    free(w), free(b);
+  }
+}
+
 /* --domain rows runs a convolution on a band of output rows from the input rows its windows
  * read (tsr__k_band_window: padding above the first band, rows of the neighbours' halos, the
  * padding below the last). oneDNN (asymmetric padding) must give each band what the lowered
@@ -334,7 +380,7 @@ static void tiled_forward(tsr_kernels_t kernels) {
   cr_assert_eq(tsr_tiles_write(x, xv), 0);
   cr_assert_eq(tsr_tiles_write(w, wv), 0);
   cr_assert_eq(tsr_tiles_write(b, bv), 0);
-  cr_assert_eq(tsr__tiles_conv_fwd(&topts, y, x, w, b, &g, false), 0);
+  cr_assert_eq(tsr__tiles_conv_fwd(&topts, y, x, w, b, NULL, &g, false), 0);
   cr_assert_eq(tsr__tiles_pool_fwd(&topts, p, y, &pg, true), 0);
   cr_assert_eq(tsr_tiles_read(y, yv), 0);
   cr_assert_eq(tsr_tiles_read(p, pv), 0);
@@ -350,7 +396,7 @@ static void tiled_forward(tsr_kernels_t kernels) {
   tsr_tiles_t *split;
   cr_assert_eq(tsr_tiles_create(&split, n, in, 3, 16), 0);
   uint64_t before = submitted;
-  cr_assert_eq(tsr__tiles_conv_fwd(&topts, y, split, w, b, &g, false), TSR_ESHAPE);
+  cr_assert_eq(tsr__tiles_conv_fwd(&topts, y, split, w, b, NULL, &g, false), TSR_ESHAPE);
   cr_assert_eq(submitted, before);
   tsr_tiles_destroy(&split);
   tsr_tiles_destroy(&x), tsr_tiles_destroy(&w), tsr_tiles_destroy(&b), tsr_tiles_destroy(&y);

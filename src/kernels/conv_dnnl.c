@@ -6,7 +6,10 @@
  * The tiles stay as they are. Samples are rows stored (h, w, c), which is oneDNN's nhwc;
  * weights (kh kw c, oc) row-major are its hwio, which its direct (JIT) kernels do not read:
  * each call reorders them into the blocked layout the primitive chose (the filter gradient
- * back out of it), a pass over kh kw c oc floats against n oh ow times as many multiply-adds.
+ * back out of it), a pass over kh kw c oc floats against n oh ow times as many multiply-adds,
+ * which shows where the images are small and the channels many (2x2x512 over 4 samples: the
+ * reorder cost half the call): there the layer reorders once per step (tsr__k_dnnl_conv_wreorder
+ * into a buffer of tsr__k_dnnl_conv_wfloats) and the calls take that copy (tsr_dnnl_blocked_t).
  * Making a primitive costs far more than running it on a tile, so each thread keeps the
  * primitives it made, one entry per shape, pass and tile size (a StarPU worker makes a layer's
  * on its first task). oneDNN runs its threads through OpenMP: every thread that calls in is
@@ -44,6 +47,7 @@ typedef struct {
   dnnl_primitive_t wre;  /* hwio -> the primitive's weights (FWD, BWD_DATA) or its filter
                           * gradient -> hwio (BWD_FILTER); NULL when the layouts agree */
   dnnl_memory_t act_in, act_out, user_w, conv_w, bias, scratch;
+  dnnl_memory_desc_t w_md; /* the weights' (or the filter gradient's) layout in the primitive */
   size_t w_off, scratch_off, bias_off, floats;
   char impl[48];
 } dnnl_entry_t;
@@ -187,6 +191,7 @@ static bool make_entry(dnnl_entry_t *e) {
         pd, k->pass == BWD_FILTER ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
     scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     ok = w_conv && scratch && dnnl_primitive_create(&e->conv, pd) == dnnl_success;
+    if (ok) e->w_md = *w_conv;
   }
   bool same = ok && dnnl_memory_desc_equal(w_conv, &w_user);
   if (ok && !same) {
@@ -278,12 +283,23 @@ static bool run(dnnl_entry_t *e, int nargs, const dnnl_exec_arg_t *args) {
          dnnl_stream_wait(cache->stream) == dnnl_success;
 }
 
-/* The weights in the primitive's layout: w itself, or reordered into work. */
-static bool weights_in(dnnl_entry_t *e, const float *w, float *work) {
+/* The weights in the primitive's layout: w itself, the step's reordered copy wb where it was
+ * made for a primitive that wants the same layout (an edge tile's may differ), or reordered
+ * into work. */
+static bool weights_in(dnnl_entry_t *e, const float *w, const tsr_dnnl_blocked_t *wb, float *work) {
   attach(e->user_w, w);
   if (!e->wre) {
     attach(e->conv_w, w);
     return true;
+  }
+  if (wb && wb->w) {
+    dnnl_key_t k = e->key;
+    k.n = wb->n;
+    const dnnl_entry_t *made = entry(&k);
+    if (made && dnnl_memory_desc_equal(&made->w_md, &e->w_md)) {
+      attach(e->conv_w, wb->w);
+      return true;
+    }
   }
   attach(e->conv_w, work + e->w_off);
   dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, e->user_w}, {DNNL_ARG_TO, e->conv_w}};
@@ -322,14 +338,35 @@ const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass) {
   return e->impl; /* "ref:any" where refused for oneDNN's reference code */
 }
 
+size_t tsr__k_dnnl_conv_wfloats(const tsr_conv_geom_t *g, int n, int pass, bool flag) {
+  if (pass != FWD && pass != BWD_DATA) return 0;
+  int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc;
+  dnnl_key_t k = make_key(g, n, pass, in, out, g->oc, flag);
+  dnnl_entry_t *e = entry(&k);
+  return e && e->wre ? floats_of(&e->w_md) : 0;
+}
+
+bool tsr__k_dnnl_conv_wreorder(const tsr_conv_geom_t *g, int n, int pass, bool flag, const float *w,
+                               int ldw, float *wb) {
+  if ((pass != FWD && pass != BWD_DATA) || ldw != g->oc) return false;
+  int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc;
+  dnnl_key_t k = make_key(g, n, pass, in, out, ldw, flag);
+  dnnl_entry_t *e = entry(&k);
+  if (!e || !e->wre) return false;
+  attach(e->user_w, w), attach(e->conv_w, wb);
+  dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, e->user_w}, {DNNL_ARG_TO, e->conv_w}};
+  return dnnl_primitive_execute(e->wre, cache->stream, 2, a) == dnnl_success &&
+         dnnl_stream_wait(cache->stream) == dnnl_success;
+}
+
 bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
                           int ldx, const float *w, int ldw, const float *b, bool relu,
-                          float *work) {
+                          const tsr_dnnl_blocked_t *wb, float *work) {
   /* Only whole samples back to back: the work the caller sized is that layout's. */
   if (!tsr__k_dnnl_conv_dense(g, n, ldx, ldy, ldw)) return false;
   dnnl_key_t k = make_key(g, n, FWD, ldx, ldy, ldw, relu);
   dnnl_entry_t *e = entry(&k);
-  if (!e || !weights_in(e, w, work)) return false;
+  if (!e || !weights_in(e, w, wb, work)) return false;
   attach(e->act_in, x), attach(e->act_out, y), attach(e->bias, b);
   attach(e->scratch, work + e->scratch_off);
   dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, e->act_in},
@@ -341,11 +378,12 @@ bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, co
 }
 
 bool tsr__k_dnnl_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx,
-                               const float *dy, int lddy, const float *w, int ldw, float *work) {
+                               const float *dy, int lddy, const float *w, int ldw,
+                               const tsr_dnnl_blocked_t *wb, float *work) {
   if (!tsr__k_dnnl_conv_dense(g, n, lddx, lddy, ldw)) return false;
   dnnl_key_t k = make_key(g, n, BWD_DATA, lddx, lddy, ldw, 0);
   dnnl_entry_t *e = entry(&k);
-  if (!e || !weights_in(e, w, work)) return false;
+  if (!e || !weights_in(e, w, wb, work)) return false;
   attach(e->act_in, dx), attach(e->act_out, dy), attach(e->scratch, work + e->scratch_off);
   dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, e->act_out},
                          {DNNL_ARG_WEIGHTS, e->conv_w},
@@ -410,17 +448,30 @@ const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass) {
   return "none";
 }
 
+size_t tsr__k_dnnl_conv_wfloats(const tsr_conv_geom_t *g, int n, int pass, bool flag) {
+  (void)g, (void)n, (void)pass, (void)flag;
+  return 0;
+}
+
+bool tsr__k_dnnl_conv_wreorder(const tsr_conv_geom_t *g, int n, int pass, bool flag, const float *w,
+                               int ldw, float *wb) {
+  (void)g, (void)n, (void)pass, (void)flag, (void)w, (void)ldw, (void)wb;
+  return false;
+}
+
 bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
                           int ldx, const float *w, int ldw, const float *b, bool relu,
-                          float *work) {
+                          const tsr_dnnl_blocked_t *wb, float *work) {
   (void)g, (void)n, (void)y, (void)ldy, (void)x, (void)ldx, (void)w, (void)ldw, (void)b;
-  (void)relu, (void)work;
+  (void)relu, (void)wb, (void)work;
   return false;
 }
 
 bool tsr__k_dnnl_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx,
-                               const float *dy, int lddy, const float *w, int ldw, float *work) {
-  (void)g, (void)n, (void)dx, (void)lddx, (void)dy, (void)lddy, (void)w, (void)ldw, (void)work;
+                               const float *dy, int lddy, const float *w, int ldw,
+                               const tsr_dnnl_blocked_t *wb, float *work) {
+  (void)g, (void)n, (void)dx, (void)lddx, (void)dy, (void)lddy, (void)w, (void)ldw, (void)wb;
+  (void)work;
   return false;
 }
 

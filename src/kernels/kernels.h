@@ -172,10 +172,26 @@ size_t tsr__k_dnnl_conv_work(const tsr_conv_geom_t *g, int n, int pass, bool fla
 /* The implementation oneDNN chose for the pass ("brg:avx512_core", "jit:avx2", ...), or
  * "none". */
 const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass);
+/* Weights reordered once for a step into the layout the pass's primitive for tiles of n rows
+ * takes (tsr__k_dnnl_conv_wreorder); the forward and input-gradient calls use them where their
+ * own primitive takes the same layout (an edge tile's may not), else reorder w themselves.
+ * NULL, or w NULL: none. */
+typedef struct {
+  const float *w;
+  int n;
+} tsr_dnnl_blocked_t;
+/* Floats of the weights in the layout pass 0 or 1's primitive for n rows takes; 0 when it takes
+ * w as it is or oneDNN does not serve the shape (nothing to reorder). */
+size_t tsr__k_dnnl_conv_wfloats(const tsr_conv_geom_t *g, int n, int pass, bool flag);
+/* wb = w (kh kw c, oc, ldw = oc) in that layout; false when there is none. */
+bool tsr__k_dnnl_conv_wreorder(const tsr_conv_geom_t *g, int n, int pass, bool flag, const float *w,
+                               int ldw, float *wb);
 bool tsr__k_dnnl_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x,
-                          int ldx, const float *w, int ldw, const float *b, bool relu, float *work);
+                          int ldx, const float *w, int ldw, const float *b, bool relu,
+                          const tsr_dnnl_blocked_t *wb, float *work);
 bool tsr__k_dnnl_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx,
-                               const float *dy, int lddy, const float *w, int ldw, float *work);
+                               const float *dy, int lddy, const float *w, int ldw,
+                               const tsr_dnnl_blocked_t *wb, float *work);
 bool tsr__k_dnnl_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
                                  const float *x, int ldx, const float *dy, int lddy, float beta,
                                  float *work);

@@ -8,8 +8,14 @@
 #include <stdio.h>
 
 #include "nn/layers.h"
+#include "tessera/runtime.h"
 #include "tile/ops.h"
 #include "try.h"
+
+/* The layer's scratch matrices (conv_layout): the per-tile weight and bias gradient partials,
+ * and the weights reordered once a step into oneDNN's layout for the forward pass and for the
+ * input gradient (none where oneDNN is not used or takes the weights as they are). */
+enum { PARTIAL_W, PARTIAL_B, WB_FWD, WB_BWD };
 
 static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
@@ -17,7 +23,11 @@ static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const
   if (l->domain)
     return tsr__domain_conv_fwd(o, l->domain, l->y, x[0], l->params[0].w, l->params[1].w, l->relu,
                                 &net->traffic);
-  return tsr__tiles_conv_fwd(o, l->y, x[0], l->params[0].w, l->params[1].w, &l->geom, l->relu);
+  tsr_tiles_t *wb = l->scratch[WB_FWD]; /* the weights reordered for oneDNN, once a step */
+  if (wb)
+    TSR_TRY(tsr__tiles_conv_wreorder(o, l->params[0].w, wb, &l->geom, tsr_tiles_tile_rows(l->y, 0),
+                                     0, l->relu));
+  return tsr__tiles_conv_fwd(o, l->y, x[0], l->params[0].w, l->params[1].w, wb, &l->geom, l->relu);
 }
 
 /* The input gradient first, at the highest priority (the layer below waits for it).
@@ -33,9 +43,13 @@ static int conv_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *cons
   if (l->domain)
     return tsr__domain_conv_bwd(o, &critical, l->domain, dx, l->dy, l->params[0].w, l->params[0].g,
                                 l->params[1].g, &net->traffic);
-  if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(&critical, dx, l->dy, l->params[0].w, &l->geom));
-  return tsr__tiles_conv_bwd_filter(o, l->params[0].g, l->params[1].g, l->scratch[0], l->scratch[1],
-                                    x, l->dy, &l->geom);
+  tsr_tiles_t *wb = l->scratch[WB_BWD];
+  if (dx && wb)
+    TSR_TRY(tsr__tiles_conv_wreorder(&critical, l->params[0].w, wb, &l->geom,
+                                     tsr_tiles_tile_rows(dx, 0), 1, false));
+  if (dx) TSR_TRY(tsr__tiles_conv_bwd_data(&critical, dx, l->dy, l->params[0].w, wb, &l->geom));
+  return tsr__tiles_conv_bwd_filter(o, l->params[0].g, l->params[1].g, l->scratch[PARTIAL_W],
+                                    l->scratch[PARTIAL_B], x, l->dy, &l->geom);
 }
 
 static const tsr_layer_ops_t conv_ops = {"conv", conv_forward, conv_backward};
@@ -69,17 +83,30 @@ static int conv_shape(const tsr_layer_spec_t *s, tsr_conv_geom_t *g, const tsr_l
 }
 
 /* W (kh kw c, oc) and b (1, oc), one tile each; with more than one batch-row tile, the
- * per-tile gradient partials of tiles 1.. (tsr__tiles_conv_bwd_filter) and the lowered input of
- * one batch-row tile as each worker's workspace. */
+ * per-tile gradient partials of tiles 1.. (tsr__tiles_conv_bwd_filter); the weights in the
+ * layout oneDNN's primitive for a full batch-row tile takes, forward and for the input gradient,
+ * where the kernels may be oneDNN's and it wants its own (a pass over the weights once a step
+ * instead of once a tile); the lowered input of one batch-row tile as each worker's workspace.
+ * Bands (--domain rows) keep their own (src/tile/domain.h). */
 static void conv_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   const tsr_conv_geom_t *g = &l->geom;
   int fan_in = g->kh * g->kw * g->c, mt = (lay->batch + lay->mb - 1) / lay->mb;
+  int rows = lay->mb < lay->batch ? lay->mb : lay->batch;
   l->nparams = 2;
   l->params[0] = (tsr_layout_matrix_t){fan_in, g->oc, fan_in, g->oc, true};
   l->params[1] = (tsr_layout_matrix_t){1, g->oc, 1, g->oc, false};
-  l->nscratch = mt > 1 && !l->domain ? 2 : 0; /* domain: its own (src/tile/domain.h) */
-  l->scratch[0] = (tsr_layout_matrix_t){(int64_t)(mt - 1) * fan_in, g->oc, fan_in, g->oc, false};
-  l->scratch[1] = (tsr_layout_matrix_t){mt - 1, g->oc, 1, g->oc, false};
+  bool partials = mt > 1 && !l->domain;
+  l->scratch[PARTIAL_W] =
+      (tsr_layout_matrix_t){partials ? (int64_t)(mt - 1) * fan_in : 0, g->oc, fan_in, g->oc, false};
+  l->scratch[PARTIAL_B] = (tsr_layout_matrix_t){partials ? mt - 1 : 0, g->oc, 1, g->oc, false};
+  int64_t fwd = 0, bwd = 0;
+  if (!l->domain && tsr_runtime_kernels() != TSR_KERNELS_BLIS) {
+    fwd = (int64_t)tsr__k_dnnl_conv_wfloats(g, rows, 0, l->relu);
+    if (l->has_dx) bwd = (int64_t)tsr__k_dnnl_conv_wfloats(g, rows, 1, false);
+  }
+  l->scratch[WB_FWD] = (tsr_layout_matrix_t){fwd ? 1 : 0, fwd, 1, fwd, false};
+  l->scratch[WB_BWD] = (tsr_layout_matrix_t){bwd ? 1 : 0, bwd, 1, bwd, false};
+  l->nscratch = 4;
   l->workspace = (int64_t)tsr__k_conv_work(g, lay->mb);
 }
 

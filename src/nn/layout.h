@@ -81,7 +81,9 @@ typedef struct {
   int nbuffers;
   tsr_layout_matrix_t buffers[TSR_LAYER_MAX_BUFFERS];
   int nscratch;
-  tsr_layout_matrix_t scratch[2]; /* its own matrices (conv: per-batch-tile gradient partials) */
+  tsr_layout_matrix_t scratch[4]; /* its own matrices, as its type lays them out (conv:
+                                   * per-batch-tile gradient partials, the weights reordered for
+                                   * oneDNN); a matrix of no rows is not made */
   int64_t workspace;              /* floats of per-worker scratch one of its tasks needs */
   /* Floats the busiest rank of a grid column (row 0) holds: */
   int64_t share;        /* output columns */

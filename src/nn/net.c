@@ -254,7 +254,7 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
     TSR_TRY(activations(net, l));
     for (int k = 0; k < ll->nscratch; k++) {
       const tsr_layout_matrix_t *m = &ll->scratch[k];
-      TSR_TRY(tsr__net_tiles(&l->scratch[k], m->rows, m->cols, m->mb, m->nb));
+      if (m->rows > 0) TSR_TRY(tsr__net_tiles(&l->scratch[k], m->rows, m->cols, m->mb, m->nb));
     }
     l->nbuffers = ll->nbuffers;
     for (int k = 0; k < ll->nbuffers; k++) {
@@ -378,7 +378,8 @@ void tsr_net_destroy(tsr_net_t **np) {
       tsr_tiles_destroy(&p->w), tsr_tiles_destroy(&p->g);
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
-    tsr_tiles_destroy(&l->scratch[0]), tsr_tiles_destroy(&l->scratch[1]);
+    for (int k = 0; k < 4; k++)
+      tsr_tiles_destroy(&l->scratch[k]);
     for (int k = 0; k < TSR_LAYER_MAX_BUFFERS; k++)
       tsr_tiles_destroy(&l->buffers[k]);
     for (int p = 0; l->gathered && p < net->grid_rows; p++)

@@ -51,7 +51,7 @@ struct tsr_layer {
   tsr_layer_spec_t spec;         /* what the layer was built from */
   int index;                     /* 1-based position in the model description (for messages) */
   uint64_t calls;          /* dropout: training forward passes so far (part of the mask's seed) */
-  tsr_tiles_t *scratch[2]; /* owned (conv: per-batch-tile weight and bias gradient partials) */
+  tsr_tiles_t *scratch[4]; /* owned, as the layout's (NULL where it has no rows) */
   int nbuffers;            /* non-trained state, as lay->buffers says (batchnorm: running mean,
                             * running variance, each (1, C)); owned */
   tsr_tiles_t *buffers[TSR_LAYER_MAX_BUFFERS];

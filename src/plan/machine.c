@@ -111,8 +111,10 @@ static void remember(const tsr_machine_t *m, const char *key, double v) {
     (seconds) = best_;                                                                             \
   } while (0)
 
+/* n floats, 64-byte aligned as the tiles and the workspace are (oneDNN's kernels ran 25% slower
+ * on malloc's 16-byte alignment). */
 static float *buffer(size_t n) {
-  float *p = malloc(n * sizeof *p);
+  float *p = aligned_alloc(64, (n * sizeof *p + 63) / 64 * 64);
   for (size_t i = 0; p && i < n; i++)
     p[i] = (float)(i % 7) * 0.1f;
   return p;
@@ -141,14 +143,15 @@ double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, i
 }
 
 /* One pass of the kernel a training task runs by default: oneDNN's where this build has it and
- * it serves the shape (the first implementation, which every policy but dmda and dmdas runs),
- * else the lowered one. */
+ * it serves the shape (the first implementation, which every policy but dmda and dmdas runs;
+ * its weights reordered once a step beforehand, wb), else the lowered one. */
 static void conv_pass(const tsr_conv_geom_t *g, int n, int which, bool dnnl, float *x, float *y,
-                      float *w, float *b, float *work) {
+                      float *w, float *b, const tsr_dnnl_blocked_t *wb, float *work) {
   int fin = g->h * g->w * g->c, fout = g->oh * g->ow * g->oc;
-  if (which == 0 && !(dnnl && tsr__k_dnnl_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, work)))
+  if (which == 0 &&
+      !(dnnl && tsr__k_dnnl_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, wb, work)))
     tsr__k_conv_fwd(g, n, y, fout, x, fin, w, g->oc, b, true, work);
-  if (which == 1 && !(dnnl && tsr__k_dnnl_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, work)))
+  if (which == 1 && !(dnnl && tsr__k_dnnl_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, wb, work)))
     tsr__k_conv_bwd_data(g, n, x, fin, y, fout, w, g->oc, work);
   if (which == 2 &&
       !(dnnl && tsr__k_dnnl_conv_bwd_filter(g, n, w, g->oc, b, x, fin, y, fout, 0.0f, work)))
@@ -170,12 +173,16 @@ double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int
   float *x = buffer((size_t)n * fin), *y = buffer((size_t)n * fout),
         *w = buffer((size_t)fan * g->oc), *b = buffer((size_t)g->oc),
         *work = buffer(dnnl_work > lowered ? dnnl_work : lowered);
+  size_t blocked = tsr__k_dnnl_conv_wfloats(g, n, which, which == 0);
+  float *wbuf = blocked ? buffer(blocked) : NULL;
+  tsr_dnnl_blocked_t wb = {NULL, n};
+  if (wbuf && w && tsr__k_dnnl_conv_wreorder(g, n, which, which == 0, w, g->oc, wbuf)) wb.w = wbuf;
   double s = 0;
   if (x && y && w && b && work) {
     tsr__k_init();
-    TIME_IT(s, conv_pass(g, n, which, dnnl_work > 0, x, y, w, b, work));
+    TIME_IT(s, conv_pass(g, n, which, dnnl_work > 0, x, y, w, b, &wb, work));
   }
-  free(x), free(y), free(w), free(b), free(work);
+  free(x), free(y), free(w), free(b), free(work), free(wbuf);
   v = s > 0 ? tsr__plan_gemm_flops((int64_t)n * g->oh * g->ow, g->oc, fan) / s : described;
   remember(m, key, v);
   return v;

@@ -311,26 +311,39 @@ static bool one_tile(const tsr_tiles_t *t, int64_t m, int64_t n) {
   return t->m == m && t->n == n && t->mt == 1 && t->nt == 1;
 }
 
+int tsr__tiles_conv_wreorder(const tsr_task_opts_t *o, const tsr_tiles_t *w, tsr_tiles_t *wb,
+                             const tsr_conv_geom_t *g, int n, int pass, bool flag) {
+  ROUTE(o, wb);
+  if (!one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) || wb->mt != 1 || wb->nt != 1)
+    return TSR_ESHAPE;
+  return tsr__insert_conv_wreorder(o, tsr__tile(w, 0, 0), tsr__tile(wb, 0, 0), g, n, pass, flag);
+}
+
 int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
-                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_conv_geom_t *g,
-                        bool relu) {
+                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_tiles_t *wb,
+                        const tsr_conv_geom_t *g, bool relu) {
   ROUTE(o, y);
   if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
-      !one_tile(b, 1, g->oc))
+      !one_tile(b, 1, g->oc) || (wb && (wb->mt != 1 || wb->nt != 1)))
     return TSR_ESHAPE;
   for (int i = 0; i < y->mt; i++)
-    TSR_TRY(tsr__insert_conv_fwd(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
-                                 tsr__tile(b, 0, 0), g, relu));
+    TSR_TRY(tsr__insert_conv_fwd_wb(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
+                                    tsr__tile(b, 0, 0), wb ? tsr__tile(wb, 0, 0) : NULL, y->mb, g,
+                                    relu));
   return 0;
 }
 
 int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
-                             const tsr_tiles_t *w, const tsr_conv_geom_t *g) {
+                             const tsr_tiles_t *w, const tsr_tiles_t *wb,
+                             const tsr_conv_geom_t *g) {
   ROUTE(o, dx);
-  if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc)) return TSR_ESHAPE;
+  if (!whole_rows(dx, dy) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
+      (wb && (wb->mt != 1 || wb->nt != 1)))
+    return TSR_ESHAPE;
   for (int i = 0; i < dy->mt; i++)
-    TSR_TRY(tsr__insert_conv_bwd_data(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
-                                      tsr__tile(w, 0, 0), g));
+    TSR_TRY(tsr__insert_conv_bwd_data_wb(o, tsr__tile(dx, i, 0), tsr__tile(dy, i, 0),
+                                         tsr__tile(w, 0, 0), wb ? tsr__tile(wb, 0, 0) : NULL,
+                                         dy->mb, g));
   return 0;
 }
 

@@ -100,11 +100,16 @@ int tsr__tiles_gather_augment(const tsr_task_opts_t *o, tsr_tiles_t *dst, const 
  * Weights w (kh kw c, oc) and biases b (1, oc) are one tile each. One task
  * per batch-row tile. */
 int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
-                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_conv_geom_t *g,
-                        bool relu);
+                        const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_tiles_t *wb,
+                        const tsr_conv_geom_t *g, bool relu);
 /* dx (M, h w c) = input gradient from dy (M, oh ow oc). */
 int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
-                             const tsr_tiles_t *w, const tsr_conv_geom_t *g);
+                             const tsr_tiles_t *w, const tsr_tiles_t *wb, const tsr_conv_geom_t *g);
+/* wb (1, tsr__k_dnnl_conv_wfloats) = w in the layout oneDNN's primitive of pass 0 (forward;
+ * flag: its ReLU) or 1 (input gradient) takes for batch-row tiles of n rows, once a step; the
+ * two calls above take it (NULL: none) for their tasks of that primitive's layout. */
+int tsr__tiles_conv_wreorder(const tsr_task_opts_t *o, const tsr_tiles_t *w, tsr_tiles_t *wb,
+                             const tsr_conv_geom_t *g, int n, int pass, bool flag);
 /* dw, db = weight and bias gradients summed over the batch-row tiles. With
  * partials pw ((mt - 1) kh kw c, oc) and pb (mt - 1, oc) in tiles of one
  * partial each, tiles 1.. write their own partial at once and a fixed
