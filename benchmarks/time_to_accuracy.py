@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Time to accuracy: tessera and PyTorch train the same model with the same recipe on real
+Fashion-MNIST, one after the other on the same machine, and the wall time each needs to reach a
+test accuracy is read off their per-epoch logs (training and evaluation seconds added up to the
+first epoch at or above the target).
+
+    /usr/bin/python3 benchmarks/time_to_accuracy.py --model resnet20 --epochs 20 --target 0.935
+    TSR_PEER_PYTHON=/path/to/venv/bin/python ... also runs that PyTorch
+
+The recipe (both sides): batch 128, SGD momentum 0.9, lr 0.05 decayed by a cosine to 0 over
+every step of the run, L2 weight decay 5e-4, random 28x28 crops of the images padded by 4 black
+pixels and left-right flips (tessera's --crop 28:4 --flip, torchvision's RandomCrop(28,
+padding=4) and RandomHorizontalFlip), scalar standardization, PyTorch's initialization
+(benchmarks/torch_train_model.py on the PyTorch side, from the same model file). Writes, in
+--out: tessera.jsonl (tessera's log), pytorch-VERSION.jsonl (each peer's lines), summary.md.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from outdir import add_out_arguments, resolve_out
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def time_to(lines, target):
+    """(seconds, epoch) to the first epoch whose test accuracy reaches target, training and
+    evaluation added up; (None, None) when none does. Also the best accuracy seen."""
+    total, best = 0.0, 0.0
+    for o in lines:
+        if "epoch" not in o or "test_accuracy" not in o or "event" in o:
+            continue
+        total += o["seconds"] + (o.get("eval_seconds") or 0.0)
+        best = max(best, o["test_accuracy"])
+        if o["test_accuracy"] >= target:
+            return total, o["epoch"], best
+    return None, None, best
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet20", help="a zoo model [resnet20]")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--target", type=float, default=0.935)
+    p.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
+    p.add_argument("--train-limit", type=int, default=0, help="a quick check: N images")
+    p.add_argument("--no-tessera", action="store_true", help="only the PyTorch side(s)")
+    add_out_arguments(p)
+    args = p.parse_args()
+    resolve_out(p, args, "time-to-accuracy")
+    model_file = os.path.join(ROOT, "models", args.model + ".ini")
+    recipe = ["--batch", "128", "--lr", "0.05", "--epochs", str(args.epochs)]
+    limit = ["--train-limit", str(args.train_limit)] if args.train_limit else []
+    rows = []
+    if not args.no_tessera:
+        log = os.path.join(args.out, "tessera.jsonl")
+        cmd = [args.tessera, "train", "--model", args.model, *recipe, "--momentum", "0.9",
+               "--weight-decay", "5e-4", "--lr-schedule", "cosine", "--crop", "28:4", "--flip",
+               "--log", log, "--quiet", *limit]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        rows.append(("tessera", " ".join(cmd[1:]), read_jsonl(log)))
+    peers = ["/usr/bin/python3"]
+    if os.environ.get("TSR_PEER_PYTHON"):
+        peers.append(os.environ["TSR_PEER_PYTHON"])
+    for py in peers:
+        cmd = [py, os.path.join(HERE, "torch_train_model.py"), "--model-file", model_file,
+               *recipe, "--momentum", "0.9", "--weight-decay", "5e-4", "--crop-padding", "4",
+               "--threads", "2", *limit]
+        print("$", " ".join(cmd), flush=True)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        lines = [json.loads(l) for l in out.splitlines() if l.strip()]
+        version = lines[0].get("version", "?")
+        with open(os.path.join(args.out, "pytorch-%s.jsonl" % version), "w") as f:
+            f.write(out)
+        rows.append(("PyTorch %s" % version, " ".join(cmd[1:]), lines))
+    report = ["| run | epochs | best test accuracy | time to %.1f%% (epoch) |" % (100 * args.target),
+              "| --- | --- | --- | --- |"]
+    for name, _, lines in rows:
+        t, e, best = time_to(lines, args.target)
+        n = len([o for o in lines if "epoch" in o and "test_accuracy" in o])
+        report.append("| %s | %d | %.2f%% | %s |" % (
+            name, n, 100 * best, "%.0f s (%d)" % (t, e) if t is not None else "not reached"))
+    report.append("")
+    report += ["commands:", ""] + ["    %s" % c for _, c, _ in rows]
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write("\n".join(report) + "\n")
+    print("\n".join(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
