@@ -3,7 +3,7 @@
  * A descriptor says how the policy is written (parse, describe), what it is
  * (tsr_sync_traits_t, public) and when the replicas meet: the hooks the
  * trainer's calls into the replicas (replicas.h) run, built from the
- * averaging mechanism below (src/parallel/sync.c). The planner (src/plan)
+ * averaging engine's calls (average.h, gradients.h). The planner (src/plan)
  * reads the same descriptors. Adding a policy: its kind in tessera/dist.h,
  * its file with its descriptor, and its line in policy.c. */
 #ifndef TSR_POLICY_H
@@ -63,33 +63,7 @@ void tsr__sync_list(char *buf, size_t size, bool (*has)(const tsr_sync_traits_t 
  * numbers are not right. For the policies' parse. */
 int tsr__sync_counts(const char *text, const char *prefix, int n, int optional, int *out);
 
-/* ---- The averaging mechanism (sync.c), for the hooks ------------------- */
-
-/* Every rank's replica becomes the weighted mean of all (with --sync-state the optimizer
- * state too), or the outer optimizer's step towards it when there is one. */
-int tsr__replicas_average_all(tsr_replicas_t *r);
-/* The same without the outer optimizer (async-epoch's final uniform average). */
-int tsr__replicas_average_plain(tsr_replicas_t *r);
-/* hier: the mean over this rank's group only (never an outer step). */
-int tsr__replicas_average_group(tsr_replicas_t *r);
-/* async-epoch: every rank folds itself into the global copy and continues from the result. */
-int tsr__replicas_fold(tsr_replicas_t *r);
-/* Local SGD's epoch end (every=K, post-local, hier): on the last epoch, one model at the end
- * unless the last step averaged already; then, unless gradients are being averaged, waits. */
-int tsr__replicas_end_local(tsr_replicas_t *r, bool last);
-/* The average just taken is the end's, one the schedule would not have taken there (a
- * checkpoint of it says so: a run resumed from it is not the uninterrupted one). */
-void tsr__replicas_mark_final(tsr_replicas_t *r);
-/* Waits for everything submitted (an epoch end's average is a point users see). */
-int tsr__replicas_wait(tsr_replicas_t *r);
-/* Whether gradients are averaged every step (batch, post-local's first epochs) now. */
-bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r);
-/* post-local: from gradient averaging to local SGD after steps_done steps of the run: every
- * rank gets the whole optimizer state and updates its own weights again. */
-int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done);
-/* post-local: the step at which local SGD began. */
-int64_t tsr__replicas_local_from(const tsr_replicas_t *r);
-/* hier: groups of group_size consecutive ranks, or each node's ranks (0). */
+/* hier: groups of group_size consecutive ranks, or each node's ranks (0) (replicas.c). */
 int tsr__replicas_make_groups(tsr_replicas_t *r, int group_size);
 
 #endif

@@ -22,27 +22,6 @@ typedef struct {
   int64_t group_averages; /* hier: averages inside this rank's group */
 } tsr_sync_stats_t;
 
-/* Why averages under sync cannot take two levels (--allreduce two-level) where, when uneven,
- * --shares other than uniform place the chunks' homes by rank: a sentence, or NULL where they
- * can. tsr_run_check refuses two-level asked for then; auto takes flat. */
-const char *tsr__replicas_flat_only(const tsr_sync_t *sync, bool uneven);
-/* Under a grid of pr rows (1: none, every rank one row) whose size ranks lie on the nodes
- * node_of (size entries, numbered from 0): the nodes a grid row's ranks (c pr + p, one a
- * column) lie on and the most of them one node holds, in *nodes and *per_node, returning NULL
- * where every row lies alike (as many nodes, as many ranks at most on one); else a sentence
- * why two levels cannot be taken. */
-const char *tsr__replicas_row_nodes(const int *node_of, int size, int pr, int *nodes,
-                                    int *per_node);
-/* Whether averages go through nodes (two levels) under sync (uneven: --shares other than
- * uniform placing the homes) on nodes nodes of at most per_node of the ranks that average
- * together (every rank, or under a grid a grid row's: tsr__replicas_row_nodes): asked for
- * (--allreduce two-level), or auto where there are several nodes and one holds several such
- * ranks; never where tsr__replicas_flat_only gives a reason. The engine's rule, which the run's
- * setup and the planner describe with. */
-bool tsr__replicas_two_level(const tsr_sync_t *sync, bool uneven, int nodes, int per_node);
-/* Why averages under sync cannot pack chunks into buckets (--bucket-mb): a sentence, or NULL
- * where they can. tsr_run_check refuses --bucket-mb then. */
-const char *tsr__replicas_no_buckets(const tsr_sync_t *sync);
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
  * makes every replica equal to rank 0's. In `batch` mode it takes over the
  * net's gradient hook. share (NULL: equal) is each rank's part of the work

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {

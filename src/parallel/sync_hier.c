@@ -5,6 +5,7 @@
  * (replicas): G consecutive columns, or those whose first rank is on one node. */
 #include <stdio.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {

@@ -3,6 +3,8 @@
  * switch, and at the end. */
 #include <stdio.h>
 
+#include "parallel/average.h"
+#include "parallel/gradients.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {

@@ -12,7 +12,7 @@
  * partial input gradient of each input tile k to that tile's owner (to row
  * k mod Pr, then from there to every row, when the input is replicated). Across columns, row p
  * averages its slice of the parameters with row p of every other column, as
- * src/parallel/sync.c averages whole replicas today.
+ * src/parallel/average.c averages whole replicas today.
  *
  * Compute and bytes are those of row 0, the busiest (it owns tile column 0 of
  * every dense layer, the logits and the loss). */
@@ -24,7 +24,7 @@
 
 #include "nn/layers.h"
 #include "parallel/policy.h"
-#include "parallel/replicas.h"
+#include "parallel/members.h"
 #include "plan/plan_impl.h"
 #include "tile/domain.h"
 #include "try.h"
@@ -292,7 +292,7 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 
 /* Row 0's slice of every parameter, layer by layer in the layout's order: of a spread layer's
  * parameter the tile columns j with j mod Pr = 0, as one matrix of their widths (the engine's
- * grid rows plan their chunks from these shapes: sync.c's row_shapes), a replicated layer's
+ * grid rows plan their chunks from these shapes: placement.c's row_shapes), a replicated layer's
  * parameters whole. */
 static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int **layer_of,
                       int *n, double *layer_bytes) {
@@ -309,7 +309,8 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     if (l->nparams == 0) continue;
     bool sliced = l->spread && !l->banded && pr > 1;
     /* the tile columns: every parameter of a spread layer is tiled like its output; row 0
-     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (sync.c's row_shapes) */
+     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (placement.c's row_shapes)
+     */
     int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
     for (int a = 0; a < l->nparams; a++) {
       const tsr_layout_matrix_t *p = &l->params[a];
@@ -433,7 +434,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   if (avg_node > pc) avg_node = pc;
   int nodes = (pc + avg_node - 1) / avg_node;
   tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
-  row->two_level = tsr__replicas_two_level(&as_run, false, nodes, avg_node);
+  row->two_level = tsr__members_two_level(&as_run, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
   uint64_t bucket = (uint64_t)(o->bucket_mb * 1048576.0 + 0.5); /* as train's (a grid: row 0's) */
   if (rc == 0 && pc > 1)
@@ -549,7 +550,7 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
   return 0;
 }
 
-/* ---- Averaging: sync.c's chunks and homes ------------------------------ */
+/* ---- Averaging: the engine's chunks and homes (placement.c) ------------- */
 
 /* Per rank and per node, what one averaging sends: to ranks of the same node (bytes,
  * messages), to other nodes (messages; bytes per rank and summed per node), and what it adds. */
@@ -659,7 +660,7 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
                        (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
-  /* Buckets by home rank, as sync.c's (with two levels: rank `local` of node `home`). */
+  /* Buckets by home rank, as the engine's (with two levels: rank `local` of node `home`). */
   tsr_buckets_t bk = {0};
   for (int k = 0; rc == 0 && two_level && bucket_bytes > 0 && k < n; k++)
     for (int c = 0; c < ch[k].cmt * ch[k].nt; c++)

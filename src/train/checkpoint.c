@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "nn/layers.h"
 #include "nn/net_impl.h"
+#include "parallel/gradients.h"
 #include "parallel/policy.h"
 #include "tessera/checkpoint.h"
 #include "tessera/dist.h"

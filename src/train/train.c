@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "parallel/gradients.h"
 #include "parallel/policy.h"
 #include "parallel/replicas.h"
 #include "runtime/observe.h"

@@ -1,0 +1,30 @@
+/* Gradient averaging (src/parallel, above buckets.h and home.h): under --sync batch (and
+ * post-local's first epochs) the replicas take over the net's gradient hook, and every
+ * parameter's gradient is averaged chunk by chunk as the backward pass hands it over, the
+ * optimizer updating each chunk once, on its home, with the home's state (sharded, ZeRO-1
+ * style), and the updated band is what every rank gets back: the mathematics of one process
+ * with the global batch. */
+#ifndef TSR_PARALLEL_GRADIENTS_H
+#define TSR_PARALLEL_GRADIENTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "parallel/replicas.h"
+
+/* Gradients averaged from now on: the net's gradient hook (with --clip-grad its views first).
+ * 0 or TSR_ENOMEM. */
+int tsr__gradients_start(tsr_replicas_t *r);
+/* The net's own hook back (nothing if not averaging gradients). */
+void tsr__gradients_stop(tsr_replicas_t *r);
+
+/* For the policies' hooks. Whether gradients are averaged every step (batch, post-local's first
+ * epochs) now. */
+bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r);
+/* post-local: from gradient averaging to local SGD after steps_done steps of the run: every
+ * rank gets the whole optimizer state and updates its own weights again. */
+int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done);
+/* post-local: the step at which local SGD began (state.c). */
+int64_t tsr__replicas_local_from(const tsr_replicas_t *r);
+
+#endif
