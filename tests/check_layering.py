@@ -21,7 +21,9 @@ are fine anywhere. Besides:
   function another file defines depends on it, and no circle of such dependencies exists (the
   layers of docs/design.md, "Synchronization"); its lowest layers (LOW_LAYERS: who meets, where
   chunks live) include neither StarPU nor tiles, the net or the runtime; no file of
-  src/parallel/ is over PARALLEL_MAX_LINES lines.
+  src/parallel/ is over PARALLEL_MAX_LINES lines; a policy's file (sync_<name>.c) includes none
+  of the headers that show the replicas' record (RECORD): it reaches the replicas through the
+  engine's calls and keeps what only it needs in its own state (STYLE.md, 15).
 Prints every violation with the file and line, and exits 1 if there is one. Before the real
 tree, the kind and circle checks run on a small tree of their own with planted violations and
 fail if they do not catch them.
@@ -53,6 +55,7 @@ ENGINE = "src/parallel"
 LOW_LAYERS = ["members", "chunks", "placement"]
 LOW_FORBIDDEN = re.compile(r"^(?:starpu|tile/|nn/|runtime/|codelets|parallel/replicas_impl\.h)")
 PARALLEL_MAX_LINES = 600
+RECORD = re.compile(r"^parallel/(?:replicas_impl|collective|home|buckets)\.h$")
 
 
 def folder_of(path):
@@ -261,6 +264,13 @@ def check_engine(root):
                                "chunks live) knows numbers and shapes only" %
                                (ENGINE, layer, ext, n, m.group(1)))
     for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if re.match(r"sync_\w+\.c$", f) and f != "sync_bn.c":
+            for n, line in enumerate(open(os.path.join(folder, f)), 1):
+                m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
+                if m and RECORD.match(m.group(1)):
+                    bad.append("%s/%s:%d: #include %s: a policy reaches the replicas through the "
+                               "engine's calls (average.h, gradients.h) and keeps its own state"
+                               % (ENGINE, f, n, m.group(1)))
         if f.endswith((".c", ".h")):
             n = sum(1 for _ in open(os.path.join(folder, f)))
             if n > PARALLEL_MAX_LINES:
@@ -297,6 +307,8 @@ def self_test():
             f.write("int tsr__b(void) { return 0; }\nint tsr__c(void) { return tsr__a(); }\n")
         with open(os.path.join(root, "src", "parallel", "members.h"), "w") as f:
             f.write("#include <starpu.h>\n")
+        with open(os.path.join(root, "src", "parallel", "sync_x.c"), "w") as f:
+            f.write("#include \"parallel/replicas_impl.h\"\n")
         engine_bad, _ = check_engine(root)
         bad, notes = check_kinds(root)
         named_bad, named_notes = check_names(root)
@@ -304,8 +316,8 @@ def self_test():
         caught_name = len(named_bad) == 1 and named_bad[0].startswith(
             os.path.join("src", "nn", "c.c") + ":2:")
         skipped = any(n.startswith("TSR_SYNC_") and "skipped" in n for n in notes)
-        caught_circle = (len(engine_bad) == 2 and "a.c -> b.c (tsr__b)" in engine_bad[0] and
-                         "members.h:1:" in engine_bad[1])
+        caught_circle = (len(engine_bad) == 3 and "a.c -> b.c (tsr__b)" in engine_bad[0] and
+                         "members.h:1:" in engine_bad[1] and "sync_x.c:1:" in engine_bad[2])
         return caught and caught_name and skipped and caught_circle, bad + named_bad + engine_bad
 
 
@@ -316,7 +328,8 @@ def main():
         print("FAIL: the kind check's self-test: a planted violation gave %s" % planted)
         return 1
     print("self-test: the planted `k == TSR_LAYER_A` and `strcmp(s, \"x\")` outside their files, "
-          "a circle of two files and a low layer including StarPU were caught")
+          "a circle of two files, a low layer including StarPU and a policy including the "
+          "replicas' record were caught")
     kinds_bad, notes = check_kinds(root)
     engine_bad, engine_notes = check_engine(root)
     kinds_bad += engine_bad

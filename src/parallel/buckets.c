@@ -8,6 +8,16 @@
 #include "tile/ops.h"
 #include "try.h"
 
+struct tsr__bucket_set {
+  int n;           /* buckets of averages over every rank (this rank's grid row's) */
+  bucket_t *b;     /* [n] */
+  int ntb;         /* two levels: node buckets of whole tiles, this rank's node's; 0: none */
+  bucket_t *tb;    /* [ntb] */
+  int *send_ranks; /* [size] a bucket's senders and their weights (senders) */
+  float *send_w;
+  int **tdone; /* two levels: [nparams] (mt, nt) the chunks of each tile gathered so far */
+};
+
 static int bucket_home(int i, int j, void *ctx) {
   (void)i, (void)j;
   return ((const bucket_t *)ctx)->home;
@@ -23,14 +33,14 @@ static int pack_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
   tsr_task_opts_t local = tsr__with_mpi(o, false);
   int i, r0, I0, I1, c = I * rp->nt + j;
   tsr__chunk_tile(rp, I, &i, &r0);
-  bucket_t *b = &r->buckets[rp->cbucket[c]];
+  bucket_t *b = &r->bk->b[rp->cbucket[c]];
   const tsr_tiles_t *src = x;
   bool packs = true;
   if (r->m.two_level) {
     int lh = tsr__local_home(rp, r->m.my_node, I, j);
     tsr__chunks_of_tile(rp, i, &I0, &I1);
     if (r->m.nodes[r->m.my_node].n > 1) { /* with node buckets the node's sum is there already */
-      if (I == I0 && !r->ntb) TSR_TRY(tsr__node_sum_tile(o, r, rp, xs, i, j, lh));
+      if (I == I0 && !r->bk->ntb) TSR_TRY(tsr__node_sum_tile(o, r, rp, xs, i, j, lh));
       src = rp->ntile[r->m.my_node];
     }
     packs = r->m.rank == lh;
@@ -59,8 +69,8 @@ static int senders(const tsr_replicas_t *r, const bucket_t *b, int *ranks, float
 
 static int reduce_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b) {
   tsr_task_opts_t local = tsr__with_mpi(o, false);
-  int *ranks = r->send_ranks, n = senders(r, b, ranks, r->send_w);
-  TSR_TRY(tsr__sum_on_home(o, r, b->home, n, ranks, r->send_w, b->mines, b->sum, 0, 0,
+  int *ranks = r->bk->send_ranks, n = senders(r, b, ranks, r->bk->send_w);
+  TSR_TRY(tsr__sum_on_home(o, r, b->home, n, ranks, r->bk->send_w, b->mines, b->sum, 0, 0,
                            (uint64_t)b->floats * sizeof(float)));
   if (r->m.rank != b->home) return 0;
   for (int t = 0; t < b->nchunks; t++) {
@@ -96,7 +106,7 @@ static int reduce_node_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucke
 static int tile_back(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int i, int j,
                      int set) {
   tsr_task_opts_t local = tsr__with_mpi(o, false);
-  bucket_t *nb = &r->tbuckets[rp->tbucket[i * rp->nt + j]];
+  bucket_t *nb = &r->bk->tb[rp->tbucket[i * rp->nt + j]];
   bool at_home = r->m.rank == nb->home;
   if (at_home)
     TSR_TRY(tsr__tile_pack(&local, nb->sum, rp->toff[i * rp->nt + j], tsr__set_of(r, rp, set), i, j,
@@ -132,7 +142,7 @@ int tsr__bucket_pack_result(const tsr_task_opts_t *local, const bucket_t *b, int
 static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *b, int set,
                          bool with_home) {
   tsr_task_opts_t local = tsr__with_mpi(o, false);
-  int *ranks = r->send_ranks, n = senders(r, b, ranks, r->send_w);
+  int *ranks = r->bk->send_ranks, n = senders(r, b, ranks, r->bk->send_w);
   bool at_home = r->m.rank == b->home, gets = false;
   for (int t = 0; t < n; t++)
     gets = gets || ranks[t] == r->m.rank;
@@ -149,9 +159,9 @@ static int gather_bucket(const tsr_task_opts_t *o, tsr_replicas_t *r, bucket_t *
                                tsr_tiles_tile_rows(rp->acc, I), src, rp->coff[I * rp->nt + j]));
     if (!r->m.two_level || r->m.nodes[r->m.my_node].n == 1) continue;
     tsr__chunks_of_tile(rp, i, &I0, &I1);
-    if (++rp->tdone[i * rp->nt + j] < I1 - I0) continue;
-    rp->tdone[i * rp->nt + j] = 0;
-    if (r->ntb)
+    if (++r->bk->tdone[rp->index][i * rp->nt + j] < I1 - I0) continue;
+    r->bk->tdone[rp->index][i * rp->nt + j] = 0;
+    if (r->bk->ntb)
       TSR_TRY(tile_back(o, r, rp, i, j, set));
     else
       TSR_TRY(tsr__node_spread_tile(o, r, tsr__set_views(rp, set), i, j,
@@ -182,15 +192,15 @@ static int chunk_on(tsr_replicas_t *r, rparam_t *rp, int I, int j, const tsr__bu
  * bucket; once that is full, the local home sums it (reduce_node_bucket) and every chunk of its
  * tiles goes on (chunk_on). Otherwise chunk_on straight away. */
 int tsr__bucket_offer(tsr_replicas_t *r, rparam_t *rp, int I, int j, const tsr__bucket_pass_t *p) {
-  if (!tsr__group_has(tsr__scope(r, rp, -1, j), r->m.rank))
+  if (!tsr__group_has(tsr__scope(r, rp, NULL, j), r->m.rank))
     return 0; /* grid: another row's column */
-  if (!r->ntb || r->m.nodes[r->m.my_node].n == 1) return chunk_on(r, rp, I, j, p);
+  if (!r->bk->ntb || r->m.nodes[r->m.my_node].n == 1) return chunk_on(r, rp, I, j, p);
   tsr_task_opts_t local = tsr__with_mpi(p->o, false);
   int i, r0, I0, I1;
   tsr__chunk_tile(rp, I, &i, &r0);
   tsr__chunks_of_tile(rp, i, &I0, &I1);
   if (I != I0) return 0;
-  bucket_t *nb = &r->tbuckets[rp->tbucket[i * rp->nt + j]];
+  bucket_t *nb = &r->bk->tb[rp->tbucket[i * rp->nt + j]];
   tsr_tiles_t *x = p->set < 0 ? rp->p->g : tsr__set_of(r, rp, p->set);
   TSR_TRY(tsr__tile_pack(&local, nb->mine, rp->toff[i * rp->nt + j], x, i, j, 0,
                          tsr_tiles_tile_rows(x, i)));
@@ -211,10 +221,10 @@ int tsr__bucket_offer(tsr_replicas_t *r, rparam_t *rp, int I, int j, const tsr__
  * parameter and chunk order; their descriptors come later (tsr__buckets_create). */
 static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_chunking_t *ch) {
   if (bk->n == 0) return 0;
-  if (!(r->buckets = calloc((size_t)bk->n, sizeof *r->buckets))) return TSR_ENOMEM;
-  r->nbuckets = bk->n;
+  if (!(r->bk->b = calloc((size_t)bk->n, sizeof *r->bk->b))) return TSR_ENOMEM;
+  r->bk->n = bk->n;
   for (int b = 0; b < bk->n; b++) {
-    bucket_t *t = &r->buckets[b];
+    bucket_t *t = &r->bk->b[b];
     t->home = bk->home[b], t->floats = bk->floats[b];
     t->param = malloc(sizeof(int) * (size_t)bk->chunks[b]);
     t->I = malloc(sizeof(int) * (size_t)bk->chunks[b]);
@@ -224,7 +234,7 @@ static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_ch
   for (int k = 0; k < r->nparams; k++)
     for (int c = 0; c < ch[k].cmt * ch[k].nt; c++) {
       if (ch[k].bucket[c] < 0) continue; /* a grid: another row's chunk */
-      bucket_t *t = &r->buckets[ch[k].bucket[c]];
+      bucket_t *t = &r->bk->b[ch[k].bucket[c]];
       if (ch[k].local) t->lidx = ch[k].local[c];
       t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
     }
@@ -236,11 +246,11 @@ static int make_buckets(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_ch
  * of the bucket's index. */
 static int make_tile_buckets(tsr_replicas_t *r, const tsr_buckets_t *tb, const tsr_chunking_t *ch) {
   if (tb->n == 0) return 0;
-  if (!(r->tbuckets = calloc((size_t)tb->n, sizeof *r->tbuckets))) return TSR_ENOMEM;
-  r->ntb = tb->n;
+  if (!(r->bk->tb = calloc((size_t)tb->n, sizeof *r->bk->tb))) return TSR_ENOMEM;
+  r->bk->ntb = tb->n;
   const tsr__group_t *node = &r->m.nodes[r->m.my_node];
   for (int b = 0; b < tb->n; b++) {
-    bucket_t *t = &r->tbuckets[b];
+    bucket_t *t = &r->bk->tb[b];
     t->lidx = tb->local[b], t->home = node->ranks[tb->local[b] % node->n];
     t->floats = tb->floats[b];
     t->param = malloc(sizeof(int) * (size_t)tb->chunks[b]);
@@ -252,7 +262,7 @@ static int make_tile_buckets(tsr_replicas_t *r, const tsr_buckets_t *tb, const t
     const tsr_tiles_t *w = r->params[k].p->w;
     for (int c = 0; c < tsr_tiles_mt(w) * ch[k].nt; c++) {
       if (ch[k].tbucket[c] < 0) continue; /* a grid: another row's tile */
-      bucket_t *t = &r->tbuckets[ch[k].tbucket[c]];
+      bucket_t *t = &r->bk->tb[ch[k].tbucket[c]];
       t->param[t->nchunks] = k, t->I[t->nchunks] = c / ch[k].nt, t->j[t->nchunks++] = c % ch[k].nt;
     }
   }
@@ -264,7 +274,7 @@ static int make_tile_buckets(tsr_replicas_t *r, const tsr_buckets_t *tb, const t
  * that every rank creates the same descriptors in the same order (their MPI tags). An empty
  * bucket's sum is homed on each rank itself; nothing travels. Collective. */
 static int pad_buckets(tsr_replicas_t *r) {
-  int mine[2] = {r->nbuckets, r->ntb}, most[2] = {0, 0};
+  int mine[2] = {r->bk->n, r->bk->ntb}, most[2] = {0, 0};
   int *all = malloc(sizeof mine * (size_t)r->m.size);
   if (!all) return TSR_ENOMEM;
   int rc = tsr_dist_allgather(mine, (int)sizeof mine, all);
@@ -272,8 +282,8 @@ static int pad_buckets(tsr_replicas_t *r) {
     for (int a = 0; a < 2; a++)
       if (all[2 * q + a] > most[a]) most[a] = all[2 * q + a];
   free(all);
-  bucket_t **sets[2] = {&r->buckets, &r->tbuckets};
-  int *counts[2] = {&r->nbuckets, &r->ntb};
+  bucket_t **sets[2] = {&r->bk->b, &r->bk->tb};
+  int *counts[2] = {&r->bk->n, &r->bk->ntb};
   for (int a = 0; rc == 0 && a < 2; a++) {
     if (most[a] == *counts[a]) continue;
     bucket_t *more = realloc(*sets[a], sizeof *more * (size_t)most[a]);
@@ -299,9 +309,10 @@ static int create_bucket_rows(tsr_replicas_t *r, bucket_t *all, int n) {
 }
 
 int tsr__buckets_create(tsr_replicas_t *r) {
+  if (!r->bk) return 0;
   if (r->m.grid_rows > 1 && r->sync.bucket_mb > 0) TSR_TRY(pad_buckets(r));
-  TSR_TRY(create_bucket_rows(r, r->buckets, r->nbuckets));
-  return create_bucket_rows(r, r->tbuckets, r->ntb);
+  TSR_TRY(create_bucket_rows(r, r->bk->b, r->bk->n));
+  return create_bucket_rows(r, r->bk->tb, r->bk->ntb);
 }
 
 static void destroy_bucket_rows(tsr_replicas_t *r, bucket_t **all, int *n) {
@@ -315,20 +326,49 @@ static void destroy_bucket_rows(tsr_replicas_t *r, bucket_t **all, int *n) {
 }
 
 void tsr__buckets_destroy(tsr_replicas_t *r) {
-  destroy_bucket_rows(r, &r->buckets, &r->nbuckets);
-  destroy_bucket_rows(r, &r->tbuckets, &r->ntb);
+  tsr__bucket_set_t *bk = r->bk;
+  if (!bk) return;
+  destroy_bucket_rows(r, &bk->b, &bk->n);
+  destroy_bucket_rows(r, &bk->tb, &bk->ntb);
+  for (int k = 0; bk->tdone && k < r->nparams; k++)
+    free(bk->tdone[k]);
+  free(bk->tdone), free(bk->send_ranks), free(bk->send_w), free(bk);
+  r->bk = NULL;
 }
 
 int tsr__buckets_lay(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_buckets_t *tb,
                      const tsr_chunking_t *ch) {
+  if (!(r->sync.bucket_mb > 0)) return 0;
+  if (!(r->bk = calloc(1, sizeof *r->bk))) return TSR_ENOMEM;
+  r->bk->send_ranks = calloc((size_t)r->m.size, sizeof *r->bk->send_ranks);
+  r->bk->send_w = calloc((size_t)r->m.size, sizeof *r->bk->send_w);
+  if (!r->bk->send_ranks || !r->bk->send_w) return TSR_ENOMEM;
   TSR_TRY(make_buckets(r, bk, ch));
-  return make_tile_buckets(r, tb, ch);
+  TSR_TRY(make_tile_buckets(r, tb, ch));
+  if (!r->m.two_level || r->bk->n == 0) return 0;
+  if (!(r->bk->tdone = calloc((size_t)r->nparams + 1, sizeof *r->bk->tdone))) return TSR_ENOMEM;
+  for (int k = 0; k < r->nparams; k++) {
+    const rparam_t *rp = &r->params[k];
+    size_t tiles = (size_t)tsr_tiles_mt(rp->p->w) * (size_t)ch[k].nt;
+    if (!(r->bk->tdone[k] = calloc(tiles, sizeof *r->bk->tdone[k]))) return TSR_ENOMEM;
+  }
+  return 0;
+}
+
+bool tsr__buckets_on(const tsr_replicas_t *r) {
+  return r->bk && r->bk->n > 0;
 }
 
 bool tsr__buckets_idle(const tsr_replicas_t *r) {
-  for (int b = 0; b < r->nbuckets; b++)
-    if (r->buckets[b].packed) return false;
-  for (int b = 0; b < r->ntb; b++)
-    if (r->tbuckets[b].packed || r->tbuckets[b].back) return false;
+  for (int b = 0; r->bk && b < r->bk->n; b++)
+    if (r->bk->b[b].packed) return false;
+  for (int b = 0; r->bk && b < r->bk->ntb; b++)
+    if (r->bk->tb[b].packed || r->bk->tb[b].back) return false;
   return true;
+}
+
+int tsr__buckets_finish_all(tsr_replicas_t *r, const tsr__bucket_pass_t *p) {
+  for (int b = 0; tsr__buckets_on(r) && b < r->bk->n; b++)
+    TSR_TRY(tsr__bucket_finish(r, &r->bk->b[b], p));
+  return 0;
 }

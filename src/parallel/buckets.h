@@ -12,6 +12,21 @@
 
 #include "parallel/replicas_impl.h"
 
+/* Chunks of one home that travel together (chunks.h). Flat, every rank packs its bands of them;
+ * with two levels, each node's local home of their index (lidx) its node's sum. A node bucket
+ * (two levels, tsr__chunks_tile_buckets) holds whole tiles instead (I: the tile row), which this
+ * rank's node sends to its local home of index lidx (home) and gets back. */
+typedef struct {
+  int home, nchunks, lidx;
+  int64_t floats;
+  int *param, *I, *j;  /* [nchunks] its chunks (tiles) */
+  tsr_tiles_t *mine;   /* 1 x floats, local: this rank's packed bands, and what it gets back */
+  tsr_tiles_t **mines; /* [size] replica views of mine */
+  tsr_tiles_t *sum;    /* 1 x floats on the home: the weighted sum, then the results */
+  int packed;          /* chunks packed in this pass */
+  int back;            /* node buckets: tiles back in this pass */
+} bucket_t;
+
 /* What the home of a full bucket does with its chunk t, whose sum is in acc, before the
  * all-gather: typically its work, then the result packed (tsr__bucket_pack_result). */
 typedef int (*tsr__bucket_home_fn)(tsr_replicas_t *r, bucket_t *b, int t,
@@ -31,11 +46,11 @@ typedef struct {
   bool with_home;
 } tsr__bucket_pass_t;
 
-/* The buckets of bk (none when it has none) and the chunks each holds (ch: the parameters'
- * chunkings, in parameter and chunk order), and with two levels the node buckets of tb and the
- * tiles each holds, each rank keeping its own node's (every node cuts the same), homed on its
- * local home of the bucket's index. Their matrices come later (tsr__buckets_create). 0 or
- * TSR_ENOMEM. */
+/* With --bucket-mb (r->bk; nothing without): the buckets of bk and the chunks each holds (ch:
+ * the parameters' chunkings, in parameter and chunk order), and with two levels the node
+ * buckets of tb and the tiles each holds, each rank keeping its own node's (every node cuts the
+ * same), homed on its local home of the bucket's index. Their matrices come later
+ * (tsr__buckets_create). 0 or TSR_ENOMEM. */
 int tsr__buckets_lay(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_buckets_t *tb,
                      const tsr_chunking_t *ch);
 /* Each bucket's row of floats on every rank (with every rank's views) and its sum on its home,
@@ -43,8 +58,13 @@ int tsr__buckets_lay(tsr_replicas_t *r, const tsr_buckets_t *bk, const tsr_bucke
  * under a grid first padded to as many as the row with the most (collective). */
 int tsr__buckets_create(tsr_replicas_t *r);
 void tsr__buckets_destroy(tsr_replicas_t *r);
+/* Whether averages over every rank go in buckets. */
+bool tsr__buckets_on(const tsr_replicas_t *r);
 /* Whether no bucket waits for chunks (every one went in this pass). */
 bool tsr__buckets_idle(const tsr_replicas_t *r);
+/* Every bucket, in order, through tsr__bucket_finish (batch under --clip-grad, once the norm is
+ * known). */
+int tsr__buckets_finish_all(tsr_replicas_t *r, const tsr__bucket_pass_t *p);
 
 /* Chunk (I, j) of rp handed over in pass p: packed into its bucket, and the bucket on once
  * full (summed on its home, the home's work, the all-gather). With node buckets (two levels, a

@@ -28,7 +28,7 @@ int tsr__chunk_home(int i, int j, void *ctx) {
   const rparam_t *rp = ctx;
   int home = rp->chome[i * rp->nt + j];
   if (rp->r->m.grid_rows == 1) return home;
-  const tsr__group_t *g = tsr__scope(rp->r, rp, -1, j);
+  const tsr__group_t *g = tsr__scope(rp->r, rp, NULL, j);
   return g->ranks[home % g->n];
 }
 
@@ -47,20 +47,13 @@ int tsr__node_tile_home(int i, int j, void *ctx) {
   return tsr__node_chunk_home(i * h->rp->k, j, ctx);
 }
 
-int tsr__tile_home(int i, int j, void *ctx) {
-  const rparam_t *rp = ctx;
-  return tsr__scope(rp->r, rp, -1, j)->ranks[rp->home[i * rp->nt + j]];
-}
-
-const tsr__group_t *tsr__group_of(const tsr_replicas_t *r, int gi) {
-  return gi < 0 ? &r->m.all : &r->groups[gi];
-}
-
-const tsr__group_t *tsr__scope(const tsr_replicas_t *r, const rparam_t *rp, int gi, int j) {
-  if (r->m.grid_rows == 1) return tsr__group_of(r, gi);
+const tsr__group_t *tsr__scope(const tsr_replicas_t *r, const rparam_t *rp, const tsr__scope_t *sc,
+                               int j) {
+  if (r->m.grid_rows == 1) return sc ? sc->group : &r->m.all;
   int row = tsr_tiles_rank_of(rp->p->w, 0, j) % r->m.grid_rows;
-  /* hier under a grid: group gi's columns, in that grid row (tsr__replicas_make_groups) */
-  return gi < 0 ? &r->m.rows[row] : &r->groups[gi / r->m.grid_rows * r->m.grid_rows + row];
+  /* hier under a grid: this rank's group holds its row's ranks of the group's columns */
+  if (sc) return row == r->m.rank % r->m.grid_rows ? sc->group : NULL;
+  return &r->m.rows[row];
 }
 
 int tsr__home_in(const tsr__group_t *g, const rparam_t *rp, int I, int j) {
@@ -71,8 +64,8 @@ int tsr__local_home(const rparam_t *rp, int node, int I, int j) {
   return tsr__node_chunk_home(I, j, &rp->nctx[node]);
 }
 
-tsr_tiles_t *tsr__acc_of(const rparam_t *rp, int gi) {
-  return gi < 0 ? rp->acc : rp->gacc[gi];
+tsr_tiles_t *tsr__acc(const rparam_t *rp, const tsr__scope_t *sc) {
+  return sc ? sc->acc[rp->index] : rp->acc;
 }
 
 uint64_t tsr__chunk_bytes(const rparam_t *rp, int I, int j) {
@@ -231,13 +224,13 @@ static int gather_two_level(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_
   return tsr__node_spread_tile(o, r, y, i, j, lh);
 }
 
-int tsr__reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
-                      tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
+int tsr__reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                      const tsr__scope_t *sc, tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j) {
   tsr_task_opts_t local = tsr__with_mpi(o, false);
-  const tsr__group_t *g = tsr__scope(r, rp, gi, j);
-  if (!tsr__group_has(g, r->m.rank)) return 0; /* grid: another row's column */
-  if (gi < 0 && r->m.two_level) return reduce_two_level(o, r, rp, x, xs, I, j);
-  tsr_tiles_t *acc = tsr__acc_of(rp, gi);
+  const tsr__group_t *g = tsr__scope(r, rp, sc, j);
+  if (!g || !tsr__group_has(g, r->m.rank)) return 0; /* grid: another row's column */
+  if (!sc && r->m.two_level) return reduce_two_level(o, r, rp, x, xs, I, j);
+  tsr_tiles_t *acc = tsr__acc(rp, sc);
   int i, r0, home = tsr__home_in(g, rp, I, j);
   tsr__chunk_tile(rp, I, &i, &r0);
   if (rp->k > 1) {
@@ -248,12 +241,12 @@ int tsr__reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
                           tsr__chunk_bytes(rp, I, j));
 }
 
-int tsr__gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
-                      const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
-                      int I, int j) {
-  const tsr__group_t *g = tsr__scope(r, rp, gi, j);
-  if (!tsr__group_has(g, r->m.rank)) return 0; /* grid: another row's column */
-  if (gi < 0 && r->m.two_level) return gather_two_level(o, r, rp, src, si, sj, y, with_home, I, j);
+int tsr__gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                      const tsr__scope_t *sc, const tsr_tiles_t *src, int si, int sj,
+                      tsr_tiles_t **y, bool with_home, int I, int j) {
+  const tsr__group_t *g = tsr__scope(r, rp, sc, j);
+  if (!g || !tsr__group_has(g, r->m.rank)) return 0; /* grid: another row's column */
+  if (!sc && r->m.two_level) return gather_two_level(o, r, rp, src, si, sj, y, with_home, I, j);
   tsr_task_opts_t mpi = tsr__with_mpi(o, true);
   int i, r0, home = tsr__home_in(g, rp, I, j);
   tsr__chunk_tile(rp, I, &i, &r0);

@@ -9,6 +9,15 @@
 
 #include "parallel/replicas_impl.h"
 
+/* Whom an average is over, besides every rank (NULL: under a grid each chunk's grid row, with
+ * the replicas' accumulators): a hier group, this rank's (under a grid its row's ranks of the
+ * group's columns), with its own accumulator of each parameter (acc[k], distributed by chunk
+ * home in the group). */
+typedef struct {
+  const tsr__group_t *group;
+  tsr_tiles_t *const *acc;
+} tsr__scope_t;
+
 /* rank_of functions (tessera/tiles.h) of the matrices of one parameter (ctx: its rparam_t, or
  * its tsr__group_home_t). Chunk (i, j)'s home: over all ranks; under a grid a position in its
  * scope, the chunk's grid row (tsr__placement_plan: this rank's row plans its own chunks, and
@@ -20,22 +29,18 @@ int tsr__group_chunk_home(int i, int j, void *ctx);
  * index there), and tile (i, j)'s (its chunks'). */
 int tsr__node_chunk_home(int i, int j, void *ctx);
 int tsr__node_tile_home(int i, int j, void *ctx);
-/* async-epoch: tile (i, j)'s home, in its scope (under a grid, in its grid row). */
-int tsr__tile_home(int i, int j, void *ctx);
-
-/* Averaging scopes: gi -1 is every rank, else group gi of hier:K1,K2. */
-const tsr__group_t *tsr__group_of(const tsr_replicas_t *r, int gi);
-/* The ranks that average chunks of column tile j of rp in scope gi: under a grid (gi -1), the
- * grid row holding that column in every grid column (a replicated parameter: this rank's row),
- * else gi's. */
-const tsr__group_t *tsr__scope(const tsr_replicas_t *r, const rparam_t *rp, int gi, int j);
+/* The ranks that average chunks of column tile j of rp in scope sc: over every rank (sc NULL),
+ * under a grid the grid row holding that column in every grid column (a replicated parameter:
+ * this rank's row); a group's members, or NULL under a grid for another row's column. */
+const tsr__group_t *tsr__scope(const tsr_replicas_t *r, const rparam_t *rp, const tsr__scope_t *sc,
+                               int j);
 /* Chunk (I, j)'s home among the ranks of g: its home over all ranks, folded onto g's members
  * (over all ranks, its home). */
 int tsr__home_in(const tsr__group_t *g, const rparam_t *rp, int I, int j);
 /* Two levels: chunk (I, j)'s local home in node `node`. */
 int tsr__local_home(const rparam_t *rp, int node, int I, int j);
-/* The accumulator of scope gi: rp->acc, or hier group gi's. */
-tsr_tiles_t *tsr__acc_of(const rparam_t *rp, int gi);
+/* The accumulator of rp in scope sc: rp->acc over every rank, else the group's. */
+tsr_tiles_t *tsr__acc(const rparam_t *rp, const tsr__scope_t *sc);
 /* The bytes of chunk (I, j). */
 uint64_t tsr__chunk_bytes(const rparam_t *rp, int I, int j);
 
@@ -70,18 +75,18 @@ int tsr__node_sum_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp
 int tsr__node_spread_tile(const tsr_task_opts_t *o, tsr_replicas_t *r, tsr_tiles_t **y, int i,
                           int j, int lh);
 
-/* Reduce-scatter of one chunk over the ranks q of scope gi (this rank is one): the home's
+/* Reduce-scatter of one chunk over the ranks q of scope sc (this rank is one): the home's
  * acc (I, j) = sum of weights[q] x_q, where x_q is rank q's band of X (x, this rank's own, and
  * xs, every rank's views); in rank order in deterministic mode, else as the copies arrive
  * (commutative adds). A band smaller than its tile is first copied into the stage matrix, so
  * that only the band travels. Over every rank with two levels, through the nodes. */
-int tsr__reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
-                      tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j);
-/* All-gather of one chunk over scope gi: rows r0 .. of tile (i, j) of every member's y_q =
+int tsr__reduce_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                      const tsr__scope_t *sc, tsr_tiles_t *x, tsr_tiles_t **xs, int I, int j);
+/* All-gather of one chunk over scope sc: rows r0 .. of tile (i, j) of every member's y_q =
  * tile (si, sj) of src, which lives on the chunk's home; the home's own y too when with_home
  * (the result of an average), else it has it already (batch). */
-int tsr__gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp, int gi,
-                      const tsr_tiles_t *src, int si, int sj, tsr_tiles_t **y, bool with_home,
-                      int I, int j);
+int tsr__gather_chunk(const tsr_task_opts_t *o, tsr_replicas_t *r, rparam_t *rp,
+                      const tsr__scope_t *sc, const tsr_tiles_t *src, int si, int sj,
+                      tsr_tiles_t **y, bool with_home, int I, int j);
 
 #endif

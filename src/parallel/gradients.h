@@ -21,10 +21,9 @@ void tsr__gradients_stop(tsr_replicas_t *r);
 /* For the policies' hooks. Whether gradients are averaged every step (batch, post-local's first
  * epochs) now. */
 bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r);
-/* post-local: from gradient averaging to local SGD after steps_done steps of the run: every
- * rank gets the whole optimizer state and updates its own weights again. */
-int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done);
-/* post-local: the step at which local SGD began (state.c). */
-int64_t tsr__replicas_local_from(const tsr_replicas_t *r);
+/* From gradient averaging to local SGD (post-local), nothing if local already: every rank gets
+ * the whole optimizer state (share; false where every rank holds its own already, as a
+ * checkpoint gives it back) and updates its own weights again. */
+int tsr__replicas_go_local(tsr_replicas_t *r, bool share);
 
 #endif

@@ -11,6 +11,7 @@
 #include "parallel/buckets.h"
 #include "parallel/collective.h"
 #include "parallel/gradients.h"
+#include "parallel/home.h"
 #include "parallel/placement.h"
 #include "runtime/progress.h"
 #include "tile/ops.h"
@@ -23,16 +24,15 @@ static int rank_zero(int i, int j, void *ctx) {
 }
 
 /* Chunks, their homes and buckets (tsr__placement_plan: the coarsest chunking that balances what
- * each rank sends; with --shares, homes in proportion to them; under a grid each row its own),
- * kept in each parameter's record; and async-epoch's homes of whole tiles. */
-static int plan_chunks(tsr_replicas_t *r) {
+ * each rank sends; with --shares, homes in proportion to them, share; under a grid each row its
+ * own), kept in each parameter's record. */
+static int plan_chunks(tsr_replicas_t *r, const double *share) {
   int n = r->nparams, cap = n ? n : 1;
   tsr_chunk_shape_t *shapes = malloc(sizeof *shapes * (size_t)cap);
   tsr_chunking_t *ch = malloc(sizeof *ch * (size_t)cap);
   bool *spread = malloc(sizeof *spread * (size_t)cap),
        *staged = malloc(sizeof *staged * (size_t)cap), *whole = malloc(sizeof *whole * (size_t)cap);
-  int **homes = calloc((size_t)cap, sizeof *homes);
-  int rc = shapes && ch && spread && staged && whole && homes ? 0 : TSR_ENOMEM;
+  int rc = shapes && ch && spread && staged && whole ? 0 : TSR_ENOMEM;
   for (int k = 0; rc == 0 && k < n; k++) {
     const tsr_tiles_t *w = r->params[k].p->w;
     shapes[k] =
@@ -41,7 +41,7 @@ static int plan_chunks(tsr_replicas_t *r) {
   }
   tsr_buckets_t bk = {0}, tb = {0};
   if (rc == 0)
-    rc = tsr__placement_plan(shapes, spread, n, &r->m, r->home_share,
+    rc = tsr__placement_plan(shapes, spread, n, &r->m, share,
                              tsr__placement_bucket_bytes(r->sync.bucket_mb), ch, &bk, &tb, staged,
                              whole);
   if (rc == 0 && (rc = tsr__buckets_lay(r, &bk, &tb, ch))) tsr__chunks_free(ch, n);
@@ -52,12 +52,9 @@ static int plan_chunks(tsr_replicas_t *r) {
     rp->chome = ch[k].home, rp->local = ch[k].local; /* the replicas' now */
     rp->cbucket = ch[k].bucket, rp->coff = ch[k].offset;
     rp->tbucket = ch[k].tbucket, rp->toff = ch[k].toffset;
-    rp->staged = staged[k], rp->whole_g = whole[k];
+    rp->spread = spread[k], rp->staged = staged[k], rp->whole_g = whole[k];
   }
-  if (rc == 0) rc = tsr__placement_tile_homes(shapes, spread, n, &r->m, homes);
-  for (int k = 0; rc == 0 && k < n; k++)
-    r->params[k].home = homes[k];
-  free(shapes), free(ch), free(spread), free(staged), free(whole), free(homes);
+  free(shapes), free(ch), free(spread), free(staged), free(whole);
   return rc;
 }
 
@@ -68,13 +65,9 @@ static int by_chunk_home(tsr_tiles_t **t, rparam_t *rp) {
                                       tsr_tiles_nb(w), tsr__chunk_home, rp);
 }
 
-/* A matrix tiled like p's weights, distributed by tile home (async-epoch). */
-static int by_tile_home(tsr_tiles_t **t, rparam_t *rp) {
-  const tsr_tiles_t *w = rp->p->w;
-  return tsr_tiles_create_distributed(t, tsr_tiles_rows(w), tsr_tiles_cols(w), tsr_tiles_mb(w),
-                                      tsr_tiles_nb(w), tsr__tile_home, rp);
-}
-
+/* A parameter's views and matrices: its weights' (and, averaging gradients or with
+ * --sync-state, its optimizer state's) on every rank, its buffer's, the stage of its bands, the
+ * accumulator, and with two levels each node's partials. */
 static int create_param(tsr_replicas_t *r, rparam_t *rp) {
   tsr_param_t *p = rp->p;
   const tsr_tiles_t *w = p->w;
@@ -102,56 +95,24 @@ static int create_param(tsr_replicas_t *r, rparam_t *rp) {
     if (!(rp->stages = tsr__views_of(r, rp->stage))) return TSR_ENOMEM;
     if (batch) TSR_TRY(by_chunk_home(&rp->updated, rp));
   }
-  /* batch: the gradient's whole tiles travel (as chunks, or inside a node with two levels) */
+  /* Averaging gradients: the gradient's whole tiles travel (as chunks, or inside a node with two
+   * levels). */
   if (batch && rp->whole_g && !(rp->g = tsr__views_of(r, p->g))) return TSR_ENOMEM;
   TSR_TRY(by_chunk_home(&rp->acc, rp));
-  if (r->sync.by_steps && !r->outer) TSR_TRY(by_chunk_home(&rp->anchor, rp));
-  if (r->ngroups > 0) {
-    /* Every rank creates every group's, in the same order: descriptors take their MPI tags in
-     * creation order. */
-    rp->gacc = calloc((size_t)r->ngroups, sizeof *rp->gacc);
-    rp->gctx = calloc((size_t)r->ngroups, sizeof *rp->gctx);
-    if (!rp->gacc || !rp->gctx) return TSR_ENOMEM;
-    for (int g = 0; g < r->ngroups; g++) {
-      rp->gctx[g] = (tsr__group_home_t){rp, &r->groups[g]};
-      TSR_TRY(tsr_tiles_create_distributed(&rp->gacc[g], tsr_tiles_rows(w), tsr_tiles_cols(w),
-                                           rp->cr, tsr_tiles_nb(w), tsr__group_chunk_home,
-                                           &rp->gctx[g]));
-    }
+  if (!r->m.two_level) return 0;
+  rp->ntile = calloc((size_t)r->m.nnodes, sizeof *rp->ntile);
+  rp->nband = calloc((size_t)r->m.nnodes, sizeof *rp->nband);
+  rp->nctx = calloc((size_t)r->m.nnodes, sizeof *rp->nctx);
+  if (!rp->ntile || !rp->nband || !rp->nctx) return TSR_ENOMEM;
+  for (int n = 0; n < r->m.nnodes; n++) {
+    rp->nctx[n] = (tsr__group_home_t){rp, &r->m.nodes[n]};
+    TSR_TRY(tsr_tiles_create_distributed(&rp->ntile[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                         tsr_tiles_mb(w), tsr_tiles_nb(w), tsr__node_tile_home,
+                                         &rp->nctx[n]));
+    TSR_TRY(tsr_tiles_create_distributed(&rp->nband[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
+                                         rp->cr, tsr_tiles_nb(w), tsr__node_chunk_home,
+                                         &rp->nctx[n]));
   }
-  if (r->m.two_level && r->nbuckets > 0 &&
-      !(rp->tdone = calloc((size_t)tsr_tiles_mt(w) * (size_t)rp->nt, sizeof *rp->tdone)))
-    return TSR_ENOMEM;
-  if (r->m.two_level) {
-    rp->ntile = calloc((size_t)r->m.nnodes, sizeof *rp->ntile);
-    rp->nband = calloc((size_t)r->m.nnodes, sizeof *rp->nband);
-    rp->nctx = calloc((size_t)r->m.nnodes, sizeof *rp->nctx);
-    if (!rp->ntile || !rp->nband || !rp->nctx) return TSR_ENOMEM;
-    for (int n = 0; n < r->m.nnodes; n++) {
-      rp->nctx[n] = (tsr__group_home_t){rp, &r->m.nodes[n]};
-      TSR_TRY(tsr_tiles_create_distributed(&rp->ntile[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
-                                           tsr_tiles_mb(w), tsr_tiles_nb(w), tsr__node_tile_home,
-                                           &rp->nctx[n]));
-      TSR_TRY(tsr_tiles_create_distributed(&rp->nband[n], tsr_tiles_rows(w), tsr_tiles_cols(w),
-                                           rp->cr, tsr_tiles_nb(w), tsr__node_chunk_home,
-                                           &rp->nctx[n]));
-    }
-  }
-  bool async = r->policy->folds;
-  if (async) {
-    TSR_TRY(by_tile_home(&rp->global, rp));
-    if (!(rp->snap = calloc((size_t)r->m.size, sizeof *rp->snap))) return TSR_ENOMEM;
-    for (int q = 0; q < r->m.size; q++)
-      TSR_TRY(by_tile_home(&rp->snap[q], rp));
-  }
-  /* The outer state: laid out like the averages (anchor and momentum by chunk home), or under
-   * async-epoch like the global copy (momentum only: the global copy is the anchor). */
-  if (r->outer && async)
-    TSR_TRY(tsr__outer_add(r->outer, rp->index, tsr_tiles_rows(w), tsr_tiles_cols(w),
-                           tsr_tiles_mb(w), tsr_tiles_nb(w), tsr__tile_home, rp, false));
-  else if (r->outer)
-    TSR_TRY(tsr__outer_add(r->outer, rp->index, tsr_tiles_rows(w), tsr_tiles_cols(w), rp->cr,
-                           tsr_tiles_nb(w), tsr__chunk_home, rp, true));
   return 0;
 }
 
@@ -161,23 +122,51 @@ static void destroy_param(tsr_replicas_t *r, rparam_t *rp) {
     tsr__views_destroy(r, &rp->s[k]);
   tsr__views_destroy(r, &rp->w), tsr__views_destroy(r, &rp->g), tsr__views_destroy(r, &rp->stages);
   tsr__views_destroy(r, &rp->bufs);
-  tsr__views_destroy(r, &rp->snap);
   tsr_tiles_destroy(&rp->stage), tsr_tiles_destroy(&rp->acc), tsr_tiles_destroy(&rp->updated);
-  tsr_tiles_destroy(&rp->global), tsr_tiles_destroy(&rp->anchor);
-  for (int g = 0; rp->gacc && g < r->ngroups; g++)
-    tsr_tiles_destroy(&rp->gacc[g]);
   for (int n = 0; rp->ntile && n < r->m.nnodes; n++)
     tsr_tiles_destroy(&rp->ntile[n]);
   for (int n = 0; rp->nband && n < r->m.nnodes; n++)
     tsr_tiles_destroy(&rp->nband[n]);
-  free(rp->gacc), free(rp->gctx), free(rp->ntile), free(rp->nband), free(rp->nctx);
-  free(rp->chome), free(rp->local), free(rp->home), free(rp->cbucket), free(rp->coff);
-  free(rp->tdone), free(rp->tbucket), free(rp->toff);
+  free(rp->ntile), free(rp->nband), free(rp->nctx);
+  free(rp->chome), free(rp->local), free(rp->cbucket), free(rp->coff);
+  free(rp->tbucket), free(rp->toff);
 }
 
-int tsr__replicas_make_groups(tsr_replicas_t *r, int gs) {
-  TSR_TRY(tsr__members_groups(&r->m, gs, &r->groups, &r->ngroups, &r->my_group));
-  return (r->gsamples = calloc((size_t)r->m.size, sizeof *r->gsamples)) ? 0 : TSR_ENOMEM;
+/* Everything the averages need, laid out in the same order on every rank (descriptors take
+ * their MPI tags in creation order): who meets, the chunks and their matrices, what the homes
+ * keep, the buckets, the statistics' views, the policy's own state; then every replica equal,
+ * --sync-bn's hook and, averaging gradients, the gradient hook. */
+static int lay_out(tsr_replicas_t *r, const double *share, tsr_errbuf_t *err) {
+  tsr_net_t *net = r->net;
+  /* Homes in proportion to the shares (a rank's part of the reductions and sharded updates
+   * follows its part of the samples); a share of 0 still homes what the others cannot. */
+  double *home_share = NULL;
+  if (share && r->m.grid_rows == 1) {
+    if (!(home_share = malloc(sizeof(double) * (size_t)r->m.size))) return TSR_ENOMEM;
+    for (int q = 0; q < r->m.size; q++)
+      home_share[q] = share[q] * r->m.size > 1e-3 ? share[q] * r->m.size : 1e-3;
+  }
+  int rc = tsr__members_levels(&r->m, &r->sync, home_share != NULL, err);
+  int k = 0;
+  for (int l = 0; l < net->n_layers && rc == 0; l++)
+    for (int m = 0; m < net->layers[l].nparams; m++, k++)
+      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k, r->params[k].r = r,
+      r->params[k].buf = m < net->layers[l].nbuffers ? net->layers[l].buffers[m] : NULL;
+  if (rc == 0) rc = plan_chunks(r, home_share);
+  free(home_share);
+  for (k = 0; k < r->nparams && rc == 0; k++)
+    rc = create_param(r, &r->params[k]);
+  if (rc == 0) rc = tsr__homes_create(r);
+  if (rc == 0) rc = tsr__buckets_create(r);
+  if (rc == 0 && !(r->stats = tsr__views_of(r, net->train_stats))) rc = TSR_ENOMEM;
+  if (rc == 0)
+    rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
+                                      rank_zero, NULL);
+  if (rc == 0 && r->policy->create) rc = r->policy->create(r, &r->sync.schedule, &r->state);
+  if (rc == 0) rc = tsr__replicas_start_equal(r);
+  if (rc == 0 && r->sync.sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
+  if (rc == 0 && r->batch) rc = tsr__gradients_start(r);
+  return rc;
 }
 
 int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t *sync,
@@ -190,52 +179,18 @@ int tsr__replicas_create(tsr_replicas_t **out, tsr_net_t *net, const tsr_sync_t 
   int rc = tsr__members_init(&r->m, tsr_dist_rank(), tsr_dist_size(), pr);
   /* One grid column (Px1): one replica, nothing to average. */
   r->policy = pr == r->m.size ? &tsr__sync_none : tsr__sync_policy(&sync->schedule);
-  sync = &r->sync;
   r->batch = r->policy->traits.meets_every_step;
   r->weights = calloc((size_t)r->m.size, sizeof *r->weights);
-  r->send_ranks = calloc((size_t)r->m.size, sizeof *r->send_ranks);
-  r->send_w = calloc((size_t)r->m.size, sizeof *r->send_w);
   r->samples = calloc((size_t)r->m.size, sizeof *r->samples);
-  r->steps = calloc((size_t)r->m.size, sizeof *r->steps);
   r->nparams = tsr_net_n_params(net);
-  r->params = calloc((size_t)r->nparams, sizeof *r->params);
-  if (rc == 0 && !(r->weights && r->send_ranks && r->send_w && r->samples && r->steps && r->params))
-    rc = TSR_ENOMEM;
-  /* Homes in proportion to the shares (a rank's part of the reductions and sharded updates
-   * follows its part of the samples); a share of 0 still homes what the others cannot. */
-  if (rc == 0 && share && pr == 1) {
-    if (!(r->home_share = malloc(sizeof(double) * (size_t)r->m.size))) rc = TSR_ENOMEM;
-    for (int q = 0; rc == 0 && q < r->m.size; q++)
-      r->home_share[q] = share[q] * r->m.size > 1e-3 ? share[q] * r->m.size : 1e-3;
-  }
-  if (rc == 0 && r->policy->create) rc = r->policy->create(r, &sync->schedule);
+  r->params = calloc((size_t)r->nparams + 1, sizeof *r->params);
+  if (rc == 0 && !(r->weights && r->samples && r->params)) rc = TSR_ENOMEM;
   tsr_errbuf_t why = {""};
-  if (rc == 0 && (rc = tsr__members_levels(&r->m, sync, r->home_share != NULL, &why)) &&
-      why.msg[0]) {
-    tsr__replicas_destroy(&r);
-    return tsr_error_set(err, rc, "%s", why.msg);
-  }
-  if (rc == 0 && sync->outer.kind != TSR_OUTER_NONE)
-    rc = tsr__outer_create(&r->outer, &sync->outer, r->nparams);
-  int k = 0;
-  for (int l = 0; l < net->n_layers && rc == 0; l++)
-    for (int m = 0; m < net->layers[l].nparams; m++, k++)
-      r->params[k].p = &net->layers[l].params[m], r->params[k].index = k, r->params[k].r = r,
-      r->params[k].buf = m < net->layers[l].nbuffers ? net->layers[l].buffers[m] : NULL;
-  if (rc == 0) rc = plan_chunks(r);
-  for (k = 0; k < r->nparams && rc == 0; k++)
-    rc = create_param(r, &r->params[k]);
-  if (rc == 0) rc = tsr__buckets_create(r);
-  if (rc == 0 && !(r->stats = tsr__views_of(r, net->train_stats))) rc = TSR_ENOMEM;
-  if (rc == 0)
-    rc = tsr_tiles_create_distributed(&r->stats_sum, tsr_tiles_rows(net->train_stats), 2, 1, 2,
-                                      rank_zero, NULL);
-  if (rc == 0) rc = tsr__replicas_start_equal(r);
-  if (rc == 0 && sync->sync_bn) rc = tsr__sync_bn_create(&r->sync_bn, net);
-  if (rc == 0 && r->batch) rc = tsr__gradients_start(r);
+  if (rc == 0) rc = lay_out(r, share, &why);
   if (rc) {
     tsr__replicas_destroy(&r);
-    return tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
+    return why.msg[0] ? tsr_error_set(err, rc, "%s", why.msg)
+                      : tsr_error_set(err, rc, "cannot set up the replicas: %s", tsr_strerror(rc));
   }
   memset(&r->st, 0, sizeof r->st);
   r->agreed = true;
@@ -254,22 +209,18 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   if (tsr_dist_active()) tsr__progress_wait_all();
   tsr__gradients_stop(r);
   tsr__sync_bn_destroy(&r->sync_bn);
-  /* The outer state first: destroying a distributed matrix asks its rank_of, which reads the
-   * chunk homes destroy_param frees. */
-  tsr__outer_destroy(&r->outer);
+  /* What the homes keep first (the outer state): destroying a distributed matrix asks its
+   * rank_of, which reads the chunk homes destroy_param frees (or the policy's). */
+  tsr__homes_destroy(r);
+  if (r->policy && r->policy->destroy) r->policy->destroy(r, r->state);
+  r->state = NULL;
   tsr__buckets_destroy(r);
   for (int k = 0; r->params && k < r->nparams; k++)
     destroy_param(r, &r->params[k]);
   tsr__views_destroy(r, &r->stats);
   tsr_tiles_destroy(&r->stats_sum);
-  tsr__views_destroy(r, &r->sq);
-  tsr__views_destroy(r, &r->sq_totals);
-  tsr_tiles_destroy(&r->sq_total);
-  tsr__groups_free(&r->groups, r->ngroups);
   tsr__members_fini(&r->m);
-  free(r->gsamples);
-  free(r->params), free(r->weights), free(r->send_ranks), free(r->send_w), free(r->home_share),
-      free(r->samples), free(r->steps);
+  free(r->params), free(r->weights), free(r->samples);
   free(r);
   *rp = NULL;
 }
@@ -279,10 +230,10 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
   int64_t total = 0;
   for (int q = 0; q < r->m.size; q++) {
     r->samples[q] += samples_per_rank[q];
-    r->steps[q] += samples_per_rank[q] > 0;
-    if (r->gsamples) r->gsamples[q] += samples_per_rank[q];
     total += samples_per_rank[q];
   }
+  tsr__homes_count(r, samples_per_rank);
+  if (r->policy->count) r->policy->count(r->state, samples_per_rank);
   if (r->sync_bn) tsr__sync_bn_count(r->sync_bn, samples_per_rank);
   /* The global gradient is the mean over the global batch. */
   if (r->batch)
@@ -295,7 +246,7 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
 int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) {
   if (!r->policy->epoch_begin) return 0;
   double t0 = tsr__now();
-  int rc = r->policy->epoch_begin(r, &r->sync.schedule, epoch, steps_done);
+  int rc = r->policy->epoch_begin(r, &r->sync.schedule, r->state, epoch, steps_done);
   r->st.seconds += tsr__now() - t0;
   return rc;
 }
@@ -303,7 +254,7 @@ int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done) 
 int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
   if (!r->policy->after_step) return 0;
   double t0 = tsr__now();
-  int rc = r->policy->after_step(r, &r->sync.schedule, step);
+  int rc = r->policy->after_step(r, &r->sync.schedule, r->state, step);
   r->st.seconds += tsr__now() - t0;
   return rc;
 }
@@ -311,7 +262,7 @@ int tsr__replicas_after_step(tsr_replicas_t *r, int64_t step) {
 int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last) {
   if (!r->policy->epoch_end) return 0;
   double t0 = tsr__now();
-  int rc = r->policy->epoch_end(r, &r->sync.schedule, epoch, last);
+  int rc = r->policy->epoch_end(r, &r->sync.schedule, r->state, epoch, last);
   r->st.seconds += tsr__now() - t0;
   return rc;
 }

@@ -65,10 +65,13 @@ bool tsr__replicas_has_outer(const tsr_replicas_t *r);
 bool tsr__replicas_final_extra(const tsr_replicas_t *r);
 int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all);
 int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all);
-/* post-local resumed past its switch: local SGD from the start, counted from local_from (the
- * step at which the checkpointed run switched), each rank keeping the optimizer state it was
- * given. Nothing to do if local already. */
-int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t local_from);
+/* The step from which the policy's local SGD counts its averages (post-local's switch; 0 for
+ * the others), for a checkpoint written while the replicas train alone. */
+int64_t tsr__replicas_local_since(const tsr_replicas_t *r);
+/* A run resumed from such a checkpoint written under the same policy, with that step: post-local
+ * past its switch trains locally from the start, counted from it, each rank keeping the
+ * optimizer state it was given. Nothing for the other policies. */
+int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t since);
 /* Statistics since the last call, then reset. */
 void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
 

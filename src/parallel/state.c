@@ -1,14 +1,15 @@
 /* What a checkpoint reads of the replicas and writes back (replicas.h, "Checkpoints"): whether
- * the last average was the end's, post-local's switch, the outer optimizer's momentum gathered
- * from the ranks that home its chunks and given back to them. */
-#include "parallel/replicas_impl.h"
+ * the last average was the end's, the step local SGD counts from and the resume past it (the
+ * policy's), the outer optimizer's momentum gathered from the ranks that home its chunks and
+ * given back to them. */
+#include "parallel/home.h"
 
 bool tsr__replicas_final_extra(const tsr_replicas_t *r) {
   return r->final_extra;
 }
 
 bool tsr__replicas_has_outer(const tsr_replicas_t *r) {
-  return r->outer != NULL;
+  return tsr__homes_outer(r) != NULL;
 }
 
 static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
@@ -19,7 +20,8 @@ static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
 
 int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all) {
   const rparam_t *rp = param_of(r, index);
-  const tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
+  tsr_outer_state_t *outer = tsr__homes_outer(r);
+  const tsr_tiles_t *u = outer && rp ? tsr__outer_momentum(outer, rp->index) : NULL;
   /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
    * plan (tsr__placement_plan), which only that row's ranks know. */
   if (!u) return TSR_EINVAL;
@@ -28,10 +30,15 @@ int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all) {
 
 int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all) {
   const rparam_t *rp = param_of(r, index);
-  tsr_tiles_t *u = r->outer && rp ? tsr__outer_momentum(r->outer, rp->index) : NULL;
+  tsr_outer_state_t *outer = tsr__homes_outer(r);
+  tsr_tiles_t *u = outer && rp ? tsr__outer_momentum(outer, rp->index) : NULL;
   return u ? tsr_tiles_write_owned(u, all) : TSR_EINVAL;
 }
 
-int64_t tsr__replicas_local_from(const tsr_replicas_t *r) {
-  return r->local_from;
+int64_t tsr__replicas_local_since(const tsr_replicas_t *r) {
+  return r->policy->local_since ? r->policy->local_since(r->state) : 0;
+}
+
+int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t since) {
+  return r->policy->resume_local ? r->policy->resume_local(r, r->state, since) : 0;
 }

@@ -323,7 +323,7 @@ static int add_replicas_meta(bundle_t *b, bool per_replica, int pr, bool outer, 
   if (rc == 0 && outer) rc = add_meta(b, "outer_state", "momentum");
   if (rc == 0 && rep && tsr__replicas_final_extra(rep)) rc = add_meta(b, "final_average", "1");
   if (rc == 0 && rep && !tsr__replicas_averaging_gradients(rep))
-    rc = add_meta(b, "local_since", "%" PRId64, tsr__replicas_local_from(rep));
+    rc = add_meta(b, "local_since", "%" PRId64, tsr__replicas_local_since(rep));
   char text[1024] = "";
   int n = 0;
   for (int q = 0; per_replica && q < tsr_dist_size() / pr && n < (int)sizeof text - 24; q++)
