@@ -175,8 +175,8 @@ MUTANTS = [
      [("if (!spread[k] || j % pr == p)", "if (!spread[k] || j >= 0)")], ["plan-cli"]),
     ("grid-outer-gather-plan", "under a grid the outer momentum is gathered by rank 0's plan of "
      "the other rows' homes", "src/parallel/state.c",
-     [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, all) : tsr_tiles_gather(u, all);",
-       "return tsr_tiles_gather(u, all);")], ["grid-sync"]),
+     [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);",
+       "return tsr_tiles_gather(u, into);")], ["grid-sync"]),
     ("grid-bucket-senders-all", "under a grid a bucket's home sums the rows of every rank, not "
      "of its grid row's", "src/parallel/buckets.c",
      [("const tsr__group_t *row = r->m.grid_rows > 1 ? &r->m.rows[r->m.rank % r->m.grid_rows] : "
@@ -197,11 +197,11 @@ MUTANTS = [
      "ranks", "src/tile/tiles.c",
      [("every + (size_t)(c * stride + owner)", "every + (size_t)(owner)")], ["grid-checkpoint"]),
     ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint.c",
-     [("(rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)",
+     [("(rc = tsr__replicas_outer(rep, l->params[k].index, NULL, data)) != 0)",
        "(rc = 0) != 0)")], ["resume-mpi"]),
     ("resume-post-local-again", "post-local resumed past its switch switches again (sharing one "
      "rank's state, counting from the resume)", "src/train/checkpoint.c",
-     [("(rc = tsr__replicas_resume_local(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
+     [("(rc = tsr__replicas_resume(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
     ("outer-gather-rank0", "a distributed matrix (the outer momentum, a grid's tiles) gathered "
      "from rank 0's tiles only, not each tile's owner", "src/tile/tiles.c",
      [("every + (size_t)tsr_tiles_rank_of(t, i, j) * (size_t)count", "every")],
@@ -211,7 +211,7 @@ MUTANTS = [
      [("    tsr__replicas_mark_final(r);\n", "")], ["resume-mpi"]),
     ("checkpoint-unagreed", "a checkpoint written where local SGD's replicas differ (rank 0's "
      "weights between averages)", "src/train/train.c",
-     [("  if (cp->rep && !tsr__replicas_agree(cp->rep)) return 0;\n", "")],
+     [("  if (!saved.agreed) return 0;\n", "")],
      ["mpi-checkpoint-agree-2"]),
     ("checkpoint-test-stats", "the checkpoint records the test set's standardization",
      "src/cli/train_run.c",

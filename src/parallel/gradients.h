@@ -17,6 +17,10 @@
 int tsr__gradients_start(tsr_replicas_t *r);
 /* The net's own hook back (nothing if not averaging gradients). */
 void tsr__gradients_stop(tsr_replicas_t *r);
+/* Averaging gradients: copies each chunk's optimizer state from its home to every rank, so
+ * that each rank holds the whole state (sharded during training), e.g. for a checkpoint; waits
+ * for it. Otherwise nothing to do. */
+int tsr__replicas_share_state(tsr_replicas_t *r);
 
 /* For the policies' hooks. Whether gradients are averaged every step (batch, post-local's first
  * epochs) now. */

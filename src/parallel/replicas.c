@@ -225,7 +225,7 @@ void tsr__replicas_destroy(tsr_replicas_t **rp) {
   *rp = NULL;
 }
 
-void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
+bool tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
   r->agreed = false; /* a step without an average follows (batch: always agree) */
   int64_t total = 0;
   for (int q = 0; q < r->m.size; q++) {
@@ -240,6 +240,7 @@ void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank) {
     for (int q = 0; q < r->m.size; q++)
       r->weights[q] =
           total > 0 ? (double)samples_per_rank[q] * r->m.grid_rows / (double)total : 0.0;
+  return r->batch;
 }
 
 /* The policy's hooks, timed as synchronization. */

@@ -16,8 +16,6 @@
 #include "io/safetensors.h"
 #include "nn/layers.h"
 #include "nn/net_impl.h"
-#include "parallel/gradients.h"
-#include "parallel/policy.h"
 #include "tessera/checkpoint.h"
 #include "tessera/dist.h"
 #include "tessera/train.h"
@@ -300,7 +298,7 @@ static int gather_outer(bundle_t *b, tsr_replicas_t *rep, const char *name, cons
   int64_t rows = tsr_tiles_rows(w), cols = tsr_tiles_cols(w);
   float *all = tsr_dist_rank() == 0 ? malloc(sizeof(float) * (size_t)(rows * cols)) : NULL;
   int rc = tsr_dist_any(tsr_dist_rank() == 0 && !all) ? TSR_ENOMEM : 0;
-  if (rc == 0) rc = tsr__replicas_outer_read(rep, index, all);
+  if (rc == 0) rc = tsr__replicas_outer(rep, index, all, NULL);
   rc = tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
   char full[160];
   snprintf(full, sizeof full, "outer.%s.momentum", name);
@@ -316,14 +314,13 @@ static int gather_outer(bundle_t *b, tsr_replicas_t *rep, const char *name, cons
  * of one process is as it was): how the optimizer state is kept (per replica: each rank's, or
  * under a grid of pr rows each column's), the outer momentum, the switch of post-local, each
  * replica's step count (steps: every rank's; a column's ranks count alike). */
-static int add_replicas_meta(bundle_t *b, bool per_replica, int pr, bool outer, tsr_replicas_t *rep,
-                             const int64_t *steps) {
+static int add_replicas_meta(bundle_t *b, bool per_replica, int pr, bool outer,
+                             const tsr__replicas_saved_t *saved, const int64_t *steps) {
   const char *kept = !per_replica ? "shared" : pr > 1 ? "per-column" : "per-rank";
   int rc = add_meta(b, "optimizer_state", "%s", kept);
   if (rc == 0 && outer) rc = add_meta(b, "outer_state", "momentum");
-  if (rc == 0 && rep && tsr__replicas_final_extra(rep)) rc = add_meta(b, "final_average", "1");
-  if (rc == 0 && rep && !tsr__replicas_averaging_gradients(rep))
-    rc = add_meta(b, "local_since", "%" PRId64, tsr__replicas_local_since(rep));
+  if (rc == 0 && saved->final_extra) rc = add_meta(b, "final_average", "1");
+  if (rc == 0 && saved->local) rc = add_meta(b, "local_since", "%" PRId64, saved->local_since);
   char text[1024] = "";
   int n = 0;
   for (int q = 0; per_replica && q < tsr_dist_size() / pr && n < (int)sizeof text - 24; q++)
@@ -396,8 +393,8 @@ static int add_tensors(bundle_t *b, const tsr_net_t *net, tsr_replicas_t *rep, b
 }
 
 int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
-                             const tsr_checkpoint_info_t *info, const char *path,
-                             tsr_errbuf_t *err) {
+                             const tsr__replicas_saved_t *saved, const tsr_checkpoint_info_t *info,
+                             const char *path, tsr_errbuf_t *err) {
   /* Under MPI (replicas, or a grid's spread tiles) every rank takes part, rank 0 writing. */
   int pr = tsr_net_grid_rows(net);
   bool collective = rep || (pr > 1 && tsr_dist_active());
@@ -405,8 +402,8 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   int ranks = collective ? tsr_dist_size() : 1, replicas = ranks / pr;
   int nstate = tsr__optim_nstate(net->optim);
   /* Local SGD: each replica's optimizer state is its own (batch shares it before this). */
-  bool per_replica = rep && replicas > 1 && nstate > 0 && !tsr__replicas_averaging_gradients(rep);
-  bool outer = rep && tsr__replicas_has_outer(rep);
+  bool per_replica = rep && replicas > 1 && nstate > 0 && saved->per_replica;
+  bool outer = rep && saved->outer;
   int ntensors =
       tsr_net_n_params(net) * (1 + nstate * (per_replica ? replicas : 1) + (outer ? 1 : 0));
   for (int i = 0; i < net->n_layers; i++)
@@ -421,7 +418,7 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   rc = rc ? rc : crc;
   if (writer && rc == 0) rc = add_state_meta(&b, net, info);
   if (writer && rc == 0 && pr > 1) rc = add_meta(&b, "grid", "%dx%d", pr, replicas);
-  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_replica, pr, outer, rep, steps);
+  if (writer && rc == 0 && rep) rc = add_replicas_meta(&b, per_replica, pr, outer, saved, steps);
   if (writer && rc == 0)
     rc = tsr__st_write(path, b.t, b.n, b.meta, b.nmeta, err);
   else if (rc)
@@ -432,7 +429,7 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
 
 int tsr_checkpoint_save(const tsr_net_t *net, const tsr_checkpoint_info_t *info, const char *path,
                         tsr_errbuf_t *err) {
-  return tsr__checkpoint_save_run(net, NULL, info, path, err);
+  return tsr__checkpoint_save_run(net, NULL, NULL, info, path, err);
 }
 
 /* ---- loading ---- */
@@ -911,8 +908,9 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
   int pr = tsr_net_grid_rows(net), q = tsr_dist_rank() / pr;
   if (rc == 0 && got.state_ranks > 1 && got.state_ranks == tsr_dist_size() / pr && q > 0)
     rc = restore_own_state(net, f, path, q, got.state_columns, err);
-  for (int i = 0;
-       rc == 0 && got.outer_momentum && tsr__replicas_has_outer(rep) && i < net->n_layers; i++) {
+  tsr__replicas_saved_t now;
+  if (rc == 0) rc = tsr__replicas_checkpoint(rep, false, &now);
+  for (int i = 0; rc == 0 && got.outer_momentum && now.outer && i < net->n_layers; i++) {
     tsr_layer_t *l = &net->layers[i];
     for (int k = 0; k < l->nparams && rc == 0; k++) {
       char name[96], full[160];
@@ -921,14 +919,14 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
       const float *data = NULL;
       rc = find_sized(f, path, full,
                       tsr_tiles_rows(l->params[k].w) * tsr_tiles_cols(l->params[k].w), &data, err);
-      if (rc == 0 && (rc = tsr__replicas_outer_write(rep, l->params[k].index, data)) != 0)
+      if (rc == 0 && (rc = tsr__replicas_outer(rep, l->params[k].index, NULL, data)) != 0)
         tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
     }
   }
   int64_t since = 0;
   bool local = rc == 0 && strcmp(got.sync, sync) == 0 && tsr__st_meta(f, "local_since");
   if (local) rc = meta_int(f, path, "local_since", 0, INT64_MAX, &since, err);
-  if (local && rc == 0 && (rc = tsr__replicas_resume_local(rep, since)) != 0)
+  if (local && rc == 0 && (rc = tsr__replicas_resume(rep, since)) != 0)
     tsr_error_set(err, rc, "%s: cannot resume local SGD: %s", path, tsr_strerror(rc));
   tsr__st_close(&f);
   return rc;

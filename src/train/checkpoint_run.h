@@ -10,13 +10,14 @@
 #include "tessera/checkpoint.h"
 
 /* tsr_checkpoint_save of net and, with rep (borrowed; NULL: one process), of what the
- * replicas hold: collective under MPI, every rank calling at the same point, rank 0 writing.
- * Every rank's optimizer state goes in when the replicas keep their own (local SGD), and the
- * outer optimizer's momentum when there is one. The result is rank 0's writing on rank 0
- * (err filled there), 0 elsewhere unless gathering failed (then the same on every rank). */
+ * replicas hold (saved: tsr__replicas_checkpoint's, taken as the checkpoint is written): collective
+ * under MPI, every rank calling at the same point, rank 0 writing. Every rank's optimizer state
+ * goes in when the replicas keep their own (local SGD), and the outer optimizer's momentum when
+ * there is one. The result is rank 0's writing on rank 0 (err filled there), 0 elsewhere unless
+ * gathering failed (then the same on every rank). */
 int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
-                             const tsr_checkpoint_info_t *info, const char *path,
-                             tsr_errbuf_t *err);
+                             const tsr__replicas_saved_t *saved, const tsr_checkpoint_info_t *info,
+                             const char *path, tsr_errbuf_t *err);
 
 /* After tsr_checkpoint_load of path into net and once the replicas exist: this rank's own
  * optimizer state and step count when the file holds every rank's and was written by as many
