@@ -23,7 +23,8 @@ are fine anywhere. Besides:
   chunks live) include neither StarPU nor tiles, the net or the runtime; no file of
   src/parallel/ is over PARALLEL_MAX_LINES lines; a policy's file (sync_<name>.c) includes none
   of the headers that show the replicas' record (RECORD): it reaches the replicas through the
-  engine's calls and keeps what only it needs in its own state (STYLE.md, 15).
+  engine's calls and keeps what only it needs in its own state (STYLE.md, 15);
+- no file of src/ or codelets/ is over SRC_MAX_LINES lines (several concerns, several files).
 Prints every violation with the file and line, and exits 1 if there is one. Before the real
 tree, the kind and circle checks run on a small tree of their own with planted violations and
 fail if they do not catch them.
@@ -55,6 +56,7 @@ ENGINE = "src/parallel"
 LOW_LAYERS = ["members", "chunks", "placement"]
 LOW_FORBIDDEN = re.compile(r"^(?:starpu|tile/|nn/|runtime/|codelets|parallel/replicas_impl\.h)")
 PARALLEL_MAX_LINES = 600
+SRC_MAX_LINES = 1000
 RECORD = re.compile(r"^parallel/(?:replicas_impl|collective|home|buckets)\.h$")
 
 
@@ -365,6 +367,11 @@ def main():
                         bad.append("%s: codelets/ reaches runtime/ only through the task options" % where)
                     elif not allowed(src, dst):
                         bad.append("%s: %s/ may not include %s/" % (where, src, dst))
+    for rel in source_files(root):
+        n = sum(1 for _ in open(os.path.join(root, rel)))
+        if n > SRC_MAX_LINES:
+            bad.append("%s: %d lines, over %d: several concerns, several files" %
+                       (rel, n, SRC_MAX_LINES))
     for (a, b), where in sorted(edges.items()):
         if (b, a) in edges and a < b:
             bad.append("%s/ and %s/ include each other: %s; %s" % (a, b, where, edges[(b, a)]))

@@ -151,14 +151,14 @@ MUTANTS = [
      "batch", "src/optim/sgd_nesterov.c", [("    .lr_scales_with_replicas = true,\n", "")],
      ["mpi-batch-2"]),
     ("checkpoint-unknown-as-sgd", "a checkpoint of an unknown optimizer is read as SGD (the bug "
-     "issue 19 names)", "src/train/checkpoint.c",
+     "issue 19 names)", "src/train/checkpoint_format.c",
      [("  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0) return 0;",
-       "  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0 ||\n"
-       "      tsr_optimizer_init(opt ? opt : &o, \"sgd\", NULL) == 0)\n    return 0;")],
+       "  if (tsr_optimizer_init(opt ? opt : &o, name, NULL) == 0 ||\n      "
+       "tsr_optimizer_init(opt ? opt : &o, \"sgd\", NULL) == 0)\n    return 0;")],
      ["checkpoint"]),
     # Issue 20: checkpoints that lose nothing, and their contracts.
     ("resume-rank0-state", "a resumed local SGD run gives every rank rank 0's optimizer state "
-     "(the file holds each rank's)", "src/train/checkpoint.c",
+     "(the file holds each rank's)", "src/train/checkpoint_resume.c",
      [("tsr_dist_size() / pr && q > 0)", "tsr_dist_size() / pr && q > 1)")],
      ["resume-mpi"]),
     ("grid-two-level-all-nodes", "under a grid two levels group every rank by node, not the rank's "
@@ -191,16 +191,16 @@ MUTANTS = [
      [("  if (!tsr__group_has(tsr__scope(r, rp, NULL, j), r->m.rank))\n    return 0; /* grid: another row's column */\n",
        "")], ["grid-sync"]),
     ("resume-grid-column-of-rank", "a resumed grid run gives each rank the optimizer state of the "
-     "replica its rank numbers, not its grid column's", "src/train/checkpoint.c",
+     "replica its rank numbers, not its grid column's", "src/train/checkpoint_resume.c",
      [("q = tsr_dist_rank() / pr;", "q = tsr_dist_rank() % pr;")], ["grid-checkpoint"]),
     ("gather-copies-column-0", "each grid column's optimizer state is gathered from column 0's "
      "ranks", "src/tile/tiles.c",
      [("every + (size_t)(c * stride + owner)", "every + (size_t)(owner)")], ["grid-checkpoint"]),
-    ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint.c",
+    ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint_resume.c",
      [("(rc = tsr__replicas_outer(rep, l->params[k].index, NULL, data)) != 0)",
        "(rc = 0) != 0)")], ["resume-mpi"]),
     ("resume-post-local-again", "post-local resumed past its switch switches again (sharing one "
-     "rank's state, counting from the resume)", "src/train/checkpoint.c",
+     "rank's state, counting from the resume)", "src/train/checkpoint_resume.c",
      [("(rc = tsr__replicas_resume(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
     ("outer-gather-rank0", "a distributed matrix (the outer momentum, a grid's tiles) gathered "
      "from rank 0's tiles only, not each tile's owner", "src/tile/tiles.c",
@@ -219,18 +219,18 @@ MUTANTS = [
        "tsr_standardization_fit(&r->standardization, cfg->standardize, &r->test,")],
      ["resume-mpi"]),
     ("checksum-missing-trusted", "a tensor with no recorded checksum is trusted",
-     "src/train/checkpoint.c",
+     "src/train/checkpoint_format.c",
      [("    if (!want || strcmp(want, got) != 0)", "    if (want && strcmp(want, got) != 0)")],
      ["checkpoint-contracts"]),
     ("failed-write-keeps-tmp", "a failed checkpoint write leaves its temporary file",
      "src/io/safetensors.c", [("  if (rc) {\n    unlink(tmp);\n", "  if (rc) {\n")],
      ["checkpoint-contracts"]),
     ("meta-float-unchecked", "a float of the metadata cast to float checked for inf and nan "
-     "only (1e300 and 1e39 overflow the cast, 1e-40 is subnormal)", "src/train/checkpoint.c",
+     "only (1e300 and 1e39 overflow the cast, 1e-40 is subnormal)", "src/train/checkpoint_format.c",
      [("if (end == *s || !isfinite(x) || m > FLT_MAX || (m != 0 && m < FLT_MIN)) {",
        "if (end == *s || !isfinite(m)) {")], ["checkpoint-contracts"]),
     ("meta-int-unchecked", "a whole number of the metadata cast to int without its range",
-     "src/train/checkpoint.c",
+     "src/train/checkpoint_format.c",
      [("if (end == *s || errno || x < lo || x > hi) {", "if (end == *s || errno) {")],
      ["checkpoint-contracts"]),
     # Issue 21: traces people can read.
@@ -321,9 +321,9 @@ MUTANTS = [
        "row->memory_bytes = (double)(mem->total - mem->workspace) +")],
      ["plan"]),
     ("checkpoint-init-unread", "a checkpoint's initialization is read as the default",
-     "src/train/checkpoint.c",
-     [('tsr_init_from_name(&o.init, init ? init : "he")',
-       'tsr_init_from_name(&o.init, "pytorch")')], ["checkpoint"]),
+     "src/train/checkpoint_format.c",
+     [("tsr_init_from_name(&o.init, init ? init : \"he\")",
+       "tsr_init_from_name(&o.init, \"pytorch\")")], ["checkpoint"]),
     ("plan-memory-sums", "the planner's memory per rank leaves out batch's updated chunk copies",
      "src/plan/plan.c", [("/ pc * (grads ? 2 : 1)", "/ pc")], ["plan"]),
     # Issue 22: validation and schedules.
@@ -370,7 +370,7 @@ MUTANTS = [
     ("augment-no-epoch", "tsr_train never sets the epoch: every epoch draws the same crops",
      "src/train/train.c", [("  tsr_net_set_epoch(r->net, e);", "")], ["augment"]),
     ("augment-resume-unchecked", "a resume under other augmentation settings passes silently",
-     "src/train/checkpoint.c", [("if (strcmp(augment, then_augment) != 0) {", "if (0) {")],
+     "src/train/checkpoint_resume.c", [("if (strcmp(augment, then_augment) != 0) {", "if (0) {")],
      ["augment-cli"]),
     ("bn-padding-in-stats", "batchnorm's statistics take the padding rows of a short batch",
      "src/tile/ops.c", [("return (int)(v < 0 ? 0 : v < rows ? v : rows);",

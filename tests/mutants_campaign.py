@@ -181,17 +181,17 @@ CAMPAIGN = [
      [("int replicas = tsr_dist_size() / tsr_net_grid_rows(net);", "int replicas = tsr_dist_size();")],
      ["mpi-cli", "mpi-grid-2", "mpi-grid-4"]),
     ("resume-optim-steps-lost", "a checkpoint's optimizer step count is read but not restored "
-     "(Adam's bias correction restarts)", "src/train/checkpoint.c",
+     "(Adam's bias correction restarts)", "src/train/checkpoint_state.c",
      [("  if (rc == 0) tsr__optim_set_steps(net->optim, steps);\n",
        "  if (rc == 0 && steps < 0) rc = TSR_EFORMAT;\n")], ["checkpoint", "checkpoint-cli"]),
     ("resume-state-first-name", "every optimizer state tensor is loaded from the first state's "
-     "name (Adam's exp_avg_sq from exp_avg)", "src/train/checkpoint.c",
+     "name (Adam's exp_avg_sq from exp_avg)", "src/train/checkpoint_state.c",
      [("        snprintf(state, sizeof state, \"optimizer.%s.%s\", name,\n"
        "                 tsr__optim_state_name(net->optim, s));\n"
-       "        rc = load_tensor(",
+       "        rc = tsr__ckpt_load_tensor(",
        "        snprintf(state, sizeof state, \"optimizer.%s.%s\", name,\n"
        "                 tsr__optim_state_name(net->optim, 0));\n"
-       "        rc = load_tensor(")], ["checkpoint", "checkpoint-cli"]),
+       "        rc = tsr__ckpt_load_tensor(")], ["checkpoint", "checkpoint-cli"]),
     # ---- src/io ----
     ("st-end-as-length", "safetensors data_offsets written as [begin, length], not [begin, end]",
      "src/io/safetensors.c",

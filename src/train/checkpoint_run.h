@@ -1,8 +1,7 @@
-/* Checkpoints of a run under MPI (src/train/checkpoint.c), beyond the public
- * tessera/checkpoint.h: what the replicas hold (each rank's optimizer state
- * under weight averaging, the outer optimizer's momentum, post-local's
- * switch) written with the net and given back on resume. tsr_train calls
- * these; the file's layout is in docs/checkpoints.md. */
+/* Checkpoints of a run under MPI (src/train/checkpoint_state.c and checkpoint_resume.c), beyond the
+ * public tessera/checkpoint.h: what the replicas hold (each rank's optimizer state under weight
+ * averaging, the outer optimizer's momentum, post-local's switch) written with the net and given
+ * back on resume. tsr_train calls these; the file's layout is in docs/checkpoints.md. */
 #ifndef TSR_CHECKPOINT_RUN_H
 #define TSR_CHECKPOINT_RUN_H
 
