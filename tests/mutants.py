@@ -91,7 +91,7 @@ MUTANTS = [
      ["mpi-outer-2"]),
     ("postlocal-phase", "post-local counts every=K from the run's first step, not the switch",
      "src/parallel/sync_post_local.c",
-     [("(step - p->local_from) % s->every == 0", "step % s->every == 0")],
+     [("(step - p->local_from) % s->every == 0", "(step - 0 * p->local_from) % s->every == 0")],
      ["mpi-postlocal-2"]),
     ("hier-group-all", "hier's group averages go over all ranks", "src/parallel/sync_hier.c",
      [("return tsr__replicas_average_group(r, state);",
@@ -168,11 +168,11 @@ MUTANTS = [
     ("grid-two-level-home-rank", "under a grid with two levels a chunk's home is kept as a rank, "
      "not as its column in the row", "src/parallel/placement.c",
      [("row[e].home[c] = g->ranks[row[e].local[c] % g->n] / stride;",
-       "row[e].home[c] = g->ranks[row[e].local[c] % g->n];")],
+       "row[e].home[c] = g->ranks[row[e].local[c] % g->n] / (stride / stride);")],
      ["grid-sync"]),
     ("grid-rows-plan-whole", "under a grid each row plans its chunks from every tile column of a "
      "spread parameter, not its own", "src/parallel/placement.c",
-     [("if (!spread[k] || j % pr == p)", "if (!spread[k] || j >= 0)")], ["plan-cli"]),
+     [("if (!spread[k] || j % pr == p)", "if (!spread[k] || j % pr == p || j >= 0)")], ["plan-cli"]),
     ("grid-outer-gather-plan", "under a grid the outer momentum is gathered by rank 0's plan of "
      "the other rows' homes", "src/parallel/state.c",
      [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);",
@@ -184,7 +184,8 @@ MUTANTS = [
        "const tsr__group_t *row = &r->m.all;")], ["grid-sync"]),
     ("grid-bucket-no-pad", "under a grid each rank makes its own row's buckets only, as many as "
      "that row has", "src/parallel/buckets.c",
-     [("if (r->m.grid_rows > 1 && r->sync.bucket_mb > 0) TSR_TRY(pad_buckets(r));", "")],
+     [("if (r->m.grid_rows > 1 && r->sync.bucket_mb > 0) TSR_TRY(pad_buckets(r));",
+       "if (r->m.grid_rows > 1 && r->sync.bucket_mb > 0 && 0) TSR_TRY(pad_buckets(r));")],
      ["mpi-twolevel-8"]),
     ("grid-bucket-other-rows", "under a grid a rank offers another row's chunks to the buckets",
      "src/parallel/buckets.c",
@@ -296,7 +297,7 @@ MUTANTS = [
     ("fednova-empty-steps", "FedNova counts a step without samples as a local step",
      "src/parallel/home.c",
      [("r->homes->steps[q] += samples_per_rank[q] > 0;",
-       "r->homes->steps[q] += 1;")], ["mpi-fednova-2"]),
+       "r->homes->steps[q] += samples_per_rank[q] >= 0;")], ["mpi-fednova-2"]),
     ("hier-group-samples-kept", "hier's group averages keep counting samples from before a "
      "global average", "src/parallel/sync_hier.c",
      [("    tsr__groups_restart(state, tsr_dist_size());\n",
@@ -305,7 +306,7 @@ MUTANTS = [
     ("postlocal-state-sharded", "post-local's switch keeps the optimizer state sharded (each "
      "rank only its chunks')", "src/parallel/gradients.c",
      [("  int rc = share ? tsr__replicas_share_state(r) : 0;",
-       "  int rc = 0;")],
+       "  int rc = share ? 0 : 0;")],
      ["mpi-postlocalstate-2"]),
     ("epoch-n-no-final", "epoch=n skips the average at the end when the epochs are not a "
      "multiple of n", "src/parallel/sync_epoch.c",
