@@ -25,6 +25,7 @@
 #include "nn/layers.h"
 #include "parallel/policy.h"
 #include "parallel/members.h"
+#include "parallel/placement.h"
 #include "plan/plan_impl.h"
 #include "tile/domain.h"
 #include "try.h"
@@ -646,13 +647,24 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
     t.intra = b, t.intra_msgs = b += ranks, t.inter = b += ranks, t.inter_msgs = b += ranks;
     t.reduced = b += ranks, t.node_out = b += ranks, t.all_intra = b += t.nodes;
     t.all_intra_msgs = b += t.nodes, t.all_inter = b += t.nodes, t.all_inter_msgs = b += t.nodes;
-    rc = two_level ? tsr__chunks_plan_two_level(sh, n, t.nodes, per_node, ch, NULL, NULL)
-                   : tsr__chunks_plan(sh, n, ranks, NULL, ch, NULL, NULL);
   }
+  /* The engine's placement of the row (placement.c, the same call): its chunks, their homes as
+   * positions among the ranks (two levels: rank `local` of node `home`, nodes of per_node
+   * consecutive ranks), its buckets by home and with two levels its node buckets. */
+  tsr__group_t *nodes = calloc((size_t)t.nodes, sizeof *nodes);
+  int *in_node = malloc(sizeof *in_node * (size_t)ranks);
+  if (rc == 0 && (!nodes || !in_node)) rc = TSR_ENOMEM;
+  for (int m = 0; rc == 0 && m < t.nodes; m++) {
+    nodes[m] = (tsr__group_t){node_size_of(&t, m), in_node + m * per_node};
+    for (int i = 0; i < nodes[m].n; i++)
+      nodes[m].ranks[i] = m * per_node + i;
+  }
+  tsr_buckets_t bk = {0}, tb = {0};
+  if (rc == 0)
+    rc = tsr__placement_row(sh, n, ranks, NULL, two_level, nodes, t.nodes, per_node, 1,
+                            bucket_bytes, ch, &bk, &tb);
+  free(nodes), free(in_node);
   /* Inside the nodes: whole tiles, or with buckets node buckets of them (a bucket as a tile). */
-  tsr_buckets_t tb = {0};
-  if (rc == 0 && two_level && bucket_bytes > 0)
-    rc = tsr__chunks_tile_buckets(sh, n, ch, per_node, bucket_bytes, &tb);
   for (int b = 0; b < tb.n; b++)
     two_level_tile(&t, tb.local[b], 4.0 * (double)tb.floats[b]);
   for (int k = 0; rc == 0 && two_level && !tb.n && k < n; k++)
@@ -660,13 +672,6 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
                        (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
-  /* Buckets by home rank, as the engine's (with two levels: rank `local` of node `home`). */
-  tsr_buckets_t bk = {0};
-  for (int k = 0; rc == 0 && two_level && bucket_bytes > 0 && k < n; k++)
-    for (int c = 0; c < ch[k].cmt * ch[k].nt; c++)
-      ch[k].home[c] = ch[k].home[c] * per_node + ch[k].local[c] % node_size_of(&t, ch[k].home[c]);
-  if (rc == 0 && bucket_bytes > 0)
-    rc = tsr__chunks_buckets(sh, n, ch, ranks, two_level ? per_node : 1, bucket_bytes, &bk);
   for (int b = 0; b < bk.n; b++) /* a bucket travels as a chunk does */
     if (two_level)
       two_level_chunk(&t, bk.home[b] / per_node, bk.local[b], 4.0 * (double)bk.floats[b]);
@@ -694,7 +699,7 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
         double b = (double)tsr__chunks_piece_bytes(&sh[k], ch[k].cr, I, j);
         int c = I * ch[k].nt + j;
         if (two_level)
-          two_level_chunk(&t, ch[k].home[c], ch[k].local[c], b);
+          two_level_chunk(&t, ch[k].home[c] / per_node, ch[k].local[c], b);
         else
           flat_chunk(&t, ch[k].home[c], b);
       }
