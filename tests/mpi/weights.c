@@ -23,6 +23,7 @@
  *   fednova        --weighting steps (FedNova) equals its formula from the anchor
  *   epochn         epoch=2 over 3 epochs averages after epochs 2 and 3, not 1
  *   bnevery        weight averages average batchnorm's running statistics too
+ *   grow           grow=K averages after steps K, 3K, 7K ... only, and at the end
  * (common.h: the command, its output.) */
 #include "mpi/common.h"
 
@@ -762,17 +763,72 @@ static void test_bnevery(void) {
   net_model = NULL;
 }
 
+/* grow=K averages exactly after steps K, 3K and 7K (the mean of the replicas) and at no other
+ * step (each rank keeps its own replica), and a run ends with one more average unless its last
+ * step averaged: 6 steps of grow=2 average twice (steps 2 and 6), 7 steps three times. */
+static void test_grow(void) {
+  enum { B = 16, K = 2, STEPS = 7 };
+  load(B * size * STEPS);
+  tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
+  tsr_replicas_t *rep = replicas(net, "grow=2", false);
+  int32_t *rows = batch_rows(B, STEPS);
+  int counts[TSR_MAX_RANKS];
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+  for (int k = 1; k <= STEPS; k++) {
+    step_pair(rep, net, alone, rows, B, k, counts);
+    bool due = k == K || k == 3 * K;
+    int64_t n;
+    float *w = params(net, &n), *own = params(alone, &n);
+    if (due) {
+      float *mean = weighted_mean(own, n, NULL);
+      double d = max_rel_diff(w, mean, n);
+      CHECK(d <= 1e-5, "grow=%d, step %d: weights vs the mean of the replicas: %g", K, k, d);
+      CHECK(replicas_equal(w, n), "grow=%d, step %d: replicas differ after averaging", K, k);
+      set_params(alone, w); /* the average as the engine rounded it, so the next steps compare */
+      free(mean);
+    } else {
+      double d = max_rel_diff(w, own, n);
+      CHECK(d <= 1e-6, "grow=%d, step %d: weights must still be this rank's own (%g off)", K, k, d);
+      CHECK(!replicas_equal(w, n), "grow=%d, step %d: replicas agree without an average", K, k);
+    }
+    free(w), free(own);
+  }
+  tsr__replicas_destroy(&rep);
+  free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&alone);
+  for (int steps = 6; steps <= 7; steps++) {
+    load(B * size * steps);
+    tsr_net_t *one = make_net(B, 0.9f);
+    tsr_epoch_stats_t st = {0};
+    train_with(one, "grow=2",
+               (run_t){.epochs = 1, .shuffle = true, .on_epoch = keep_stats, .ctx = &st});
+    if (rank == 0)
+      CHECK(st.averages == (steps == 6 ? 2 : 3), "grow=2 over %d steps: %lld averages, want %d",
+            steps, (long long)st.averages, steps == 6 ? 2 : 3);
+    tsr_net_destroy(&one);
+  }
+}
+
 /* epoch on 1,000 samples. */
 static void check_epoch(void) {
   test_epoch(1000);
 }
 
 const mpi_check_t mpi_checks[] = {
-    {"epoch", check_epoch, 0},        {"every", test_every, 0},
-    {"weighted", test_weighted, 0},   {"deterministic", test_deterministic, 0},
-    {"uneven", test_uneven, 0},       {"outer", test_outer, 0},
-    {"hier", test_hier, 0},           {"hiersamples", test_hier_samples, 0},
-    {"postlocal", test_postlocal, 0}, {"postlocalstate", test_postlocal_state, 0},
-    {"fednova", test_fednova, 0},     {"epochn", test_epoch_n, 0},
-    {"bnevery", test_bnevery, 0},     {NULL, NULL, 0},
+    {"epoch", check_epoch, 0},
+    {"every", test_every, 0},
+    {"weighted", test_weighted, 0},
+    {"deterministic", test_deterministic, 0},
+    {"uneven", test_uneven, 0},
+    {"outer", test_outer, 0},
+    {"hier", test_hier, 0},
+    {"hiersamples", test_hier_samples, 0},
+    {"postlocal", test_postlocal, 0},
+    {"postlocalstate", test_postlocal_state, 0},
+    {"fednova", test_fednova, 0},
+    {"epochn", test_epoch_n, 0},
+    {"bnevery", test_bnevery, 0},
+    {"grow", test_grow, 0},
+    {NULL, NULL, 0},
 };
