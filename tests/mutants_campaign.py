@@ -143,7 +143,8 @@ CAMPAIGN = [
     ("group-clears-global", "a group average of hier clears the global sample counts too",
      "src/parallel/average.c",
      [("  if (!sc) tsr__home_clear(r);",
-       "  tsr__home_clear(r);")], ["mpi-hiersamples-3", "mpi-hier-3"]),
+       "  for (int t = 0; sc && t < g->n; t++)\n    r->samples[g->ranks[t]] = 0;\n"
+       "  if (!sc) tsr__home_clear(r);")], ["mpi-hiersamples-3", "mpi-hier-3"]),
     ("fednova-lambda-swapped", "FedNova's step from the anchor with lambda and 1 - lambda swapped",
      "src/parallel/home.c",
      [("(float)(1.0 - h->lambda), x, (float)h->lambda, rp->acc,",
