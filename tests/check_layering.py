@@ -17,9 +17,17 @@ are fine anywhere. Besides:
   `f(TSR_X)`) is not testing it. A prefix whose folder has no descriptor yet is skipped, and
   said so. Kinds known by name (NAMED: optimizers) likewise: a descriptor's `.name = "x"` owns
   "x", and `strcmp(.., "x")` in another file fails. tests/ and benchmarks/ are not checked.
+- the averaging engine's files (src/parallel/*.c) call each other one way: a file that names a
+  function another file defines depends on it, and no circle of such dependencies exists (the
+  layers of docs/design.md, "Synchronization"); its lowest layers (LOW_LAYERS: who meets, where
+  chunks live) include neither StarPU nor tiles, the net or the runtime; no file of
+  src/parallel/ is over PARALLEL_MAX_LINES lines; a policy's file (sync_<name>.c) includes none
+  of the headers that show the replicas' record (RECORD): it reaches the replicas through the
+  engine's calls and keeps what only it needs in its own state (STYLE.md, 15);
+- no file of src/ or codelets/ is over SRC_MAX_LINES lines (several concerns, several files).
 Prints every violation with the file and line, and exits 1 if there is one. Before the real
-tree, the kind check runs on a small tree of its own with a planted violation and fails if it
-does not catch it.
+tree, the kind and circle checks run on a small tree of their own with planted violations and
+fail if they do not catch them.
 """
 import os
 import re
@@ -42,6 +50,14 @@ KINDS = [
 NAMED = [
     ("src/optim", r"tsr_optim_kind_t"),
 ]
+# The averaging engine (src/parallel): its lowest layers know only numbers and shapes, so the
+# planner can share them (STYLE.md, 16); a file of it stays readable in one sitting (STYLE.md, 15).
+ENGINE = "src/parallel"
+LOW_LAYERS = ["members", "chunks", "placement"]
+LOW_FORBIDDEN = re.compile(r"^(?:starpu|tile/|nn/|runtime/|codelets|parallel/replicas_impl\.h)")
+PARALLEL_MAX_LINES = 600
+SRC_MAX_LINES = 1000
+RECORD = re.compile(r"^parallel/(?:replicas_impl|collective|home|buckets)\.h$")
 
 
 def folder_of(path):
@@ -175,6 +191,98 @@ def check_names(root):
     return bad, notes
 
 
+def engine_graph(root):
+    """{file: {file it depends on: a function that makes it}} over ENGINE's .c files: a file
+    depends on another when it names (calls, or takes the address of) a function defined
+    there."""
+    folder = os.path.join(root, ENGINE)
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".c")) if os.path.isdir(folder) else []
+    codes = {f: code_of(os.path.join(folder, f)) for f in files}
+    definition = re.compile(r"^(?!static\b)[A-Za-z_][\w \t*]*?\b(tsr_\w+)\s*\([^;{]*\)\s*\{",
+                            re.M | re.S)
+    owner = {}
+    for f in files:
+        for m in definition.finditer(codes[f]):
+            owner.setdefault(m.group(1), f)
+    graph = {f: {} for f in files}
+    for f in files:
+        for name in set(re.findall(r"\b(tsr_\w+)\b", codes[f])):
+            g = owner.get(name)
+            if g and g != f:
+                graph[f].setdefault(g, name)
+    return graph
+
+
+def circles(graph):
+    """The circles of graph (lists of nodes), one per strongly connected component of several."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v), on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check_engine(root):
+    """(violations, notes) of the engine's rules: no circle of files, low layers without StarPU
+    or tiles, files of at most PARALLEL_MAX_LINES lines."""
+    bad = []
+    graph = engine_graph(root)
+    for comp in circles(graph):
+        links = ["%s -> %s (%s)" % (a, b, graph[a][b]) for a in comp for b in sorted(graph[a])
+                 if b in comp]
+        bad.append("%s/: its files call each other in a circle: %s" % (ENGINE, "; ".join(links)))
+    folder = os.path.join(root, ENGINE)
+    for layer in LOW_LAYERS:
+        for ext in (".c", ".h"):
+            path = os.path.join(folder, layer + ext)
+            if not os.path.exists(path):
+                continue
+            for n, line in enumerate(open(path), 1):
+                m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
+                if m and LOW_FORBIDDEN.match(m.group(1)):
+                    bad.append("%s/%s%s:%d: #include %s: a low layer of the engine (who meets, where "
+                               "chunks live) knows numbers and shapes only" %
+                               (ENGINE, layer, ext, n, m.group(1)))
+    for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if re.match(r"sync_\w+\.c$", f) and f != "sync_bn.c":
+            for n, line in enumerate(open(os.path.join(folder, f)), 1):
+                m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
+                if m and RECORD.match(m.group(1)):
+                    bad.append("%s/%s:%d: #include %s: a policy reaches the replicas through the "
+                               "engine's calls (average.h, gradients.h) and keeps its own state"
+                               % (ENGINE, f, n, m.group(1)))
+        if f.endswith((".c", ".h")):
+            n = sum(1 for _ in open(os.path.join(folder, f)))
+            if n > PARALLEL_MAX_LINES:
+                bad.append("%s/%s: %d lines, over %d: several concerns, several files" %
+                           (ENGINE, f, n, PARALLEL_MAX_LINES))
+    notes = ["%s/: %d files, %d dependencies between them, no circle" %
+             (ENGINE, len(graph), sum(len(d) for d in graph.values()))] if not bad else []
+    return bad, notes
+
+
 def self_test():
     """The kind check on a planted violation: TSR_LAYER_A tested outside a.c; optim has no
     descriptor (skipped)."""
@@ -194,13 +302,25 @@ def self_test():
         with open(os.path.join(root, "src", "nn", "c.c"), "w") as f:
             f.write('/* strcmp(s, "x") in a comment is fine */\n'
                     'static int planted(const char *s) { return !strcmp(s, "x"); }\n')
+        os.makedirs(os.path.join(root, "src", "parallel"))
+        with open(os.path.join(root, "src", "parallel", "a.c"), "w") as f:
+            f.write("int tsr__a(void) { return tsr__b(); }\n")
+        with open(os.path.join(root, "src", "parallel", "b.c"), "w") as f:
+            f.write("int tsr__b(void) { return 0; }\nint tsr__c(void) { return tsr__a(); }\n")
+        with open(os.path.join(root, "src", "parallel", "members.h"), "w") as f:
+            f.write("#include <starpu.h>\n")
+        with open(os.path.join(root, "src", "parallel", "sync_x.c"), "w") as f:
+            f.write("#include \"parallel/replicas_impl.h\"\n")
+        engine_bad, _ = check_engine(root)
         bad, notes = check_kinds(root)
         named_bad, named_notes = check_names(root)
         caught = len(bad) == 1 and bad[0].startswith(os.path.join("src", "nn", "b.c") + ":3:")
         caught_name = len(named_bad) == 1 and named_bad[0].startswith(
             os.path.join("src", "nn", "c.c") + ":2:")
         skipped = any(n.startswith("TSR_SYNC_") and "skipped" in n for n in notes)
-        return caught and caught_name and skipped, bad + named_bad
+        caught_circle = (len(engine_bad) == 3 and "a.c -> b.c (tsr__b)" in engine_bad[0] and
+                         "members.h:1:" in engine_bad[1] and "sync_x.c:1:" in engine_bad[2])
+        return caught and caught_name and skipped and caught_circle, bad + named_bad + engine_bad
 
 
 def main():
@@ -209,9 +329,13 @@ def main():
     if not ok:
         print("FAIL: the kind check's self-test: a planted violation gave %s" % planted)
         return 1
-    print("kind check self-test: the planted `k == TSR_LAYER_A` and `strcmp(s, \"x\")` outside "
-          "their files were caught")
+    print("self-test: the planted `k == TSR_LAYER_A` and `strcmp(s, \"x\")` outside their files, "
+          "a circle of two files, a low layer including StarPU and a policy including the "
+          "replicas' record were caught")
     kinds_bad, notes = check_kinds(root)
+    engine_bad, engine_notes = check_engine(root)
+    kinds_bad += engine_bad
+    notes += engine_notes
     names_bad, names_notes = check_names(root)
     kinds_bad += names_bad
     notes += names_notes
@@ -243,6 +367,11 @@ def main():
                         bad.append("%s: codelets/ reaches runtime/ only through the task options" % where)
                     elif not allowed(src, dst):
                         bad.append("%s: %s/ may not include %s/" % (where, src, dst))
+    for rel in source_files(root):
+        n = sum(1 for _ in open(os.path.join(root, rel)))
+        if n > SRC_MAX_LINES:
+            bad.append("%s: %d lines, over %d: several concerns, several files" %
+                       (rel, n, SRC_MAX_LINES))
     for (a, b), where in sorted(edges.items()):
         if (b, a) in edges and a < b:
             bad.append("%s/ and %s/ include each other: %s; %s" % (a, b, where, edges[(b, a)]))

@@ -81,7 +81,7 @@ if command -v mpirun >/dev/null; then
     "$tessera" train "${small[@]}" --epochs 1 --workers 1 --sync-bn --log "$tmp/sbn.jsonl" \
     >"$tmp/out" 2>&1
   check "2 ranks train with --sync-bn" test -s "$tmp/sbn.jsonl"
-  # Under a grid the statistics are combined along the grid's rows (test_mpi syncbngrid checks
+  # Under a grid the statistics are combined along the grid's rows (test_mpi_syncbn syncbngrid checks
   # the numbers): 4 ranks as 2x2 with the images in bands learn; one column is refused.
   cat >"$tmp/grid.ini" <<'INI'
 [c1]
@@ -116,7 +116,7 @@ INI
     "$tessera" train "${grid[@]}" --grid 2x2 --domain rows --log "$tmp/gsbn.jsonl" >"$tmp/out" 2>&1
   check_log "4 ranks as 2x2 --domain rows learn with --sync-bn" "$tmp/gsbn.jsonl" 1 ranks=4 \
     "test_accuracy>0.25"
-  # --shares with --sync-bn: batches of 75 and 25 (test_mpi syncbn checks the numbers).
+  # --shares with --sync-bn: batches of 75 and 25 (test_mpi_syncbn syncbn checks the numbers).
   mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT -np 2 \
     "$tessera" train "${grid[@]}" --batch 50 --shares 3,1 --log "$tmp/ssbn.jsonl" >"$tmp/out" 2>&1
   check_log "2 ranks with --shares 3,1 learn with --sync-bn" "$tmp/ssbn.jsonl" 1 ranks=2 \

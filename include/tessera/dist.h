@@ -24,14 +24,15 @@ typedef enum {
   TSR_SYNC_EPOCH,       /* weights averaged every n epochs, all ranks together */
   TSR_SYNC_ASYNC_EPOCH, /* at its epoch end each rank folds itself into a global copy */
   TSR_SYNC_POST_LOCAL,  /* batch for the first `post_epochs` epochs, then every=K */
-  TSR_SYNC_HIER         /* the ranks of a node average every `group_every` steps, all every K */
+  TSR_SYNC_HIER,        /* the ranks of a node average every `group_every` steps, all every K */
+  TSR_SYNC_GROW         /* weights averaged after steps K, 3K, 7K ... (periods doubling) */
 } tsr_sync_kind_t;
 
 /* When replicas meet and what they average: what --sync says, and nothing else. */
 typedef struct {
   tsr_sync_kind_t kind;
   int every; /* K for every=K, post-local and hier (steps between averages over all ranks), n for
-                epoch=n (>= 1) */
+                epoch=n, grow=K's first period (>= 1) */
   int post_epochs; /* post-local: epochs of batch averaging before local SGD */
   int group_every; /* hier: steps between averages inside a group */
   int group_size;  /* hier: ranks per group, consecutive; 0: the ranks of one node */

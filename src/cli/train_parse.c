@@ -651,7 +651,8 @@ static const row_t rows[] = {
      .help = "under mpirun: batch, every=K, epoch[=n], async-epoch,\n"
              "post-local:E,K (batch for E epochs, then every=K) or\n"
              "hier:K1,K2[,G] (a node's ranks, or G consecutive ranks,\n"
-             "average every K1 steps, all ranks every K2) [batch]"},
+             "average every K1 steps, all ranks every K2) or grow=K\n"
+             "(after steps K, 3K, 7K ...: the period doubling) [batch]"},
     {"outer", "NAME", read_outer,
      .help = "what a weight average does with the mean: none (take it),\n"
              "slowmo or nesterov (an outer optimizer step towards it) [none]"},

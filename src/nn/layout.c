@@ -36,7 +36,7 @@ static const tsr_layer_type_t *type_of(const tsr_model_spec_t *spec, int i) {
  * on a 16-core node trained 2x faster with 32x256 tiles than with 64x1024
  * (issue 11). Batch-row tiles hold at most 512 samples. Averaging over MPI
  * does not need large tiles: it moves chunks sized on their own
- * (src/parallel/sync.c). */
+ * (src/parallel/placement.c). */
 static void choose_tiles(const tsr_model_spec_t *spec, int inputs, const tsr_net_opts_t *o,
                          int workers, int *mb, int *nb) {
   bool spatial = false;

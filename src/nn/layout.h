@@ -17,6 +17,8 @@
 
 #define TSR_LAYER_MAX_PARAMS 2
 #define TSR_LAYER_MAX_BUFFERS 2
+#define TSR_LAYER_MAX_SCRATCH                                                                      \
+  4 /* a layer's own matrices (conv: gradient partials, reordered weights) */
 
 struct tsr_layer_type;
 
@@ -81,10 +83,12 @@ typedef struct {
   int nbuffers;
   tsr_layout_matrix_t buffers[TSR_LAYER_MAX_BUFFERS];
   int nscratch;
-  tsr_layout_matrix_t scratch[4]; /* its own matrices, as its type lays them out (conv:
-                                   * per-batch-tile gradient partials, the weights reordered for
-                                   * oneDNN); a matrix of no rows is not made */
-  int64_t workspace;              /* floats of per-worker scratch one of its tasks needs */
+  tsr_layout_matrix_t
+      scratch[TSR_LAYER_MAX_SCRATCH]; /* its own matrices, as its type lays them
+                                       * out (conv:
+                                       * per-batch-tile gradient partials, the weights reordered for
+                                       * oneDNN); a matrix of no rows is not made */
+  int64_t workspace;                  /* floats of per-worker scratch one of its tasks needs */
   /* Floats the busiest rank of a grid column (row 0) holds: */
   int64_t share;        /* output columns */
   int64_t param_floats; /* parameters (as many again of gradients, nstate times of state) */

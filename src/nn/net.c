@@ -378,7 +378,7 @@ void tsr_net_destroy(tsr_net_t **np) {
       tsr_tiles_destroy(&p->w), tsr_tiles_destroy(&p->g);
     }
     tsr_tiles_destroy(&l->y), tsr_tiles_destroy(&l->dy);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < TSR_LAYER_MAX_SCRATCH; k++)
       tsr_tiles_destroy(&l->scratch[k]);
     for (int k = 0; k < TSR_LAYER_MAX_BUFFERS; k++)
       tsr_tiles_destroy(&l->buffers[k]);

@@ -50,10 +50,10 @@ struct tsr_layer {
   tsr_conv_geom_t geom;          /* sample shape in (h, w, c) and out (oh, ow, oc), channels-last */
   tsr_layer_spec_t spec;         /* what the layer was built from */
   int index;                     /* 1-based position in the model description (for messages) */
-  uint64_t calls;          /* dropout: training forward passes so far (part of the mask's seed) */
-  tsr_tiles_t *scratch[4]; /* owned, as the layout's (NULL where it has no rows) */
-  int nbuffers;            /* non-trained state, as lay->buffers says (batchnorm: running mean,
-                            * running variance, each (1, C)); owned */
+  uint64_t calls; /* dropout: training forward passes so far (part of the mask's seed) */
+  tsr_tiles_t *scratch[TSR_LAYER_MAX_SCRATCH]; /* owned, as the layout's (NULL: no rows) */
+  int nbuffers; /* non-trained state, as lay->buffers says (batchnorm: running mean,
+                 * running variance, each (1, C)); owned */
   tsr_tiles_t *buffers[TSR_LAYER_MAX_BUFFERS];
   int64_t batches_tracked; /* batchnorm: training steps whose statistics moved the buffers */
   bool relu_grad_by_next;  /* the next layer's backward applies this layer's fused ReLU */

@@ -1,4 +1,4 @@
-/* Chunks and their homes (chunks.h): what sync.c averages and the planner
+/* Chunks and their homes (chunks.h): what the engine averages and the planner
  * counts. */
 #include "parallel/chunks.h"
 

@@ -1,7 +1,7 @@
 /* How averaging cuts parameters into chunks and gives each chunk a home
- * rank (src/parallel/sync.c reduces a chunk on its home and sends it back
+ * rank (src/parallel/collective.c reduces a chunk on its home and sends it back
  * from there), as a function of the parameters' shapes alone, so that the
- * planner (src/plan) counts exactly the chunks sync.c averages. No StarPU,
+ * planner (src/plan) counts exactly the chunks the engine averages. No StarPU,
  * no MPI. */
 #ifndef TSR_CHUNKS_H
 #define TSR_CHUNKS_H

@@ -9,12 +9,12 @@
 #include "parallel/policy.h"
 
 extern const tsr__sync_policy_t tsr__sync_batch, tsr__sync_every, tsr__sync_epoch,
-    tsr__sync_async_epoch, tsr__sync_post_local, tsr__sync_hier;
+    tsr__sync_async_epoch, tsr__sync_post_local, tsr__sync_hier, tsr__sync_grow;
 
 /* In the order messages list them. */
 static const tsr__sync_policy_t *const policies[] = {
     &tsr__sync_batch,      &tsr__sync_every, &tsr__sync_epoch, &tsr__sync_async_epoch,
-    &tsr__sync_post_local, &tsr__sync_hier,  &tsr__sync_none,
+    &tsr__sync_post_local, &tsr__sync_hier,  &tsr__sync_grow,  &tsr__sync_none,
 };
 #define NPOLICIES ((int)(sizeof policies / sizeof *policies))
 

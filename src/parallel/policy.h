@@ -3,9 +3,10 @@
  * A descriptor says how the policy is written (parse, describe), what it is
  * (tsr_sync_traits_t, public) and when the replicas meet: the hooks the
  * trainer's calls into the replicas (replicas.h) run, built from the
- * averaging mechanism below (src/parallel/sync.c). The planner (src/plan)
- * reads the same descriptors. Adding a policy: its kind in tessera/dist.h,
- * its file with its descriptor, and its line in policy.c. */
+ * averaging engine's calls (average.h, gradients.h). The planner (src/plan)
+ * reads the same descriptors. A policy owns what only it needs (its state, behind
+ * create and destroy). Adding a policy: its kind in tessera/dist.h, its file
+ * with its descriptor, and its line in policy.c. */
 #ifndef TSR_POLICY_H
 #define TSR_POLICY_H
 
@@ -26,21 +27,35 @@ typedef struct {
   int (*parse)(tsr_sync_schedule_t *s, const char *text);
   /* snprintf's result */
   int (*describe)(const tsr_sync_schedule_t *s, char *buf, int size);
-  /* The replicas keep a global copy each rank folds itself into (async-epoch). */
+  /* Each rank folds its whole tiles into a global copy (async-epoch), rank after rank: no node
+   * sums first (two levels), no chunks (buckets), and the outer optimizer's state laid out like
+   * the copy, by the policy (the engine lays it out by chunk home otherwise). */
   bool folds;
   /* Without traits.grid_columns: why several grid columns cannot take it, for the refusal. */
   const char *grid_refusal;
-  /* Hooks (NULL: nothing to do), with the replicas' own copy of the schedule; each returns 0
-   * or a TSR_E* code. create: once the replicas are laid out, before their tiles exist.
-   * epoch_begin: before each epoch's first step (epoch from 1), with the steps taken so far.
-   * after_step: after every step has been submitted (step counts from 1). epoch_end: at every
-   * epoch end, last marking the final one; a policy whose average users see at the epoch end
-   * waits for it (tsr__replicas_wait). */
-  int (*create)(tsr_replicas_t *r, const tsr_sync_schedule_t *s);
-  int (*epoch_begin)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch,
+  /* Hooks (NULL: nothing to do), with the replicas' own copy of the schedule and the policy's
+   * own state: what only it needs lives there, not in the replicas. Each returns 0 or a TSR_E*
+   * code. create: once the replicas' chunks and matrices exist, before they start equal: its
+   * state into *state (NULL: none); every rank creates the same descriptors in the same order.
+   * destroy: before the replicas' matrices go. count: the samples every rank takes in the
+   * coming step. epoch_begin: before each epoch's first step (epoch from 1), with the steps
+   * taken so far. after_step: after every step has been submitted (step counts from 1).
+   * epoch_end: at every epoch end, last marking the final one; a policy whose average users see
+   * at the epoch end waits for it (tsr__replicas_wait). */
+  int (*create)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void **state);
+  void (*destroy)(tsr_replicas_t *r, void *state);
+  void (*count)(void *state, const int *samples_per_rank);
+  int (*epoch_begin)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
                      int64_t steps_done);
-  int (*after_step)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int64_t step);
-  int (*epoch_end)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last);
+  int (*after_step)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int64_t step);
+  int (*epoch_end)(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
+                   bool last);
+  /* Checkpoints. local_since: the step local SGD counts its averages from (post-local's switch;
+   * NULL: 0), written with a checkpoint taken while the replicas train alone. resume_local: a
+   * run resumed from such a checkpoint of the same policy, with that step (post-local past its
+   * switch: local SGD from the start). */
+  int64_t (*local_since)(const void *state);
+  int (*resume_local)(tsr_replicas_t *r, void *state, int64_t since);
   /* The planner: averages over all ranks in an epoch of `steps` steps (NULL: not modelled;
    * traits.plannable says the same). Averaging gradients (meets_every_step) overlaps the
    * backward pass; averaging weights is paid on top of the steps. */
@@ -62,34 +77,5 @@ void tsr__sync_list(char *buf, size_t size, bool (*has)(const tsr_sync_traits_t 
  * be missing, left as they are): 0, -1 when text does not start with prefix, -2 when the
  * numbers are not right. For the policies' parse. */
 int tsr__sync_counts(const char *text, const char *prefix, int n, int optional, int *out);
-
-/* ---- The averaging mechanism (sync.c), for the hooks ------------------- */
-
-/* Every rank's replica becomes the weighted mean of all (with --sync-state the optimizer
- * state too), or the outer optimizer's step towards it when there is one. */
-int tsr__replicas_average_all(tsr_replicas_t *r);
-/* The same without the outer optimizer (async-epoch's final uniform average). */
-int tsr__replicas_average_plain(tsr_replicas_t *r);
-/* hier: the mean over this rank's group only (never an outer step). */
-int tsr__replicas_average_group(tsr_replicas_t *r);
-/* async-epoch: every rank folds itself into the global copy and continues from the result. */
-int tsr__replicas_fold(tsr_replicas_t *r);
-/* Local SGD's epoch end (every=K, post-local, hier): on the last epoch, one model at the end
- * unless the last step averaged already; then, unless gradients are being averaged, waits. */
-int tsr__replicas_end_local(tsr_replicas_t *r, bool last);
-/* The average just taken is the end's, one the schedule would not have taken there (a
- * checkpoint of it says so: a run resumed from it is not the uninterrupted one). */
-void tsr__replicas_mark_final(tsr_replicas_t *r);
-/* Waits for everything submitted (an epoch end's average is a point users see). */
-int tsr__replicas_wait(tsr_replicas_t *r);
-/* Whether gradients are averaged every step (batch, post-local's first epochs) now. */
-bool tsr__replicas_averaging_gradients(const tsr_replicas_t *r);
-/* post-local: from gradient averaging to local SGD after steps_done steps of the run: every
- * rank gets the whole optimizer state and updates its own weights again. */
-int tsr__replicas_go_local(tsr_replicas_t *r, int64_t steps_done);
-/* post-local: the step at which local SGD began. */
-int64_t tsr__replicas_local_from(const tsr_replicas_t *r);
-/* hier: groups of group_size consecutive ranks, or each node's ranks (0). */
-int tsr__replicas_make_groups(tsr_replicas_t *r, int group_size);
 
 #endif

@@ -1,7 +1,10 @@
-/* Replicas of a network on every MPI rank and the synchronization policies
- * that keep them in agreement (DESIGN.md, "Distribution over MPI ranks").
- * The trainer calls these at fixed points of every rank's loop, so every
- * rank submits the same StarPU-MPI tasks in the same order. */
+/* Replicas of a network on every MPI rank and the synchronization policies that keep them in
+ * agreement (docs/design.md, "Synchronization"): the averaging engine as the trainer
+ * (src/train) sees it, twelve calls at fixed points of every rank's loop, so every rank submits
+ * the same StarPU-MPI tasks in the same order: start (create), before a step (count), after a
+ * step, the epoch's beginning and end, the epoch's sums, the statistics, whether the replicas
+ * agree (an evaluation, a checkpoint), the checkpoint's state, the outer momentum read or
+ * written, the resume, and finish (destroy). No StarPU types. */
 #ifndef TSR_REPLICAS_H
 #define TSR_REPLICAS_H
 
@@ -22,27 +25,6 @@ typedef struct {
   int64_t group_averages; /* hier: averages inside this rank's group */
 } tsr_sync_stats_t;
 
-/* Why averages under sync cannot take two levels (--allreduce two-level) where, when uneven,
- * --shares other than uniform place the chunks' homes by rank: a sentence, or NULL where they
- * can. tsr_run_check refuses two-level asked for then; auto takes flat. */
-const char *tsr__replicas_flat_only(const tsr_sync_t *sync, bool uneven);
-/* Under a grid of pr rows (1: none, every rank one row) whose size ranks lie on the nodes
- * node_of (size entries, numbered from 0): the nodes a grid row's ranks (c pr + p, one a
- * column) lie on and the most of them one node holds, in *nodes and *per_node, returning NULL
- * where every row lies alike (as many nodes, as many ranks at most on one); else a sentence
- * why two levels cannot be taken. */
-const char *tsr__replicas_row_nodes(const int *node_of, int size, int pr, int *nodes,
-                                    int *per_node);
-/* Whether averages go through nodes (two levels) under sync (uneven: --shares other than
- * uniform placing the homes) on nodes nodes of at most per_node of the ranks that average
- * together (every rank, or under a grid a grid row's: tsr__replicas_row_nodes): asked for
- * (--allreduce two-level), or auto where there are several nodes and one holds several such
- * ranks; never where tsr__replicas_flat_only gives a reason. The engine's rule, which the run's
- * setup and the planner describe with. */
-bool tsr__replicas_two_level(const tsr_sync_t *sync, bool uneven, int nodes, int per_node);
-/* Why averages under sync cannot pack chunks into buckets (--bucket-mb): a sentence, or NULL
- * where they can. tsr_run_check refuses --bucket-mb then. */
-const char *tsr__replicas_no_buckets(const tsr_sync_t *sync);
 /* Registers every parameter tile of every rank's replica with StarPU-MPI and
  * makes every replica equal to rank 0's. In `batch` mode it takes over the
  * net's gradient hook. share (NULL: equal) is each rank's part of the work
@@ -54,10 +36,11 @@ int tsr__replicas_create(tsr_replicas_t **r, tsr_net_t *net, const tsr_sync_t *s
                          const double *share, tsr_errbuf_t *err);
 void tsr__replicas_destroy(tsr_replicas_t **r);
 
-/* Samples every rank takes in the coming step (batch mode weighs gradients
- * by them) or since the last averaging (weight averaging by samples); a rank
- * with samples takes a local step (--weighting steps counts them). */
-void tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank);
+/* Samples every rank takes in the coming step (batch mode weighs gradients by them) or since
+ * the last averaging (weight averaging by samples); a rank with samples takes a local step
+ * (--weighting steps counts them). Returns whether a rank's step updates its chunks even
+ * without samples of its own (gradients averaged now: the homes update every step). */
+bool tsr__replicas_count(tsr_replicas_t *r, const int *samples_per_rank);
 /* Called before each epoch's first step (epoch from 1) with the steps taken
  * in the run so far: post-local switches to local SGD here. */
 int tsr__replicas_epoch_begin(tsr_replicas_t *r, int epoch, int64_t steps_done);
@@ -68,29 +51,39 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last);
 /* Sums every rank's training loss and correct counts onto rank 0 and clears
  * them. Every rank calls it; the sums are returned on rank 0 (0 elsewhere). */
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct);
+/* Statistics since the last call, then reset. */
+void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
 /* Whether every replica holds the same weights now (batch: always; every=K,
  * epoch=n: right after an average; async-epoch: after its final average). */
 bool tsr__replicas_agree(const tsr_replicas_t *r);
-/* batch: copies each chunk's optimizer state from its home to every rank,
- * so that each rank holds the whole state (sharded during training), e.g.
- * for a checkpoint. Other policies: nothing to do. */
-int tsr__replicas_share_state(tsr_replicas_t *r);
-/* Checkpoints (src/train/checkpoint.c). Whether an outer optimizer runs. The outer momentum
- * of the net's parameter index (tsr_param_t.index) into all (its (m, n), row-major) on rank
- * 0, gathered from the ranks that home its tiles: collective, every rank calling with the same
- * index (all is ignored elsewhere). The same momentum from all (m, n), which every rank gives:
- * each keeps the tiles it homes. TSR_EINVAL without an outer optimizer
- * or for a parameter it does not know. */
-bool tsr__replicas_has_outer(const tsr_replicas_t *r);
-/* Whether the last average was the end's, off the schedule (tsr__replicas_mark_final). */
-bool tsr__replicas_final_extra(const tsr_replicas_t *r);
-int tsr__replicas_outer_read(tsr_replicas_t *r, int index, float *all);
-int tsr__replicas_outer_write(tsr_replicas_t *r, int index, const float *all);
-/* post-local resumed past its switch: local SGD from the start, counted from local_from (the
- * step at which the checkpointed run switched), each rank keeping the optimizer state it was
- * given. Nothing to do if local already. */
-int tsr__replicas_resume_local(tsr_replicas_t *r, int64_t local_from);
-/* Statistics since the last call, then reset. */
-void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
+
+/* ---- Checkpoints (src/train/checkpoint_state.c) ---- */
+
+/* What a checkpoint of the replicas holds beyond the net. */
+typedef struct {
+  bool agreed; /* every replica holds the same weights: a checkpoint may be written now */
+  bool
+      per_replica; /* each replica keeps its own optimizer state (local SGD): every one's goes in */
+  bool outer;      /* an outer optimizer runs: its momentum goes in (tsr__replicas_outer) */
+  bool final_extra;    /* the last average was the end's, off the schedule */
+  bool local;          /* the replicas train alone now: local_since goes in */
+  int64_t local_since; /* the step the policy's local SGD counts from (post-local's switch; 0) */
+} tsr__replicas_saved_t;
+
+/* What a checkpoint of the replicas holds now, into *c. With write (a checkpoint is written
+ * now), where they agree every rank is first given the whole optimizer state (batch shards it
+ * during training): collective, every rank calling at the same point. */
+int tsr__replicas_checkpoint(tsr_replicas_t *r, bool write, tsr__replicas_saved_t *c);
+/* The outer momentum of the net's parameter index (tsr_param_t.index), all its (m, n)
+ * row-major: from NULL, read into `into` on rank 0, gathered from the ranks that home its tiles
+ * (collective, every rank calling with the same index; into is ignored elsewhere); else written
+ * from `from`, which every rank gives, each keeping the tiles it homes. TSR_EINVAL without an
+ * outer optimizer or for a parameter it does not know. */
+int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *from);
+/* A run resumed from a checkpoint written under the same policy while the replicas trained
+ * alone, with its local_since: post-local past its switch trains locally from the start,
+ * counted from it, each rank keeping the optimizer state it was given. Nothing for the other
+ * policies. */
+int tsr__replicas_resume(tsr_replicas_t *r, int64_t local_since);
 
 #endif

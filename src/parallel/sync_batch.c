@@ -1,5 +1,5 @@
 /* --sync batch: the gradient is averaged every step, as the backward pass hands over each layer,
- * and the optimizer updates each chunk on its home (sync.c's gradient hook, which the replicas
+ * and the optimizer updates each chunk on its home (gradients.c's gradient hook, which the replicas
  * install for every policy that meets at every step): one process's mathematics with the
  * global batch. Nothing to do after a step or at an epoch end. */
 #include <stdio.h>

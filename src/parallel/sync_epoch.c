@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {
@@ -15,7 +16,9 @@ static int describe(const tsr_sync_schedule_t *s, char *buf, int size) {
   return snprintf(buf, (size_t)size, s->every > 1 ? "epoch=%d" : "epoch", s->every);
 }
 
-static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last) {
+static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
+                     bool last) {
+  (void)state;
   int rc = epoch % s->every == 0 || last ? tsr__replicas_average_all(r) : 0;
   if (epoch % s->every != 0 && last) tsr__replicas_mark_final(r);
   return rc ? rc : tsr__replicas_wait(r);

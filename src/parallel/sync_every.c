@@ -3,6 +3,7 @@
  * the last step averaged. */
 #include <stdio.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {
@@ -13,13 +14,15 @@ static int describe(const tsr_sync_schedule_t *s, char *buf, int size) {
   return snprintf(buf, (size_t)size, "every=%d", s->every);
 }
 
-static int after_step(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int64_t step) {
+static int after_step(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int64_t step) {
+  (void)state;
   if (step % s->every == 0) return tsr__replicas_average_all(r);
   return 0;
 }
 
-static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last) {
-  (void)s, (void)epoch;
+static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
+                     bool last) {
+  (void)s, (void)state, (void)epoch;
   return tsr__replicas_end_local(r, last);
 }
 

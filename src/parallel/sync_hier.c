@@ -2,10 +2,14 @@
  * node, or of each group of G consecutive ranks, average their weights every K1 steps, over
  * the same mechanism restricted to the group; all ranks average every K2 steps (through the
  * outer optimizer, if any), and at the end. Under --grid PrxPc a group is of whole grid columns
- * (replicas): G consecutive columns, or those whose first rank is on one node. */
+ * (replicas): G consecutive columns, or those whose first rank is on one node. Its state: the
+ * groups, each one's accumulators and the samples each rank took since its group last
+ * averaged (average.h, tsr__groups_t). */
 #include <stdio.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
+#include "tessera/dist.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {
   int v[3] = {0, 0, 0}; /* G optional: 0, a node's ranks */
@@ -20,18 +24,31 @@ static int describe(const tsr_sync_schedule_t *s, char *buf, int size) {
              : snprintf(buf, (size_t)size, "hier:%d,%d", s->group_every, s->every);
 }
 
-static int create(tsr_replicas_t *r, const tsr_sync_schedule_t *s) {
-  return tsr__replicas_make_groups(r, s->group_size);
+static int create(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void **state) {
+  return tsr__groups_create(r, s->group_size, (tsr__groups_t **)state);
 }
 
-static int after_step(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int64_t step) {
-  if (step % s->every == 0) return tsr__replicas_average_all(r);
-  if (step % s->group_every == 0) return tsr__replicas_average_group(r);
+static void destroy(tsr_replicas_t *r, void *state) {
+  tsr__groups_t *g = state;
+  tsr__groups_destroy(r, &g);
+}
+
+static void count(void *state, const int *samples_per_rank) {
+  tsr__groups_count(state, samples_per_rank, tsr_dist_size());
+}
+
+static int after_step(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int64_t step) {
+  if (step % s->every == 0) {
+    tsr__groups_restart(state, tsr_dist_size());
+    return tsr__replicas_average_all(r);
+  }
+  if (step % s->group_every == 0) return tsr__replicas_average_group(r, state);
   return 0;
 }
 
-static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last) {
-  (void)s, (void)epoch;
+static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
+                     bool last) {
+  (void)s, (void)state, (void)epoch;
   return tsr__replicas_end_local(r, last);
 }
 
@@ -50,6 +67,8 @@ const tsr__sync_policy_t tsr__sync_hier = {
     .parse = parse,
     .describe = describe,
     .create = create,
+    .destroy = destroy,
+    .count = count,
     .after_step = after_step,
     .epoch_end = epoch_end,
 };

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "parallel/average.h"
 #include "parallel/policy.h"
 
 static int parse(tsr_sync_schedule_t *s, const char *text) {
@@ -15,8 +16,9 @@ static int describe(const tsr_sync_schedule_t *s, char *buf, int size) {
   return snprintf(buf, (size_t)size, "none");
 }
 
-static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, int epoch, bool last) {
-  (void)s, (void)epoch, (void)last;
+static int epoch_end(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int epoch,
+                     bool last) {
+  (void)s, (void)state, (void)epoch, (void)last;
   return tsr__replicas_wait(r);
 }
 

@@ -12,7 +12,7 @@
  * partial input gradient of each input tile k to that tile's owner (to row
  * k mod Pr, then from there to every row, when the input is replicated). Across columns, row p
  * averages its slice of the parameters with row p of every other column, as
- * src/parallel/sync.c averages whole replicas today.
+ * src/parallel/average.c averages whole replicas today.
  *
  * Compute and bytes are those of row 0, the busiest (it owns tile column 0 of
  * every dense layer, the logits and the loss). */
@@ -24,7 +24,8 @@
 
 #include "nn/layers.h"
 #include "parallel/policy.h"
-#include "parallel/replicas.h"
+#include "parallel/members.h"
+#include "parallel/placement.h"
 #include "plan/plan_impl.h"
 #include "tile/domain.h"
 #include "try.h"
@@ -292,7 +293,7 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 
 /* Row 0's slice of every parameter, layer by layer in the layout's order: of a spread layer's
  * parameter the tile columns j with j mod Pr = 0, as one matrix of their widths (the engine's
- * grid rows plan their chunks from these shapes: sync.c's row_shapes), a replicated layer's
+ * grid rows plan their chunks from these shapes: placement.c's row_shapes), a replicated layer's
  * parameters whole. */
 static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int **layer_of,
                       int *n, double *layer_bytes) {
@@ -309,7 +310,8 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     if (l->nparams == 0) continue;
     bool sliced = l->spread && !l->banded && pr > 1;
     /* the tile columns: every parameter of a spread layer is tiled like its output; row 0
-     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (sync.c's row_shapes) */
+     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (placement.c's row_shapes)
+     */
     int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
     for (int a = 0; a < l->nparams; a++) {
       const tsr_layout_matrix_t *p = &l->params[a];
@@ -433,7 +435,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   if (avg_node > pc) avg_node = pc;
   int nodes = (pc + avg_node - 1) / avg_node;
   tsr_sync_t as_run = {.schedule = *sync, .allreduce = o->allreduce, .bucket_mb = o->bucket_mb};
-  row->two_level = tsr__replicas_two_level(&as_run, false, nodes, avg_node);
+  row->two_level = tsr__members_two_level(&as_run, false, nodes, avg_node);
   row->nodes = nodes, row->node_size = avg_node;
   uint64_t bucket = (uint64_t)(o->bucket_mb * 1048576.0 + 0.5); /* as train's (a grid: row 0's) */
   if (rc == 0 && pc > 1)
@@ -549,7 +551,7 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
   return 0;
 }
 
-/* ---- Averaging: sync.c's chunks and homes ------------------------------ */
+/* ---- Averaging: the engine's chunks and homes (placement.c) ------------- */
 
 /* Per rank and per node, what one averaging sends: to ranks of the same node (bytes,
  * messages), to other nodes (messages; bytes per rank and summed per node), and what it adds. */
@@ -645,13 +647,24 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
     t.intra = b, t.intra_msgs = b += ranks, t.inter = b += ranks, t.inter_msgs = b += ranks;
     t.reduced = b += ranks, t.node_out = b += ranks, t.all_intra = b += t.nodes;
     t.all_intra_msgs = b += t.nodes, t.all_inter = b += t.nodes, t.all_inter_msgs = b += t.nodes;
-    rc = two_level ? tsr__chunks_plan_two_level(sh, n, t.nodes, per_node, ch, NULL, NULL)
-                   : tsr__chunks_plan(sh, n, ranks, NULL, ch, NULL, NULL);
   }
+  /* The engine's placement of the row (placement.c, the same call): its chunks, their homes as
+   * positions among the ranks (two levels: rank `local` of node `home`, nodes of per_node
+   * consecutive ranks), its buckets by home and with two levels its node buckets. */
+  tsr__group_t *nodes = calloc((size_t)t.nodes, sizeof *nodes);
+  int *in_node = malloc(sizeof *in_node * (size_t)ranks);
+  if (rc == 0 && (!nodes || !in_node)) rc = TSR_ENOMEM;
+  for (int m = 0; rc == 0 && m < t.nodes; m++) {
+    nodes[m] = (tsr__group_t){node_size_of(&t, m), in_node + m * per_node};
+    for (int i = 0; i < nodes[m].n; i++)
+      nodes[m].ranks[i] = m * per_node + i;
+  }
+  tsr_buckets_t bk = {0}, tb = {0};
+  if (rc == 0)
+    rc = tsr__placement_row(sh, n, ranks, NULL, two_level, nodes, t.nodes, per_node, 1,
+                            bucket_bytes, ch, &bk, &tb);
+  free(nodes), free(in_node);
   /* Inside the nodes: whole tiles, or with buckets node buckets of them (a bucket as a tile). */
-  tsr_buckets_t tb = {0};
-  if (rc == 0 && two_level && bucket_bytes > 0)
-    rc = tsr__chunks_tile_buckets(sh, n, ch, per_node, bucket_bytes, &tb);
   for (int b = 0; b < tb.n; b++)
     two_level_tile(&t, tb.local[b], 4.0 * (double)tb.floats[b]);
   for (int k = 0; rc == 0 && two_level && !tb.n && k < n; k++)
@@ -659,13 +672,6 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
       for (int j = 0; j < ch[k].nt; j++)
         two_level_tile(&t, ch[k].local[i * ch[k].k * ch[k].nt + j],
                        (double)tsr__chunks_piece_bytes(&sh[k], sh[k].mb, i, j));
-  /* Buckets by home rank, as sync.c's (with two levels: rank `local` of node `home`). */
-  tsr_buckets_t bk = {0};
-  for (int k = 0; rc == 0 && two_level && bucket_bytes > 0 && k < n; k++)
-    for (int c = 0; c < ch[k].cmt * ch[k].nt; c++)
-      ch[k].home[c] = ch[k].home[c] * per_node + ch[k].local[c] % node_size_of(&t, ch[k].home[c]);
-  if (rc == 0 && bucket_bytes > 0)
-    rc = tsr__chunks_buckets(sh, n, ch, ranks, two_level ? per_node : 1, bucket_bytes, &bk);
   for (int b = 0; b < bk.n; b++) /* a bucket travels as a chunk does */
     if (two_level)
       two_level_chunk(&t, bk.home[b] / per_node, bk.local[b], 4.0 * (double)bk.floats[b]);
@@ -693,7 +699,7 @@ int tsr__plan_average(const tsr__plan_param_t *params, int n, int ranks, int per
         double b = (double)tsr__chunks_piece_bytes(&sh[k], ch[k].cr, I, j);
         int c = I * ch[k].nt + j;
         if (two_level)
-          two_level_chunk(&t, ch[k].home[c], ch[k].local[c], b);
+          two_level_chunk(&t, ch[k].home[c] / per_node, ch[k].local[c], b);
         else
           flat_chunk(&t, ch[k].home[c], b);
       }

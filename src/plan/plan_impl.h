@@ -17,7 +17,7 @@
 typedef tsr_chunk_shape_t tsr__plan_param_t;
 
 /* What one averaging of a set of parameters over P ranks moves
- * (src/parallel/sync.c: a reduce-scatter into each chunk's home, then an
+ * (src/parallel/collective.c: a reduce-scatter into each chunk's home, then an
  * all-gather from it; or with two levels through each node's local homes), for the busiest
  * rank, the busiest node, and rank 0. Ranks are in nodes of per_node consecutive ranks (the
  * last may hold fewer). */
@@ -34,8 +34,8 @@ typedef struct {
   int64_t buckets;      /* with bucket_bytes: the buckets */
 } tsr__plan_average_t;
 
-/* Chunks and homes as sync.c averages them (parallel/chunks.h, the same code: flat, or
- * two_level; flat with bucket_bytes > 0 in buckets of that size, each one message), then the
+/* Chunks and homes as the engine averages them (tsr__placement_row, the same call: flat, or
+ * two_level; with bucket_bytes > 0 in buckets of that size, each one message), then the
  * bytes and messages each rank and node moves. release, where not NULL ([n]): the bytes whose
  * averaging can start once parameter k's gradient is handed over: its own, or with buckets
  * those of each bucket whose last chunk is packed from it (parameters are packed last to

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "parallel/placement.h"
 #include "parallel/policy.h"
 #include "tessera/runtime.h"
 #include "tessera/train.h"
@@ -101,7 +102,7 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
     snprintf(what, sizeof what, "--sync %s (averaged across several grid columns) is", policy);
     return refuse_under_grid(c, what, tsr__sync_policy(&sync->schedule)->grid_refusal, err);
   }
-  const char *no_buckets = tsr__replicas_no_buckets(sync);
+  const char *no_buckets = tsr__placement_no_buckets(sync);
   if (sync->bucket_mb > 0 && no_buckets)
     return tsr_error_set(err, TSR_EINVAL, "--bucket-mb: %s; leave --bucket-mb out", no_buckets);
   /* Under a grid a column is one replica: its ranks take its batch and shard together. */
@@ -113,14 +114,14 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          ranks / pr == 1 ? "" : "s", pr, ranks / pr, pr);
   if (!grid && c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
   /* Under a grid shares weigh the columns' samples; the homes stay where the rows put them. */
-  const char *flat_only = tsr__replicas_flat_only(sync, uneven && !grid);
+  const char *flat_only = tsr__members_flat_only(sync, uneven && !grid);
   /* With --node-size the nodes are known before the run: each grid row must lie on them alike
    * (the nodes MPI sees are checked when the replicas are made). */
   int node_of[TSR_MAX_RANKS], nodes, per_node;
   for (int q = 0; q < ranks && sync->node_size > 0; q++)
     node_of[q] = q / sync->node_size;
   if (!flat_only && grid && sync->node_size > 0)
-    flat_only = tsr__replicas_row_nodes(node_of, ranks, pr, &nodes, &per_node);
+    flat_only = tsr__members_row_nodes(node_of, ranks, pr, &nodes, &per_node);
   if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
                          flat_only);
@@ -318,14 +319,14 @@ static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
       node_of[q] = q / g;
   else if (tsr_dist_active())
     tsr_dist_nodes(node_of);
-  bool alike = !tsr__replicas_row_nodes(node_of, s->ranks, pr, &nodes, &per_node);
+  bool alike = !tsr__members_row_nodes(node_of, s->ranks, pr, &nodes, &per_node);
   const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
   if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return; /* none */
   bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM && pr == 1;
   char buckets[40] = "";
   if (s->sync.bucket_mb > 0)
     snprintf(buckets, sizeof buckets, ", buckets of %g MiB", (double)s->sync.bucket_mb);
-  if (alike && tsr__replicas_two_level(&s->sync, uneven, nodes, per_node))
+  if (alike && tsr__members_two_level(&s->sync, uneven, nodes, per_node))
     snprintf(s->averaging, sizeof s->averaging, "two-level, %s%d nodes of %d ranks%s",
              pr > 1 ? "each grid row on " : "", nodes, per_node, buckets);
   else

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "parallel/policy.h"
 #include "parallel/replicas.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
@@ -220,8 +219,9 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   snprintf(cp->where, sizeof cp->where, step ? "epoch %d step %lld" : "epoch %d", epoch + !!step,
            (long long)step);
   if (!cp->o->checkpoint_path) return 0;
-  if (cp->rep && !tsr__replicas_agree(cp->rep)) return 0;
-  int rc = cp->rep ? tsr__replicas_share_state(cp->rep) : 0;
+  tsr__replicas_saved_t saved = {.agreed = true};
+  int rc = cp->rep ? tsr__replicas_checkpoint(cp->rep, true, &saved) : 0;
+  if (!saved.agreed) return 0;
   if (rc == 0) rc = tsr_net_wait(cp->net, 0);
   tsr_checkpoint_info_t info = {0};
   if (cp->o->checkpoint_info) info = *cp->o->checkpoint_info;
@@ -237,7 +237,8 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
     snprintf(info.sync, sizeof info.sync, "none");
   tsr_errbuf_t mine = {""};
   if (rc == 0)
-    rc = tsr__checkpoint_save_run(cp->net, cp->rep, &info, cp->o->checkpoint_path, &mine);
+    rc = tsr__checkpoint_save_run(cp->net, cp->rep, cp->rep ? &saved : NULL, &info,
+                                  cp->o->checkpoint_path, &mine);
   if (cp->rep)
     rc = tsr_dist_agree(rc, &mine, cp->err);
   else if (rc && cp->err)
@@ -530,7 +531,8 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   }
   int here = r->counts[tsr_dist_rank()];
   ep->my_samples += here, ep->my_steps += here > 0;
-  if (r->rep) tsr__replicas_count(r->rep, r->counts);
+  /* Averaging gradients, a rank's empty step still updates the chunks it homes. */
+  bool homes_update = r->rep && tsr__replicas_count(r->rep, r->counts);
   if (o->lr_schedule != TSR_LR_CONSTANT || o->lr.warmup > 0) {
     int64_t t = (int64_t)((e - 1) * sh->steps + k);
     tsr_net_set_lr(net, (float)tsr_lr_at(o->lr_schedule, &o->lr, r->base_lr, t, e, r->total_steps,
@@ -542,7 +544,7 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
    * together); under --sync-bn the others wait for its statistics, so it runs without one. */
   if (here > 0 || sh->step_sync)
     rc = tsr_net_train_step(net, r->train, ep->mine + k * sh->batch[sh->replica], here,
-                            here > 0 || !r->rep || tsr__replicas_averaging_gradients(r->rep));
+                            here > 0 || !r->rep || homes_update);
   if (rc == 0 && r->rep) rc = tsr__replicas_after_step(r->rep, r->step + 1);
   r->step++;
   if (rc == 0 && k >= o->window) {

@@ -1,0 +1,38 @@
+/* What a checkpoint reads of the replicas and writes back (replicas.h, "Checkpoints"): whether
+ * they agree and how the optimizer state is kept (the whole state shared first where
+ * gradient averaging shards it), whether the last average was the end's, the step local SGD
+ * counts from and the resume past it (the policy's), the outer optimizer's momentum gathered
+ * from the ranks that home its chunks and given back to them. */
+#include "parallel/gradients.h"
+#include "parallel/home.h"
+
+int tsr__replicas_checkpoint(tsr_replicas_t *r, bool write, tsr__replicas_saved_t *c) {
+  *c = (tsr__replicas_saved_t){.agreed = tsr__replicas_agree(r),
+                               .per_replica = !r->batch,
+                               .outer = tsr__homes_outer(r) != NULL,
+                               .final_extra = r->final_extra,
+                               .local = !r->batch};
+  c->local_since = r->policy->local_since ? r->policy->local_since(r->state) : 0;
+  return write && c->agreed ? tsr__replicas_share_state(r) : 0;
+}
+
+static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
+  for (int k = 0; k < r->nparams; k++)
+    if (r->params[k].p->index == index) return &r->params[k];
+  return NULL;
+}
+
+int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *from) {
+  const rparam_t *rp = param_of(r, index);
+  tsr_outer_state_t *outer = tsr__homes_outer(r);
+  tsr_tiles_t *u = outer && rp ? tsr__outer_momentum(outer, rp->index) : NULL;
+  if (!u) return TSR_EINVAL;
+  if (from) return tsr_tiles_write_owned(u, from);
+  /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
+   * plan (tsr__placement_plan), which only that row's ranks know. */
+  return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);
+}
+
+int tsr__replicas_resume(tsr_replicas_t *r, int64_t local_since) {
+  return r->policy->resume_local ? r->policy->resume_local(r, r->state, local_since) : 0;
+}

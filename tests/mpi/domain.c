@@ -1,0 +1,195 @@
+/* --domain rows under mpirun, mpirun -np P test_mpi_domain domain: --grid Px1 --domain rows
+ * (P = the ranks): the default CNN and ResNet-20 with convolutions, pooling and batchnorm cut
+ * into bands of image rows follow one process step by step (1e-5, or 10 times how far another
+ * batch tiling of one process goes); each rank's halo bytes equal the formula from the shapes,
+ * its bytes inside the column StarPU-MPI's count. (common.h: the command, its output.) */
+#include "mpi/common.h"
+
+/* The halo bytes this rank sends per step under --domain rows, from the layers' shapes alone:
+ * for each convolution or pooling over bands (ceil(h / Pr) input rows each, ceil(oh / Pr)
+ * output rows), output band p's windows read input rows [r0 sh - ph, (r1 - 1) sh - ph + kh)
+ * clipped to the image; the rows of them in another band q travel from q to p forward, and
+ * their gradients from p to q backward when the input's gradient is computed. */
+static double halo_formula(const tsr_net_t *net, int pr, int batch) {
+  int me = rank % pr;
+  double bytes = 0;
+  for (int l = 0; l < net->n_layers; l++) {
+    const tsr_layout_layer_t *ll = net->layers[l].lay;
+    if (!ll->domain || !ll->banded_in || ll->type->batch_stats) continue;
+    const tsr_conv_geom_t *g = &ll->geom;
+    int bo = (g->oh + pr - 1) / pr, bi = (g->h + pr - 1) / pr;
+    double row = 4.0 * g->w * g->c * batch;
+    for (int p = 0; p * bo < g->oh; p++) {
+      int r1 = (p + 1) * bo < g->oh ? (p + 1) * bo : g->oh;
+      int lo = p * bo * g->sh - g->ph, hi = (r1 - 1) * g->sh - g->ph + g->kh;
+      lo = lo < 0 ? 0 : lo, hi = hi > g->h ? g->h : hi;
+      for (int q = 0; q * bi < g->h; q++) {
+        int a = q * bi > lo ? q * bi : lo, b = (q + 1) * bi < hi ? (q + 1) * bi : hi;
+        if (q == p || a >= b) continue;
+        if (me == q) bytes += (b - a) * row;               /* forward: q's rows to p */
+        if (me == p && ll->has_dx) bytes += (b - a) * row; /* backward: their gradients */
+      }
+    }
+  }
+  return bytes;
+}
+
+/* The largest difference between a and b (n floats) over the largest between b and start: how
+ * far a is from b in units of how far b moved. */
+static double off_by_moved(const float *a, const float *b, const float *start, int64_t n) {
+  double off = 0, moved = 0;
+  for (int64_t i = 0; i < n; i++)
+    off = fmax(off, fabs((double)a[i] - b[i])), moved = fmax(moved, fabs((double)b[i] - start[i]));
+  return moved > 0 ? off / moved : INFINITY;
+}
+
+static int domain_layers; /* domain_net's --domain rows:K (0: all) */
+
+/* An inception-like block (a 1x1 and a 3x3 convolution and a 3x3 pooling of one input, joined
+ * by a concat), then a strided convolution: the concat over bands of image rows. Without
+ * batchnorm, which amplifies rounding (ResNet-20's), so that the split's own error shows. */
+static const char domain_inception[] =
+    "[c1]\ntype = conv\nfilters = 8\nkernel = 3\npadding = 1\nactivation = relu\n"
+    "[a]\ntype = conv\nfilters = 4\nkernel = 1\ninput = c1.relu\n"
+    "[b]\ntype = conv\nfilters = 6\nkernel = 3\npadding = 1\ninput = c1.relu\n"
+    "[p]\ntype = maxpool\nkernel = 3\nstride = 1\npadding = 1\ninput = c1.relu\n"
+    "[cat]\ntype = concat\ninputs = a, b, p\n"
+    "[c2]\ntype = conv\nfilters = 8\nkernel = 3\npadding = 1\nstride = 2\n"
+    "[pool]\ntype = maxpool\nkernel = 2\n[out]\ntype = dense\nunits = 10\n";
+
+static tsr_net_t *domain_net(const char *model, int grid_rows, int tile_rows, float lr) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  int rc = strcmp(model, "inception") == 0
+               ? tsr_model_parse_ini_text(&spec, domain_inception, model, &err)
+               : tsr_model_parse(&spec, model, train_set.classes, &err);
+  CHECK(rc == 0, "%s: %s", model, err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 16, o.seed = 3, o.opt.lr = lr, o.opt.momentum = 0.9f, o.tile_rows = tile_rows;
+  o.grid_rows = grid_rows, o.domain = grid_rows > 1, o.domain_layers = domain_layers;
+  return net_or_abort(&spec, &o);
+}
+
+/* --grid Px1 --domain rows: the convolutions, pooling and batch normalizations of `model` cut
+ * into bands of image rows over the column follow one process with the same batch. The split
+ * adds the halo rows' contributions in another order (a col2im's sums at the bands' edges, the
+ * weight gradients and batch statistics summed band by band), so it is held to what another
+ * order of the same sums does to one process: step by step, the losses within 1e-5 relative,
+ * or within 10 times how far one process with another batch tiling has gone by then (ResNet-20
+ * at batch 16: 1e-5 after 5 steps, 4e-3 after 20 at lr 5e-4); the first update and the weights
+ * after all the steps likewise, in units of how far the weights moved. The halo bytes each
+ * rank sends equal halo_formula, and all it sends inside the column (halos, the dense layers'
+ * transfers, the convolutions' weight gradients and the batch statistics) StarPU-MPI's count. */
+static void domain_equals_one_process(const char *model, float lr) {
+  enum { B = 16, STEPS = 20, BYTE_STEPS = 3 };
+  int pr = size;
+  tsr_net_t *net = domain_net(model, pr, 8, lr), *one = domain_net(model, 1, 8, lr);
+  tsr_net_t *other = domain_net(model, 1, 4, lr), *start = domain_net(model, 1, 8, lr);
+  int cut = 0, joined = 0;
+  for (int l = 0; l < net->n_layers; l++) {
+    const tsr_layout_layer_t *ll = net->layers[l].lay;
+    cut += ll->domain, joined += ll->type->joins_bands && ll->banded;
+  }
+  CHECK(cut > 0, "%s %dx1: no layer is cut into bands", model, pr);
+  CHECK(joined == (strcmp(model, "inception") == 0), "%s %dx1: %d concats over bands", model, pr,
+        joined);
+  int32_t *rows = batch_rows(B, STEPS);
+  int64_t n, m;
+  double worst = 0, spread = 0, first = 0, first_other = 0;
+  int bad_step = 0;
+  for (int k = 0; k < STEPS; k++) {
+    CHECK(tsr_net_train_step(net, &train_set, rows + k * B, B, true) == 0, "%s %dx1: step %d",
+          model, pr, k + 1);
+    tsr_net_train_step(one, &train_set, rows + k * B, B, true);
+    tsr_net_train_step(other, &train_set, rows + k * B, B, true);
+    double loss, ref, alt, correct;
+    tsr_net_take_stats(net, false, &loss, &correct);
+    tsr_net_take_stats(one, false, &ref, &correct);
+    tsr_net_take_stats(other, false, &alt, &correct);
+    double d = fabs(loss - ref) / fabs(ref);
+    spread = fmax(spread, fabs(alt - ref) / fabs(ref));
+    if (rank == 0 && d > fmax(1e-5, 10 * spread) && !bad_step) bad_step = k + 1;
+    worst = fmax(worst, d);
+    if (k == 0) { /* the first update: the gradients themselves */
+      float *w = grid_params(net, 1, &n), *ref_w = params(one, &m), *alt_w = params(other, &m);
+      float *w0 = params(start, &m);
+      first = off_by_moved(w, ref_w, w0, n), first_other = off_by_moved(alt_w, ref_w, w0, n);
+    }
+  }
+  CHECK(bad_step == 0,
+        "%s %dx1 --domain rows: step %d's loss %.2e from one process's, another tiling %.2e", model,
+        pr, bad_step, worst, spread);
+  /* Not 10 times another tiling's: ResNet-20's first update is 1.2e-3 off (another tiling's
+   * 2.9e-5), from one ReLU of s2b2_conv1_bn that the split's statistics, rounded otherwise,
+   * leave closed where one process opens it (channel 19's shift gradient 8% off, its scale's
+   * exact: the element sits at xhat = 0). */
+  CHECK(first <= fmax(1e-2, 10 * first_other),
+        "%s %dx1 --domain rows: the first update %.2e from one process's (of its size), another "
+        "tiling %.2e",
+        model, pr, first, first_other);
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  uint64_t in0, in1, across, halo0, halo1, sent0 = net->traffic.bytes_sent;
+  int64_t halo_msgs;
+  tsr_net_halo_traffic(net, &halo0, &halo_msgs);
+  bytes_by_peer(pr, &in0, &across);
+  for (int k = 0; k < BYTE_STEPS; k++)
+    CHECK(tsr_net_train_step(net, &train_set, rows + k * B, B, true) == 0, "step");
+  CHECK(tsr__progress_wait_all() == 0, "wait");
+  MPI_Barrier(MPI_COMM_WORLD);
+  bytes_by_peer(pr, &in1, &across);
+  tsr_net_halo_traffic(net, &halo1, &halo_msgs);
+  double halo = (double)(halo1 - halo0);
+  double counted = (double)(net->traffic.bytes_sent - sent0), measured = (double)(in1 - in0);
+  double formula = halo_formula(net, pr, B) * BYTE_STEPS;
+  CHECK(halo == formula, "%s %dx1: halo bytes sent by rank %d: %.0f, the formula %.0f", model, pr,
+        rank, halo, formula);
+  /* (rows:2 cuts only conv1, whose input is the batch, and pool1, whose bands meet conv1's) */
+  CHECK(formula > 0 || domain_layers, "%s %dx1: rank %d must send halo rows", model, pr, rank);
+  /* StarPU-MPI's count also holds the loss statistics' few bytes to rank 0. */
+  CHECK(fabs(measured - counted) <= 0.01 * counted + 64 * BYTE_STEPS,
+        "%s %dx1: bytes sent inside the column: StarPU-MPI %.0f, the engine %.0f", model, pr,
+        measured, counted);
+  for (int k = 0; k < BYTE_STEPS; k++) {
+    tsr_net_train_step(one, &train_set, rows + k * B, B, true);
+    tsr_net_train_step(other, &train_set, rows + k * B, B, true);
+  }
+  float *w = grid_params(net, 1, &n), *ref_w = params(one, &m), *alt_w = params(other, &m);
+  float *w0 = params(start, &m);
+  double d = off_by_moved(w, ref_w, w0, n), d_other = off_by_moved(alt_w, ref_w, w0, n);
+  CHECK(d <= fmax(1e-4, 10 * d_other),
+        "%s %dx1 --domain rows: weights after %d steps %.2e from one process's (of how far they "
+        "moved), another tiling %.2e",
+        model, pr, STEPS + BYTE_STEPS, d, d_other);
+  if (rank == 0)
+    printf("domain %s %dx1, %d layers cut: losses within %.2e of one process over %d steps "
+           "(another tiling "
+           "%.2e), first update %.2e (%.2e), weights %.2e (%.2e); rank 0 sent %.0f halo bytes "
+           "per step (the formula's), %.0f in all\n",
+           model, pr, cut, worst, STEPS, spread, first, first_other, d, d_other, halo / BYTE_STEPS,
+           counted / BYTE_STEPS);
+  free(w), free(ref_w), free(alt_w), free(w0), free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&one), tsr_net_destroy(&other), tsr_net_destroy(&start);
+}
+
+static void test_domain(void) {
+  load(16 * 20);
+  domain_equals_one_process("cnn", 0.05f);
+  /* At lr 0.01 one ReLU opened by the split's rounding at step 1 (the first update's 1.2e-3)
+   * grows faster than another tiling's differences: on a Zen 3 EPYC step 4 was 8.9e-4 off
+   * against another tiling's 1.2e-7 (Zen 4 passed). At 5e-4 the split stays within 2-4x of
+   * another tiling at every step on both (1.4e-6 at step 3, 1.2e-5 at step 4). */
+  domain_equals_one_process("resnet20", 5e-4f);
+  domain_equals_one_process("inception", 0.05f); /* a concat of bands: every layer cut */
+  /* rows:2: conv1 and pool1 cut, conv2 and pool2 whole on every rank from conv2's input
+   * all-gathered (its gradient taken back band by band). */
+  domain_layers = 2;
+  domain_equals_one_process("cnn", 0.05f);
+  domain_layers = 0;
+}
+
+const mpi_check_t mpi_checks[] = {
+    {"domain", test_domain, MPI_CHECK_COMM_STATS | MPI_CHECK_LOWERED_CONV},
+    {NULL, NULL, 0},
+};
