@@ -243,6 +243,35 @@ check_log "--label-smoothing 0.2" "$tmp/smooth.jsonl" 20 "test_accuracy>0.95" "l
 if head -1 "$tmp/smooth.jsonl" | grep -qE '"label-smoothing": ?0\.2[0-9]*[,}]'; then pass; else
   fail "the run line lacks label-smoothing 0.2: $(head -c 300 "$tmp/smooth.jsonl")"
 fi
+# A logged configuration replays: every key of the run line's config, given back as an option
+# (null and false left out, true as a flag), is accepted and gives the same config and the same
+# epochs (options left at their defaults are null there, not a value the parser refuses).
+replay=$(/usr/bin/python3 - "$tmp/smooth.jsonl" "$tmp/replay.jsonl" <<'PY'
+import json, sys
+config = json.loads(open(sys.argv[1]).readline())["config"]
+config["log"] = sys.argv[2]
+args = []
+for key, value in config.items():
+    if value is None or value is False:
+        continue
+    args.append("--" + key)
+    if value is not True:
+        args.append(str(value))
+print("\n".join(args))
+PY
+)
+mapfile -t replay_args <<<"$replay"
+expect 0 "epoch 20/20" -- train "${replay_args[@]}"
+if /usr/bin/python3 - "$tmp/smooth.jsonl" "$tmp/replay.jsonl" <<'PY'; then pass; else
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+ca, cb = a[0]["config"], b[0]["config"]
+ca.pop("log"), cb.pop("log")
+same = lambda lines: [(o["epoch"], o["loss"]) for o in lines if "epoch" in o and "event" not in o]
+sys.exit(0 if ca == cb and same(a) == same(b) else 1)
+PY
+  fail "the replayed configuration differs from its log's: $(head -c 400 "$tmp/replay.jsonl")"
+fi
 for e in 1 1.5 -0.1 nan; do
   expect 2 "--label-smoothing $e: expected a number in \[0, 1\)" -- train --label-smoothing "$e"
   expect 2 "--label-smoothing $e: expected a number in \[0, 1\)" -- eval --checkpoint x \

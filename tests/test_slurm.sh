@@ -2,7 +2,7 @@
 # tessera under Slurm, for real: starts a Slurm cluster of two nodes, n1 and n2, that are both this
 # machine (munged, slurmctld and one slurmd per node from Debian's slurm-wlm, in the foreground of
 # background jobs, with a generated slurm.conf and their own ports, socket and folders in a
-# temporary folder; NOTES-slurm.md says why each line is there), then checks
+# temporary folder; the comments above each part say why it is there), then checks
 #   1. srun --mpi=pmix -N 2 --ntasks-per-node=2 tessera info, unbound: each of the 4 ranks says
 #      rank r of 4, node-local rank r%2 of 2 (from MPI_Comm_split_type: srun sets no
 #      OMPI_COMM_WORLD_LOCAL_*, and world ranks 2 and 3 are not node-local ones), and tessera put
@@ -291,7 +291,7 @@ PY
 # 4. The documented batch script on 2 nodes x 1 rank of 2 cores, with no --workers: each rank
 # gets a worker per core it was given (srun was told --cpus-per-task again). Not 2 x 2 here: with
 # 4 ranks training over TCP on one machine, Open MPI 4.1.4's TCP transport crashed 2 runs of 19
-# ("failed to TCP connect ... Operation now in progress (115)"; NOTES-slurm.md); steps 1 and 2
+# ("failed to TCP connect ... Operation now in progress (115)"); steps 1 and 2
 # have 2 ranks per node, and step 3 trains 2 ranks on one node.
 what="sbatch --nodes=2 --ntasks-per-node=1 --cpus-per-task=2 scripts/tessera.sbatch"
 out=$(cd "$tmp/jobs" && "${two_nodes[@]}" TESSERA="$tessera" TSR_DATA_DIR="$data" \

@@ -11,7 +11,7 @@ and PyTorch interoperability. Pure Python and NumPy; PyTorch only for tessera.py
     log = tessera.read_log("run.jsonl")           # epochs, events
     gpt = tessera.to_torch("lm.st")               # a gpt:L,D,H,T checkpoint: a tessera.gpt.GPT
 
-See NOTES-py.md (docs/python.md) for the layouts and what is supported.
+See docs/python.md for the layouts and what is supported.
 """
 from . import checkpoint, data, log, model, reference, safetensors
 from .checkpoint import Checkpoint, CheckpointError, read_checkpoint, write_checkpoint

@@ -290,8 +290,10 @@ static int read_crop(parse_t *p, const row_t *row, const char *arg) {
 }
 
 static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
-  static const char *const names[] = {"none", "linear", NULL};
-  static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR};
+  /* auto is the default, and what a log's config says of a run that did not choose. */
+  static const char *const names[] = {"none", "linear", "auto", NULL};
+  static const tsr_lr_scaling_t kinds[] = {TSR_LR_SCALING_NONE, TSR_LR_SCALING_LINEAR,
+                                           TSR_LR_SCALING_AUTO};
   int i = read_choice(row, arg, names);
   if (i < 0) return 2;
   p->cfg->train.lr_scaling = kinds[i];
@@ -579,10 +581,10 @@ static const row_t rows[] = {
     {"early-stop", "N", read_int, AT(train.early_stop), 1, 100000, "an integer from 1 to 100000",
      "stop after N epochs in a row without a lower validation\n"
      "loss (needs --val-split) [never]"},
-    {"lr-scaling", "S", read_lr_scaling, .want = "linear or none",
+    {"lr-scaling", "S", read_lr_scaling, .want = "linear, none or auto",
      .help = "under mpirun, linear (--lr times the ranks, for the ranks'\n"
-             "larger combined batch) or none [linear for sgd and\n"
-             "sgd-nesterov with --sync batch, else none]"},
+             "larger combined batch), none, or auto: linear for sgd and\n"
+             "sgd-nesterov with --sync batch, else none [auto]"},
     {"momentum", "X", read_momentum, AT(net.opt.momentum), 0, BELOW_ONE, "a number in [0, 1)",
      "SGD momentum [0.9]"},
     {"weight-decay", "X", read_weight_decay, AT(net.opt.weight_decay), 0, 1e6,
@@ -809,6 +811,14 @@ static bool show_field(const tsr_cli_train_config_t *cfg, const row_t *row, tsr_
     f->kind = TSR_LOG_BOOL, f->number = *(const bool *)at == (row->read == read_true);
   else
     return false;
+  /* A number outside the option's range is its "not given" default (0 for --warmup, -1 for
+   * --workers, an outer rate without --outer): null, so that a logged configuration replays. */
+  bool number = f->kind == TSR_LOG_INT || f->kind == TSR_LOG_FLOAT;
+  if (number && row->lo < row->hi && (f->number < row->lo || f->number > row->hi))
+    f->kind = TSR_LOG_NULL;
+  if (number && cfg->sync.outer.kind == TSR_OUTER_NONE &&
+      (row->read == read_outer_lr || row->read == read_outer_momentum))
+    f->kind = TSR_LOG_NULL;
   return true;
 }
 
