@@ -301,10 +301,12 @@ MUTANTS = [
      "src/parallel/home.c",
      [("r->homes->steps[q] += samples_per_rank[q] > 0;",
        "r->homes->steps[q] += samples_per_rank[q] >= 0;")], ["mpi-fednova-2"]),
-    ("hier-group-samples-kept", "hier's group averages keep counting samples from before a "
-     "global average", "src/parallel/sync_hier.c",
-     [("    tsr__groups_restart(state, tsr_dist_size());\n",
-       "")],
+    ("hier-group-samples-restart", "hier's group averages weigh the samples since the group's "
+     "own last average, not since the last average of all ranks", "src/parallel/average.c",
+     [("  return average(r, &sc, NULL, false);\n",
+       "  int rc = average(r, &sc, NULL, false);\n"
+       "  for (int t = 0; t < sc.group->n; t++)\n    r->samples[sc.group->ranks[t]] = 0;\n"
+       "  return rc;\n")],
      ["mpi-hiersamples-3"]),
     ("postlocal-state-sharded", "post-local's switch keeps the optimizer state sharded (each "
      "rank only its chunks')", "src/parallel/gradients.c",
