@@ -520,6 +520,11 @@ MUTANTS = [
      "src/kernels/batchnorm.c",
      [("uint32_t bits, mask = y > 0.0f ? ~0u : 0u;", "uint32_t bits, mask = ~0u + 0 * (y > 0.0f);")],
      ["batchnorm"]),
+    # Issue 41: the contracts of the last wave that no test checked.
+    ("early-stop-count-kept", "early stopping's count of bad epochs does not start again at a "
+     "new best", "src/optim/schedule.c",
+     [("s->early_best = loss, s->early_best_epoch = epoch, s->early_bad = 0;",
+       "s->early_best = loss, s->early_best_epoch = epoch;")], ["schedule"]),
 ]
 
 
