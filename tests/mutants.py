@@ -525,6 +525,10 @@ MUTANTS = [
      "new best", "src/optim/schedule.c",
      [("s->early_best = loss, s->early_best_epoch = epoch, s->early_bad = 0;",
        "s->early_best = loss, s->early_best_epoch = epoch;")], ["schedule"]),
+    ("plan-bn-whole-image", "the planner prices batchnorm under --domain rows on the whole image",
+     "src/nn/batchnorm.c",
+     [("double share = tsr__cost_rows_share(lay, l); /* row 0's band under --domain rows */",
+       "double share = 1 + 0 * tsr__cost_rows_share(lay, l);")], ["plan"]),
 ]
 
 
