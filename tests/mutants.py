@@ -529,6 +529,12 @@ MUTANTS = [
      "src/nn/batchnorm.c",
      [("double share = tsr__cost_rows_share(lay, l); /* row 0's band under --domain rows */",
        "double share = 1 + 0 * tsr__cost_rows_share(lay, l);")], ["plan"]),
+    ("position-grad-accumulates", "the position table's gradient adds up across steps",
+     "src/tile/seq_ops.c",
+     [("tsr__tile(tok, i, 0), tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n"
+       "                                  i == 0));",
+       "tsr__tile(tok, i, 0), tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n"
+       "                                  false));")], ["seq"]),
 ]
 
 
