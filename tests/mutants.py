@@ -535,6 +535,10 @@ MUTANTS = [
        "                                  i == 0));",
        "tsr__tile(tok, i, 0), tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n"
        "                                  false));")], ["seq"]),
+    ("opencl-channels-never-add", "the OpenCL channel copy overwrites where asked to add",
+     "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = v;")], ["opencl"]),
+    ("opencl-channels-always-add", "the OpenCL channel copy adds where asked to overwrite",
+     "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = d[at] + v;")], ["opencl"]),
 ]
 
 
