@@ -539,6 +539,10 @@ MUTANTS = [
      "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = v;")], ["opencl"]),
     ("opencl-channels-always-add", "the OpenCL channel copy adds where asked to overwrite",
      "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = d[at] + v;")], ["opencl"]),
+    ("domain-bn-padding", "batchnorm over bands counts a short batch's padding rows",
+     "src/tile/domain.c",
+     [("return (int)(v < 0 ? 0 : v < rows ? v : rows);", "return (int)(0 * v + rows);")],
+     ["mpi-domainshort-2"]),
 ]
 
 
