@@ -543,6 +543,11 @@ MUTANTS = [
      "src/tile/domain.c",
      [("return (int)(v < 0 ? 0 : v < rows ? v : rows);", "return (int)(0 * v + rows);")],
      ["mpi-domainshort-2"]),
+    ("two-level-home-own-node", "with two levels a local home does not count its own node's "
+     "partial as received", "src/parallel/collective.c",
+     [("return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j, tile);",
+       "return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j,\n"
+       "                          r->m.rank == lh ? 0 : tile);")], ["mpi-twolevel-8"]),
 ]
 
 
