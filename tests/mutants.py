@@ -548,6 +548,11 @@ MUTANTS = [
      [("return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j, tile);",
        "return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j,\n"
        "                          r->m.rank == lh ? 0 : tile);")], ["mpi-twolevel-8"]),
+    ("attention-width-scale", "attention scores scaled by the model width, not the head width",
+     "src/kernels/attention.c",
+     [("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n"),
+      ("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n")],
+     ["gpt-torch", "attention"]),
 ]
 
 
