@@ -8,11 +8,12 @@
  * next token at each position). Step k (0-based) trains on samples k B .. k B + B - 1; after the
  * last step, one evaluation on samples steps B .. steps B + B - 1. No standardization, no
  * shuffling, no schedule: the rate is lr at every step; --clip-grad X clips the gradients' norm
- * to X before each update (tsr_net_opts_t.clip_grad).
+ * to X before each update (tsr_net_opts_t.clip_grad). --from FILE starts from FILE's weights (a
+ * checkpoint of the same model, e.g. written by the Python package) instead of the initialization.
  *
- * usage: gpt_steps --model gpt:L,D,H,T|FILE.ini --text FILE --out DIR [--batch B] [--steps N] [--lr
- * X]
- *                  [--weight-decay X] [--seed S] [--tile R] [--clip-grad X]
+ * usage: gpt_steps --model gpt:L,D,H,T|FILE.ini --text FILE --out DIR [--batch B] [--steps N]
+ *                  [--lr X] [--weight-decay X] [--seed S] [--tile R] [--clip-grad X]
+ *                  [--from FILE.st]
  * Prints one JSON line per step {"step": k, "loss": X} (the batch's mean loss per token, before
  * that step's update), then {"eval": X} (after the last update), and writes DIR/init.st and
  * DIR/final.st. Exit 0, or 1 with the reason on stderr. */
@@ -24,7 +25,7 @@
 #include "tessera/tessera.h"
 
 typedef struct {
-  const char *model, *text, *out;
+  const char *model, *text, *out, *from;
   int batch, steps, tile_rows;
   double lr, wd, clip;
   unsigned long long seed;
@@ -100,6 +101,12 @@ static int run(const args_t *a) {
     tsr_dataset_fini(&ds);
     return 1;
   }
+  if (a->from && tsr_checkpoint_load(net, a->from, NULL, NULL, &err) != 0) {
+    fprintf(stderr, "gpt_steps: %s\n", err.msg);
+    tsr_net_destroy(&net);
+    tsr_dataset_fini(&ds);
+    return 1;
+  }
   rc = save(net, a->out, "init.st");
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)a->batch);
   if (!rows) rc = TSR_ENOMEM;
@@ -125,17 +132,13 @@ static int run(const args_t *a) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {{"model", required_argument, 0, 'm'},
-                                           {"text", required_argument, 0, 'x'},
-                                           {"out", required_argument, 0, 'o'},
-                                           {"batch", required_argument, 0, 'b'},
-                                           {"steps", required_argument, 0, 'n'},
-                                           {"lr", required_argument, 0, 'l'},
-                                           {"weight-decay", required_argument, 0, 'w'},
-                                           {"seed", required_argument, 0, 's'},
-                                           {"tile", required_argument, 0, 't'},
-                                           {"clip-grad", required_argument, 0, 'c'},
-                                           {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},        {"text", required_argument, 0, 'x'},
+      {"out", required_argument, 0, 'o'},          {"batch", required_argument, 0, 'b'},
+      {"steps", required_argument, 0, 'n'},        {"lr", required_argument, 0, 'l'},
+      {"weight-decay", required_argument, 0, 'w'}, {"seed", required_argument, 0, 's'},
+      {"tile", required_argument, 0, 't'},         {"clip-grad", required_argument, 0, 'c'},
+      {"from", required_argument, 0, 'f'},         {0, 0, 0, 0}};
   args_t a = {.batch = 8, .steps = 10, .lr = 1e-3, .wd = 0.1, .seed = 1};
   int opt;
   while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -150,6 +153,7 @@ int main(int argc, char **argv) {
     case 's': a.seed = strtoull(optarg, NULL, 10); break;
     case 't': a.tile_rows = atoi(optarg); break;
     case 'c': a.clip = atof(optarg); break;
+    case 'f': a.from = optarg; break;
     default: return 2;
     }
   }
@@ -157,7 +161,7 @@ int main(int argc, char **argv) {
       a.tile_rows < 0 || a.clip < 0) {
     fprintf(stderr, "usage: gpt_steps --model gpt:L,D,H,T --text FILE --out DIR [--batch B] "
                     "[--steps N] [--lr X] [--weight-decay X] [--seed S] [--tile R] "
-                    "[--clip-grad X]\n");
+                    "[--clip-grad X] [--from FILE.st]\n");
     return 2;
   }
   tsr_runtime_opts_t ro;

@@ -301,10 +301,12 @@ MUTANTS = [
      "src/parallel/home.c",
      [("r->homes->steps[q] += samples_per_rank[q] > 0;",
        "r->homes->steps[q] += samples_per_rank[q] >= 0;")], ["mpi-fednova-2"]),
-    ("hier-group-samples-kept", "hier's group averages keep counting samples from before a "
-     "global average", "src/parallel/sync_hier.c",
-     [("    tsr__groups_restart(state, tsr_dist_size());\n",
-       "")],
+    ("hier-group-samples-restart", "hier's group averages weigh the samples since the group's "
+     "own last average, not since the last average of all ranks", "src/parallel/average.c",
+     [("  return average(r, &sc, NULL, false);\n",
+       "  int rc = average(r, &sc, NULL, false);\n"
+       "  for (int t = 0; t < sc.group->n; t++)\n    r->samples[sc.group->ranks[t]] = 0;\n"
+       "  return rc;\n")],
      ["mpi-hiersamples-3"]),
     ("postlocal-state-sharded", "post-local's switch keeps the optimizer state sharded (each "
      "rank only its chunks')", "src/parallel/gradients.c",
@@ -518,6 +520,39 @@ MUTANTS = [
      "src/kernels/batchnorm.c",
      [("uint32_t bits, mask = y > 0.0f ? ~0u : 0u;", "uint32_t bits, mask = ~0u + 0 * (y > 0.0f);")],
      ["batchnorm"]),
+    # Issue 41: the contracts of the last wave that no test checked.
+    ("early-stop-count-kept", "early stopping's count of bad epochs does not start again at a "
+     "new best", "src/optim/schedule.c",
+     [("s->early_best = loss, s->early_best_epoch = epoch, s->early_bad = 0;",
+       "s->early_best = loss, s->early_best_epoch = epoch;")], ["schedule"]),
+    ("plan-bn-whole-image", "the planner prices batchnorm under --domain rows on the whole image",
+     "src/nn/batchnorm.c",
+     [("double share = tsr__cost_rows_share(lay, l); /* row 0's band under --domain rows */",
+       "double share = 1 + 0 * tsr__cost_rows_share(lay, l);")], ["plan"]),
+    ("position-grad-accumulates", "the position table's gradient adds up across steps",
+     "src/tile/seq_ops.c",
+     [("tsr__tile(tok, i, 0), tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n"
+       "                                  i == 0));",
+       "tsr__tile(tok, i, 0), tsr__tile(dy, i, 0), i == 0 && !add_tokens,\n"
+       "                                  false));")], ["seq"]),
+    ("opencl-channels-never-add", "the OpenCL channel copy overwrites where asked to add",
+     "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = v;")], ["opencl"]),
+    ("opencl-channels-always-add", "the OpenCL channel copy adds where asked to overwrite",
+     "codelets/tessera.cl", [("d[at] = add ? d[at] + v : v;", "d[at] = d[at] + v;")], ["opencl"]),
+    ("domain-bn-padding", "batchnorm over bands counts a short batch's padding rows",
+     "src/tile/domain.c",
+     [("return (int)(v < 0 ? 0 : v < rows ? v : rows);", "return (int)(0 * v + rows);")],
+     ["mpi-domainshort-2"]),
+    ("two-level-home-own-node", "with two levels a local home does not count its own node's "
+     "partial as received", "src/parallel/collective.c",
+     [("return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j, tile);",
+       "return tsr__sum_on_home(o, r, lh, node->n, node->ranks, NULL, xs, part, i, j,\n"
+       "                          r->m.rank == lh ? 0 : tile);")], ["mpi-twolevel-8"]),
+    ("attention-width-scale", "attention scores scaled by the model width, not the head width",
+     "src/kernels/attention.c",
+     [("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n"),
+      ("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n")],
+     ["gpt-torch", "attention"]),
 ]
 
 

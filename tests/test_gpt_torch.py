@@ -1,15 +1,21 @@
 #!/usr/bin/python3
 """The language model (gpt:L,D,H,T) in PyTorch against tessera: run by test_gpt_torch.sh.
 
-- Equal to PyTorch: tests/gpt_steps.c (GPT_STEPS) builds gpt:2,32,4,16 (GPT-2's
-  initialization, AdamW lr 3e-3, weight decay 0.3), writes its checkpoint, trains 10 steps on
-  fixed batches of this repository's README (bytes as tokens) and evaluates one more batch;
+- Equal to PyTorch: tests/gpt_steps.c (GPT_STEPS) builds gpt:2,32,4,16 (AdamW lr 3e-3, weight
+  decay 0.3) from a start that uses its attention (PyTorch's 200 steps from GPT-2's
+  initialization on the text's second half, --from; at GPT-2's initialization the scores are
+  near zero and the attention nearly uniform, so a wrong scale of the scores hardly shows),
+  writes its checkpoint, trains 10 steps on fixed batches of this repository's README (bytes as
+  tokens) and evaluates one more batch;
   PyTorch loads the checkpoint into tessera.gpt.GPT (to_torch), takes the same AdamW steps
   (to_torch_optimizer: decay on the embedding tables and conv weights only, as tessera) on the
   same tokens: the loss of the first step, of every step to the 10th, and the evaluation after
   the 10th agree within 1e-4 relative; tessera's final checkpoint loads into PyTorch and gives
   PyTorch's final evaluation loss within the same tolerance; and the same with the gradients'
-  norm clipped to 0.5 (--clip-grad, clip_grad_norm_), below it at every step.
+  norm clipped to 0.5 (--clip-grad, clip_grad_norm_), below it at every step, from tessera's
+  own GPT-2 initialization. From the trained start, the same steps in PyTorch with the scores
+  scaled by the model width instead of the head width end more than 30 times the tolerance
+  away: the comparison would see that mistake in tessera.
 - Without the binary (always): the GPT module from a checkpoint equals the NumPy reference
   (tessera's layouts; attention as softmax(q k^T / sqrt(dh) + mask) v in float64) on sequences
   of several lengths, its GELU and layer norm the reference's formulas, checkpoints round-trip bitwise, the shorthand gives add_gpt's layers and
@@ -18,6 +24,7 @@
 Environment: GPT_STEPS (the driver; the comparison with tessera is skipped without it).
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -34,7 +41,7 @@ import torch  # noqa: E402
 import tessera  # noqa: E402
 from tessera import model as tmodel  # noqa: E402
 from tessera import reference  # noqa: E402
-from tessera.gpt import GPT, gpt_config  # noqa: E402
+from tessera.gpt import GPT, CausalSelfAttention, gpt_config  # noqa: E402
 
 GPT_STEPS = os.environ.get("GPT_STEPS")
 TEXT = os.path.join(HERE, "..", "README.md")
@@ -69,6 +76,62 @@ def fresh_checkpoint(name, spec=MODEL, seed=0):
             if not decay:
                 p.add_(0.1 * torch.randn_like(p))
     return tessera.from_torch(net, os.path.join(TMP, name), optimizer="adamw")
+
+
+def pretrained_checkpoint(name, seed=5, steps=200, lr=1e-2):
+    """A start that uses its attention: MODEL from GPT-2's initialization after `steps` PyTorch
+    AdamW steps (batch 16, no decay) on random windows of the text's second half (never the
+    batches the comparison takes), written with fresh AdamW state. From GPT-2's initialization
+    a wrong scale of the scores moved the 10 steps' losses by 1.5e-4 (relative), from this
+    start by 8e-3, 5e-3 at the first step."""
+    torch.manual_seed(seed)
+    net = GPT.from_spec(MODEL, 256, init="gpt2").train()
+    x, y = windows(TEXT, int(MODEL.split(",")[-1]))  # T, the context
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        rows = torch.randint(len(x) // 2, len(x), (16,), generator=g)
+        opt.zero_grad()
+        net.loss(x[rows], y[rows]).backward()
+        opt.step()
+    return tessera.from_torch(net, os.path.join(TMP, name), optimizer="adamw")
+
+
+def width_scaled_forward(self, x):
+    """CausalSelfAttention.forward with the scores scaled by 1 / sqrt(model width), the mistake
+    the comparison must see."""
+    n, t, d = x.shape
+    q, k, v = self.c_attn(x).split(d, dim=2)
+    dh = d // self.heads
+    q, k, v = (a.view(n, t, self.heads, dh).transpose(1, 2) for a in (q, k, v))
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(n, t, d)
+    return self.c_proj(y)
+
+
+def torch_steps(init, x, y, clip=0.0):
+    """PyTorch from checkpoint init, STEPS AdamW steps on gpt_steps.c's batches: the losses, the
+    gradients' norms (with clip), the net and the evaluation after the last step."""
+    net = tessera.to_torch(init).train()
+    opt = tessera.to_torch_optimizer(init, net)
+    losses, norms = [], []
+    for k in range(STEPS):
+        rows = slice(k * BATCH, (k + 1) * BATCH)
+        opt.zero_grad()
+        loss = net.loss(x[rows], y[rows])
+        loss.backward()
+        if clip:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), clip)))
+        opt.step()
+        losses.append(loss.item())
+    net.eval()
+    rows = slice(STEPS * BATCH, (STEPS + 1) * BATCH)
+    with torch.no_grad():
+        evaluation = net.loss(x[rows], y[rows]).item()
+    return losses, norms, net, evaluation
 
 
 class Reference(unittest.TestCase):
@@ -206,15 +269,18 @@ class AgainstTessera(unittest.TestCase):
     """The same steps in tessera and in PyTorch."""
 
     CLIP = 0.0  # --clip-grad: 0 none
+    PRETRAINED = True  # from pretrained_checkpoint (else from gpt_steps's GPT-2 initialization)
 
     @classmethod
     def setUpClass(cls):
         cls.out = os.path.join(TMP, "tessera-clip" if cls.CLIP else "tessera")
         os.makedirs(cls.out)
-        r = subprocess.run([GPT_STEPS, "--model", MODEL, "--text", TEXT, "--out", cls.out,
-                            "--batch", str(BATCH), "--steps", str(STEPS), "--lr", str(LR),
-                            "--weight-decay", str(WD), "--clip-grad", str(cls.CLIP)],
-                           capture_output=True, text=True)
+        args = [GPT_STEPS, "--model", MODEL, "--text", TEXT, "--out", cls.out,
+                "--batch", str(BATCH), "--steps", str(STEPS), "--lr", str(LR),
+                "--weight-decay", str(WD), "--clip-grad", str(cls.CLIP)]
+        if cls.PRETRAINED:
+            args += ["--from", pretrained_checkpoint("start.st").path]
+        r = subprocess.run(args, capture_output=True, text=True)
         if r.returncode:
             raise AssertionError("gpt_steps: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
         lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
@@ -225,24 +291,12 @@ class AgainstTessera(unittest.TestCase):
         x, y = windows(TEXT, cls.init.graph.input_shape[1])
         cls.x, cls.y = torch.from_numpy(x), torch.from_numpy(y)
         # PyTorch from tessera's initial checkpoint, the same batches and steps.
-        net = tessera.to_torch(cls.init).train()
-        opt = tessera.to_torch_optimizer(cls.init, net)
-        cls.torch_losses, cls.norms = [], []
-        for k in range(STEPS):
-            rows = slice(k * BATCH, (k + 1) * BATCH)
-            opt.zero_grad()
-            loss = net.loss(cls.x[rows], cls.y[rows])
-            loss.backward()
-            if cls.CLIP:
-                norm = torch.nn.utils.clip_grad_norm_(net.parameters(), cls.CLIP)
-                cls.norms.append(float(norm))
-            opt.step()
-            cls.torch_losses.append(loss.item())
-        cls.net = net.eval()
-        rows = slice(STEPS * BATCH, (STEPS + 1) * BATCH)
-        cls.eval_rows = rows
-        with torch.no_grad():
-            cls.torch_eval = net.loss(cls.x[rows], cls.y[rows]).item()
+        cls.torch_losses, cls.norms, cls.net, cls.torch_eval = torch_steps(
+            cls.init, cls.x, cls.y, cls.CLIP)
+        cls.eval_rows = slice(STEPS * BATCH, (STEPS + 1) * BATCH)
+        with torch.no_grad():  # the evaluation batch before the steps
+            cls.eval_before = tessera.to_torch(cls.init).eval().loss(
+                cls.x[cls.eval_rows], cls.y[cls.eval_rows]).item()
         print("\nclip %g\ntessera losses %s eval %.7g\nPyTorch losses %s eval %.7g" % (
             cls.CLIP, " ".join("%.7g" % v for v in cls.tessera_losses), cls.tessera_eval,
             " ".join("%.7g" % v for v in cls.torch_losses), cls.torch_eval), file=sys.stderr)
@@ -256,8 +310,27 @@ class AgainstTessera(unittest.TestCase):
         g = tmodel.Graph(tmodel.shorthand(MODEL, 256), self.init.input_shape)
         self.assertEqual(self.init.metadata["model"], g.describe())
         self.assertEqual(self.init.metadata["model_ini"], g.to_ini())
-        std = self.init.tensors["layers.0.embedding.weight"].std()
-        self.assertAlmostEqual(float(std), 0.02, delta=0.002)  # GPT-2's normal(0, 0.02)
+        if not self.PRETRAINED:  # tessera's own initialization
+            std = self.init.tensors["layers.0.embedding.weight"].std()
+            self.assertAlmostEqual(float(std), 0.02, delta=0.002)  # GPT-2's normal(0, 0.02)
+
+    def test_a_wrong_attention_scale_would_show(self):
+        """The same steps with the scores scaled by the model width (1 / sqrt(32)) instead of the
+        head width (1 / sqrt(8)) end far outside the tolerance: tessera making that mistake
+        fails test_ten_adamw_steps_agree."""
+        if not self.PRETRAINED:
+            self.skipTest("from GPT-2's initialization the scores are near zero")
+        right = CausalSelfAttention.forward
+        CausalSelfAttention.forward = width_scaled_forward
+        try:
+            losses, _, _, evaluation = torch_steps(self.init, self.x, self.y, self.CLIP)
+        finally:
+            CausalSelfAttention.forward = right
+        right_all = np.array(self.torch_losses + [self.torch_eval])
+        off = np.max(np.abs(np.array(losses + [evaluation]) - right_all) / right_all)
+        print("\nclip %g: a width-scaled attention ends %.2e (relative) from the right one"
+              % (self.CLIP, off), file=sys.stderr)
+        self.assertGreater(off, 30 * RTOL)
 
     def test_the_first_step_s_loss_agrees(self):
         self.assertEqual(len(self.tessera_losses), STEPS)
@@ -266,7 +339,7 @@ class AgainstTessera(unittest.TestCase):
     def test_ten_adamw_steps_agree(self):
         np.testing.assert_allclose(self.tessera_losses, self.torch_losses, rtol=RTOL)
         np.testing.assert_allclose(self.tessera_eval, self.torch_eval, rtol=RTOL)
-        self.assertLess(self.torch_eval, self.torch_losses[0], "the loss falls")
+        self.assertLess(self.torch_eval, self.eval_before, "the evaluation batch's loss falls")
 
     def test_tessera_s_final_weights_give_torch_s_final_loss(self):
         net = tessera.to_torch(self.final)
@@ -281,15 +354,14 @@ class AgainstTesseraClipped(AgainstTessera):
     the gradients' norm at every step, so that every step is clipped."""
 
     CLIP = 0.5
+    PRETRAINED = False  # Adam barely feels a clip of the trained start's smaller gradients
 
     def test_every_step_was_clipped(self):
         self.assertEqual(len(self.norms), STEPS)
         self.assertGreater(min(self.norms), 2 * self.CLIP, "the norms %s" % self.norms)
 
     def test_clipping_changed_the_steps(self):
-        if not hasattr(AgainstTessera, "tessera_losses"):  # run alone
-            AgainstTessera.setUpClass()
-        plain = AgainstTessera.tessera_losses
+        plain, _, _, _ = torch_steps(self.init, self.x, self.y)  # the same start, unclipped
         self.assertGreater(abs(plain[-1] - self.tessera_losses[-1]), 10 * RTOL * plain[-1])
 
 

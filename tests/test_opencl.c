@@ -348,6 +348,68 @@ Test(opencl, add_and_channels_copy) {
   operand_check(&src, "channels_copy src", 0, 0);
 }
 
+/* Brings both sides home and compares every float of the whole matrices with want (the whole
+ * matrix as the host holds it, ld o->ld), exactly: what each side should hold, not only what the
+ * other holds. */
+static void operand_expect(operand_t *o, const float *want, const char *what) {
+  for (int s = 0; s < 2; s++) {
+    if (!o->whole) starpu_data_unpartition(o->parent[s], STARPU_MAIN_RAM);
+    starpu_data_unregister(o->parent[s]);
+  }
+  static const char *const side[2] = {"CPU", "OpenCL"};
+  for (int s = 0; s < 2; s++) {
+    int bad = 0;
+    for (int i = 0; i < o->pr; i++)
+      for (int j = 0; j < o->pc; j++) {
+        float got = o->host[s][(long)i * o->ld + j], w = want[(long)i * o->ld + j];
+        if (memcmp(&got, &w, sizeof got) != 0 && bad++ < 3)
+          cr_log_error("%s (%d, %d) of (%d, %d): %s %.8g, expected %.8g", what, i, j, o->pr, o->pc,
+                       side[s], (double)got, (double)w);
+      }
+    cr_expect_eq(bad, 0, "%s: %d of %d floats on the %s side differ from the expected", what, bad,
+                 o->pr * o->pc, side[s]);
+  }
+  free(o->host[0]), free(o->host[1]);
+}
+
+/* The channel copy overwrites its destination's block when asked to copy and adds into it only
+ * when asked to add: a concat's backward pass writes each input's gradient (which may hold the
+ * previous step's values, or other layers' sums after it), and a domain-split layer's halo
+ * gradients are added into the neighbour band's while its own band rows are copied. A copy that
+ * added would carry a gradient over from step to step; an add that overwrote would lose a
+ * neighbour's halo contribution. Checked against the values computed here, on both workers, in
+ * an edge tile at a device offset: a concat's block (3 pixels, 2 channels of 12, at channel 5),
+ * then 4 columns added at column 20 and 4 copied at column 30 (tsr__insert_columns). */
+Test(opencl, channel_copy_overwrites_or_adds_as_asked) {
+  enum { M = 5, DC = 12 * 3, SC = 2 * 3 };
+  operand_t dst, src;
+  operand_init(&dst, M, DC, false, 45, -1, 1, false);
+  operand_init(&src, M, SC, false, 46, -1, 1, false);
+  size_t nd = (size_t)dst.pr * (size_t)dst.ld, ns = (size_t)src.pr * (size_t)src.ld;
+  float *want = malloc(nd * sizeof(float)), *from = malloc(ns * sizeof(float));
+  cr_assert(want && from);
+  memcpy(want, dst.host[0], nd * sizeof(float)), memcpy(from, src.host[0], ns * sizeof(float));
+  BOTH(tsr__insert_channels_copy(&o, dst.tile[s], 12, 5, src.tile[s], 2, 0, 3, 2));
+  BOTH(tsr__insert_columns(&o, dst.tile[s], 20, src.tile[s], 1, 4, true));
+  BOTH(tsr__insert_columns(&o, dst.tile[s], 30, src.tile[s], 2, 4, false));
+  /* the tiles are the bottom-right blocks */
+  int dr = dst.pr - M, dc = dst.pc - DC, sr = src.pr - M, sc = src.pc - SC;
+  for (int i = 0; i < M; i++) {
+    float *d = want + (long)(dr + i) * dst.ld + dc;
+    const float *x = from + (long)(sr + i) * src.ld + sc;
+    for (int p = 0; p < 3; p++)
+      for (int c = 0; c < 2; c++)
+        d[p * 12 + 5 + c] = x[p * 2 + c];
+    for (int c = 0; c < 4; c++)
+      d[20 + c] = d[20 + c] + x[1 + c];
+    for (int c = 0; c < 4; c++)
+      d[30 + c] = x[2 + c];
+  }
+  operand_expect(&dst, want, "channels_copy and columns dst");
+  operand_expect(&src, from, "channels_copy and columns src");
+  free(want), free(from);
+}
+
 Test(opencl, band_get_and_put) {
   operand_t t, b;
   operand_init(&t, 9, 6, false, 26, -1, 1, false);

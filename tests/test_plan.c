@@ -671,3 +671,51 @@ Test(plan, batchnorm_prices_its_tasks) {
   tsr__net_layout_fini(&lay);
   tsr_model_spec_fini(&spec);
 }
+
+/* Under --grid 2x1 --domain rows the same batchnorm runs on each rank's band of image rows (4 of
+ * the 8): the planner prices its tasks on the band, half the values of the whole images and the
+ * same per-channel work, as it prices the convolution before it; priced on the whole image, the
+ * plan of a domain-split network would show batchnorm Pr times slower than it runs. */
+Test(plan, batchnorm_under_domain_rows_prices_a_band) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(&spec,
+                                        "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+                                        "[bn]\ntype = batchnorm\nactivation = relu\n"
+                                        "[out]\ntype = dense\nunits = 10\n",
+                                        "inline", &err),
+               0, "%s", err.msg);
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 40, o.tile_rows = 16, o.in_channels = 1, o.in_height = 8, o.in_width = 8;
+  o.grid_rows = 2, o.domain = true;
+  tsr_net_layout_t lay;
+  cr_assert_eq(tsr__net_layout(&lay, &spec, 64, 10, &o, 2, &err), 0, "%s", err.msg);
+  cr_assert_eq(lay.grid_rc, 0, "%s", lay.grid_err.msg);
+  const tsr_layout_layer_t *l = &lay.layers[1], *conv = &lay.layers[0];
+  cr_assert_eq(l->kind, TSR_LAYER_BATCHNORM);
+  cr_assert(l->banded && conv->domain, "batchnorm over the convolution's bands");
+  counting_sink_t c = {.k = {.batch = 40,
+                             .mb = 16,
+                             .pr = 2,
+                             .task = count_task,
+                             .update = count_update,
+                             .work = count_work}};
+  double bwd = 0, chain = l->type->cost(&lay, l, &c.k, &bwd);
+  cr_assert_eq(c.tasks, (2 * 3 + 2 + 1) + (2 * 3 + 2 + 1));
+  cr_assert(l->has_dx);
+  double n = 40.0 * 4 * 8 * 4, C = 4; /* the band's values of the batch: 4 rows of 8 x 4 */
+  double relu = l->relu ? 1 : 0;      /* a fused ReLU reads y too */
+  double fwd = 4 * (n + 3 * C * 3) + 4 * (2 * n + 5 * C * 3) + 4 * 9 * C * 2 + 4 * 10 * C;
+  double back = 4 * ((2 + relu) * n + 6 * C * 3) + 4 * ((3 + relu) * n + 7 * C * 3) +
+                4 * 9 * C * 2 + 4 * 5 * C;
+  cr_expect_float_eq(c.bytes, fwd + back, 1e-6 * (fwd + back),
+                     "bytes %g, the band's %g (the whole image's would be about twice)", c.bytes,
+                     fwd + back);
+  double t0 = 16.0 * 4 * 8 * 4;
+  double want = 4 * (t0 + 3 * C) + 4 * (2 * t0 + 5 * C) + 2 * 4 * 9 * C + 4 * 10 * C +
+                4 * ((2 + relu) * t0 + 6 * C) + 4 * ((3 + relu) * t0 + 7 * C) + 2 * 4 * 9 * C;
+  cr_expect_float_eq(chain, want * 1e-9, 1e-15, "chain %g s, the band's %g s", chain, want * 1e-9);
+  tsr__net_layout_fini(&lay);
+  tsr_model_spec_fini(&spec);
+}

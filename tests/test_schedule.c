@@ -205,6 +205,29 @@ Test(schedule, early_stopping_after_patience_epochs_without_a_lower_loss) {
   cr_expect(tsr_early_stop_update(&s, 1, NAN, 2), "a NaN loss improved");
 }
 
+/* What --early-stop 3 promises (docs/training.md): the run ends after 3 epochs in a row whose
+ * validation loss is not below the lowest so far, and a new lowest starts the count again. A
+ * user sees it go wrong as a run cut short right after an improvement, or one that never stops.
+ * Epoch 4 is a new best after two bad epochs (the count starts again: no stop at epoch 5);
+ * epoch 6 is below epoch 5 but not below the best (still bad: the count is against the best,
+ * not the previous epoch); epoch 7 equals the best (not below it: bad), the third in a row:
+ * stop after epoch 7, with epoch 4's loss as the best. */
+Test(schedule, early_stopping_counts_again_from_every_new_best) {
+  static const double loss[] = {1.0, 1.1, 1.2, 0.9, 1.0, 0.95, 0.9};
+  static const int bad[] = {0, 1, 2, 0, 1, 2, 3};
+  tsr_schedule_state_t s;
+  tsr_schedule_state_init(&s);
+  for (int e = 0; e < 7; e++) {
+    bool stop = tsr_early_stop_update(&s, 3, loss[e], e + 1);
+    cr_expect_eq(stop, e == 6, "epoch %d (loss %g): %s", e + 1, loss[e],
+                 stop ? "stopped" : "did not stop");
+    cr_expect_eq(s.early_bad, bad[e], "epoch %d: %d epochs without a lower loss counted, not %d",
+                 e + 1, s.early_bad, bad[e]);
+  }
+  cr_expect(s.early_best == 0.9 && s.early_best_epoch == 4, "best %g at epoch %d", s.early_best,
+            s.early_best_epoch);
+}
+
 /* ---- The validation split ---------------------------------------------------- */
 
 /* n samples whose features are (i, -i) and labels i % 3. */

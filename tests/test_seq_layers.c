@@ -3,8 +3,9 @@
  * loss is averaged over every position), over several batch-row tilings; the kernels against
  * their float64 formulas (layer norm's forward and backward, GELU's tanh approximation and its
  * derivative); the embedding's scattered gradient bit for bit the same for every tiling; the
- * optimizer updating the table with the summed gradient; checkpoint names; the model-file keys,
- * descriptions and the refusals of shapes that cannot work. */
+ * optimizer updating the table with the summed gradient; each of several steps' gradients that
+ * step's alone (none carried over, the position table's included); checkpoint names; the
+ * model-file keys, descriptions and the refusals of shapes that cannot work. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -252,6 +253,51 @@ Test(seq, the_optimizer_updates_the_tied_table_with_the_summed_gradient) {
     norm += (double)g[k] * g[k];
   }
   cr_assert_gt(norm, 0.0);
+  tsr_net_destroy(&net);
+  tsr_dataset_fini(&ds);
+}
+
+/* Over several steps each step's gradients are that step's alone: a net trained for 4 steps
+ * is compared, after each, with a fresh net given the weights the step started from and taking
+ * the same step once. Every parameter's gradient agrees (1e-5 of its largest), the position
+ * table's included, which the embedding's backward writes (the tied token table's is added to
+ * the head's use within the step, never across steps). A user sees a gradient that kept adding
+ * up across steps (the position table's accumulated instead of written: the first step right,
+ * then the sum of the steps so far) as a model whose position table runs away; the one-step
+ * tests above cannot see it. */
+Test(seq, every_step_s_gradients_are_that_step_s_alone) {
+  enum { B = 6, STEPS = 4, MAXP = 1024 };
+  tsr_dataset_t ds = token_windows(B * STEPS, 5, 4, 23);
+  tsr_net_t *net = tiny_lm_net(B, 0.5f);
+  int np = tsr_net_n_params(net);
+  static float w[MAXP], g[MAXP], want[MAXP];
+  cr_assert_leq(tsr_net_param_count(net), MAXP);
+  for (int k = 0; k < STEPS; k++) {
+    int32_t rows[B];
+    for (int i = 0; i < B; i++)
+      rows[i] = (int32_t)(k * B + i);
+    tsr_net_t *fresh = tiny_lm_net(B, 0.5f);
+    for (int i = 0; i < np; i++) {
+      cr_assert_eq(tsr_net_param_get(net, i, w), 0);
+      cr_assert_eq(tsr_net_param_set(fresh, i, w), 0);
+    }
+    cr_assert_eq(tsr_net_train_step(net, &ds, rows, B, true), 0);
+    cr_assert_eq(tsr_net_train_step(fresh, &ds, rows, B, true), 0);
+    cr_assert_eq(tsr_net_wait(net, 0), 0);
+    cr_assert_eq(tsr_net_wait(fresh, 0), 0);
+    for (int i = 0; i < np; i++) {
+      memset(g, 0, sizeof g), memset(want, 0, sizeof want);
+      cr_assert_eq(tsr_net_grad_get(net, i, g), 0);
+      cr_assert_eq(tsr_net_grad_get(fresh, i, want), 0);
+      double big = 0, off = 0;
+      for (int e = 0; e < MAXP; e++)
+        big = fmax(big, fabs(want[e])), off = fmax(off, fabs((double)g[e] - want[e]));
+      cr_expect(big > 0 && off <= 1e-5 * big,
+                "step %d: parameter %d's gradient %g off (its largest %g) the step's alone", k + 1,
+                i, off, big);
+    }
+    tsr_net_destroy(&fresh);
+  }
   tsr_net_destroy(&net);
   tsr_dataset_fini(&ds);
 }

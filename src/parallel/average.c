@@ -96,7 +96,6 @@ static int average(tsr_replicas_t *r, const tsr__scope_t *sc, const int64_t *sam
 struct tsr__groups {
   int n, mine;          /* groups, and this rank's */
   tsr__group_t *groups; /* [n] (tsr__members_groups) */
-  int64_t *samples;     /* [size] samples since each rank's group last averaged */
   int nparams;
   tsr_tiles_t **acc;      /* [n * nparams] group g's accumulator of parameter k at g nparams + k */
   tsr__group_home_t *ctx; /* [n * nparams] their rank_of contexts */
@@ -108,10 +107,9 @@ int tsr__groups_create(tsr_replicas_t *r, int group_size, tsr__groups_t **out) {
   TSR_TRY(tsr__members_groups(&r->m, group_size, &gs->groups, &gs->n, &gs->mine));
   size_t n = (size_t)gs->n * (size_t)r->nparams;
   gs->nparams = r->nparams;
-  gs->samples = calloc((size_t)r->m.size, sizeof *gs->samples);
   gs->acc = calloc(n + 1, sizeof *gs->acc);
   gs->ctx = calloc(n + 1, sizeof *gs->ctx);
-  if (!gs->samples || !gs->acc || !gs->ctx) return TSR_ENOMEM;
+  if (!gs->acc || !gs->ctx) return TSR_ENOMEM;
   /* Every rank creates every group's, in the same order: descriptors take their MPI tags in
    * creation order. */
   for (int k = 0; k < r->nparams; k++) {
@@ -135,29 +133,20 @@ void tsr__groups_destroy(tsr_replicas_t *r, tsr__groups_t **out) {
   for (int e = 0; gs->acc && e < gs->n * gs->nparams; e++)
     tsr_tiles_destroy(&gs->acc[e]);
   tsr__groups_free(&gs->groups, gs->n);
-  free(gs->samples), free(gs->acc), free(gs->ctx), free(gs);
+  free(gs->acc), free(gs->ctx), free(gs);
   *out = NULL;
 }
 
-void tsr__groups_count(tsr__groups_t *gs, const int *samples_per_rank, int size) {
-  for (int q = 0; q < size; q++)
-    gs->samples[q] += samples_per_rank[q];
-}
-
-void tsr__groups_restart(tsr__groups_t *gs, int size) {
-  for (int q = 0; q < size; q++)
-    gs->samples[q] = 0;
-}
-
+/* A group average weighs its members by the samples each took since the last average of all
+ * ranks (r->samples, which only that average counts from zero), not since the group's own last
+ * average. So a group average is the average of all ranks restricted to the group: an average
+ * of all ranks taken right after it gives what it would have given without it, each rank still
+ * weighing by all its samples since then. Counted from the group's own last average instead,
+ * the group's model, and every average of all ranks after it, would weigh the group's members
+ * by their latest samples alone. */
 int tsr__replicas_average_group(tsr_replicas_t *r, tsr__groups_t *gs) {
   tsr__scope_t sc = {&gs->groups[gs->mine], &gs->acc[(size_t)gs->mine * (size_t)gs->nparams]};
-  int rc = average(r, &sc, gs->samples, false);
-  /* The group's samples from zero; under a grid the group's columns in every grid row. */
-  int pr = r->m.grid_rows, first = gs->mine / pr * pr;
-  for (int h = first; h < first + pr; h++)
-    for (int t = 0; t < gs->groups[h].n; t++)
-      gs->samples[gs->groups[h].ranks[t]] = 0;
-  return rc;
+  return average(r, &sc, NULL, false);
 }
 
 /* ---- async-epoch's fold ---- */

@@ -30,18 +30,14 @@ int tsr__replicas_wait(tsr_replicas_t *r);
 int tsr__replicas_start_equal(tsr_replicas_t *r);
 
 /* hier's groups (its state, sync_hier.c): groups of group_size consecutive ranks, or each
- * node's (0; a collective call), under a grid of whole grid columns (tsr__members_groups), the
- * samples each rank took since its group last averaged, and every group's accumulator of every
- * parameter (every rank creates them all, in the same order). 0 or a TSR_E* code; *g is
- * destroyed by tsr__groups_destroy either way. */
+ * node's (0; a collective call), under a grid of whole grid columns (tsr__members_groups), and
+ * every group's accumulator of every parameter (every rank creates them all, in the same
+ * order). 0 or a TSR_E* code; *g is destroyed by tsr__groups_destroy either way. */
 typedef struct tsr__groups tsr__groups_t;
 int tsr__groups_create(tsr_replicas_t *r, int group_size, tsr__groups_t **g);
 void tsr__groups_destroy(tsr_replicas_t *r, tsr__groups_t **g);
-/* The samples every rank (size of them) takes in the coming step. */
-void tsr__groups_count(tsr__groups_t *g, const int *samples_per_rank, int size);
-/* Every rank averaged: every group's samples counted from zero. */
-void tsr__groups_restart(tsr__groups_t *g, int size);
-/* The mean over this rank's group only (never an outer step); its samples from zero. */
+/* The mean over this rank's group only (never an outer step), each member weighed by its
+ * samples since the last average of all ranks (by samples, as that average weighs them). */
 int tsr__replicas_average_group(tsr_replicas_t *r, tsr__groups_t *g);
 
 /* async-epoch's global copy (its state, sync_async_epoch.c): whole tiles homed by

@@ -3,8 +3,8 @@
  * the same mechanism restricted to the group; all ranks average every K2 steps (through the
  * outer optimizer, if any), and at the end. Under --grid PrxPc a group is of whole grid columns
  * (replicas): G consecutive columns, or those whose first rank is on one node. Its state: the
- * groups, each one's accumulators and the samples each rank took since its group last
- * averaged (average.h, tsr__groups_t). */
+ * groups and each one's accumulators (average.h, tsr__groups_t). A group average weighs a rank
+ * by its samples since the last average of all ranks, as that average does. */
 #include <stdio.h>
 
 #include "parallel/average.h"
@@ -33,15 +33,8 @@ static void destroy(tsr_replicas_t *r, void *state) {
   tsr__groups_destroy(r, &g);
 }
 
-static void count(void *state, const int *samples_per_rank) {
-  tsr__groups_count(state, samples_per_rank, tsr_dist_size());
-}
-
 static int after_step(tsr_replicas_t *r, const tsr_sync_schedule_t *s, void *state, int64_t step) {
-  if (step % s->every == 0) {
-    tsr__groups_restart(state, tsr_dist_size());
-    return tsr__replicas_average_all(r);
-  }
+  if (step % s->every == 0) return tsr__replicas_average_all(r);
   if (step % s->group_every == 0) return tsr__replicas_average_group(r, state);
   return 0;
 }
@@ -68,7 +61,6 @@ const tsr__sync_policy_t tsr__sync_hier = {
     .describe = describe,
     .create = create,
     .destroy = destroy,
-    .count = count,
     .after_step = after_step,
     .epoch_end = epoch_end,
 };

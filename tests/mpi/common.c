@@ -360,6 +360,22 @@ levels_run_t levels_run(tsr_allreduce_t mode, int g, int tr, int tc, int pr) {
         "StarPU-MPI counted %.0f, the engine %.0f",
         mode == TSR_ALLREDUCE_FLAT ? "flat" : "two-level", g, pr, mine,
         (double)st.bytes_sent / STEPS);
+  /* What this rank received from the ranks of other columns (each one's StarPU-MPI count of
+   * what it sent here) against the engine's count: a chunk's home receives its own node's
+   * partial (whole tiles from the node's ranks, on the tile's local home) as well as the other
+   * nodes' bands, and a rank of a node the results through its local home. */
+  uint64_t sent_to[TSR_MAX_RANKS] = {0}, got_from[TSR_MAX_RANKS] = {0};
+  for (int q = 0; q < size; q++)
+    sent_to[q] = (uint64_t)(after[q] - before[q]);
+  MPI_Alltoall(sent_to, 1, MPI_UINT64_T, got_from, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  double got = 0;
+  for (int q = 0; q < size; q++)
+    if (q / pr != column) got += (double)got_from[q] / STEPS;
+  double counted = (double)st.bytes_received / STEPS;
+  CHECK(fabs(got - counted) <= 64, /* measured equal on every rank of every run here */
+        "--allreduce %s, nodes of %d, %d grid rows: bytes rank %d received per step from other "
+        "columns: StarPU-MPI counted %.0f, the engine %.0f",
+        mode == TSR_ALLREDUCE_FLAT ? "flat" : "two-level", g, pr, rank, got, counted);
   double *of_rank = malloc(sizeof(double) * (size_t)size);
   MPI_Allgather(&off_node, 1, MPI_DOUBLE, of_rank, 1, MPI_DOUBLE, MPI_COMM_WORLD);
   levels_run_t out = {0};

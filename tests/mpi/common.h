@@ -186,7 +186,10 @@ float *buffers(tsr_net_t *net, int64_t *count, const float *set);
  * columns, whose own transfers stay on it): the bytes every node sent to other nodes
  * (StarPU-MPI's count, summed over each node's ranks; the busiest node's), and the weights at
  * the end (all of them, each from its owners under a grid). Also this rank's bytes to other grid
- * columns (without a grid, to every other rank) against the engine's count of its averaging. */
+ * columns (without a grid, to every other rank) against the engine's count of its averaging, and
+ * the bytes it received from them (the senders' StarPU-MPI counts) against the engine's count of
+ * what it received, within 64 bytes a step (a home's own node's partial counted as well as the
+ * other nodes'). */
 typedef struct {
   double node_bytes, rank_bytes, messages; /* per step: busiest node, busiest rank, most sent */
   float *w;

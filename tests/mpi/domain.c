@@ -1,8 +1,12 @@
-/* --domain rows under mpirun, mpirun -np P test_mpi_domain domain: --grid Px1 --domain rows
- * (P = the ranks): the default CNN and ResNet-20 with convolutions, pooling and batchnorm cut
- * into bands of image rows follow one process step by step (1e-5, or 10 times how far another
- * batch tiling of one process goes); each rank's halo bytes equal the formula from the shapes,
- * its bytes inside the column StarPU-MPI's count. (common.h: the command, its output.) */
+/* --domain rows under mpirun, mpirun -np P test_mpi_domain CHECK, --grid Px1 --domain rows
+ * (P = the ranks):
+ *   domain       the default CNN and ResNet-20 with convolutions, pooling and batchnorm cut
+ *                into bands of image rows follow one process step by step (1e-5, or 10 times
+ *                how far another batch tiling of one process goes); each rank's halo bytes
+ *                equal the formula from the shapes, its bytes inside the column StarPU-MPI's
+ *                count
+ *   domainshort  batchnorm over bands on short batches (padding rows) follows one process
+ * (common.h: the command, its output.) */
 #include "mpi/common.h"
 
 /* The halo bytes this rank sends per step under --domain rows, from the layers' shapes alone:
@@ -57,12 +61,21 @@ static const char domain_inception[] =
     "[c2]\ntype = conv\nfilters = 8\nkernel = 3\npadding = 1\nstride = 2\n"
     "[pool]\ntype = maxpool\nkernel = 2\n[out]\ntype = dense\nunits = 10\n";
 
+/* Batchnorm after each convolution, over their bands (and the ReLU fused into it). */
+static const char domain_bn[] =
+    "[c1]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+    "[bn1]\ntype = batchnorm\nactivation = relu\n[pool]\ntype = maxpool\nkernel = 2\n"
+    "[c2]\ntype = conv\nfilters = 8\nkernel = 3\npadding = 1\n"
+    "[bn2]\ntype = batchnorm\nactivation = relu\n[out]\ntype = dense\nunits = 10\n";
+
 static tsr_net_t *domain_net(const char *model, int grid_rows, int tile_rows, float lr) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  int rc = strcmp(model, "inception") == 0
-               ? tsr_model_parse_ini_text(&spec, domain_inception, model, &err)
-               : tsr_model_parse(&spec, model, train_set.classes, &err);
+  const char *text = strcmp(model, "inception") == 0 ? domain_inception
+                     : strcmp(model, "bn") == 0      ? domain_bn
+                                                     : NULL;
+  int rc = text ? tsr_model_parse_ini_text(&spec, text, model, &err)
+                : tsr_model_parse(&spec, model, train_set.classes, &err);
   CHECK(rc == 0, "%s: %s", model, err.msg);
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
@@ -189,7 +202,60 @@ static void test_domain(void) {
   domain_layers = 0;
 }
 
+/* --grid Px1 --domain rows on short batches (an epoch's last, with fewer samples than the
+ * batch: the rest of the batch's rows are padding): batchnorm over bands of image rows leaves the
+ * padding rows out of its statistics and of its backward sums, as one process does, so a user's
+ * last step of each epoch trains the same model split or not. Batch 16 in two batch-row tiles of
+ * 8; steps of 16, 11 (the second tile partly padding), 5 (the second tile all padding) and 13
+ * samples, each checked against one process on the same samples: the loss (1e-5 relative), the
+ * weights (1e-3 of how far the step moved them) and the running statistics (1e-4 relative). */
+static void test_domain_short(void) {
+  enum { B = 16, STEPS = 4 };
+  static const int taken[STEPS] = {16, 11, 5, 13};
+  load(B * STEPS);
+  int pr = size;
+  tsr_net_t *net = domain_net("bn", pr, 8, 0.05f), *one = domain_net("bn", 1, 8, 0.05f);
+  int cut = 0, banded_bn = 0;
+  for (int l = 0; l < net->n_layers; l++) {
+    const tsr_layout_layer_t *ll = net->layers[l].lay;
+    cut += ll->domain, banded_bn += ll->type->batch_stats && ll->banded;
+  }
+  CHECK(cut > 0 && banded_bn == 2, "bn %dx1: %d layers cut, %d batchnorms over bands (want 2)", pr,
+        cut, banded_bn);
+  int32_t *rows = batch_rows(B, STEPS);
+  for (int k = 0; k < STEPS; k++) {
+    int64_t n, m, nb, mb;
+    float *before = params(one, &m);
+    CHECK(tsr_net_train_step(net, &train_set, rows + k * B, taken[k], true) == 0,
+          "bn %dx1: step %d", pr, k + 1);
+    CHECK(tsr_net_train_step(one, &train_set, rows + k * B, taken[k], true) == 0,
+          "one process: step %d", k + 1);
+    double loss, ref, correct;
+    tsr_net_take_stats(net, false, &loss, &correct);
+    tsr_net_take_stats(one, false, &ref, &correct);
+    float *w = grid_params(net, 1, &n), *ref_w = params(one, &m);
+    float *bs = buffers(net, &nb, NULL), *ref_bs = buffers(one, &mb, NULL);
+    /* the loss sums are rank 0's (the column's statistics tile lives there) */
+    double dl = rank == 0 ? fabs(loss - ref) / fabs(ref) : 0,
+           dw = off_by_moved(w, ref_w, before, n);
+    double ds = nb == mb ? max_rel_diff(bs, ref_bs, nb) : INFINITY;
+    CHECK(dl <= 1e-5 && dw <= 1e-3 && ds <= 1e-4,
+          "bn %dx1 --domain rows, step %d of %d samples in a batch of %d: loss %.2e (relative), "
+          "weights %.2e (of how far the step moved them), running statistics %.2e off one "
+          "process's",
+          pr, k + 1, taken[k], B, dl, dw, ds);
+    if (rank == 0)
+      printf("domain short batches %dx1: step %d, %d of %d samples: loss %.2e, weights %.2e, "
+             "running statistics %.2e off one process\n",
+             pr, k + 1, taken[k], B, dl, dw, ds);
+    free(before), free(w), free(ref_w), free(bs), free(ref_bs);
+  }
+  free(rows);
+  tsr_net_destroy(&net), tsr_net_destroy(&one);
+}
+
 const mpi_check_t mpi_checks[] = {
     {"domain", test_domain, MPI_CHECK_COMM_STATS | MPI_CHECK_LOWERED_CONV},
+    {"domainshort", test_domain_short, MPI_CHECK_LOWERED_CONV},
     {NULL, NULL, 0},
 };

@@ -75,7 +75,8 @@ static void grid_two_level(void) {
 /* --allreduce two-level with --node-size 4 on 8 and 16 ranks (2 and 4 "nodes"):
  *   - the bytes each node sends to other nodes per step of --sync batch (StarPU-MPI's count) are
  *     at most 1.05 x the ring's 2 (N - 1) / N |W| (flat sends G times that: printed), with
- *     16x16 tiles and whole-matrix tiles, and the engine counts what StarPU-MPI sent;
+ *     16x16 tiles and whole-matrix tiles, and the engine counts what StarPU-MPI sent and, on
+ *     every rank, what the others' StarPU-MPI sent it (levels_run);
  *   - the most messages a rank sends per step are no more than flat's, fewer where flat cuts
  *     tiles into bands for P homes;
  *   - the weights end where flat's do (1e-5 relative; the sums' order differs);

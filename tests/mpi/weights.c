@@ -15,7 +15,7 @@
  *   hier           hier:2,4,2 on 3 ranks: ranks 0 and 1 average at step 2, rank 2 keeps its own
  *                  replica, all three average at step 4
  *   hiersamples    hier with --weighting samples: a group average weighs the samples since the
- *                  last average, a global one included
+ *                  last average of all ranks (not since the group's own last average)
  *   postlocal      post-local:1,3: gradients averaged in epoch 1, then every=3 counted from the
  *                  switch
  *   postlocalstate at post-local's switch every rank holds the whole optimizer state of one
@@ -551,25 +551,33 @@ static void test_fednova(void) {
   tsr_net_destroy(&net), tsr_net_destroy(&alone);
 }
 
-/* hier:2,4,2 with --weighting samples on 3 ranks (groups {0, 1} and {2}): a group average
- * weighs the samples its members took since the group last averaged, counting a global average
- * as one. Steps 1-4 ranks 0, 1, 2 take B, B/4, B samples, steps 5-6 B/4, B, B: the group
- * average at step 2 weighs ranks 0 and 1 by 0.8 and 0.2, the global one at step 4 by 4/9, 1/9,
- * 4/9, and the group average at step 6 by 0.2 and 0.8 (steps 5 and 6 only; counting from step
- * 3 would give 0.5 and 0.5). */
+/* hier:2,6,2 with --weighting samples on 3 ranks (groups {0, 1} and {2}): a group average
+ * weighs the samples its members took since the last average of all ranks, not since their
+ * group last averaged, and an average of all ranks counts them from zero. Ranks 0 and 1 take
+ * B, B/4 samples a step in steps 1-2 and 5-6, and B/4, B in steps 3-4 and 7-8; rank 2 takes B.
+ * Group averages at steps 2, 4 and 8, one of all ranks at step 6:
+ *   step 2: ranks 0 and 1 by 32 and 8 samples, 0.8 and 0.2;
+ *   step 4: by 40 and 40 (steps 1-4), 0.5 and 0.5; counted since the group's average at step
+ *           2 (steps 3-4, 8 and 32) they would be 0.2 and 0.8;
+ *   step 6: every rank by steps 1-6: 72, 48 and 96 samples of 216;
+ *   step 8: by steps 7-8 only, 0.2 and 0.8; counted across the average of all ranks they would
+ *           be 0.5 and 0.5.
+ * A user sees the difference as a group's model pulled towards the rank that trained least
+ * since the last global average. */
 static void test_hier_samples(void) {
   CHECK(size == 3, "the groups here are for 3 ranks (mpirun -np 3), not %d", size);
   if (size != 3) return;
-  enum { B = 16, STEPS = 6 };
+  enum { B = 16, STEPS = 8 };
   load(B * size * STEPS);
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
-  tsr_replicas_t *rep = replicas(net, "hier:2,4,2", true);
+  tsr_replicas_t *rep = replicas(net, "hier:2,6,2", true);
   int32_t *rows = batch_rows(B, STEPS);
-  static const double w2[TSR_MAX_RANKS] = {0.8, 0.2, 0},
-                      w4[TSR_MAX_RANKS] = {4.0 / 9, 1.0 / 9, 4.0 / 9};
-  static const double w6[TSR_MAX_RANKS] = {0.2, 0.8, 0}, even[TSR_MAX_RANKS] = {0.5, 0.5, 0};
+  static const double w2[TSR_MAX_RANKS] = {0.8, 0.2, 0}, w4[TSR_MAX_RANKS] = {0.5, 0.5, 0},
+                      w6[TSR_MAX_RANKS] = {72.0 / 216, 48.0 / 216, 96.0 / 216},
+                      w8[TSR_MAX_RANKS] = {0.2, 0.8, 0};
   for (int k = 1; k <= STEPS; k++) {
-    int counts[TSR_MAX_RANKS] = {k <= 4 ? B : B / 4, k <= 4 ? B / 4 : B, B};
+    bool first = (k - 1) % 4 < 2; /* steps 1-2 and 5-6 */
+    int counts[TSR_MAX_RANKS] = {first ? B : B / 4, first ? B / 4 : B, B};
     const int32_t *mine = rows + ((k - 1) * size + rank) * B;
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, mine, counts[rank], true) == 0, "step %d", k);
@@ -578,15 +586,24 @@ static void test_hier_samples(void) {
     if (k % 2) continue;
     int64_t n;
     float *w = params(net, &n), *own = params(alone, &n);
-    const double *weight = k == 2 ? w2 : k == 4 ? w4 : w6;
-    float *mean = weighted_mean(own, n, weight), *wrong = weighted_mean(own, n, even);
-    const float *want = rank == 2 && k != 4 ? own : mean; /* rank 2 is alone in its group */
+    const double *weight = k == 2 ? w2 : k == 4 ? w4 : k == 6 ? w6 : w8;
+    /* what a group average counting from the wrong point would give (steps 4 and 8) */
+    const double *other = k == 4 ? w8 : w4;
+    float *mean = weighted_mean(own, n, weight), *wrong = weighted_mean(own, n, other);
+    const float *want = rank == 2 && k != 6 ? own : mean; /* rank 2 is alone in its group */
     double d = max_rel_diff(w, want, n);
-    CHECK(d <= 1e-5, "hier:2,4,2 --weighting samples, step %d, rank %d: %g off the weighted mean",
+    CHECK(d <= 1e-5, "hier:2,6,2 --weighting samples, step %d, rank %d: %g off the weighted mean",
           k, rank, d);
-    if (k == 6 && rank < 2)
-      CHECK(max_rel_diff(wrong, want, n) > 1e-3,
-            "step 6: the weights since the global average must tell from those since step 3");
+    if ((k == 4 || k == 8) && rank < 2) {
+      double apart = max_rel_diff(wrong, want, n);
+      CHECK(apart > 1e-3,
+            "step %d: the samples since the last average of all ranks must tell from those "
+            "counted %s (%g apart)",
+            k, k == 4 ? "since the group's average at step 2" : "across the global average", apart);
+      CHECK(max_rel_diff(w, wrong, n) > 1e-4,
+            "step %d, rank %d: the group average weighed the samples counted %s", k, rank,
+            k == 4 ? "since the group's own last average" : "across the global average");
+    }
     if (rank == 0)
       printf("hier samples: step %d: max relative difference to the sample-weighted mean %.2e\n", k,
              d);
