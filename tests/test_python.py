@@ -179,6 +179,42 @@ class FromTessera(unittest.TestCase):
             self.assertEqual(back.tensors[k].tobytes(), v.tobytes(), k)
         self.assertIn("add[pool,bn2]", back.metadata["model"])
 
+    def test_a_users_own_sequential_takes_the_checkpoint(self):
+        """tessera.load_state_dict into an nn.Sequential built the usual way (not to_torch's
+        module): the same logits as to_torch's, so tessera eval's predictions; a module of
+        another shape is refused, naming the tensors, and left as it was."""
+        ckpt = tessera.read_checkpoint(self.paths["cnn"])
+        mine = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                             nn.Linear(128, 10))
+        self.assertIs(tessera.load_state_dict(self.paths["cnn"], mine), mine)
+        got, want = torch_logits(mine, ckpt), torch_logits(tessera.to_torch(ckpt), ckpt)
+        self.assertTrue(torch.equal(got, want), "logits differ from to_torch's")
+        e = self.evals["cnn"]
+        diff = np.abs(confusion(got.argmax(1).numpy(), ckpt.classes) - np.array(e["confusion"]))
+        self.assertLessEqual(diff.sum() / 2, 3, "predictions differ from tessera eval's")
+        # A module of another width: refused, naming both tensors, and left as it was.
+        other = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(64 * 7 * 7, 64), nn.ReLU(),
+                              nn.Linear(64, 10))
+        before = [t.clone() for t in other.state_dict().values()]
+        with self.assertRaisesRegex(ValueError, r"tensor 4: checkpoint's \S+ \(128, 3136\) "
+                                                r"against module's 7.weight \(64, 3136\)"):
+            tessera.load_state_dict(ckpt, other)
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(before, other.state_dict().values())))
+        with self.assertRaisesRegex(ValueError, "tensor 8: nothing in the checkpoint against "
+                                                "module's"):
+            tessera.load_state_dict(ckpt, nn.Sequential(*mine, nn.ReLU(), nn.Linear(10, 3)))
+
+    def test_hyperparameters_read_back_as_written(self):
+        ckpt = tessera.read_checkpoint(self.paths["adam"])
+        self.assertEqual(ckpt.optimizer_hyper["lr"], 0.001)
+        self.assertEqual(ckpt.optimizer_hyper["beta2"], 0.999)
+        self.assertEqual(ckpt.optimizer_hyper["eps"], 1e-8)
+        self.assertEqual(tessera.read_checkpoint(self.paths["mlp"]).optimizer_hyper["lr"], 0.01)
+
     def test_round_trip_keeps_every_tensor_bitwise(self):
         for name, path in self.paths.items():
             with self.subTest(name):
@@ -209,7 +245,7 @@ class FromTessera(unittest.TestCase):
         net = tessera.to_torch(mlp)
         sgd = tessera.to_torch_optimizer(mlp, net)
         self.assertIsInstance(sgd, torch.optim.SGD)
-        self.assertEqual(sgd.defaults["momentum"], np.float32(0.9))
+        self.assertEqual(sgd.defaults["momentum"], 0.9)  # as written, not float32(0.9) widened
         l, w, _, wn, _ = net.params()[-1]
         t = mlp.tensors["optimizer.%s.momentum_buffer" % wn]
         self.assertTrue(torch.equal(sgd.state[w]["momentum_buffer"], torch.from_numpy(t.T.copy())))

@@ -7,6 +7,7 @@ and PyTorch interoperability. Pure Python and NumPy; PyTorch only for tessera.py
     net = tessera.to_torch(ckpt)                  # a torch.nn.Module with the weights
     train, test = tessera.data.load("/usr/share/datasets/fashion-mnist")
     logits = net(tessera.torch_inputs(test.x, ckpt))
+    mine = tessera.load_state_dict(ckpt, my_sequential)  # into your own nn.Module, by order
     tessera.from_torch(net, "out.st", dataset=train)   # back to a tessera checkpoint
     log = tessera.read_log("run.jsonl")           # epochs, events
     gpt = tessera.to_torch("lm.st")               # a gpt:L,D,H,T checkpoint: a tessera.gpt.GPT
@@ -18,8 +19,8 @@ from .checkpoint import Checkpoint, CheckpointError, read_checkpoint, write_chec
 from .log import Log, read_log
 from .model import Graph, Layer, ModelError
 
-_TORCH = ("to_torch", "from_torch", "to_torch_optimizer", "torch_inputs", "TesseraNet", "GPT",
-          "Add", "Concat", "pytorch")
+_TORCH = ("to_torch", "load_state_dict", "from_torch", "to_torch_optimizer", "torch_inputs",
+          "TesseraNet", "GPT", "Add", "Concat", "pytorch")
 
 
 def __getattr__(name):

@@ -72,11 +72,13 @@ def parse_floats(text):
 
 
 def parse_hyper(text):
-    """optimizer_hyper's "key value key value ..." as a dict of floats."""
+    """optimizer_hyper's "key value key value ..." as a dict of floats, each as it was written:
+    the shortest decimal that reads back as the float32 tessera ran with (lr 0.01, not
+    0.009999999776482582, which is that float32 widened)."""
     parts = text.split()
     if len(parts) % 2:
         raise ValueError("optimizer_hyper %r: expected key value pairs" % text)
-    return {k: float(np.float32(float(v))) for k, v in zip(parts[::2], parts[1::2])}
+    return {k: float(str(np.float32(float(v)))) for k, v in zip(parts[::2], parts[1::2])}
 
 
 def format_hyper(hyper):

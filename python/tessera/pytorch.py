@@ -32,8 +32,8 @@ from . import gpt as _gpt
 from . import model as _model
 from .gpt import GPT
 
-__all__ = ["Add", "Concat", "GPT", "TesseraNet", "to_torch", "to_torch_optimizer", "from_torch",
-           "torch_inputs", "graph_from_sequential", "VERSION"]
+__all__ = ["Add", "Concat", "GPT", "TesseraNet", "to_torch", "load_state_dict",
+           "to_torch_optimizer", "from_torch", "torch_inputs", "graph_from_sequential", "VERSION"]
 
 VERSION = "0.1.0"  # meson.build's project version, written as tessera_version by from_torch
 
@@ -494,6 +494,41 @@ def to_torch(ckpt):
     net = GPT(ckpt.graph) if ckpt.graph.per_position else TesseraNet(ckpt.graph)
     net.load_tessera(ckpt.tensors)
     return net.eval()
+
+
+def load_state_dict(ckpt, module):
+    """Loads a checkpoint's weights into a torch module of the user's own making (an
+    nn.Sequential of Conv2d, ReLU, MaxPool2d, Flatten, Linear, BatchNorm2d, ..., or any module
+    whose state_dict lists the same tensors in the same order), and returns the module.
+
+    Matched by order and shape: the checkpoint's tensors as to_torch lays them out for torch
+    (weights transposed, conv filters (out, in, kh, kw), a dense layer after a flatten
+    permuted to torch's (c, h, w) order; batchnorm's running statistics and step count), in
+    model order, against module.state_dict()'s entries in its order. Refuses, with a
+    ValueError naming the first entry that differs (both names and shapes), when a shape or
+    the number of tensors differs, and leaves the module untouched then. Feed the module
+    torch_inputs(x, ckpt): its predictions are to_torch(ckpt)'s, and so `tessera eval`'s."""
+    if isinstance(ckpt, str):
+        ckpt = _ckpt.read_checkpoint(ckpt)
+    net = to_torch(ckpt)
+    if isinstance(net, TesseraNet) and len(net.reorders):
+        raise ValueError("%s: the model adds or concatenates activations flattened in different "
+                         "orders (%s); only to_torch's TesseraNet runs it"
+                         % (ckpt.path, ", ".join(net.reorders.keys())))
+    src = [(k, v) for k, v in net.state_dict().items() if not k.startswith("reorders.")]
+    dst = list(module.state_dict().items())
+    for i in range(max(len(src), len(dst))):
+        a = src[i] if i < len(src) else None
+        b = dst[i] if i < len(dst) else None
+        if a is None or b is None or tuple(a[1].shape) != tuple(b[1].shape):
+            say = lambda e, who: ("%s's %s %s" % (who, e[0], tuple(e[1].shape)) if e
+                                  else "nothing in the %s" % who)
+            raise ValueError("%s: tensor %d: %s against %s (the checkpoint has %d tensors, "
+                             "the module %d; model %s)"
+                             % (ckpt.path, i, say(a, "checkpoint"), say(b, "module"), len(src),
+                                len(dst), ckpt.metadata.get("model", "?")))
+    module.load_state_dict({k: v.to(dtype=t.dtype) for (_, v), (k, t) in zip(src, dst)})
+    return module
 
 
 def torch_inputs(x, ckpt_or_mean, std=None, shape=None, flat=False):
