@@ -738,8 +738,18 @@ static int announce(run_t *r) {
                           .hosts = hosts ? host_of : NULL,
                           .started = r->start_time,
                           .config = fields ? fields->field : NULL,
-                          .nconfig = fields ? fields->n : 0};
-    rc = tsr_log_open(&r->log, cfg->log_path, &run, &r->err);
+                          .nconfig = fields ? fields->n : 0,
+                          .resumed = cfg->resume,
+                          .resumed_epoch = r->resumed.epoch,
+                          .resumed_step = r->resumed.step_in_epoch};
+    bool held = false;
+    rc = tsr_log_open(&r->log, cfg->log_path, &run, &held, &r->err);
+    /* A log grows: a resumed run's lines follow its first part's; a new run's another run's. */
+    if (rc == 0 && held && !cfg->resume)
+      fprintf(stderr,
+              "tessera train: note: --log %s holds an earlier run's lines; this run's follow "
+              "them, from its own run line\n",
+              cfg->log_path);
   }
   free(fields);
   free(hosts);
