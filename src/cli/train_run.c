@@ -457,6 +457,7 @@ static int load(run_t *r) {
     /* What a checkpoint records of the data: the raw training set (held-out samples included:
      * the split has keys of its own), and the standardization, fitted to what trains. */
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
+    r->ckpt.batch = cfg->net.batch;
     if (cfg->val_split > 0 || cfg->resume) rc = hold_out(r);
     if (rc == 0)
       rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
