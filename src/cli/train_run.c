@@ -430,7 +430,10 @@ static int load(run_t *r) {
    * file; found out at the first checkpoint, an epoch was lost. */
   if (rc == 0 && r->speaker && cfg->checkpoint)
     rc = tsr_output_check(cfg->checkpoint, "--checkpoint", &r->err);
-  if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
+  if (rc == 0 && cfg->model_from_checkpoint) /* --resume without --model */
+    rc = tsr_checkpoint_read(cfg->resume, NULL, &r->spec, NULL, NULL, NULL, &r->err);
+  else if (rc == 0 && cfg->model_file)
+    rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   /* The run trains on text with --text, or with a language model and no --data. */
   bool text = rc == 0 && (cfg->text || (!cfg->data_given && language_model(r)));
   if (rc == 0)
@@ -835,6 +838,14 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     tsr_dist_stop();
     return 2;
   }
+  /* --resume: the checkpoint's settings where not given; a given one that differs refused. */
+  tsr_cli_train_config_t resolved = *cfg;
+  int refused = tsr__cli_train_resume(&resolved, tsr_dist_rank() == 0);
+  if (refused) {
+    tsr_dist_stop();
+    return refused;
+  }
+  cfg = &resolved;
   /* What the run cannot be is refused before anything loads (bad usage: status 2). */
   run_t r = {.cfg = cfg,
              .speaker = tsr_dist_rank() == 0,
