@@ -6,7 +6,8 @@
 # one line naming the option, both values; --schedule-epochs on resume is a note, refused under
 # --deterministic; a checkpoint of before the settings were recorded resumes with a note; the log
 # grows (both parts' epochs, the resumed run line saying where it went on from); --resume auto
-# twice in a row starts, then continues.
+# twice in a row starts, then continues; model files' errors name the line, an unknown shorthand
+# gets the nearest name, a last layer of the wrong width names the file, the layer and the fix.
 # Usage: test_resume.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -103,6 +104,17 @@ assert [o['epoch'] for o in lines if 'event' not in o] == [1, 2], lines
 assert {o['model'] for o in lines if 'event' not in o} == {'784-16-relu-10'}, lines"
 expect 2 "--resume auto resumes from the --checkpoint FILE when it exists: give --checkpoint" -- \
   "$tessera" train --resume auto
+
+# Model files and shorthands.
+printf '%s\n' "[hidden]" "type = dense" "units = 32" "activation = relu" "" "[output" \
+  "type = dense" "units = classes" >"$tmp/bracket.ini"
+expect 1 "bracket.ini:6: section header \[output has no closing '\]'" -- \
+  "$tessera" train --model "$tmp/bracket.ini" --data "$data" --epochs 1
+printf '%s\n' "[hidden]" "type = dense" "units = 32" "[out]" "type = dense" "units = 8" >"$tmp/eight.ini"
+expect 1 "eight.ini: the last layer \[out\] \(dense\) has 8 units, but the data has 10 classes: give it units = classes" -- \
+  "$tessera" train --model "$tmp/eight.ini" --data "$data" --train-limit 100 --epochs 1
+expect 2 "--model 'mpl': unknown model \(did you mean mlp\?\)" -- "$tessera" train --model mpl
+expect 2 "--model 'mpl:64': unknown model \(did you mean mlp:64\?\)" -- "$tessera" train --model mpl:64
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

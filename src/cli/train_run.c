@@ -476,9 +476,11 @@ static int load(run_t *r) {
     r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
   }
   if (rc == 0) rc = augment_data(r);
-  if (rc == 0 && cfg->model_file)
+  if (rc == 0 && cfg->model_file) {
     tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
-  else if (rc == 0 && !text)                            /* load_text parsed the shorthand already */
+    rc = tsr_model_check_classes(&r->spec, r->train.classes,
+                                 cfg->model_from_checkpoint ? cfg->resume : cfg->model, &r->err);
+  } else if (rc == 0 && !text) /* load_text parsed the shorthand already */
     rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   return rc;
 }
