@@ -42,6 +42,8 @@ def main():
         log, trace = os.path.join(tmp, "l.jsonl"), os.path.join(tmp, "t.json")
         for r in range(a.rounds):
             for name, (exe, extra) in variants.items():
+                if os.path.exists(log):  # a log grows: each run reads its own lines
+                    os.remove(log)
                 cmd = [exe, "train", *a.args.split(), "--quiet", "--log", log,
                        *[trace if x == "TRACE" else x for x in extra]]
                 subprocess.run(cmd, check=True, capture_output=True)

@@ -38,6 +38,8 @@ def run(args, workload, policy, tile, workers, tmp):
     model, limit, _ = WORKLOADS[workload]
     exe = args.custom if policy == "critical-first" else args.tessera
     log = os.path.join(tmp, "run.jsonl")
+    if os.path.exists(log):  # a log grows: each run reads its own lines
+        os.remove(log)
     cmd = [exe, "train", "--model", model, "--sched", policy, "--tile", tile, "--workers",
            str(workers), "--epochs", str(args.epochs), "--train-limit", str(limit),
            "--test-limit", "0", "--stats", "--log", log, "--quiet"]

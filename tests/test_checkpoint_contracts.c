@@ -175,6 +175,10 @@ Test(contracts, numbers_of_the_metadata_out_of_range_are_refused_naming_the_key)
        "optimizer_hyper's momentum"},
       {"input_shape", "1 28 1e9", "input_shape"},
       {"input_shape", "1 28 99999999999", "input_shape"},
+      {"schedule_epochs", "-1", "schedule_epochs"},
+      {"batch", "0", "batch"},
+      {"clip_grad", "inf", "clip_grad"},
+      {"label_smoothing", "1.5", "label_smoothing"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     rewrite(p, q, cases[c].key, cases[c].value);
@@ -200,6 +204,34 @@ Test(contracts, numbers_of_the_metadata_out_of_range_are_refused_naming_the_key)
     cr_expect(strstr(err.msg, loaded[c].key) != NULL, "%s = '%s': %s", loaded[c].key,
               loaded[c].value, err.msg);
   }
+  tsr_net_destroy(&net);
+}
+
+/* The run's settings (issue 40: the schedule's horizon, the batch, clipping, label smoothing)
+ * read back; a file without them (every one of before) reads as one that has none, a resume's
+ * note. */
+Test(contracts, the_runs_settings_read_back_and_older_files_have_none) {
+  const char *p = path_of("settings.st"), *q = path_of("settings-old.st");
+  tsr_net_t *net = saved(p);
+  tsr_errbuf_t err = {""};
+  tsr_checkpoint_info_t got;
+  cr_assert_eq(tsr_checkpoint_read(p, &got, NULL, NULL, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_expect(got.settings && got.schedule_epochs == 3 && got.batch == 8 && got.clip_grad == 0 &&
+                got.label_smoothing == 0,
+            "settings %d, horizon %d, batch %d", got.settings, got.schedule_epochs, got.batch);
+  tsr_checkpoint_info_t info = {
+      .epoch = 1, .epochs = 2, .schedule_epochs = 5, .batch = 32, .seed = 7, .input_std = 1};
+  cr_assert_eq(tsr_checkpoint_save(net, &info, p, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_checkpoint_read(p, &got, NULL, NULL, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_expect(got.schedule_epochs == 5 && got.batch == 32, "horizon %d, batch %d",
+            got.schedule_epochs, got.batch);
+  rewrite(p, q, "schedule_epochs", NULL);
+  const char *r = path_of("settings-older.st");
+  rewrite(q, r, "batch", NULL);
+  rewrite(r, q, "clip_grad", NULL);
+  rewrite(q, r, "label_smoothing", NULL);
+  cr_assert_eq(tsr_checkpoint_read(r, &got, NULL, NULL, NULL, NULL, &err), 0, "%s", err.msg);
+  cr_expect(!got.settings && got.schedule_epochs == 0 && got.batch == 0);
   tsr_net_destroy(&net);
 }
 

@@ -233,6 +233,18 @@ expect 0 "epoch 20/20" -- train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 
   --batch 16 --log "$tmp/csv.jsonl"
 check_log "CSV + INI model" "$tmp/csv.jsonl" 20 model=3-8-relu-3 optimizer=sgd \
   "test_accuracy>0.95" "train_accuracy>0.95" "loss<0.3"
+# A log grows: a second run on the same file appends its run line and epochs after the first's,
+# with a note (docs/training.md, "The log").
+expect 0 "note: --log .*csv.jsonl holds an earlier run's lines; this run's follow them" -- \
+  train --data "$tmp/csv" --model "$tmp/m.ini" --epochs 2 --batch 16 --quiet --log "$tmp/csv.jsonl"
+if /usr/bin/python3 -c "
+import json
+lines = [json.loads(l) for l in open('$tmp/csv.jsonl')]
+runs = [i for i, o in enumerate(lines) if o.get('event') == 'run']
+epochs = [o['epoch'] for o in lines if 'event' not in o]
+assert runs == [0, 21] and epochs == list(range(1, 21)) + [1, 2], (runs, epochs)
+assert all('resumed' not in lines[i] for i in runs), 'a new run is no resumed one'"; then pass
+else fail "the second run's lines do not follow the first's in $tmp/csv.jsonl"; fi
 # --label-smoothing 0.2 (PyTorch's): the same net still fits the data, but its loss, training's
 # and the test loss, cannot fall below the entropy of the smoothed target, 0.8667 / 0.0667 /
 # 0.0667 for 3 classes: 0.485 (the plain run above ends below 0.3); the run line says it.

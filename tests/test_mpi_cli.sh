@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tessera train under mpirun as a user meets it: ranks started with different
-# options, or one rank that cannot read its data, end every rank with a
-# non-zero exit and one message, within a time bound; a short distributed run
+# options (the message names the first option that differs, and the rank), or one rank that
+# cannot read its data, end every rank with a non-zero exit and one message, within a time bound; a short distributed run
 # logs the synchronization fields; the CNN learns under every --sync policy.
 # Usage: test_mpi_cli.sh PATH/TO/tessera
 set -u
@@ -32,7 +32,7 @@ expect() {
   fi
 }
 
-expect 1 "ranks run different configurations: rank\(s\) 1 differ" 60 -- \
+expect 1 "ranks run different configurations: rank\(s\) 1 differ from rank 0: rank 1 has '--epochs 2' where rank 0 has '--epochs 1'" 60 -- \
   "${mpi[@]}" -np 1 "$tessera" train "${common[@]}" --epochs 1 : \
   -np 1 "$tessera" train "${common[@]}" --epochs 2
 expect 1 "rank 1: .*/nonexistent" 60 -- \

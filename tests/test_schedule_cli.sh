@@ -5,7 +5,7 @@
 # apart; early stopping ends a run whose validation loss rises (random labels), with exit 0
 # and the reason in the line and the log; plateau's reductions show in the log; a run of 4
 # epochs and one of 2 resumed to 4 end bit for bit alike with plateau's and early stopping's
-# state (tensors, epoch lines); a resume under another --val-split is refused with the fix.
+# state (tensors, epoch lines); a resume under another --val-split is refused naming both.
 # Usage: test_schedule_cli.sh PATH/TO/tessera [mpi] (mpi: the same on 2 ranks, and the 2-rank
 # run holds out the samples the 1-rank run does).
 set -u
@@ -180,9 +180,9 @@ resume_case "resumed bitwise with early stopping's count (stops before epoch 4)"
   --early-stop $patience
 check "the uninterrupted run stopped before epoch 4" grep -qE "^stopped after epoch [23] of 4" \
   "$tmp/early/full.out"
-expect 1 "--resume .*part.st: its run held out 60 training samples \(--val-split 0.2\), this one asks for no --val-split: resume with --val-split 0.2," -- \
+expect 2 "--resume .*part.st: --val-split 0.1, but its run has 0.2; leave --val-split out" -- \
   "${run[@]}" train --data "$tmp/rand" --model mlp:64 --batch 16 --workers 1 --epochs 4 \
-  --resume "$tmp/plateau/part.st"
+  --val-split 0.1 --resume "$tmp/plateau/part.st"
 
 # The ranks hold out what one process does: the checkpoints' fingerprints of the held-out
 # samples agree.

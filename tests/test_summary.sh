@@ -34,7 +34,7 @@ expect 2 "--input 32x32: expected HxWxC" -- "$tessera" summary --input 32x32
 expect 2 "--input 0x32x3: expected HxWxC" -- "$tessera" summary --input 0x32x3
 expect 2 "--classes 1: expected an integer from 2" -- "$tessera" summary --classes 1
 expect 2 "unknown option '--modle'; did you mean '--model'" -- "$tessera" summary --modle cnn
-expect 2 "'resnet21': unknown model; .*a model of the zoo" -- "$tessera" summary --model resnet21
+expect 2 "'resnet21': unknown model \(did you mean resnet20\?\); .*a model of the zoo" -- "$tessera" summary --model resnet21
 expect 1 "nosuch.ini: no such model file" -- "$tessera" summary --model nosuch.ini
 # A window that does not fit: VGG-16's five poolings need 32x32 at least.
 expect 1 "larger than its input" -- "$tessera" summary --model vgg16 --input 16x16x3

@@ -871,6 +871,52 @@ Test(model, ini_errors_name_the_file_section_and_fix) {
   tsr_model_spec_fini(&s);
 }
 
+/* A message names the line: the key's, the section header's for what a section lacks, and a
+ * header without its ']' (which inih would read on under the section before it, blaming its
+ * keys on that one: "[hidden] ... a second 'type' key"). */
+Test(model, ini_errors_name_the_line) {
+  struct {
+    const char *text, *expect;
+  } cases[] = {
+      {"[hidden]\ntype = dense\nunits = 4\n\n[output\ntype = dense\nunits = 3\n",
+       "text.ini:5: section header [output has no closing ']'"},
+      {"[a]\ntype = dense\nunits = 4\n[b]\ntype = dense\nunits = -4\n",
+       "text.ini:6: [b] units = -4"},
+      {"[a]\ntype = dense\nunits = 4\n; a comment\n[b]\ntype = conv\nfilters = 8\n",
+       "text.ini:5: section [b]"},
+      {"  [a]\n type = lstm\n", "text.ini:2: [a] type = lstm"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    tsr_model_spec_t s;
+    tsr_errbuf_t err = {""};
+    cr_assert_neq(
+        tsr__model_load_ini_mem(&s, cases[i].text, strlen(cases[i].text), "text.ini", &err), 0,
+        "case %zu accepted", i);
+    cr_expect(strstr(err.msg, cases[i].expect), "case %zu: '%s', want '%s'", i, err.msg,
+              cases[i].expect);
+  }
+}
+
+/* The nearest shorthand for a typo, and a last layer of the wrong width named with the fix. */
+Test(model, unknown_shorthands_and_wrong_outputs_say_the_fix) {
+  tsr_model_spec_t s;
+  tsr_errbuf_t err = {""};
+  cr_assert_neq(tsr_model_parse(&s, "mpl", 10, &err), 0);
+  cr_expect(strstr(err.msg, "unknown model (did you mean mlp?)"), "%s", err.msg);
+  cr_assert_neq(tsr_model_parse(&s, "restnet20", 10, &err), 0);
+  cr_expect(strstr(err.msg, "(did you mean resnet20?)"), "%s", err.msg);
+  cr_assert_neq(tsr_model_parse(&s, "transformer", 10, &err), 0);
+  cr_expect(!strstr(err.msg, "did you mean"), "%s", err.msg);
+  const char *text = "[h]\ntype = dense\nunits = 4\n[out]\ntype = dense\nunits = 8\n";
+  cr_assert_eq(tsr__model_load_ini_mem(&s, text, strlen(text), "m.ini", &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_model_check_classes(&s, 10, "m.ini", &err), TSR_ESHAPE);
+  cr_expect(strstr(err.msg, "m.ini: the last layer [out] (dense) has 8 units, but the data has 10 "
+                            "classes: give it units = classes"),
+            "%s", err.msg);
+  cr_expect_eq(tsr_model_check_classes(&s, 8, "m.ini", &err), 0, "%s", err.msg);
+  tsr_model_spec_fini(&s);
+}
+
 /* Default tiles follow the workers of the process (README, "How a step
  * runs"): one worker, whole 512-wide layers (1024-wide tiles); two workers,
  * two 256-wide feature tiles per layer and one batch-row tile; four, the

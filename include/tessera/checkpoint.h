@@ -41,6 +41,8 @@ typedef struct {
   int epoch;             /* epochs completed */
   int64_t step_in_epoch; /* steps of epoch + 1 already taken (0 at an epoch end) */
   int epochs;            /* the epochs the run was asked for */
+  int schedule_epochs;   /* the schedule's horizon (tsr_train_opts_t.schedule_epochs as the run
+                            took it: its epochs without one); reading a file of before: 0 */
   uint64_t seed;         /* of the epochs' sample orders */
   tsr_lr_schedule_t lr_schedule;
   float base_lr; /* the rate the schedule runs around (after scaling by the ranks) */
@@ -82,6 +84,13 @@ typedef struct {
    * "crop 28x28:4 flip"; "none" for a file without, every one of before). Saving writes the
    * net's (tsr_net_set_augment) and ignores this. */
   char augment[64];
+  /* The run's settings that only the net knew (docs/checkpoints.md, "The file" and
+   * "Writing and resuming"): its batch per replica (saving: 0 writes the net's), gradient clipping
+   * and label smoothing (saving writes the net's). settings: the file records them and
+   * schedule_epochs (written since issue 40; a file of before reads as false, these fields 0). */
+  int batch;
+  float clip_grad, label_smoothing;
+  bool settings;
 } tsr_checkpoint_info_t;
 
 /* Writes net (its parameters, optimizer state and step count) and info to

@@ -51,6 +51,11 @@ typedef struct {
   double started;
   const tsr_log_field_t *config;
   int nconfig;
+  /* A resumed run: the checkpoint it goes on from (borrowed; NULL: a new run), where that
+   * stood (epochs done, steps of the next), written as the run line's "resumed". */
+  const char *resumed;
+  int resumed_epoch;
+  int64_t resumed_step;
 } tsr_run_info_t;
 
 typedef struct tsr_log tsr_log_t;
@@ -62,9 +67,10 @@ typedef struct tsr_log tsr_log_t;
  * and is not a regular file (a pipe, /dev/stdout) is accepted unopened. */
 TSR_API int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err);
 
-/* Opens (creates or truncates) path for writing and writes the run line; *log is owned by the
- * caller. */
-TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run,
+/* Opens path for appending (creating it) and writes the run line: a log grows by each run
+ * written to it, never cut (docs/training.md, "Logs"). *log is owned by the caller; *held (may
+ * be NULL) says whether the file held lines before. */
+TSR_API int tsr_log_open(tsr_log_t **log, const char *path, const tsr_run_info_t *run, bool *held,
                          tsr_errbuf_t *err);
 /* Appends one line, written whole straight to the file, so a crashed run
  * keeps its epochs. A line that cannot be written entirely (a full disk) is

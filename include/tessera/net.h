@@ -157,6 +157,12 @@ TSR_API int tsr_model_load_ini(tsr_model_spec_t *spec, const char *path, tsr_err
 /* Sets every dense layer's TSR_UNITS_CLASSES units (`units = classes`) to classes; the other
  * layers are left as they are. */
 TSR_API void tsr_model_bind_classes(tsr_model_spec_t *spec, int classes);
+/* Whether spec (bound to its classes) can end in `classes` outputs: its last layer of a type
+ * that can be the output (dense, lmhead) with units = classes. 0, or TSR_ESHAPE naming the
+ * layer, its type and units and the fix (units = classes), after `file` (may be NULL: the
+ * model file it was read from). Building a network checks it too, without the file. */
+TSR_API int tsr_model_check_classes(const tsr_model_spec_t *spec, int classes, const char *file,
+                                    tsr_errbuf_t *err);
 /* An INI model file's text (name: for messages, as the file's path would be). */
 TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,
                                      tsr_errbuf_t *err);

@@ -148,6 +148,11 @@ typedef struct tsr_run_setup tsr_run_setup_t;
 
 typedef struct {
   int epochs;
+  /* The schedule's horizon in epochs: cosine decays to 0 over schedule_epochs x the steps of an
+   * epoch, whatever epochs is (0: epochs). A resumed run keeps its checkpoint's
+   * (docs/training.md, "Resuming"); past it the cosine rises again, as PyTorch's
+   * CosineAnnealingLR past T_max. Step decay, plateau and the warm-up count no horizon. */
+  int schedule_epochs;
   uint64_t seed;                 /* shuffling */
   tsr_lr_schedule_t lr_schedule; /* around the base rate, tsr_train_base_lr */
   tsr_lr_opts_t lr;              /* the warm-up, step's and plateau's parameters */

@@ -39,6 +39,10 @@ KEYS = ("format", "tessera_version", "model", "model_ini", "inputs", "classes", 
         "input_mean", "input_std", "data", "net_seed", "init", "optimizer", "optimizer_hyper",
         "optimizer_steps", "epoch", "step_in_epoch", "epochs", "seed", "lr_schedule", "base_lr",
         "sync", "ranks", "dropout_calls")
+#: The run's settings tessera writes after "epochs" since issue 40, all four or none (a file of
+#: before has none): the cosine schedule's horizon in epochs, the batch, gradient clipping and
+#: label smoothing, which a resumed run takes (docs/checkpoints.md).
+SETTINGS = ("schedule_epochs", "batch", "clip_grad", "label_smoothing")
 
 #: The optimizers tessera names in `optimizer`, and the state tensors each keeps per
 #: parameter (src/optim/*.c's state_names; SGD keeps none without momentum).
@@ -199,8 +203,8 @@ def read_checkpoint(path):
 
 def write_checkpoint(path, tensors, metadata):
     """Writes tensors (name -> array, in this order) and metadata (every key of KEYS but
-    format; any others are kept after them) as a tessera checkpoint, with the crc32.* key of
-    every tensor, in tessera's order."""
+    format, and SETTINGS where given; any others are kept after them) as a tessera checkpoint,
+    with the crc32.* key of every tensor, in tessera's order."""
     # np.asarray keeps a scalar (num_batches_tracked) 0-d; ascontiguousarray would make it (1,)
     tensors = {k: np.asarray(v, dtype=np.float32, order="C") for k, v in tensors.items()}
     missing = [k for k in KEYS[1:] if k not in metadata]
@@ -211,6 +215,8 @@ def write_checkpoint(path, tensors, metadata):
     meta["format"] = FORMAT
     for k in KEYS[1:]:
         meta[k] = str(metadata[k])
+        if k == "epochs":
+            meta.update((s, str(metadata[s])) for s in SETTINGS if s in metadata)
     for k, v in metadata.items():
         if k not in meta and not k.startswith("crc32."):
             meta[k] = str(v)

@@ -701,6 +701,8 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         "ranks": base.get("ranks", 1),
         "dropout_calls": base.get("dropout_calls", ""),
     }
+    # The like checkpoint's run settings, so that a resume of the file goes on as its run would.
+    meta.update((k, base[k]) for k in _ckpt.SETTINGS if k in base)
     if kind != "scalar":  # last, as tessera writes it; no key means scalar
         meta["input_standardize"] = kind
     # The optimizer: a torch one, a name, the like checkpoint's, or tessera's default.

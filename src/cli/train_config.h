@@ -28,7 +28,9 @@ typedef struct {
   const char *checkpoint; /* --checkpoint, NULL: none */
   int checkpoint_every;   /* --checkpoint-every N[epochs|steps] (default 1 epoch) */
   bool checkpoint_in_steps;
-  const char *resume;            /* --resume, NULL: from the start */
+  const char *resume;            /* --resume FILE or auto (then train_resume.c makes it the
+                                    --checkpoint FILE, or NULL), NULL: from the start */
+  bool model_from_checkpoint;    /* --resume without --model: the checkpoint's model */
   int64_t train_limit;           /* --train-limit, -1: every training sample */
   int64_t test_limit;            /* --test-limit, -1: every test sample */
   int classes;                   /* --classes, 0: 1 + the largest training label */
@@ -69,6 +71,17 @@ void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fiel
  * (cfg->help: only the usage was asked for), or 2, the command's exit status, after writing
  * what is wrong with an option to stderr. */
 int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv);
+
+/* The argument option `name` (without "--") was given with (its name for a flag), or NULL. */
+const char *tsr__cli_train_given(const tsr_cli_train_config_t *cfg, const char *name);
+
+/* --resume (train_resume.c), on every rank once MPI started: auto made the --checkpoint FILE
+ * if it exists, else NULL (a new run, said on rank 0); then the checkpoint's run settings in
+ * cfg where their options were not given (the model too, model_from_checkpoint), a given one
+ * that differs refused in one line naming the option, the checkpoint's value and the given
+ * one. Notes go to stderr on the speaker. Returns 0, or the command's exit status (2 refused,
+ * 1 an unreadable checkpoint) after the message. */
+int tsr__cli_train_resume(tsr_cli_train_config_t *cfg, bool speaker);
 
 /* `tessera train --help`. */
 void tsr__cli_train_usage(FILE *out);

@@ -493,6 +493,14 @@ static void show_lr_schedule(const tsr_cli_train_config_t *cfg, tsr_log_field_t 
   f->kind = TSR_LOG_TEXT, f->text = text;
 }
 
+/* The horizon the run takes: --schedule-epochs, or --epochs. */
+static void show_schedule_epochs(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
+                                 size_t size) {
+  (void)text, (void)size;
+  int n = cfg->train.schedule_epochs;
+  f->kind = TSR_LOG_INT, f->number = n > 0 ? n : cfg->train.epochs;
+}
+
 static void show_val_split(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
                            size_t size) {
   (void)text, (void)size;
@@ -572,6 +580,11 @@ static const row_t rows[] = {
              "plateau[:PATIENCE[:F]] (times F [0.1] after more than\n"
              "PATIENCE [10] epochs without a lower validation loss; needs\n"
              "--val-split) [cosine]"},
+    {"schedule-epochs", "N", read_int, AT(train.schedule_epochs), 1, 100000,
+     "an integer from 1 to 100000",
+     "the cosine schedule's horizon: it decays to 0 over N epochs\n"
+     "(past them it rises again, as PyTorch's CosineAnnealingLR);\n"
+     "a resumed run keeps its checkpoint's [--epochs]"},
     {"warmup", "N", read_int, AT(train.lr.warmup), 1, 1 << 30, "an integer from 1 to 1073741824",
      "steps of linear warm-up before the schedule: step t < N\n"
      "(0-based) at lr (t + 1) / N [none]"},
@@ -721,8 +734,11 @@ static const row_t rows[] = {
              "when stopped by SIGINT/SIGTERM"},
     {"checkpoint-every", "N[epochs|steps]", read_checkpoint_every,
      .want = "N, Nepochs or Nsteps with N >= 1", .help = "how often [1 epoch]"},
-    {"resume", "FILE", read_text, AT(resume),
-     .help = "continue a checkpoint's run: --epochs stays the total"},
+    {"resume", "FILE|auto", read_text, AT(resume),
+     .help = "continue a checkpoint's run: its model, and its settings\n"
+             "where not given (a given one that differs is refused);\n"
+             "--epochs stays the total. auto: the --checkpoint FILE if it\n"
+             "exists, else a new run (a requeued batch job)"},
     {"no-priorities", NULL, read_false, AT(runtime.priorities),
      .help = "every task priority 0 (default: critical path first)"},
     {"stats", NULL, read_true, AT(runtime.stats),
@@ -791,7 +807,7 @@ static const struct {
     {"lr-schedule", show_lr_schedule}, {"val-split", show_val_split},
     {"lr-scaling", show_lr_scaling},   {"sync", show_sync},
     {"weighting", show_weighting},     {"checkpoint-every", show_checkpoint_every},
-    {"domain", show_domain},
+    {"domain", show_domain},           {"schedule-epochs", show_schedule_epochs},
 };
 
 /* The value of a row with a generic reader, at its field; false for another reader. */
@@ -843,11 +859,14 @@ void tsr__cli_train_fields(const tsr_cli_train_config_t *cfg, tsr_cli_train_fiel
   }
 }
 
-/* Whether the option named name was given. */
-static bool given(const tsr_cli_train_config_t *cfg, const char *name) {
+const char *tsr__cli_train_given(const tsr_cli_train_config_t *cfg, const char *name) {
   for (int i = 0; i < NROWS; i++)
-    if (strcmp(rows[i].name, name) == 0) return cfg->given[i] != NULL;
-  return false;
+    if (strcmp(rows[i].name, name) == 0) return cfg->given[i];
+  return NULL;
+}
+
+static bool given(const tsr_cli_train_config_t *cfg, const char *name) {
+  return tsr__cli_train_given(cfg, name) != NULL;
 }
 
 /* What depends on several options, once all are read: 0, or 2 after a message. */
@@ -889,6 +908,11 @@ static int check_together(parse_t *p) {
     return 2;
   }
   if (cfg->checkpoint && !cfg->checkpoint_every) cfg->checkpoint_every = 1; /* every epoch */
+  if (cfg->resume && strcmp(cfg->resume, "auto") == 0 && !cfg->checkpoint) {
+    fprintf(stderr, "tessera train: --resume auto resumes from the --checkpoint FILE when it "
+                    "exists: give --checkpoint FILE\n");
+    return 2;
+  }
   if (cfg->net.clip_grad > 0 && cfg->net.grid_rows > 1) {
     fprintf(stderr, "tessera train: --clip-grad with --grid is not implemented (the grid spreads "
                     "the dense layers' gradients over a column's ranks); leave one of them out\n");

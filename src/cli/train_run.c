@@ -430,7 +430,10 @@ static int load(run_t *r) {
    * file; found out at the first checkpoint, an epoch was lost. */
   if (rc == 0 && r->speaker && cfg->checkpoint)
     rc = tsr_output_check(cfg->checkpoint, "--checkpoint", &r->err);
-  if (rc == 0 && cfg->model_file) rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
+  if (rc == 0 && cfg->model_from_checkpoint) /* --resume without --model */
+    rc = tsr_checkpoint_read(cfg->resume, NULL, &r->spec, NULL, NULL, NULL, &r->err);
+  else if (rc == 0 && cfg->model_file)
+    rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   /* The run trains on text with --text, or with a language model and no --data. */
   bool text = rc == 0 && (cfg->text || (!cfg->data_given && language_model(r)));
   if (rc == 0)
@@ -457,6 +460,7 @@ static int load(run_t *r) {
     /* What a checkpoint records of the data: the raw training set (held-out samples included:
      * the split has keys of its own), and the standardization, fitted to what trains. */
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
+    r->ckpt.batch = cfg->net.batch;
     if (cfg->val_split > 0 || cfg->resume) rc = hold_out(r);
     if (rc == 0)
       rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
@@ -472,9 +476,11 @@ static int load(run_t *r) {
     r->ckpt.input_mean = scalar ? z->mean[0] : 0.0f, r->ckpt.input_std = scalar ? z->std[0] : 1.0f;
   }
   if (rc == 0) rc = augment_data(r);
-  if (rc == 0 && cfg->model_file)
+  if (rc == 0 && cfg->model_file) {
     tsr_model_bind_classes(&r->spec, r->train.classes); /* units = classes */
-  else if (rc == 0 && !text)                            /* load_text parsed the shorthand already */
+    rc = tsr_model_check_classes(&r->spec, r->train.classes,
+                                 cfg->model_from_checkpoint ? cfg->resume : cfg->model, &r->err);
+  } else if (rc == 0 && !text) /* load_text parsed the shorthand already */
     rc = tsr_model_parse(&r->spec, cfg->model, r->train.classes, &r->err);
   return rc;
 }
@@ -738,8 +744,18 @@ static int announce(run_t *r) {
                           .hosts = hosts ? host_of : NULL,
                           .started = r->start_time,
                           .config = fields ? fields->field : NULL,
-                          .nconfig = fields ? fields->n : 0};
-    rc = tsr_log_open(&r->log, cfg->log_path, &run, &r->err);
+                          .nconfig = fields ? fields->n : 0,
+                          .resumed = cfg->resume,
+                          .resumed_epoch = r->resumed.epoch,
+                          .resumed_step = r->resumed.step_in_epoch};
+    bool held = false;
+    rc = tsr_log_open(&r->log, cfg->log_path, &run, &held, &r->err);
+    /* A log grows: a resumed run's lines follow its first part's; a new run's another run's. */
+    if (rc == 0 && held && !cfg->resume)
+      fprintf(stderr,
+              "tessera train: note: --log %s holds an earlier run's lines; this run's follow "
+              "them, from its own run line\n",
+              cfg->log_path);
   }
   free(fields);
   free(hosts);
@@ -824,6 +840,14 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
     tsr_dist_stop();
     return 2;
   }
+  /* --resume: the checkpoint's settings where not given; a given one that differs refused. */
+  tsr_cli_train_config_t resolved = *cfg;
+  int refused = tsr__cli_train_resume(&resolved, tsr_dist_rank() == 0);
+  if (refused) {
+    tsr_dist_stop();
+    return refused;
+  }
+  cfg = &resolved;
   /* What the run cannot be is refused before anything loads (bad usage: status 2). */
   run_t r = {.cfg = cfg,
              .speaker = tsr_dist_rank() == 0,

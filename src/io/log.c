@@ -117,19 +117,32 @@ static int write_run(tsr_log_t *log, const tsr_run_info_t *run) {
   tsr_versions(libs, sizeof libs);
   cJSON_AddStringToObject(o, "libraries", libs);
   add_config(cJSON_AddObjectToObject(o, "config"), run->config, run->nconfig);
+  cJSON *from = run->resumed ? cJSON_AddObjectToObject(o, "resumed") : NULL;
+  if (from) {
+    cJSON_AddStringToObject(from, "checkpoint", run->resumed);
+    cJSON_AddNumberToObject(from, "epoch", run->resumed_epoch);
+    cJSON_AddNumberToObject(from, "step_in_epoch", (double)run->resumed_step);
+  }
   return write_line(log, o);
 }
 
-int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, tsr_errbuf_t *err) {
+int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, bool *held,
+                 tsr_errbuf_t *err) {
   *out = NULL;
+  if (held) *held = false;
   tsr_log_t *log = calloc(1, sizeof *log);
   if (!log) return TSR_ENOMEM;
-  log->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  log->fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
   if (log->fd < 0) {
     int e = errno;
     free(log);
     return tsr_error_set(err, TSR_EIO, "--log %s: cannot open for writing: %s", path, strerror(e));
   }
+  /* A failed line is cut back to the end of the lines before it, this run's or earlier ones'
+   * (a pipe has no end: 0, and is never cut). */
+  off_t end = lseek(log->fd, 0, SEEK_END);
+  log->end = end > 0 ? end : 0;
+  if (held) *held = end > 0;
   log->run = *run;
   snprintf(log->model, sizeof log->model, "%s", run->model ? run->model : "");
   snprintf(log->sched, sizeof log->sched, "%s", run->sched ? run->sched : "");

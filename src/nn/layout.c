@@ -75,18 +75,7 @@ static int check_spec(const tsr_model_spec_t *spec, int inputs, int classes, tsr
   if (spec->n_layers <= 0)
     return tsr_error_set(err, TSR_EINVAL, "a model needs at least one layer (got %d)",
                          spec->n_layers);
-  const tsr_layer_spec_t *last = &spec->layers[spec->n_layers - 1];
-  const tsr_layer_type_t *lt = tsr__layer_type(last->kind);
-  if (lt && lt->output && last->units == TSR_UNITS_CLASSES)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "the last layer says units = classes, but the model was not bound to "
-                         "the %d classes (tsr_model_bind_classes)",
-                         classes);
-  if (!lt || !lt->output || last->units != classes)
-    return tsr_error_set(err, TSR_ESHAPE,
-                         "the last layer must be dense with one unit per class (%d); it is %s "
-                         "with %d units",
-                         classes, lt ? lt->name : "unknown", lt && lt->output ? last->units : 0);
+  TSR_TRY(tsr_model_check_classes(spec, classes, NULL, err));
   for (int i = 0; i < spec->n_layers; i++)
     if (!tsr__layer_type(spec->layers[i].kind))
       return tsr_error_set(err, TSR_EINVAL, "layer %d: unknown layer kind %d", i + 1,

@@ -191,6 +191,47 @@ static int parse_gpt(tsr_model_spec_t *spec, const char *text, int classes, tsr_
   return add_gpt(spec, (int)v[0], (int)v[1], (int)v[2], (int)v[3], classes);
 }
 
+/* Optimal string alignment distance (a swap of two neighbours is one edit) of a[0, n) and b,
+ * both under 32 characters; 99 for longer ones. */
+static int distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n >= 32 || m >= 32) return 99;
+  int d[32][32];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+/* " (did you mean NAME?)" for the shorthand or zoo model nearest the name text begins with (up
+ * to a ':'), when it is a typo's distance away (1 edit under 5 letters, else 2); else "". */
+static void nearest_model(const char *text, char *buf, size_t size) {
+  static const char *const names[] = {"mlp",      "linear",   "cnn",      "gpt",      "resnet20",
+                                      "resnet32", "resnet56", "resnet18", "resnet50", "vgg11",
+                                      "vgg16",    "alexnet",  "googlenet"};
+  size_t n = strcspn(text, ":");
+  const char *best = NULL;
+  int best_d = 99;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    int d = distance(text, n, names[i]);
+    if (d < best_d) best_d = d, best = names[i];
+  }
+  buf[0] = '\0';
+  if (best && best_d > 0 && best_d <= (n < 5 ? 1 : 2))
+    snprintf(buf, size, " (did you mean %s%s?)", best, text[n] ? text + n : "");
+}
+
 static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes,
                            tsr_errbuf_t *err) {
   if (strcmp(text, "gpt") == 0 || strncmp(text, "gpt:", 4) == 0)
@@ -222,8 +263,11 @@ static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes
     widths = "512,512";
   else if (strncmp(text, "mlp:", 4) == 0)
     widths = text + 4;
-  else
-    return tsr_error_set(err, TSR_EINVAL, "--model '%s': unknown model; %s", text, hint);
+  else {
+    char near[96];
+    nearest_model(text, near, sizeof near);
+    return tsr_error_set(err, TSR_EINVAL, "--model '%s': unknown model%s; %s", text, near, hint);
+  }
   const char *p = widths;
   if (!*p)
     return tsr_error_set(err, TSR_EINVAL, "--model '%s': no widths after 'mlp:'; %s", text, hint);
@@ -244,6 +288,33 @@ static int parse_shorthand(tsr_model_spec_t *spec, const char *text, int classes
 void tsr_model_bind_classes(tsr_model_spec_t *spec, int classes) {
   for (int i = 0; i < spec->n_layers; i++)
     if (spec->layers[i].units == TSR_UNITS_CLASSES) spec->layers[i].units = classes;
+}
+
+int tsr_model_check_classes(const tsr_model_spec_t *spec, int classes, const char *file,
+                            tsr_errbuf_t *err) {
+  if (spec->n_layers <= 0) return 0; /* said by whoever builds it */
+  int i = spec->n_layers - 1;
+  const tsr_layer_spec_t *last = &spec->layers[i];
+  const tsr_layer_type_t *t = tsr__layer_type(last->kind);
+  char name[TSR_NAME_MAX + 8], in[PATH_MAX + 8] = "";
+  tsr__layer_name(spec, i, name, sizeof name);
+  if (file) snprintf(in, sizeof in, "%s: ", file);
+  if (t && t->output && last->units == TSR_UNITS_CLASSES)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "%sthe last layer [%s] says units = classes, but the model was not bound "
+                         "to the %d classes (tsr_model_bind_classes)",
+                         in, name, classes);
+  if (!t || !t->output)
+    return tsr_error_set(err, TSR_ESHAPE,
+                         "%sthe last layer must be dense with one unit per class (%d); [%s] is %s: "
+                         "end the model with a dense layer of units = classes",
+                         in, classes, name, t ? t->name : "of an unknown type");
+  if (last->units != classes)
+    return tsr_error_set(err, TSR_ESHAPE,
+                         "%sthe last layer [%s] (%s) has %d units, but the data has %d classes: "
+                         "give it units = classes (one per class, whatever the data)",
+                         in, name, t->name, last->units, classes);
+  return 0;
 }
 
 /* A bare name (letters, digits, '-', '_') that may be a model file's: NAME.ini. */
@@ -275,6 +346,10 @@ struct ini_state {
   const char *path;
   tsr_errbuf_t *err;
   int rc;
+  int line;                  /* the line being read (1-based), counted by read_line */
+  int header_line;           /* the line of the last [section] header read */
+  int section_line;          /* the current section's header line */
+  char where[PATH_MAX + 16]; /* "path:line" of the key being read, for messages */
   char section[256];
   bool has_type;   /* the current section said its type */
   bool has_input;  /* ... and `input` (once, alone) */
@@ -329,16 +404,17 @@ static int parse_pair(const char *v, int lo, int *a, int *b) {
 /* A section ends: it said its type and every key its type requires. */
 static int section_done(struct ini_state *st) {
   if (st->section[0] == '\0' && !st->has_type) return 0; /* nothing started yet */
+  snprintf(st->where, sizeof st->where, "%s:%d", st->path, st->section_line);
   if (!st->has_type) {
     char types[256];
     type_list(types, sizeof types);
     return tsr_error_set(st->err, TSR_EFORMAT, "%s: section [%s] has no 'type' key; add type = %s",
-                         st->path, st->section, types);
+                         st->where, st->section, types);
   }
   const tsr_layer_type_t *t = tsr__layer_type(st->spec->layers[st->layer].kind);
   for (int k = 0; t->keys && t->keys[k].name; k++)
     if (t->keys[k].missing && !(st->seen & (1u << k)))
-      return tsr_error_set(st->err, TSR_EFORMAT, "%s: section [%s] %s", st->path, st->section,
+      return tsr_error_set(st->err, TSR_EFORMAT, "%s: section [%s] %s", st->where, st->section,
                            t->keys[k].missing);
   return 0;
 }
@@ -447,14 +523,14 @@ static int on_inputs(struct ini_state *st, const char *section, const char *name
     return tsr_error_set(st->err, TSR_EFORMAT,
                          "%s: [%s] %s: the section already said its inputs; give input once, or "
                          "inputs (on one or more lines)",
-                         st->path, section, name);
+                         st->where, section, name);
   st->has_input = single;
   int before = l->n_inputs;
   if (append_names(l->inputs, &l->n_inputs, value) || l->n_inputs == before ||
       (single && l->n_inputs != 1))
     return tsr_error_set(
         st->err, TSR_EFORMAT,
-        "%s: [%s] %s = %s: expected %s (at most %d in all, each 1 to %d characters)", st->path,
+        "%s: [%s] %s = %s: expected %s (at most %d in all, each 1 to %d characters)", st->where,
         section, name, value,
         single ? "one section name, or input for the input batch"
                : "section names separated by commas",
@@ -467,6 +543,8 @@ static int on_key(void *user, const char *section, const char *name, const char 
   if (st->rc) return 0;
   if (strcmp(section, st->section) != 0) {
     if ((st->rc = section_done(st))) return 0;
+    st->section_line = section[0] ? st->header_line : st->line;
+    snprintf(st->where, sizeof st->where, "%s:%d", st->path, st->line);
     /* Keys before the first section are a layer that goes by layer<N>: a section of that name
      * right after it would be read back as the same section once written out. */
     char before[TSR_NAME_MAX];
@@ -478,13 +556,14 @@ static int on_key(void *user, const char *section, const char *name, const char 
                                "%s: [%s] follows the keys before the first section, which are a "
                                "layer that goes by %s too; put those keys under a section of "
                                "their own, or rename this one",
-                               st->path, section, before);
+                               st->where, section, before);
         return 0;
       }
     }
     snprintf(st->section, sizeof st->section, "%s", section);
     st->has_type = false;
   }
+  snprintf(st->where, sizeof st->where, "%s:%d", st->path, st->line);
   tsr_model_spec_t *spec = st->spec;
   if (strcmp(name, "type") == 0) {
     const tsr_layer_type_t *t = tsr__layer_type_named(value);
@@ -492,24 +571,24 @@ static int on_key(void *user, const char *section, const char *name, const char 
       char types[256];
       type_list(types, sizeof types);
       st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] type = %s: unknown layer type; use %s",
-                             st->path, section, value, types);
+                             st->where, section, value, types);
       return 0;
     }
     if (st->has_type) {
       st->rc = tsr_error_set(st->err, TSR_EFORMAT,
                              "%s: [%s]: a second 'type' key in one section (one section per "
                              "layer)",
-                             st->path, section);
+                             st->where, section);
       return 0;
     }
     st->rc = add_section_layer(st, t, section);
-    if (st->rc) tsr_error_set(st->err, st->rc, "%s: [%s]: out of memory", st->path, section);
+    if (st->rc) tsr_error_set(st->err, st->rc, "%s: [%s]: out of memory", st->where, section);
     return st->rc == 0;
   }
   if (!st->has_type) {
     st->rc =
         tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s comes before 'type'; put type = ... first",
-                      st->path, section, name);
+                      st->where, section, name);
     return 0;
   }
   if (strcmp(name, "input") == 0 || strcmp(name, "inputs") == 0) {
@@ -523,23 +602,23 @@ static int on_key(void *user, const char *section, const char *name, const char 
     key_list(t, known, sizeof known);
     st->rc = tsr_error_set(st->err, TSR_EFORMAT,
                            "%s: [%s] unknown key '%s' for a %s layer (known: %s, input, inputs)",
-                           st->path, section, name, t->name, known);
+                           st->where, section, name, t->name, known);
     return 0;
   }
   assert(k < 32);
   if (t->keys[k].form == TSR_KEY_ACTIVATION && (st->seen & (1u << k))) {
     st->rc = tsr_error_set(st->err, TSR_EFORMAT,
-                           "%s: [%s] %s: a second activation for one layer; give it once", st->path,
-                           section, name);
+                           "%s: [%s] %s: a second activation for one layer; give it once",
+                           st->where, section, name);
     return 0;
   }
   st->seen |= 1u << k;
   int rc = parse_value(&t->keys[k], st, value);
   if (rc == TSR_EINVAL)
-    st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s = %s: %s", st->path, section, name,
+    st->rc = tsr_error_set(st->err, TSR_EFORMAT, "%s: [%s] %s = %s: %s", st->where, section, name,
                            value, expected(t->keys[k].form));
   else if (rc)
-    st->rc = tsr_error_set(st->err, rc, "%s: [%s]: out of memory", st->path, section);
+    st->rc = tsr_error_set(st->err, rc, "%s: [%s]: out of memory", st->where, section);
   return st->rc == 0;
 }
 
@@ -595,12 +674,49 @@ static void resolve_names(struct ini_state *st) {
   }
 }
 
+/* The model text for inih line by line, counting lines so that messages name them (Debian's
+ * libinih is built without INI_HANDLER_LINENO), and stopping at a section header without its
+ * ']': inih would go on under the section before, and blame its keys on that one. */
+struct ini_lines {
+  FILE *f;
+  bool whole; /* the last piece read ended its line */
+  struct ini_state *st;
+};
+
+static char *read_line(char *str, int num, void *stream) {
+  struct ini_lines *in = stream;
+  struct ini_state *st = in->st;
+  if (st->rc || !fgets(str, num, in->f)) return NULL;
+  if (in->whole) st->line++;
+  size_t n = strlen(str);
+  bool first = in->whole;
+  in->whole = n > 0 && str[n - 1] == '\n';
+  const char *p = str;
+  while (first && (*p == ' ' || *p == '\t'))
+    p++;
+  if (first && *p == '[') {
+    size_t len = strcspn(p, "\r\n");
+    if (!memchr(p, ']', len) && (in->whole || feof(in->f))) {
+      size_t shown = len;
+      while (shown > 1 && (p[shown - 1] == ' ' || p[shown - 1] == '\t'))
+        shown--;
+      st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                             "%s:%d: section header %.*s has no closing ']'; write [name]",
+                             st->path, st->line, (int)(shown < 80 ? shown : 80), p);
+      return NULL;
+    }
+    st->header_line = st->line;
+  }
+  return str;
+}
+
 /* Reads the model text of f (borrowed; NULL reads as an empty file) into
- * spec; path names it in messages. */
+ * spec; path names it in messages, with the line. */
 static int model_load(tsr_model_spec_t *spec, FILE *f, const char *path, tsr_errbuf_t *err) {
   tsr_model_spec_init(spec);
   struct ini_state st = {.spec = spec, .path = path, .err = err};
-  int line = f ? ini_parse_file(f, on_key, &st) : 0;
+  struct ini_lines in = {.f = f, .whole = true, .st = &st};
+  int line = f ? ini_parse_stream(read_line, &in, on_key, &st) : 0;
   if (st.rc == 0 && line > 0)
     st.rc = tsr_error_set(err, TSR_EFORMAT,
                           "%s:%d: not an INI line (expected [section] or key = value)", path, line);

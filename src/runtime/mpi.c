@@ -144,26 +144,93 @@ static unsigned long long hash(const char *s) {
   return h;
 }
 
+/* Descriptions compared word by word (space-separated), each word cut to WORD_MAX - 1
+ * characters, at most MAX_WORDS of them. */
+#define CONFIG_MAX 1024
+#define WORD_MAX 96
+#define MAX_WORDS 256
+
+static int split_words(const char *s, char (*w)[WORD_MAX]) {
+  int n = 0;
+  while (*s && n < MAX_WORDS) {
+    while (*s == ' ')
+      s++;
+    size_t len = strcspn(s, " ");
+    if (!len) break;
+    snprintf(w[n++], WORD_MAX, "%.*s", (int)(len < WORD_MAX ? len : WORD_MAX - 1), s);
+    s += len;
+  }
+  return n;
+}
+
+static bool is_option(const char *word) {
+  return word[0] == '-' && word[1] == '-';
+}
+
+/* What a description says at word i, the first that differs: the option it belongs to and its
+ * value ("--lr 0.1"), an option with its value, or the words from the last option (or the start)
+ * to it; "nothing" past the end. */
+static void say_at(char (*w)[WORD_MAX], int n, int i, char *buf, size_t size) {
+  if (i >= n) {
+    snprintf(buf, size, "nothing there");
+    return;
+  }
+  int from = i, to = i;
+  if (is_option(w[i]) && i + 1 < n && !is_option(w[i + 1])) to = i + 1;
+  while (!is_option(w[from]) && from > 0 && i - from < 8)
+    from--;
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int k = from; k <= to && at < size; k++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%s", k > from ? " " : "", w[k]);
+}
+
+/* Into buf: where rank r's description b first differs from rank 0's a. */
+static void first_difference(const char *a, const char *b, int r, char *buf, size_t size) {
+  char(*wa)[WORD_MAX] = malloc(sizeof *wa * MAX_WORDS),
+  (*wb)[WORD_MAX] = malloc(sizeof *wb * MAX_WORDS);
+  if (!wa || !wb) {
+    snprintf(buf, size, "rank %d's configuration is not rank 0's", r);
+    free(wa), free(wb);
+    return;
+  }
+  int na = split_words(a, wa), nb = split_words(b, wb), i = 0;
+  while (i < na && i < nb && strcmp(wa[i], wb[i]) == 0)
+    i++;
+  char theirs[320], ours[320];
+  say_at(wb, nb, i, theirs, sizeof theirs);
+  say_at(wa, na, i, ours, sizeof ours);
+  snprintf(buf, size, "rank %d has '%s' where rank 0 has '%s'", r, theirs, ours);
+  free(wa), free(wb);
+}
+
 int tsr_dist_check_same(const char *config, tsr_errbuf_t *err) {
   if (!active || size == 1) return 0;
   unsigned long long mine = hash(config), *all = malloc(sizeof *all * (size_t)size);
   if (!all) return TSR_ENOMEM;
   MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
   char differ[64] = "";
-  int n = 0;
+  int n = 0, first = -1;
   for (int r = 1; r < size; r++)
-    if (all[r] != all[0] && n < (int)sizeof differ - 12)
-      n += snprintf(differ + n, sizeof differ - (size_t)n, "%s%d", n ? ", " : "", r);
+    if (all[r] != all[0]) {
+      if (first < 0) first = r;
+      if (n < (int)sizeof differ - 12)
+        n += snprintf(differ + n, sizeof differ - (size_t)n, "%s%d", n ? ", " : "", r);
+    }
   free(all);
   if (!n) return 0;
-  /* Rank 0's description, so every rank can say what was expected. */
-  char expected[256];
+  /* Rank 0's description and the first differing rank's, so every rank can say what differs
+   * (the same two broadcasts on every rank: all[] is every rank's). */
+  char expected[CONFIG_MAX], theirs[CONFIG_MAX], what[800];
   snprintf(expected, sizeof expected, "%s", config);
+  snprintf(theirs, sizeof theirs, "%s", config);
   MPI_Bcast(expected, sizeof expected, MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Bcast(theirs, sizeof theirs, MPI_CHAR, first, MPI_COMM_WORLD);
+  first_difference(expected, theirs, first, what, sizeof what);
   return tsr_error_set(err, TSR_EINVAL,
-                       "ranks run different configurations: rank(s) %s differ from rank 0 (%s); "
+                       "ranks run different configurations: rank(s) %s differ from rank 0: %s; "
                        "start every rank with the same options and data",
-                       differ, expected);
+                       differ, what);
 }
 
 int tsr_dist_gather(const void *mine, int bytes, void *all) {

@@ -176,6 +176,18 @@ static int add_input_stats(tsr__ckpt_bundle_t *b, const tsr_checkpoint_info_t *i
   return rc;
 }
 
+/* What decides the rest of the run besides the keys of before: the schedule's horizon, the
+ * batch, gradient clipping, label smoothing. */
+static int add_settings(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
+                        const tsr_checkpoint_info_t *in) {
+  int horizon = in->schedule_epochs > 0 ? in->schedule_epochs : in->epochs; /* 0: unknown */
+  int rc = tsr__ckpt_add_meta(b, "schedule_epochs", "%d", horizon > 0 ? horizon : 0);
+  rc = rc ? rc : tsr__ckpt_add_meta(b, "batch", "%d", in->batch > 0 ? in->batch : net->opts.batch);
+  rc = rc ? rc : tsr__ckpt_add_meta(b, "clip_grad", "%.9g", (double)net->opts.clip_grad);
+  return rc ? rc
+            : tsr__ckpt_add_meta(b, "label_smoothing", "%.9g", (double)net->opts.label_smoothing);
+}
+
 int tsr__ckpt_add_state_meta(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
                              const tsr_checkpoint_info_t *in) {
   const tsr_optimizer_t *hp = &net->opts.opt;
@@ -218,6 +230,7 @@ int tsr__ckpt_add_state_meta(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
   rc = rc ? rc : tsr__ckpt_add_meta(b, "epoch", "%d", in->epoch);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "step_in_epoch", "%" PRId64, in->step_in_epoch);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "epochs", "%d", in->epochs);
+  rc = rc ? rc : add_settings(b, net, in);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "seed", "%" PRIu64, in->seed);
   char sched[256];
   tsr_lr_schedule_describe(in->lr_schedule, &in->lr, sched, sizeof sched);
@@ -502,6 +515,24 @@ static int read_validation(const tsr_st_file_t *f, const char *path, const char 
   return 0;
 }
 
+/* What add_settings wrote: all of it, or (a file of before issue 40) none. */
+static int read_settings(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
+                         tsr_errbuf_t *err) {
+  if (!tsr__st_meta(f, "schedule_epochs")) return 0;
+  int64_t horizon, batch;
+  TSR_TRY(tsr__ckpt_meta_int(f, path, "schedule_epochs", 0, INT_MAX, &horizon, err));
+  TSR_TRY(tsr__ckpt_meta_int(f, path, "batch", 1, INT_MAX, &batch, err));
+  TSR_TRY(meta_float(f, path, "clip_grad", &info->clip_grad, err));
+  TSR_TRY(meta_float(f, path, "label_smoothing", &info->label_smoothing, err));
+  if (info->clip_grad < 0 || !(info->label_smoothing >= 0 && info->label_smoothing < 1))
+    return tsr_error_set(err, TSR_EFORMAT,
+                         "%s: metadata clip_grad %g or label_smoothing %g out of range (>= 0, and "
+                         "in [0, 1)); the file is damaged or not tessera's",
+                         path, (double)info->clip_grad, (double)info->label_smoothing);
+  info->schedule_epochs = (int)horizon, info->batch = (int)batch, info->settings = true;
+  return 0;
+}
+
 int tsr__ckpt_read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
                         tsr_errbuf_t *err) {
   memset(info, 0, sizeof *info);
@@ -519,6 +550,7 @@ int tsr__ckpt_read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint
   info->epoch = (int)epoch, info->step_in_epoch = step, info->epochs = (int)epochs;
   info->ranks = (int)ranks;
   TSR_TRY(read_validation(f, path, sched, info, err));
+  TSR_TRY(read_settings(f, path, info, err));
   const char *s;
   /* "PrxPc", for information; a file without was written without a grid. */
   int grid_rows = 1, grid_cols = 1, end = -1;

@@ -25,6 +25,11 @@ void tsr_train_opts_init(tsr_train_opts_t *o) {
                           .shuffle = true};
 }
 
+/* The schedule's horizon in epochs: schedule_epochs, or the run's epochs. */
+static int horizon(const tsr_train_opts_t *o) {
+  return o->schedule_epochs > 0 ? o->schedule_epochs : o->epochs;
+}
+
 /* The run's policy: its setup's, or opts'; NULL: none. */
 static const tsr_sync_t *policy_of(const tsr_train_opts_t *o) {
   return o->setup ? &o->setup->sync : o->sync;
@@ -226,6 +231,7 @@ static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
   tsr_checkpoint_info_t info = {0};
   if (cp->o->checkpoint_info) info = *cp->o->checkpoint_info;
   info.epoch = epoch, info.step_in_epoch = step, info.epochs = cp->o->epochs;
+  info.schedule_epochs = horizon(cp->o);
   info.seed = cp->o->seed, info.lr_schedule = cp->o->lr_schedule, info.base_lr = cp->base_lr;
   info.ranks = cp->ranks;
   info.lr = cp->o->lr, info.early_stop = cp->o->early_stop;
@@ -397,8 +403,9 @@ typedef struct {
 } epoch_t;
 
 static int check_opts(const tsr_train_opts_t *o, tsr_errbuf_t *err) {
-  if (o->epochs < 0 || o->window < 1)
-    return tsr_error_set(err, TSR_EINVAL, "epochs must be >= 0 and the window >= 1");
+  if (o->epochs < 0 || o->window < 1 || o->schedule_epochs < 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "epochs and schedule_epochs must be >= 0 and the window >= 1");
   bool validated = o->validation && o->validation->n > 0;
   if (!validated && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
     return tsr_error_set(err, TSR_EINVAL,
@@ -442,7 +449,7 @@ static int start_run(run_t *r) {
   r->speaker = tsr_dist_rank() == 0;
   r->evaluator = sh->replica == 0;
   r->base_lr = tsr_train_base_lr(r->net, o);
-  r->total_steps = sh->steps * o->epochs;
+  r->total_steps = sh->steps * horizon(o);
   tsr_net_set_lr(r->net, (float)r->base_lr); /* a constant schedule's rate */
   r->first = o->start_epoch > 1 ? o->start_epoch : 1;
   r->step = (int64_t)(r->first - 1) * sh->steps + o->start_step;
@@ -461,7 +468,7 @@ static int begin_epoch(run_t *r, epoch_t *ep, int e, int64_t *k) {
   const tsr_train_opts_t *o = r->o;
   if (r->remeasured && e > r->first) { /* the shares measured in the last epoch */
     tsr__run_shard(r->sh);
-    r->cp.steps = r->sh->steps, r->total_steps = r->sh->steps * o->epochs;
+    r->cp.steps = r->sh->steps, r->total_steps = r->sh->steps * horizon(o);
   }
   *ep = (epoch_t){.e = e, .mine = r->idx + r->sh->lo[r->sh->replica]};
   tsr_dataset_epoch_order(r->idx, r->train->n, o->seed, o->shuffle ? e : 0);
