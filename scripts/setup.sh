@@ -27,11 +27,12 @@ dry_run=${TSR_SETUP_DRY_RUN:-0}
 # language model (tessera train --model gpt:..., /usr/share/games/fortunes, about 2.5 MB).
 # oneDNN (libdnnl-dev, the library PyTorch's CPU convolutions use) runs the convolutions
 # (src/kernels/conv_dnnl.c); without it they fall back to the lowered BLIS GEMMs.
+# python3-venv and python3-setuptools: pip install --no-build-isolation ./python, offline.
 packages=(meson ninja-build pkg-config libstarpu-dev libopenmpi-dev openmpi-bin libblis-dev
   libcriterion-dev libhwloc-dev zlib1g-dev libcjson-dev libinih-dev dataset-fashion-mnist
   clang-format g++ python3-numpy python3-torch python3-matplotlib clang libclang-rt-dev
   pocl-opencl-icd libclblast-dev ocl-icd-opencl-dev slurm-wlm munge libpmix-dev fortunes
-  libdnnl-dev)
+  libdnnl-dev python3-venv python3-setuptools)
 
 say() { echo "setup: $*" >&2; }
 

@@ -73,5 +73,38 @@ mkdir "$tmp/empty2" && cd "$tmp/empty2" || exit 1
 expect 0 "machine: ib100 \(described in $src/benchmarks/clusters/ib100.ini\)" -- \
   "$build/tessera" "${plan[@]}" --model mlp.ini --cluster ib100
 
+
+# The Python package: meson install put it into the prefix's site-packages (wherever this
+# Python keeps them), and pip installs it offline into a fresh virtual environment from a copy
+# of python/ (pip builds in the tree it is given); either is imported from an empty folder, its
+# version is meson's, and load_state_dict is there. A sys.path edit is never needed.
+py=/usr/bin/python3
+version=$(sed -n "s/^  version : '\(.*\)',$/\1/p" "$src/meson.build")
+site=$(dirname "$(find "$tmp/stage" -path '*-packages/tessera/__init__.py' | head -1)")
+cd "$tmp/empty2" || exit 1
+probe='import tessera, tessera.pytorch as t; print(tessera.__file__, t.VERSION, callable(tessera.load_state_dict))'
+if [[ -d $site ]] && out=$(PYTHONPATH=$(dirname "$site") "$py" -c "$probe" 2>&1) &&
+  [[ $out == "$site/__init__.py $version True" ]]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)) && echo "FAIL: the package installed by meson (${site:-not found}): ${out:-}"
+fi
+if "$py" -c "import venv, setuptools, numpy, torch" 2>/dev/null; then
+  cp -r "$src/python" "$tmp/pysrc" && rm -rf "$tmp/pysrc/build" "$tmp/pysrc"/*.egg-info
+  if "$py" -m venv --system-site-packages "$tmp/venv" >"$tmp/pip.log" 2>&1 &&
+    "$tmp/venv/bin/pip" install --no-build-isolation --no-index "$tmp/pysrc" >>"$tmp/pip.log" 2>&1 &&
+    out=$("$tmp/venv/bin/python" -c "$probe" 2>&1) &&
+    [[ $out == "$tmp/venv/lib/"*"/site-packages/tessera/__init__.py $version True" ]] &&
+    [[ $("$tmp/venv/bin/pip" show tessera 2>/dev/null | sed -n 's/^Version: //p') == "$version" ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)) && echo "FAIL: pip install --no-build-isolation ./python: ${out:-}" &&
+      tail -5 "$tmp/pip.log"
+  fi
+else
+  echo "note: no venv, setuptools, NumPy or PyTorch for $py: pip install not checked" \
+    "(scripts/setup.sh installs python3-venv, python3-setuptools, python3-numpy, python3-torch)"
+fi
+
 echo "install: $passed passed, $failed failed"
 [[ $failed == 0 ]]
