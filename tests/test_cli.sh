@@ -255,6 +255,26 @@ check_log "--label-smoothing 0.2" "$tmp/smooth.jsonl" 20 "test_accuracy>0.95" "l
 if head -1 "$tmp/smooth.jsonl" | grep -qE '"label-smoothing": ?0\.2[0-9]*[,}]'; then pass; else
   fail "the run line lacks label-smoothing 0.2: $(head -c 300 "$tmp/smooth.jsonl")"
 fi
+# A long model's description (35 hidden layers: over 255 characters) is whole in the log and the
+# checkpoint, which then resumes (its model compared whole); the banner cuts it with "...".
+long=mlp:$(seq -s, 1000 1034)
+out=$(timeout 60 "$tessera" train --data "$data" --model "$long" --epochs 1 --train-limit 64 \
+  --test-limit 16 --log "$tmp/long.jsonl" --checkpoint "$tmp/long.st" 2>&1)
+want=784-$(seq -s -relu- 1000 1034)-relu-10
+if grep -q "^tessera: model 784-1000-relu-.*\.\.\. (" <<<"$out" &&
+  /usr/bin/python3 - "$tmp/long.jsonl" "$tmp/long.st" "$want" <<'PY'; then pass; else
+import json, struct, sys
+log, ckpt, want = sys.argv[1:]
+models = [json.loads(l).get("model") for l in open(log)]
+with open(ckpt, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    meta = json.loads(f.read(n))["__metadata__"]
+sys.exit(0 if want in models and meta["model"] == want else 1)
+PY
+  fail "the long model's description is cut in the banner without '...', or in the log or checkpoint: $(head -c 300 <<<"$out")"
+fi
+expect 0 "epoch 2/2" -- train --data "$data" --model "$long" --epochs 2 --train-limit 64 \
+  --test-limit 16 --resume "$tmp/long.st"
 # A logged configuration replays: every key of the run line's config, given back as an option
 # (null and false left out, true as a flag), is accepted and gives the same config and the same
 # epochs (options left at their defaults are null there, not a value the parser refuses).

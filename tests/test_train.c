@@ -805,6 +805,35 @@ Test(model, shorthand) {
   tsr_model_spec_fini(&s);
 }
 
+/* A description never loses its end silently: one cut to fit its buffer ends with "...", the
+ * length of the whole one comes back, and tsr_model_description has it all (ResNet-20's is
+ * 900-odd characters: the checkpoint and the log keep it whole). */
+Test(model, long_descriptions_are_whole_or_say_they_are_cut) {
+  tsr_model_spec_t s;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&s, "mlp:1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,"
+                                   "1011,1012,1013,1014,1015,1016,1017,1018,1019,1020,1021,1022,"
+                                   "1023,1024,1025,1026,1027,1028,1029,1030,1031,1032,1033,1034",
+                               10, &err),
+               0, "%s", err.msg);
+  char *whole = tsr_model_description(&s, 784);
+  cr_assert_not_null(whole);
+  size_t n = strlen(whole);
+  cr_assert_gt(n, 255);
+  cr_assert(strncmp(whole, "784-1000-relu-1001-relu-", 24) == 0, "%s", whole);
+  cr_assert_str_eq(whole + n - 13, "-1034-relu-10");
+  char buf[64];
+  cr_assert_eq(tsr_model_describe(&s, 784, buf, sizeof buf), (int)n);
+  cr_assert_eq(strlen(buf), sizeof buf - 1);
+  cr_assert_str_eq(buf + sizeof buf - 4, "...");
+  cr_assert(strncmp(buf, whole, sizeof buf - 4) == 0);
+  char fits[1024];
+  cr_assert_eq(tsr_model_describe(&s, 784, fits, sizeof fits), (int)n);
+  cr_assert_str_eq(fits, whole);
+  free(whole);
+  tsr_model_spec_fini(&s);
+}
+
 Test(model, ini_file) {
   tsr_model_spec_t s;
   tsr_errbuf_t err = {""};

@@ -172,8 +172,11 @@ TSR_API int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, c
  * not the previous layer. TSR_EINVAL when buf (size bytes) is too small. */
 TSR_API int tsr_model_to_ini(const tsr_model_spec_t *spec, char *buf, size_t size);
 /* Writes a one-line description, e.g. "784-512-relu-512-relu-10"; a layer that does not read
- * the previous one shows its inputs, "add[a,b.relu]". */
-TSR_API void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
+ * the previous one shows its inputs, "add[a,b.relu]". One that does not fit in buf's size bytes
+ * is cut and ends with "..."; returns the whole description's length (as snprintf does). */
+TSR_API int tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size);
+/* The whole description, however long, in a string the caller frees; NULL when out of memory. */
+TSR_API char *tsr_model_description(const tsr_model_spec_t *spec, int inputs);
 
 /* How the learning rate moves over a run (tsr_train_opts_t.lr_schedule), after a warm-up
  * (tsr_lr_opts_t.warmup) if there is one; docs/training.md, "Learning-rate schedules". */

@@ -595,12 +595,12 @@ class Graph:
                 l.shape = ins[0]
 
     def describe(self):
-        """tsr_model_describe's string, the `model` metadata: "784-512-relu-10" (cut at 255
-        characters, as tessera's buffer cuts it)."""
+        """tsr_model_describe's string, the `model` metadata: "784-512-relu-10", whole
+        (tessera wrote only its first 255 characters before 2026-12-06)."""
         return "-".join(["%d" % self.inputs] +
                         [l.describe() + ("" if reads_default(self.layers, i)
                                          else "[%s]" % ",".join(l.given))
-                         for i, l in enumerate(self.layers)])[:255]
+                         for i, l in enumerate(self.layers)])
 
     def to_ini(self):
         return to_ini(self.layers)

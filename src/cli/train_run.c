@@ -164,7 +164,7 @@ typedef struct {
   /* Refused for an option the loaded data or model cannot take (--crop on tabular data, --sync-bn
    * without a batchnorm): bad usage, exit status 2 as before loading. */
   bool usage;
-  char desc[256], sync_text[64];
+  char desc[256], sync_text[64]; /* desc: the model as the banner shows it (cut with "...") */
   int tile_rows, tile_cols;
   float lr; /* the rate tsr_train uses: --lr, scaled by the ranks as --lr-scaling says */
   tsr_standardization_t standardization; /* fitted to the training set, owned */
@@ -725,7 +725,8 @@ static int announce(run_t *r) {
   }
   int rc = 0;
   if (cfg->log_path && r->speaker) {
-    tsr_run_info_t run = {.model = r->desc,
+    char *model = tsr_model_description(&r->spec, (int)r->train.features);
+    tsr_run_info_t run = {.model = model ? model : r->desc, /* whole in the log */
                           .sched = tsr_runtime_sched(),
                           .optimizer = optimizer,
                           .sync = r->sync_text,
@@ -750,6 +751,7 @@ static int announce(run_t *r) {
                           .resumed_step = r->resumed.step_in_epoch};
     bool held = false;
     rc = tsr_log_open(&r->log, cfg->log_path, &run, &held, &r->err);
+    free(model);
     /* A log grows: a resumed run's lines follow its first part's; a new run's another run's. */
     if (rc == 0 && held && !cfg->resume)
       fprintf(stderr,

@@ -23,7 +23,8 @@ struct tsr_log {
   int fd;
   off_t end;          /* bytes of whole lines written: where a failed line is cut back to */
   tsr_run_info_t run; /* strings copied below */
-  char model[256], sched[64], optimizer[32], sync[64], mpi_progress[16];
+  char *model; /* whole, however long */
+  char sched[64], optimizer[32], sync[64], mpi_progress[16];
 };
 
 int tsr_output_check(const char *path, const char *what, tsr_errbuf_t *err) {
@@ -144,7 +145,12 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, b
   log->end = end > 0 ? end : 0;
   if (held) *held = end > 0;
   log->run = *run;
-  snprintf(log->model, sizeof log->model, "%s", run->model ? run->model : "");
+  log->model = strdup(run->model ? run->model : "");
+  if (!log->model) {
+    close(log->fd);
+    free(log);
+    return tsr_error_set(err, TSR_ENOMEM, "--log %s: out of memory", path);
+  }
   snprintf(log->sched, sizeof log->sched, "%s", run->sched ? run->sched : "");
   snprintf(log->optimizer, sizeof log->optimizer, "%s", run->optimizer ? run->optimizer : "");
   snprintf(log->sync, sizeof log->sync, "%s", run->sync ? run->sync : "none");
@@ -154,7 +160,7 @@ int tsr_log_open(tsr_log_t **out, const char *path, const tsr_run_info_t *run, b
   if (rc) {
     int e = errno;
     close(log->fd);
-    free(log);
+    free(log->model), free(log);
     return rc == TSR_EIO ? tsr_error_set(err, TSR_EIO, "--log %s: cannot write the run line: %s",
                                          path, strerror(e))
                          : tsr_error_set(err, rc, "--log %s: out of memory", path);
@@ -411,6 +417,6 @@ int tsr_log_ranks(tsr_log_t *log, const tsr_rank_stats_t *ranks, int n) {
 void tsr_log_close(tsr_log_t **lp) {
   if (!*lp) return;
   close((*lp)->fd);
-  free(*lp);
+  free((*lp)->model), free(*lp);
   *lp = NULL;
 }

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -752,9 +754,25 @@ int tsr__model_load_ini_mem(tsr_model_spec_t *spec, const void *text, size_t len
   return rc;
 }
 
-void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size) {
-  int n = snprintf(buf, (size_t)size, "%d", inputs);
-  for (int i = 0; i < spec->n_layers && n < size; i++) {
+/* Where a description goes: buf's size bytes, and the length the whole of it takes. */
+typedef struct {
+  char *buf;
+  size_t size, n;
+} sink_t;
+
+static void put(sink_t *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  bool room = s->n < s->size;
+  int k = vsnprintf(room ? s->buf + s->n : NULL, room ? s->size - s->n : 0, fmt, ap);
+  va_end(ap);
+  if (k > 0) s->n += (size_t)k;
+}
+
+static size_t describe(const tsr_model_spec_t *spec, int inputs, char *buf, size_t size) {
+  sink_t s = {buf, size, 0};
+  put(&s, "%d", inputs);
+  for (int i = 0; i < spec->n_layers; i++) {
     const tsr_layer_spec_t *l = &spec->layers[i];
     const tsr_layer_type_t *t = tsr__layer_type(l->kind);
     char part[128];
@@ -762,13 +780,27 @@ void tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int
       t->describe(l, part, sizeof part);
     else
       snprintf(part, sizeof part, "%s", t ? t->name : "unknown");
-    n += snprintf(buf + n, (size_t)(size - n), "-%s", part);
+    put(&s, "-%s", part);
     /* An input that is the default is not shown, as tsr_model_to_ini does not write it: a spec
      * and the one its INI reads back (a checkpoint's) are described alike. */
-    for (int k = 0; k < l->n_inputs && n < size && !reads_default(spec, i); k++)
-      n += snprintf(buf + n, (size_t)(size - n), "%s%s%s", k ? "," : "[", l->inputs[k],
-                    k == l->n_inputs - 1 ? "]" : "");
+    for (int k = 0; k < l->n_inputs && !reads_default(spec, i); k++)
+      put(&s, "%s%s%s", k ? "," : "[", l->inputs[k], k == l->n_inputs - 1 ? "]" : "");
   }
+  return s.n;
+}
+
+int tsr_model_describe(const tsr_model_spec_t *spec, int inputs, char *buf, int size) {
+  if (size <= 0) return (int)describe(spec, inputs, NULL, 0);
+  size_t n = describe(spec, inputs, buf, (size_t)size);
+  if (n >= (size_t)size && size >= 4) memcpy(buf + size - 4, "...", 4); /* cut: says so */
+  return (int)n;
+}
+
+char *tsr_model_description(const tsr_model_spec_t *spec, int inputs) {
+  size_t n = describe(spec, inputs, NULL, 0);
+  char *buf = malloc(n + 1);
+  if (buf) describe(spec, inputs, buf, n + 1);
+  return buf;
 }
 
 int tsr_model_parse_ini_text(tsr_model_spec_t *spec, const char *text, const char *name,

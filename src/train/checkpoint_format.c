@@ -191,14 +191,14 @@ static int add_settings(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
 int tsr__ckpt_add_state_meta(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
                              const tsr_checkpoint_info_t *in) {
   const tsr_optimizer_t *hp = &net->opts.opt;
-  char model[256];
-  tsr_model_describe(&net->spec, net->inputs, model, sizeof model);
-  /* The model file as long as it takes (a graph's names and inputs). */
+  /* The description and the model file, as long as they take (a graph's names and inputs). */
+  char *model = tsr_model_description(&net->spec, net->inputs);
+  if (!model) return TSR_ENOMEM;
   char *ini = NULL;
   for (size_t size = 8192;; size *= 2) {
     char *more = realloc(ini, size);
     if (!more) {
-      free(ini);
+      free(ini), free(model);
       return TSR_ENOMEM;
     }
     ini = more;
@@ -209,7 +209,7 @@ int tsr__ckpt_add_state_meta(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
   rc = rc ? rc : tsr__ckpt_add_meta(b, "tessera_version", "%s", TSR_VERSION);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "model", "%s", model);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "model_ini", "%s", ini);
-  free(ini);
+  free(ini), free(model);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "inputs", "%d", net->inputs);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "classes", "%d", net->classes);
   rc = rc ? rc
@@ -563,7 +563,9 @@ int tsr__ckpt_read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint
                          path, s, (long long)ranks);
   info->grid_rows = grid_rows;
   if ((s = tsr__st_meta(f, "sync"))) snprintf(info->sync, sizeof info->sync, "%s", s);
-  if ((s = tsr__st_meta(f, "model"))) snprintf(info->model, sizeof info->model, "%s", s);
+  if ((s = tsr__st_meta(f, "model")) &&
+      snprintf(info->model, sizeof info->model, "%s", s) >= (int)sizeof info->model)
+    memcpy(info->model + sizeof info->model - 4, "...", 4); /* the whole one is in the file */
   if ((s = tsr__st_meta(f, "data"))) snprintf(info->data, sizeof info->data, "%s", s);
   if ((s = tsr__st_meta(f, "tessera_version")))
     snprintf(info->version, sizeof info->version, "%s", s);

@@ -192,13 +192,18 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
   if (rc) return rc;
   tsr_checkpoint_info_t got;
   rc = tsr__ckpt_read_info(f, path, &got, err);
-  char model[256];
-  tsr_model_describe(&net->spec, net->inputs, model, sizeof model);
+  char *model = tsr_model_description(&net->spec, net->inputs);
+  if (rc == 0 && !model) rc = TSR_ENOMEM;
   const char *opt = tsr__st_meta(f, "optimizer");
-  if (rc == 0 && strcmp(got.model, model) != 0)
+  /* The whole descriptions; a file of before kept only the first 255 characters of its own. */
+  const char *stored = tsr__st_meta(f, "model");
+  stored = stored ? stored : "";
+  size_t cut = strlen(stored);
+  if (rc == 0 && strcmp(stored, model) != 0 && (cut != 255 || strncmp(stored, model, cut) != 0))
     rc = tsr_error_set(err, TSR_EINVAL,
                        "%s was written for model %s; this run builds %s (give the same --model)",
                        path, got.model, model);
+  free(model);
   const char *mine = tsr_optimizer_name(&net->opts.opt);
   if (rc == 0) rc = tsr__ckpt_known_optimizer(opt, path, NULL, err);
   if (rc == 0 && strcmp(opt, mine) != 0)
