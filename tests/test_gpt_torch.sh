@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The language model against PyTorch (tests/test_gpt_torch.py): tests/gpt_steps.c trains
-# gpt:2,32,4,16 for 10 AdamW steps on this repository's README (its bytes as tokens) from a start
-# that uses its attention (trained by PyTorch, tessera.from_torch), PyTorch takes the same steps
-# from the same checkpoint; the losses agree within 1e-4 relative. Needs
+# gpt:2,32,4,16 for 10 AdamW steps on Debian's Apache-2.0 licence text (its bytes as tokens) from
+# a start that uses its attention (trained by PyTorch, tessera.from_torch), PyTorch takes the same
+# steps from the same checkpoint; the losses agree within 1e-4 relative. Needs
 # /usr/bin/python3 with NumPy and PyTorch (scripts/setup.sh installs python3-numpy and
 # python3-torch); skipped (77) only where one of them is missing.
 # Usage: test_gpt_torch.sh PATH/TO/gpt_steps
