@@ -76,6 +76,8 @@ if [[ -d $data ]] && timeout 120 "$tessera" train --data "$data" --model mlp:8 -
   --train-limit 200 --test-limit 50 --workers 1 --quiet --checkpoint "$tmp/mlp.st" >/dev/null 2>&1; then
   expect 1 "mlp.st: not a language model.*--model gpt:L,D,H,T" -- \
     timeout 30 "$tessera" generate --checkpoint "$tmp/mlp.st" --prompt hi
+  expect 1 "--text: .*mlp.st is not a language model.*evaluate it on --data" -- \
+    timeout 30 "$tessera" eval --checkpoint "$tmp/mlp.st" --text "$tmp/ok.txt"
 fi
 
 # End to end where the language model's layers are built: a small model of context 16 without
@@ -145,6 +147,25 @@ PY
   # It learns: the test loss of the second epoch below ln 256 = 5.55 nats, by a margin.
   check "$name: the test loss below 4 nats" awk '/^epoch 2/ {
     sub(/.*test [0-9.]+% \(loss /, ""); sub(/\).*/, ""); exit !($0 < 4) }' "$tmp/train.out"
+  # tessera eval on the language model: its text's test windows, as train held them out (the
+  # last epoch's test loss and accuracy, in JSON; bits per byte the loss over ln 2); its log
+  # names the text, not --data; eval refuses --data for it, and --text for a classifier.
+  check "$name: eval --text gives train's last test loss" python3 - "$tmp/$name.jsonl" \
+    "$(timeout 60 "$tessera" eval --checkpoint "$tmp/$name.st" --text "$tmp/text.txt" --json \
+      --workers 2 2>&1)" <<'PY'
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+last = [o for o in lines if "epoch" in o and "test_loss" in o][-1]
+run = [o for o in lines if "config" in o][0]["config"]
+e = json.loads(sys.argv[2])
+assert e["windows"] == 124 and e["tokens"] == 124 * 16, e
+assert abs(e["loss"] - last["test_loss"]) < 2e-6, (e, last)
+assert abs(e["accuracy"] - last["test_accuracy"]) < 2e-6, (e, last)
+assert abs(e["bits_per_byte"] - e["loss"] / math.log(2)) < 1e-5, e
+assert run["data"] is None and run["text"].endswith("text.txt"), run
+PY
+  expect 1 "$name.st is a language model: it is evaluated on text" -- \
+    timeout 30 "$tessera" eval --checkpoint "$tmp/$name.st" --data "$tmp"
   unset check_show
   gen=(timeout 120 "$tessera" generate --checkpoint "$tmp/$name.st" --workers 2)
   "${gen[@]}" --prompt 'The ' --tokens 30 --temperature 0 >"$tmp/g1" 2>"$tmp/g1.err"

@@ -43,6 +43,15 @@ int tsr__cli_model(const char *cmd, const char *model, int classes, tsr_model_sp
  * embedding's positions), 0 when no layer has one (not a language model). */
 int tsr__cli_model_context(const tsr_model_spec_t *spec);
 
+/* The fraction of a text's windows, its end, that is the test set (train and eval alike). */
+#define TSR_CLI_TEXT_TEST_FRACTION 0.1
+/* A language model's text as --text names it (files separated by commas; NULL or "default":
+ * Debian's fortunes, TSR_DEFAULT_TEXT_DIR), cut into windows of context bytes, the last
+ * TSR_CLI_TEXT_TEST_FRACTION of them the test set (tsr_dataset_load_text). 0 or a TSR_E* code
+ * with err set; an empty file name is TSR_EINVAL. */
+int tsr__cli_load_text(const char *text, int context, tsr_dataset_t *train, tsr_dataset_t *test,
+                       tsr_errbuf_t *err);
+
 /* getopt_long for command cmd ("train", ...) over longopts, which must have no abbreviation
  * taken for a name: the next option's val (-h gives the "help" entry's), -1 after the last, or
  * '?' after saying on stderr what is wrong, naming cmd: an unknown option with the nearest name

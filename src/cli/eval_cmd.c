@@ -14,6 +14,10 @@ static void eval_usage(FILE *out) {
           "usage: tessera eval --checkpoint FILE [options]\n\n"
           "  --checkpoint FILE   a checkpoint written by tessera train --checkpoint\n"
           "  --data DIR          dataset folder whose test set is evaluated [%s]\n"
+          "  --text FILE[,FILE...]  a language model's text: the last tenth of its\n"
+          "                      windows is evaluated, as tessera train cuts it (loss, bits\n"
+          "                      per byte, next-byte accuracy) [a language model: the\n"
+          "                      default text, Debian's fortunes]\n"
           "  --test-limit N      only the first N test samples\n"
           "  --validation        the samples the checkpoint's run held out (--val-split)\n"
           "                      from --data's training set, instead of its test set\n"
@@ -112,6 +116,7 @@ static int held_out(tsr_dataset_t *train, tsr_dataset_t *test, const char *data,
 int tsr_cli_eval(int argc, char **argv) {
   static const struct option longopts[] = {{"checkpoint", required_argument, 0, 'c'},
                                            {"data", required_argument, 0, 'd'},
+                                           {"text", required_argument, 0, 'T'},
                                            {"test-limit", required_argument, 0, 'l'},
                                            {"batch", required_argument, 0, 'b'},
                                            {"workers", required_argument, 0, 'w'},
@@ -122,7 +127,8 @@ int tsr_cli_eval(int argc, char **argv) {
                                            {"verbose", no_argument, 0, 'v'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
-  const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR;
+  const char *path = NULL, *data = TSR_DEFAULT_DATA_DIR, *text = NULL;
+  bool data_given = false;
   long limit = -1, batch = 256, workers = -1;
   int opencl = TSR_OPENCL_AUTO;
   bool json = false, verbose = false, validation = false;
@@ -131,7 +137,8 @@ int tsr_cli_eval(int argc, char **argv) {
   while ((c = tsr__cli_getopt("eval", argc, argv, longopts)) != -1) {
     switch (c) {
     case 'c': path = optarg; break;
-    case 'd': data = optarg; break;
+    case 'd': data = optarg, data_given = true; break;
+    case 'T': text = optarg; break;
     case 'l':
       if (tsr__cli_to_long(optarg, 1, 0x7fffffffL, &limit)) {
         fprintf(stderr, "tessera eval: --test-limit %s: expected an integer >= 1\n", optarg);
@@ -184,7 +191,24 @@ int tsr_cli_eval(int argc, char **argv) {
   int rc = tsr_checkpoint_read(path, &info, &spec, &no, &inputs, &classes, &err);
   no.label_smoothing = smoothing;
   tsr_dataset_t train = {0}, test = {0};
-  if (rc == 0) rc = tsr_dataset_load_dir(&train, &test, data, &err);
+  /* A language model is evaluated on text, as tessera train held its test windows out. */
+  int context = rc == 0 ? tsr__cli_model_context(&spec) : 0;
+  if (rc == 0 && context > 0 && (data_given || validation))
+    rc = tsr_error_set(&err, TSR_EINVAL,
+                       "%s is a language model: it is evaluated on text (--text FILE[,FILE...], "
+                       "default: Debian's fortunes), not on --data%s",
+                       path, validation ? " or --validation" : "");
+  else if (rc == 0 && context == 0 && text)
+    rc = tsr_error_set(&err, TSR_EINVAL,
+                       "--text: %s is not a language model (no layer has a context); evaluate "
+                       "it on --data",
+                       path);
+  if (rc == 0 && context > 0) {
+    rc = tsr__cli_load_text(text, context, &train, &test, &err);
+    data = text ? text : "the default text";
+  } else if (rc == 0) {
+    rc = tsr_dataset_load_dir(&train, &test, data, &err);
+  }
   if (rc == 0 && validation) rc = held_out(&train, &test, data, path, &info, &err);
   tsr_dataset_fini(&train); /* the test set (or the held-out samples) is what counts */
   if (rc == 0 && limit > 0 && limit < test.n) rc = tsr_dataset_truncate(&test, limit);
@@ -207,12 +231,23 @@ int tsr_cli_eval(int argc, char **argv) {
   no.batch = (int)batch;
   if (rc == 0) rc = tsr_net_create(&net, &spec, inputs, classes, &no, &err);
   if (rc == 0) rc = tsr_checkpoint_load(net, path, NULL, NULL, &err);
-  int32_t *pred = rc == 0 ? malloc(sizeof(int32_t) * (size_t)test.n) : NULL;
-  if (rc == 0 && !pred) rc = TSR_ENOMEM;
+  int32_t *pred = rc == 0 && !context ? malloc(sizeof(int32_t) * (size_t)test.n) : NULL;
+  if (rc == 0 && !context && !pred) rc = TSR_ENOMEM;
   double loss = 0, accuracy = 0;
   if (rc == 0) rc = tsr_evaluate(net, &test, &loss, &accuracy);
-  if (rc == 0) rc = tsr_predict(net, &test, pred);
-  if (rc == 0)
+  if (rc == 0 && !context) rc = tsr_predict(net, &test, pred);
+  /* A language model: per byte, the loss in nats and in bits, and the next byte's accuracy. */
+  double bits = loss / 0.6931471805599453;
+  long long windows = (long long)test.n, tokens = (long long)test.n * context;
+  if (rc == 0 && context && json)
+    printf("{\"checkpoint\": \"%s\", \"text\": \"%s\", \"windows\": %lld, \"tokens\": %lld, "
+           "\"loss\": %.6f, \"bits_per_byte\": %.6f, \"accuracy\": %.6f}\n",
+           path, data, windows, tokens, loss, bits, accuracy);
+  else if (rc == 0 && context)
+    printf("%s: %s, %lld test windows (%lld tokens): loss %.4f, %.4f bits per byte, next-byte "
+           "accuracy %.2f%%\n",
+           path, data, windows, tokens, loss, bits, 100 * accuracy);
+  else if (rc == 0)
     report(stdout, json, path, validation ? "validation" : "test", &test, pred, classes, loss,
            accuracy);
   else

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "tessera/tessera.h"
+#include "try.h"
 
 /* Edit distance between a (n chars) and b: insertions, deletions, substitutions and swaps of
  * two neighbours ("--jsno" is one edit from "--json"), capped at 99 for long strings. */
@@ -177,6 +178,39 @@ int tsr__cli_model_context(const tsr_model_spec_t *spec) {
   for (int i = 0; spec && i < spec->n_layers; i++)
     if (spec->layers[i].context > context) context = spec->layers[i].context;
   return context;
+}
+
+int tsr__cli_load_text(const char *text, int context, tsr_dataset_t *train, tsr_dataset_t *test,
+                       tsr_errbuf_t *err) {
+  if (!text || strcmp(text, "default") == 0) {
+    char **owned = NULL;
+    int n = 0;
+    TSR_TRY(tsr_dataset_text_files(&owned, &n, TSR_DEFAULT_TEXT_DIR, err));
+    int rc = tsr_dataset_load_text(train, test, (const char **)owned, n, context,
+                                   TSR_CLI_TEXT_TEST_FRACTION, err);
+    tsr_dataset_text_files_free(owned, n);
+    return rc;
+  }
+  size_t len = strlen(text);
+  char *copy = malloc(len + 1);
+  const char **paths = malloc(sizeof *paths * (len / 2 + 1)); /* a name every two characters */
+  int n = 0, rc = copy && paths ? 0 : tsr_error_set(err, TSR_ENOMEM, "--text: out of memory");
+  if (rc == 0) memcpy(copy, text, len + 1);
+  for (char *at = copy, *comma; rc == 0; at = comma + 1) {
+    comma = strchr(at, ',');
+    if (comma) *comma = '\0';
+    if (!*at)
+      rc =
+          tsr_error_set(err, TSR_EINVAL,
+                        "--text %s: an empty file name; separate the files by single commas", text);
+    else
+      paths[n++] = at;
+    if (!comma) break;
+  }
+  if (rc == 0)
+    rc = tsr_dataset_load_text(train, test, paths, n, context, TSR_CLI_TEXT_TEST_FRACTION, err);
+  free(paths), free(copy);
+  return rc;
 }
 
 int tsr__cli_tile(const char *arg, int *rows, int *cols) {

@@ -153,6 +153,7 @@ typedef struct {
   const tsr_cli_train_config_t *cfg;
   bool speaker;                /* rank 0: evaluates, prints and logs */
   bool quiet;                  /* no banner or epoch lines: --quiet, or not rank 0 */
+  bool on_text;                /* trains on --text or the default text, not --data */
   tsr_dataset_t train, test;   /* owned, standardized with the training statistics */
   tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
   tsr_model_spec_t spec;       /* from --model */
@@ -333,9 +334,6 @@ static int augment_data(run_t *r) {
   return 0;
 }
 
-/* The fraction of a text's windows, its end, that is the test set. */
-#define TEXT_TEST_FRACTION 0.1
-
 /* Whether --model is a language model (a layer with a context, the window length): a model file
  * as read, a shorthand parsed aside (it is parsed for the data's classes after the data). */
 static bool language_model(const run_t *r) {
@@ -366,54 +364,17 @@ static int check_text_options(run_t *r, const char *opt) {
   return tsr_error_set(&r->err, TSR_EINVAL, "%s: %s", opt, why);
 }
 
-/* The text's files: --text's list (split at commas, into *copy, the caller's to free), or the
- * default corpus (*owned, tsr_dataset_text_files_free). */
-static int text_paths(run_t *r, const char ***paths, int *n, char **copy, char ***owned) {
-  const char *text = r->cfg->text;
-  if (!text || strcmp(text, "default") == 0) {
-    TSR_TRY(tsr_dataset_text_files(owned, n, TSR_DEFAULT_TEXT_DIR, &r->err));
-    *paths = (const char **)*owned;
-    return 0;
-  }
-  size_t len = strlen(text);
-  *copy = malloc(len + 1);
-  *paths = malloc(sizeof **paths * (len / 2 + 1)); /* at most one name every two characters */
-  if (!*copy || !*paths) return tsr_error_set(&r->err, TSR_ENOMEM, "--text: out of memory");
-  memcpy(*copy, text, len + 1);
-  *n = 0;
-  for (char *at = *copy, *comma;; at = comma + 1) {
-    comma = strchr(at, ',');
-    if (comma) *comma = '\0';
-    if (!*at) {
-      r->usage = true;
-      return tsr_error_set(&r->err, TSR_EINVAL,
-                           "--text %s: an empty file name; separate the files by single commas",
-                           text);
-    }
-    (*paths)[(*n)++] = at;
-    if (!comma) return 0;
-  }
-}
-
 /* A language model's data: the model first (a shorthand with the 256 bytes as its vocabulary),
- * whose context is the windows' length T, then the text, the last TEXT_TEST_FRACTION of its
- * windows the test set. */
+ * whose context is the windows' length T, then the text, the last TSR_CLI_TEXT_TEST_FRACTION of
+ * its windows the test set. */
 static int load_text(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
   const char *opt = cfg->text ? "--text" : "a language model without --data";
   if (!cfg->model_file) TSR_TRY(tsr_model_parse(&r->spec, cfg->model, TSR_TEXT_VOCAB, &r->err));
   TSR_TRY(check_text_options(r, opt));
-  const char **paths = NULL;
-  char *copy = NULL, **owned = NULL;
-  int n = 0, rc = text_paths(r, &paths, &n, &copy, &owned);
-  if (rc == 0)
-    rc = tsr_dataset_load_text(&r->train, &r->test, paths, n, tsr__cli_model_context(&r->spec),
-                               TEXT_TEST_FRACTION, &r->err);
-  if (owned)
-    tsr_dataset_text_files_free(owned, n);
-  else
-    free(paths);
-  free(copy);
+  int rc =
+      tsr__cli_load_text(cfg->text, tsr__cli_model_context(&r->spec), &r->train, &r->test, &r->err);
+  if (rc == TSR_EINVAL && strstr(r->err.msg, "an empty file name")) r->usage = true; /* exit 2 */
   return rc;
 }
 
@@ -436,6 +397,7 @@ static int load(run_t *r) {
     rc = tsr_model_load_ini(&r->spec, cfg->model, &r->err);
   /* The run trains on text with --text, or with a language model and no --data. */
   bool text = rc == 0 && (cfg->text || (!cfg->data_given && language_model(r)));
+  r->on_text = text;
   if (rc == 0)
     rc = text ? load_text(r) : tsr_dataset_load_dir(&r->train, &r->test, cfg->data_dir, &r->err);
   /* PyTorch's default for an embedding table is nn.Embedding's normal(0, 1): tied to the head,
@@ -721,6 +683,8 @@ static int announce(run_t *r) {
   if (fields) { /* with the domain as the run takes it (--domain auto: the planner's choice) */
     tsr_cli_train_config_t shown = *cfg;
     shown.net.domain = r->net_opts.domain, shown.net.domain_layers = r->net_opts.domain_layers;
+    /* What the run trained on: the text (the default one by name), not --data's default. */
+    if (r->on_text) shown.data_dir = NULL, shown.text = cfg->text ? cfg->text : "default";
     tsr__cli_train_fields(&shown, fields);
   }
   int rc = 0;

@@ -23,7 +23,7 @@ struct tsr_log {
   int fd;
   off_t end;          /* bytes of whole lines written: where a failed line is cut back to */
   tsr_run_info_t run; /* strings copied below */
-  char *model; /* whole, however long */
+  char *model;        /* whole, however long */
   char sched[64], optimizer[32], sync[64], mpi_progress[16];
 };
 
