@@ -25,6 +25,17 @@ check "train --checkpoint writes it" test -s "$tmp/a.st"
 check "inspect lists tensors and the training state" \
   grep -q "layers.0.dense.weight .*\[784, 512\]" "$tmp/inspect"
 check "inspect shows the epoch" grep -qE "^  epoch +2$" "$tmp/inspect"
+# Where it came from: the commit tessera --version names, the time written, the command line.
+git=$("$tessera" --version | sed -n '1s/^tessera [^ ]* (git \(.*\))$/\1/p')
+check "the checkpoint's commit is tessera --version's ($git)" \
+  grep -qE "^  tessera_commit +$git$" "$tmp/inspect"
+check "the checkpoint says when it was written" \
+  grep -qE "^  written +20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9]Z$" "$tmp/inspect"
+check "the checkpoint holds its command line" \
+  grep -qE "^  command +.*tessera train .*--epochs 2 --checkpoint $tmp/a.st$" "$tmp/inspect"
+"$tessera" train --data "$data" --train-limit 100 --test-limit 10 --epochs 1 >"$tmp/banner" 2>&1
+check "the banner ends with tessera's version and commit" \
+  grep -qE "^tessera: model .*; tessera [0-9.]+ \(git $git\)$" "$tmp/banner"
 "$tessera" eval --checkpoint "$tmp/a.st" --data "$data" --test-limit 1000 --json >"$tmp/eval.json"
 check "eval --json" /usr/bin/python3 -c "
 import json, sys

@@ -58,6 +58,9 @@ typedef struct {
    * input_std. Loading and reading leave it NULL: tsr_checkpoint_read_standardization. */
   const tsr_standardization_t *standardization;
   char version[16]; /* tessera's version that wrote it */
+  /* Saving: the command line that ran (borrowed), or NULL; the file also records the commit
+   * tessera was built from (tessera_commit) and when it was written (written, UTC). */
+  const char *command;
   /* What it holds of the replicas under MPI (docs/checkpoints.md). */
   int state_ranks;     /* the optimizer states it holds: 1, one for every rank (one process,
                           batch); one per replica under local SGD, each rank's own (ranks), or

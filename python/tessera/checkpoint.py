@@ -39,6 +39,9 @@ KEYS = ("format", "tessera_version", "model", "model_ini", "inputs", "classes", 
         "input_mean", "input_std", "data", "net_seed", "init", "optimizer", "optimizer_hyper",
         "optimizer_steps", "epoch", "step_in_epoch", "epochs", "seed", "lr_schedule", "base_lr",
         "sync", "ranks", "dropout_calls")
+#: Where a checkpoint came from, written after "tessera_version" since 2026-12-06 where known:
+#: the commit tessera was built from, when the file was written (UTC), the command line.
+PROVENANCE = ("tessera_commit", "written", "command")
 #: The run's settings tessera writes after "epochs" since issue 40, all four or none (a file of
 #: before has none): the cosine schedule's horizon in epochs, the batch, gradient clipping and
 #: label smoothing, which a resumed run takes (docs/checkpoints.md).
@@ -203,7 +206,7 @@ def read_checkpoint(path):
 
 def write_checkpoint(path, tensors, metadata):
     """Writes tensors (name -> array, in this order) and metadata (every key of KEYS but
-    format, and SETTINGS where given; any others are kept after them) as a tessera checkpoint,
+    format, and PROVENANCE and SETTINGS where given; any others are kept after them) as a tessera checkpoint,
     with the crc32.* key of every tensor, in tessera's order."""
     # np.asarray keeps a scalar (num_batches_tracked) 0-d; ascontiguousarray would make it (1,)
     tensors = {k: np.asarray(v, dtype=np.float32, order="C") for k, v in tensors.items()}
@@ -215,6 +218,8 @@ def write_checkpoint(path, tensors, metadata):
     meta["format"] = FORMAT
     for k in KEYS[1:]:
         meta[k] = str(metadata[k])
+        if k == "tessera_version":
+            meta.update((s, str(metadata[s])) for s in PROVENANCE if s in metadata)
         if k == "epochs":
             meta.update((s, str(metadata[s])) for s in SETTINGS if s in metadata)
     for k, v in metadata.items():

@@ -22,6 +22,8 @@ order), standardized as tessera standardizes: torch_inputs() turns rows as tesse
 (tessera.data.load) into that, with the checkpoint's input_mean and input_std. Its output:
 (n, classes) logits (tessera's loss is softmax cross-entropy on them).
 """
+import time
+
 import numpy as np
 import torch
 from torch import nn
@@ -701,8 +703,13 @@ def from_torch(module, path, *, input_shape=None, dataset=None, input_mean=None,
         "ranks": base.get("ranks", 1),
         "dropout_calls": base.get("dropout_calls", ""),
     }
-    # The like checkpoint's run settings, so that a resume of the file goes on as its run would.
+    # The like checkpoint's run settings, so that a resume of the file goes on as its run would;
+    # where it came from (its commit, date and command), or this package and now.
     meta.update((k, base[k]) for k in _ckpt.SETTINGS if k in base)
+    meta.update((k, base[k]) for k in _ckpt.PROVENANCE if k in base)
+    if like is None:
+        meta["tessera_commit"] = "python package %s" % VERSION
+        meta["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if kind != "scalar":  # last, as tessera writes it; no key means scalar
         meta["input_standardize"] = kind
     # The optimizer: a torch one, a name, the like checkpoint's, or tessera's default.

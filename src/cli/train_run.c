@@ -154,6 +154,7 @@ typedef struct {
   bool speaker;                /* rank 0: evaluates, prints and logs */
   bool quiet;                  /* no banner or epoch lines: --quiet, or not rank 0 */
   bool on_text;                /* trains on --text or the default text, not --data */
+  char command[4096];          /* the command line, for checkpoints (cut with "...") */
   tsr_dataset_t train, test;   /* owned, standardized with the training statistics */
   tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
   tsr_model_spec_t spec;       /* from --model */
@@ -364,6 +365,16 @@ static int check_text_options(run_t *r, const char *opt) {
   return tsr_error_set(&r->err, TSR_EINVAL, "%s: %s", opt, why);
 }
 
+/* The command line as one string (its words joined by spaces) for the checkpoints. */
+static void command_line(run_t *r) {
+  size_t n = 0, size = sizeof r->command;
+  /* main passes its argv from "train" on: [-1] is the program */
+  for (int i = -1; i < r->cfg->argc && n < size; i++)
+    n += (size_t)snprintf(r->command + n, size - n, "%s%s", i > -1 ? " " : "", r->cfg->argv[i]);
+  if (n >= size) memcpy(r->command + size - 4, "...", 4);
+  r->ckpt.command = r->command;
+}
+
 /* A language model's data: the model first (a shorthand with the 256 bytes as its vocabulary),
  * whose context is the windows' length T, then the text, the last TSR_CLI_TEXT_TEST_FRACTION of
  * its windows the test set. */
@@ -382,6 +393,7 @@ static int load_text(run_t *r) {
  * data loads), and this rank's data, cut to the limits and standardized. */
 static int load(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
+  command_line(r);
   /* Rank 0 writes the log, the trace and checkpoints: a path it cannot create fails now, not after
    * training. */
   int rc = r->speaker && cfg->log_path ? tsr_output_check(cfg->log_path, "--log", &r->err) : 0;
@@ -648,7 +660,7 @@ static int announce(run_t *r) {
     if (cfg->resume)
       printf(", resuming %s after epoch %d%s", cfg->resume, r->resumed.epoch,
              r->resumed.step_in_epoch ? " and some steps" : "");
-    printf("\n");
+    printf("; tessera %s (git %s)\n", tsr_version(), tsr_version_git());
     if (r->domain_plan[0]) printf("%s\n", r->domain_plan);
     const tsr_run_setup_t *s = &r->setup;
     if (s->ranks > 1 && s->shares.kind != TSR_SHARES_UNIFORM) {

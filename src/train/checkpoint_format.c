@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cjson/cJSON.h>
 #include <zlib.h>
 
+#include "tessera/runtime.h"
 #include "train/checkpoint_impl.h"
 #include "try.h"
 
@@ -207,6 +209,13 @@ int tsr__ckpt_add_state_meta(tsr__ckpt_bundle_t *b, const tsr_net_t *net,
   const tsr_layer_t *first = &net->layers[0];
   int rc = tsr__ckpt_add_meta(b, "format", TSR_CKPT_FORMAT);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "tessera_version", "%s", TSR_VERSION);
+  rc = rc ? rc : tsr__ckpt_add_meta(b, "tessera_commit", "%s", tsr_version_git());
+  char written[32] = "";
+  time_t now = time(NULL);
+  struct tm utc;
+  if (gmtime_r(&now, &utc)) strftime(written, sizeof written, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  rc = rc ? rc : tsr__ckpt_add_meta(b, "written", "%s", written);
+  if (in->command) rc = rc ? rc : tsr__ckpt_add_meta(b, "command", "%s", in->command);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "model", "%s", model);
   rc = rc ? rc : tsr__ckpt_add_meta(b, "model_ini", "%s", ini);
   free(ini), free(model);
