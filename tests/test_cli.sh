@@ -638,6 +638,20 @@ for c in train eval inspect generate info plan trace-summary; do
     fi
   done
 done
+# train --help by topic, every option under one, and the exit statuses, in the man page too.
+help=$("$tessera" train --help)
+topics=$(grep -E '^[A-Z][A-Za-z ()]*:$' <<<"$help" | tr '\n' '|')
+[[ $topics == "Data:|Model:|Optimization:|Runtime (one process):|Distribution (under mpirun):|Checkpoints:|Output:|" ]] &&
+  pass || fail "train --help's topics: $topics"
+[[ -z $(grep -oE '^  (-h, )?--[a-z-]+' <<<"$help" | sort | uniq -d) ]] && pass ||
+  fail "train --help shows an option twice"
+for s in "0 trained" "2 a bad option" "3 training diverged" "130 SIGINT, 143"; do
+  if grep -q "$s" <<<"$help" && grep -q "$s" <(tr '\n' ' ' <"$tmp/man.txt" | sed 's/  */ /g'); then
+    pass
+  else
+    fail "exit status '$s' not in train --help or the man page"
+  fi
+done
 got=$(bash -c 'source "$1"; COMP_WORDS=(tessera train --epo); COMP_CWORD=2; _tessera
   echo "${COMPREPLY[*]}"; COMP_WORDS=(tessera in); COMP_CWORD=1; _tessera; echo "${COMPREPLY[*]}"' \
   _ "$comp")
