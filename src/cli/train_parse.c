@@ -798,20 +798,24 @@ static const struct {
   const char *title;
   const char *names[20];
 } topics[] = {
-    {"Data", {"data", "text", "train-limit", "test-limit", "val-split", "standardize", "crop",
-              "flip", "classes"}},
+    {"Data",
+     {"data", "text", "train-limit", "test-limit", "val-split", "standardize", "crop", "flip",
+      "classes"}},
     {"Model", {"model", "init"}},
-    {"Optimization", {"epochs", "batch", "optimizer", "nesterov", "lr", "lr-schedule",
-                      "schedule-epochs", "warmup", "early-stop", "momentum", "weight-decay", "seed",
-                      "clip-grad", "label-smoothing"}},
-    {"Runtime (one process)", {"workers", "devices", "sched", "kernels", "tile", "window",
-                               "no-priorities", "deterministic"}},
-    {"Distribution (under mpirun)", {"sync", "outer", "outer-lr", "outer-momentum", "lr-scaling",
-                                     "sync-state", "weighting", "shares", "allreduce", "node-size",
-                                     "bucket-mb", "sync-bn", "grid", "domain", "mpi-progress"}},
+    {"Optimization",
+     {"epochs", "batch", "optimizer", "nesterov", "lr", "lr-schedule", "schedule-epochs", "warmup",
+      "early-stop", "momentum", "weight-decay", "seed", "clip-grad", "label-smoothing"}},
+    {"Runtime (one process)",
+     {"workers", "devices", "sched", "kernels", "tile", "window", "no-priorities",
+      "deterministic"}},
+    {"Distribution (under mpirun)",
+     {"sync", "outer", "outer-lr", "outer-momentum", "lr-scaling", "sync-state", "weighting",
+      "shares", "allreduce", "node-size", "bucket-mb", "sync-bn", "grid", "domain",
+      "mpi-progress"}},
     {"Checkpoints", {"checkpoint", "checkpoint-every", "resume"}},
-    {"Output", {"log", "log-every", "eval-every", "stats", "trace", "trace-steps", "verbose",
-                "quiet", "help"}},
+    {"Output",
+     {"log", "log-every", "eval-every", "stats", "trace", "trace-steps", "verbose", "quiet",
+      "help"}},
 };
 
 static bool in_a_topic(const char *name) {
