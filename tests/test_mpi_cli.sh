@@ -138,7 +138,7 @@ assert two["ranks"] == 2 and sum(w["samples"] for w in two["work"]) == 1280, two
 assert abs(two["loss"] - one["loss"]) < 1e-4 * one["loss"], (one["loss"], two["loss"])
 assert abs(two["train_accuracy"] - one["train_accuracy"]) <= 1.5 / 1280, (one, two)
 PY
-expect 0 "sgd lr 0.01,.*batch 64 per rank$" 120 -- "${mpi[@]}" -np 2 "$tessera" train \
+expect 0 "sgd lr 0.01,.*batch 64 per rank; tessera " 120 -- "${mpi[@]}" -np 2 "$tessera" train \
   "${common[@]}" --epochs 1 --sync batch --lr-scaling none
 # The CNN under every synchronization policy learns and logs what it moved.
 # Test accuracy with seed 1 (the default), 3 runs each: batch 0.360, every=4

@@ -85,6 +85,10 @@ int tsr__cli_train_resume(tsr_cli_train_config_t *cfg, bool speaker);
 
 /* `tessera train --help`. */
 void tsr__cli_train_usage(FILE *out);
+/* Option i of tessera train's table: its name, argument form (NULL: a flag) and help (made into
+ * buf, size bytes, where the library's registries make it); false past the last option. */
+bool tsr__cli_train_option(int i, const char **name, const char **arg, const char **help, char *buf,
+                           size_t size);
 
 /* Trains as cfg says, on every rank when started by mpirun: loads and standardizes the data,
  * builds the net, trains, and reports (banner, a line per epoch, log, statistics, trace) on
