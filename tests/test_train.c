@@ -877,6 +877,7 @@ Test(model, ini_errors_name_the_file_section_and_fix) {
       {"[a]\ntype = dense\nunits = 4\nstride = 2\n", "unknown key"},
       {"", "no layers"},
       {"[a]\ntype = dense\nthis is not ini\n", "not an INI line"},
+      {"[a\tb]\ntype = dense\nunits = 4\n", "a control character (0x09) in its name"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     tsr_model_spec_t s;

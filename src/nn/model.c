@@ -562,6 +562,16 @@ static int on_key(void *user, const char *section, const char *name, const char 
         return 0;
       }
     }
+    /* A control character (a carriage return, a tab) would not read back from the file that
+     * tsr_model_to_ini writes: the fuzzer's find, kept in its corpus. */
+    for (const unsigned char *c = (const unsigned char *)section; *c; c++)
+      if (*c < 0x20 || *c == 0x7f) {
+        st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                               "%s: section [%s]: a control character (0x%02x) in its name; "
+                               "use letters, digits, '.', '-' and '_'",
+                               st->where, section, *c);
+        return 0;
+      }
     snprintf(st->section, sizeof st->section, "%s", section);
     st->has_type = false;
   }
