@@ -1,6 +1,7 @@
 /* Error codes and messages shared by the whole library. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tessera/error.h"
 
@@ -27,4 +28,25 @@ int tsr_error_set(tsr_errbuf_t *err, int code, const char *fmt, ...) {
     va_end(ap);
   }
   return code;
+}
+
+int tsr_edit_distance(const char *a, size_t n, const char *b) {
+  size_t m = strlen(b);
+  if (n > 63 || m > 63) return 99;
+  int d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
 }

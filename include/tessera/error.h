@@ -33,6 +33,11 @@ TSR_API const char *tsr_strerror(int code);
 TSR_API int tsr_error_set(tsr_errbuf_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* For "did you mean ...?" in messages: the edit distance between a's first n characters and b,
+ * counting insertions, deletions, substitutions and swaps of two neighbours ("--jsno" is one
+ * edit from "--json", "mpl" from "mlp"); 99 when either is over 63 characters. */
+TSR_API int tsr_edit_distance(const char *a, size_t n, const char *b);
+
 TSR_EXTERN_C_END
 
 #endif

@@ -13,34 +13,11 @@
 #include "tessera/tessera.h"
 #include "try.h"
 
-/* Edit distance between a (n chars) and b: insertions, deletions, substitutions and swaps of
- * two neighbours ("--jsno" is one edit from "--json"), capped at 99 for long strings. */
-static int distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n > 63 || m > 63) return 99;
-  int d[64][64];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  return d[n][m];
-}
-
 const char *tsr__cli_nearest(const char *name, size_t n, const struct option *longopts) {
   const char *best = NULL;
   int best_d = 99;
   for (const struct option *o = longopts; o->name; o++) {
-    int d = distance(name, n, o->name);
+    int d = tsr_edit_distance(name, n, o->name);
     /* A beginning ("--checkpoint-ev") counts as one edit away whatever its length. */
     if (n >= 4 && strncmp(o->name, name, n) == 0 && d > 1) d = 1;
     if (d < best_d) best_d = d, best = o->name;

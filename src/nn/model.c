@@ -193,29 +193,6 @@ static int parse_gpt(tsr_model_spec_t *spec, const char *text, int classes, tsr_
   return add_gpt(spec, (int)v[0], (int)v[1], (int)v[2], (int)v[3], classes);
 }
 
-/* Optimal string alignment distance (a swap of two neighbours is one edit) of a[0, n) and b,
- * both under 32 characters; 99 for longer ones. */
-static int distance(const char *a, size_t n, const char *b) {
-  size_t m = strlen(b);
-  if (n >= 32 || m >= 32) return 99;
-  int d[32][32];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = (int)i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = (int)j;
-  for (size_t i = 1; i <= n; i++)
-    for (size_t j = 1; j <= m; j++) {
-      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  return d[n][m];
-}
-
 /* " (did you mean NAME?)" for the shorthand or zoo model nearest the name text begins with (up
  * to a ':'), when it is a typo's distance away (1 edit under 5 letters, else 2); else "". */
 static void nearest_model(const char *text, char *buf, size_t size) {
@@ -226,7 +203,7 @@ static void nearest_model(const char *text, char *buf, size_t size) {
   const char *best = NULL;
   int best_d = 99;
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-    int d = distance(text, n, names[i]);
+    int d = tsr_edit_distance(text, n, names[i]);
     if (d < best_d) best_d = d, best = names[i];
   }
   buf[0] = '\0';
