@@ -622,6 +622,20 @@ static double count_work(const tsr_cost_sink_t *k) {
   return ((const counting_sink_t *)k)->work;
 }
 
+/* The two batchnorm tests' network: a convolution of 8 x 8 x 1 images to 4 channels, batchnorm
+ * (its ReLU fused) and a dense output, batch 40 in 16-row tiles. */
+static void conv_bn(tsr_model_spec_t *spec, tsr_net_opts_t *o) {
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse_ini_text(spec,
+                                        "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
+                                        "[bn]\ntype = batchnorm\nactivation = relu\n"
+                                        "[out]\ntype = dense\nunits = 10\n",
+                                        "inline", &err),
+               0, "%s", err.msg);
+  tsr_net_opts_init(o);
+  o->batch = 40, o->tile_rows = 16, o->in_channels = 1, o->in_height = 8, o->in_width = 8;
+}
+
 /* Batchnorm per channel of 8 x 8 x 4 samples after a convolution (its ReLU fused), batch 40 in
  * 16-row tiles (3 tiles: a tree of depth 2): 2 tasks per tile and 2 combines and a finalize
  * forward; a sums and an input-gradient task per tile, 2 adds, the parameters' gradients and 2
@@ -629,15 +643,8 @@ static double count_work(const tsr_cost_sink_t *k) {
 Test(plan, batchnorm_prices_its_tasks) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_model_parse_ini_text(&spec,
-                                        "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
-                                        "[bn]\ntype = batchnorm\nactivation = relu\n"
-                                        "[out]\ntype = dense\nunits = 10\n",
-                                        "inline", &err),
-               0, "%s", err.msg);
   tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = 40, o.tile_rows = 16, o.in_channels = 1, o.in_height = 8, o.in_width = 8;
+  conv_bn(&spec, &o);
   tsr_net_layout_t lay;
   cr_assert_eq(tsr__net_layout(&lay, &spec, 64, 10, &o, 2, &err), 0, "%s", err.msg);
   cr_assert_eq(lay.n_layers, 3); /* the ReLU is fused */
@@ -679,15 +686,8 @@ Test(plan, batchnorm_prices_its_tasks) {
 Test(plan, batchnorm_under_domain_rows_prices_a_band) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_model_parse_ini_text(&spec,
-                                        "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = 1\n"
-                                        "[bn]\ntype = batchnorm\nactivation = relu\n"
-                                        "[out]\ntype = dense\nunits = 10\n",
-                                        "inline", &err),
-               0, "%s", err.msg);
   tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = 40, o.tile_rows = 16, o.in_channels = 1, o.in_height = 8, o.in_width = 8;
+  conv_bn(&spec, &o);
   o.grid_rows = 2, o.domain = true;
   tsr_net_layout_t lay;
   cr_assert_eq(tsr__net_layout(&lay, &spec, 64, 10, &o, 2, &err), 0, "%s", err.msg);
