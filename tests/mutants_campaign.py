@@ -175,8 +175,13 @@ CAMPAIGN = [
      ["checkpoint", "checkpoint-cli", "mpi-resume-2"]),
     ("checkpoint-due-shifted", "--checkpoint-every N writes after epochs 1, N+1, ... "
      "(e - 1) % N", "src/train/train.c",
-     [("e % o->checkpoint_every == 0);", "(e - 1) % o->checkpoint_every == 0);")],
+     [(": e % o->checkpoint_every == 0));", ": (e - 1) % o->checkpoint_every == 0));")],
      ["checkpoint-cli", "checkpoint"]),
+    ("step-checkpoint-skipped-at-epoch-end", "--checkpoint-every Nsteps skips the N-th step "
+     "when it is an epoch's last (the chaos runs' find)", "src/train/train.c",
+     [("(o->checkpoint_in_steps ? r->step % o->checkpoint_every == 0",
+       "(o->checkpoint_in_steps ? false")],
+     ["checkpoint"]),
     ("lr-scaled-by-ranks", "under a grid the linear scaling rule multiplies by every rank, not "
      "the replicas", "src/train/train.c",
      [("int replicas = tsr_dist_size() / tsr_net_grid_rows(net);", "int replicas = tsr_dist_size();")],

@@ -745,8 +745,12 @@ static int end_epoch(run_t *r, epoch_t *ep) {
     TSR_TRY(agree_schedules(r));
   bool stop = o->should_stop && o->should_stop(o->ctx);
   if (r->rep) stop = tsr_dist_any(stop);
-  bool due = e == o->epochs || stop || r->ended ||
-             (!o->checkpoint_in_steps && o->checkpoint_every > 0 && e % o->checkpoint_every == 0);
+  /* Every N epochs, or every N steps where the N-th falls on the epoch's last step (take_step
+   * leaves that one to the epoch's end: skipped, a kill there lost up to 2N - 1 steps). */
+  bool due =
+      e == o->epochs || stop || r->ended ||
+      (o->checkpoint_every > 0 && (o->checkpoint_in_steps ? r->step % o->checkpoint_every == 0
+                                                          : e % o->checkpoint_every == 0));
   int rc = due ? write_checkpoint(&r->cp, e, 0) : 0;
   r->stopped = stop && e < o->epochs;
   return rc;
