@@ -4,9 +4,11 @@
 # 0.5 MB between the end of epoch 2 and the end of epoch 10 (the run trains 11, so that the
 # run's end is not in the figure), read at the epoch's line and as the epoch's peak: the default
 # MLP (2,000 images, 32 steps an epoch) on one process and on 2 ranks, a GPT (attention,
-# embeddings; 512 windows) on one process. Measured here: at most +0.14 MB on every run; the
-# 0.5 MB is the allocator's slack (the largest move seen, a GPT on 2 ranks over 4 epochs, was
-# 0.47 MB). Seen to fail: 16 KiB malloc'd, written and never freed at every training step
+# embeddings; 512 windows) on one process. Measured here: at most +0.16 MB, but once in about
+# ten runs of the 2-rank MLP one rank's RSS stepped up 1.5 MB once between epoch 2 and 10 (a
+# one-time allocation: flat before and after), inside the bound (2% of 144 MB + 0.5 MB under
+# meson's MALLOC_PERTURB_); the 0.5 MB is the allocator's slack (the GPT on 2 ranks moved 0.47 MB
+# over 4 epochs). Seen to fail: 16 KiB malloc'd, written and never freed at every training step
 # (take_step in src/train/train.c) made the MLP's one-process run grow 4.0 MB (4.2%, over its
 # 2.4 MB) and its 2-rank run 3.0 MB (2.8%). A leak under about 10 KiB a step (the MLP's 256
 # steps between the two epochs: 2.4 MB) stays below the bound; LeakSanitizer (mpi-leaks) sees
@@ -18,6 +20,11 @@ src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 [[ -d $data ]] || { echo "SKIP: no dataset at $data"; exit 77; }
 [[ -r /proc/self/status ]] || { echo "SKIP: no /proc/PID/status to read VmRSS from"; exit 77; }
+# AddressSanitizer keeps freed memory in its quarantine (256 MB), so RSS grows by design there.
+if ldd "$tessera" 2>/dev/null | grep -q libasan; then
+  echo "SKIP: a sanitized build (ASan's quarantine grows the RSS); mpi-leaks checks leaks there"
+  exit 77
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$src/tests/lib.sh"
