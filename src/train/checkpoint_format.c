@@ -645,6 +645,18 @@ int tsr__ckpt_load_counter(const tsr_st_file_t *f, const char *path, const char 
   return 0;
 }
 
+int tsr__ckpt_load_layer_state(const tsr_st_file_t *f, const char *path, tsr_layer_t *l,
+                               tsr_errbuf_t *err) {
+  int rc = 0;
+  for (int k = 0; k < tsr__ckpt_state_count(l) && rc == 0; k++) {
+    char name[96];
+    tsr__ckpt_state_name(l, k, name, sizeof name);
+    rc = k < l->nbuffers ? tsr__ckpt_load_tensor(f, path, name, l->buffers[k], err)
+                         : tsr__ckpt_load_counter(f, path, name, &l->batches_tracked, err);
+  }
+  return rc;
+}
+
 /* The optimizer's hyper-parameters ("lr X momentum X ...", checked as the command line's are)
  * and the input shape ("C H W") into o. */
 static int read_hyper(const tsr_st_file_t *f, const char *path, tsr_net_opts_t *o,

@@ -90,5 +90,9 @@ int tsr__ckpt_find_sized(const tsr_st_file_t *f, const char *path, const char *n
 /* *n = the scalar tensor name of f: a whole number in [0, 2^24] (what a float holds exactly). */
 int tsr__ckpt_load_counter(const tsr_st_file_t *f, const char *path, const char *name, int64_t *n,
                            tsr_errbuf_t *err);
+/* Layer l's state of its own (tsr__ckpt_state_count: batchnorm's running statistics and its
+ * batch count) from f. */
+int tsr__ckpt_load_layer_state(const tsr_st_file_t *f, const char *path, tsr_layer_t *l,
+                               tsr_errbuf_t *err);
 
 #endif

@@ -100,12 +100,7 @@ static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char 
                                    tsr__optim_state(net->optim, l->params[k].index, s), err);
       }
     }
-    for (int k = 0; k < tsr__ckpt_state_count(l) && rc == 0; k++) {
-      char name[96];
-      tsr__ckpt_state_name(l, k, name, sizeof name);
-      rc = k < l->nbuffers ? tsr__ckpt_load_tensor(f, path, name, l->buffers[k], err)
-                           : tsr__ckpt_load_counter(f, path, name, &l->batches_tracked, err);
-    }
+    if (rc == 0) rc = tsr__ckpt_load_layer_state(f, path, l, err);
   }
   const char *key = columns ? "optimizer_steps_columns" : "optimizer_steps_ranks";
   const char *steps = tsr__st_meta(f, key);

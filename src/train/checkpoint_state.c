@@ -230,12 +230,7 @@ int tsr_checkpoint_load(tsr_net_t *net, const char *path, const char *data,
                                    tsr__optim_state(net->optim, l->params[k].index, s), err);
       }
     }
-    for (int k = 0; k < tsr__ckpt_state_count(l) && rc == 0; k++) {
-      char name[96];
-      tsr__ckpt_state_name(l, k, name, sizeof name);
-      rc = k < l->nbuffers ? tsr__ckpt_load_tensor(f, path, name, l->buffers[k], err)
-                           : tsr__ckpt_load_counter(f, path, name, &l->batches_tracked, err);
-    }
+    if (rc == 0) rc = tsr__ckpt_load_layer_state(f, path, l, err);
   }
   int64_t steps = 0;
   if (rc == 0) rc = tsr__ckpt_meta_int(f, path, "optimizer_steps", 0, INT64_MAX, &steps, err);
