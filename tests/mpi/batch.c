@@ -51,8 +51,7 @@ static void batch_equals_one_process(const char *name, const tsr_optimizer_t *op
   int32_t *rows = batch_rows(B, steps);
   int counts[TSR_MAX_RANKS];
   for (int k = 0; k < steps; k++) {
-    for (int q = 0; q < size; q++)
-      counts[q] = B;
+    equal_counts(counts, B);
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
   }
@@ -296,8 +295,7 @@ static void bytes_with_tiles(int tr, int tc) {
   uint64_t before = bytes_sent_to_others();
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 0; k < STEPS; k++) {
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");

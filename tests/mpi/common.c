@@ -200,6 +200,11 @@ int32_t *batch_rows(int B, int steps) {
   return rows;
 }
 
+void equal_counts(int *counts, int B) {
+  for (int q = 0; q < size; q++)
+    counts[q] = B;
+}
+
 void step_pair(tsr_replicas_t *rep, tsr_net_t *net, tsr_net_t *alone, const int32_t *rows, int B,
                int k, const int *counts) {
   const int32_t *mine = rows + ((k - 1) * size + rank) * B;
@@ -342,8 +347,7 @@ levels_run_t levels_run(tsr_allreduce_t mode, int g, int tr, int tc, int pr) {
   starpu_mpi_comm_amounts_retrieve(before);
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 0; k < STEPS; k++) {
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * pc + column) * B, B, true) == 0, "step");

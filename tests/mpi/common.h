@@ -136,6 +136,8 @@ tsr_replicas_t *replicas(tsr_net_t *net, const char *policy, bool by_samples);
 
 /* Step k's global batch is rows[k P B ...], rank q's part of it rows[(k P + q) B ...]. */
 int32_t *batch_rows(int B, int steps);
+/* counts[q] = B for every rank q: each takes B samples a step (tsr__replicas_count). */
+void equal_counts(int *counts, int B);
 
 /* Step k (from 1) of both the synchronized net (then its replicas' after-step) and the
  * replica trained alone, on this rank's part of the step's rows (batch_rows). */

@@ -78,8 +78,7 @@ static void grid_equals_one_process(int pr, bool cnn) {
   CHECK(tsr__replicas_create(&rep, net, &sync, NULL, &rerr) == 0, "replicas: %s", rerr.msg);
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   double loss[STEPS];
   for (int k = 0; k < STEPS; k++) {
     tsr__replicas_count(rep, counts);

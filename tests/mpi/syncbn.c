@@ -23,8 +23,7 @@ static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, in
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 0; k < steps; k++) {
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, rows + (k * size + rank) * B, B, true) == 0, "step");
@@ -167,8 +166,7 @@ static float *syncbn_grid_run(int pr, bool domain, bool sync_bn, const int32_t *
   if (pr > 1)
     CHECK(tsr__replicas_create(&rep, net, &sync, NULL, &err) == 0, "replicas: %s", err.msg);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   uint64_t in0 = 0, across0 = 0, in1 = 0, across1 = 0;
   CHECK(tsr__progress_wait_all() == 0, "wait");
   MPI_Barrier(MPI_COMM_WORLD);

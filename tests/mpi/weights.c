@@ -56,8 +56,7 @@ static void test_every(void) {
   tsr_replicas_t *rep = replicas(net, "every=3", false);
   int32_t *rows = batch_rows(B, 2 * K);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
     if (k % K != 0 && k % K != K - 1) continue;
@@ -301,8 +300,7 @@ static void outer_training(const char *name) {
     x[i] = start[i];
   int32_t *rows = batch_rows(B, 2 * K);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
     if (k % K != 0 && k % K != K - 1) continue;
@@ -449,8 +447,7 @@ static void test_postlocal(void) {
   tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
   for (int k = 1; k <= STEPS; k++) {
     if (k == 3) {
@@ -646,8 +643,7 @@ static void test_postlocal_state(void) {
     tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
     int32_t *rows = batch_rows(B, STEPS);
     int counts[TSR_MAX_RANKS];
-    for (int q = 0; q < size; q++)
-      counts[q] = B;
+    equal_counts(counts, B);
     CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
     for (int k = 1; k <= STEPS; k++) {
       tsr__replicas_count(rep, counts);
@@ -738,8 +734,7 @@ static void test_bnevery(void) {
   tsr_replicas_t *rep = replicas(net, "every=3", false);
   int32_t *rows = batch_rows(B, 2 * K);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
     if (k % K != 0 && k % K != K - 1) continue;
@@ -790,8 +785,7 @@ static void test_grow(void) {
   tsr_replicas_t *rep = replicas(net, "grow=2", false);
   int32_t *rows = batch_rows(B, STEPS);
   int counts[TSR_MAX_RANKS];
-  for (int q = 0; q < size; q++)
-    counts[q] = B;
+  equal_counts(counts, B);
   for (int k = 1; k <= STEPS; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
     bool due = k == K || k == 3 * K;
