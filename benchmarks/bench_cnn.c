@@ -109,14 +109,14 @@ int main(int argc, char **argv) {
     case 'n': torch = false; break;
     case 'k':
       if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
-        fprintf(stderr, "bench_cnn: --kernels %s: expected auto, onednn or blis\n", optarg);
+        fprintf(stderr, "bench_cnn: --kernels %s: expected auto, onednn, blis or tuned\n", optarg);
         return 2;
       }
       break;
     default:
       fprintf(stderr, "usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]\n"
                       "                 [--sched NAME] [--tile R] [--padding 0|1]\n"
-                      "                 [--kernels auto|onednn|blis] [--no-torch]\n");
+                      "                 [--kernels auto|onednn|blis|tuned] [--no-torch]\n");
       return opt == 'h' ? 0 : 2;
     }
   }

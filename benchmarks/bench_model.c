@@ -7,7 +7,7 @@
  *
  * usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]
  *                    [--seconds S] [--rounds N] [--workers N] [--sched NAME] [--tile R]
- *                    [--kernels auto|onednn|blis] [--no-torch]
+ *                    [--kernels auto|onednn|blis|tuned] [--no-torch]
  * PyTorch: Debian's, and $TSR_PEER_PYTHON's when set (bench_common.h). */
 #include <getopt.h>
 #include <stdio.h>
@@ -102,7 +102,7 @@ static double their_side(void *ctx, int r, const char *python, int *threads) {
 static void usage(FILE *f) {
   fprintf(f, "usage: bench_model --model NAME|FILE [--input HxWxC] [--classes N] [--batch N]\n"
              "                   [--seconds S] [--rounds N] [--workers N] [--sched NAME]\n"
-             "                   [--tile R] [--kernels auto|onednn|blis] [--no-torch]\n");
+             "                   [--tile R] [--kernels auto|onednn|blis|tuned] [--no-torch]\n");
 }
 
 int main(int argc, char **argv) {
@@ -141,7 +141,8 @@ int main(int argc, char **argv) {
     case 'n': torch = false; break;
     case 'k':
       if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
-        fprintf(stderr, "bench_model: --kernels %s: expected auto, onednn or blis\n", optarg);
+        fprintf(stderr, "bench_model: --kernels %s: expected auto, onednn, blis or tuned\n",
+                optarg);
         return 2;
       }
       break;

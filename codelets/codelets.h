@@ -21,13 +21,38 @@
 #define TSR_PTR(buf) ((float *)STARPU_MATRIX_GET_PTR(buf))
 
 /* Codelets with several CPU implementations (impls.c): cpu_funcs[TSR_IMPL_ONEDNN] and
- * cpu_funcs[TSR_IMPL_BLIS], .can_execute = tsr__cl_impl_can_execute, and an argument struct
- * that starts with a tsr_impl_choice_t filled from the task's options (o->kernels). */
+ * cpu_funcs[TSR_IMPL_BLIS], each the implementation wrapped by TSR_IMPL_TASKS, .can_execute =
+ * tsr__cl_impl_can_execute, and an argument struct that starts with the tsr_impl_choice_t of
+ * tsr__impl_choice. */
 enum { TSR_IMPL_ONEDNN, TSR_IMPL_BLIS };
 typedef struct {
-  int kernels; /* tsr_kernels_t */
+  int kernels;  /* tsr_kernels_t, from the task's options */
+  int pick;     /* --kernels tuned: 0 until the task is given an implementation, then 1 + it */
+  uint64_t key; /* --kernels tuned: the task's shape (codelets/tuned.h); 0 otherwise */
 } tsr_impl_choice_t;
+/* The choice for a task with options o whose shape is size bytes at shape (every byte set:
+ * the codelet, its geometry, the tile's rows; no padding), keyed only under --kernels tuned. */
+tsr_impl_choice_t tsr__impl_choice(const tsr_task_opts_t *o, const void *shape, size_t size);
 int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl);
+/* The convolutions' shape key: which pass (0 forward, 1 input gradient, 2 filter gradient), the
+ * geometry, the tile's rows, and what changes the kernel's work (a fused ReLU; adding to dw). */
+typedef struct {
+  int pass;
+  tsr_conv_geom_t g;
+  int rows, variant;
+} tsr_conv_shape_t;
+/* Runs fn, implementation impl of a codelet whose argument starts with a tsr_impl_choice_t;
+ * under --kernels tuned, timed and reported to the shape's table. */
+void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[], void *));
+/* op_onednn_task and op_blis_task: the functions a codelet registers for op_onednn and
+ * op_blis. */
+#define TSR_IMPL_TASKS(op)                                                                         \
+  static void op##_onednn_task(void *buffers[], void *cl_arg) {                                    \
+    tsr__impl_run(buffers, cl_arg, TSR_IMPL_ONEDNN, op##_onednn);                                  \
+  }                                                                                                \
+  static void op##_blis_task(void *buffers[], void *cl_arg) {                                      \
+    tsr__impl_run(buffers, cl_arg, TSR_IMPL_BLIS, op##_blis);                                      \
+  }
 /* A performance-model footprint that tells shapes apart, not only sizes: the task's data
  * footprint (its buffers' sizes) hashed with `size` bytes of key (a convolution's geometry, whose
  * 3x3 and 1x1 windows over the same tiles would share one history otherwise). */

@@ -34,6 +34,8 @@ static void conv_bwd_data_onednn(void *buffers[], void *cl_arg) {
     conv_bwd_data_blis(buffers, cl_arg);
 }
 
+TSR_IMPL_TASKS(conv_bwd_data)
+
 #ifdef TSR_HAVE_OPENCL
 /* dcol (n oh ow, kh kw c) = dy w^T with CLBlast (dy packed first when its
  * rows are not contiguous), then col2im gathers it into dx. */
@@ -72,8 +74,8 @@ static struct starpu_perfmodel conv_bwd_data_model = {
   struct starpu_codelet var = {                                                                    \
       .name = "conv_bwd_data",                                                                     \
       .can_execute = tsr__cl_impl_can_execute,                                                     \
-      .cpu_funcs =                                                                                 \
-          {[TSR_IMPL_ONEDNN] = conv_bwd_data_onednn, [TSR_IMPL_BLIS] = conv_bwd_data_blis},        \
+      .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_bwd_data_onednn_task,                                 \
+                    [TSR_IMPL_BLIS] = conv_bwd_data_blis_task},                                    \
       .cpu_funcs_name =                                                                            \
           {[TSR_IMPL_ONEDNN] = "conv_bwd_data_onednn", [TSR_IMPL_BLIS] = "conv_bwd_data_blis"},    \
       TSR_OPENCL_FUNC(conv_bwd_data_opencl),                                                       \
@@ -92,7 +94,8 @@ int tsr__insert_conv_bwd_data_wb(const tsr_task_opts_t *o, starpu_data_handle_t 
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
       tsr__handle_cols(w) != g->oc || (wb && wb_n <= 0))
     return TSR_ESHAPE;
-  struct conv_bwd_data_args args = {{o->kernels}, *g, wb ? wb_n : 0};
+  tsr_conv_shape_t shape = {1, *g, tsr__handle_rows(dx), 0};
+  struct conv_bwd_data_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, wb ? wb_n : 0};
   starpu_data_handle_t h[4] = {dx, dy, w, wb};
   return tsr__submit(o, wb ? &tsr_cl_conv_bwd_data_wb : &tsr_cl_conv_bwd_data, &args, sizeof args,
                      wb ? 4 : 3, h);

@@ -34,6 +34,8 @@ static void conv_bwd_filter_onednn(void *buffers[], void *cl_arg) {
     conv_bwd_filter_blis(buffers, cl_arg);
 }
 
+TSR_IMPL_TASKS(conv_bwd_filter)
+
 #ifdef TSR_HAVE_OPENCL
 /* dw = beta dw + im2col(x)^T dy with CLBlast, db = beta db + column sums of
  * dy viewed as (n oh ow, oc) (dy packed first when its rows are not
@@ -79,8 +81,8 @@ static struct starpu_perfmodel conv_bwd_filter_model = {
 struct starpu_codelet tsr_cl_conv_bwd_filter = {
     .name = "conv_bwd_filter",
     .can_execute = tsr__cl_impl_can_execute,
-    .cpu_funcs =
-        {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn, [TSR_IMPL_BLIS] = conv_bwd_filter_blis},
+    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn_task,
+                  [TSR_IMPL_BLIS] = conv_bwd_filter_blis_task},
     .cpu_funcs_name =
         {[TSR_IMPL_ONEDNN] = "conv_bwd_filter_onednn", [TSR_IMPL_BLIS] = "conv_bwd_filter_blis"},
     TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
@@ -92,8 +94,8 @@ struct starpu_codelet tsr_cl_conv_bwd_filter = {
 struct starpu_codelet tsr_cl_conv_bwd_filter_w = {
     .name = "conv_bwd_filter",
     .can_execute = tsr__cl_impl_can_execute,
-    .cpu_funcs =
-        {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn, [TSR_IMPL_BLIS] = conv_bwd_filter_blis},
+    .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_bwd_filter_onednn_task,
+                  [TSR_IMPL_BLIS] = conv_bwd_filter_blis_task},
     .cpu_funcs_name =
         {[TSR_IMPL_ONEDNN] = "conv_bwd_filter_onednn", [TSR_IMPL_BLIS] = "conv_bwd_filter_blis"},
     TSR_OPENCL_FUNC(conv_bwd_filter_opencl),
@@ -110,7 +112,8 @@ int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t d
       tsr__handle_cols(dy) != g->oh * g->ow * g->oc || tsr__handle_rows(dw) != k ||
       tsr__handle_cols(dw) != g->oc || tsr__handle_rows(db) != 1 || tsr__handle_cols(db) != g->oc)
     return TSR_ESHAPE;
-  struct conv_bwd_filter_args args = {{o->kernels}, *g, beta};
+  tsr_conv_shape_t shape = {2, *g, tsr__handle_rows(x), beta != 0.0f};
+  struct conv_bwd_filter_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, beta};
   starpu_data_handle_t h[4] = {dw, db, x, dy};
   return tsr__submit(o, beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
                      sizeof args, 4, h);

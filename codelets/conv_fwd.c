@@ -37,6 +37,8 @@ static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
     conv_fwd_blis(buffers, cl_arg);
 }
 
+TSR_IMPL_TASKS(conv_fwd)
+
 #ifdef TSR_HAVE_OPENCL
 /* im2col into scratch, one CLBlast GEMM for the tile into y when its rows
  * are contiguous (else into scratch, copied out), then the bias (and ReLU)
@@ -80,7 +82,8 @@ static struct starpu_perfmodel conv_fwd_model = {
   struct starpu_codelet var = {                                                                    \
       .name = "conv_fwd",                                                                          \
       .can_execute = tsr__cl_impl_can_execute,                                                     \
-      .cpu_funcs = {[TSR_IMPL_ONEDNN] = conv_fwd_onednn, [TSR_IMPL_BLIS] = conv_fwd_blis},         \
+      .cpu_funcs =                                                                                 \
+          {[TSR_IMPL_ONEDNN] = conv_fwd_onednn_task, [TSR_IMPL_BLIS] = conv_fwd_blis_task},        \
       .cpu_funcs_name =                                                                            \
           {[TSR_IMPL_ONEDNN] = "conv_fwd_onednn", [TSR_IMPL_BLIS] = "conv_fwd_blis"},              \
       TSR_OPENCL_FUNC(conv_fwd_opencl),                                                            \
@@ -101,7 +104,8 @@ int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
       tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc ||
       (wb && wb_n <= 0))
     return TSR_ESHAPE;
-  struct conv_fwd_args args = {{o->kernels}, *g, relu, wb ? wb_n : 0};
+  tsr_conv_shape_t shape = {0, *g, tsr__handle_rows(y), relu};
+  struct conv_fwd_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, relu, wb ? wb_n : 0};
   starpu_data_handle_t h[5] = {y, x, w, b, wb};
   return tsr__submit(o, wb ? &tsr_cl_conv_fwd_wb : &tsr_cl_conv_fwd, &args, sizeof args, wb ? 5 : 4,
                      h);

@@ -3,19 +3,55 @@
  * (cpu_funcs[TSR_IMPL_BLIS]). StarPU keeps a history per implementation in the codelet's
  * performance model, so its model-based policies (dmda, dmdas) choose between them task by
  * task, shape by shape; the others run the first one a worker can. can_execute is where the
- * choice is narrowed: to what this build has, and to what the task's options force (--kernels),
- * read from the task's argument struct, which starts with tsr_impl_choice_t. The names go to
- * the runtime's observer, so that statistics and traces say which one ran. */
+ * choice is narrowed: to what this build has, to what the task's options force (--kernels),
+ * and under --kernels tuned to the implementation the shape's table gives the task (timing
+ * both on its first tasks, then the faster: codelets/tuned.c), read from and kept in the
+ * task's argument struct, which starts with tsr_impl_choice_t. The names go to the runtime's
+ * observer, so that statistics and traces say which one ran. */
+#include <time.h>
+
 #include "codelets.h"
+#include "tuned.h"
 #include "tessera/runtime.h"
+
+tsr_impl_choice_t tsr__impl_choice(const tsr_task_opts_t *o, const void *shape, size_t size) {
+  bool tuned = o->kernels == TSR_KERNELS_TUNED && tsr__k_dnnl_built();
+  return (tsr_impl_choice_t){o->kernels, 0, tuned ? tsr__tuned_key(shape, size) : 0};
+}
+
+/* The implementation the table gives task, once: the first caller asks, the others read it. */
+static int tuned_pick(struct starpu_task *task) {
+  tsr_impl_choice_t *c = task->cl_arg;
+  int pick = __atomic_load_n(&c->pick, __ATOMIC_ACQUIRE);
+  if (pick) return pick - 1;
+  int want = 1 + tsr__tuned_pick(c->key), none = 0;
+  if (__atomic_compare_exchange_n(&c->pick, &none, want, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return want - 1;
+  return none - 1; /* another worker asked first */
+}
 
 int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsigned nimpl) {
   if (starpu_worker_get_type((int)workerid) != STARPU_CPU_WORKER) return 1;
   const tsr_impl_choice_t *c = task->cl_arg;
   int kernels = c ? c->kernels : TSR_KERNELS_AUTO;
+  if (c && c->key) return (int)nimpl == tuned_pick(task);
   if (nimpl == TSR_IMPL_ONEDNN) return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;
   if (nimpl == TSR_IMPL_BLIS) return kernels != TSR_KERNELS_ONEDNN || !tsr__k_dnnl_built();
   return 0;
+}
+
+void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[], void *)) {
+  const tsr_impl_choice_t *c = cl_arg;
+  if (!c->key) {
+    fn(buffers, cl_arg);
+    return;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  fn(buffers, cl_arg);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  tsr__tuned_record(c->key, impl,
+                    (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
 }
 
 static const struct starpu_codelet *const with_impls[] = {

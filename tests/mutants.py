@@ -513,6 +513,14 @@ MUTANTS = [
      "codelets/impls.c",
      [("return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;",
        "return tsr__k_dnnl_built();")], ["cli"]),
+    ("tuned-keeps-slower", "--kernels tuned keeps the implementation whose trials were slower",
+     "codelets/tuned.c",
+     [("atomic_store(&s->chosen, s->best[1] < s->best[0]);",
+       "atomic_store(&s->chosen, s->best[1] > s->best[0]);")], ["conv"]),
+    ("tuned-never-tries", "--kernels tuned runs oneDNN's implementation on every task, never "
+     "timing the other", "codelets/impls.c",
+     [("if (c && c->key) return (int)nimpl == tuned_pick(task);",
+       "if (c && c->key) return (int)nimpl == 0 * tuned_pick(task);")], ["cli"]),
     ("add-relu-grad-ungated", "a residual add with its ReLU fused passes dy to its inputs where "
      "the ReLU closed", "src/nn/add.c",
      [("    if (dx[k] && l->relu)\n", "    if (dx[k] && l->relu && 0)\n")], ["graph"]),

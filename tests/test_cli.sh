@@ -184,7 +184,7 @@ expect 0 "lws" -- info --sched-list
 
 # --kernels: the convolutions' CPU implementation forced, or both registered (auto); --stats
 # counts each implementation's tasks apart, so it says which ran, and tessera info lists them.
-expect 2 "^tessera train: --kernels fast: expected auto, onednn or blis" -- train --kernels fast
+expect 2 "^tessera train: --kernels fast: expected auto, onednn, blis or tuned" -- train --kernels fast
 expect 0 "^  blis +the input lowered" -- info
 kernels=(blis)
 if "$tessera" --version | grep -q "oneDNN [0-9]"; then kernels+=(onednn); else
@@ -208,6 +208,27 @@ for k in "${kernels[@]}"; do
     fail "--kernels $k --stats: $(grep -E 'kernels|tasks per codelet' <<<"$out")"
   fi
 done
+# --kernels tuned times both implementations on each shape's first tasks (3 of each) before
+# keeping one: a run of more than 3 tasks per shape has run both in every pass, and as many
+# convolution tasks as a forced run (the CNN's 8 steps of 2 tiles give 16 per pass and layer).
+if [[ ${kernels[*]} == *onednn* ]]; then
+  out=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 --test-limit 64 \
+    --kernels tuned --stats 2>&1)
+  forced=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 \
+    --test-limit 64 --kernels onednn --stats 2>&1)
+  count() { grep -o "$1 [0-9]*" <<<"$2" | awk '{s += $2} END {print s + 0}'; }
+  ok=1
+  for pass in conv_fwd conv_bwd_filter; do
+    for impl in onednn blis; do
+      (($(count "$pass:$impl" "$out") >= 3)) || ok=0
+    done
+    (($(count "$pass:[a-z]*" "$out") == $(count "$pass:[a-z]*" "$forced"))) || ok=0
+  done
+  if ((ok)) && grep -q "kernels tuned" <<<"$out"; then pass; else
+    fail "--kernels tuned --stats: $(grep -E 'kernels|tasks per codelet' <<<"$out") against" \
+      "$(grep 'tasks per codelet' <<<"$forced")"
+  fi
+fi
 
 # A folder with a truncated image file: rejected, naming the file.
 mkdir "$tmp/bad"

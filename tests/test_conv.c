@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "nn/net_impl.h"
 #include "rng.h"
+#include "tuned.h"
 #include "tessera/tessera.h"
 #include "tile/ops.h"
 
@@ -409,6 +410,41 @@ Test(conv, tiled_forward_over_edge_tiles) {
   if (tsr_runtime_onednn_built()) tiled_forward(TSR_KERNELS_ONEDNN);
   tiled_forward(TSR_KERNELS_BLIS);
   tiled_forward(TSR_KERNELS_AUTO);
+  /* tuned: the 3-row tiles' trials run both implementations, then the one kept */
+  for (int k = 0; k < 2 * TSR_TUNED_TRIALS + 1; k++)
+    tiled_forward(TSR_KERNELS_TUNED);
+}
+
+/* --kernels tuned's table: implementations handed out in turn while the trials last, then the
+ * one whose fastest trial was faster, for every later task of the shape; shapes apart. */
+Test(conv, tuned_table_times_both_then_keeps_the_faster) {
+  uint64_t a = tsr__tuned_key("shape a", 7), b = tsr__tuned_key("shape b", 7);
+  cr_assert_neq(a, b);
+  cr_assert_eq(tsr__tuned_choice(a, NULL), -1);
+  for (int t = 0; t < TSR_TUNED_TRIALS; t++) {
+    cr_assert_eq(tsr__tuned_pick(a), 0);
+    cr_assert_eq(tsr__tuned_pick(a), 1);
+    tsr__tuned_record(a, 0, 2.0 + t);
+    cr_assert_eq(tsr__tuned_choice(a, NULL), -1, "decided before the trials were done");
+    tsr__tuned_record(a, 1, t == 1 ? 1.5 : 3.0); /* the fastest trial counts, not the mean */
+  }
+  double best[2];
+  cr_assert_eq(tsr__tuned_choice(a, best), 1);
+  cr_assert_float_eq(best[0], 2.0, 1e-12);
+  cr_assert_float_eq(best[1], 1.5, 1e-12);
+  for (int t = 0; t < 5; t++)
+    cr_assert_eq(tsr__tuned_pick(a), 1);
+  tsr__tuned_record(a, 0, 0.1); /* after the choice, times no longer move it */
+  cr_assert_eq(tsr__tuned_choice(a, NULL), 1);
+  /* Another shape has its own trials; a tie keeps implementation 0. */
+  for (int t = 0; t < TSR_TUNED_TRIALS; t++) {
+    cr_assert_eq(tsr__tuned_pick(b), 0);
+    cr_assert_eq(tsr__tuned_pick(b), 1);
+    tsr__tuned_record(b, 0, 1.0), tsr__tuned_record(b, 1, 1.0);
+  }
+  cr_assert_eq(tsr__tuned_choice(b, NULL), 0);
+  cr_assert_eq(tsr__tuned_pick(b), 0);
+  cr_assert_eq(tsr__tuned_pick(0), 0, "key 0 is no shape");
 }
 
 /* ---- float64 reference network, channels-last, for gradient checks ---- */

@@ -21,11 +21,15 @@ typedef enum {
 /* Which CPU implementation runs the operations that have several (the convolutions' three
  * passes): AUTO registers both and lets StarPU choose (the model-based policies, dmda and dmdas,
  * per task from each one's measured history; the others take oneDNN's first), ONEDNN and BLIS
- * force one (oneDNN's primitives, or the input lowered to BLIS GEMMs). */
+ * force one (oneDNN's primitives, or the input lowered to BLIS GEMMs), TUNED times both on each
+ * shape's first tasks (three of each) and keeps the faster for
+ * the rest of the process, under any policy: the fastest, but which one a shape gets depends on
+ * the timings, so two runs may differ in the last digits. */
 typedef enum {
   TSR_KERNELS_AUTO,
   TSR_KERNELS_ONEDNN,
   TSR_KERNELS_BLIS,
+  TSR_KERNELS_TUNED,
 } tsr_kernels_t;
 
 typedef struct {
@@ -80,7 +84,7 @@ TSR_API int tsr_runtime_parse_devices(const char *s, int *opencl);
  * 2.6.3 (OpenMP)") or why not. */
 TSR_API bool tsr_runtime_onednn_built(void);
 TSR_API const char *tsr_runtime_onednn_version(void);
-/* Parses --kernels' value: "auto", "onednn" or "blis"; returns 0, or TSR_EINVAL. */
+/* Parses --kernels' value: "auto", "onednn", "blis" or "tuned"; returns 0, or TSR_EINVAL. */
 TSR_API int tsr_runtime_parse_kernels(const char *s, tsr_kernels_t *kernels);
 TSR_API const char *tsr_runtime_kernels_name(tsr_kernels_t kernels);
 TSR_API tsr_kernels_t tsr_runtime_kernels(void); /* the choice in use */

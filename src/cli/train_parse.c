@@ -24,7 +24,7 @@ static int bad(const char *opt, const char *val, const char *want) {
 
 int tsr__cli_kernels(const char *cmd, const char *arg, tsr_kernels_t *kernels) {
   if (tsr_runtime_parse_kernels(arg, kernels)) {
-    fprintf(stderr, "tessera %s: --kernels %s: expected auto, onednn or blis\n", cmd, arg);
+    fprintf(stderr, "tessera %s: --kernels %s: expected auto, onednn, blis or tuned\n", cmd, arg);
     return 2;
   }
   if (*kernels == TSR_KERNELS_ONEDNN && !tsr_runtime_onednn_built()) {
@@ -324,7 +324,7 @@ static int read_devices(parse_t *p, const row_t *row, const char *arg) {
 }
 
 static int read_kernels(parse_t *p, const row_t *row, const char *arg) {
-  static const char *const names[] = {"auto", "onednn", "blis", NULL};
+  static const char *const names[] = {"auto", "onednn", "blis", "tuned", NULL};
   int i = read_choice(row, arg, names);
   if (i < 0) return 2;
   return tsr__cli_kernels("train", names[i], &p->cfg->runtime.kernels);
@@ -634,11 +634,13 @@ static const row_t rows[] = {
              "StarPU finds, at least one), opencl:N (exactly N) or none\n"
              "[what StarPU finds; CPU devices such as PoCL need\n"
              "STARPU_OPENCL_ON_CPUS=1]"},
-    {"kernels", "K", read_kernels, .want = "auto, onednn or blis",
+    {"kernels", "K", read_kernels, .want = "auto, onednn, blis or tuned",
      .help = "the convolutions' CPU kernels: auto (both registered, StarPU\n"
              "chooses: dmda and dmdas by each one's measured time, the\n"
-             "other policies oneDNN), onednn or blis (its GEMMs over the\n"
-             "lowered input) [auto]; `tessera info` lists them"},
+             "other policies oneDNN), onednn, blis (its GEMMs over the\n"
+             "lowered input), or tuned (both timed on each shape's first\n"
+             "tasks, the faster kept; runs may differ in the last digits)\n"
+             "[auto]; `tessera info` lists them"},
     {"window", "N", read_int, AT(train.window), 1, 1 << 16, "an integer from 1 to 65536",
      "training steps in flight at most [8]"},
     {"train-limit", "N", read_int64, AT(train_limit), 1, 0x7fffffffL,

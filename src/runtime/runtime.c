@@ -66,7 +66,7 @@ const char *tsr_runtime_onednn_version(void) {
   return tsr__k_dnnl_version();
 }
 
-static const char *const kernel_names[] = {"auto", "onednn", "blis"};
+static const char *const kernel_names[] = {"auto", "onednn", "blis", "tuned"};
 
 int tsr_runtime_parse_kernels(const char *s, tsr_kernels_t *kernels) {
   for (int k = 0; s && k < (int)(sizeof kernel_names / sizeof *kernel_names); k++)
@@ -295,7 +295,7 @@ int tsr_runtime_init(const tsr_runtime_opts_t *opts, tsr_errbuf_t *err) {
   if (ncpus == 0 || ncpus < -1)
     return tsr_error_set(err, TSR_EINVAL, "--workers must be at least 1 (got %d)", ncpus);
   tsr_kernels_t kernels = opts ? opts->kernels : TSR_KERNELS_AUTO;
-  if ((unsigned)kernels > TSR_KERNELS_BLIS)
+  if ((unsigned)kernels > TSR_KERNELS_TUNED)
     return tsr_error_set(err, TSR_EINVAL, "unknown kernel choice %d (opts.kernels)", (int)kernels);
   if (kernels == TSR_KERNELS_ONEDNN && !tsr__k_dnnl_built())
     return tsr_error_set(err, TSR_EINVAL,
