@@ -203,6 +203,13 @@ int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
 int tsr__insert_conv_bwd_data_wb(const tsr_task_opts_t *o, starpu_data_handle_t dx,
                                  starpu_data_handle_t dy, starpu_data_handle_t w,
                                  starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g);
+/* Evaluation's convolution with the batchnorm reading it folded in (conv_bn_fwd.c): y (n, oh
+ * ow oc) = the batchnorm, under its running statistics, of conv(x, w) + b, then ReLU with relu;
+ * bn: the batchnorm's running mean, running variance, scale and shift, each (1, oc). */
+int tsr__insert_conv_bn_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                            starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
+                            starpu_data_handle_t const bn[4], const tsr_conv_geom_t *g, float eps,
+                            bool relu);
 /* wb = w in the layout oneDNN's primitive of pass (0 forward, 1 input gradient; flag: the
  * forward's ReLU) for tiles of n rows takes (tsr__k_dnnl_conv_wreorder). */
 int tsr__insert_conv_wreorder(const tsr_task_opts_t *o, starpu_data_handle_t w,

@@ -513,6 +513,10 @@ MUTANTS = [
      "codelets/impls.c",
      [("return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;",
        "return tsr__k_dnnl_built();")], ["cli"]),
+    ("bn-fold-mean-left-out", "evaluation's folded batchnorm leaves the running mean out of the "
+     "bias", "src/kernels/batchnorm.c",
+     [("b2[ch] = (float)(((double)b[ch] - run_mean[ch]) * k + shift[ch]);",
+       "b2[ch] = (float)(((double)b[ch] - 0 * run_mean[ch]) * k + shift[ch]);")], ["batchnorm"]),
     ("tuned-keeps-slower", "--kernels tuned keeps the implementation whose trials were slower",
      "codelets/tuned.c",
      [("atomic_store(&s->chosen, s->best[1] < s->best[0]);",

@@ -5,7 +5,8 @@
  * one short (its padding rows, which hold the previous batch's samples, never enter them), and
  * evaluation normalizing with them; a per-feature batch of one sample (the running statistics
  * kept, the step not counted); training steps that do not depend on the tile size and repeat
- * bit for bit; a per-feature batchnorm refused at batch 1. */
+ * bit for bit; a per-feature batchnorm refused at batch 1; evaluation's batchnorm folded into
+ * the convolution before it, against float64. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -228,4 +229,88 @@ Test(batchnorm, a_per_feature_batchnorm_refuses_a_batch_of_one_sample) {
   cr_assert_eq(tsr_net_create(&net, &chan, 16, 3, &o, &err), 0, "%s", err.msg);
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&feat), tsr_model_spec_fini(&chan);
+}
+
+/* Evaluation folds a batchnorm into the convolution it alone reads (src/nn/layout.c): one task
+ * per tile computes relu(batchnorm(conv(x, W) + b)) with the running statistics, leaving the
+ * convolution's own output unwritten (NaN stays NaN), and the result is the two layers' in
+ * float64. A convolution with a ReLU of its own before the batchnorm is not folded. */
+Test(batchnorm, evaluation_folds_the_batchnorm_into_its_convolution) {
+  enum { C = 2, SIDE = 3, OC = 4, F = C * SIDE * SIDE, OUT = OC * SIDE * SIDE, N = 10, K = 3 };
+  tsr_model_spec_t spec =
+      SPEC({.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1},
+           BN(.eps = 0.01f, .momentum = 0.5f), RELU, DENSE(3));
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 5, o.tile_rows = 2, o.seed = 6, o.opt.lr = 0.1f;
+  o.in_channels = C, o.in_height = SIDE, o.in_width = SIDE;
+  tsr_net_t *net;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(net->layers[0].lay->folds_bn, 2);
+  cr_assert(net->layers[1].lay->folded);
+  tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
+  ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
+  tsr_rng_t rng = {5};
+  for (int k = 0; k < N * F; k++)
+    ds.x[k] = (float)(3.0 * tsr__rng_uniform(&rng) - 1.0);
+  for (int i = 0; i < N; i++)
+    ds.y[i] = (float)(i % 3);
+  const int32_t steps[2][5] = {{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}};
+  for (int s = 0; s < 2; s++)
+    cr_assert_eq(tsr_net_train_step(net, &ds, steps[s], 5, true), 0);
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  float *nan = malloc(sizeof(float) * 5 * OUT), *y = malloc(sizeof(float) * 5 * OUT);
+  for (int k = 0; k < 5 * OUT; k++)
+    nan[k] = NAN;
+  cr_assert_eq(tsr_tiles_write(net->layers[0].y, nan), 0);
+  float w[K * K * C * OC], b[OC], scale[OC], shift[OC], mean[OC], var[OC];
+  cr_assert_eq(tsr_net_param_get(net, 0, w), 0);
+  cr_assert_eq(tsr_net_param_get(net, 1, b), 0);
+  cr_assert_eq(tsr_net_param_get(net, 2, scale), 0);
+  cr_assert_eq(tsr_net_param_get(net, 3, shift), 0);
+  cr_assert_eq(tsr_tiles_read(net->layers[1].buffers[0], mean), 0);
+  cr_assert_eq(tsr_tiles_read(net->layers[1].buffers[1], var), 0);
+  const int32_t rows[5] = {7, 2, 9, 0, 4};
+  cr_assert_eq(tsr_net_eval_step(net, &ds, rows, 5), 0);
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  cr_assert_eq(tsr_tiles_read(net->layers[1].y, y), 0);
+  int positive = 0;
+  for (int i = 0; i < 5; i++) {
+    const float *x = ds.x + (long)rows[i] * F;
+    for (int oy = 0; oy < SIDE; oy++)
+      for (int ox = 0; ox < SIDE; ox++)
+        for (int oc = 0; oc < OC; oc++) {
+          double v = b[oc];
+          for (int ky = 0; ky < K; ky++)
+            for (int kx = 0; kx < K; kx++) {
+              int iy = oy + ky - 1, ix = ox + kx - 1;
+              if (iy < 0 || iy >= SIDE || ix < 0 || ix >= SIDE) continue;
+              for (int ci = 0; ci < C; ci++)
+                v += (double)x[(iy * SIDE + ix) * C + ci] * w[((ky * K + kx) * C + ci) * OC + oc];
+            }
+          double want = (v - mean[oc]) / sqrt((double)var[oc] + 0.01) * scale[oc] + shift[oc];
+          want = want > 0 ? want : 0;
+          positive += want > 0;
+          float got = y[(long)i * OUT + (oy * SIDE + ox) * OC + oc];
+          cr_assert_float_eq(got, want, 1e-4 + 1e-4 * fabs(want), "y[%d][%d,%d,%d]: %g vs %g", i,
+                             oy, ox, oc, (double)got, want);
+        }
+  }
+  cr_assert_gt(positive, 5 * OUT / 4, "the ReLU left too few values to compare");
+  cr_assert_eq(tsr_tiles_read(net->layers[0].y, y), 0);
+  for (int k = 0; k < 5 * OUT; k++)
+    cr_assert(isnan(y[k]), "the convolution's output was written in evaluation ([%d] = %g)", k,
+              (double)y[k]);
+  tsr_net_destroy(&net);
+  tsr_model_spec_fini(&spec);
+  free(ds.x), free(ds.y), free(nan), free(y);
+
+  tsr_model_spec_t relu_first =
+      SPEC({.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1}, RELU, BN(),
+           DENSE(3));
+  cr_assert_eq(tsr_net_create(&net, &relu_first, F, 3, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(net->layers[0].lay->folds_bn, 0);
+  tsr_net_destroy(&net);
+  tsr_model_spec_fini(&relu_first);
 }

@@ -184,3 +184,25 @@ void tsr__k_bn_params_grad(int c, float *dscale, float *dshift, const float *p, 
   for (int ch = 0; ch < c; ch++)
     dshift[ch] = p[ch], dscale[ch] = p[ldp + ch];
 }
+
+void tsr__k_bn_fold(int fan_in, int c, const float *w, int ldw, const float *b,
+                    const float *run_mean, const float *run_var, const float *scale,
+                    const float *shift, float eps, float *w2, float *b2) {
+  for (int ch = 0; ch < c; ch++) {
+    double k = (double)scale[ch] / sqrt((double)run_var[ch] + (double)eps);
+    b2[ch] = (float)(((double)b[ch] - run_mean[ch]) * k + shift[ch]);
+    w2[ch] = (float)k; /* row 0 holds k until the rows below are done */
+  }
+  for (int r = fan_in - 1; r >= 0; r--)
+    for (int ch = 0; ch < c; ch++)
+      w2[(int64_t)r * c + ch] = w[(int64_t)r * ldw + ch] * w2[ch];
+}
+
+size_t tsr__k_bn_folded_floats(const tsr_conv_geom_t *g) {
+  return ((size_t)g->kh * g->kw * g->c * g->oc + (size_t)g->oc + 15) / 16 * 16;
+}
+
+size_t tsr__k_conv_bn_work(const tsr_conv_geom_t *g, int n, bool relu) {
+  size_t lowered = tsr__k_conv_work(g, n), dnnl = tsr__k_dnnl_conv_work(g, n, 0, relu);
+  return tsr__k_bn_folded_floats(g) + (dnnl > lowered ? dnnl : lowered);
+}

@@ -252,5 +252,17 @@ void tsr__k_bn_dx(int m, int valid, int hw, int c, float *dx, int lddx, const fl
                   const float *scale, const float *p, int ldp);
 /* dshift = sum dy, dscale = sum dy xhat (the sums p), each (1, c). */
 void tsr__k_bn_params_grad(int c, float *dscale, float *dshift, const float *p, int ldp);
+/* Evaluation's batchnorm folded into the convolution before it: with k = scale / sqrt(var +
+ * eps) per output channel, w2 = w k column by column ((fan_in, c), row stride ldw for w, c for
+ * w2) and b2 = (b - mean) k + shift, so that conv(x, w2) + b2 is the batchnorm of conv(x, w) +
+ * b under the running statistics. */
+void tsr__k_bn_fold(int fan_in, int c, const float *w, int ldw, const float *b,
+                    const float *run_mean, const float *run_var, const float *scale,
+                    const float *shift, float eps, float *w2, float *b2);
+/* The folded weights and bias of convolution g, rounded up to 64 bytes, in floats; and the
+ * workspace of a folded convolution over n rows: those, then the convolution's own (oneDNN's
+ * forward with relu, or the lowered one, whichever is larger). */
+size_t tsr__k_bn_folded_floats(const tsr_conv_geom_t *g);
+size_t tsr__k_conv_bn_work(const tsr_conv_geom_t *g, int n, bool relu);
 
 #endif

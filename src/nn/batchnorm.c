@@ -84,7 +84,7 @@ static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
 static float bn_momentum(const tsr_layer_t *l) {
   return l->spec.momentum > 0.0f ? l->spec.momentum : 0.1f;
 }
-static float bn_eps(const tsr_layer_t *l) {
+float tsr__bn_eps(const tsr_layer_t *l) {
   return l->spec.eps > 0.0f ? l->spec.eps : 1e-5f;
 }
 
@@ -98,25 +98,26 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
   const tsr_tiles_t *x = xs[0];
   int hw = l->geom.h * l->geom.w;
   tsr_tiles_t *p = l->scratch[0], *s = l->scratch[1], *mean = l->buffers[0], *var = l->buffers[1];
+  if (!train && l->lay->folded) return 0; /* its convolution's task computed y (conv.c) */
   if (l->domain) { /* --domain rows: x in bands of image rows, the statistics the column's */
     if (!train) {
-      TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, bn_eps(l), false));
+      TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, tsr__bn_eps(l), false));
     } else {
       TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, NULL, NULL, NULL, net->valid, false,
                                     &net->traffic));
       if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
-      TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), bn_eps(l), true));
+      TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), tsr__bn_eps(l), true));
       if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
     }
     return tsr__domain_bn_normalize(o, l->domain, l->y, x, s, l->params[0].w, l->params[1].w,
                                     l->relu);
   }
   if (!train) {
-    TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, bn_eps(l), false));
+    TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, tsr__bn_eps(l), false));
   } else {
     TSR_TRY(tsr__tiles_bn_stats(o, p, x, hw, net->valid));
     if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
-    TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), bn_eps(l), true));
+    TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), tsr__bn_eps(l), true));
     if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
   }
   return tsr__tiles_bn_normalize(o, l->y, x, s, l->params[0].w, l->params[1].w, hw, l->relu);
@@ -209,6 +210,7 @@ const tsr_layer_type_t tsr__batchnorm_type = {
     .buffer_names = bn_buffers,
     .counter_name = "num_batches_tracked",
     .batch_stats = true,
+    .folds_out = true,
     .check_batch = bn_check_batch,
     .shape = bn_shape,
     .layout = bn_layout,

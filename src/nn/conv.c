@@ -19,7 +19,13 @@ enum { PARTIAL_W, PARTIAL_B, WB_FWD, WB_BWD };
 
 static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *x, bool train,
                         const tsr_task_opts_t *o) {
-  (void)train;
+  if (!train && l->lay->folds_bn) { /* evaluation: the batchnorm after it, in the same task */
+    tsr_layer_t *bn = &net->layers[l->lay->folds_bn - 1];
+    const tsr_tiles_t *stats[4] = {bn->buffers[0], bn->buffers[1], bn->params[0].w,
+                                   bn->params[1].w};
+    return tsr__tiles_conv_bn_fwd(o, bn->y, x[0], l->params[0].w, l->params[1].w, stats, &l->geom,
+                                  tsr__bn_eps(bn), bn->relu);
+  }
   if (l->domain)
     return tsr__domain_conv_fwd(o, l->domain, l->y, x[0], l->params[0].w, l->params[1].w, l->relu,
                                 &net->traffic);
@@ -108,6 +114,10 @@ static void conv_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   l->scratch[WB_BWD] = (tsr_layout_matrix_t){bwd ? 1 : 0, bwd, 1, bwd, false};
   l->nscratch = 4;
   l->workspace = (int64_t)tsr__k_conv_work(g, lay->mb);
+  if (l->folds_bn) { /* evaluation's folded task (conv_bn_fwd) */
+    int64_t folded = (int64_t)tsr__k_conv_bn_work(g, lay->mb, lay->layers[l->folds_bn - 1].relu);
+    if (folded > l->workspace) l->workspace = folded;
+  }
 }
 
 /* One task per batch-row tile and pass (forward, input gradient when computed, filter
@@ -192,6 +202,7 @@ const tsr_layer_type_t tsr__conv_type = {
     .splits_rows = true,
     .fuses_relu = true,
     .defers_relu_grad = true,
+    .folds_in = true,
     .shape = conv_shape,
     .layout = conv_layout,
     .cost = conv_cost,

@@ -102,6 +102,10 @@ typedef struct tsr_layer_type {
   /* Reduces statistics over the batch (batchnorm): tile 0 of its scratch[0] is the (3, C)
    * partial it hands the net's statistics hook (net_impl.h; --sync-bn installs one). */
   bool batch_stats;
+  /* Evaluation's batchnorm folding (layout.c): a type that folds_in computes, in evaluation, a
+   * folds_out reader (batchnorm) it alone feeds within its own tasks when it has no ReLU of its
+   * own (conv.c); the reader then submits nothing. */
+  bool folds_in, folds_out;
   /* Optional: refuses (TSR_EINVAL, with a message naming the layer) a training batch of
    * `batch` samples per rank that this layer, laid out as l, cannot take. */
   int (*check_batch)(const tsr_layout_layer_t *l, int batch, tsr_errbuf_t *err);

@@ -544,6 +544,21 @@ static int build_layers(tsr_net_layout_t *lay, walk_t *w, const tsr_conv_geom_t 
   return choose_layer_tiles(lay);
 }
 
+/* Evaluation folds a batchnorm into the convolution it reads where the convolution has no other
+ * reader and no ReLU of its own: one task a batch-row tile computes both (conv_bn_fwd, with the
+ * weights scaled by the running statistics), the convolution's output unwritten. Not under a
+ * grid (bands, replicas of a column). */
+static void fold_batchnorms(tsr_net_layout_t *lay) {
+  for (int j = 0; j < lay->n_layers && lay->grid_rows == 1; j++) {
+    tsr_layout_layer_t *l = &lay->layers[j];
+    int p = l->n_inputs == 1 ? l->in[0].from : -1;
+    if (!l->type->folds_out || p < 0) continue;
+    tsr_layout_layer_t *c = &lay->layers[p];
+    if (c->type->folds_in && !c->relu && c->consumers == 1 && !c->folds_bn)
+      c->folds_bn = j + 1, l->folded = true;
+  }
+}
+
 /* ---- Placement under a grid ------------------------------------------------ */
 
 /* Dense layers spread their output columns over the grid column, element-wise layers keep
@@ -764,7 +779,7 @@ int tsr__net_layout_build(tsr_net_layout_t *out, const tsr_model_spec_t *spec, i
   }
   if (rc == 0 && out->mb == 0) out->mb = spatial_rows(out, opts->batch, workers);
   walk_fini(&w);
-  if (rc == 0) place(out);
+  if (rc == 0) place(out), fold_batchnorms(out);
   for (int j = 0; rc == 0 && j < out->n_layers; j++) {
     tsr_layout_layer_t *l = &out->layers[j];
     if (l->type->layout) l->type->layout(out, l);

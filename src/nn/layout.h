@@ -61,6 +61,8 @@ typedef struct {
   bool relu_grad_in;      /* this layer's backward applies its input's fused ReLU's backward */
   bool has_dx;            /* input 0's gradient is computed in training */
   int consumers;          /* inputs of other layers that read its output (its gradient slots) */
+  int folds_bn;           /* conv: 1 + the batchnorm layer evaluation folds into it (0: none) */
+  bool folded;            /* batchnorm: evaluation computes it inside its convolution's task */
   /* Grid (opts->grid_rows > 1): */
   bool spread;    /* its output's column tiles are spread over the grid column (j on row j % Pr) */
   bool in_spread; /* its inputs are */

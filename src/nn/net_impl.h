@@ -182,5 +182,7 @@ int tsr__init_params(tsr_param_t *params, int fan_in, int fout, tsr_init_t init,
                      tsr_rng_t *rng);
 /* n values normal(0, std) from rng into t (under a grid, this rank's tiles). */
 int tsr__init_normal(tsr_tiles_t *t, size_t n, double std, tsr_rng_t *rng);
+/* A batchnorm layer's eps: its spec's, or PyTorch's 1e-5 (batchnorm.c). */
+float tsr__bn_eps(const tsr_layer_t *l);
 
 #endif

@@ -333,6 +333,25 @@ int tsr__tiles_conv_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tile
   return 0;
 }
 
+int tsr__tiles_conv_bn_fwd(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                           const tsr_tiles_t *w, const tsr_tiles_t *b,
+                           const tsr_tiles_t *const bn[4], const tsr_conv_geom_t *g, float eps,
+                           bool relu) {
+  ROUTE(o, y);
+  if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
+      !one_tile(b, 1, g->oc))
+    return TSR_ESHAPE;
+  starpu_data_handle_t h[4];
+  for (int k = 0; k < 4; k++) {
+    if (!one_tile(bn[k], 1, g->oc)) return TSR_ESHAPE;
+    h[k] = tsr__tile(bn[k], 0, 0);
+  }
+  for (int i = 0; i < y->mt; i++)
+    TSR_TRY(tsr__insert_conv_bn_fwd(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
+                                    tsr__tile(b, 0, 0), h, g, eps, relu));
+  return 0;
+}
+
 int tsr__tiles_conv_bwd_data(const tsr_task_opts_t *o, tsr_tiles_t *dx, const tsr_tiles_t *dy,
                              const tsr_tiles_t *w, const tsr_tiles_t *wb,
                              const tsr_conv_geom_t *g) {
