@@ -7,7 +7,8 @@
  * initialization, the cross-entropy at every position.
  *
  * usage: bench_gpt [--model gpt:L,D,H,T] [--batch N] [--seconds S] [--rounds N] [--workers N]
- *                  [--sched NAME] [--tile R] [--no-torch] */
+ *                  [--sched NAME] [--tile R] [--kernels auto|onednn|blis|tuned] [--no-torch]
+ * (the projections are 1x1 convolutions over the positions: --kernels picks their kernels) */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,15 +75,20 @@ static double their_side(void *ctx, int r, const char *python, int *threads) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'b'},
-      {"seconds", required_argument, 0, 's'}, {"rounds", required_argument, 0, 'r'},
-      {"workers", required_argument, 0, 'w'}, {"sched", required_argument, 0, 'S'},
-      {"tile", required_argument, 0, 't'},    {"no-torch", no_argument, 0, 'n'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"model", required_argument, 0, 'm'},
+                                           {"batch", required_argument, 0, 'b'},
+                                           {"seconds", required_argument, 0, 's'},
+                                           {"rounds", required_argument, 0, 'r'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"sched", required_argument, 0, 'S'},
+                                           {"tile", required_argument, 0, 't'},
+                                           {"no-torch", no_argument, 0, 'n'},
+                                           {"kernels", required_argument, 0, 'k'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   const char *use = "usage: bench_gpt [--model gpt:L,D,H,T] [--batch N] [--seconds S] "
                     "[--rounds N] [--workers N]\n                 [--sched NAME] [--tile R] "
-                    "[--no-torch]\n";
+                    "[--kernels auto|onednn|blis|tuned] [--no-torch]\n";
   static bench_t b = {.model = "gpt:4,256,4,128", .batch = 16, .seconds = 10};
   int rounds = 3;
   bool torch = true;
@@ -99,6 +105,12 @@ int main(int argc, char **argv) {
     case 'S': ro.sched = optarg; break;
     case 't': b.tile_rows = atoi(optarg); break;
     case 'n': torch = false; break;
+    case 'k':
+      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
+        fprintf(stderr, "bench_gpt: --kernels %s: expected auto, onednn, blis or tuned\n", optarg);
+        return 2;
+      }
+      break;
     default: fputs(use, opt == 'h' ? stdout : stderr); return opt == 'h' ? 0 : 2;
     }
   }
@@ -139,10 +151,11 @@ int main(int argc, char **argv) {
   int rc = bench_rounds("bench_gpt", &ro, rounds, our_side, torch ? their_side : NULL, &b, &res);
   free(ds.x), free(ds.y);
   if (rc) return 1;
-  printf("\nmachine: BLIS %s kernels; tessera on %d StarPU CPU workers (%s), model %s (%lld "
-         "parameters), batch %d (%d tokens a step), tiles of %d rows; %d rounds of %g s\n",
-         bli_arch_string(bli_arch_query_id()), res.workers, res.sched, b.model, (long long)b.params,
-         b.batch, b.batch * b.t, b.tile_used, rounds, b.seconds);
+  printf("\nmachine: BLIS %s kernels; tessera on %d StarPU CPU workers (%s, kernels %s), model %s "
+         "(%lld parameters), batch %d (%d tokens a step), tiles of %d rows; %d rounds of %g s\n",
+         bli_arch_string(bli_arch_query_id()), res.workers, res.sched,
+         tsr_runtime_kernels_name(ro.kernels), b.model, (long long)b.params, b.batch, b.batch * b.t,
+         b.tile_used, rounds, b.seconds);
   bench_report(&res, "tokens/s", b.t);
   return 0;
 }
