@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/attention.h"
+#include "kernels/hot.h"
 #include "kernels/kernels.h"
 
 enum { B = TSR_ATTN_BLOCK };
@@ -31,8 +32,8 @@ double tsr__k_attention_flops(const tsr_attn_geom_t *g) {
 
 /* s (bq, bk) = scale q_blk k_blk^T: query rows i0 .., key rows j0 .. of one head (row stride
  * ld). */
-static void block_scores(float *s, const float *q, const float *k, int ld, int dh, int i0, int bq,
-                         int j0, int bk, float scale) {
+TSR_HOT static void block_scores(float *s, const float *q, const float *k, int ld, int dh, int i0,
+                                 int bq, int j0, int bk, float scale) {
   tsr__k_gemm(false, true, bq, bk, dh, scale, q + (size_t)i0 * ld, ld, k + (size_t)j0 * ld, ld,
               0.0f, s, B);
 }
@@ -45,8 +46,8 @@ static int keys_of(int i, int bk, int i0, int j0) {
 
 /* One head of one sample: o (t, dh) (row stride ldo) and lse (t) from q, k, v (row stride
  * ld). */
-static void fwd_head(int t, int dh, float scale, float *o, int ldo, float *lse, const float *q,
-                     const float *k, const float *v, int ld, float *work) {
+TSR_HOT static void fwd_head(int t, int dh, float scale, float *o, int ldo, float *lse,
+                             const float *q, const float *k, const float *v, int ld, float *work) {
   float *s = work, *acc = s + (size_t)B * B, *mx = acc + (size_t)B * dh, *sum = mx + B;
   for (int i0 = 0; i0 < t; i0 += B) {
     int bq = imin(B, t - i0);
@@ -101,9 +102,9 @@ void tsr__k_attention_fwd(const tsr_attn_geom_t *g, int n, float *y, int ldy, fl
  * o (row stride ldo), lse (t) and q, k, v (row stride ld). FlashAttention-2's loop: each key
  * block against the query blocks at or below the diagonal, P = exp(s - lse) recomputed, dv +=
  * P^T do, dP = do v^T, dS = P (dP - rowsum(do o)), dq += scale dS k, dk += scale dS^T q. */
-static void bwd_head(int t, int dh, float scale, float *dq, float *dk, float *dv, const float *dO,
-                     const float *o, int ldo, const float *lse, const float *q, const float *k,
-                     const float *v, int ld, float *work) {
+TSR_HOT static void bwd_head(int t, int dh, float scale, float *dq, float *dk, float *dv,
+                             const float *dO, const float *o, int ldo, const float *lse,
+                             const float *q, const float *k, const float *v, int ld, float *work) {
   float *p = work, *dp = p + (size_t)B * B, *rs = dp + (size_t)B * B;
   for (int i = 0; i < t; i++) {
     float acc = 0.0f;

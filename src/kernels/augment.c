@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "kernels/augment.h"
+#include "kernels/hot.h"
 
 static inline uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -26,8 +27,8 @@ void tsr__k_augment_draw(const tsr_augment_geom_t *g, int64_t sample, int *dy, i
 }
 
 /* One output row, columns [col0, col0 + n): the image pixel each one reads, or the fill. */
-static void augment_row(const tsr_augment_geom_t *g, const float *fill, int n, float *d,
-                        const float *img, int col0, int dy, int dx, bool mirror) {
+TSR_HOT static void augment_row(const tsr_augment_geom_t *g, const float *fill, int n, float *d,
+                                const float *img, int col0, int dy, int dx, bool mirror) {
   int c = g->c, pix = col0 / c, ch = col0 % c;
   int y = pix / g->w, x = pix % g->w;
   for (int j = 0; j < n; j++) {

@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
-void tsr__k_bn_stats(int m, int hw, int c, const float *x, int ldx, float *p, int ldp,
-                     double *acc) {
+TSR_HOT void tsr__k_bn_stats(int m, int hw, int c, const float *x, int ldx, float *p, int ldp,
+                             double *acc) {
   for (int ch = 0; ch < c; ch++)
     acc[ch] = 0.0, acc[c + ch] = 0.0;
   for (int i = 0; i < m; i++)
@@ -69,9 +70,9 @@ void tsr__k_bn_eval_stats(int c, const float *run_mean, const float *run_var, fl
   }
 }
 
-void tsr__k_bn_normalize(int m, int hw, int c, float *y, int ldy, const float *x, int ldx,
-                         const float *s, int lds, const float *scale, const float *shift,
-                         bool relu) {
+TSR_HOT void tsr__k_bn_normalize(int m, int hw, int c, float *y, int ldy, const float *x, int ldx,
+                                 const float *s, int lds, const float *scale, const float *shift,
+                                 bool relu) {
   for (int i = 0; i < m; i++)
     for (int q = 0; q < hw; q++)
       for (int ch = 0; ch < c; ch++) {
@@ -108,9 +109,9 @@ static inline void sums_row(int hw, int c, const float *dy, const float *x, cons
   }
 }
 
-void tsr__k_bn_sums(int m, int hw, int c, const float *dy, int lddy, const float *x, int ldx,
-                    const float *y, int ldy, const float *s, int lds, float *p, int ldp,
-                    double *acc) {
+TSR_HOT void tsr__k_bn_sums(int m, int hw, int c, const float *dy, int lddy, const float *x,
+                            int ldx, const float *y, int ldy, const float *s, int lds, float *p,
+                            int ldp, double *acc) {
   for (int ch = 0; ch < c; ch++)
     acc[ch] = 0.0, acc[c + ch] = 0.0;
   for (int i = 0; i < m; i++)
@@ -156,9 +157,9 @@ static inline void dx_row(int hw, int c, int c0, int cb, float *dx, const float 
   }
 }
 
-void tsr__k_bn_dx(int m, int valid, int hw, int c, float *dx, int lddx, const float *dy, int lddy,
-                  const float *x, int ldx, const float *y, int ldy, const float *s, int lds,
-                  const float *scale, const float *p, int ldp) {
+TSR_HOT void tsr__k_bn_dx(int m, int valid, int hw, int c, float *dx, int lddx, const float *dy,
+                          int lddy, const float *x, int ldx, const float *y, int ldy,
+                          const float *s, int lds, const float *scale, const float *p, int ldp) {
   double k[DX_BLOCK];
   for (int c0 = 0; c0 < c; c0 += DX_BLOCK) {
     int cb = c - c0 < DX_BLOCK ? c - c0 : DX_BLOCK;
@@ -185,9 +186,9 @@ void tsr__k_bn_params_grad(int c, float *dscale, float *dshift, const float *p, 
     dshift[ch] = p[ch], dscale[ch] = p[ldp + ch];
 }
 
-void tsr__k_bn_fold(int fan_in, int c, const float *w, int ldw, const float *b,
-                    const float *run_mean, const float *run_var, const float *scale,
-                    const float *shift, float eps, float *w2, float *b2) {
+TSR_HOT void tsr__k_bn_fold(int fan_in, int c, const float *w, int ldw, const float *b,
+                            const float *run_mean, const float *run_var, const float *scale,
+                            const float *shift, float eps, float *w2, float *b2) {
   for (int ch = 0; ch < c; ch++) {
     double k = (double)scale[ch] / sqrt((double)run_var[ch] + (double)eps);
     b2[ch] = (float)(((double)b[ch] - run_mean[ch]) * k + shift[ch]);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
 /* The lowered input is produced and consumed in chunks of output pixels
  * (rows of the lowering) of about this many floats: a chunk stays in L2
@@ -51,8 +52,8 @@ static bool one_by_one(const tsr_conv_geom_t *g) {
 /* Rows [r0, r0 + rows) of a strided 1x1 convolution's lowering, or (scatter) the other way:
  * the sampled pixels' c channels copied out of x into col (rows, c), or from col into dx.
  * Walks (sample, oy, ox) by increments: a row is one copy of c floats. */
-static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, float *x,
-                         int ldx, bool scatter) {
+TSR_HOT static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, float *x,
+                                 int ldx, bool scatter) {
   const int c = g->c, p = g->oh * g->ow;
   long s = r0 / p;
   int oy = (int)(r0 % p) / g->ow, ox = (int)(r0 % p) % g->ow;
@@ -72,8 +73,8 @@ static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *co
 
 /* Rows [r0, r0 + rows) of the lowering of a tile: row r is output pixel
  * r % (oh ow) of sample r / (oh ow). */
-static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, const float *x,
-                        int ldx) {
+TSR_HOT static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col,
+                                const float *x, int ldx) {
   const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
   if (one_by_one(g)) {
     sampled_rows(g, r0, rows, col, (float *)x, ldx, false); /* reads x only */
@@ -115,8 +116,8 @@ static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col
 }
 
 /* Adds rows [r0, r0 + rows) of col back onto their receptive fields in dx. */
-static void col2im_rows(const tsr_conv_geom_t *g, long r0, long rows, float *dx, int lddx,
-                        const float *col) {
+TSR_HOT static void col2im_rows(const tsr_conv_geom_t *g, long r0, long rows, float *dx, int lddx,
+                                const float *col) {
   const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
   for (long r = r0; r < r0 + rows; r++) {
     float *dxs = dx + r / p * lddx;
@@ -179,27 +180,20 @@ static long pixel_at(const tsr_conv_geom_t *g, long r, int ld, int width) {
 #define SMALL_K 32
 typedef float v8f __attribute__((vector_size(32), aligned(4)));
 
-static inline v8f ld8(const float *p) {
-  return *(const v8f *)p;
-}
-
-static inline void st8(float *p, v8f v) {
-  *(v8f *)p = v;
-}
-
 typedef int v8i __attribute__((vector_size(32)));
 
-static inline v8f relu8(v8f a) {
-  const v8f zero = {0};
-  return (v8f)((v8i)a & (a > zero));
-}
+/* Macros, not functions: a function passing v8f by value changes the ABI between the builds of
+ * a TSR_HOT function (GCC's -Wpsabi). */
+#define ld8(p) (*(const v8f *)(p))
+#define st8(p, v) (*(v8f *)(p) = (v))
+#define relu8(a) ((v8f)((v8i)(a) & ((a) > (v8f){0})))
 
 /* y (m, oc) = col (m, k) w (k, oc) + b, then ReLU when relu is set. Not inlined: inlined
  * into the 1x1 input gradient, GCC 12 compiled its loops to half their speed (bench_conv:
  * 21 against 41 GFLOP/s at 32x32x16 -> 16). */
-static __attribute__((noinline)) void gemm_bias(int m, int oc, int k, const float *col,
-                                                const float *w, int ldw, const float *b, bool relu,
-                                                float *y, int ldy, int small_k) {
+TSR_HOT static __attribute__((noinline)) void gemm_bias(int m, int oc, int k, const float *col,
+                                                        const float *w, int ldw, const float *b,
+                                                        bool relu, float *y, int ldy, int small_k) {
   if (k >= small_k) {
     tsr__k_gemm(false, false, m, oc, k, 1.0f, col, k, w, ldw, 0.0f, y, ldy);
     for (int i = 0; i < m; i++) {
@@ -247,8 +241,8 @@ static __attribute__((noinline)) void gemm_bias(int m, int oc, int k, const floa
 /* dw (k, oc) = beta dw + col (m, k)^T dy (m, oc); db (1, oc) = beta db + column sums of dy.
  * Small k: rows of dy in chunks that stay in L1, each chunk added into dw
  * per (p, block of 32 outputs) with the sums in registers. */
-static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy, int lddy,
-                         float beta, float *dw, int lddw, float *db, int small_k) {
+TSR_HOT static void gemm_tn_bias(int m, int oc, int k, const float *col, const float *dy, int lddy,
+                                 float beta, float *dw, int lddw, float *db, int small_k) {
   tsr__k_bias_grad(m, oc, db, dy, lddy, beta);
   if (k >= small_k) {
     tsr__k_gemm(true, false, k, oc, m, 1.0f, col, k, dy, lddy, beta, dw, lddw);
@@ -397,8 +391,8 @@ static long window_at(const tsr_conv_geom_t *g, const pool_window_t *v, int ky, 
   return ((long)(v->iy0 + ky) * g->w + v->ix0 + kx) * g->c;
 }
 
-void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy, const float *x,
-                     int ldx) {
+TSR_HOT void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ldy,
+                             const float *x, int ldx) {
   const int c = g->c;
   /* PyTorch's count_include_pad: the padding counts as zeros in the mean. */
   const float inv = 1.0f / (float)(g->kh * g->kw);
@@ -431,8 +425,9 @@ void tsr__k_pool_fwd(const tsr_conv_geom_t *g, bool max, int n, float *y, int ld
   }
 }
 
-void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float *dx, int lddx,
-                     const float *dy, int lddy, const float *x, int ldx, const float *y, int ldy) {
+TSR_HOT void tsr__k_pool_bwd(const tsr_conv_geom_t *g, bool max, bool relu, int n, float *dx,
+                             int lddx, const float *dy, int lddy, const float *x, int ldx,
+                             const float *y, int ldy) {
   const int c = g->c;
   const float inv = 1.0f / (float)(g->kh * g->kw);
   /* Windows that neither overlap nor leave gaps between them (nor hang over a padding) write

@@ -2,6 +2,7 @@
  * forward and backward recompute it instead of storing it, and it does not
  * depend on the tiling, so results stay tile-size invariant. */
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
 static inline uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -16,8 +17,8 @@ bool tsr__k_dropout_keep(uint64_t seed, int64_t row, int64_t col, float rate) {
   return (float)(h >> 40) * 0x1.0p-24f >= rate;
 }
 
-void tsr__k_dropout(int m, int n, float *y, int ldy, const float *x, int ldx, uint64_t seed,
-                    int64_t row0, int64_t col0, float rate) {
+TSR_HOT void tsr__k_dropout(int m, int n, float *y, int ldy, const float *x, int ldx, uint64_t seed,
+                            int64_t row0, int64_t col0, float rate) {
   const float scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;

@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
-void tsr__k_bias_add(int m, int n, float *y, int ldy, const float *b, bool relu) {
+TSR_HOT void tsr__k_bias_add(int m, int n, float *y, int ldy, const float *b, bool relu) {
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     if (relu) /* a comparison, not fmaxf: GCC calls fmaxf element by element (its NaN rule) */
@@ -20,7 +21,7 @@ void tsr__k_bias_add(int m, int n, float *y, int ldy, const float *b, bool relu)
   }
 }
 
-void tsr__k_bias_grad(int m, int n, float *db, const float *dy, int lddy, float beta) {
+TSR_HOT void tsr__k_bias_grad(int m, int n, float *db, const float *dy, int lddy, float beta) {
   if (beta == 0.0f)
     memset(db, 0, sizeof(float) * (size_t)n);
   else if (beta != 1.0f)
@@ -33,7 +34,7 @@ void tsr__k_bias_grad(int m, int n, float *db, const float *dy, int lddy, float 
   }
 }
 
-void tsr__k_relu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
+TSR_HOT void tsr__k_relu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     const float *xr = x + (long)i * ldx;
@@ -42,8 +43,8 @@ void tsr__k_relu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
   }
 }
 
-void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy, const float *y,
-                     int ldy) {
+TSR_HOT void tsr__k_relu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy,
+                             const float *y, int ldy) {
   for (int i = 0; i < m; i++) {
     float *dxr = dx + (long)i * lddx;
     const float *dyr = dy + (long)i * lddy;
@@ -66,8 +67,8 @@ void tsr__k_copy(int m, int n, float *dst, int ldd, const float *src, int lds) {
     memcpy(dst + (long)i * ldd, src + (long)i * lds, sizeof(float) * (size_t)n);
 }
 
-void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
-                  int ldy) {
+TSR_HOT void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta, float *y,
+                          int ldy) {
   for (int i = 0; i < m; i++) {
     const float *xr = x + (long)i * ldx;
     float *yr = y + (long)i * ldy;
@@ -80,7 +81,7 @@ void tsr__k_axpby(int m, int n, float alpha, const float *x, int ldx, float beta
   }
 }
 
-void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
+TSR_HOT void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *r = x + (long)i * ldx;
     for (int j = 0; j < n; j++)
@@ -88,7 +89,7 @@ void tsr__k_scale(int m, int n, float alpha, float *x, int ldx) {
   }
 }
 
-double tsr__k_sumsq(int m, int n, const float *x, int ldx) {
+TSR_HOT double tsr__k_sumsq(int m, int n, const float *x, int ldx) {
   double s = 0.0;
   for (int i = 0; i < m; i++) {
     const float *r = x + (long)i * ldx;
@@ -98,13 +99,13 @@ double tsr__k_sumsq(int m, int n, const float *x, int ldx) {
   return s;
 }
 
-void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm) {
+TSR_HOT void tsr__k_clip(int m, int n, float *x, int ldx, float sumsq, float max_norm) {
   float coef = max_norm / (sqrtf(sumsq) + 1e-6f);
   if (coef < 1.0f) tsr__k_scale(m, n, coef, x, ldx);
 }
 
-void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int lds, int col0,
-                        const int32_t *rows, int nvalid) {
+TSR_HOT void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int lds,
+                                int col0, const int32_t *rows, int nvalid) {
   for (int r = 0; r < m; r++) {
     float *d = dst + (long)r * ldd;
     if (r < nvalid)
@@ -114,8 +115,8 @@ void tsr__k_gather_rows(int m, int n, float *dst, int ldd, const float *src, int
   }
 }
 
-void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b, int ldb,
-                bool relu) {
+TSR_HOT void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const float *b,
+                        int ldb, bool relu) {
   for (int i = 0; i < m; i++) {
     float *yr = y + (long)i * ldy;
     const float *ar = a + (long)i * lda, *br = b + (long)i * ldb;
@@ -130,9 +131,9 @@ void tsr__k_add(int m, int n, float *y, int ldy, const float *a, int lda, const 
   }
 }
 
-void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
-                          int dst_off, const float *src, int lds, int src_stride, int src_off,
-                          bool add) {
+TSR_HOT void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int dst_stride,
+                                  int dst_off, const float *src, int lds, int src_stride,
+                                  int src_off, bool add) {
   for (int i = 0; i < m; i++)
     for (int p = 0; p < pixels; p++) {
       float *d = dst + (long)i * ldd + (long)p * dst_stride + dst_off;
@@ -144,4 +145,18 @@ void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int ldd, int
       for (int q = 0; q < width; q++)
         d[q] += s[q];
     }
+}
+
+const char *tsr__k_hot_level(void) {
+#if defined(TSR_PORTABLE) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "portable build, running its x86-64-v4 versions (AVX-512)";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return "portable build, running its x86-64-v3 versions (AVX2, FMA)";
+  return "portable build, running its baseline x86-64 versions (SSE2)";
+#else
+  return "built for this CPU alone (-Dmarch=" TSR_MARCH ")";
+#endif
 }

@@ -219,6 +219,9 @@ bool tsr__k_dropout_keep(uint64_t seed, int64_t row, int64_t col, float rate);
 void tsr__k_dropout(int m, int n, float *y, int ldy, const float *x, int ldx, uint64_t seed,
                     int64_t row0, int64_t col0, float rate);
 
+/* Which versions of the kernels marked TSR_HOT (hot.h) run here, in words (elementwise.c). */
+const char *tsr__k_hot_level(void);
+
 /* ---- Batch normalization (batchnorm.c) ----
  * A tile holds m samples of hw positions of c channels, channels-last. Partials p are (3, c)
  * with row stride ldp; statistics s are (3, c) rows: mean, 1 / sqrt(var + eps), count (0 in

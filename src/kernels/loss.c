@@ -5,9 +5,11 @@
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
-void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *logits, int ldl,
-                         const float *labels, int nvalid, float scale, float eps, float *stats) {
+TSR_HOT void tsr__k_softmax_xent(int m, int n, float *dlogits, int ldd, const float *logits,
+                                 int ldl, const float *labels, int nvalid, float scale, float eps,
+                                 float *stats) {
   double loss = 0.0, correct = 0.0;
   for (int i = 0; i < m; i++) {
     float *d = dlogits ? dlogits + (long)i * ldd : NULL;

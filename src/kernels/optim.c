@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/hot.h"
 
 /* Momentum buffers are flushed to 0 below FLT_MIN instead of decaying through
  * the subnormal floats: a weight whose gradient stays exactly 0 (a dead ReLU
@@ -17,8 +18,8 @@ static inline float flush(float x) {
   return fabsf(x) < FLT_MIN ? 0.0f : x;
 }
 
-void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float *g, int ldg,
-                float lr, float momentum, float wd) {
+TSR_HOT void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float *g, int ldg,
+                        float lr, float momentum, float wd) {
   for (int i = 0; i < m; i++) {
     float *wr = w + (long)i * ldw;
     const float *gr = g + (long)i * ldg;
@@ -36,8 +37,8 @@ void tsr__k_sgd(int m, int n, float *w, int ldw, float *v, int ldv, const float 
   }
 }
 
-void tsr__k_sgd_nesterov(int m, int n, float *w, int ldw, float *v, int ldv, const float *g,
-                         int ldg, float lr, float momentum, float wd) {
+TSR_HOT void tsr__k_sgd_nesterov(int m, int n, float *w, int ldw, float *v, int ldv, const float *g,
+                                 int ldg, float lr, float momentum, float wd) {
   for (int i = 0; i < m; i++) {
     float *wr = w + (long)i * ldw, *vr = v + (long)i * ldv;
     const float *gr = g + (long)i * ldg;
@@ -63,9 +64,9 @@ static inline void adam_element(float *w, float *a, float *b, float gj, float lr
   *w -= lr * (*a * c1) / (sqrtf(*b * c2) + eps);
 }
 
-void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
-                 const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
-                 int t) {
+TSR_HOT void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
+                         const float *g, int ldg, float lr, float beta1, float beta2, float eps,
+                         float wd, int t) {
   float c1, c2;
   tsr__k_adam_corrections(beta1, beta2, t, &c1, &c2);
   for (int i = 0; i < m; i++) {
@@ -76,9 +77,9 @@ void tsr__k_adam(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2
   }
 }
 
-void tsr__k_adamw(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
-                  const float *g, int ldg, float lr, float beta1, float beta2, float eps, float wd,
-                  int t) {
+TSR_HOT void tsr__k_adamw(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m2, int ldm2,
+                          const float *g, int ldg, float lr, float beta1, float beta2, float eps,
+                          float wd, int t) {
   float c1, c2, keep = 1.0f - lr * wd;
   tsr__k_adam_corrections(beta1, beta2, t, &c1, &c2);
   for (int i = 0; i < m; i++) {
@@ -91,9 +92,9 @@ void tsr__k_adamw(int m, int n, float *w, int ldw, float *m1, int ldm1, float *m
   }
 }
 
-void tsr__k_outer(int m, int n, float *x, int ldx, float *u, int ldu, const float *a, int lda,
-                  const float *b, int ldb, float scale, bool nesterov, float lr, float momentum,
-                  float gamma) {
+TSR_HOT void tsr__k_outer(int m, int n, float *x, int ldx, float *u, int ldu, const float *a,
+                          int lda, const float *b, int ldb, float scale, bool nesterov, float lr,
+                          float momentum, float gamma) {
   for (int i = 0; i < m; i++) {
     float *xr = x + (long)i * ldx, *ur = u + (long)i * ldu;
     const float *ar = a + (long)i * lda, *br = b + (long)i * ldb;

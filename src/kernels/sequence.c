@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/sequence.h"
+#include "kernels/hot.h"
 
 /* A token id stored as an exact integer in float. */
 static int token_at(const float *tok, int vocab) {
@@ -17,8 +18,8 @@ static int token_at(const float *tok, int vocab) {
   return id;
 }
 
-void tsr__k_embed_fwd(int n, int t, int d, float *y, int ldy, const float *tok, int ldt,
-                      const float *wte, int ldw, int vocab, const float *wpe, int ldp) {
+TSR_HOT void tsr__k_embed_fwd(int n, int t, int d, float *y, int ldy, const float *tok, int ldt,
+                              const float *wte, int ldw, int vocab, const float *wpe, int ldp) {
   for (int r = 0; r < n; r++)
     for (int p = 0; p < t; p++) {
       const float *e = wte + (long)token_at(&tok[(long)r * ldt + p], vocab) * ldw;
@@ -33,9 +34,10 @@ void tsr__k_embed_fwd(int n, int t, int d, float *y, int ldy, const float *tok, 
     }
 }
 
-void tsr__k_embed_bwd(int n, int t, int d, float *dwte, int lddw, int vocab, bool zero_tokens,
-                      float *dwpe, int lddp, int context, bool zero_positions, const float *tok,
-                      int ldt, const float *dy, int lddy) {
+TSR_HOT void tsr__k_embed_bwd(int n, int t, int d, float *dwte, int lddw, int vocab,
+                              bool zero_tokens, float *dwpe, int lddp, int context,
+                              bool zero_positions, const float *tok, int ldt, const float *dy,
+                              int lddy) {
   if (zero_tokens)
     for (int v = 0; v < vocab; v++)
       memset(dwte + (long)v * lddw, 0, sizeof *dwte * (size_t)d);
@@ -55,8 +57,9 @@ void tsr__k_embed_bwd(int n, int t, int d, float *dwte, int lddw, int vocab, boo
     }
 }
 
-void tsr__k_layernorm_fwd(int n, int p, int c, float *y, int ldy, float *stats, int lds,
-                          const float *x, int ldx, const float *w, const float *b, float eps) {
+TSR_HOT void tsr__k_layernorm_fwd(int n, int p, int c, float *y, int ldy, float *stats, int lds,
+                                  const float *x, int ldx, const float *w, const float *b,
+                                  float eps) {
   for (int r = 0; r < n; r++)
     for (int q = 0; q < p; q++) {
       const float *in = x + (long)r * ldx + (long)q * c;
@@ -76,9 +79,9 @@ void tsr__k_layernorm_fwd(int n, int p, int c, float *y, int ldy, float *stats, 
     }
 }
 
-void tsr__k_layernorm_bwd(int n, int p, int c, float *dx, int lddx, float *dw, float *db,
-                          const float *dy, int lddy, const float *x, int ldx, const float *w,
-                          const float *stats, int lds) {
+TSR_HOT void tsr__k_layernorm_bwd(int n, int p, int c, float *dx, int lddx, float *dw, float *db,
+                                  const float *dy, int lddy, const float *x, int ldx,
+                                  const float *w, const float *stats, int lds) {
   memset(dw, 0, sizeof *dw * (size_t)c);
   memset(db, 0, sizeof *db * (size_t)c);
   for (int r = 0; r < n; r++)
@@ -138,7 +141,7 @@ static inline float gelu_half(float v) {
   return 1.0f / (1.0f + fast_expf(-2.0f * gelu_k * (v + gelu_c * v * v * v)));
 }
 
-void tsr__k_gelu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
+TSR_HOT void tsr__k_gelu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *restrict out = y + (long)i * ldy;
     const float *restrict in = x + (long)i * ldx;
@@ -149,8 +152,8 @@ void tsr__k_gelu_fwd(int m, int n, float *y, int ldy, const float *x, int ldx) {
 
 /* d/dx: s + x (1 - tanh^2) k (1 + 3 c x^2) / 2 with s = (1 + tanh) / 2, 1 - tanh^2 = 4 s (1 - s).
  */
-void tsr__k_gelu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy, const float *x,
-                     int ldx) {
+TSR_HOT void tsr__k_gelu_bwd(int m, int n, float *dx, int lddx, const float *dy, int lddy,
+                             const float *x, int ldx) {
   for (int i = 0; i < m; i++) {
     float *restrict out = dx + (long)i * lddx;
     const float *restrict g = dy + (long)i * lddy, *restrict in = x + (long)i * ldx;

@@ -347,6 +347,8 @@ static void print_kernels(FILE *out) {
           "  blis            the input lowered (im2col) into BLIS GEMMs with the %s kernels; "
           "loops of its own\n                  for fan-ins under 32\n",
           bli_arch_string(bli_arch_query_id()));
+  fprintf(out, "  tuned           both, timed on each shape's first tasks, the faster kept\n");
+  fprintf(out, "\nElement-wise, normalization and optimizer kernels\n  %s\n", tsr__k_hot_level());
 }
 
 static void print_mpi(FILE *out) {
