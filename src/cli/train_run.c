@@ -799,6 +799,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   if (rc == 0 && report(&r) != 0) status = 1;
   if (rc == 0 && !signalled) (void)stop_line(&r, 0, &signalled); /* one in the teardown */
   tsr_log_close(&r.log);
+  tsr_run_setup_fini(&r.setup);
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);
