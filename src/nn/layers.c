@@ -5,6 +5,8 @@
 
 #include "nn/layers.h"
 
+const char *const tsr__weight_bias[] = {"weight", "bias", NULL};
+
 extern const tsr_layer_type_t tsr__dense_type, tsr__relu_type, tsr__conv_type, tsr__maxpool_type,
     tsr__avgpool_type, tsr__flatten_type, tsr__dropout_type, tsr__add_type, tsr__concat_type,
     tsr__batchnorm_type, tsr__globalavgpool_type;

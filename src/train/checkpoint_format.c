@@ -5,6 +5,7 @@
  * tensors and counters taken by name; inspect's listing of a file. Through the safetensors
  * reader and writer of src/io/. The state gathered and given back is checkpoint_state.c's, the
  * resume's rules checkpoint_resume.c's. */
+#include <assert.h>
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -25,8 +26,8 @@
 
 void tsr__ckpt_param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
   const char *const *names = l->lay->type->param_names;
-  const char *name = names ? names[k] : k == 0 ? "weight" : "bias";
-  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, name);
+  assert(names && "a layer with parameters names them");
+  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, names[k]);
 }
 
 void tsr__ckpt_state_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
