@@ -46,9 +46,9 @@ static inline int bench_build(tsr_net_t **net, const tsr_model_spec_t *spec,
   tsr_run_config_init(&c);
   c.spec = spec, c.inputs = (int)ds->features, c.classes = ds->classes;
   c.samples = ds->n, c.net = *opts;
-  tsr_run_setup_t *setup = malloc(sizeof *setup);
-  int rc = setup ? tsr_run_build(setup, net, &c, ds, err) : TSR_ENOMEM;
-  free(setup);
+  tsr_run_setup_t setup = {0};
+  int rc = tsr_run_build(&setup, net, &c, ds, err);
+  tsr_run_setup_fini(&setup);
   return rc;
 }
 

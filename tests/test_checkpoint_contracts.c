@@ -97,9 +97,8 @@ Test(contracts, a_tensor_without_a_recorded_checksum_is_refused) {
   cr_assert_eq(tsr_checkpoint_load(net, q, NULL, NULL, &err), TSR_EFORMAT);
   cr_assert(strstr(err.msg, "layers.0.dense.bias") && strstr(err.msg, "recorded none"), "%s",
             err.msg);
-  FILE *out = fopen("/dev/null", "w");
-  cr_assert_eq(tsr_checkpoint_print(out, q, &err), TSR_EFORMAT, "inspect trusted it");
-  fclose(out);
+  tsr_checkpoint_listing_t l;
+  cr_assert_eq(tsr_checkpoint_list(&l, q, &err), TSR_EFORMAT, "inspect trusted it");
   cr_assert_eq(tsr_checkpoint_read(q, NULL, NULL, NULL, NULL, NULL, &err), TSR_EFORMAT);
   tsr_net_destroy(&net);
 }

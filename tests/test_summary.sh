@@ -43,6 +43,16 @@ expect 0 "resnet20" -- "$tessera" plan --model resnet20 --input 32x32x3 --ranks 
   --cluster ib100
 expect 2 "--input 3: expected HxWxC" -- "$tessera" plan --model resnet20 --input 3
 expect 2 "unknown model" -- "$tessera" train --model resnet21 --epochs 1
+# The Python package reads the layer types from the library: python/tessera/layer_types.py is
+# what --layer-types says (scripts/layer_types.py writes it).
+"$tessera" summary --layer-types >"$tmp/types.json"
+check "python/tessera/layer_types.py is the registry's" /usr/bin/python3 -c '
+import json, runpy, sys
+want = json.load(open(sys.argv[1]))
+have = runpy.run_path(sys.argv[2])["TYPES"]
+assert have == want, "it differs from tessera summary --layer-types: run scripts/layer_types.py"
+assert [t["name"] for t in want][:3] == ["dense", "relu", "conv"], want
+' "$tmp/types.json" "$(dirname "$0")/../python/tessera/layer_types.py"
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -655,7 +655,7 @@ Test(train, the_setup_refuses_a_net_that_does_not_fit_and_names_a_batch_that_doe
     cr_assert_eq(tsr_net_estimate(&fit, &spec, 784, 10, &o, &err), 0, "%s", err.msg);
   } while (fit.total > c.memory);
   cr_assert(o.batch < 2048, "the activations should dominate: batch %d fits", o.batch);
-  tsr_run_setup_t *s = malloc(sizeof *s);
+  tsr_run_setup_t *s = calloc(1, sizeof *s);
   cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_ENOMEM, "%s", err.msg);
   char want[64];
   snprintf(want, sizeof want, "lower --batch (--batch %d needs about", o.batch);
@@ -673,7 +673,7 @@ Test(train, the_setup_refuses_a_net_that_does_not_fit_and_names_a_batch_that_doe
   cr_assert(strstr(err.msg, "even --batch 1 needs about"), "%s", err.msg);
   c.memory = -1; /* unchecked */
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
-  free(s);
+  tsr_run_setup_fini(s), free(s);
 }
 
 /* Each rank's batch and shard under --shares 2,1,1 on 3 ranks (set up for rank 1, no MPI
@@ -695,7 +695,7 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   c.spec = &spec, c.inputs = 784, c.classes = 10, c.samples = 4800, c.net.batch = 16;
   c.net.tile_rows = 8, c.net.tile_cols = 32;
   c.sync = &sync, c.shares = &shares, c.memory = -1, c.ranks = 3, c.rank = 1;
-  tsr_run_setup_t *s = malloc(sizeof *s);
+  tsr_run_setup_t *s = calloc(1, sizeof *s);
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert(s->step_sync && s->replicas == 3 && s->replica == 1);
   int64_t batch[] = {24, 12, 12}, lo[] = {0, 2400, 3600, 4800};
@@ -779,7 +779,7 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert_eq(s->n_warnings, 0);
-  free(s);
+  tsr_run_setup_fini(s), free(s);
 }
 
 Test(model, shorthand) {

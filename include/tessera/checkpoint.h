@@ -15,7 +15,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "tessera/data.h"
 #include "tessera/dist.h"
@@ -144,12 +143,31 @@ TSR_API int tsr_checkpoint_read_standardization(const char *path, tsr_standardiz
 TSR_API int tsr_checkpoint_resume_check(const tsr_net_t *net, const tsr_checkpoint_info_t *info,
                                         const tsr_sync_t *sync, int ranks, char *why, size_t size);
 
-/* Prints path's tensors (name, shape) and metadata, after checking the file. */
-TSR_API int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err);
-/* The same as one line of JSON (`tessera inspect --json`): {"file", "tensors": [{"name",
- * "dtype": "F32", "shape": [...]}], "parameters": the floats of all tensors, "metadata": {key:
- * value as stored, a string}}; the checksums (crc32.*) left out, as in the text. */
-TSR_API int tsr_checkpoint_print_json(FILE *out, const char *path, tsr_errbuf_t *err);
+/* A checkpoint's listing (`tessera inspect`): its tensors and metadata, after checking the file
+ * (every tensor's checksum). Caller-owned: tsr_checkpoint_list fills it, and it owns its arrays
+ * and strings until tsr_checkpoint_listing_fini. */
+#define TSR_CHECKPOINT_MAX_DIMS 8
+typedef struct {
+  const char *name; /* as stored: layers.<i>.<type>.weight, optimizer.<state>..., ... */
+  int ndims;
+  int64_t shape[TSR_CHECKPOINT_MAX_DIMS]; /* [ndims]; every tensor is F32 */
+} tsr_checkpoint_tensor_t;
+typedef struct {
+  const char *key, *value; /* as stored: the value is a string, JSON for some keys */
+} tsr_checkpoint_entry_t;
+typedef struct {
+  int n_tensors;
+  tsr_checkpoint_tensor_t *tensors; /* [n_tensors], in the file's order */
+  int n_metadata;
+  tsr_checkpoint_entry_t *metadata; /* [n_metadata], in the file's order, the checksums
+                                       (crc32.*) left out */
+} tsr_checkpoint_listing_t;
+
+/* Lists path into *l (zeroed first; nothing to free after an error): TSR_EFORMAT and the other
+ * errors of reading a checkpoint as tsr_checkpoint_read gives them, TSR_ENOMEM. */
+TSR_API int tsr_checkpoint_list(tsr_checkpoint_listing_t *l, const char *path, tsr_errbuf_t *err);
+/* Frees what tsr_checkpoint_list filled in and zeroes *l (a zeroed one: nothing). */
+TSR_API void tsr_checkpoint_listing_fini(tsr_checkpoint_listing_t *l);
 
 TSR_EXTERN_C_END
 

@@ -346,6 +346,17 @@ typedef struct {
  * each layer type's own flops (src/nn/layers.h). out is left empty on an error. */
 TSR_API int tsr_model_summarize(tsr_model_summary_t *out, const tsr_model_spec_t *spec, int inputs,
                                 int classes, const tsr_net_opts_t *opts, tsr_errbuf_t *err);
+/* The registered layer types as one line of JSON (`tessera summary --layer-types`), what the
+ * Python package reads instead of a copy of its own (python/tessera/layer_types.py is written
+ * from it): a list, in the order model-file messages name them, of {"name", "alias" (also
+ * accepted as `type = alias`, or null), "keys": [{"name", "alias", "form" (count, size, padding,
+ * probability, activation, units or fraction), "fields" (the tsr_layer_spec_t fields it sets:
+ * none for activation, h and w for a size or padding), "missing" (a required key: the message
+ * for a section without it; null: optional)}], "inputs": [least, most], "output" (may be the
+ * last layer), "params" (its parameters' names in checkpoints, [] for none), "buffers" (its
+ * buffers' and counter's names, as checkpoints store them)}. Owned by the caller (free());
+ * NULL: out of memory. */
+TSR_API char *tsr_layer_types_json(void);
 TSR_API void tsr_model_summary_fini(tsr_model_summary_t *s);
 
 /* Samples per step the network was built for. */

@@ -14,11 +14,13 @@
 #define TESSERA_PLAN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tessera/dist.h"
 #include "tessera/error.h"
 #include "tessera/net.h"
+#include "tessera/train.h"
 
 TSR_EXTERN_C_BEGIN
 
@@ -135,6 +137,30 @@ typedef struct {
 TSR_API int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts,
                          const tsr_machine_t *m, tsr_plan_row_t *rows, int max_rows, int *n_rows,
                          tsr_errbuf_t *err);
+
+/* --domain auto's choice for a run (tsr_plan_domain_auto). */
+typedef struct {
+  bool domain;       /* convolutions and pooling cut into bands of image rows: tsr_net_opts_t's */
+  int domain_layers; /* with domain, the first K of them cut (0: all): tsr_net_opts_t's */
+  int splittable;    /* the model's convolutions and poolings that could be cut */
+  double step_s;     /* planned seconds per step with the choice */
+  double whole_s;    /* and with none cut */
+} tsr_plan_domain_t;
+
+/* --domain auto for the run c describes (its model, inputs, classes, samples, and in c->net its
+ * batch, tiles, grid rows, optimizer and input geometry; c->sync's policy where the planner
+ * models it, else batch, with its --allreduce, --node-size and --bucket-mb) on tsr_dist_size()
+ * ranks: rank 0 plans it as `tessera plan --domain auto` does, on this machine (tsr_machine_here
+ * with calibration and cache, NULL: tessera-machine.ini and tessera-plan-rates.txt in
+ * $STARPU_HOME, else ~/.starpu, as tessera plan reads them; tsr_runtime_ncpus() workers), and
+ * every rank takes rank 0's choice into *choice. Collective under MPI: every rank calls it,
+ * after tsr_runtime_init, and one rank's failure is every rank's (tsr_dist_agree). Set
+ * c->net.domain and domain_layers from *choice before tsr_run_build. Borrowed arguments. */
+TSR_API int tsr_plan_domain_auto(const tsr_run_config_t *c, const char *calibration,
+                                 const char *cache, tsr_plan_domain_t *choice, tsr_errbuf_t *err);
+/* A choice in words, as tessera train's banner says it: "--domain auto: the first 2 (rows:2) of
+ * 4 convolutions and poolings cut, planned 1.2 ms per step against 1.5 ms with none cut". */
+TSR_API void tsr_plan_domain_describe(const tsr_plan_domain_t *choice, char *buf, size_t size);
 
 /* --sync as the planner takes it: the policy registry's parse (tsr_sync_schedule_parse), and
  * TSR_EINVAL naming the policies it models for one it does not (post-local, hier, async-epoch,

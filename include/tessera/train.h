@@ -300,15 +300,16 @@ TSR_API int tsr_validation_split(tsr_dataset_t *train, tsr_dataset_t *val, doubl
  *   tsr_run_config_init(&c);
  *   c.spec = &spec, c.inputs = (int)train.features, c.classes = train.classes;
  *   c.samples = train.n, c.net = net_opts, c.sync = &sync, c.shares = &shares;
- *   tsr_run_setup_t *s = malloc(sizeof *s);            // large: TSR_MAX_RANKS entries
+ *   tsr_run_setup_t s = {0};
  *   tsr_net_t *net;
- *   int rc = tsr_run_build(s, &net, &c, &train, &err); // collective under MPI
- *   for (int i = 0; i < s->n_warnings && tsr_dist_rank() == 0; i++)
- *     fprintf(stderr, "warning: %s\n", s->warnings[i]);
+ *   int rc = tsr_run_build(&s, &net, &c, &train, &err); // collective under MPI
+ *   for (int i = 0; i < s.n_warnings && tsr_dist_rank() == 0; i++)
+ *     fprintf(stderr, "warning: %s\n", s.warnings[i]);
  *   tsr_train_opts_t o;
  *   tsr_train_opts_init(&o);
- *   o.setup = s;
+ *   o.setup = &s;
  *   if (rc == 0) rc = tsr_train(net, &train, &test, &o, &err);
+ *   tsr_run_setup_fini(&s);
  */
 
 /* What a run is asked to be. Borrowed pointers must outlive the calls that take c. */
@@ -350,10 +351,11 @@ struct tsr_run_setup {
   bool rebuild;          /* after tsr_run_setup_net: build this rank's net again with net */
   /* Per replica q < replicas: its share of the work (sums to 1), the samples it takes a step,
    * and its shard of every epoch's shuffled order, [lo[q], lo[q + 1]). Every replica takes
-   * `steps` steps an epoch (the largest shard's); a shorter shard's last steps are empty. */
-  double share[TSR_MAX_RANKS];
-  int64_t batch[TSR_MAX_RANKS];
-  int64_t lo[TSR_MAX_RANKS + 1];
+   * `steps` steps an epoch (the largest shard's); a shorter shard's last steps are empty.
+   * Owned by the setup, as many entries as replicas (lo: one more); NULL before a setup. */
+  double *share;
+  int64_t *batch;
+  int64_t *lo;
   int64_t steps;
   tsr_net_memory_t memory; /* the estimate for net (zero when not checked) */
   /* How averages over every replica travel, as tsr_run_build decides it by the engine's rule:
@@ -369,6 +371,11 @@ struct tsr_run_setup {
 
 /* Defaults: nothing borrowed, memory read from the system, this run's ranks. */
 TSR_API void tsr_run_config_init(tsr_run_config_t *c);
+/* Frees what a setup holds (its per-replica arrays) and zeroes it, whether its setup succeeded
+ * or not. A setup is caller-owned and starts zeroed (= {0}, calloc); tsr_run_setup and
+ * tsr_run_build free what it held before, so one can be set up again and again, then finished
+ * once. NULL: nothing. */
+TSR_API void tsr_run_setup_fini(tsr_run_setup_t *s);
 /* The combinations alone, before any data is read: the policy's options (tsr_sync_check), at
  * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
  * (checkpoints of each column's own optimizer state; --shares and --weighting steps; under
@@ -379,7 +386,8 @@ TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
  * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as
  * they are known without a net (auto shares read as uniform until measured). s->net is c->net.
- * Not collective. The runtime must be started when the memory is checked (tiles follow its
+ * s: zeroed, or set up before (what it held is freed); tsr_run_setup_fini frees it. Not
+ * collective. The runtime must be started when the memory is checked (tiles follow its
  * workers). */
 TSR_API int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase two, with net built from s->net (borrowed): --shares auto measured on train (every
@@ -392,7 +400,7 @@ TSR_API int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_data
 /* Both phases and the net: tsr_run_setup, tsr_net_create(c->spec, ...), tsr_run_setup_net and
  * the rebuild it may ask for. Collective under MPI: every rank calls it, and one rank's
  * failure is every rank's error, with its message (tsr_dist_agree). *net: owned by the caller
- * (NULL after an error); s->warnings are filled even when it fails. */
+ * (NULL after an error); s as tsr_run_setup takes it, its warnings filled even when it fails. */
 TSR_API int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
                           const tsr_dataset_t *train, tsr_errbuf_t *err);
 

@@ -23,68 +23,38 @@ sample channels-last, h w c values per row.
 import re
 import struct
 
-# The keys each type takes: key -> (spec field(s), form). Forms as src/nn/*.c's registry keys.
-_KEYS = {
-    "dense": {"units": ("units", "units"), "activation": (None, "activation"),
-              "in_features": ("in_features", "count")},
-    "relu": {},
-    "conv": {"filters": ("units", "count"), "units": ("units", "count"),
-             "kernel": (("kernel_h", "kernel_w"), "size"),
-             "stride": (("stride_h", "stride_w"), "size"),
-             "padding": (("pad_h", "pad_w"), "padding"), "activation": (None, "activation"),
-             "in_channels": ("in_channels", "count")},
-    "maxpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
-                "stride": (("stride_h", "stride_w"), "size"),
-                "padding": (("pad_h", "pad_w"), "padding")},
-    "avgpool": {"kernel": (("kernel_h", "kernel_w"), "size"),
-                "stride": (("stride_h", "stride_w"), "size"),
-                "padding": (("pad_h", "pad_w"), "padding")},
-    "flatten": {},
-    "dropout": {"rate": ("rate", "probability")},
-    "add": {"activation": (None, "activation")},
-    "concat": {},
-    "batchnorm": {"activation": (None, "activation"), "momentum": ("momentum", "fraction"),
-                  "eps": ("eps", "fraction")},
-    "globalavgpool": {},
-    "embedding": {"vocab": ("vocab", "count"), "units": ("units", "count"),
-                  "context": ("context", "count")},
-    "layernorm": {"eps": ("eps", "fraction")},
-    "gelu": {},
-    "attention": {"heads": ("heads", "count")},
-    "lmhead": {"units": ("units", "units")},
-}
-_ALIASES = {"conv2d": "conv"}
-_REQUIRED = {"dense": [("units", "units", "is a dense layer without 'units'; add units = N")],
-             "conv": [("units", "filters", "is a conv layer without 'filters'; add filters = N"),
-                      ("kernel_h", "kernel",
-                       "has no 'kernel'; add kernel = K or kernel = KHxKW")],
-             "maxpool": [("kernel_h", "kernel",
-                          "has no 'kernel'; add kernel = K or kernel = KHxKW")],
-             "avgpool": [("kernel_h", "kernel",
-                          "has no 'kernel'; add kernel = K or kernel = KHxKW")],
-             "dropout": [("rate", "rate",
-                          "is a dropout layer without 'rate'; add rate = P (0 <= P < 1)")],
-             "embedding": [("vocab", "vocab", "is an embedding layer without 'vocab'; add "
-                            "vocab = N (the tokens' count)"),
-                           ("units", "units", "is an embedding layer without 'units'; add "
-                            "units = D (the width)")],
-             "attention": [("heads", "heads", "is an attention layer without 'heads'; add "
-                            "heads = H (dividing the width)")],
-             "lmhead": [("units", "units", "is an lmhead layer without 'units'; add units = "
-                         "V (the embedding's vocab)")]}
+from .layer_types import TYPES as _REGISTRY
+
+
+def _field(key):
+    """A key's spec field(s) as tessera.model takes them: None (activation: a ReLU layer of its
+    own), a name, or (h, w) names for a size or padding."""
+    f = key["fields"]
+    return None if not f else f[0] if len(f) == 1 else tuple(f)
+
+
+# Read from the C library's registry (layer_types.py, `tessera summary --layer-types`), not
+# declared again here: the keys each type takes, key -> (spec field(s), form), an alias of a key
+# right after it; the types' aliases; the required keys, (field, key, message).
+_KEYS = {t["name"]: {name: (_field(k), k["form"]) for k in t["keys"]
+                     for name in (k["name"], k["alias"]) if name}
+         for t in _REGISTRY}
+_ALIASES = {t["alias"]: t["name"] for t in _REGISTRY if t["alias"]}
+_REQUIRED = {t["name"]: [(k["fields"][0], k["name"], k["missing"]) for k in t["keys"]
+                         if k["missing"]]
+             for t in _REGISTRY if any(k["missing"] for k in t["keys"])}
 TYPES = tuple(_KEYS)
 #: Types with parameters, and their names in a checkpoint (layers.N.TYPE.NAME), in tessera's
-#: order (src/nn/*.c's param_names; an lmhead has none: it borrows the embedding's weight).
-PARAMS = {"dense": ("weight", "bias"), "conv": ("weight", "bias"),
-          "batchnorm": ("weight", "bias"), "embedding": ("weight", "position"),
-          "layernorm": ("weight", "bias")}
+#: order (an lmhead has none: it borrows the embedding's weight).
+PARAMS = {t["name"]: tuple(t["params"]) for t in _REGISTRY if t["params"]}
 PARAM_TYPES = tuple(PARAMS)
 #: Types with buffers (non-trained state a checkpoint holds), and their names.
-BUFFERS = {"batchnorm": ("running_mean", "running_var", "num_batches_tracked")}
-MERGE_TYPES = ("add", "concat")
+BUFFERS = {t["name"]: tuple(t["buffers"]) for t in _REGISTRY if t["buffers"]}
+#: Types that take several inputs (add, concat).
+MERGE_TYPES = tuple(t["name"] for t in _REGISTRY if t["inputs"][0] > 1)
 #: Types whose last layer predicts: dense (one prediction per sample) and lmhead (one per
 #: position of a sequence: the labels are (n, T), the loss averaged over the tokens).
-OUTPUT_TYPES = ("dense", "lmhead")
+OUTPUT_TYPES = tuple(t["name"] for t in _REGISTRY if t["output"])
 #: A dense layer's units that are the number of classes (`units = classes`, TSR_UNITS_CLASSES):
 #: bind_classes sets them.
 UNITS_CLASSES = -1

@@ -1,6 +1,5 @@
 /* tessera eval: a checkpoint's network on a test set (accuracy, per-class
- * accuracy, confusion matrix); tessera inspect: a checkpoint's tensors and
- * metadata. Both only parse options and call the library. */
+ * accuracy, confusion matrix). It only parses options and calls the library. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,35 +256,5 @@ int tsr_cli_eval(int argc, char **argv) {
   tsr_model_spec_fini(&spec);
   if (started) tsr_runtime_fini();
   tsr_dataset_fini(&test);
-  return rc ? 1 : 0;
-}
-
-static void inspect_usage(FILE *out) {
-  fprintf(out, "usage: tessera inspect [options] FILE\n\n"
-               "Checks a checkpoint (every tensor's checksum) and prints its tensors (name, "
-               "shape)\nand metadata (model, training state).\n\n"
-               "  --json              one JSON object instead of text\n"
-               "  -h, --help          this text\n");
-}
-
-int tsr_cli_inspect(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-  bool json = false;
-  int c;
-  while ((c = tsr__cli_getopt("inspect", argc, argv, longopts)) != -1) {
-    switch (c) {
-    case 'j': json = true; break;
-    case 'h': inspect_usage(stdout); return 0;
-    default: return 2;
-    }
-  }
-  if (optind != argc - 1) {
-    fprintf(stderr, "tessera inspect: expected one checkpoint file (see tessera inspect --help)\n");
-    return 2;
-  }
-  tsr_errbuf_t err = {""};
-  int rc = (json ? tsr_checkpoint_print_json : tsr_checkpoint_print)(stdout, argv[optind], &err);
-  if (rc) fprintf(stderr, "tessera inspect: %s\n", err.msg);
   return rc ? 1 : 0;
 }

@@ -21,6 +21,9 @@ static void usage(FILE *out) {
                "  --input HxWxC       the input sample's shape, e.g. 224x224x3 [28x28x1]\n"
                "  --classes N         classes: the output layer's units [10]\n"
                "  --json              JSON instead of a table\n"
+               "  --layer-types       the registered layer types as JSON instead (their model\n"
+               "                      file keys, parameter and buffer names), what the\n"
+               "                      Python package's layer_types.py is written from\n"
                "  -h, --help          this text\n");
 }
 
@@ -72,11 +75,12 @@ static void print_json(const tsr_model_summary_t *s, const char *model, int clas
 }
 
 int tsr_cli_summary(int argc, char **argv) {
-  enum { O_MODEL = 1, O_INPUT, O_CLASSES, O_JSON, O_HELP };
+  enum { O_MODEL = 1, O_INPUT, O_CLASSES, O_JSON, O_TYPES, O_HELP };
   static const struct option longopts[] = {{"model", required_argument, 0, O_MODEL},
                                            {"input", required_argument, 0, O_INPUT},
                                            {"classes", required_argument, 0, O_CLASSES},
                                            {"json", no_argument, 0, O_JSON},
+                                           {"layer-types", no_argument, 0, O_TYPES},
                                            {"help", no_argument, 0, O_HELP},
                                            {0, 0, 0, 0}};
   const char *model = "mlp";
@@ -86,7 +90,7 @@ int tsr_cli_summary(int argc, char **argv) {
   no.in_height = 28, no.in_width = 28, no.in_channels = 1;
   int classes = 10, c;
   long v;
-  bool json = false;
+  bool json = false, types = false;
   while ((c = tsr__cli_getopt("summary", argc, argv, longopts)) != -1) {
     switch (c) {
     case O_MODEL: model = optarg; break;
@@ -110,6 +114,7 @@ int tsr_cli_summary(int argc, char **argv) {
       classes = (int)v;
       break;
     case O_JSON: json = true; break;
+    case O_TYPES: types = true; break;
     case O_HELP: usage(stdout); return 0;
     default: return 2; /* said by tsr__cli_getopt */
     }
@@ -118,6 +123,13 @@ int tsr_cli_summary(int argc, char **argv) {
     fprintf(stderr, "tessera summary: unexpected argument '%s' (see tessera summary --help)\n",
             argv[optind]);
     return 2;
+  }
+  if (types) {
+    char *text = tsr_layer_types_json();
+    if (!text) return fprintf(stderr, "tessera summary: out of memory\n"), 1;
+    printf("%s\n", text);
+    free(text);
+    return 0;
   }
   tsr_model_spec_t spec;
   int rc = tsr__cli_model("summary", model, classes, &spec);

@@ -469,73 +469,15 @@ static void run_config(const run_t *r, tsr_run_config_t *c) {
   c->checkpoint = cfg->checkpoint || cfg->resume;
 }
 
-/* What the planner chose under --domain auto: rank 0's, taken by every rank. */
-typedef struct {
-  int domain, layers, splittable; /* tsr_plan_row_t's */
-  double step_s, whole_s;         /* planned seconds per step: the choice, and none cut */
-} domain_choice_t;
-
-/* --domain auto on rank 0: tessera plan --domain auto for this run's grid, model, data, batch,
- * tiles, policy (batch where the planner does not model it) and workers, on this machine (its
- * calibration and kernel rates under $STARPU_HOME, as tessera plan reads them). */
-static int plan_domain_here(const run_t *r, domain_choice_t *c, tsr_errbuf_t *err) {
-  const tsr_cli_train_config_t *cfg = r->cfg;
-  tsr_plan_opts_t o;
-  tsr_plan_opts_init(&o);
-  o.inputs = (int)r->train.features, o.classes = r->train.classes, o.samples = r->train.n;
-  o.batch = cfg->net.batch, o.ranks = tsr_dist_size();
-  o.pr = cfg->net.grid_rows, o.pc = o.ranks / o.pr, o.all_policies = false;
-  if (tsr_sync_traits(&cfg->sync.schedule)->plannable) o.sync = cfg->sync.schedule;
-  o.nstate = tsr_optimizer_nstate(&cfg->net.opt);
-  o.tile_rows = cfg->net.tile_rows, o.tile_cols = cfg->net.tile_cols;
-  o.in_channels = r->net_opts.in_channels, o.in_height = r->net_opts.in_height;
-  o.in_width = r->net_opts.in_width;
-  o.allreduce = cfg->sync.allreduce, o.node_size = cfg->sync.node_size;
-  o.bucket_mb = cfg->sync.bucket_mb;
-  char machine[1024], cache[1024];
-  tsr__cli_starpu_home_file(machine, sizeof machine, "tessera-machine.ini");
-  tsr__cli_starpu_home_file(cache, sizeof cache, "tessera-plan-rates.txt");
-  tsr_machine_t m;
-  bool calibrated;
-  TSR_TRY(tsr_machine_here(&m, machine, cache, &calibrated, err));
-  m.workers = tsr_runtime_ncpus();
-  tsr_plan_row_t chosen, whole;
-  int n;
-  o.domain = TSR_PLAN_DOMAIN_AUTO;
-  TSR_TRY(tsr_plan_run(&r->spec, &o, &m, &chosen, 1, &n, err));
-  o.domain = TSR_PLAN_DOMAIN_NONE;
-  TSR_TRY(tsr_plan_run(&r->spec, &o, &m, &whole, 1, &n, err));
-  *c = (domain_choice_t){chosen.domain, chosen.domain_layers, chosen.splittable, chosen.step_s,
-                         whole.step_s};
-  return 0;
-}
-
-/* --domain auto: the planner's choice (made on rank 0, every rank taking it) into net_opts, and
- * the banner's words for it. A model with nothing to cut computes everything whole. */
+/* --domain auto: the library's choice (rank 0 plans the run, every rank takes its choice) into
+ * net_opts, and the banner's words for it. */
 static int plan_domain(run_t *r) {
-  domain_choice_t mine = {0}, *all = calloc((size_t)tsr_dist_size(), sizeof *all);
-  if (!all) return tsr_error_set(&r->err, TSR_ENOMEM, "--domain auto: out of memory");
-  int rc = tsr_dist_agree(r->speaker ? plan_domain_here(r, &mine, &r->err) : 0, &r->err, &r->err);
-  if (rc == 0) rc = tsr_dist_allgather(&mine, (int)sizeof mine, all);
-  domain_choice_t c = all[0];
-  free(all);
-  if (rc) return rc;
-  bool some = c.domain && c.layers < c.splittable;
-  r->net_opts.domain = c.domain != 0, r->net_opts.domain_layers = some ? c.layers : 0;
-  char what[64] = "none", against[48] = "";
-  if (c.domain && some)
-    snprintf(what, sizeof what, "the first %d (rows:%d)", c.layers, c.layers);
-  else if (c.domain)
-    snprintf(what, sizeof what, "all (rows)");
-  if (c.domain)
-    snprintf(against, sizeof against, " against %.3g ms with none cut", 1e3 * c.whole_s);
-  if (c.splittable == 0)
-    snprintf(r->domain_plan, sizeof r->domain_plan,
-             "--domain auto: the model has no convolution or pooling to cut");
-  else
-    snprintf(r->domain_plan, sizeof r->domain_plan,
-             "--domain auto: %s of %d convolutions and poolings cut, planned %.3g ms per step%s",
-             what, c.splittable, 1e3 * c.step_s, against);
+  tsr_run_config_t c;
+  run_config(r, &c);
+  tsr_plan_domain_t choice;
+  TSR_TRY(tsr_plan_domain_auto(&c, NULL, NULL, &choice, &r->err));
+  r->net_opts.domain = choice.domain, r->net_opts.domain_layers = choice.domain_layers;
+  tsr_plan_domain_describe(&choice, r->domain_plan, sizeof r->domain_plan);
   return 0;
 }
 
@@ -857,6 +799,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   if (rc == 0 && report(&r) != 0) status = 1;
   if (rc == 0 && !signalled) (void)stop_line(&r, 0, &signalled); /* one in the teardown */
   tsr_log_close(&r.log);
+  tsr_run_setup_fini(&r.setup);
   tsr_model_spec_fini(&r.spec);
   tsr_dataset_fini(&r.train);
   tsr_dataset_fini(&r.test);

@@ -186,7 +186,7 @@ static int bn_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   return snprintf(buf, size, "batchnorm%s%s", m, e);
 }
 
-static const char *const bn_buffers[] = {"running_mean", "running_var"};
+static const char *const bn_buffers[] = {"running_mean", "running_var", NULL};
 
 static const tsr_layer_key_t bn_keys[] = {
     {"activation", NULL, TSR_KEY_ACTIVATION, 0, 0, NULL},
@@ -204,6 +204,7 @@ static double bn_flops(const tsr_layout_layer_t *l) {
 const tsr_layer_type_t tsr__batchnorm_type = {
     .kind = TSR_LAYER_BATCHNORM,
     .name = "batchnorm",
+    .param_names = tsr__weight_bias,
     .keys = bn_keys,
     .whole_samples = true,
     .fuses_relu = true,

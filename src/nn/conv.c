@@ -197,6 +197,7 @@ const tsr_layer_type_t tsr__conv_type = {
     .kind = TSR_LAYER_CONV,
     .name = "conv",
     .alias = "conv2d",
+    .param_names = tsr__weight_bias,
     .keys = conv_keys,
     .whole_samples = true,
     .splits_rows = true,

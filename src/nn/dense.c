@@ -220,6 +220,7 @@ static const tsr_layer_key_t dense_keys[] = {
 const tsr_layer_type_t tsr__dense_type = {
     .kind = TSR_LAYER_DENSE,
     .name = "dense",
+    .param_names = tsr__weight_bias,
     .keys = dense_keys,
     .output = true,
     .cuts_features = true,

@@ -127,7 +127,7 @@ static int embed_describe(const tsr_layer_spec_t *s, char *buf, size_t size) {
   return snprintf(buf, size, "embedding/v%d%s", s->vocab, t);
 }
 
-static const char *const embed_params[] = {"weight", "position"};
+static const char *const embed_params[] = {"weight", "position", NULL};
 
 static const tsr_layer_key_t embed_keys[] = {
     {"vocab", NULL, TSR_KEY_COUNT, TSR_SPEC_FIELD(vocab), 0,

@@ -126,6 +126,7 @@ static const tsr_layer_key_t ln_keys[] = {
 const tsr_layer_type_t tsr__layernorm_type = {
     .kind = TSR_LAYER_LAYERNORM,
     .name = "layernorm",
+    .param_names = tsr__weight_bias,
     .no_grid = true,
     .keys = ln_keys,
     .whole_samples = true,

@@ -90,11 +90,11 @@ typedef struct tsr_layer_type {
   /* Not taken under a grid (--grid PrxPc with Pr > 1): the sequence layers, which the grid
    * neither splits nor replicates yet (a GPT under --grid 2x1 corrupted the heap). */
   bool no_grid;
-  /* Its parameters' names in checkpoints, layers.<i>.<type>.<param_names[k]>; NULL: weight,
-   * bias. */
+  /* Its parameters' names in checkpoints, layers.<i>.<type>.<param_names[k]>, ended by NULL
+   * (tsr__weight_bias for most); NULL: it has none. */
   const char *const *param_names;
   /* Its buffers' names (l->buffers, as its layout hook makes them), PyTorch's: checkpoints
-   * store buffer k as layers.<i>.<name>.<buffer_names[k]>; NULL: none. */
+   * store buffer k as layers.<i>.<name>.<buffer_names[k]>; ended by NULL; NULL: none. */
   const char *const *buffer_names;
   /* Checkpoints also store l->batches_tracked under this name (batchnorm:
    * num_batches_tracked); NULL: none. */
@@ -142,6 +142,9 @@ typedef struct tsr_layer_type {
    * snprintf does. NULL: the name. */
   int (*describe)(const tsr_layer_spec_t *s, char *buf, size_t size);
 } tsr_layer_type_t;
+
+/* The parameter names of most types with parameters: weight, bias (PyTorch's). */
+extern const char *const tsr__weight_bias[];
 
 /* The registered types, in the order model-file messages list them. */
 int tsr__layer_type_count(void);

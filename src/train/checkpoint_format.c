@@ -5,6 +5,7 @@
  * tensors and counters taken by name; inspect's listing of a file. Through the safetensors
  * reader and writer of src/io/. The state gathered and given back is checkpoint_state.c's, the
  * resume's rules checkpoint_resume.c's. */
+#include <assert.h>
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <cjson/cJSON.h>
 #include <zlib.h>
 
 #include "tessera/runtime.h"
@@ -26,8 +26,8 @@
 
 void tsr__ckpt_param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
   const char *const *names = l->lay->type->param_names;
-  const char *name = names ? names[k] : k == 0 ? "weight" : "bias";
-  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, name);
+  assert(names && "a layer with parameters names them");
+  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, names[k]);
 }
 
 void tsr__ckpt_state_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
@@ -736,68 +736,43 @@ int tsr_checkpoint_read(const char *path, tsr_checkpoint_info_t *info, tsr_model
 
 /* ---- inspect: a file's tensors and metadata ---- */
 
-int tsr_checkpoint_print(FILE *out, const char *path, tsr_errbuf_t *err) {
+_Static_assert(TSR_CHECKPOINT_MAX_DIMS == TSR_ST_MAX_DIMS, "a listed shape holds a stored one");
+
+int tsr_checkpoint_list(tsr_checkpoint_listing_t *l, const char *path, tsr_errbuf_t *err) {
+  memset(l, 0, sizeof *l);
   tsr_st_file_t *f;
-  int rc = tsr__ckpt_open_checked(&f, path, err);
-  if (rc) return rc;
-  fprintf(out, "%s: %d tensors\n", path, tsr__st_count(f));
-  for (int i = 0; i < tsr__st_count(f); i++) {
+  TSR_TRY(tsr__ckpt_open_checked(&f, path, err));
+  int nt = tsr__st_count(f), nm = tsr__st_nmeta(f);
+  l->tensors = calloc((size_t)nt + 1, sizeof *l->tensors);
+  l->metadata = calloc((size_t)nm + 1, sizeof *l->metadata);
+  bool ok = l->tensors && l->metadata;
+  for (int i = 0; ok && i < nt; i++, l->n_tensors++) {
     tsr_st_tensor_t t;
     tsr__st_tensor(f, i, &t);
-    fprintf(out, "  %-52s F32 [", t.name);
+    tsr_checkpoint_tensor_t *x = &l->tensors[i];
+    x->ndims = t.ndims;
     for (int d = 0; d < t.ndims; d++)
-      fprintf(out, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
-    fprintf(out, "]\n");
+      x->shape[d] = t.shape[d];
+    ok = (x->name = strdup(t.name)) != NULL;
   }
-  fprintf(out, "metadata:\n");
-  for (int k = 0; k < tsr__st_nmeta(f); k++) {
+  for (int k = 0; ok && k < nm; k++) {
     tsr_st_meta_t m = tsr__st_meta_at(f, k);
     if (strncmp(m.key, "crc32.", 6) == 0) continue;
-    if (strchr(m.value, '\n')) {
-      fprintf(out, "  %s:\n    ", m.key);
-      for (const char *c = m.value; *c; c++)
-        fputs(*c == '\n' && c[1] ? "\n    " : (char[2]){*c, 0}, out);
-      fputc('\n', out);
-    } else {
-      fprintf(out, "  %-16s %s\n", m.key, m.value);
-    }
+    tsr_checkpoint_entry_t *e = &l->metadata[l->n_metadata++];
+    e->key = strdup(m.key), e->value = strdup(m.value);
+    ok = e->key && e->value;
   }
   tsr__st_close(&f);
-  return 0;
+  if (ok) return 0;
+  tsr_checkpoint_listing_fini(l);
+  return tsr_error_set(err, TSR_ENOMEM, "%s: out of memory for its listing", path);
 }
 
-int tsr_checkpoint_print_json(FILE *out, const char *path, tsr_errbuf_t *err) {
-  tsr_st_file_t *f;
-  int rc = tsr__ckpt_open_checked(&f, path, err);
-  if (rc) return rc;
-  cJSON *o = cJSON_CreateObject();
-  cJSON *ts =
-      o && cJSON_AddStringToObject(o, "file", path) ? cJSON_AddArrayToObject(o, "tensors") : NULL;
-  double params = 0;
-  for (int i = 0; ts && i < tsr__st_count(f); i++) {
-    tsr_st_tensor_t t;
-    tsr__st_tensor(f, i, &t);
-    cJSON *x = cJSON_CreateObject(), *shape = x ? cJSON_AddArrayToObject(x, "shape") : NULL;
-    if (!shape) break;
-    double n = 1;
-    for (int d = 0; d < t.ndims; d++)
-      cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t.shape[d])), n *= (double)t.shape[d];
-    params += n;
-    cJSON_AddItemToObject(x, "name", cJSON_CreateString(t.name));
-    cJSON_AddItemToObject(x, "dtype", cJSON_CreateString("F32"));
-    cJSON_AddItemToArray(ts, x);
-  }
-  cJSON *meta = o ? cJSON_AddObjectToObject(o, "metadata") : NULL;
-  for (int k = 0; meta && k < tsr__st_nmeta(f); k++) {
-    tsr_st_meta_t m = tsr__st_meta_at(f, k);
-    if (strncmp(m.key, "crc32.", 6) != 0) cJSON_AddStringToObject(meta, m.key, m.value);
-  }
-  tsr__st_close(&f);
-  char *text = NULL;
-  if (meta && cJSON_AddNumberToObject(o, "parameters", params)) text = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!text) return tsr_error_set(err, TSR_ENOMEM, "%s: out of memory for the JSON", path);
-  fprintf(out, "%s\n", text);
-  cJSON_free(text);
-  return 0;
+void tsr_checkpoint_listing_fini(tsr_checkpoint_listing_t *l) {
+  for (int i = 0; l->tensors && i < l->n_tensors; i++)
+    free((char *)l->tensors[i].name);
+  for (int k = 0; l->metadata && k < l->n_metadata; k++)
+    free((char *)l->metadata[k].key), free((char *)l->metadata[k].value);
+  free(l->tensors), free(l->metadata);
+  memset(l, 0, sizeof *l);
 }

@@ -6,6 +6,7 @@
  * say goes into the setup's warnings. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/layers.h"
@@ -207,6 +208,36 @@ static int check_memory(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbu
                        show_bytes(work, sizeof work, m->workspace), free_, source, way);
 }
 
+/* The per-replica arrays of s (NULL before), for s->replicas. */
+static int alloc_per_replica(tsr_run_setup_t *s, tsr_errbuf_t *err) {
+  size_t n = (size_t)s->replicas;
+  s->share = calloc(n, sizeof *s->share), s->batch = calloc(n, sizeof *s->batch);
+  s->lo = calloc(n + 1, sizeof *s->lo);
+  if (s->share && s->batch && s->lo) return 0;
+  free(s->share), free(s->batch), free(s->lo);
+  s->share = NULL, s->batch = NULL, s->lo = NULL;
+  return tsr_error_set(err, TSR_ENOMEM, "the run's setup: out of memory for %d replicas",
+                       s->replicas);
+}
+
+void tsr_run_setup_fini(tsr_run_setup_t *s) {
+  if (!s) return;
+  free(s->share), free(s->batch), free(s->lo);
+  memset(s, 0, sizeof *s);
+}
+
+int tsr__run_setup_copy(tsr_run_setup_t *dst, const tsr_run_setup_t *src, tsr_errbuf_t *err) {
+  tsr_run_setup_fini(dst);
+  *dst = *src;
+  dst->share = NULL, dst->batch = NULL, dst->lo = NULL;
+  TSR_TRY(alloc_per_replica(dst, err));
+  size_t n = (size_t)src->replicas;
+  if (src->share) memcpy(dst->share, src->share, n * sizeof *dst->share);
+  if (src->batch) memcpy(dst->batch, src->batch, n * sizeof *dst->batch);
+  if (src->lo) memcpy(dst->lo, src->lo, (n + 1) * sizeof *dst->lo);
+  return 0;
+}
+
 void tsr__run_shard(tsr_run_setup_t *s) {
   int ranks = s->replicas;
   int64_t n = s->samples, part[TSR_MAX_RANKS];
@@ -242,7 +273,7 @@ void tsr__run_shard(tsr_run_setup_t *s) {
 }
 
 int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err) {
-  memset(s, 0, sizeof *s);
+  tsr_run_setup_fini(s);
   s->ranks = ranks_of(c), s->rank = c->ranks > 0 ? c->rank : tsr_dist_rank();
   s->net = c->net;
   s->samples = c->samples;
@@ -282,6 +313,7 @@ int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *e
          c->net.batch, (long long)shard, s->ranks > 1 ? "a rank" : "the run", c->net.batch,
          (long long)shard);
   TSR_TRY(check_memory(s, c, err));
+  TSR_TRY(alloc_per_replica(s, err));
   tsr__run_shard(s);
   return 0;
 }

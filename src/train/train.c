@@ -330,7 +330,7 @@ static int set_up(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_dataset_t 
     c.sync = o->sync, c.shares = o->shares, c.global_batch = o->global_batch;
     TSR_TRY(tsr_run_setup(s, &c, err));
   } else {
-    *s = *o->setup;
+    TSR_TRY(tsr__run_setup_copy(s, o->setup, err));
     c.sync = &s->sync, c.shares = &s->shares;
     TSR_TRY(tsr_run_check(&c, err));
     if (s->ranks != tsr_dist_size() || s->rank != tsr_dist_rank() || s->samples != train->n ||
@@ -425,7 +425,7 @@ static int check_opts(const tsr_train_opts_t *o, tsr_errbuf_t *err) {
 static int start_run(run_t *r) {
   const tsr_train_opts_t *o = r->o;
   r->pr = tsr_net_grid_rows(r->net), r->size = tsr_dist_size();
-  if (!(r->sh = malloc(sizeof *r->sh)))
+  if (!(r->sh = calloc(1, sizeof *r->sh)))
     return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the run's setup");
   TSR_TRY(set_up(r->sh, r->net, r->train, o, r->err));
   const tsr_run_setup_t *sh = r->sh;
@@ -772,7 +772,8 @@ static int train_epoch(run_t *r, int e) {
 static int finish_run(run_t *r, int rc) {
   const tsr_train_opts_t *o = r->o;
   tsr_errbuf_t *err = r->err;
-  free(r->idx), free(r->traffic), free(r->measured_seen), free(r->sh), free(r->work);
+  free(r->idx), free(r->traffic), free(r->measured_seen), free(r->work);
+  tsr_run_setup_fini(r->sh), free(r->sh);
   if (rc == 0 && r->rep) rc = report_ranks(&r->totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this
    * rank alone the others never come, so they are left to the caller's tsr_dist_abort. A
