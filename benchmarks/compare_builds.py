@@ -8,6 +8,8 @@ machine's speed affects both alike. Measurements (tessera only, no peers):
   mlp64   bench_train --config 512,512:64  (samples/s)
   mlp256  bench_train --config 512,512:256
   cnn     bench_cnn                          (median of its rounds)
+  resnet20  bench_model --model resnet20 --batch 128  (median of its rounds)
+  gpt     bench_gpt --model gpt:4,256,4,128 --batch 16 (tokens/s)
   batch   mpirun -np 2 tessera train --workers 1 --sync batch  (the log's samples/s)
   epoch   the same with --sync epoch
 Prints each measurement's runs, the medians and B / A.
@@ -41,6 +43,13 @@ def bench_cnn(build, seconds):
     return float(re.search(r"tessera ([\d.]+) samples/s \(median\)", out).group(1))
 
 
+def bench_named(build, program, args, seconds, unit):
+    out = subprocess.run([os.path.join(build, "benchmarks", program)] + args +
+                         ["--seconds", str(seconds), "--rounds", "1", "--no-torch"], check=True,
+                         capture_output=True, text=True).stdout
+    return float(re.search(r"tessera ([\d.]+) %s \(median\)" % unit, out).group(1))
+
+
 def dist(build, policy, samples):
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.jsonl")
@@ -71,6 +80,9 @@ def main():
         "mlp64": lambda b: bench_train(b, "512,512:64", args.seconds),
         "mlp256": lambda b: bench_train(b, "512,512:256", args.seconds),
         "cnn": lambda b: bench_cnn(b, args.seconds),
+        "resnet20": lambda b: bench_named(b, "bench_model", ["--model", "resnet20", "--batch",
+                                                             "128"], args.seconds, "samples/s"),
+        "gpt": lambda b: bench_named(b, "bench_gpt", [], args.seconds, "tokens/s"),
         "batch": lambda b: dist(b, "batch", args.samples),
         "epoch": lambda b: dist(b, "epoch", args.samples),
     }
@@ -81,12 +93,12 @@ def main():
             for w, build in (("a", args.a), ("b", args.b)):
                 runs[(n, w)].append(measures[n](build))
         print("round %d done" % (r + 1), flush=True)
-    print("\n%-7s %-50s %-50s %9s %9s %6s" % ("measure", "A runs", "B runs", "A median",
+    print("\n%-8s %-50s %-50s %9s %9s %6s" % ("measure", "A runs", "B runs", "A median",
                                               "B median", "B/A"))
     for n in names:
         a, b = runs[(n, "a")], runs[(n, "b")]
         ma, mb = statistics.median(a), statistics.median(b)
-        print("%-7s %-50s %-50s %9.0f %9.0f %6.3f" % (n, " ".join("%.0f" % x for x in a),
+        print("%-8s %-50s %-50s %9.0f %9.0f %6.3f" % (n, " ".join("%.0f" % x for x in a),
                                                       " ".join("%.0f" % x for x in b), ma, mb,
                                                       mb / ma))
 
