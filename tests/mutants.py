@@ -517,6 +517,11 @@ MUTANTS = [
      "bias", "src/kernels/batchnorm.c",
      [("b2[ch] = (float)(((double)b[ch] - run_mean[ch]) * k + shift[ch]);",
        "b2[ch] = (float)(((double)b[ch] - 0 * run_mean[ch]) * k + shift[ch]);")], ["batchnorm"]),
+    ("seq-filter-grad-onednn", "the language model's projections' filter gradient left to "
+     "oneDNN's slow primitive under --kernels auto", "codelets/impls.c",
+     [("if (c && c->lowered_first && kernels == TSR_KERNELS_AUTO) return nimpl == TSR_IMPL_BLIS;",
+       "if (c && c->lowered_first && kernels == TSR_KERNELS_ONEDNN) return nimpl == TSR_IMPL_BLIS;")],
+     ["text-cli"]),
     ("tuned-keeps-slower", "--kernels tuned keeps the implementation whose trials were slower",
      "codelets/tuned.c",
      [("atomic_store(&s->chosen, s->best[1] < s->best[0]);",
