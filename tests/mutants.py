@@ -215,7 +215,7 @@ MUTANTS = [
      [("    tsr__replicas_mark_final(r);\n", "")], ["resume-mpi"]),
     ("checkpoint-unagreed", "a checkpoint written where local SGD's replicas differ (rank 0's "
      "weights between averages)", "src/train/train.c",
-     [("  if (!saved.agreed) return 0;\n", "")],
+     [("  if (!saved.agreed && !saved.between) return 0;\n", "")],
      ["mpi-checkpoint-agree-2"]),
     ("checkpoint-test-stats", "the checkpoint records the test set's standardization",
      "src/cli/train_run.c",

@@ -218,15 +218,17 @@ typedef struct {
 /* Writes o->checkpoint_path (if set) with epoch epochs done and step steps
  * of the next: on rank 0, once the replicas agree and hold the whole
  * optimizer state, every rank learning whether it worked. Under MPI a point
- * where replicas differ (local SGD between averages) is skipped: the next
- * agreeing one writes. */
-static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
+ * where replicas differ (local SGD between averages) is skipped, the next
+ * agreeing one writing, except at a stop (stop), which writes every
+ * replica's weights where the replicas can give them (saved.between). */
+static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step, bool stop) {
   snprintf(cp->where, sizeof cp->where, step ? "epoch %d step %lld" : "epoch %d", epoch + !!step,
            (long long)step);
   if (!cp->o->checkpoint_path) return 0;
   tsr__replicas_saved_t saved = {.agreed = true};
   int rc = cp->rep ? tsr__replicas_checkpoint(cp->rep, true, &saved) : 0;
-  if (!saved.agreed) return 0;
+  saved.between = !saved.agreed && stop && saved.between;
+  if (!saved.agreed && !saved.between) return 0;
   if (rc == 0) rc = tsr_net_wait(cp->net, 0);
   tsr_checkpoint_info_t info = {0};
   if (cp->o->checkpoint_info) info = *cp->o->checkpoint_info;
@@ -570,11 +572,11 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   if (rc == 0 && mid && o->eval_every > 0 && r->step % o->eval_every == 0) rc = eval_line(r, ep, k);
   if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
       r->step % o->checkpoint_every == 0)
-    rc = write_checkpoint(&r->cp, e - 1, k + 1);
+    rc = write_checkpoint(&r->cp, e - 1, k + 1, false);
   /* One process stops after any step; ranks stop together at an epoch end. */
   if (rc == 0 && mid && !r->rep && o->should_stop && o->should_stop(o->ctx)) {
     r->stopped = true;
-    rc = write_checkpoint(&r->cp, e - 1, k + 1);
+    rc = write_checkpoint(&r->cp, e - 1, k + 1, true);
   }
   return rc;
 }
@@ -751,7 +753,7 @@ static int end_epoch(run_t *r, epoch_t *ep) {
       e == o->epochs || stop || r->ended ||
       (o->checkpoint_every > 0 && (o->checkpoint_in_steps ? r->step % o->checkpoint_every == 0
                                                           : e % o->checkpoint_every == 0));
-  int rc = due ? write_checkpoint(&r->cp, e, 0) : 0;
+  int rc = due ? write_checkpoint(&r->cp, e, 0, stop) : 0;
   r->stopped = stop && e < o->epochs;
   return rc;
 }
