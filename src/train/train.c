@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "parallel/replicas.h"
+#include "runtime/agree.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
 #include "tessera/runtime.h"
@@ -573,10 +574,17 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
       r->step % o->checkpoint_every == 0)
     rc = write_checkpoint(&r->cp, e - 1, k + 1, false);
-  /* One process stops after any step; ranks stop together at an epoch end. */
-  if (rc == 0 && mid && !r->rep && o->should_stop && o->should_stop(o->ctx)) {
-    r->stopped = true;
-    rc = write_checkpoint(&r->cp, e - 1, k + 1, true);
+  /* A stop on request: one process stops after this step; ranks learn every rank's wish a
+   * step late (agreed without a barrier: runtime/agree.h), all at the same step, and write
+   * each replica's weights where they differ (between averages). The epoch's last step leaves
+   * it to the epoch end. */
+  if (rc == 0 && o->should_stop) {
+    bool stop = o->should_stop(o->ctx);
+    if (r->rep) rc = tsr__dist_any_lagged(stop, &stop);
+    if (rc == 0 && stop && mid) {
+      r->stopped = true;
+      rc = write_checkpoint(&r->cp, e - 1, k + 1, true);
+    }
   }
   return rc;
 }
@@ -746,7 +754,7 @@ static int end_epoch(run_t *r, epoch_t *ep) {
   if (r->rep && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
     TSR_TRY(agree_schedules(r));
   bool stop = o->should_stop && o->should_stop(o->ctx);
-  if (r->rep) stop = tsr_dist_any(stop);
+  if (r->rep) stop = tsr__dist_any_settle(stop); /* the last step's agreement too */
   /* Every N epochs, or every N steps where the N-th falls on the epoch's last step (take_step
    * leaves that one to the epoch's end: skipped, a kill there lost up to 2N - 1 steps). */
   bool due =
