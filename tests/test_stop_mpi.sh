@@ -7,8 +7,8 @@
 # --outer slowmo and epoch (the last two stopped between weight averages: the checkpoint holds
 # every rank's weights, the anchor and the counts since the last average).
 # Usage: test_stop_mpi.sh PATH/TO/tessera; TSR_STOP_CASES="batch slowmo epoch" runs only those;
-# TSR_STOP_BATCH=B trains with batch B per rank (default 16; 4: epochs of 7500 steps, 15 to 30 s
-# here, for measuring the stop in a long epoch).
+# TSR_STOP_BATCH=B trains with batch B per rank (default 16), for measuring the stop in a long
+# epoch: 4 gives every=4 and epoch epochs of 16 to 17 s here, batch needs 2 for as long.
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
