@@ -215,8 +215,21 @@ MUTANTS = [
      [("    tsr__replicas_mark_final(r);\n", "")], ["resume-mpi"]),
     ("checkpoint-unagreed", "a checkpoint written where local SGD's replicas differ (rank 0's "
      "weights between averages)", "src/train/train.c",
-     [("  if (!saved.agreed) return 0;\n", "")],
+     [("  if (!saved.agreed && !saved.between) return 0;\n", "")],
      ["mpi-checkpoint-agree-2"]),
+    ("stop-not-agreed", "each rank stops at its own stop signal, without the ranks' agreement "
+     "a step later", "src/train/train.c",
+     [("    if (r->rep) rc = tsr__dist_any_lagged(stop, &stop);\n", "")],
+     ["mpi-resume-2", "stop-mpi"]),
+    ("stop-between-own-weights", "a rank resumed between averages keeps rank 0's weights, not "
+     "its own the checkpoint holds", "src/train/checkpoint_resume.c",
+     [("      if (q > 0) rc = tsr__ckpt_load_tensor(f, path, full, t, err);\n", "")],
+     ["stop-mpi"]),
+    ("stop-between-anchor", "the outer optimizer's anchor of the last average not given back on "
+     "a resume between averages", "src/train/checkpoint_resume.c",
+     [("(rc = tsr__replicas_anchor(rep, l->params[k].index, NULL, data)) != 0)",
+       "(rc = 0) != 0)")],
+     ["stop-mpi"]),
     ("checkpoint-test-stats", "the checkpoint records the test set's standardization",
      "src/cli/train_run.c",
      [("tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train,",

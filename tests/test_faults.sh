@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Faults under mpirun (2 ranks), as a user meets them, each with the time every process took to
 # end: SIGTERM to mpirun during --sync epoch --checkpoint (one line naming the signal, the
-# checkpoint it names holds that epoch); SIGTERM to rank 1 alone (exit 143, the line names rank
-# 1); a SIGTERM that comes in the last epoch (exit 0 and a line saying so); a second SIGTERM
-# (the rank ends at once, by the signal); a full disk for the checkpoint (the previous one
+# checkpoint it names holds that epoch or step); SIGTERM to rank 1 alone (exit 143, the line names
+# rank 1); a SIGTERM that comes in the last epoch (stopped inside it: exit 143, the checkpoint
+# holds the step); a second SIGTERM (the rank ends at once, by the signal); a full disk for the checkpoint (the previous one
 # intact, one message naming the path and the cause, every rank ending cleanly: no MPI_Abort);
 # resuming under another --sync (a note); a run whose test loss alone is not finite (exit 3 on
 # every rank, no MPI_Abort). Usage: test_faults.sh PATH/TO/tessera
@@ -56,10 +56,16 @@ finish() {
     "$rc"
 }
 epoch_of() { "$tessera" inspect "$1" 2>/dev/null | awk '$1 == "epoch" {print $2}'; }
+# where_of FILE: where checkpoint FILE stands as the stop's line says it ("epoch 3", or "epoch 3
+# step 41": 41 steps into epoch 3).
+where_of() {
+  "$tessera" inspect "$1" 2>/dev/null | awk '$1 == "epoch" {e = $2} $1 == "step_in_epoch" {s = $2}
+    END {if (s > 0) print "epoch " e + 1 " step " s; else print "epoch " e}'
+}
 
 # 1. SIGTERM to mpirun: Open MPI sends the ranks SIGCONT, SIGTERM a second later and SIGKILL a
-# second after that (odls_base_sigkill_timeout, 1 s), and exits 1 whatever they do; epochs of a
-# tenth of a second end inside that second. One line, naming the signal and where the checkpoint
+# second after that (odls_base_sigkill_timeout, 1 s), and exits 1 whatever they do; the ranks
+# stop a step or two after their SIGTERM. One line, naming the signal and where the checkpoint
 # stands, which is where the checkpoint on disk stands.
 start "$tmp/1.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
   --checkpoint "$tmp/1.st"
@@ -70,10 +76,10 @@ kill -TERM "$pid"
 finish "SIGTERM to mpirun (--sync epoch)"
 check "SIGTERM to mpirun: one line naming the signal on every rank" \
   test "$(grep -cE "^tessera train: SIGTERM on every rank: stopped on request; the checkpoint \
-$tmp/1.st holds epoch [0-9]+: continue with --resume" "$tmp/1.out")" = 1
-said=$(grep -oE "holds epoch [0-9]+" "$tmp/1.out" | grep -oE "[0-9]+$")
-check "SIGTERM to mpirun: the checkpoint holds the epoch the line names ($said)" \
-  test "$(epoch_of "$tmp/1.st")" = "${said:-none}"
+$tmp/1.st holds epoch [0-9]+( step [0-9]+)?: continue with --resume" "$tmp/1.out")" = 1
+said=$(grep -oE "holds epoch [0-9]+( step [0-9]+)?" "$tmp/1.out" | sed 's/^holds //')
+check "SIGTERM to mpirun: the checkpoint holds where the line says ($said)" \
+  test "$(where_of "$tmp/1.st")" = "${said:-none}"
 check "SIGTERM to mpirun: exit 1 (Open MPI's for a signalled mpirun) or 143 (got $rc)" \
   test "$rc" = 1 -o "$rc" = 143
 check "SIGTERM to mpirun: every process ended within 10 s ($took)" test "${took%.*}" -lt 10
@@ -87,9 +93,9 @@ kill -TERM $(pgrep -P "$pid")
 finish "SIGTERM to every rank"
 check "SIGTERM to every rank: exit 143 (got $rc)" test "$rc" = 143
 check "SIGTERM to every rank: one line" test "$(grep -cE "^tessera train: SIGTERM on every rank: \
-stopped on request; the checkpoint $tmp/1b.st holds epoch [0-9]+" "$tmp/1b.out")" = 1
+stopped on request; the checkpoint $tmp/1b.st holds epoch [0-9]+( step [0-9]+)?" "$tmp/1b.out")" = 1
 
-# 2. SIGTERM to rank 1 alone: every rank stops at the epoch end with 143, and the line names
+# 2. SIGTERM to rank 1 alone: every rank stops a step or two later with 143, and the line names
 # rank 1 (rank 0, which got no signal, used to claim SIGINT: 130).
 start "$tmp/2.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
   --checkpoint "$tmp/2.st"
@@ -99,32 +105,32 @@ kill -TERM "$(rank_pid 1)"
 finish "SIGTERM to rank 1"
 check "SIGTERM to rank 1: exit 143 (got $rc)" test "$rc" = 143
 check "SIGTERM to rank 1: one line naming rank 1" test "$(grep -cE "^tessera train: SIGTERM on \
-rank 1: stopped on request; the checkpoint $tmp/2.st holds epoch [0-9]+" "$tmp/2.out")" = 1
+rank 1: stopped on request; the checkpoint $tmp/2.st holds epoch [0-9]+( step [0-9]+)?" "$tmp/2.out")" = 1
 check "SIGTERM to rank 1: no MPI_Abort" bash -c "! grep -qE '$noise' '$tmp/2.out'"
 check "SIGTERM to rank 1: every process ended within 10 s ($took)" test "${took%.*}" -lt 10
 
-# 3. A SIGTERM in the last epoch: ranks stop at an epoch end, where nothing is left to train;
-# the run is complete (exit 0) and says the signal came.
-start "$tmp/3.out" --data "$data" --workers 1 --test-limit 100 --train-limit 3000 --epochs 2 \
-  --sync epoch --checkpoint "$tmp/3.st"
+# 3. A SIGTERM in the last epoch (of 940 steps, 2 to 8 s here): the ranks stop inside it, between
+# the weight averages of --sync epoch (exit 143; the checkpoint holds that step of epoch 2).
+start "$tmp/3.out" --data "$data" --workers 1 --test-limit 100 --train-limit 30000 --epochs 2 \
+  --batch 16 --sync epoch --checkpoint "$tmp/3.st"
 wait_line "^epoch 1/2"
 t0=$(date +%s.%N)
 kill -TERM "$(rank_pid 1)"
 finish "SIGTERM to rank 1 in the last epoch"
-check "SIGTERM in the last epoch: exit 0 (got $rc)" test "$rc" = 0
-check "SIGTERM in the last epoch: a line says so" grep -qE "^tessera train: SIGTERM on rank 1: \
-nothing was left to stop, every epoch was trained and the checkpoint holds the end" "$tmp/3.out"
-check "SIGTERM in the last epoch: the checkpoint holds epoch 2" test "$(epoch_of "$tmp/3.st")" = 2
+check "SIGTERM in the last epoch: exit 143 (got $rc)" test "$rc" = 143
+said=$(grep -oE "^tessera train: SIGTERM on rank 1: stopped on request; the checkpoint $tmp/3.st \
+holds epoch 2 step [0-9]+" "$tmp/3.out" | sed 's/.* holds //')
+check "SIGTERM in the last epoch: the checkpoint holds the step of epoch 2 the line names \
+(${said:-none})" test "$(where_of "$tmp/3.st")" = "${said:-none}"
 
-# 4. A second SIGTERM ends the rank at once, by the signal (mpirun says so), not at the epoch
-# end the first one waits for. The epoch is long (about 5 s on 2 cores) so that the first
-# signal's epoch end cannot come within the 0.3 s before the second.
+# 4. A second SIGTERM ends the rank at once, by the signal (mpirun says so), not after the step
+# and the checkpoint the first one waits for (a checkpoint of 2.9 million weights, each rank's).
 start "$tmp/4.out" "${small[@]}" --train-limit 60000 --model mlp:1024,1024 --epochs 3 \
   --sync epoch --checkpoint "$tmp/4.st"
 wait_file "$tmp/4.st"
 r1=$(rank_pid 1)
 kill -TERM "$r1"
-sleep 0.3
+sleep 0.02
 t0=$(date +%s.%N)
 kill -TERM "$r1"
 while kill -0 "$r1" 2>/dev/null; do sleep 0.02; done

@@ -211,7 +211,7 @@ typedef struct {
    * (steps with checkpoint_in_steps), at the end, and when stopped; checkpoint_info (borrowed)
    * says what the run is (model, data, standardization), tsr_train fills in where it stands.
    * Under MPI rank 0 writes, at points where the replicas agree (batch: any; every=K: after
-   * an average; epoch=n: after its average; async-epoch: the end). */
+   * an average; epoch=n: after its average; async-epoch: the end), and at a stop. */
   const char *checkpoint_path;
   int checkpoint_every;
   bool checkpoint_in_steps;
@@ -224,9 +224,12 @@ typedef struct {
    * replicas exist, each rank's optimizer state, the outer momentum and post-local's switch
    * are restored from it where it holds them (tsr_checkpoint_resume_check says what not). */
   const char *resume_path;
-  /* Polled after every step (one process) or at every epoch end (MPI, all ranks agreeing):
-   * when it returns true, training stops there, writes a checkpoint if asked, and tsr_train
-   * returns TSR_ESTOPPED. NULL: never. */
+  /* Polled after every step and at every epoch end: when it returns true, training stops
+   * after that step (under MPI on any rank: the ranks learn it a step later, every rank
+   * stopping after the same step; no barrier), writes a checkpoint if asked (under MPI between
+   * averages of a policy with no state of its own besides the step count, every rank's
+   * weights), and tsr_train returns TSR_ESTOPPED. Under MPI every rank passes one or none.
+   * NULL: never. */
   bool (*should_stop)(void *ctx);
   void *ctx;
 } tsr_train_opts_t;

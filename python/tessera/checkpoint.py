@@ -22,8 +22,10 @@ metadata strings: format, tessera_version, model (tsr_model_describe's line), mo
          `optimizer.rank<q>.<parameter>.<state>` of ranks q >= 1 and optimizer_steps_ranks; or
          under a grid "per-column" with `optimizer.column<q>.<parameter>.<state>` of grid
          columns q >= 1 and optimizer_steps_columns),
-         outer_state ("momentum": the tensors `outer.<parameter>.momentum`), local_since and
-         final_average (docs/checkpoints.md); this package reads rank 0's state.
+         outer_state ("momentum": the tensors `outer.<parameter>.momentum`), local_since,
+         final_average and, at a stop between averages, replica_weights with the tensors
+         `replica.rank<q>.<tensor>` and `anchor.<parameter>`, average_samples and average_steps
+         (docs/checkpoints.md); this package reads rank 0's state.
 """
 import zlib
 

@@ -80,5 +80,6 @@ void tsr__cli_train_usage(FILE *out) {
   fprintf(out, "\nExit status: 0 trained; 1 a run that failed (a file, the data, memory, the "
                "runtime);\n2 a bad option or combination of options, before anything loads; 3 "
                "training diverged\n(a loss not finite); 128 + the signal (130 SIGINT, 143 "
-               "SIGTERM) when stopped by one,\nafter writing the checkpoint.\n");
+               "SIGTERM) when stopped by one\nafter the step in flight (every rank a step or "
+               "two later), after writing the\ncheckpoint of that step.\n");
 }

@@ -733,7 +733,7 @@ static const row_t rows[] = {
     {"checkpoint", "FILE", read_text, AT(checkpoint),
      .help = "write the network, optimizer state and training state\n"
              "(safetensors) at every --checkpoint-every, at the end and\n"
-             "when stopped by SIGINT/SIGTERM"},
+             "at the step where SIGINT/SIGTERM stopped the run"},
     {"checkpoint-every", "N[epochs|steps]", read_checkpoint_every,
      .want = "N, Nepochs or Nsteps with N >= 1", .help = "how often [1 epoch]"},
     {"resume", "FILE|auto", read_text, AT(resume),

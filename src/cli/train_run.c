@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -182,8 +183,18 @@ typedef struct {
 
 /* SIGINT/SIGTERM: the first asks training to stop (it finishes the tasks in
  * flight, writes the checkpoint if one was asked for, and the command exits
- * 128 + the signal); a second ends the process at once, by that signal. */
-static volatile sig_atomic_t stop_signal;
+ * 128 + the signal); a second ends the process at once, by that signal.
+ * Once the run is over (leaving), a signal ends the process with its status. */
+static volatile sig_atomic_t stop_signal, leaving, leave_status;
+/* Seconds (monotonic) of the last SIGCONT and of the stop signal: Open MPI's mpirun, signalled,
+ * sends its ranks SIGCONT a second before SIGTERM, and answers no MPI_Finalize after. */
+static volatile sig_atomic_t cont_at = -100, stop_at;
+
+static sig_atomic_t seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (sig_atomic_t)ts.tv_sec;
+}
 
 /* The command's exit status for what the run returned (docs/training.md's table); a stop on
  * request is 128 + the signal, which only the ranks together know (stop_line). */
@@ -192,12 +203,17 @@ static int exit_status(int rc) {
 }
 
 static void on_signal(int sig) {
+  if (sig == SIGCONT) {
+    cont_at = seconds_now();
+    return;
+  }
+  if (leaving) _exit(leave_status);
   if (stop_signal) {
     signal(sig, SIG_DFL);
     raise(sig);
     return;
   }
-  stop_signal = sig;
+  stop_signal = sig, stop_at = seconds_now();
 }
 
 static bool should_stop(void *ctx) {
@@ -212,14 +228,29 @@ static void catch_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sa.sa_flags = SA_RESTART; /* SIGCONT's own action, continuing, stays */
+  sigaction(SIGCONT, &sa, NULL);
+}
+
+/* The end of the command with status: under MPI after a stop signal that a signalled mpirun sent
+ * (a SIGCONT came at most 2 s before it), without MPI_Finalize, whose last exchange waits for
+ * mpirun, which no longer answers (the ranks waited there until its SIGKILL, a second after
+ * their SIGTERM); a signal during MPI_Finalize ends the process with status too. Every rank has
+ * agreed and written what it had to before. */
+static int leave(int status) {
+  fflush(NULL);
+  leave_status = status, leaving = 1;
+  if (stop_signal && tsr_dist_size() > 1 && stop_at - cont_at <= 2) _exit(status);
+  tsr_dist_stop();
+  return status;
 }
 
 /* The exit status once training is over, from rc, the run's result as every rank has it
  * (collective). After a stop on request (rc TSR_ESTOPPED on every rank), or a run that ended
  * (rc 0), which signal stopped it and on which rank, agreed by every rank, for rank 0's one
  * line: 128 + the lowest signalled rank's signal after a stop; 0, said, when a signal came too
- * late to stop anything (under MPI ranks stop at an epoch end: one that came in the last epoch
- * finds it trained). *signalled: whether any rank had got a signal (the same on every rank). */
+ * late to stop anything (after the last step, or, under MPI, the last step's agreement).
+ * *signalled: whether any rank had got a signal (the same on every rank). */
 static int stop_line(const run_t *r, int rc, bool *signalled) {
   int sig, ranks, first = tsr_dist_first_signal(stop_signal, &sig, &ranks);
   *signalled = first >= 0;
@@ -806,6 +837,5 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   tsr_dataset_fini(&r.val);
   tsr_standardization_fini(&r.standardization);
   free(r.fill);
-  tsr_dist_stop();
-  return status;
+  return leave(status);
 }

@@ -60,6 +60,16 @@ tsr_outer_state_t *tsr__homes_outer(const tsr_replicas_t *r) {
   return r->homes ? r->homes->outer : NULL;
 }
 
+tsr_tiles_t *tsr__homes_anchor(const tsr_replicas_t *r, int index) {
+  tsr__homes_t *h = r->homes;
+  if (!h) return NULL;
+  return h->outer ? tsr__outer_anchor(h->outer, index) : h->anchor ? h->anchor[index] : NULL;
+}
+
+int64_t *tsr__homes_steps(const tsr_replicas_t *r) {
+  return r->homes->steps;
+}
+
 void tsr__homes_count(tsr_replicas_t *r, const int *samples_per_rank) {
   for (int q = 0; q < r->m.size; q++)
     r->homes->steps[q] += samples_per_rank[q] > 0;

@@ -18,6 +18,11 @@ int tsr__homes_create(tsr_replicas_t *r);
 void tsr__homes_destroy(tsr_replicas_t *r);
 /* The outer optimizer's state, or NULL: none. */
 tsr_outer_state_t *tsr__homes_outer(const tsr_replicas_t *r);
+/* The weights every rank restarted from at the last average where they are kept (the outer
+ * optimizer's anchor of the replicas' parameter index, or FedNova's), else NULL. */
+tsr_tiles_t *tsr__homes_anchor(const tsr_replicas_t *r, int index);
+/* [size] each rank's local steps since the last average of every rank (FedNova's count). */
+int64_t *tsr__homes_steps(const tsr_replicas_t *r);
 /* The samples every rank takes in the coming step: a step with samples is a local step. */
 void tsr__homes_count(tsr_replicas_t *r, const int *samples_per_rank);
 

@@ -1,10 +1,11 @@
 /* Replicas of a network on every MPI rank and the synchronization policies that keep them in
  * agreement (docs/design.md, "Synchronization"): the averaging engine as the trainer
- * (src/train) sees it, twelve calls at fixed points of every rank's loop, so every rank submits
- * the same StarPU-MPI tasks in the same order: start (create), before a step (count), after a
- * step, the epoch's beginning and end, the epoch's sums, the statistics, whether the replicas
- * agree (an evaluation, a checkpoint), the checkpoint's state, the outer momentum read or
- * written, the resume, and finish (destroy). No StarPU types. */
+ * (src/train) sees it, fourteen calls at fixed points of every rank's loop, so every rank
+ * submits the same StarPU-MPI tasks in the same order: start (create), before a step (count),
+ * after a step, the epoch's beginning and end, the epoch's sums, the statistics, whether the
+ * replicas agree (an evaluation, a checkpoint), the checkpoint's state, the outer momentum and
+ * the anchor read or written, the resume and the resume between averages, and finish
+ * (destroy). No StarPU types. */
 #ifndef TSR_REPLICAS_H
 #define TSR_REPLICAS_H
 
@@ -68,6 +69,13 @@ typedef struct {
   bool final_extra;    /* the last average was the end's, off the schedule */
   bool local;          /* the replicas train alone now: local_since goes in */
   int64_t local_since; /* the step the policy's local SGD counts from (post-local's switch; 0) */
+  /* Between averages, what a checkpoint of every replica needs (a stop writes one): whether
+   * the replicas can be saved one by one there (weight averaging by a policy that keeps nothing
+   * of its own between averages, no grid), whether an anchor goes in (tsr__replicas_anchor),
+   * and each rank's samples and local steps since the last average ([size], borrowed). */
+  bool between;
+  bool anchor;
+  const int64_t *samples, *steps;
 } tsr__replicas_saved_t;
 
 /* What a checkpoint of the replicas holds now, into *c. With write (a checkpoint is written
@@ -80,6 +88,14 @@ int tsr__replicas_checkpoint(tsr_replicas_t *r, bool write, tsr__replicas_saved_
  * from `from`, which every rank gives, each keeping the tiles it homes. TSR_EINVAL without an
  * outer optimizer or for a parameter it does not know. */
 int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *from);
+/* The weights every rank restarted from at the last average (the outer optimizer's anchor, or
+ * FedNova's) of the net's parameter index: read or written as tsr__replicas_outer. TSR_EINVAL
+ * where none is kept. */
+int tsr__replicas_anchor(tsr_replicas_t *r, int index, float *into, const float *from);
+/* A run resumed from a checkpoint of every replica written between averages: each rank's
+ * samples and local steps since the last average ([size] each, every rank's) taken back, and
+ * the replicas differ (each rank loaded its own weights). Not collective. */
+void tsr__replicas_resume_between(tsr_replicas_t *r, const int64_t *samples, const int64_t *steps);
 /* A run resumed from a checkpoint written under the same policy while the replicas trained
  * alone, with its local_since: post-local past its switch trains locally from the start,
  * counted from it, each rank keeping the optimizer state it was given. Nothing for the other

@@ -1,8 +1,9 @@
 /* What a checkpoint reads of the replicas and writes back (replicas.h, "Checkpoints"): whether
  * they agree and how the optimizer state is kept (the whole state shared first where
  * gradient averaging shards it), whether the last average was the end's, the step local SGD
- * counts from and the resume past it (the policy's), the outer optimizer's momentum gathered
- * from the ranks that home its chunks and given back to them. */
+ * counts from and the resume past it (the policy's), the outer optimizer's momentum and the
+ * anchor gathered from the ranks that home its chunks and given back to them, and between
+ * averages each rank's samples and local steps since the last one. */
 #include "parallel/gradients.h"
 #include "parallel/home.h"
 
@@ -13,6 +14,11 @@ int tsr__replicas_checkpoint(tsr_replicas_t *r, bool write, tsr__replicas_saved_
                                .final_extra = r->final_extra,
                                .local = !r->batch};
   c->local_since = r->policy->local_since ? r->policy->local_since(r->state) : 0;
+  /* A policy with state of its own (its create hook: hier's groups, async-epoch's global copy,
+   * post-local's switch) would need it saved too; every other one is its step count's alone. */
+  c->between = !r->batch && !r->policy->create && r->m.grid_rows == 1;
+  c->anchor = r->nparams > 0 && tsr__homes_anchor(r, r->params[0].index) != NULL;
+  c->samples = r->samples, c->steps = tsr__homes_steps(r);
   return write && c->agreed ? tsr__replicas_share_state(r) : 0;
 }
 
@@ -31,6 +37,21 @@ int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *
   /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
    * plan (tsr__placement_plan), which only that row's ranks know. */
   return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);
+}
+
+int tsr__replicas_anchor(tsr_replicas_t *r, int index, float *into, const float *from) {
+  const rparam_t *rp = param_of(r, index);
+  tsr_tiles_t *x = rp ? tsr__homes_anchor(r, rp->index) : NULL;
+  if (!x) return TSR_EINVAL;
+  if (from) return tsr_tiles_write_owned(x, from);
+  return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(x, into) : tsr_tiles_gather(x, into);
+}
+
+void tsr__replicas_resume_between(tsr_replicas_t *r, const int64_t *samples, const int64_t *steps) {
+  int64_t *local = tsr__homes_steps(r);
+  for (int q = 0; q < r->m.size; q++)
+    r->samples[q] = samples[q], local[q] = steps[q];
+  r->agreed = false;
 }
 
 int tsr__replicas_resume(tsr_replicas_t *r, int64_t local_since) {

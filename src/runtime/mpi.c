@@ -2,17 +2,23 @@
  * that ranks can agree on their configuration and data before any task
  * runs), agreeing on errors, gathering a run's per-rank totals once it is
  * over, and stopping every rank when one fails; besides, at each epoch end
- * (where ranks meet anyway), exchanging a few numbers per rank for --shares. */
+ * (where ranks meet anyway), exchanging a few numbers per rank for --shares, and at each step a
+ * stop on request agreed a step late (runtime/agree.h). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/agree.h"
 #include "tessera/dist.h"
 
 static bool active, we_started, multiple;
 static int rank, size = 1, local_rank, local_size = 1;
 static int agreed_rc; /* the last failure tsr_dist_agree returned: every rank's */
+/* The lagged agreement (agree.h): its communicator, the request in flight, its flags. */
+static MPI_Comm lag_comm = MPI_COMM_NULL;
+static MPI_Request lag_req = MPI_REQUEST_NULL;
+static int lag_in, lag_out;
 
 static int env_int(const char *name, int fallback) {
   const char *v = getenv(name);
@@ -54,6 +60,7 @@ int tsr_dist_start(int *argc, char ***argv, bool force) {
     local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
     local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", size);
   }
+  if (size > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &lag_comm) != MPI_SUCCESS) return TSR_ERUNTIME;
   active = true;
   return 0;
 }
@@ -271,7 +278,33 @@ void tsr_dist_abort(const char *msg) {
   tsr_dist_abort_status(msg, 1);
 }
 
+int tsr__dist_any_lagged(bool mine, bool *any) {
+  *any = mine;
+  if (!active || size == 1) return 0;
+  *any = false;
+  if (lag_req != MPI_REQUEST_NULL) {
+    if (MPI_Wait(&lag_req, MPI_STATUS_IGNORE) != MPI_SUCCESS) return TSR_ERUNTIME;
+    *any = lag_out != 0;
+  }
+  if (*any) return 0; /* every rank learnt it here: none starts another */
+  lag_in = mine;
+  return MPI_Iallreduce(&lag_in, &lag_out, 1, MPI_INT, MPI_LOR, lag_comm, &lag_req) == MPI_SUCCESS
+             ? 0
+             : TSR_ERUNTIME;
+}
+
+bool tsr__dist_any_settle(bool mine) {
+  bool was = false;
+  if (active && lag_req != MPI_REQUEST_NULL && MPI_Wait(&lag_req, MPI_STATUS_IGNORE) == MPI_SUCCESS)
+    was = lag_out != 0;
+  return tsr_dist_any(mine || was);
+}
+
 void tsr_dist_stop(void) {
+  /* An agreement left in flight (an error every rank agreed on mid-epoch): every rank started
+   * it, so it completes. */
+  if (active && lag_req != MPI_REQUEST_NULL) MPI_Wait(&lag_req, MPI_STATUS_IGNORE);
+  if (active && lag_comm != MPI_COMM_NULL) MPI_Comm_free(&lag_comm);
   if (active && we_started) {
     int finalized;
     MPI_Finalized(&finalized);

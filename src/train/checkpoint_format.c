@@ -44,6 +44,10 @@ void tsr__ckpt_replica_prefix(char *buf, size_t size, bool columns, int q) {
   snprintf(buf, size, "optimizer.%s%d.", columns ? "column" : "rank", q);
 }
 
+void tsr__ckpt_replica_weights(char *buf, size_t size, int q, const char *name) {
+  snprintf(buf, size, "replica.rank%d.%s", q, name);
+}
+
 /* ---- a growing list of tensors and metadata ---- */
 
 int tsr__ckpt_add_meta(tsr__ckpt_bundle_t *b, const char *key, const char *fmt, ...) {

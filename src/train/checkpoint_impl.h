@@ -28,6 +28,9 @@ int tsr__ckpt_state_count(const tsr_layer_t *l);
 /* The prefix of replica q's optimizer state in a file whose states are per replica: ranks
  * without a grid, grid columns under one (optimizer.rank<q>. or optimizer.column<q>.). */
 void tsr__ckpt_replica_prefix(char *buf, size_t size, bool columns, int q);
+/* Replica q's own copy of tensor name (a parameter or a buffer) in a file written between
+ * averages, where the replicas differ: replica.rank<q>.<name> (replica 0's is the plain one). */
+void tsr__ckpt_replica_weights(char *buf, size_t size, int q, const char *name);
 
 /* ---- a growing list of tensors and metadata ---- */
 

@@ -111,6 +111,59 @@ static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char 
   return rc;
 }
 
+/* The whole numbers of metadata key, one per rank, into v[size]. */
+static int per_rank(const tsr_st_file_t *f, const char *path, const char *key, int64_t *v,
+                    tsr_errbuf_t *err) {
+  const char *s = tsr__st_meta(f, key);
+  if (!s) return tsr_error_set(err, TSR_EINVAL, "%s: %s is missing", path, key);
+  for (int q = 0; q < tsr_dist_size(); q++) {
+    TSR_TRY(tsr__ckpt_whole_at(&s, path, key, 0, INT64_MAX, &v[q], err));
+    while (*s == ' ')
+      s++;
+  }
+  return tsr__ckpt_at_end(s, path, key, err);
+}
+
+/* A file written between averages (a stop there) by as many ranks: this rank's own weights and
+ * buffers (rank 0's are the plain ones, loaded already), the anchor, and what every rank counted
+ * since the last average. Another number of ranks goes on from rank 0's weights (the resume
+ * check said so). */
+static int restore_between(tsr_net_t *net, tsr_replicas_t *rep, const tsr_st_file_t *f,
+                           const char *path, tsr_errbuf_t *err) {
+  int64_t ranks = 0;
+  TSR_TRY(tsr__ckpt_meta_int(f, path, "replica_weights", 1, TSR_MAX_RANKS, &ranks, err));
+  int size = tsr_dist_size(), q = tsr_dist_rank(), rc = 0;
+  if (ranks != size || tsr_net_grid_rows(net) > 1) return 0;
+  tsr__replicas_saved_t now;
+  TSR_TRY(tsr__replicas_checkpoint(rep, false, &now));
+  for (int i = 0; i < net->n_layers && rc == 0; i++) {
+    tsr_layer_t *l = &net->layers[i];
+    char name[96], full[192];
+    for (int k = 0; k < l->nparams + l->nbuffers && rc == 0; k++) {
+      if (k < l->nparams)
+        tsr__ckpt_param_name(l, k, name, sizeof name);
+      else
+        tsr__ckpt_state_name(l, k - l->nparams, name, sizeof name);
+      tsr_tiles_t *t = k < l->nparams ? l->params[k].w : l->buffers[k - l->nparams];
+      tsr__ckpt_replica_weights(full, sizeof full, q, name);
+      if (q > 0) rc = tsr__ckpt_load_tensor(f, path, full, t, err);
+      if (rc || k >= l->nparams || !now.anchor) continue;
+      const float *data = NULL;
+      snprintf(full, sizeof full, "anchor.%s", name);
+      rc = tsr__ckpt_find_sized(f, path, full, tsr_tiles_rows(t) * tsr_tiles_cols(t), &data, err);
+      if (rc == 0 && (rc = tsr__replicas_anchor(rep, l->params[k].index, NULL, data)) != 0)
+        tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
+    }
+  }
+  int64_t *samples = calloc((size_t)size * 2, sizeof *samples);
+  if (!samples) return tsr_error_set(err, TSR_ENOMEM, "out of memory reading %s", path);
+  if (rc == 0) rc = per_rank(f, path, "average_samples", samples, err);
+  if (rc == 0) rc = per_rank(f, path, "average_steps", samples + size, err);
+  if (rc == 0) tsr__replicas_resume_between(rep, samples, samples + size);
+  free(samples);
+  return rc;
+}
+
 int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char *path,
                                 const char *sync, tsr_errbuf_t *err) {
   tsr_st_file_t *f;
@@ -139,6 +192,7 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
         tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
     }
   }
+  if (rc == 0 && tsr__st_meta(f, "replica_weights")) rc = restore_between(net, rep, f, path, err);
   int64_t since = 0;
   bool local = rc == 0 && strcmp(got.sync, sync) == 0 && tsr__st_meta(f, "local_since");
   if (local) rc = tsr__ckpt_meta_int(f, path, "local_since", 0, INT64_MAX, &since, err);

@@ -21,7 +21,9 @@
 
 /* Under MPI with weight averaging every replica's optimizer state is its own: state s of
  * parameter name, matrix t (a grid column's spread over its pr ranks), gathered to rank 0 as
- * <prefix of q><name>.<s> for replicas q >= 1 (replica 0's is the plain optimizer.<name>.<s>).
+ * <prefix of q><name>.<s> for replicas q >= 1 (replica 0's is the plain optimizer.<name>.<s>);
+ * with no state (NULL), the replicas' own copies of tensor name between averages
+ * (replica.rank<q>.<name>).
  * Collective, its result the same on every rank; b is rank 0's (NULL elsewhere), *added its
  * own result there. */
 static int gather_state(tsr__ckpt_bundle_t *b, const char *name, const char *state,
@@ -32,8 +34,12 @@ static int gather_state(tsr__ckpt_bundle_t *b, const char *name, const char *sta
   int rc = tsr_dist_any(b && !every) ? TSR_ENOMEM : tsr_tiles_gather_copies(t, pr, every);
   for (int q = 1; rc == 0 && b && q < replicas && *added == 0; q++) {
     char full[192];
-    tsr__ckpt_replica_prefix(full, sizeof full, pr > 1, q);
-    snprintf(full + strlen(full), sizeof full - strlen(full), "%s.%s", name, state);
+    if (state) {
+      tsr__ckpt_replica_prefix(full, sizeof full, pr > 1, q);
+      snprintf(full + strlen(full), sizeof full - strlen(full), "%s.%s", name, state);
+    } else {
+      tsr__ckpt_replica_weights(full, sizeof full, q, name);
+    }
     float *copy = malloc(sizeof(float) * (size_t)count);
     if (copy) memcpy(copy, every + q * count, sizeof(float) * (size_t)count);
     *added = copy ? tsr__ckpt_add_data(b, full, rows, cols, copy) : TSR_ENOMEM;
@@ -42,22 +48,42 @@ static int gather_state(tsr__ckpt_bundle_t *b, const char *name, const char *sta
   return rc;
 }
 
-/* The outer momentum of parameter index, gathered from its homes to rank 0 as
- * outer.<name>.momentum: as gather_state. */
+/* The outer momentum of parameter index (or with anchor the anchor: the weights every rank
+ * restarted from at the last average), gathered from its homes to rank 0 as
+ * outer.<name>.momentum (anchor.<name>): as gather_state. */
 static int gather_outer(tsr__ckpt_bundle_t *b, tsr_replicas_t *rep, const char *name,
-                        const tsr_tiles_t *w, int index, int *added) {
+                        const tsr_tiles_t *w, int index, bool anchor, int *added) {
   int64_t rows = tsr_tiles_rows(w), cols = tsr_tiles_cols(w);
   float *all = tsr_dist_rank() == 0 ? malloc(sizeof(float) * (size_t)(rows * cols)) : NULL;
   int rc = tsr_dist_any(tsr_dist_rank() == 0 && !all) ? TSR_ENOMEM : 0;
-  if (rc == 0) rc = tsr__replicas_outer(rep, index, all, NULL);
+  if (rc == 0)
+    rc = anchor ? tsr__replicas_anchor(rep, index, all, NULL)
+                : tsr__replicas_outer(rep, index, all, NULL);
   rc = tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
   char full[160];
-  snprintf(full, sizeof full, "outer.%s.momentum", name);
+  snprintf(full, sizeof full, anchor ? "anchor.%s" : "outer.%s.momentum", name);
   if (rc == 0 && b && *added == 0) {
     *added = tsr__ckpt_add_data(b, full, rows, cols, all);
     all = NULL;
   }
   free(all);
+  return rc;
+}
+
+/* Between averages (a stop there), what the replicas counted since the last average, each
+ * rank's: the samples (the weights of the next average) and the local steps (FedNova's). */
+static int add_between_meta(tsr__ckpt_bundle_t *b, const tsr__replicas_saved_t *saved) {
+  char samples[1024] = "", steps[1024] = "";
+  int n = 0, m = 0;
+  for (int q = 0; q < tsr_dist_size() && n < (int)sizeof samples - 24 && m < (int)sizeof steps - 24;
+       q++) {
+    n += snprintf(samples + n, sizeof samples - (size_t)n, "%s%" PRId64, q ? " " : "",
+                  saved->samples[q]);
+    m += snprintf(steps + m, sizeof steps - (size_t)m, "%s%" PRId64, q ? " " : "", saved->steps[q]);
+  }
+  int rc = tsr__ckpt_add_meta(b, "replica_weights", "%d", tsr_dist_size());
+  if (rc == 0) rc = tsr__ckpt_add_meta(b, "average_samples", "%s", samples);
+  if (rc == 0) rc = tsr__ckpt_add_meta(b, "average_steps", "%s", steps);
   return rc;
 }
 
@@ -80,7 +106,7 @@ static int add_replicas_meta(tsr__ckpt_bundle_t *b, bool per_replica, int pr, bo
   if (rc == 0 && per_replica)
     rc = tsr__ckpt_add_meta(b, pr > 1 ? "optimizer_steps_columns" : "optimizer_steps_ranks", "%s",
                             text);
-  return rc;
+  return rc == 0 && saved->between ? add_between_meta(b, saved) : rc;
 }
 
 /* Adds matrix t as tensor name on the writer (b; NULL elsewhere). Collective (every rank
@@ -105,7 +131,8 @@ static int add_gathered(tsr__ckpt_bundle_t *b, const char *name, const tsr_tiles
  * own, as DDP saves rank 0's). b is the writer's (NULL elsewhere), its own result in *rc; the
  * collectives' result returned, the same everywhere. */
 static int add_tensors(tsr__ckpt_bundle_t *b, const tsr_net_t *net, tsr_replicas_t *rep,
-                       bool collective, bool per_replica, bool outer, int *rc) {
+                       bool collective, bool per_replica, bool outer,
+                       const tsr__replicas_saved_t *between, int *rc) {
   int pr = tsr_net_grid_rows(net);
   int nstate = tsr__optim_nstate(net->optim), crc = 0;
   for (int i = 0; i < net->n_layers && crc == 0; i++) {
@@ -117,6 +144,9 @@ static int add_tensors(tsr__ckpt_bundle_t *b, const tsr_net_t *net, tsr_replicas
         crc = add_gathered(b, name, l->params[k].w, rc);
       else if (*rc == 0)
         *rc = tsr__ckpt_add_tensor(b, name, l->params[k].w);
+      if (between && crc == 0) crc = gather_state(b, name, NULL, l->params[k].w, pr, rc);
+      if (between && between->anchor && crc == 0)
+        crc = gather_outer(b, rep, name, l->params[k].w, l->params[k].index, true, rc);
       for (int s = 0; s < nstate && crc == 0; s++) {
         const tsr_tiles_t *t = tsr__optim_state(net->optim, l->params[k].index, s);
         const char *sname = tsr__optim_state_name(net->optim, s);
@@ -128,7 +158,7 @@ static int add_tensors(tsr__ckpt_bundle_t *b, const tsr_net_t *net, tsr_replicas
         if (per_replica && crc == 0) crc = gather_state(b, name, sname, t, pr, rc);
       }
       if (outer && crc == 0)
-        crc = gather_outer(b, rep, name, l->params[k].w, l->params[k].index, rc);
+        crc = gather_outer(b, rep, name, l->params[k].w, l->params[k].index, false, rc);
     }
     for (int k = 0; k < tsr__ckpt_state_count(l) && crc == 0; k++) {
       char name[96];
@@ -137,6 +167,7 @@ static int add_tensors(tsr__ckpt_bundle_t *b, const tsr_net_t *net, tsr_replicas
         if (b && *rc == 0) *rc = tsr__ckpt_add_scalar(b, name, (double)l->batches_tracked);
       } else if (collective) {
         crc = add_gathered(b, name, l->buffers[k], rc);
+        if (between && crc == 0) crc = gather_state(b, name, NULL, l->buffers[k], pr, rc);
       } else if (*rc == 0) {
         *rc = tsr__ckpt_add_tensor(b, name, l->buffers[k]);
       }
@@ -157,17 +188,21 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   /* Local SGD: each replica's optimizer state is its own (batch shares it before this). */
   bool per_replica = rep && replicas > 1 && nstate > 0 && saved->per_replica;
   bool outer = rep && saved->outer;
+  /* Between averages (a stop), every replica's weights and buffers, and the anchor. */
+  const tsr__replicas_saved_t *between = rep && saved->between && pr == 1 ? saved : NULL;
   int ntensors =
-      tsr_net_n_params(net) * (1 + nstate * (per_replica ? replicas : 1) + (outer ? 1 : 0));
+      tsr_net_n_params(net) * (1 + nstate * (per_replica ? replicas : 1) + (outer ? 1 : 0) +
+                               (between ? replicas - 1 : 0) + (between && between->anchor ? 1 : 0));
   for (int i = 0; i < net->n_layers; i++)
-    ntensors += tsr__ckpt_state_count(&net->layers[i]);
+    ntensors += tsr__ckpt_state_count(&net->layers[i]) +
+                (between ? (replicas - 1) * net->layers[i].nbuffers : 0);
   tsr__ckpt_bundle_t b = {0};
   /* rc: the writer's own; crc: the collectives', the same on every rank. */
   int rc = writer ? tsr__ckpt_bundle_init(&b, ntensors) : 0, crc = 0;
   int64_t steps[TSR_MAX_RANKS] = {0}, mine = tsr__optim_steps(net->optim);
   if (per_replica && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
   if (crc == 0)
-    crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_replica, outer, &rc);
+    crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_replica, outer, between, &rc);
   rc = rc ? rc : crc;
   if (writer && rc == 0) rc = tsr__ckpt_add_state_meta(&b, net, info);
   if (writer && rc == 0 && pr > 1) rc = tsr__ckpt_add_meta(&b, "grid", "%dx%d", pr, replicas);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "parallel/replicas.h"
+#include "runtime/agree.h"
 #include "runtime/observe.h"
 #include "runtime/progress.h"
 #include "tessera/runtime.h"
@@ -218,15 +219,17 @@ typedef struct {
 /* Writes o->checkpoint_path (if set) with epoch epochs done and step steps
  * of the next: on rank 0, once the replicas agree and hold the whole
  * optimizer state, every rank learning whether it worked. Under MPI a point
- * where replicas differ (local SGD between averages) is skipped: the next
- * agreeing one writes. */
-static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step) {
+ * where replicas differ (local SGD between averages) is skipped, the next
+ * agreeing one writing, except at a stop (stop), which writes every
+ * replica's weights where the replicas can give them (saved.between). */
+static int write_checkpoint(checkpoint_t *cp, int epoch, int64_t step, bool stop) {
   snprintf(cp->where, sizeof cp->where, step ? "epoch %d step %lld" : "epoch %d", epoch + !!step,
            (long long)step);
   if (!cp->o->checkpoint_path) return 0;
   tsr__replicas_saved_t saved = {.agreed = true};
   int rc = cp->rep ? tsr__replicas_checkpoint(cp->rep, true, &saved) : 0;
-  if (!saved.agreed) return 0;
+  saved.between = !saved.agreed && stop && saved.between;
+  if (!saved.agreed && !saved.between) return 0;
   if (rc == 0) rc = tsr_net_wait(cp->net, 0);
   tsr_checkpoint_info_t info = {0};
   if (cp->o->checkpoint_info) info = *cp->o->checkpoint_info;
@@ -570,11 +573,18 @@ static int take_step(run_t *r, epoch_t *ep, int64_t k) {
   if (rc == 0 && mid && o->eval_every > 0 && r->step % o->eval_every == 0) rc = eval_line(r, ep, k);
   if (rc == 0 && mid && o->checkpoint_in_steps && o->checkpoint_every > 0 &&
       r->step % o->checkpoint_every == 0)
-    rc = write_checkpoint(&r->cp, e - 1, k + 1);
-  /* One process stops after any step; ranks stop together at an epoch end. */
-  if (rc == 0 && mid && !r->rep && o->should_stop && o->should_stop(o->ctx)) {
-    r->stopped = true;
-    rc = write_checkpoint(&r->cp, e - 1, k + 1);
+    rc = write_checkpoint(&r->cp, e - 1, k + 1, false);
+  /* A stop on request: one process stops after this step; ranks learn every rank's wish a
+   * step late (agreed without a barrier: runtime/agree.h), all at the same step, and write
+   * each replica's weights where they differ (between averages). The epoch's last step leaves
+   * it to the epoch end. */
+  if (rc == 0 && o->should_stop) {
+    bool stop = o->should_stop(o->ctx);
+    if (r->rep) rc = tsr__dist_any_lagged(stop, &stop);
+    if (rc == 0 && stop && mid) {
+      r->stopped = true;
+      rc = write_checkpoint(&r->cp, e - 1, k + 1, true);
+    }
   }
   return rc;
 }
@@ -744,14 +754,14 @@ static int end_epoch(run_t *r, epoch_t *ep) {
   if (r->rep && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
     TSR_TRY(agree_schedules(r));
   bool stop = o->should_stop && o->should_stop(o->ctx);
-  if (r->rep) stop = tsr_dist_any(stop);
+  if (r->rep) stop = tsr__dist_any_settle(stop); /* the last step's agreement too */
   /* Every N epochs, or every N steps where the N-th falls on the epoch's last step (take_step
    * leaves that one to the epoch's end: skipped, a kill there lost up to 2N - 1 steps). */
   bool due =
       e == o->epochs || stop || r->ended ||
       (o->checkpoint_every > 0 && (o->checkpoint_in_steps ? r->step % o->checkpoint_every == 0
                                                           : e % o->checkpoint_every == 0));
-  int rc = due ? write_checkpoint(&r->cp, e, 0) : 0;
+  int rc = due ? write_checkpoint(&r->cp, e, 0, stop) : 0;
   r->stopped = stop && e < o->epochs;
   return rc;
 }

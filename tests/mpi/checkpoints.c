@@ -1,17 +1,18 @@
-/* Checkpoints under mpirun, mpirun -np P test_mpi_checkpoints resume: a batch run stopped and
- * resumed from its checkpoint ends bit for bit where an uninterrupted one does. (common.h: the
- * command, its output.) */
+/* Checkpoints under mpirun, mpirun -np P test_mpi_checkpoints resume: a batch run stopped inside
+ * an epoch and resumed from its checkpoint ends bit for bit where an uninterrupted one does.
+ * (common.h: the command, its output.) */
 #include "mpi/common.h"
 
 static int stop_calls;
 
-/* Asked at every epoch end on every rank: stop at the first. */
-static bool stop_at_first(void *ctx) {
+/* Asked after every step on every rank: stop at the second call, after step 2, which the ranks
+ * learn a step later (epoch 1, step 3 of 4; one process stops at once). */
+static bool stop_at_second(void *ctx) {
   (void)ctx;
-  return ++stop_calls >= 1;
+  return ++stop_calls >= 2;
 }
 
-/* 3 epochs of --sync batch, deterministic; or stopped after epoch 1 with a
+/* 3 epochs of --sync batch, deterministic; or stopped inside epoch 1 with a
  * checkpoint at path, then resumed in a fresh net: the final weights. */
 static float *batch_run(const char *path, bool interrupted, int64_t *n) {
   tsr_sync_t sync;
@@ -25,14 +26,15 @@ static float *batch_run(const char *path, bool interrupted, int64_t *n) {
   tsr_net_t *net = make_net(32, 0.9f);
   if (interrupted) {
     stop_calls = 0;
-    o.should_stop = stop_at_first, o.checkpoint_path = path, o.checkpoint_info = &info;
+    o.should_stop = stop_at_second, o.checkpoint_path = path, o.checkpoint_info = &info;
     int rc = tsr_train(net, &train_set, NULL, &o, &err);
     CHECK(rc == TSR_ESTOPPED, "stopped run: %d %s", rc, err.msg);
     tsr_net_destroy(&net);
     net = make_net(32, 0.9f);
     tsr_checkpoint_info_t got;
     CHECK(tsr_checkpoint_load(net, path, NULL, &got, &err) == 0, "load: %s", err.msg);
-    CHECK(got.epoch == 1 && got.ranks == size, "checkpoint at epoch %d of %d ranks", got.epoch,
+    CHECK(got.epoch == 0 && got.step_in_epoch == (size > 1 ? 3 : 2) && got.ranks == size,
+          "checkpoint at epoch %d step %lld of %d ranks", got.epoch, (long long)got.step_in_epoch,
           got.ranks);
     o.start_epoch = got.epoch + 1, o.start_step = got.step_in_epoch;
     o.should_stop = NULL, o.checkpoint_path = NULL;
@@ -43,7 +45,7 @@ static float *batch_run(const char *path, bool interrupted, int64_t *n) {
   return w;
 }
 
-/* A --sync batch run stopped after an epoch and resumed from its checkpoint
+/* A --sync batch run stopped inside an epoch and resumed from its checkpoint
  * ends bit for bit where an uninterrupted one does (the optimizer state,
  * sharded by chunk home during training, was gathered for the checkpoint). */
 static void test_resume(void) {
@@ -63,7 +65,7 @@ static void test_resume(void) {
         (long long)off, (long long)n);
   CHECK(replicas_equal(resumed, n), "replicas differ after resuming");
   if (rank == 0)
-    printf("resume: stopped after epoch 1, resumed: %lld weights differ\n", (long long)off);
+    printf("resume: stopped inside epoch 1, resumed: %lld weights differ\n", (long long)off);
   free(whole), free(resumed);
 }
 
