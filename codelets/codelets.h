@@ -59,8 +59,9 @@ void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[],
  * footprint (its buffers' sizes) hashed with `size` bytes of key (a convolution's geometry, whose
  * 3x3 and 1x1 windows over the same tiles would share one history otherwise). */
 uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t size);
-extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_fwd_wb, tsr_cl_conv_bwd_data,
-    tsr_cl_conv_bwd_data_wb, tsr_cl_conv_bwd_filter, tsr_cl_conv_bwd_filter_w;
+extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_fwd_wb, tsr_cl_conv_fwd_st,
+    tsr_cl_conv_fwd_wb_st, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_data_wb, tsr_cl_conv_bwd_filter,
+    tsr_cl_conv_bwd_filter_w;
 
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);
@@ -202,6 +203,12 @@ int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starp
 int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
                             starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
                             starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g, bool relu);
+/* The same, and with p (not NULL) the batchnorm statistics partial (3, oc) of y's first `stats`
+ * rows (tsr__k_bn_stats) in the same task, on a CPU worker. */
+int tsr__insert_conv_fwd_st(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                            starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
+                            starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g, bool relu,
+                            starpu_data_handle_t p, int stats);
 int tsr__insert_conv_bwd_data_wb(const tsr_task_opts_t *o, starpu_data_handle_t dx,
                                  starpu_data_handle_t dy, starpu_data_handle_t w,
                                  starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g);

@@ -2,7 +2,10 @@
  * two CPU implementations (impls.c): oneDNN's primitive, or im2col into the worker's workspace,
  * one BLIS GEMM for the whole tile, then the bias and ReLU while the output is hot in cache.
  * The _wb codelet has a fifth buffer, the weights the step reordered into the primitive's
- * layout (conv_wreorder.c), which oneDNN's function takes instead of reordering them. */
+ * layout (conv_wreorder.c), which oneDNN's function takes instead of reordering them. The _st
+ * codelets have one more, last: the batchnorm after it gets its statistics partial of the tile
+ * (tsr__k_bn_stats over the output's first `stats` rows, while they are in cache) in the same
+ * task instead of a bn_stats task of its own; CPU only. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -12,10 +15,12 @@ struct conv_fwd_args {
   tsr_impl_choice_t choice; /* first: impls.c reads it */
   tsr_conv_geom_t g;
   bool relu;
-  int wb_n; /* > 0: buffers[4] holds the weights reordered for tiles of wb_n rows */
+  int wb_n;  /* > 0: buffers[4] holds the weights reordered for tiles of wb_n rows */
+  int stats; /* >= 0: the last buffer gets the (3, oc) statistics partial of y's first `stats`
+                rows (the batch's real ones); -1: none */
 };
 
-static void conv_fwd_blis(void *buffers[], void *cl_arg) {
+static void conv_fwd_lowered(void *buffers[], void *cl_arg) {
   const struct conv_fwd_args *a = cl_arg;
   int n = TSR_ROWS(buffers[0]);
   tsr__k_conv_fwd(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
@@ -25,7 +30,7 @@ static void conv_fwd_blis(void *buffers[], void *cl_arg) {
 
 /* The lowered kernel where oneDNN cannot serve the tile (rows that are not whole samples back
  * to back, a shape oneDNN runs only with its reference code). */
-static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
+static void conv_fwd_dnnl(void *buffers[], void *cl_arg) {
   const struct conv_fwd_args *a = cl_arg;
   int n = TSR_ROWS(buffers[0]);
   size_t work = tsr__k_dnnl_conv_work(&a->g, n, 0, a->relu);
@@ -34,7 +39,26 @@ static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
       !tsr__k_dnnl_conv_fwd(&a->g, n, TSR_PTR(buffers[0]), TSR_LD(buffers[0]), TSR_PTR(buffers[1]),
                             TSR_LD(buffers[1]), TSR_PTR(buffers[2]), TSR_LD(buffers[2]),
                             TSR_PTR(buffers[3]), a->relu, &wb, tsr__workspace(work)))
-    conv_fwd_blis(buffers, cl_arg);
+    conv_fwd_lowered(buffers, cl_arg);
+}
+
+/* With a->stats >= 0, the partial (count, mean, M2) per channel of the tile's output. */
+static void conv_fwd_stats(void *buffers[], const struct conv_fwd_args *a) {
+  if (a->stats < 0) return;
+  void *p = buffers[a->wb_n > 0 ? 5 : 4];
+  double *acc = (double *)(void *)tsr__workspace(4 * (size_t)a->g.oc);
+  tsr__k_bn_stats(a->stats, a->g.oh * a->g.ow, a->g.oc, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                  TSR_PTR(p), TSR_LD(p), acc);
+}
+
+static void conv_fwd_blis(void *buffers[], void *cl_arg) {
+  conv_fwd_lowered(buffers, cl_arg);
+  conv_fwd_stats(buffers, cl_arg);
+}
+
+static void conv_fwd_onednn(void *buffers[], void *cl_arg) {
+  conv_fwd_dnnl(buffers, cl_arg);
+  conv_fwd_stats(buffers, cl_arg);
 }
 
 TSR_IMPL_TASKS(conv_fwd)
@@ -78,7 +102,7 @@ static struct starpu_perfmodel conv_fwd_model = {
     .footprint = conv_fwd_footprint,
 };
 
-#define CONV_FWD_CODELET(var, n, ...)                                                              \
+#define CONV_FWD_CODELET(var, n, ocl, ...)                                                         \
   struct starpu_codelet var = {                                                                    \
       .name = "conv_fwd",                                                                          \
       .can_execute = tsr__cl_impl_can_execute,                                                     \
@@ -86,29 +110,50 @@ static struct starpu_perfmodel conv_fwd_model = {
           {[TSR_IMPL_ONEDNN] = conv_fwd_onednn_task, [TSR_IMPL_BLIS] = conv_fwd_blis_task},        \
       .cpu_funcs_name =                                                                            \
           {[TSR_IMPL_ONEDNN] = "conv_fwd_onednn", [TSR_IMPL_BLIS] = "conv_fwd_blis"},              \
-      TSR_OPENCL_FUNC(conv_fwd_opencl),                                                            \
+      ocl,                                                                                         \
       .nbuffers = n,                                                                               \
       .modes = {__VA_ARGS__},                                                                      \
       .model = &conv_fwd_model}
 
-CONV_FWD_CODELET(tsr_cl_conv_fwd, 4, STARPU_W, STARPU_R, STARPU_R, STARPU_R);
-CONV_FWD_CODELET(tsr_cl_conv_fwd_wb, 5, STARPU_W, STARPU_R, STARPU_R, STARPU_R, STARPU_R);
+CONV_FWD_CODELET(tsr_cl_conv_fwd, 4, TSR_OPENCL_FUNC(conv_fwd_opencl), STARPU_W, STARPU_R, STARPU_R,
+                 STARPU_R);
+CONV_FWD_CODELET(tsr_cl_conv_fwd_wb, 5, TSR_OPENCL_FUNC(conv_fwd_opencl), STARPU_W, STARPU_R,
+                 STARPU_R, STARPU_R, STARPU_R);
+/* The statistics are computed by the CPU functions only: no OpenCL function. */
+CONV_FWD_CODELET(tsr_cl_conv_fwd_st, 5, .where = STARPU_CPU, STARPU_W, STARPU_R, STARPU_R, STARPU_R,
+                 STARPU_W);
+CONV_FWD_CODELET(tsr_cl_conv_fwd_wb_st, 6, .where = STARPU_CPU, STARPU_W, STARPU_R, STARPU_R,
+                 STARPU_R, STARPU_R, STARPU_W);
+
+int tsr__insert_conv_fwd_st(const tsr_task_opts_t *o, starpu_data_handle_t y,
+                            starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
+                            starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g, bool relu,
+                            starpu_data_handle_t p, int stats) {
+  int k = g->kh * g->kw * g->c;
+  if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
+      tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
+      tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc ||
+      (wb && wb_n <= 0) ||
+      (p && (tsr__handle_rows(p) != 3 || tsr__handle_cols(p) != g->oc || stats < 0 ||
+             stats > tsr__handle_rows(y))))
+    return TSR_ESHAPE;
+  tsr_conv_shape_t shape = {0, *g, tsr__handle_rows(y), relu};
+  struct conv_fwd_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, relu, wb ? wb_n : 0,
+                               p ? stats : -1};
+  starpu_data_handle_t h[6] = {y, x, w, b};
+  int n = 4;
+  if (wb) h[n++] = wb;
+  if (p) h[n++] = p;
+  struct starpu_codelet *cl = p ? (wb ? &tsr_cl_conv_fwd_wb_st : &tsr_cl_conv_fwd_st)
+                                : (wb ? &tsr_cl_conv_fwd_wb : &tsr_cl_conv_fwd);
+  return tsr__submit(o, cl, &args, sizeof args, n, h);
+}
 
 int tsr__insert_conv_fwd_wb(const tsr_task_opts_t *o, starpu_data_handle_t y,
                             starpu_data_handle_t x, starpu_data_handle_t w, starpu_data_handle_t b,
                             starpu_data_handle_t wb, int wb_n, const tsr_conv_geom_t *g,
                             bool relu) {
-  int k = g->kh * g->kw * g->c;
-  if (tsr__handle_rows(y) != tsr__handle_rows(x) || tsr__handle_cols(x) != g->h * g->w * g->c ||
-      tsr__handle_cols(y) != g->oh * g->ow * g->oc || tsr__handle_rows(w) != k ||
-      tsr__handle_cols(w) != g->oc || tsr__handle_rows(b) != 1 || tsr__handle_cols(b) != g->oc ||
-      (wb && wb_n <= 0))
-    return TSR_ESHAPE;
-  tsr_conv_shape_t shape = {0, *g, tsr__handle_rows(y), relu};
-  struct conv_fwd_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, relu, wb ? wb_n : 0};
-  starpu_data_handle_t h[5] = {y, x, w, b, wb};
-  return tsr__submit(o, wb ? &tsr_cl_conv_fwd_wb : &tsr_cl_conv_fwd, &args, sizeof args, wb ? 5 : 4,
-                     h);
+  return tsr__insert_conv_fwd_st(o, y, x, w, b, wb, wb_n, g, relu, NULL, 0);
 }
 
 int tsr__insert_conv_fwd(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t x,

@@ -56,8 +56,9 @@ void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[],
 }
 
 static const struct starpu_codelet *const with_impls[] = {
-    &tsr_cl_conv_fwd,         &tsr_cl_conv_fwd_wb,     &tsr_cl_conv_bwd_data,
-    &tsr_cl_conv_bwd_data_wb, &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
+    &tsr_cl_conv_fwd,        &tsr_cl_conv_fwd_wb,      &tsr_cl_conv_fwd_st,
+    &tsr_cl_conv_fwd_wb_st,  &tsr_cl_conv_bwd_data,    &tsr_cl_conv_bwd_data_wb,
+    &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
 
 /* "onednn" or "blis" for the codelets above, NULL for every other (one implementation). */
 static const char *impl_name(const void *cl, unsigned nimpl) {

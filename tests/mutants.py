@@ -535,6 +535,10 @@ MUTANTS = [
      [("if (c && c->lowered_first && kernels == TSR_KERNELS_AUTO) return nimpl == TSR_IMPL_BLIS;",
        "if (c && c->lowered_first && kernels == TSR_KERNELS_ONEDNN) return nimpl == TSR_IMPL_BLIS;")],
      ["text-cli"]),
+    ("conv-stats-padding", "the statistics the convolution gathers for its batchnorm count a "
+     "short batch's padding rows", "src/tile/ops.c",
+     [("false, tsr__tile(p, i, 0), valid_rows(y, i, valid)));",
+       "false, tsr__tile(p, i, 0), valid_rows(y, i, valid + y->mt * y->mb)));")], ["batchnorm"]),
     ("tuned-keeps-slower", "--kernels tuned keeps the implementation whose trials were slower",
      "codelets/tuned.c",
      [("atomic_store(&s->chosen, s->best[1] < s->best[0]);",

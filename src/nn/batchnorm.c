@@ -115,7 +115,8 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
   if (!train) {
     TSR_TRY(tsr__tiles_bn_finalize(o, s, NULL, mean, var, 0.0f, tsr__bn_eps(l), false));
   } else {
-    TSR_TRY(tsr__tiles_bn_stats(o, p, x, hw, net->valid));
+    /* folded: the convolution's tasks computed the partials (conv.c) */
+    if (!l->lay->folded) TSR_TRY(tsr__tiles_bn_stats(o, p, x, hw, net->valid));
     if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
     TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), tsr__bn_eps(l), true));
     if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;

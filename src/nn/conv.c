@@ -33,6 +33,9 @@ static int conv_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const
   if (wb)
     TSR_TRY(tsr__tiles_conv_wreorder(o, l->params[0].w, wb, &l->geom, tsr_tiles_tile_rows(l->y, 0),
                                      0, l->relu));
+  if (l->lay->folds_bn) /* training: the batchnorm's statistics in the same tasks */
+    return tsr__tiles_conv_fwd_stats(o, l->y, x[0], l->params[0].w, l->params[1].w, wb, &l->geom,
+                                     net->layers[l->lay->folds_bn - 1].scratch[0], net->valid);
   return tsr__tiles_conv_fwd(o, l->y, x[0], l->params[0].w, l->params[1].w, wb, &l->geom, l->relu);
 }
 

@@ -734,6 +734,21 @@ static int bn_tree(const tsr_task_opts_t *o, tsr_tiles_t *p, bool sums) {
   return 0;
 }
 
+int tsr__tiles_conv_fwd_stats(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                              const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_tiles_t *wb,
+                              const tsr_conv_geom_t *g, tsr_tiles_t *p, int valid) {
+  ROUTE(o, y);
+  if (!whole_rows(x, y) || !one_tile(w, (int64_t)g->kh * g->kw * g->c, g->oc) ||
+      !one_tile(b, 1, g->oc) || (wb && (wb->mt != 1 || wb->nt != 1)) || !bn_partials(p, y) ||
+      p->n != g->oc)
+    return TSR_ESHAPE;
+  for (int i = 0; i < y->mt; i++)
+    TSR_TRY(tsr__insert_conv_fwd_st(o, tsr__tile(y, i, 0), tsr__tile(x, i, 0), tsr__tile(w, 0, 0),
+                                    tsr__tile(b, 0, 0), wb ? tsr__tile(wb, 0, 0) : NULL, y->mb, g,
+                                    false, tsr__tile(p, i, 0), valid_rows(y, i, valid)));
+  return bn_tree(o, p, false);
+}
+
 int tsr__tiles_bn_stats(const tsr_task_opts_t *o, tsr_tiles_t *p, const tsr_tiles_t *x, int hw,
                         int valid) {
   ROUTE(o, p);

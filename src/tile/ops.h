@@ -99,6 +99,11 @@ int tsr__tiles_gather_augment(const tsr_task_opts_t *o, tsr_tiles_t *dst, const 
  * samples: x (M, h w c) and y (M, oh ow oc) must share their row tiling.
  * Weights w (kh kw c, oc) and biases b (1, oc) are one tile each. One task
  * per batch-row tile. */
+/* tsr__tiles_conv_fwd without a ReLU, and in the same tasks the statistics of a batchnorm
+ * reading y (tsr__tiles_bn_stats's partials p over y's first valid rows, then their tree). */
+int tsr__tiles_conv_fwd_stats(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *x,
+                              const tsr_tiles_t *w, const tsr_tiles_t *b, const tsr_tiles_t *wb,
+                              const tsr_conv_geom_t *g, tsr_tiles_t *p, int valid);
 /* Evaluation's convolution and the batchnorm reading it in one pass (tsr__insert_conv_bn_fwd):
  * y = the batchnorm of conv(x, w) + b under bn's running mean, running variance, scale and
  * shift (each (1, oc), one tile), ReLU with relu. */
