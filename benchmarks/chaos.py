@@ -82,6 +82,10 @@ CASES = {
     "4ranks": (4, ["--model", "mlp:128", "--batch", "8"] + SMALL),
     "grid": (4, ["--model", "mlp:128,64", "--batch", "16", "--grid", "2x2"] + SMALL),
     "batchnorm": (2, ["--model", "BN_INI", "--batch", "16"] + SMALL),
+    # weight averaging: a stop between averages writes every rank's weights (docs/checkpoints.md)
+    "every4": (2, ["--model", "mlp:128", "--batch", "16", "--sync", "every=4", "--outer",
+                   "slowmo"] + SMALL),
+    "epoch": (2, ["--model", "mlp:128", "--batch", "16", "--sync", "epoch"] + SMALL),
     "gpt": (2, ["--model", "gpt:1,32,2,16", "--optimizer", "adamw", "--batch", "8",
                 "--train-limit", "160", "--epochs", "60"]),
 }

@@ -20,7 +20,7 @@ static void eval_usage(FILE *out) {
           "  --test-limit N      only the first N test samples\n"
           "  --validation        the samples the checkpoint's run held out (--val-split)\n"
           "                      from --data's training set, instead of its test set\n"
-          "  --batch N           samples per evaluation step [256]\n"
+          "  --batch N           samples per evaluation step [256, or fewer samples]\n"
           "  --workers N         CPU workers [all cores StarPU may use]\n"
           "  --devices D         OpenCL devices beside them: opencl, opencl:N or none, as\n"
           "                      for tessera train [what StarPU finds]\n"
@@ -227,7 +227,8 @@ int tsr_cli_eval(int argc, char **argv) {
   bool started = false;
   if (rc == 0) started = (rc = tsr_runtime_init(&ro, &err)) == 0;
   tsr_net_t *net = NULL;
-  no.batch = (int)batch;
+  /* No larger than the samples evaluated: a net of 256 rows built for one GPT window took 15 s. */
+  no.batch = (int)(test.n > 0 && test.n < batch ? test.n : batch);
   if (rc == 0) rc = tsr_net_create(&net, &spec, inputs, classes, &no, &err);
   if (rc == 0) rc = tsr_checkpoint_load(net, path, NULL, NULL, &err);
   int32_t *pred = rc == 0 && !context ? malloc(sizeof(int32_t) * (size_t)test.n) : NULL;
