@@ -51,3 +51,24 @@ for _v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
   [[ -n ${!_v-} ]] && mpi_env+=(-x "$_v")
 done
 unset _v
+
+# same_tensors A B [KEY...]: every tensor of checkpoint A equals B's bit for bit, the same names
+# in both, and each metadata KEY given the same in both.
+same_tensors() {
+  /usr/bin/python3 - "$@" <<'PY'
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    body = raw[8 + n:]
+    return meta, {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items()}
+(ma, a), (mb, b) = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(set(a) ^ set(b)))
+bad = [k for k in a if a[k] != b[k]]
+assert not bad, "differ: " + ", ".join(bad)
+for k in sys.argv[3:]:
+    assert ma.get(k) == mb.get(k), (k, ma.get(k), mb.get(k))
+PY
+}

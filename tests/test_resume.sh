@@ -20,17 +20,6 @@ trap 'rm -rf "$tmp"' EXIT
 # 600 samples at batch 50: 12 steps an epoch, under a second each.
 small=(--data "$data" --train-limit 600 --test-limit 200 --workers 2 --deterministic)
 
-# same_tensors A B: every tensor of checkpoint A equals B's bit for bit, the same names in both.
-same_tensors() {
-  /usr/bin/python3 -c "
-import sys
-sys.path.insert(0, '$here')
-import st_floats
-a, b = st_floats.tensors('$1'), st_floats.tensors('$2')
-assert sorted(a) == sorted(b), sorted(set(a) ^ set(b))
-bad = [k for k in a if a[k].tobytes() != b[k].tobytes()]
-assert not bad, 'differ: ' + ', '.join(bad)"
-}
 # epoch_lines OUT: epochs 3 and 4's lines without the times.
 epoch_lines() { grep -E "^epoch +[34]/4" "$1" | sed -E 's/\)  .*/)/'; }
 

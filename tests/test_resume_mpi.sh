@@ -21,23 +21,6 @@ mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT 
 common=(--workers 1 --train-limit 512 --test-limit 200 --data "$data" --model mlp:32
   --lr-schedule constant --momentum 0.9 --deterministic)
 
-# same_tensors A B: every tensor of checkpoint A equals B's bit for bit, the same names in both.
-same_tensors() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    head.pop("__metadata__", None)
-    body = raw[8 + n:]
-    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert sorted(a) == sorted(b), (sorted(set(a) ^ set(b)))
-bad = [k for k in a if a[k] != b[k]]
-assert not bad, "differ: " + ", ".join(bad)
-PY
-}
 
 # epoch_lines OUT: the epochs' numbers, without the times.
 epoch_lines() {

@@ -33,23 +33,6 @@ echo $? >"$STATUS_DIR/status.$OMPI_COMM_WORLD_RANK"
 EOF
 export STATUS_DIR
 
-# same_tensors A B: every tensor of checkpoint A equals B's bit for bit, the same names in both.
-same_tensors() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-def tensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    head = json.loads(raw[8:8 + n])
-    head.pop("__metadata__", None)
-    body = raw[8 + n:]
-    return {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items()}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert sorted(a) == sorted(b), (sorted(set(a) ^ set(b)))
-bad = [k for k in a if a[k] != b[k]]
-assert not bad, "differ: " + ", ".join(bad)
-PY
-}
 meta() { "$tessera" inspect "$1" 2>/dev/null | awk -v k="$2" '$1 == k {print $2}'; }
 
 only=" ${TSR_STOP_CASES:-} "
