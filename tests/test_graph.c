@@ -285,6 +285,9 @@ Test(graph, model_file_inputs_are_checked_when_read) {
        * same section once the model is written out (the fuzzer's find) */
       {"type = dense\nunits = 3\n[layer1]\ntype = dense\nunits = 3\n",
        "[layer1] follows the keys before the first section"},
+      /* ... and so would a section named as the ReLU that activation = relu adds before it */
+      {"[a]\ntype = dense\nunits = 3\nactivation = relu\n[a.relu]\ntype = dense\nunits = 3\n",
+       "[a.relu] follows a section with activation = relu"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     tsr_model_spec_t s;

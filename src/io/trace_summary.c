@@ -6,6 +6,7 @@
  * fields tessera writes, is refused with the file and the event named. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -107,9 +108,16 @@ static bool num(const cJSON *o, const char *key, double *v) {
   return true;
 }
 
+/* A JSON number as a whole number, saturated at +-2^62 (a cast of a larger double, or of
+ * 1e999's infinity, is undefined behaviour); what is out of range then fails the range checks. */
+static int64_t whole(double v) {
+  if (v != v) return 0;
+  return v >= 0x1p62 ? INT64_C(1) << 62 : v <= -0x1p62 ? -(INT64_C(1) << 62) : (int64_t)v;
+}
+
 static int64_t int_or(const cJSON *o, const char *key, int64_t dflt) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(x) ? (int64_t)x->valuedouble : dflt;
+  return cJSON_IsNumber(x) ? whole(x->valuedouble) : dflt;
 }
 
 static int cmp_worker(const void *a, const void *b) {
@@ -193,11 +201,12 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
                          "%s: not a tessera trace (no otherData.source naming tessera, or no "
                          "traceEvents); `tessera train --trace FILE.json` writes one",
                          path);
-  t->ranks = (int)int_or(other, "ranks", 1);
+  int64_t ranks = int_or(other, "ranks", 1);
   t->has_deps = int_or(other, "format", 1) >= 2;
-  if (t->ranks < 1 || t->ranks > 1 << 20)
-    return tsr_error_set(err, TSR_EFORMAT, "%s: otherData.ranks %d is not a rank count", path,
-                         t->ranks);
+  if (ranks < 1 || ranks > 1 << 20)
+    return tsr_error_set(err, TSR_EFORMAT, "%s: otherData.ranks %lld is not a rank count", path,
+                         (long long)ranks);
+  t->ranks = (int)ranks;
   int64_t n = cJSON_GetArraySize(events);
   t->workers = calloc((size_t)n + 1, sizeof *t->workers);
   t->tasks = calloc((size_t)n + 1, sizeof *t->tasks);
@@ -215,20 +224,28 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
   int64_t k = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, events) {
+    k++;
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph"),
                 *name = cJSON_GetObjectItemCaseSensitive(e, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON *tname = cJSON_GetObjectItemCaseSensitive(args, "name");
-    double pid, tid;
+    int64_t pid = int_or(e, "pid", -1), tid = int_or(e, "tid", -1);
     if (cJSON_IsString(ph) && strcmp(ph->valuestring, "M") == 0 && cJSON_IsString(name) &&
-        strcmp(name->valuestring, "thread_name") == 0 && num(e, "pid", &pid) &&
-        num(e, "tid", &tid) && (int)tid != MAIN_THREAD_TID && cJSON_IsString(tname)) {
+        strcmp(name->valuestring, "thread_name") == 0 && tid != MAIN_THREAD_TID &&
+        cJSON_IsString(tname)) {
+      /* The report indexes each rank's times by the worker's rank. */
+      if (pid < 0 || pid >= t->ranks || tid < 0 || tid > INT_MAX)
+        return tsr_error_set(err, TSR_EFORMAT,
+                             "%s: event %lld: a worker track (thread_name) needs pid, a rank below "
+                             "%d, and tid, a worker number",
+                             path, (long long)k, t->ranks);
       worker_t *w = &t->workers[t->nworkers++];
       w->pid = (int)pid, w->tid = (int)tid, w->name = tname->valuestring;
       snprintf(w->kind, sizeof w->kind, "%.*s", (int)strcspn(w->name, " "), w->name);
     }
   }
   qsort(t->workers, (size_t)t->nworkers, sizeof *t->workers, cmp_worker);
+  k = 0;
   cJSON_ArrayForEach(e, events) {
     k++;
     const cJSON *ph = cJSON_GetObjectItemCaseSensitive(e, "ph"),
@@ -246,7 +263,7 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
                              "%s: event %lld: a flow event without pid, id or args.task", path,
                              (long long)k);
       flow_end_t *f = ph->valuestring[0] == 's' ? &starts[nstarts++] : &finishes[nfinishes++];
-      *f = (flow_end_t){.id = (int64_t)id, .pid = (int)pid, .task_id = int_or(args, "task", -1)};
+      *f = (flow_end_t){.id = whole(id), .pid = (int)pid, .task_id = int_or(args, "task", -1)};
       continue;
     }
     if (strcmp(ph->valuestring, "X") != 0) continue;
@@ -261,7 +278,7 @@ static int load(trace_t *t, const char *path, tsr_errbuf_t *err) {
       t->spans[t->nspans++] = (span_t){.pid = r, .name = name->valuestring, .ts = ts, .dur = dur};
       continue;
     }
-    int w = num(e, "tid", &tid) ? find_worker(t, r, (int)tid) : -1;
+    int w = num(e, "tid", &tid) && tid >= 0 && tid <= INT_MAX ? find_worker(t, r, (int)tid) : -1;
     if (w < 0 || !cJSON_IsObject(args))
       return tsr_error_set(err, TSR_EFORMAT,
                            "%s: event %lld: a task on no named worker track, or without args", path,
@@ -332,7 +349,7 @@ static int link_tasks(trace_t *t, tsr_errbuf_t *err) {
     cJSON *d;
     cJSON_ArrayForEach(d, (cJSON *)t->tasks[i].deps) {
       int64_t j =
-          cJSON_IsNumber(d) ? find_task(t, by_id, t->tasks[i].pid, (int64_t)d->valuedouble) : -1;
+          cJSON_IsNumber(d) ? find_task(t, by_id, t->tasks[i].pid, whole(d->valuedouble)) : -1;
       if (j < 0) {
         rc =
             tsr_error_set(err, TSR_EFORMAT,

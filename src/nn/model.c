@@ -524,20 +524,26 @@ static int on_key(void *user, const char *section, const char *name, const char 
     if ((st->rc = section_done(st))) return 0;
     st->section_line = section[0] ? st->header_line : st->line;
     snprintf(st->where, sizeof st->where, "%s:%d", st->path, st->line);
-    /* Keys before the first section are a layer that goes by layer<N>: a section of that name
-     * right after it would be read back as the same section once written out. */
-    char before[TSR_NAME_MAX];
+    /* A section named as the layer right before it would be read back as the same section
+     * once written out (tsr_model_to_ini): that layer is the keys before the first section,
+     * which go by layer<N>, or the ReLU of the section before's activation = relu, which goes
+     * by NAME.relu (the fuzzer's finds, kept in its corpus). */
+    char before[TSR_NAME_MAX + 8];
     int last = st->spec->n_layers - 1;
-    if (last >= 0 && st->spec->layers[last].name[0] == '\0') {
-      tsr__layer_name(st->spec, last, before, sizeof before);
-      if (strcmp(before, section) == 0) {
+    if (last >= 0) tsr__layer_name(st->spec, last, before, sizeof before);
+    if (last >= 0 && strcmp(before, section) == 0) {
+      if (st->spec->layers[last].name[0] == '\0')
         st->rc = tsr_error_set(st->err, TSR_EFORMAT,
                                "%s: [%s] follows the keys before the first section, which are a "
                                "layer that goes by %s too; put those keys under a section of "
                                "their own, or rename this one",
                                st->where, section, before);
-        return 0;
-      }
+      else
+        st->rc = tsr_error_set(st->err, TSR_EFORMAT,
+                               "%s: [%s] follows a section with activation = relu, whose ReLU "
+                               "layer goes by %s too; rename this section",
+                               st->where, section, before);
+      return 0;
     }
     /* A control character (a carriage return, a tab) would not read back from the file that
      * tsr_model_to_ini writes: the fuzzer's find, kept in its corpus. */

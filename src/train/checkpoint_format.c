@@ -24,20 +24,32 @@
 
 /* ---- names ---- */
 
-void tsr__ckpt_param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
-  const char *const *names = l->lay->type->param_names;
+void tsr__ckpt_layout_param_name(const tsr_layout_layer_t *ll, int k, char *buf, size_t size) {
+  const char *const *names = ll->type->param_names;
   assert(names && "a layer with parameters names them");
-  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name, names[k]);
+  snprintf(buf, size, "layers.%d.%s.%s", ll->index - 1, ll->type->ops->name, names[k]);
+}
+
+void tsr__ckpt_layout_state_name(const tsr_layout_layer_t *ll, int k, char *buf, size_t size) {
+  const tsr_layer_type_t *t = ll->type;
+  snprintf(buf, size, "layers.%d.%s.%s", ll->index - 1, t->ops->name,
+           k < ll->nbuffers ? t->buffer_names[k] : t->counter_name);
+}
+
+int tsr__ckpt_layout_state_count(const tsr_layout_layer_t *ll) {
+  return ll->nbuffers + (ll->type->counter_name ? 1 : 0);
+}
+
+void tsr__ckpt_param_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
+  tsr__ckpt_layout_param_name(l->lay, k, buf, size);
 }
 
 void tsr__ckpt_state_name(const tsr_layer_t *l, int k, char *buf, size_t size) {
-  const tsr_layer_type_t *t = l->lay->type;
-  snprintf(buf, size, "layers.%d.%s.%s", l->index - 1, l->ops->name,
-           k < l->nbuffers ? t->buffer_names[k] : t->counter_name);
+  tsr__ckpt_layout_state_name(l->lay, k, buf, size);
 }
 
 int tsr__ckpt_state_count(const tsr_layer_t *l) {
-  return l->nbuffers + (l->lay->type->counter_name ? 1 : 0);
+  return tsr__ckpt_layout_state_count(l->lay);
 }
 
 void tsr__ckpt_replica_prefix(char *buf, size_t size, bool columns, int q) {
@@ -596,27 +608,33 @@ int tsr__ckpt_read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint
   return 0;
 }
 
-int tsr__ckpt_load_tensor(const tsr_st_file_t *f, const char *path, const char *name,
-                          tsr_tiles_t *t, tsr_errbuf_t *err) {
+int tsr__ckpt_find_shaped(const tsr_st_file_t *f, const char *path, const char *name, int64_t rows,
+                          int64_t cols, const float **data, tsr_errbuf_t *err) {
   int i = tsr__st_find(f, name);
   if (i < 0) return tsr_error_set(err, TSR_EFORMAT, "%s: no tensor %s", path, name);
   tsr_st_tensor_t x;
   tsr__st_tensor(f, i, &x);
-  bool vector = tsr_tiles_rows(t) == 1;
-  bool fits =
-      vector ? x.ndims == 1 && x.shape[0] == tsr_tiles_cols(t)
-             : x.ndims == 2 && x.shape[0] == tsr_tiles_rows(t) && x.shape[1] == tsr_tiles_cols(t);
+  bool vector = rows == 1;
+  bool fits = vector ? x.ndims == 1 && x.shape[0] == cols
+                     : x.ndims == 2 && x.shape[0] == rows && x.shape[1] == cols;
   if (!fits) {
     char want[64];
     if (vector)
-      snprintf(want, sizeof want, "[%lld]", (long long)tsr_tiles_cols(t));
+      snprintf(want, sizeof want, "[%lld]", (long long)cols);
     else
-      snprintf(want, sizeof want, "[%lld, %lld]", (long long)tsr_tiles_rows(t),
-               (long long)tsr_tiles_cols(t));
+      snprintf(want, sizeof want, "[%lld, %lld]", (long long)rows, (long long)cols);
     return tsr_error_set(err, TSR_EFORMAT, "%s: tensor %s is not of shape %s", path, name, want);
   }
+  *data = x.data;
+  return 0;
+}
+
+int tsr__ckpt_load_tensor(const tsr_st_file_t *f, const char *path, const char *name,
+                          tsr_tiles_t *t, tsr_errbuf_t *err) {
+  const float *data = NULL;
+  TSR_TRY(tsr__ckpt_find_shaped(f, path, name, tsr_tiles_rows(t), tsr_tiles_cols(t), &data, err));
   /* A grid column's spread matrix keeps this rank's tiles; a local one takes every tile. */
-  int rc = tsr_tiles_write_owned(t, x.data);
+  int rc = tsr_tiles_write_owned(t, data);
   return rc ? tsr_error_set(err, rc, "%s: cannot set %s: %s", path, name, tsr_strerror(rc)) : 0;
 }
 
@@ -659,6 +677,18 @@ int tsr__ckpt_load_layer_state(const tsr_st_file_t *f, const char *path, tsr_lay
                          : tsr__ckpt_load_counter(f, path, name, &l->batches_tracked, err);
   }
   return rc;
+}
+
+int tsr__ckpt_replica_steps(const tsr_st_file_t *f, const char *path, bool columns, int q,
+                            int64_t *steps, tsr_errbuf_t *err) {
+  const char *key = columns ? "optimizer_steps_columns" : "optimizer_steps_ranks";
+  const char *s = tsr__st_meta(f, key);
+  *steps = -1;
+  int64_t v = 0;
+  for (int r = 0; s && r <= q; r++)
+    TSR_TRY(tsr__ckpt_whole_at(&s, path, key, 0, INT64_MAX, &v, err));
+  if (s) *steps = v;
+  return 0;
 }
 
 /* The optimizer's hyper-parameters ("lr X momentum X ...", checked as the command line's are)

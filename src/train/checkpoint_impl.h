@@ -20,6 +20,11 @@
 
 /* Parameter k of layer l by its type's names: layers.<i>.<type>.<name> (weight, bias). */
 void tsr__ckpt_param_name(const tsr_layer_t *l, int k, char *buf, size_t size);
+/* The names and count below, of a layer as laid out (src/nn/layout.h: no net built), which the
+ * built layer's are: what a file must hold is known before StarPU starts. */
+void tsr__ckpt_layout_param_name(const tsr_layout_layer_t *ll, int k, char *buf, size_t size);
+void tsr__ckpt_layout_state_name(const tsr_layout_layer_t *ll, int k, char *buf, size_t size);
+int tsr__ckpt_layout_state_count(const tsr_layout_layer_t *ll);
 /* A layer's non-trained state by its type's (PyTorch's) names: buffer k, or the counter (k ==
  * l->nbuffers), layers.<i>.<type>.<name>. */
 void tsr__ckpt_state_name(const tsr_layer_t *l, int k, char *buf, size_t size);
@@ -83,6 +88,10 @@ int tsr__ckpt_open_checked(tsr_st_file_t **out, const char *path, tsr_errbuf_t *
 /* The run's metadata of f into *info, every number range-checked. */
 int tsr__ckpt_read_info(const tsr_st_file_t *f, const char *path, tsr_checkpoint_info_t *info,
                         tsr_errbuf_t *err);
+/* The tensor name of f, borrowed from f into *data, after checking it has the shape of a (rows,
+ * cols) matrix: [cols] when rows is 1, else [rows, cols]. */
+int tsr__ckpt_find_shaped(const tsr_st_file_t *f, const char *path, const char *name, int64_t rows,
+                          int64_t cols, const float **data, tsr_errbuf_t *err);
 /* Copies tensor name of f into matrix t, whose shape it must have. */
 int tsr__ckpt_load_tensor(const tsr_st_file_t *f, const char *path, const char *name,
                           tsr_tiles_t *t, tsr_errbuf_t *err);
@@ -93,6 +102,11 @@ int tsr__ckpt_find_sized(const tsr_st_file_t *f, const char *path, const char *n
 /* *n = the scalar tensor name of f: a whole number in [0, 2^24] (what a float holds exactly). */
 int tsr__ckpt_load_counter(const tsr_st_file_t *f, const char *path, const char *name, int64_t *n,
                            tsr_errbuf_t *err);
+/* Replica q's step count in a file of every replica's optimizer state (metadata
+ * optimizer_steps_columns where columns, else optimizer_steps_ranks: one whole number per replica,
+ * space-separated) into *steps; -1 when the file has no such list (it keeps the plain count). */
+int tsr__ckpt_replica_steps(const tsr_st_file_t *f, const char *path, bool columns, int q,
+                            int64_t *steps, tsr_errbuf_t *err);
 /* Layer l's state of its own (tsr__ckpt_state_count: batchnorm's running statistics and its
  * batch count) from f. */
 int tsr__ckpt_load_layer_state(const tsr_st_file_t *f, const char *path, tsr_layer_t *l,

@@ -102,12 +102,9 @@ static int restore_own_state(tsr_net_t *net, const tsr_st_file_t *f, const char 
     }
     if (rc == 0) rc = tsr__ckpt_load_layer_state(f, path, l, err);
   }
-  const char *key = columns ? "optimizer_steps_columns" : "optimizer_steps_ranks";
-  const char *steps = tsr__st_meta(f, key);
-  int64_t v = 0;
-  for (int r = 0; rc == 0 && steps && r <= q; r++)
-    rc = tsr__ckpt_whole_at(&steps, path, key, 0, INT64_MAX, &v, err);
-  if (rc == 0 && steps) tsr__optim_set_steps(net->optim, v);
+  int64_t steps = -1;
+  if (rc == 0) rc = tsr__ckpt_replica_steps(f, path, columns, q, &steps, err);
+  if (rc == 0 && steps >= 0) tsr__optim_set_steps(net->optim, steps);
   return rc;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer harnesses of tests/fuzz/ (one per parser: IDX, CSV, CIFAR, .npy, .npz, model
-# files, tessera train's options, safetensors checkpoints), each for SECONDS (default 10), one
-# after the other:
+# Runs the libFuzzer harnesses of tests/fuzz/ (one per parser: IDX, CSV, CIFAR, .npy, .npz, text,
+# model files, cluster files, tessera train's options, safetensors checkpoints and the state a
+# resume reads from them, trace-summary's traces), each for SECONDS (default 10), one after the
+# other:
 #
 #   tests/fuzz/run.sh [SECONDS] [NAME...]        e.g. tests/fuzz/run.sh 600 idx csv
 #
