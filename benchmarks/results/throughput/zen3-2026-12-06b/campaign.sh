@@ -15,4 +15,4 @@ for k in auto tuned auto tuned; do
   run "kernels-$k-gpt" build/benchmarks/bench_gpt --seconds 5 --rounds 3 --no-torch --kernels $k
 done
 run portable /usr/bin/python3 benchmarks/compare_builds.py build-native build --rounds 3 --seconds 3 --only mlp64,mlp256,cnn,resnet20,gpt --out "$out/compare" --force
-echo finished > "$out/FINISHED"
+echo finished
