@@ -118,7 +118,7 @@ int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t d
    * projections) is one GEMM, x^T dy, that BLIS runs 2.1-2.3x as fast as oneDNN 2.6's
    * filter-gradient primitive (bench_conv --shape 128x1x256:768:1:1:0 --tile 8 and the GPT's
    * three other shapes, Zen 3: 59-65 against 28 GFLOP/s), which images do not show: under
-   * --kernels auto the policies that run the first implementation run that one. */
+   * --kernels auto every policy runs that one (--kernels onednn and tuned still may not). */
   args.choice.lowered_first =
       g->kh == 1 && g->kw == 1 && g->w == 1 && g->ow == 1 && g->sh == 1 && g->ph == 0 && g->pw == 0;
   starpu_data_handle_t h[4] = {dw, db, x, dy};
