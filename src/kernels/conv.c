@@ -191,9 +191,9 @@ typedef int v8i __attribute__((vector_size(32)));
 /* y (m, oc) = col (m, k) w (k, oc) + b, then ReLU when relu is set. Not inlined: inlined
  * into the 1x1 input gradient, GCC 12 compiled its loops to half their speed (bench_conv:
  * 21 against 41 GFLOP/s at 32x32x16 -> 16). */
-TSR_HOT static __attribute__((noinline)) void gemm_bias(int m, int oc, int k, const float *col,
-                                                        const float *w, int ldw, const float *b,
-                                                        bool relu, float *y, int ldy, int small_k) {
+TSR_HOT_NOINLINE static void gemm_bias(int m, int oc, int k, const float *col, const float *w,
+                                       int ldw, const float *b, bool relu, float *y, int ldy,
+                                       int small_k) {
   if (k >= small_k) {
     tsr__k_gemm(false, false, m, oc, k, 1.0f, col, k, w, ldw, 0.0f, y, ldy);
     for (int i = 0; i < m; i++) {

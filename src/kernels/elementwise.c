@@ -148,7 +148,7 @@ TSR_HOT void tsr__k_channels_copy(int m, int pixels, int width, float *dst, int 
 }
 
 const char *tsr__k_hot_level(void) {
-#if defined(TSR_PORTABLE) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(TSR_PORTABLE) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
@@ -156,6 +156,8 @@ const char *tsr__k_hot_level(void) {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     return "portable build, running its x86-64-v3 versions (AVX2, FMA)";
   return "portable build, running its baseline x86-64 versions (SSE2)";
+#elif defined(TSR_PORTABLE)
+  return "portable build without dispatched versions (not GCC, or not x86-64): the baseline";
 #else
   return "built for this CPU alone (-Dmarch=" TSR_MARCH ")";
 #endif
