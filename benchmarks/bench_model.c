@@ -32,7 +32,10 @@ typedef struct {
 
 /* The model (a zoo name or a file) with its `units = classes` bound. */
 static int load_model(tsr_model_spec_t *spec, const bench_t *b, tsr_errbuf_t *err) {
-  int rc = tsr_model_parse(spec, b->model, b->classes, err);
+  size_t n = strlen(b->model);
+  bool file = n > 4 && strcmp(b->model + n - 4, ".ini") == 0; /* as tessera train's --model */
+  int rc = file ? tsr_model_load_ini(spec, b->model, err)
+                : tsr_model_parse(spec, b->model, b->classes, err);
   if (rc == 0) tsr_model_bind_classes(spec, b->classes);
   return rc;
 }
