@@ -234,7 +234,8 @@ Test(graph, grid_placements_that_cannot_work_are_refused) {
                                   "= 6\n[s]\ntype = add\ninputs = a, b\n"),
                          6, 1, 1, 2, &err),
                0, "%s", err.msg);
-  cr_expect(lay.layers[2].spread && lay.layers[2].in_spread && !lay.layers[2].cuts);
+  cr_expect(lay.layers[2].place == TSR_PLACE_SPREAD && lay.layers[2].in_place == TSR_PLACE_SPREAD &&
+            !lay.layers[2].cuts);
   tsr__net_layout_fini(&lay);
 }
 
@@ -255,7 +256,8 @@ Test(graph, concats_of_bands_under_domain_rows) {
   for (int j = 0; j < lay.n_layers; j++)
     if (strcmp(lay.layers[j].name, "cat") == 0) cat = &lay.layers[j];
   cr_assert(cat);
-  cr_expect(cat->banded && cat->spread && !cat->domain && !cat->whole_samples);
+  cr_expect(cat->place == TSR_PLACE_BANDS && cat->in_place == TSR_PLACE_BANDS && !cat->domain &&
+            !cat->whole_samples);
   cr_expect_eq(cat->out_nb, 4 * 8 * 10, "out_nb %d", cat->out_nb);
   tsr__net_layout_fini(&lay);
   layout_domain = 2;

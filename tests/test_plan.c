@@ -694,7 +694,7 @@ Test(plan, batchnorm_under_domain_rows_prices_a_band) {
   cr_assert_eq(lay.grid_rc, 0, "%s", lay.grid_err.msg);
   const tsr_layout_layer_t *l = &lay.layers[1], *conv = &lay.layers[0];
   cr_assert_eq(l->kind, TSR_LAYER_BATCHNORM);
-  cr_assert(l->banded && conv->domain, "batchnorm over the convolution's bands");
+  cr_assert(l->place == TSR_PLACE_BANDS && conv->domain, "batchnorm over the convolution's bands");
   counting_sink_t c = {.k = {.batch = 40,
                              .mb = 16,
                              .pr = 2,

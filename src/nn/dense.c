@@ -117,8 +117,8 @@ static void dense_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
   /* After a layer with a fused ReLU that lets its reader apply the ReLU's backward, and that
    * this layer alone reads, outside a grid: the input gradient's GEMM gates it. */
   const tsr_layout_layer_t *in = l->in[0].from >= 0 ? &lay->layers[l->in[0].from] : NULL;
-  if (in && in->type->defers_relu_grad && in->relu && in->consumers == 1 && !l->spread &&
-      !in->spread && !in->banded && l->has_dx)
+  if (in && in->type->defers_relu_grad && in->relu && in->consumers == 1 &&
+      l->place == TSR_PLACE_WHOLE && in->place == TSR_PLACE_WHOLE && l->has_dx)
     l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
   l->nparams = 2;
   l->params[0] = (tsr_layout_matrix_t){l->fin, l->fout, l->in_nb, l->out_nb, true};
@@ -145,7 +145,7 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   double r_fwd = c->gemm_rate(c, false, false, mb, nb, kb);
   double r_dx = c->gemm_rate(c, false, true, mb, kb, nb);
   double r_dw = c->gemm_rate(c, true, false, kb, nb, mb);
-  bool fused = !l->spread; /* the epilogues (gemm_ep) */
+  bool fused = l->place == TSR_PLACE_WHOLE; /* the epilogues (gemm_ep) */
   double fwd_chain = 0;
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j++) {

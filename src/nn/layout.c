@@ -574,30 +574,37 @@ static void place(tsr_net_layout_t *lay) {
     const tsr_layer_type_t *t = l->type;
     int spread_in = 0, banded_in = 0;
     for (int k = 0; k < l->n_inputs; k++) {
-      const tsr_layout_layer_t *from = l->in[k].from >= 0 ? &lay->layers[l->in[k].from] : NULL;
-      spread_in += from && from->spread;
-      banded_in += from && from->banded;
-      l->in[k].nb = from ? from->out_nb : lay->in_nb; /* a band-wide tiling above */
+      tsr_placement_t from =
+          l->in[k].from >= 0 ? lay->layers[l->in[k].from].place : TSR_PLACE_WHOLE;
+      spread_in += tsr__placed_spread(from);
+      banded_in += from == TSR_PLACE_BANDS;
+      l->in[k].nb = l->in[k].from >= 0 ? lay->layers[l->in[k].from].out_nb
+                                       : lay->in_nb; /* a band-wide tiling above */
     }
     l->in_nb = l->in[0].nb;
-    l->in_spread = spread_in > 0;
-    l->banded_in = banded_in > 0;
+    l->in_place = banded_in ? TSR_PLACE_BANDS : spread_in ? TSR_PLACE_SPREAD : TSR_PLACE_WHOLE;
     bool cut = t->splits_rows && windows++ < lay->domain_layers;
-    l->domain = lay->domain && (cut || (t->batch_stats && l->banded_in));
+    l->domain = lay->domain && (cut || (t->batch_stats && l->in_place == TSR_PLACE_BANDS));
     bool joins = t->joins_bands && banded_in == l->n_inputs; /* a concat of bands */
     if (joins) l->whole_samples = false;                     /* it works band by band */
-    l->gathers_bands = !l->domain && l->banded_in && l->whole_samples && l->n_inputs == 1;
-    if (l->gathers_bands) l->in_spread = false, banded_in = 0; /* it reads the bands gathered */
-    l->banded = l->domain || joins || (t->elementwise && banded_in > 0);
-    l->spread = l->banded || t->cuts_features || (t->elementwise && l->in_spread);
+    l->gathers_bands =
+        !l->domain && l->in_place == TSR_PLACE_BANDS && l->whole_samples && l->n_inputs == 1;
+    if (l->gathers_bands) banded_in = 0; /* it reads the bands gathered */
+    bool reads_spread = tsr__reads_spread(l);
+    if (l->domain || joins || (t->elementwise && banded_in > 0))
+      l->place = TSR_PLACE_BANDS;
+    else if (t->cuts_features || (t->elementwise && reads_spread))
+      l->place = TSR_PLACE_SPREAD;
+    else
+      l->place = TSR_PLACE_WHOLE;
     if (l->domain || joins)
       l->out_nb = tsr__k_band_rows(l->geom.oh, lay->grid_rows) * l->geom.ow * l->geom.oc;
-    else if (l->banded)
+    else if (l->place == TSR_PLACE_BANDS)
       l->out_nb = l->in_nb;
     l->cuts = t->cuts_features;
-    l->gathers = l->cuts && l->in_spread;
-    l->partials = l->cuts && (l->in_spread || l->has_dx);
-    l->dx_sums = l->cuts && !l->in_spread && l->has_dx;
+    l->gathers = l->cuts && reads_spread;
+    l->partials = l->cuts && (reads_spread || l->has_dx);
+    l->dx_sums = l->cuts && !reads_spread && l->has_dx;
     if (lay->grid_rc) continue;
     char me[160];
     if (t->no_grid)
@@ -623,7 +630,7 @@ static void place(tsr_net_layout_t *lay) {
           "branches are cut alike (a residual block's end), or use --domain rows",
           layer_label(l->index, l->name, t->name, me, sizeof me), lay->domain_layers, banded_in,
           l->n_inputs);
-    else if (t->elementwise && l->in_spread &&
+    else if (t->elementwise && reads_spread &&
              (spread_in < l->n_inputs || (banded_in > 0 && banded_in < l->n_inputs)))
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
@@ -633,22 +640,24 @@ static void place(tsr_net_layout_t *lay) {
           layer_label(l->index, l->name, t->name, me, sizeof me), spread_in, l->n_inputs,
           lay->domain ? ", or bands of image rows" : "",
           lay->domain ? "placed otherwise" : "replicated (the input batch, convolutions, pooling)");
-    else if (l->domain && (l->in_spread != l->banded_in || (!l->banded_in && l->in[0].from >= 0)))
+    else if (l->domain && (l->in_place == TSR_PLACE_SPREAD ||
+                           (l->in_place == TSR_PLACE_WHOLE && l->in[0].from >= 0)))
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --domain rows, a convolution or pooling reads the input batch or another "
           "one's bands of image rows (through element-wise layers), not %s; use --domain none "
           "or --grid 1xP for this model",
           layer_label(l->index, l->name, t->name, me, sizeof me),
-          l->in_spread ? "a dense layer's output" : "a layer computed whole on every rank");
-    else if (l->in_spread && !l->spread && l->banded_in)
+          l->in_place == TSR_PLACE_SPREAD ? "a dense layer's output"
+                                          : "a layer computed whole on every rank");
+    else if (reads_spread && l->place == TSR_PLACE_WHOLE && l->in_place == TSR_PLACE_BANDS)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --domain rows, this layer does not take bands of image rows yet "
           "(convolutions, pooling, element-wise and dense layers do); use --domain none or "
           "--grid 1xP for this model",
           layer_label(l->index, l->name, t->name, me, sizeof me));
-    else if (l->in_spread && !l->spread)
+    else if (reads_spread && l->place == TSR_PLACE_WHOLE)
       lay->grid_rc = tsr_error_set(
           &lay->grid_err, TSR_EINVAL,
           "%s: under --grid, a layer after a dense layer must be dense or element-wise "
@@ -675,19 +684,19 @@ static void count_bytes(tsr_net_layout_t *lay) {
   for (int j = 0; j < lay->n_layers; j++) {
     tsr_layout_layer_t *l = &lay->layers[j];
     l->share = l->fout;
-    if (l->banded) /* row 0's band */
+    if (l->place == TSR_PLACE_BANDS) /* row 0's band */
       l->share = l->out_nb < l->fout ? l->out_nb : l->fout;
-    else if (l->spread && l->cuts)
+    else if (l->place == TSR_PLACE_SPREAD && l->cuts)
       l->share = row0_columns(l->fout, l->out_nb, pr);
-    else if (l->spread) /* as its (first) spread input */
+    else if (l->place == TSR_PLACE_SPREAD) /* as its (first) spread input */
       for (int k = l->n_inputs - 1; k >= 0; k--)
-        if (l->in[k].from >= 0 && lay->layers[l->in[k].from].spread)
+        if (l->in[k].from >= 0 && tsr__placed_spread(lay->layers[l->in[k].from].place))
           l->share = lay->layers[l->in[k].from].share;
     l->param_floats = 0;
     for (int p = 0; p < l->nparams; p++) {
       const tsr_layout_matrix_t *m = &l->params[p];
       l->param_floats +=
-          m->rows * (l->spread && !l->banded ? row0_columns(m->cols, m->nb, pr) : m->cols);
+          m->rows * (l->place == TSR_PLACE_SPREAD ? row0_columns(m->cols, m->nb, pr) : m->cols);
     }
     /* y and dy, the other readers' gradients, the grid's gathered inputs and partial input
      * gradients, the layer's own scratch */
@@ -697,8 +706,8 @@ static void count_bytes(tsr_net_layout_t *lay) {
     if (l->domain && l->type->batch_stats) /* each band's statistics */
       l->act_floats += tsr__domain_bn_floats(&l->geom, pr, 0, batch, lay->mb);
     else if (l->domain) /* slabs, halos, the weight gradients' partials */
-      l->act_floats +=
-          tsr__domain_floats(&l->geom, pr, 0, batch, l->banded_in, l->has_dx, l->nparams > 0);
+      l->act_floats += tsr__domain_floats(&l->geom, pr, 0, batch, l->in_place == TSR_PLACE_BANDS,
+                                          l->has_dx, l->nparams > 0);
     for (int s = 0; s < l->nscratch; s++)
       l->act_floats += l->scratch[s].rows * l->scratch[s].cols;
     for (int s = 0; s < l->nbuffers; s++)
@@ -817,7 +826,7 @@ int tsr__cost_tsize(int64_t n, int b, int i) {
 }
 
 double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l) {
-  if (!l->banded) return 1;
+  if (l->place != TSR_PLACE_BANDS) return 1;
   int r0, r1;
   tsr__k_band(l->geom.oh, lay->grid_rows, 0, &r0, &r1);
   return (double)(r1 - r0) / l->geom.oh;

@@ -22,6 +22,18 @@
 
 struct tsr_layer_type;
 
+/* How a matrix of activations (batch rows x a layer's features) sits on the Pr ranks of a grid
+ * column, one value per matrix: the layout decides it (place() in layout.c), the network builds
+ * the tiles by it (net.c), the planner prices and counts by it (src/plan/), and a layer's
+ * parameters follow its output (spread only when the output is TSR_PLACE_SPREAD). */
+typedef enum {
+  TSR_PLACE_WHOLE,  /* every rank of the column holds all of it (the only placement without a
+                     * grid) */
+  TSR_PLACE_SPREAD, /* its column tile j on grid row j % Pr (a dense layer's output features) */
+  TSR_PLACE_BANDS,  /* its column tile p is a band of image rows, on grid row p (--domain rows);
+                     * spread too, band by band */
+} tsr_placement_t;
+
 /* A matrix the network creates: rows x cols floats in mb x nb tiles (as given to
  * tsr_tiles_create, which clamps them to the matrix). */
 typedef struct {
@@ -64,17 +76,18 @@ typedef struct {
   int folds_bn;           /* conv: 1 + the batchnorm layer evaluation folds into it (0: none) */
   bool folded;            /* batchnorm: evaluation computes it inside its convolution's task */
   /* Grid (opts->grid_rows > 1): */
-  bool spread;    /* its output's column tiles are spread over the grid column (j on row j % Pr) */
-  bool in_spread; /* its inputs are */
-  bool cuts;      /* it cuts its own output over the column (a dense layer): forward it gathers
-                   * a spread input, backward it sums partial input gradients */
+  tsr_placement_t place;    /* its output's (y, dy, its other readers' gradients) */
+  tsr_placement_t in_place; /* its inputs' as their producers made them: TSR_PLACE_BANDS when
+                             * one is in bands, else TSR_PLACE_SPREAD when one is spread (where
+                             * inputs placed unlike cannot work, grid_rc says so); a layer that
+                             * gathers_bands reads them whole (tsr__reads_spread) */
+  bool cuts; /* it cuts its own output over the column (a dense layer): forward it gathers
+              * a spread input, backward it sums partial input gradients */
   bool gathers, partials, dx_sums; /* the grid scratch it holds (net_impl.h, tsr_layer_t) */
   /* Grid with --domain rows (lay->domain): */
   bool domain;        /* it computes its output in bands of image rows from slabs of its input
-                       * (its type splits_rows; src/tile/domain.h) */
-  bool banded;        /* its output's column tiles are bands of image rows (band p on row p): a
-                       * domain layer's, or an element-wise layer's over banded inputs */
-  bool banded_in;     /* its input 0 is banded (else, for a domain layer, the input batch) */
+                       * (its type splits_rows; src/tile/domain.h); its output is in bands, so is
+                       * an element-wise layer's over inputs in bands */
   bool gathers_bands; /* a layer on whole samples over a banded input, not cut itself (past
                        * --domain rows:K): every rank all-gathers the bands, computes it whole */
   int nparams;
@@ -119,6 +132,16 @@ typedef struct {
   tsr_errbuf_t grid_err;
   tsr_net_memory_t memory; /* tsr_net_estimate's bytes */
 } tsr_net_layout_t;
+
+/* Whether p spreads a matrix over the grid column (by feature columns or by bands). */
+static inline bool tsr__placed_spread(tsr_placement_t p) {
+  return p != TSR_PLACE_WHOLE;
+}
+
+/* Whether l computes from spread inputs: they are, and it does not gather them whole first. */
+static inline bool tsr__reads_spread(const tsr_layout_layer_t *l) {
+  return tsr__placed_spread(l->in_place) && !l->gathers_bands;
+}
 
 /* The layers tsr_net_create(spec, inputs, classes, opts) builds in a process with `workers` CPU
  * workers and an optimizer keeping `nstate` state matrices per parameter, with the same checks
@@ -171,7 +194,7 @@ static inline double tsr__cost_gemm(tsr_cost_sink_t *k, int rows, int cols, int 
 int tsr__cost_ntiles(int64_t n, int b);       /* tiles of b in n */
 int tsr__cost_tsize(int64_t n, int b, int i); /* size of tile i of n cut in b */
 /* Of a layer's per-sample work, the part row 0 of a grid column does: 1, or for a layer whose
- * output is in bands of image rows (l->banded) its band's output rows over all of them. */
+ * output is in bands of image rows (TSR_PLACE_BANDS) its band's output rows over all of them. */
 double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l);
 /* The cost of a memory-bound layer (pooling, dropout, a ReLU not fused): per output tile one
  * forward task reading its input and writing its output, and a backward task when its input

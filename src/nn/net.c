@@ -92,7 +92,8 @@ static int grid_scratch(tsr_net_t *net, tsr_layer_t *l) {
                                  net->mb);
   if (ll->domain)
     return tsr__domain_create(&l->domain, &ll->geom, net->grid_rows, net->grid_slot, net->batch,
-                              net->mb, ll->banded_in, ll->has_dx, ll->nparams > 0);
+                              net->mb, ll->in_place == TSR_PLACE_BANDS, ll->has_dx,
+                              ll->nparams > 0);
   bool in_split = l->lay->gathers;
   if (!l->lay->partials) return 0; /* a per-node input, no gradient below */
   int n = net->grid_rows;
@@ -132,7 +133,7 @@ static int param_create(tsr_net_t *net, tsr_param_t *p, const tsr_layout_matrix_
 /* l->y and l->dy (batch, fout) in net->mb x l->out_nb tiles, and the gradients of its other
  * readers (l->grads), placed as the layout says. */
 static int activations(tsr_net_t *net, tsr_layer_t *l) {
-  l->split = l->lay->spread;
+  l->split = tsr__placed_spread(l->lay->place);
   TSR_TRY(act_tiles(net, &l->y, net->batch, l->fout, net->mb, l->out_nb, l->split));
   TSR_TRY(act_tiles(net, &l->dy, net->batch, l->fout, net->mb, l->out_nb, l->split));
   int extra = l->lay->consumers - 1;
@@ -250,7 +251,7 @@ static int create_layers(tsr_net_t *net, tsr_rng_t *rng, tsr_errbuf_t *err) {
     l->relu_grad_by_next = ll->relu_grad_by_next, l->relu_grad_in = ll->relu_grad_in;
     l->nparams = ll->nparams;
     for (int k = 0; k < ll->nparams; k++)
-      TSR_TRY(param_create(net, &l->params[k], &ll->params[k], ll->spread && !ll->banded));
+      TSR_TRY(param_create(net, &l->params[k], &ll->params[k], ll->place == TSR_PLACE_SPREAD));
     TSR_TRY(activations(net, l));
     for (int k = 0; k < ll->nscratch; k++) {
       const tsr_layout_matrix_t *m = &ll->scratch[k];

@@ -159,7 +159,7 @@ static int compute_step(compute_t *c) {
     int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
     for (int s = 1; s < l->consumers; s++)
       for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j += l->spread ? c->pr : 1)
+        for (int j = 0; j < nt; j += tsr__placed_spread(l->place) ? c->pr : 1)
           c->bwd[k] += task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j));
   }
   for (int i = 0; i < mt; i++) { /* softmax and cross-entropy, on row 0 */
@@ -216,7 +216,8 @@ static void domain_step(grid_t *g, const tsr_layout_layer_t *l, int batch, int m
   double row = 4.0 * geo->w * geo->c;
   for (int dir = 0; dir < 2; dir++) {
     if (dir == 1 && !l->has_dx && l->nparams == 0) break;
-    for (int i = 0; i < mt && !stats && l->banded_in && (dir == 0 || l->has_dx); i++)
+    for (int i = 0; i < mt && !stats && l->in_place == TSR_PLACE_BANDS && (dir == 0 || l->has_dx);
+         i++)
       for (int p = 0; p < nout; p++)
         for (int q = 0; q < pr; q++) {
           int rows = tsr__domain_halo_rows(geo, pr, p, q);
@@ -249,7 +250,7 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
   int pr = g->pr, mt = ntiles(batch, mb);
   for (int k = 0; k < lay->n_layers; k++) {
     const tsr_layout_layer_t *l = &lay->layers[k];
-    bool in_repl = !l->in_spread;
+    bool in_repl = !tsr__reads_spread(l);
     int kb = imin(l->in_nb, l->fin), kt = ntiles(l->fin, kb);
     if (l->cuts) {
       int nt = ntiles(l->fout, imin(l->out_nb, l->fout)), owners = imin(nt, pr);
@@ -308,7 +309,7 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     const tsr_layout_layer_t *l = &lay->layers[k];
     layer_bytes[k] = 0;
     if (l->nparams == 0) continue;
-    bool sliced = l->spread && !l->banded && pr > 1;
+    bool sliced = l->place == TSR_PLACE_SPREAD && pr > 1;
     /* the tile columns: every parameter of a spread layer is tiled like its output; row 0
      * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (placement.c's row_shapes)
      */

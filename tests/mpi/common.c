@@ -291,7 +291,7 @@ float *grid_params(tsr_net_t *net, int columns, int64_t *count) {
       CHECK(tsr_tiles_read_owned(w, mine + off) == 0, "read layer %d parameter %d", l + 1, k);
       int64_t n = tsr_tiles_rows(w) * tsr_tiles_cols(w);
       /* A domain-split layer's bands are spread, its parameters replicated. */
-      bool sliced = net->layers[l].split && !net->layers[l].lay->banded;
+      bool sliced = net->layers[l].split && net->layers[l].lay->place != TSR_PLACE_BANDS;
       for (int64_t i = 0; i < n; i++)
         copies[off + i] = (float)(sliced ? columns : size);
       off += n;

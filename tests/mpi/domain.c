@@ -19,7 +19,7 @@ static double halo_formula(const tsr_net_t *net, int pr, int batch) {
   double bytes = 0;
   for (int l = 0; l < net->n_layers; l++) {
     const tsr_layout_layer_t *ll = net->layers[l].lay;
-    if (!ll->domain || !ll->banded_in || ll->type->batch_stats) continue;
+    if (!ll->domain || ll->in_place != TSR_PLACE_BANDS || ll->type->batch_stats) continue;
     const tsr_conv_geom_t *g = &ll->geom;
     int bo = (g->oh + pr - 1) / pr, bi = (g->h + pr - 1) / pr;
     double row = 4.0 * g->w * g->c * batch;
@@ -102,7 +102,7 @@ static void domain_equals_one_process(const char *model, float lr) {
   int cut = 0, joined = 0;
   for (int l = 0; l < net->n_layers; l++) {
     const tsr_layout_layer_t *ll = net->layers[l].lay;
-    cut += ll->domain, joined += ll->type->joins_bands && ll->banded;
+    cut += ll->domain, joined += ll->type->joins_bands && ll->place == TSR_PLACE_BANDS;
   }
   CHECK(cut > 0, "%s %dx1: no layer is cut into bands", model, pr);
   CHECK(joined == (strcmp(model, "inception") == 0), "%s %dx1: %d concats over bands", model, pr,
@@ -218,7 +218,7 @@ static void test_domain_short(void) {
   int cut = 0, banded_bn = 0;
   for (int l = 0; l < net->n_layers; l++) {
     const tsr_layout_layer_t *ll = net->layers[l].lay;
-    cut += ll->domain, banded_bn += ll->type->batch_stats && ll->banded;
+    cut += ll->domain, banded_bn += ll->type->batch_stats && ll->place == TSR_PLACE_BANDS;
   }
   CHECK(cut > 0 && banded_bn == 2, "bn %dx1: %d layers cut, %d batchnorms over bands (want 2)", pr,
         cut, banded_bn);

@@ -171,7 +171,7 @@ static float *column_params(tsr_net_t *net, int pr, int64_t *count) {
       const tsr_tiles_t *w = net->layers[l].params[k].w;
       CHECK(tsr_tiles_read_owned(w, mine + off) == 0, "read layer %d parameter %d", l + 1, k);
       int64_t n = tsr_tiles_rows(w) * tsr_tiles_cols(w);
-      bool sliced = net->layers[l].split && !net->layers[l].lay->banded;
+      bool sliced = net->layers[l].split && net->layers[l].lay->place != TSR_PLACE_BANDS;
       for (int64_t i = 0; !sliced && i < n; i++)
         mine[off + i] /= (float)pr;
       off += n;
