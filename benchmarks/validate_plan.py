@@ -26,6 +26,8 @@ and prints the table. Grids the build cannot run are listed as "not measurable
   /usr/bin/python3 benchmarks/validate_plan.py --only mlp512     # those whose name contains it
   /usr/bin/python3 benchmarks/validate_plan.py --dry-run         # print the commands
   /usr/bin/python3 benchmarks/validate_plan.py --zoo --only 1x   # ResNet-20, VGG-11 at 32x32x3
+  /usr/bin/python3 benchmarks/validate_plan.py --imagenet --only "x"  # the four CNNs of Castello
+                               # et al. at 224x224x3, batch 8: 1 process, 2x1 and 1x2 (issue 42)
   /usr/bin/python3 benchmarks/validate_plan.py --node-size 2 --only two-level
                                # also 4 ranks in nodes of 2, --allreduce two-level
 
@@ -47,12 +49,16 @@ from plotting import add_title_arguments, finish
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = {"mlp512": "mlp:512,512", "mlp4096": "mlp:4096,4096", "cnn": "cnn",
-          "resnet20": "resnet20", "vgg11": "vgg11"}
-# Training images per configuration: enough steps for a steady epoch, a few seconds a run here.
-SAMPLES = {"mlp512": 12800, "mlp4096": 4096, "cnn": 4096, "resnet20": 1024, "vgg11": 512}
-# The zoo's models train on synthetic 32x32x3 images (a .npz the script writes: the content does
-# not change the work); the others on Fashion-MNIST.
-ZOO_INPUT = (32, 32, 3)
+          "resnet20": "resnet20", "vgg11": "vgg11", "alexnet": "alexnet", "vgg16": "vgg16",
+          "resnet50": "resnet50", "googlenet": "googlenet"}
+# Training images per configuration: enough steps for a steady epoch, a few seconds a run here
+# (the ImageNet-shaped CNNs: 4 steps of 8, 10 to 60 s an epoch on 2 cores).
+SAMPLES = {"mlp512": 12800, "mlp4096": 4096, "cnn": 4096, "resnet20": 1024, "vgg11": 512,
+           "alexnet": 32, "vgg16": 32, "resnet50": 32, "googlenet": 32}
+# The zoo's models train on synthetic images of their shape (a .npz the script writes: the
+# content does not change the work); the others on Fashion-MNIST.
+ZOO_INPUT = {"resnet20": (32, 32, 3), "vgg11": (32, 32, 3), "alexnet": (224, 224, 3),
+             "vgg16": (224, 224, 3), "resnet50": (224, 224, 3), "googlenet": (224, 224, 3)}
 
 
 def zoo_configs():
@@ -61,11 +67,25 @@ def zoo_configs():
     return [(m, g, "batch", 64) for m in ("resnet20", "vgg11") for g in ("1x1", "1x2")]
 
 
-def write_zoo_data(path, n):
-    """n random 32x32x3 uint8 images with labels i mod 10, as x_train/y_train in a .npz."""
+def imagenet_configs():
+    """--imagenet: AlexNet, VGG-16, ResNet-50 and GoogLeNet at 224x224x3 (Castello et al.'s
+    four), batch 8 per replica: one process, a 2x1 grid (model parallelism in the dense layers)
+    and 1x2 (data parallelism, batch averaging)."""
+    return [(m, g, "batch", 8) for m in ("alexnet", "vgg16", "resnet50", "googlenet")
+            for g in ("1x1", "2x1", "1x2")]
+
+
+def zoo_data(tmp, model):
+    """The .npz of synthetic images a zoo model trains on (one file per shape, in tmp)."""
+    return os.path.join(tmp, "zoo%dx%dx%d.npz" % ZOO_INPUT[model])
+
+
+def write_zoo_data(path, n, shape):
+    """n random uint8 images of shape (h, w, c) with labels i mod 10, as x_train/y_train in a
+    .npz."""
     import numpy as np
     rng = np.random.default_rng(1)
-    np.savez(path, x_train=rng.integers(0, 256, (n,) + ZOO_INPUT, dtype=np.uint8),
+    np.savez(path, x_train=rng.integers(0, 256, (n,) + shape, dtype=np.uint8),
              y_train=(np.arange(n) % 10).astype(np.uint8))
 
 
@@ -112,8 +132,8 @@ def train_cmd(args, model, grid, sync, batch, log):
     cmd = [args.tessera, "train", "--model", MODELS[model], "--batch", str(batch),
            "--epochs", str(args.epochs), "--train-limit", str(args.samples or SAMPLES[model]),
            "--test-limit", "0", "--quiet", "--log", log]
-    if model in ("resnet20", "vgg11"):
-        cmd += ["--data", args.zoo_data]
+    if model in ZOO_INPUT:
+        cmd += ["--data", zoo_data(args.tmp, model)]
     if ranks > 1:
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
                "-x", "STARPU_SILENT"] + cmd + travel(sync)
@@ -127,8 +147,8 @@ def plan_cmd(args, model, grid, sync, batch):
     cmd = [args.tessera, "plan", "--json", "--model", MODELS[model], "--batch", str(batch),
            "--ranks", str(pr * pc), "--grid", grid] + travel(sync) + [
            "--samples", str(args.samples or SAMPLES[model])]
-    if model in ("resnet20", "vgg11"):
-        cmd += ["--input", "%dx%dx%d" % ZOO_INPUT]
+    if model in ZOO_INPUT:
+        cmd += ["--input", "%dx%dx%d" % ZOO_INPUT[model]]
     if args.cluster:
         cmd += ["--cluster", args.cluster]
     return cmd
@@ -189,6 +209,8 @@ def main():
     ap.add_argument("--only", help="only configurations whose name contains this")
     ap.add_argument("--zoo", action="store_true", help="also ResNet-20 and VGG-11 at 32x32x3 "
                     "(synthetic images), 1 and 2 ranks")
+    ap.add_argument("--imagenet", action="store_true", help="also AlexNet, VGG-16, ResNet-50 "
+                    "and GoogLeNet at 224x224x3 (synthetic images), batch 8: 1x1, 2x1, 1x2")
     ap.add_argument("--node-size", type=int, default=0,
                     help="also 2 nodes of this many ranks with --allreduce two-level")
     ap.add_argument("--dry-run", action="store_true")
@@ -204,7 +226,8 @@ def main():
     grid_ok = has_grid(args.tessera)
     load_before = os.getloadavg()[0]
     rows = []
-    configs = default_configs() + (zoo_configs() if args.zoo else [])
+    configs = default_configs() + (zoo_configs() if args.zoo else []) + \
+        (imagenet_configs() if args.imagenet else [])
     if args.node_size:
         configs += [(m, "1x%d" % (2 * args.node_size), "%s@two-level:%d" % (s, args.node_size), b)
                     for m, b in (("mlp512", 64), ("mlp4096", 512)) for s in ("batch", "epoch")]
@@ -218,9 +241,11 @@ def main():
         except subprocess.CalledProcessError as e:
             predicted[cfg] = e
     with tempfile.TemporaryDirectory() as tmp:
-        args.zoo_data = os.path.join(tmp, "zoo32.npz")
-        if any(c[0] in ("resnet20", "vgg11") for c in configs) and not args.dry_run:
-            write_zoo_data(args.zoo_data, max(SAMPLES["resnet20"], args.samples))
+        args.tmp = tmp
+        for model in sorted({c[0] for c in configs if c[0] in ZOO_INPUT}):
+            if not args.dry_run and not os.path.exists(zoo_data(tmp, model)):
+                n = max(SAMPLES[m] for m in ZOO_INPUT if ZOO_INPUT[m] == ZOO_INPUT[model])
+                write_zoo_data(zoo_data(tmp, model), max(n, args.samples), ZOO_INPUT[model])
         for cfg in configs:
             name = "%s %s %s b%d" % cfg
             if cfg[1].split("x")[0] != "1" and not grid_ok:
@@ -297,7 +322,9 @@ def plot(ok, png, machine=None, command=None):
     med = statistics.median(errors) if errors else float("nan")
     worst = max(errors) if errors else float("nan")
     fig, ax = plt.subplots(figsize=(7.5, 7.5))
-    for model, mark in (("mlp512", "o"), ("mlp4096", "s"), ("cnn", "^")):
+    for model, mark in (("mlp512", "o"), ("mlp4096", "s"), ("cnn", "^"), ("resnet20", "v"),
+                        ("vgg11", "<"), ("alexnet", ">"), ("vgg16", "D"), ("resnet50", "P"),
+                        ("googlenet", "X")):
         pts = [r for r in ok if r["model"] == model]
         ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
                    marker=mark, label="%s (%d runs)" % (model, len(pts)))
