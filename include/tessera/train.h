@@ -243,7 +243,14 @@ TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
  * train. The schedule runs around it; a constant schedule takes every step at it. */
 TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *opts);
 
-#define TSR_MAX_RANKS 1024
+/* The most MPI ranks a run may have: a sanity bound, not a size. Nothing is sized by it (every
+ * per-rank array is allocated for the run's ranks); it bounds the counts of ranks read from
+ * options (--grid's Pr and Pc and their product, --node-size), from a checkpoint's metadata
+ * (a damaged file cannot ask for 2^31 ranks' buffers) and from tsr_run_config_t (tsr_run_check),
+ * so that products of them stay within an int. 32,768: 4 times the 8,192 ranks the planner's
+ * largest case plans for, and the most whose rank numbers a trace record's 16-bit owner field
+ * holds (src/runtime/observe.c). --shares auto measures at most TSR_SHARES_MAX replicas. */
+#define TSR_MAX_RANKS 32768
 
 /* ---- Schedules (docs/training.md, "Learning-rate schedules") ------------ */
 
@@ -383,8 +390,8 @@ TSR_API void tsr_run_setup_fini(tsr_run_setup_t *s);
  * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
  * (checkpoints of each column's own optimizer state; --shares and --weighting steps; under
  * several columns the policies without tsr_sync_traits_t.grid_columns), --shares against the
- * ranks. TSR_EINVAL with a message naming the options and the fix (tessera train exits 2 on
- * it). */
+ * ranks (--shares auto: at most TSR_SHARES_MAX replicas). TSR_EINVAL with a message naming the
+ * options and the fix (tessera train exits 2 on it); TSR_ENOMEM. */
 TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
  * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as

@@ -656,13 +656,20 @@ static int announce(run_t *r) {
             cfg->resume, r->resumed.sync, r->resumed.ranks, r->sync_text, tsr_dist_size());
   /* Every rank's host, for the run line (collective: every rank knows whether there is a log). */
   char host[64] = "", *hosts = NULL;
+  const char **host_of = NULL;
   if (cfg->log_path) {
     gethostname(host, sizeof host - 1);
-    if (r->speaker) hosts = calloc((size_t)tsr_dist_size(), sizeof host);
-    if (tsr_dist_gather(host, (int)sizeof host, hosts)) free(hosts), hosts = NULL;
+    if (r->speaker) {
+      hosts = calloc((size_t)tsr_dist_size(), sizeof host);
+      host_of = malloc(sizeof *host_of * (size_t)tsr_dist_size());
+    }
+    /* Without room on rank 0 the run line goes without hosts (the others learn it: the
+     * gathering is collective). */
+    if (tsr_dist_any(r->speaker && (!hosts || !host_of)) ||
+        tsr_dist_gather(host, (int)sizeof host, hosts))
+      free(hosts), hosts = NULL;
   }
-  const char *host_of[TSR_MAX_RANKS];
-  for (int q = 0; hosts && q < tsr_dist_size() && q < TSR_MAX_RANKS; q++)
+  for (int q = 0; hosts && q < tsr_dist_size(); q++)
     host_of[q] = hosts + (size_t)q * sizeof host;
   tsr_cli_train_fields_t *fields = r->speaker && cfg->log_path ? malloc(sizeof *fields) : NULL;
   if (fields) { /* with the domain as the run takes it (--domain auto: the planner's choice) */
@@ -709,7 +716,7 @@ static int announce(run_t *r) {
               cfg->log_path);
   }
   free(fields);
-  free(hosts);
+  free(hosts), free(host_of);
   return tsr_dist_agree(rc, &r->err, &r->err);
 }
 

@@ -33,6 +33,10 @@
 #define TSR_MPI_CHECK_SHARED /* the counts are common.c's */
 #include "mpi_check.h"
 
+/* The most ranks a check runs on (tests/meson.build starts at most 16), which sizes the checks'
+ * per-rank arrays; main refuses more. */
+#define MPI_TEST_MAX_RANKS 64
+
 /* A check of a concern file: its name (the command's argument), what runs it, and what it needs
  * before the runtime starts. */
 typedef struct {
