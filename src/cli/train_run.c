@@ -160,7 +160,7 @@ typedef struct {
   tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
   tsr_model_spec_t spec;       /* from --model */
   tsr_net_opts_t net_opts;     /* cfg's, with the data's image geometry */
-  tsr_train_opts_t train_opts; /* cfg's, with the sync policy */
+  tsr_train_opts_t train_opts; /* cfg's, with the run's setup */
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
   bool started;                /* the runtime */
@@ -736,7 +736,6 @@ static int train(run_t *r) {
   to.on_step = on_step, to.log_every = cfg->log_every;
   to.on_eval = on_eval, to.eval_every = cfg->eval_every;
   to.should_stop = should_stop;
-  to.setup = &r->setup;
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
   to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
   to.resume_path = cfg->resume;
@@ -820,7 +819,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   }
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;
-  r.train_opts.sync = &cfg->sync;
+  r.train_opts.setup = &r.setup; /* the policy and shares, once start has set the run up */
   r.train_opts.validation = &r.val;
   catch_signals();
   int rc = start(&r, argc, argv);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/net_impl.h"
 #include "parallel/placement.h"
 #include "parallel/policy.h"
 #include "tessera/runtime.h"
@@ -23,6 +24,14 @@
 void tsr_run_config_init(tsr_run_config_t *c) {
   memset(c, 0, sizeof *c);
   tsr_net_opts_init(&c->net);
+}
+
+void tsr_run_config_from_net(tsr_run_config_t *c, const tsr_net_t *net, int64_t samples) {
+  tsr_run_config_init(c);
+  c->net = net->opts;
+  c->net.batch = tsr_net_batch(net), c->net.grid_rows = tsr_net_grid_rows(net);
+  c->samples = samples;
+  c->memory = -1; /* the net is built */
 }
 
 static int ranks_of(const tsr_run_config_t *c) {

@@ -31,9 +31,9 @@ static int horizon(const tsr_train_opts_t *o) {
   return o->schedule_epochs > 0 ? o->schedule_epochs : o->epochs;
 }
 
-/* The run's policy: its setup's, or opts'; NULL: none. */
+/* The run's policy: its setup's; NULL: none (no setup). */
 static const tsr_sync_t *policy_of(const tsr_train_opts_t *o) {
-  return o->setup ? &o->setup->sync : o->sync;
+  return o->setup ? &o->setup->sync : NULL;
 }
 
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
@@ -331,17 +331,14 @@ static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o)
 }
 
 /* *s: o->setup checked against this run (its combinations checked again with o's checkpoint,
- * tsr_run_check), or the setup tsr_run_setup makes from the net, o's policy and shares. */
+ * tsr_run_check), or without one the setup tsr_run_setup makes for the net alone (no policy,
+ * uniform shares). */
 static int set_up(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_dataset_t *train,
                   const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   tsr_run_config_t c;
-  tsr_run_config_init(&c);
-  c.net = net->opts;
-  c.net.batch = tsr_net_batch(net), c.net.grid_rows = tsr_net_grid_rows(net);
-  c.samples = train->n, c.checkpoint = o->checkpoint_path != NULL;
-  c.memory = -1; /* the net is built */
+  tsr_run_config_from_net(&c, net, train->n);
+  c.checkpoint = o->checkpoint_path != NULL;
   if (!o->setup) {
-    c.sync = o->sync, c.shares = o->shares, c.global_batch = o->global_batch;
     TSR_TRY(tsr_run_setup(s, &c, err));
   } else {
     TSR_TRY(tsr__run_setup_copy(s, o->setup, err));

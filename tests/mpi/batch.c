@@ -121,10 +121,13 @@ static void test_lr_scaling(void) {
     float want = cases[i].scaled ? no.opt.lr * (float)size : no.opt.lr;
     tsr_sync_t sync;
     tsr_sync_parse(&sync, cases[i].policy, NULL);
+    tsr_run_setup_t setup = {0};
+    set_up_run(&setup, net, &sync, NULL, 0);
     tsr_train_opts_t o;
     tsr_train_opts_init(&o);
-    o.sync = &sync, o.lr_scaling = cases[i].scaling;
+    o.setup = &setup, o.lr_scaling = cases[i].scaling;
     float told = tsr_train_base_lr(net, &o);
+    tsr_run_setup_fini(&setup);
     tsr_epoch_stats_t st = {0};
     train_with(net, cases[i].policy,
                (run_t){.epochs = 1,

@@ -141,6 +141,15 @@ int node_size;
 
 float bucket_mb; /* --bucket-mb (test_buckets) */
 
+void set_up_run(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_sync_t *sync,
+                const tsr_shares_t *shares, int global_batch) {
+  tsr_run_config_t c;
+  tsr_run_config_from_net(&c, net, train_set.n);
+  c.sync = sync, c.shares = shares, c.global_batch = global_batch;
+  tsr_errbuf_t err = {""};
+  CHECK(tsr_run_setup(s, &c, &err) == 0, "tsr_run_setup: %s", err.msg);
+}
+
 void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_sync_t sync;
   tsr_errbuf_t err = {""};
@@ -152,15 +161,16 @@ void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
   static tsr_shares_t shares;
-  if (run.shares) {
+  if (run.shares)
     CHECK(tsr_shares_parse(&shares, run.shares, &err) == 0, "--shares %s: %s", run.shares, err.msg);
-    o.shares = &shares, o.global_batch = run.global_batch;
-  }
-  o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
+  tsr_run_setup_t setup = {0};
+  set_up_run(&setup, net, &sync, run.shares ? &shares : NULL, run.global_batch);
+  o.epochs = run.epochs, o.setup = &setup, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
   o.shuffle = run.shuffle, o.on_epoch = run.on_epoch, o.ctx = run.ctx;
   o.lr_scaling = run.lr_scaling;
   int rc = tsr_train(net, &train_set, NULL, &o, &err);
   CHECK(rc == 0, "tsr_train(%s): %s", policy, err.msg);
+  tsr_run_setup_fini(&setup);
 }
 
 void train(tsr_net_t *net, const char *policy, int epochs, bool deterministic) {

@@ -124,6 +124,12 @@ extern int node_size;
 
 extern float bucket_mb;
 
+/* s (zeroed, or set up before) set up for training net on train_set under sync and shares
+ * (NULL: uniform), as a program that built its net itself does (tsr_run_config_from_net,
+ * tsr_run_setup); the caller finishes it (tsr_run_setup_fini). */
+void set_up_run(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_sync_t *sync,
+                const tsr_shares_t *shares, int global_batch);
+
 void train_with(tsr_net_t *net, const char *policy, run_t run);
 
 void train(tsr_net_t *net, const char *policy, int epochs, bool deterministic);
