@@ -58,18 +58,24 @@ static void run(const tsr_dataset_t *train, const char *policy, int epochs, int 
   tsr_sync_t sync;
   tsr_errbuf_t err = {""};
   tsr_sync_parse(&sync, policy, &err);
-  tsr_train_opts_t o;
-  tsr_train_opts_init(&o);
-  tsr_checkpoint_info_t info = {0};
-  o.epochs = epochs, o.sync = &sync, o.seed = 5, o.lr_schedule = TSR_LR_CONSTANT;
-  o.checkpoint_path = path, o.checkpoint_every = every, o.checkpoint_in_steps = in_steps;
-  o.checkpoint_info = &info, o.on_epoch = on_epoch;
   memset(seen, 0, sizeof seen);
   if (rank == 0) unlink(path);
   tsr_net_t *net = make_net(train);
+  tsr_run_config_t c; /* the run set up as a program that built its net does */
+  tsr_run_config_from_net(&c, net, train->n);
+  c.sync = &sync;
+  tsr_run_setup_t setup = {0};
+  CHECK(tsr_run_setup(&setup, &c, &err) == 0, "%s: %s", policy, err.msg);
+  tsr_train_opts_t o;
+  tsr_train_opts_init(&o);
+  tsr_checkpoint_info_t info = {0};
+  o.epochs = epochs, o.setup = &setup, o.seed = 5, o.lr_schedule = TSR_LR_CONSTANT;
+  o.checkpoint_path = path, o.checkpoint_every = every, o.checkpoint_in_steps = in_steps;
+  o.checkpoint_info = &info, o.on_epoch = on_epoch;
   int rc = tsr_train(net, train, NULL, &o, &err);
   CHECK(rc == 0, "%s: %s", policy, err.msg);
   tsr_net_destroy(&net);
+  tsr_run_setup_fini(&setup);
 }
 
 int main(int argc, char **argv) {

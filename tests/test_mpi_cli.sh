@@ -213,7 +213,7 @@ expect 2 "--sync hier:0,4: the counts must be K1,K2" 30 -- "$tessera" train --sy
 expect 2 "--sync post-local:2: the counts must be E,K" 30 -- "$tessera" train --sync post-local:2
 # --allreduce two-level is refused where a node's ranks cannot be summed first, naming why.
 expect 2 "--allreduce ring: expected auto, flat or two-level" 30 -- "$tessera" train --allreduce ring
-expect 2 "--node-size 0: expected an integer from 1 to 1024" 30 -- "$tessera" train --node-size 0
+expect 2 "--node-size 0: expected an integer from 1 to 32768" 30 -- "$tessera" train --node-size 0
 expect 2 "--allreduce two-level: async-epoch folds one rank's weights" 60 -- \
   "${mpi[@]}" -np 2 "$tessera" train "${common[@]}" --epochs 1 --sync async-epoch \
   --allreduce two-level

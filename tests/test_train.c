@@ -782,6 +782,55 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   tsr_run_setup_fini(s), free(s);
 }
 
+/* More ranks than the 1,024 that once sized per-rank arrays on the stack (set up for one rank
+ * of many, no MPI needed): every replica's batch and shard, a grid's rows over --node-size's
+ * nodes, --shares auto up to TSR_SHARES_MAX replicas and not past it, TSR_MAX_RANKS itself,
+ * and a Pr x Pc beyond an int named exactly. */
+Test(train, the_setup_takes_more_ranks_than_the_old_bound) {
+  tsr_errbuf_t err = {""};
+  tsr_sync_t sync;
+  tsr_shares_t shares;
+  cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.samples = 4096 * 32, c.net.batch = 16, c.sync = &sync, c.memory = -1;
+  c.ranks = 4096, c.rank = 3000;
+  tsr_run_setup_t *s = calloc(1, sizeof *s);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == 4096 && s->replica == 3000 && s->steps == 2);
+  for (int q = 0; q <= 4096; q++)
+    cr_assert_eq(s->lo[q], 32 * q, "lo[%d]: %lld", q, (long long)s->lo[q]);
+  for (int q = 0; q < 4096; q++)
+    cr_assert_eq(s->batch[q], 16);
+  /* A grid of 2 x 2048 whose rows lie alike on nodes of 8 (a node holds 4 ranks of each). */
+  cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
+  sync.allreduce = TSR_ALLREDUCE_TWO_LEVEL, sync.node_size = 8;
+  c.net.grid_rows = 2, c.grid_cols = 2048;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == 2048 && s->replica == 1500);
+  sync.allreduce = TSR_ALLREDUCE_AUTO, sync.node_size = 0;
+  /* --shares auto measures 1,024 grid columns, not 2,048. */
+  cr_assert_eq(tsr_shares_parse(&shares, "auto", &err), 0);
+  c.shares = &shares;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--shares auto measures at most 1024 replicas, and this run has 2048"),
+            "%s", err.msg);
+  c.net.grid_rows = 4, c.grid_cols = 1024;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == 1024 && s->measure && s->lo[1024] == c.samples);
+  c.shares = NULL;
+  c.net.grid_rows = 65536, c.grid_cols = 65536;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "Pr x Pc = 4294967296 must equal the MPI ranks (4096)"), "%s", err.msg);
+  c.net.grid_rows = 0, c.grid_cols = 0, c.ranks = TSR_MAX_RANKS, c.samples = TSR_MAX_RANKS;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == TSR_MAX_RANKS && s->steps == 1);
+  c.ranks = TSR_MAX_RANKS + 1;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "at most 32768 ranks (got 32769)"), "%s", err.msg);
+  tsr_run_setup_fini(s), free(s);
+}
+
 Test(model, shorthand) {
   tsr_model_spec_t s;
   tsr_errbuf_t err = {""};

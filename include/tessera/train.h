@@ -169,23 +169,12 @@ typedef struct {
   tsr_lr_scaling_t lr_scaling; /* of the net's optimizer lr by the ranks */
   int window;                  /* training steps in flight at most (bounded submission) */
   bool shuffle; /* epoch e visits tsr_dataset_epoch_order(seed, e); false: 0..n-1 every epoch */
-  /* This rank's setup (tsr_run_setup, tsr_run_build; borrowed): its batches, shards, shares and
-   * policy, which tsr_train uses as they are; sync, shares and global_batch below are then
-   * ignored. NULL: tsr_train sets the run up itself, as tsr_run_setup does from the net (its
-   * batch, tiles and grid), sync, shares and global_batch, without a memory check. */
+  /* This rank's setup (tsr_run_setup, tsr_run_build; borrowed): how the run is spread over the
+   * ranks, read from it alone: the policy, the shares, each replica's batch and shard (the
+   * options of tsr_run_config_t, "The run's setup" below). NULL: tsr_train sets the run up
+   * itself as tsr_run_setup does for the net (tsr_run_config_from_net) with no policy and
+   * uniform shares: one process, or ranks whose replicas train apart. */
   const tsr_run_setup_t *setup;
-  const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
-  /* Ranks of different speed (NULL: uniform). Where ranks meet at every step (batch,
-   * post-local) each rank's batch is its share of global_batch (tsr_shares_split, at least 1)
-   * and its net must have been built with at least that batch and with batch-row tiles as
-   * tsr_shares_tile_rows says; elsewhere each rank's shard of every epoch follows the shares,
-   * with the net's batch, and a rank whose shard is used up skips its steps. AUTO: measured
-   * by tsr_train_calibrate before, and, where shards follow them, re-measured at every epoch
-   * end from each rank's samples / compute_seconds (all ranks agree on the numbers). Under
-   * --grid PrxPc the replicas are the Pc columns: one share per column, whose ranks take its
-   * batch and shard together (a column's rate: its slowest rank's). */
-  const tsr_shares_t *shares;
-  int global_batch; /* with shares, under batch and post-local; 0: ranks x the net's batch */
   /* Called on the main thread after each epoch (under MPI on rank 0). A non-zero return stops
    * training: tsr_train returns it (a positive value as TSR_EINVAL) and leaves err as the
    * callback may have filled it, e.g. with why a log line could not be written. Under MPI the
@@ -239,11 +228,19 @@ TSR_API void tsr_train_opts_init(tsr_train_opts_t *opts);
 
 /* The base learning rate tsr_train uses for net with opts on this run's ranks (call it after
  * tsr_dist_start): the net's optimizer lr (tsr_net_base_lr), multiplied in float by
- * tsr_dist_size() when opts->lr_scaling is, or for AUTO resolves to, LINEAR and several ranks
- * train. The schedule runs around it; a constant schedule takes every step at it. */
+ * tsr_dist_size() when opts->lr_scaling is, or for AUTO resolves to (by opts->setup's policy;
+ * none without a setup), LINEAR and several ranks train. The schedule runs around it; a
+ * constant schedule takes every step at it. */
 TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *opts);
 
-#define TSR_MAX_RANKS 1024
+/* The most MPI ranks a run may have: a sanity bound, not a size. Nothing is sized by it (every
+ * per-rank array is allocated for the run's ranks); it bounds the counts of ranks read from
+ * options (--grid's Pr and Pc and their product, --node-size), from a checkpoint's metadata
+ * (a damaged file cannot ask for 2^31 ranks' buffers) and from tsr_run_config_t (tsr_run_check),
+ * so that products of them stay within an int. 32,768: 4 times the 8,192 ranks the planner's
+ * largest case plans for, and the most whose rank numbers a trace record's 16-bit owner field
+ * holds (src/runtime/observe.c). --shares auto measures at most TSR_SHARES_MAX replicas. */
+#define TSR_MAX_RANKS 32768
 
 /* ---- Schedules (docs/training.md, "Learning-rate schedules") ------------ */
 
@@ -323,11 +320,21 @@ typedef struct {
   tsr_net_opts_t net; /* as asked: batch per replica (a rank, or a grid column), tiles, grid_rows
                          (Pr), optimizer, seed, input geometry */
   int grid_cols;      /* Pc of --grid PrxPc as asked (0: none asked, the ranks / Pr) */
-  const tsr_sync_t *sync;     /* NULL: none */
-  const tsr_shares_t *shares; /* NULL: uniform */
-  int global_batch;           /* with shares, where ranks meet at every step; 0: replicas x batch */
-  bool checkpoint;            /* checkpoints are written or resumed */
-  double calibration;         /* seconds --shares auto measures for (0: 0.5) */
+  const tsr_sync_t *sync; /* how replicas agree when several MPI ranks train (NULL: none) */
+  /* Ranks of different speed (NULL: uniform). Where ranks meet at every step (batch,
+   * post-local) each rank's batch is its share of global_batch (tsr_shares_split, at least 1)
+   * and its net must be built with at least that batch and with batch-row tiles as
+   * tsr_shares_tile_rows says (tsr_run_setup_net, tsr_run_build); elsewhere each rank's shard
+   * of every epoch follows the shares, with the net's batch, and a rank whose shard is used up
+   * skips its steps. AUTO: measured by tsr_run_setup_net (tsr_train_calibrate), and, where
+   * shards follow them, re-measured by tsr_train at every epoch end from each rank's samples /
+   * compute_seconds (all ranks agree on the numbers). Under --grid PrxPc the replicas are the
+   * Pc columns: one share per column, whose ranks take its batch and shard together (a
+   * column's rate: its slowest rank's). */
+  const tsr_shares_t *shares;
+  int global_batch;   /* with shares, where ranks meet at every step; 0: replicas x batch */
+  bool checkpoint;    /* checkpoints are written or resumed */
+  double calibration; /* seconds --shares auto measures for (0: 0.5) */
   /* Bytes this rank may still allocate: 0 reads what the system says
    * (tsr_runtime_memory_available); < 0 skips the memory check. */
   int64_t memory;
@@ -374,6 +381,11 @@ struct tsr_run_setup {
 
 /* Defaults: nothing borrowed, memory read from the system, this run's ranks. */
 TSR_API void tsr_run_config_init(tsr_run_config_t *c);
+/* tsr_run_config_init's defaults for a net already built (borrowed, read now), as tsr_train
+ * takes it without a setup: the net's options with its batch and grid rows, samples, and no
+ * memory check (the net exists); sync, shares and the rest are the caller's to set. For a
+ * program that builds its net itself, then sets the run up with tsr_run_setup. */
+TSR_API void tsr_run_config_from_net(tsr_run_config_t *c, const tsr_net_t *net, int64_t samples);
 /* Frees what a setup holds (its per-replica arrays) and zeroes it, whether its setup succeeded
  * or not. A setup is caller-owned and starts zeroed (= {0}, calloc); tsr_run_setup and
  * tsr_run_build free what it held before, so one can be set up again and again, then finished
@@ -383,8 +395,8 @@ TSR_API void tsr_run_setup_fini(tsr_run_setup_t *s);
  * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
  * (checkpoints of each column's own optimizer state; --shares and --weighting steps; under
  * several columns the policies without tsr_sync_traits_t.grid_columns), --shares against the
- * ranks. TSR_EINVAL with a message naming the options and the fix (tessera train exits 2 on
- * it). */
+ * ranks (--shares auto: at most TSR_SHARES_MAX replicas). TSR_EINVAL with a message naming the
+ * options and the fix (tessera train exits 2 on it); TSR_ENOMEM. */
 TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
  * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as
@@ -412,7 +424,7 @@ TSR_API int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_con
  * last batch of an epoch may be short; every sample is used every epoch.
  * Under MPI (tsr_dist_start), every rank calls this with the same arguments:
  * each trains its replica on its shard of every epoch's shuffled order, the
- * replicas agree through opts->sync, and rank 0 evaluates and reports. The
+ * replicas agree through opts->setup's policy, and rank 0 evaluates and reports. The
  * rate is tsr_train_base_lr's (scaled by the ranks as opts->lr_scaling says)
  * under opts->lr_schedule. An epoch whose mean training loss, or test loss, is
  * not a finite number stops the run after its on_epoch call with

@@ -43,8 +43,8 @@ typedef struct {
   bool quiet;                    /* --quiet */
   bool help;                     /* --help: print the usage and run nothing */
   tsr_net_opts_t net;            /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
-  tsr_train_opts_t train;        /* epochs, schedule, --lr-scaling, window, seed; sync and callbacks
-                                    are the run's */
+  tsr_train_opts_t train;        /* epochs, schedule, --lr-scaling, window, seed; the setup and
+                                    callbacks are the run's */
   tsr_sync_t sync;               /* --sync, --sync-state, --weighting, --deterministic */
   tsr_shares_t shares;           /* --shares (the count is checked against the ranks by the run) */
   tsr_runtime_opts_t runtime;    /* --sched, --workers, --devices, --mpi-progress, --no-priorities,

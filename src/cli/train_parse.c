@@ -405,7 +405,9 @@ static int read_grid(parse_t *p, const row_t *row, const char *arg) {
   int e1 = tsr__cli_to_long(arg, 1, TSR_MAX_RANKS, &pr),
       e2 = tsr__cli_to_long(x + 1, 1, TSR_MAX_RANKS, &pc);
   *x = 'x';
-  if (e1 || e2) return bad("--grid", arg, "PrxPc with integers Pr, Pc from 1 to 1024, e.g. 2x4");
+  if (e1 || e2 || pr * pc > TSR_MAX_RANKS)
+    return bad("--grid", arg,
+               "PrxPc with integers Pr, Pc from 1 and Pr x Pc at most 32768, e.g. 2x4");
   p->cfg->net.grid_rows = (int)pr, p->cfg->grid_cols = (int)pc;
   return 0;
 }
@@ -694,7 +696,7 @@ static const row_t rows[] = {
              "sum first, the nodes reduce among themselves, the result is\n"
              "spread inside each node) or auto: two-level where several\n"
              "nodes hold several ranks [auto]"},
-    {"node-size", "G", read_int, AT(sync.node_size), 1, TSR_MAX_RANKS, "an integer from 1 to 1024",
+    {"node-size", "G", read_int, AT(sync.node_size), 1, TSR_MAX_RANKS, "an integer from 1 to 32768",
      "with two-level averaging, G consecutive ranks are a node (to\n"
      "study it on one machine) [the ranks that share memory]"},
     {"bucket-mb", "M", read_float, AT(sync.bucket_mb), 0, 1e6, "a number of MiB from 0 to 1e6",

@@ -160,7 +160,7 @@ typedef struct {
   tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
   tsr_model_spec_t spec;       /* from --model */
   tsr_net_opts_t net_opts;     /* cfg's, with the data's image geometry */
-  tsr_train_opts_t train_opts; /* cfg's, with the sync policy */
+  tsr_train_opts_t train_opts; /* cfg's, with the run's setup */
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
   bool started;                /* the runtime */
@@ -656,13 +656,20 @@ static int announce(run_t *r) {
             cfg->resume, r->resumed.sync, r->resumed.ranks, r->sync_text, tsr_dist_size());
   /* Every rank's host, for the run line (collective: every rank knows whether there is a log). */
   char host[64] = "", *hosts = NULL;
+  const char **host_of = NULL;
   if (cfg->log_path) {
     gethostname(host, sizeof host - 1);
-    if (r->speaker) hosts = calloc((size_t)tsr_dist_size(), sizeof host);
-    if (tsr_dist_gather(host, (int)sizeof host, hosts)) free(hosts), hosts = NULL;
+    if (r->speaker) {
+      hosts = calloc((size_t)tsr_dist_size(), sizeof host);
+      host_of = malloc(sizeof *host_of * (size_t)tsr_dist_size());
+    }
+    /* Without room on rank 0 the run line goes without hosts (the others learn it: the
+     * gathering is collective). */
+    if (tsr_dist_any(r->speaker && (!hosts || !host_of)) ||
+        tsr_dist_gather(host, (int)sizeof host, hosts))
+      free(hosts), hosts = NULL;
   }
-  const char *host_of[TSR_MAX_RANKS];
-  for (int q = 0; hosts && q < tsr_dist_size() && q < TSR_MAX_RANKS; q++)
+  for (int q = 0; hosts && q < tsr_dist_size(); q++)
     host_of[q] = hosts + (size_t)q * sizeof host;
   tsr_cli_train_fields_t *fields = r->speaker && cfg->log_path ? malloc(sizeof *fields) : NULL;
   if (fields) { /* with the domain as the run takes it (--domain auto: the planner's choice) */
@@ -709,7 +716,7 @@ static int announce(run_t *r) {
               cfg->log_path);
   }
   free(fields);
-  free(hosts);
+  free(hosts), free(host_of);
   return tsr_dist_agree(rc, &r->err, &r->err);
 }
 
@@ -729,7 +736,6 @@ static int train(run_t *r) {
   to.on_step = on_step, to.log_every = cfg->log_every;
   to.on_eval = on_eval, to.eval_every = cfg->eval_every;
   to.should_stop = should_stop;
-  to.setup = &r->setup;
   to.checkpoint_path = cfg->checkpoint, to.checkpoint_every = cfg->checkpoint_every;
   to.checkpoint_in_steps = cfg->checkpoint_in_steps, to.checkpoint_info = &r->ckpt;
   to.resume_path = cfg->resume;
@@ -813,7 +819,7 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   }
   r.quiet = cfg->quiet || !r.speaker;
   r.train_opts = cfg->train;
-  r.train_opts.sync = &cfg->sync;
+  r.train_opts.setup = &r.setup; /* the policy and shares, once start has set the run up */
   r.train_opts.validation = &r.val;
   catch_signals();
   int rc = start(&r, argc, argv);

@@ -40,7 +40,7 @@ typedef struct {
   uint64_t data[TSR__TRACE_MAX_DATA]; /* tag (mode has TSR__ACCESS_TAGGED) or handle address */
   int32_t worker;                     /* StarPU worker id; -1: a span of the main thread */
   int16_t ti, tj;                     /* tile written (-1: unknown) */
-  int16_t owner[TSR__TRACE_MAX_DATA]; /* tagged data's rank */
+  int16_t owner[TSR__TRACE_MAX_DATA]; /* tagged data's rank (< TSR_MAX_RANKS = 2^15) */
   uint8_t mode[TSR__TRACE_MAX_DATA];  /* TSR__ACCESS_* */
   uint8_t ndata;
   uint8_t impl; /* the implementation that ran (starpu_task_get_implementation) */

@@ -70,20 +70,29 @@ static int gather_outer(tsr__ckpt_bundle_t *b, tsr_replicas_t *rep, const char *
   return rc;
 }
 
+/* "v[0] v[stride] v[2 stride] ..." of n values, as many as there are (NULL: out of memory;
+ * the caller frees it). */
+static char *number_list(const int64_t *v, int n, int stride) {
+  size_t size = (size_t)n * 21 + 1, at = 0; /* 20 characters at most and a space each */
+  char *text = malloc(size);
+  if (!text) return NULL;
+  text[0] = '\0';
+  for (int q = 0; q < n; q++)
+    at += (size_t)snprintf(text + at, size - at, "%s%" PRId64, q ? " " : "",
+                           v[(size_t)q * (size_t)stride]);
+  return text;
+}
+
 /* Between averages (a stop there), what the replicas counted since the last average, each
  * rank's: the samples (the weights of the next average) and the local steps (FedNova's). */
 static int add_between_meta(tsr__ckpt_bundle_t *b, const tsr__replicas_saved_t *saved) {
-  char samples[1024] = "", steps[1024] = "";
-  int n = 0, m = 0;
-  for (int q = 0; q < tsr_dist_size() && n < (int)sizeof samples - 24 && m < (int)sizeof steps - 24;
-       q++) {
-    n += snprintf(samples + n, sizeof samples - (size_t)n, "%s%" PRId64, q ? " " : "",
-                  saved->samples[q]);
-    m += snprintf(steps + m, sizeof steps - (size_t)m, "%s%" PRId64, q ? " " : "", saved->steps[q]);
-  }
-  int rc = tsr__ckpt_add_meta(b, "replica_weights", "%d", tsr_dist_size());
+  char *samples = number_list(saved->samples, tsr_dist_size(), 1);
+  char *steps = number_list(saved->steps, tsr_dist_size(), 1);
+  int rc = samples && steps ? tsr__ckpt_add_meta(b, "replica_weights", "%d", tsr_dist_size())
+                            : TSR_ENOMEM;
   if (rc == 0) rc = tsr__ckpt_add_meta(b, "average_samples", "%s", samples);
   if (rc == 0) rc = tsr__ckpt_add_meta(b, "average_steps", "%s", steps);
+  free(samples), free(steps);
   return rc;
 }
 
@@ -99,13 +108,13 @@ static int add_replicas_meta(tsr__ckpt_bundle_t *b, bool per_replica, int pr, bo
   if (rc == 0 && saved->final_extra) rc = tsr__ckpt_add_meta(b, "final_average", "1");
   if (rc == 0 && saved->local)
     rc = tsr__ckpt_add_meta(b, "local_since", "%" PRId64, saved->local_since);
-  char text[1024] = "";
-  int n = 0;
-  for (int q = 0; per_replica && q < tsr_dist_size() / pr && n < (int)sizeof text - 24; q++)
-    n += snprintf(text + n, sizeof text - (size_t)n, "%s%" PRId64, q ? " " : "", steps[q * pr]);
-  if (rc == 0 && per_replica)
-    rc = tsr__ckpt_add_meta(b, pr > 1 ? "optimizer_steps_columns" : "optimizer_steps_ranks", "%s",
-                            text);
+  if (rc == 0 && per_replica) {
+    char *text = number_list(steps, tsr_dist_size() / pr, pr);
+    rc = text ? tsr__ckpt_add_meta(b, pr > 1 ? "optimizer_steps_columns" : "optimizer_steps_ranks",
+                                   "%s", text)
+              : TSR_ENOMEM;
+    free(text);
+  }
   return rc == 0 && saved->between ? add_between_meta(b, saved) : rc;
 }
 
@@ -199,8 +208,13 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   tsr__ckpt_bundle_t b = {0};
   /* rc: the writer's own; crc: the collectives', the same on every rank. */
   int rc = writer ? tsr__ckpt_bundle_init(&b, ntensors) : 0, crc = 0;
-  int64_t steps[TSR_MAX_RANKS] = {0}, mine = tsr__optim_steps(net->optim);
-  if (per_replica && ranks <= TSR_MAX_RANKS) crc = tsr_dist_gather(&mine, (int)sizeof mine, steps);
+  /* Every rank's step count on the writer; a failed allocation there is every rank's error. */
+  int64_t *steps = NULL, mine = tsr__optim_steps(net->optim);
+  if (per_replica) {
+    steps = writer ? calloc((size_t)ranks, sizeof *steps) : NULL;
+    crc = tsr_dist_any(writer && !steps) ? TSR_ENOMEM
+                                         : tsr_dist_gather(&mine, (int)sizeof mine, steps);
+  }
   if (crc == 0)
     crc = add_tensors(writer ? &b : NULL, net, rep, collective, per_replica, outer, between, &rc);
   rc = rc ? rc : crc;
@@ -212,6 +226,7 @@ int tsr__checkpoint_save_run(const tsr_net_t *net, tsr_replicas_t *rep,
   else if (rc)
     tsr_error_set(err, rc, "%s: cannot gather the checkpoint: %s", path, tsr_strerror(rc));
   if (writer) tsr__ckpt_bundle_fini(&b);
+  free(steps);
   return rc;
 }
 

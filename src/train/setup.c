@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/net_impl.h"
 #include "parallel/placement.h"
 #include "parallel/policy.h"
 #include "tessera/runtime.h"
@@ -23,6 +24,14 @@
 void tsr_run_config_init(tsr_run_config_t *c) {
   memset(c, 0, sizeof *c);
   tsr_net_opts_init(&c->net);
+}
+
+void tsr_run_config_from_net(tsr_run_config_t *c, const tsr_net_t *net, int64_t samples) {
+  tsr_run_config_init(c);
+  c->net = net->opts;
+  c->net.batch = tsr_net_batch(net), c->net.grid_rows = tsr_net_grid_rows(net);
+  c->samples = samples;
+  c->memory = -1; /* the net is built */
 }
 
 static int ranks_of(const tsr_run_config_t *c) {
@@ -83,11 +92,12 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
   int ranks = ranks_of(c), pr = grid_rows(c);
   if (ranks > TSR_MAX_RANKS)
     return tsr_error_set(err, TSR_EINVAL, "at most %d ranks (got %d)", TSR_MAX_RANKS, ranks);
-  if (c->grid_cols > 0 && pr * c->grid_cols != ranks)
+  long long cells = (long long)pr * c->grid_cols; /* both may be up to INT_MAX here */
+  if (c->grid_cols > 0 && cells != ranks)
     return tsr_error_set(err, TSR_EINVAL,
-                         "--grid %dx%d: Pr x Pc = %d must equal the MPI ranks (%d); start mpirun "
-                         "-np %d, or pick Pr and Pc whose product is %d",
-                         pr, c->grid_cols, pr * c->grid_cols, ranks, pr * c->grid_cols, ranks);
+                         "--grid %dx%d: Pr x Pc = %lld must equal the MPI ranks (%d); start mpirun "
+                         "-np %lld, or pick Pr and Pc whose product is %d",
+                         pr, c->grid_cols, cells, ranks, cells, ranks);
   if (ranks % pr)
     return tsr_error_set(err, TSR_EINVAL,
                          "--grid with %d rows needs a multiple of %d ranks (got %d): start mpirun "
@@ -114,15 +124,26 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          c->shares->n, c->shares->n == 1 ? "" : "s", ranks / pr,
                          ranks / pr == 1 ? "" : "s", pr, ranks / pr, pr);
   if (!grid && c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
+  /* A measurement keeps one weight per replica in tsr_shares_t (given shares are bounded by
+   * their parsing and the check above). */
+  if (c->shares && c->shares->kind == TSR_SHARES_AUTO && ranks / pr > TSR_SHARES_MAX)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares auto measures at most %d replicas, and this run has %d: use "
+                         "--shares uniform, or fewer %s",
+                         TSR_SHARES_MAX, ranks / pr, grid ? "grid columns" : "ranks");
   /* Under a grid shares weigh the columns' samples; the homes stay where the rows put them. */
   const char *flat_only = tsr__members_flat_only(sync, uneven && !grid);
   /* With --node-size the nodes are known before the run: each grid row must lie on them alike
    * (the nodes MPI sees are checked when the replicas are made). */
-  int node_of[TSR_MAX_RANKS], nodes, per_node;
-  for (int q = 0; q < ranks && sync->node_size > 0; q++)
-    node_of[q] = q / sync->node_size;
-  if (!flat_only && grid && sync->node_size > 0)
+  if (!flat_only && grid && sync->node_size > 0) {
+    int *node_of = malloc(sizeof(int) * (size_t)ranks), nodes, per_node;
+    if (!node_of)
+      return tsr_error_set(err, TSR_ENOMEM, "checking the nodes of %d ranks: out of memory", ranks);
+    for (int q = 0; q < ranks; q++)
+      node_of[q] = q / sync->node_size;
     flat_only = tsr__members_row_nodes(node_of, ranks, pr, &nodes, &per_node);
+    free(node_of);
+  }
   if (sync->allreduce == TSR_ALLREDUCE_TWO_LEVEL && flat_only)
     return tsr_error_set(err, TSR_EINVAL, "--allreduce two-level: %s; use --allreduce flat or auto",
                          flat_only);
@@ -238,9 +259,14 @@ int tsr__run_setup_copy(tsr_run_setup_t *dst, const tsr_run_setup_t *src, tsr_er
   return 0;
 }
 
-void tsr__run_shard(tsr_run_setup_t *s) {
+int tsr__run_shard(tsr_run_setup_t *s, tsr_errbuf_t *err) {
   int ranks = s->replicas;
-  int64_t n = s->samples, part[TSR_MAX_RANKS];
+  int64_t n = s->samples, *part = malloc(sizeof *part * (size_t)ranks);
+  double *of_batch = malloc(sizeof *of_batch * (size_t)ranks);
+  if (!part || !of_batch) {
+    free(part), free(of_batch);
+    return tsr_error_set(err, TSR_ENOMEM, "the run's shards: out of memory for %d replicas", ranks);
+  }
   tsr_shares_get(&s->shares, ranks, s->share);
   bool uniform = s->shares.kind == TSR_SHARES_UNIFORM || ranks == 1 ||
                  (s->shares.kind == TSR_SHARES_AUTO && s->shares.n != ranks);
@@ -253,7 +279,6 @@ void tsr__run_shard(tsr_run_setup_t *s) {
     if (s->step_sync) {
       int64_t g = s->global_batch;
       tsr_shares_split(s->share, ranks, g, 1, s->batch);
-      double of_batch[TSR_MAX_RANKS];
       for (int q = 0; q < ranks; q++)
         of_batch[q] = (double)s->batch[q] / (double)g;
       tsr_shares_split(of_batch, ranks, n, 1, part);
@@ -270,6 +295,8 @@ void tsr__run_shard(tsr_run_setup_t *s) {
     int64_t steps = (size + s->batch[q] - 1) / s->batch[q];
     s->steps = steps > s->steps ? steps : s->steps;
   }
+  free(part), free(of_batch);
+  return 0;
 }
 
 int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err) {
@@ -314,8 +341,7 @@ int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *e
          (long long)shard);
   TSR_TRY(check_memory(s, c, err));
   TSR_TRY(alloc_per_replica(s, err));
-  tsr__run_shard(s);
-  return 0;
+  return tsr__run_shard(s, err);
 }
 
 int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *train,
@@ -325,35 +351,49 @@ int tsr_run_setup_net(tsr_run_setup_t *s, tsr_net_t *net, const tsr_dataset_t *t
   if (s->measure) {
     TSR_TRY(tsr_train_calibrate(net, train, s->calibration, &s->shares, err));
     s->measure = false;
-    tsr__run_shard(s);
+    TSR_TRY(tsr__run_shard(s, err));
   }
   if (!s->step_sync) return 0;
   /* Each replica's batch is its share of the global batch: batch-row tiles that give every
    * replica as many tiles as the others. */
-  int rows[TSR_MAX_RANKS], mb, nb, me = s->replica;
+  int *rows = malloc(sizeof(int) * (size_t)s->replicas), mb, nb, me = s->replica;
+  if (!rows)
+    return tsr_error_set(err, TSR_ENOMEM,
+                         "the run's batch-row tiles: out of memory for %d replicas", s->replicas);
   tsr_net_tiles(net, &mb, &nb);
   tsr_shares_tile_rows(s->batch, s->replicas, s->uniform_batch, mb, rows);
-  if (s->batch[me] == tsr_net_batch(net) && rows[me] == mb) return 0;
+  int mine = rows[me];
+  free(rows);
+  if (s->batch[me] == tsr_net_batch(net) && mine == mb) return 0;
   s->net.batch = (int)s->batch[me];
-  s->net.tile_rows = rows[me], s->net.tile_cols = nb;
+  s->net.tile_rows = mine, s->net.tile_cols = nb;
   s->rebuild = true;
   return 0;
 }
 
 /* How averages over every rank travel (tsr_run_setup_t.averaging), by the engine's rule on the
- * nodes it will use: --node-size's, or those MPI sees (collective); under a grid a grid row's
- * ranks on them. */
-static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
+ * nodes it will use: --node-size's, or those MPI sees (collective, as is agreeing on a failed
+ * allocation before it); under a grid a grid row's ranks on them. */
+static int describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *err) {
   int g = s->sync.node_size, pr = grid_rows(c), nodes = 1, per_node = s->ranks / pr;
-  int node_of[TSR_MAX_RANKS] = {0};
+  int *node_of = calloc((size_t)s->ranks, sizeof *node_of);
+  int rc = tsr_dist_agree(
+      node_of ? 0
+              : tsr_error_set(err, TSR_ENOMEM, "the nodes of %d ranks: out of memory", s->ranks),
+      err, err);
+  if (rc) {
+    free(node_of);
+    return rc;
+  }
   if (g > 0)
     for (int q = 0; q < s->ranks; q++)
       node_of[q] = q / g;
   else if (tsr_dist_active())
     tsr_dist_nodes(node_of);
   bool alike = !tsr__members_row_nodes(node_of, s->ranks, pr, &nodes, &per_node);
+  free(node_of);
   const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
-  if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return; /* none */
+  if (s->replicas < 2 || !(t->meets_every_step || t->averages_weights)) return 0; /* none */
   bool uneven = c->shares && c->shares->kind != TSR_SHARES_UNIFORM && pr == 1;
   char buckets[40] = "";
   if (s->sync.bucket_mb > 0)
@@ -363,6 +403,7 @@ static void describe_averaging(tsr_run_setup_t *s, const tsr_run_config_t *c) {
              pr > 1 ? "each grid row on " : "", nodes, per_node, buckets);
   else
     snprintf(s->averaging, sizeof s->averaging, "flat%s", buckets);
+  return 0;
 }
 
 int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c,
@@ -372,7 +413,7 @@ int tsr_run_build(tsr_run_setup_t *s, tsr_net_t **net, const tsr_run_config_t *c
     return tsr_dist_agree(tsr_error_set(err, TSR_EINVAL, "tsr_run_build needs the model's spec"),
                           err, err);
   int rc = tsr_dist_agree(tsr_run_setup(s, c, err), err, err);
-  if (rc == 0) describe_averaging(s, c);
+  if (rc == 0) rc = describe_averaging(s, c, err);
   if (rc == 0)
     rc =
         tsr_dist_agree(tsr_net_create(net, c->spec, c->inputs, c->classes, &s->net, err), err, err);

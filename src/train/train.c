@@ -31,9 +31,9 @@ static int horizon(const tsr_train_opts_t *o) {
   return o->schedule_epochs > 0 ? o->schedule_epochs : o->epochs;
 }
 
-/* The run's policy: its setup's, or opts'; NULL: none. */
+/* The run's policy: its setup's; NULL: none (no setup). */
 static const tsr_sync_t *policy_of(const tsr_train_opts_t *o) {
-  return o->setup ? &o->setup->sync : o->sync;
+  return o->setup ? &o->setup->sync : NULL;
 }
 
 float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *o) {
@@ -108,23 +108,30 @@ int tsr_predict(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *predicted) {
   return rc;
 }
 
-/* --shares auto, where shards follow the shares: each replica's samples per second of compute
- * in the epoch, the same numbers on every rank (exchanged), become the next epoch's shares. A
- * replica is a rank, or under --grid PrxPc a column of Pr ranks (ranks c Pr ... c Pr + Pr - 1),
- * which steps together: its samples over its slowest rank's compute. A replica is kept at 1% of
- * the even share at least, so that it is measured again. */
+/* Replica q's samples per second of compute: a replica is a rank, or under --grid PrxPc a
+ * column of Pr ranks (ranks q Pr ... q Pr + Pr - 1), which steps together: its samples over its
+ * slowest rank's compute. 0 when nothing was measured. */
+static double replica_rate(const tsr_rank_work_t *work, int q, int pr) {
+  double seconds = 0;
+  for (int p = 0; p < pr; p++)
+    seconds = fmax(seconds, work[q * pr + p].compute_seconds);
+  return seconds > 0 ? (double)work[q * pr].samples / seconds : 0;
+}
+
+/* --shares auto, where shards follow the shares: each replica's rate in the epoch, the same
+ * numbers on every rank (exchanged), become the next epoch's shares. A replica is kept at 1% of
+ * the even share at least, so that it is measured again. At most TSR_SHARES_MAX replicas
+ * (tsr_run_check refuses more). */
 static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ranks, int pr) {
-  double rate[TSR_MAX_RANKS], sum = 0;
+  double sum = 0;
+  if (ranks > TSR_SHARES_MAX) return;
   for (int q = 0; q < ranks; q++) {
-    double seconds = 0;
-    for (int p = 0; p < pr; p++)
-      seconds = fmax(seconds, work[q * pr + p].compute_seconds);
-    rate[q] = seconds > 0 ? (double)work[q * pr].samples / seconds : 0;
-    if (!(rate[q] > 0) || !isfinite(rate[q])) return; /* nothing measured: keep the shares */
-    sum += rate[q];
+    double rate = replica_rate(work, q, pr);
+    if (!(rate > 0) || !isfinite(rate)) return; /* nothing measured: keep the shares */
+    sum += rate;
   }
   for (int q = 0; q < ranks; q++) {
-    double w = rate[q] / sum;
+    double w = replica_rate(work, q, pr) / sum;
     shares->w[q] = w < 0.01 / ranks ? 0.01 / ranks : w;
   }
   shares->n = ranks;
@@ -158,9 +165,10 @@ static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows
 int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                         tsr_shares_t *shares, tsr_errbuf_t *err) {
   int ranks = tsr_dist_size(), b = tsr_net_batch(net), pr = tsr_net_grid_rows(net);
-  if (ranks > TSR_SHARES_MAX || ds->n <= 0 || !(seconds > 0))
-    return tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %d ranks, %lld samples, %g s",
-                         ranks, (long long)ds->n, seconds);
+  if (ranks / pr > TSR_SHARES_MAX || ds->n <= 0 || !(seconds > 0))
+    return tsr_error_set(err, TSR_EINVAL,
+                         "cannot measure shares: %d replicas (at most %d), %lld samples, %g s",
+                         ranks / pr, TSR_SHARES_MAX, (long long)ds->n, seconds);
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
   if (!rows) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
   int rc = 0;
@@ -181,17 +189,20 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
   if (rc == 0) rc = tsr_net_take_stats(net, true, &loss, &correct); /* clears them */
   free(rows);
   double *all = malloc(sizeof(double) * (size_t)ranks);
-  if (!all) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  tsr_rank_work_t *work = malloc(sizeof *work * (size_t)ranks);
+  if (!all || !work) {
+    free(all), free(work);
+    return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  }
   int rc2 = tsr_dist_allgather(&rate, (int)sizeof rate, all);
   if (rc == 0 && rc2 == 0) {
-    tsr_rank_work_t work[TSR_SHARES_MAX];
     for (int q = 0; q < ranks; q++)
       work[q] = (tsr_rank_work_t){.samples = 1000000, .compute_seconds = 1e6 / all[q]};
     shares->kind = TSR_SHARES_AUTO;
     tsr_shares_get(NULL, ranks / pr, shares->w), shares->n = ranks / pr;
     remeasure(shares, work, ranks / pr, pr);
   }
-  free(all);
+  free(all), free(work);
   rc = rc ? rc : rc2;
   return rc ? tsr_error_set(err, rc, "measuring shares: %s", tsr_strerror(rc)) : 0;
 }
@@ -320,17 +331,14 @@ static int report_ranks(const tsr_rank_stats_t *mine, const tsr_train_opts_t *o)
 }
 
 /* *s: o->setup checked against this run (its combinations checked again with o's checkpoint,
- * tsr_run_check), or the setup tsr_run_setup makes from the net, o's policy and shares. */
+ * tsr_run_check), or without one the setup tsr_run_setup makes for the net alone (no policy,
+ * uniform shares). */
 static int set_up(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_dataset_t *train,
                   const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   tsr_run_config_t c;
-  tsr_run_config_init(&c);
-  c.net = net->opts;
-  c.net.batch = tsr_net_batch(net), c.net.grid_rows = tsr_net_grid_rows(net);
-  c.samples = train->n, c.checkpoint = o->checkpoint_path != NULL;
-  c.memory = -1; /* the net is built */
+  tsr_run_config_from_net(&c, net, train->n);
+  c.checkpoint = o->checkpoint_path != NULL;
   if (!o->setup) {
-    c.sync = o->sync, c.shares = o->shares, c.global_batch = o->global_batch;
     TSR_TRY(tsr_run_setup(s, &c, err));
   } else {
     TSR_TRY(tsr__run_setup_copy(s, o->setup, err));
@@ -389,7 +397,7 @@ typedef struct {
   char why_ended[200];        /* rank 0: why early stopping ended it */
   tsr_rank_stats_t totals;    /* this rank's totals (under MPI) */
   checkpoint_t cp;
-  int counts[TSR_MAX_RANKS]; /* samples each rank takes in the current step */
+  int *counts; /* [size] samples each rank takes in the current step */
 } run_t;
 
 /* One epoch's running numbers. */
@@ -442,12 +450,13 @@ static int start_run(run_t *r) {
     if (o->resume_path) TSR_TRY(restore(r->rep, r->net, o, r->err));
   }
   r->idx = malloc(sizeof(int32_t) * (size_t)r->train->n);
+  r->counts = malloc(sizeof *r->counts * (size_t)r->size);
   if (r->pr > 1) {
     r->traffic = calloc((size_t)r->size, sizeof *r->traffic);
     r->measured_seen = calloc((size_t)r->size, sizeof *r->measured_seen);
     if (r->traffic && r->measured_seen) tsr_runtime_bytes_sent(r->measured_seen);
   }
-  if (!r->idx || (r->pr > 1 && (!r->traffic || !r->measured_seen)))
+  if (!r->idx || !r->counts || (r->pr > 1 && (!r->traffic || !r->measured_seen)))
     return tsr_error_set(r->err, TSR_ENOMEM, "out of memory for the sample order");
   r->speaker = tsr_dist_rank() == 0;
   r->evaluator = sh->replica == 0;
@@ -470,7 +479,7 @@ static int start_run(run_t *r) {
 static int begin_epoch(run_t *r, epoch_t *ep, int e, int64_t *k) {
   const tsr_train_opts_t *o = r->o;
   if (r->remeasured && e > r->first) { /* the shares measured in the last epoch */
-    tsr__run_shard(r->sh);
+    TSR_TRY(tsr__run_shard(r->sh, r->err));
     r->cp.steps = r->sh->steps, r->total_steps = r->sh->steps * horizon(o);
   }
   *ep = (epoch_t){.e = e, .mine = r->idx + r->sh->lo[r->sh->replica]};
@@ -782,7 +791,7 @@ static int train_epoch(run_t *r, int e) {
 static int finish_run(run_t *r, int rc) {
   const tsr_train_opts_t *o = r->o;
   tsr_errbuf_t *err = r->err;
-  free(r->idx), free(r->traffic), free(r->measured_seen), free(r->work);
+  free(r->idx), free(r->counts), free(r->traffic), free(r->measured_seen), free(r->work);
   tsr_run_setup_fini(r->sh), free(r->sh);
   if (rc == 0 && r->rep) rc = report_ranks(&r->totals, o);
   /* Releasing the replicas waits for every rank (StarPU-MPI's barrier): after an error on this

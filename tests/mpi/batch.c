@@ -49,7 +49,7 @@ static void batch_equals_one_process(const char *name, const tsr_optimizer_t *op
   tsr_net_t *net = make_net_opt(B, opt);
   tsr_replicas_t *rep = replicas(net, "batch", false);
   int32_t *rows = batch_rows(B, steps);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   for (int k = 0; k < steps; k++) {
     equal_counts(counts, B);
     tsr__replicas_count(rep, counts);
@@ -121,10 +121,13 @@ static void test_lr_scaling(void) {
     float want = cases[i].scaled ? no.opt.lr * (float)size : no.opt.lr;
     tsr_sync_t sync;
     tsr_sync_parse(&sync, cases[i].policy, NULL);
+    tsr_run_setup_t setup = {0};
+    set_up_run(&setup, net, &sync, NULL, 0);
     tsr_train_opts_t o;
     tsr_train_opts_init(&o);
-    o.sync = &sync, o.lr_scaling = cases[i].scaling;
+    o.setup = &setup, o.lr_scaling = cases[i].scaling;
     float told = tsr_train_base_lr(net, &o);
+    tsr_run_setup_fini(&setup);
     tsr_epoch_stats_t st = {0};
     train_with(net, cases[i].policy,
                (run_t){.epochs = 1,
@@ -271,7 +274,7 @@ static void test_tiles(void) {
 /* Bytes this rank has sent to every other rank, as StarPU-MPI counted them
  * (STARPU_COMM_STATS=1, set before the runtime starts). */
 static uint64_t bytes_sent_to_others(void) {
-  size_t amounts[TSR_MAX_RANKS] = {0};
+  size_t amounts[MPI_TEST_MAX_RANKS] = {0};
   starpu_mpi_comm_amounts_retrieve(amounts);
   uint64_t total = 0;
   for (int q = 0; q < size; q++)
@@ -294,7 +297,7 @@ static void bytes_with_tiles(int tr, int tc) {
   tsr__replicas_take_stats(rep, &st); /* counters from here on */
   uint64_t before = bytes_sent_to_others();
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 0; k < STEPS; k++) {
     tsr__replicas_count(rep, counts);

@@ -18,12 +18,14 @@ static float *batch_run(const char *path, bool interrupted, int64_t *n) {
   tsr_sync_t sync;
   tsr_sync_parse(&sync, "batch", NULL);
   sync.deterministic = true;
-  tsr_train_opts_t o;
-  tsr_train_opts_init(&o);
-  o.epochs = 3, o.sync = &sync, o.seed = 5;
   tsr_checkpoint_info_t info = {0};
   tsr_errbuf_t err = {""};
   tsr_net_t *net = make_net(32, 0.9f);
+  tsr_run_setup_t setup = {0}; /* the resumed net is built alike */
+  set_up_run(&setup, net, &sync, NULL, 0);
+  tsr_train_opts_t o;
+  tsr_train_opts_init(&o);
+  o.epochs = 3, o.setup = &setup, o.seed = 5;
   if (interrupted) {
     stop_calls = 0;
     o.should_stop = stop_at_second, o.checkpoint_path = path, o.checkpoint_info = &info;
@@ -42,6 +44,7 @@ static float *batch_run(const char *path, bool interrupted, int64_t *n) {
   CHECK(tsr_train(net, &train_set, NULL, &o, &err) == 0, "train: %s", err.msg);
   float *w = params(net, n);
   tsr_net_destroy(&net);
+  tsr_run_setup_fini(&setup);
   return w;
 }
 

@@ -141,6 +141,15 @@ int node_size;
 
 float bucket_mb; /* --bucket-mb (test_buckets) */
 
+void set_up_run(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_sync_t *sync,
+                const tsr_shares_t *shares, int global_batch) {
+  tsr_run_config_t c;
+  tsr_run_config_from_net(&c, net, train_set.n);
+  c.sync = sync, c.shares = shares, c.global_batch = global_batch;
+  tsr_errbuf_t err = {""};
+  CHECK(tsr_run_setup(s, &c, &err) == 0, "tsr_run_setup: %s", err.msg);
+}
+
 void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_sync_t sync;
   tsr_errbuf_t err = {""};
@@ -152,15 +161,16 @@ void train_with(tsr_net_t *net, const char *policy, run_t run) {
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
   static tsr_shares_t shares;
-  if (run.shares) {
+  if (run.shares)
     CHECK(tsr_shares_parse(&shares, run.shares, &err) == 0, "--shares %s: %s", run.shares, err.msg);
-    o.shares = &shares, o.global_batch = run.global_batch;
-  }
-  o.epochs = run.epochs, o.sync = &sync, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
+  tsr_run_setup_t setup = {0};
+  set_up_run(&setup, net, &sync, run.shares ? &shares : NULL, run.global_batch);
+  o.epochs = run.epochs, o.setup = &setup, o.lr_schedule = TSR_LR_CONSTANT, o.seed = 5;
   o.shuffle = run.shuffle, o.on_epoch = run.on_epoch, o.ctx = run.ctx;
   o.lr_scaling = run.lr_scaling;
   int rc = tsr_train(net, &train_set, NULL, &o, &err);
   CHECK(rc == 0, "tsr_train(%s): %s", policy, err.msg);
+  tsr_run_setup_fini(&setup);
 }
 
 void train(tsr_net_t *net, const char *policy, int epochs, bool deterministic) {
@@ -306,7 +316,7 @@ float *grid_params(tsr_net_t *net, int columns, int64_t *count) {
 }
 
 void bytes_by_peer(int grid_rows, uint64_t *inside, uint64_t *across) {
-  size_t amounts[TSR_MAX_RANKS] = {0};
+  size_t amounts[MPI_TEST_MAX_RANKS] = {0};
   starpu_mpi_comm_amounts_retrieve(amounts);
   *inside = *across = 0;
   for (int q = 0; q < size; q++)
@@ -341,12 +351,12 @@ levels_run_t levels_run(tsr_allreduce_t mode, int g, int tr, int tc, int pr) {
   CHECK(tsr__progress_wait_all() == 0, "start-up transfers");
   tsr_sync_stats_t st;
   tsr__replicas_take_stats(rep, &st);
-  size_t before[TSR_MAX_RANKS] = {0}, after[TSR_MAX_RANKS] = {0};
+  size_t before[MPI_TEST_MAX_RANKS] = {0}, after[MPI_TEST_MAX_RANKS] = {0};
   uint64_t inside0, across0, inside1, across1;
   bytes_by_peer(pr, &inside0, &across0);
   starpu_mpi_comm_amounts_retrieve(before);
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 0; k < STEPS; k++) {
     tsr__replicas_count(rep, counts);
@@ -368,7 +378,7 @@ levels_run_t levels_run(tsr_allreduce_t mode, int g, int tr, int tc, int pr) {
    * what it sent here) against the engine's count: a chunk's home receives its own node's
    * partial (whole tiles from the node's ranks, on the tile's local home) as well as the other
    * nodes' bands, and a rank of a node the results through its local home. */
-  uint64_t sent_to[TSR_MAX_RANKS] = {0}, got_from[TSR_MAX_RANKS] = {0};
+  uint64_t sent_to[MPI_TEST_MAX_RANKS] = {0}, got_from[MPI_TEST_MAX_RANKS] = {0};
   for (int q = 0; q < size; q++)
     sent_to[q] = (uint64_t)(after[q] - before[q]);
   MPI_Alltoall(sent_to, 1, MPI_UINT64_T, got_from, 1, MPI_UINT64_T, MPI_COMM_WORLD);
@@ -426,6 +436,12 @@ int main(int argc, char **argv) {
   }
   tsr_dist_start(&argc, &argv, true);
   rank = tsr_dist_rank(), size = tsr_dist_size();
+  if (size > MPI_TEST_MAX_RANKS) {
+    fprintf(stderr, "%s runs on at most %d ranks (MPI_TEST_MAX_RANKS), not %d\n", argv[0],
+            MPI_TEST_MAX_RANKS, size);
+    tsr_dist_stop();
+    return 2;
+  }
   if (own_mpi) /* every rank of the test runs on this one machine */
     CHECK(tsr_dist_local_size() == size && tsr_dist_local_rank() == rank,
           "node-local rank %d of %d, want %d of %d (from MPI, not the environment)",

@@ -33,6 +33,10 @@
 #define TSR_MPI_CHECK_SHARED /* the counts are common.c's */
 #include "mpi_check.h"
 
+/* The most ranks a check runs on (tests/meson.build starts at most 16), which sizes the checks'
+ * per-rank arrays; main refuses more. */
+#define MPI_TEST_MAX_RANKS 64
+
 /* A check of a concern file: its name (the command's argument), what runs it, and what it needs
  * before the runtime starts. */
 typedef struct {
@@ -119,6 +123,12 @@ extern tsr_allreduce_t allreduce;
 extern int node_size;
 
 extern float bucket_mb;
+
+/* s (zeroed, or set up before) set up for training net on train_set under sync and shares
+ * (NULL: uniform), as a program that built its net itself does (tsr_run_config_from_net,
+ * tsr_run_setup); the caller finishes it (tsr_run_setup_fini). */
+void set_up_run(tsr_run_setup_t *s, const tsr_net_t *net, const tsr_sync_t *sync,
+                const tsr_shares_t *shares, int global_batch);
 
 void train_with(tsr_net_t *net, const char *policy, run_t run);
 

@@ -77,7 +77,7 @@ static void grid_equals_one_process(int pr, bool cnn) {
   tsr_errbuf_t rerr = {""};
   CHECK(tsr__replicas_create(&rep, net, &sync, NULL, &rerr) == 0, "replicas: %s", rerr.msg);
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   double loss[STEPS];
   for (int k = 0; k < STEPS; k++) {

@@ -22,7 +22,7 @@ static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, in
     fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 0; k < steps; k++) {
     tsr__replicas_count(rep, counts);
@@ -40,7 +40,7 @@ static float *syncbn_run(bool sync_bn, const int32_t *rows, int B, int steps, in
  * none; batchnorm's backward sums are weighted by the counts (sync_bn.c), so the weights and the
  * running statistics equal one process's on the global batches. */
 static void test_syncbn_uneven(const int32_t *rows, int B, int steps) {
-  int batch[3] = {24, 8, 0}, counts[TSR_MAX_RANKS], global = B * size;
+  int batch[3] = {24, 8, 0}, counts[MPI_TEST_MAX_RANKS], global = B * size;
   if (size == 3) batch[1] = 16, batch[2] = 8;
   tsr_net_t *net = make_net(batch[rank], 0.9f);
   tsr_sync_t sync;
@@ -165,7 +165,7 @@ static float *syncbn_grid_run(int pr, bool domain, bool sync_bn, const int32_t *
   tsr_replicas_t *rep = NULL;
   if (pr > 1)
     CHECK(tsr__replicas_create(&rep, net, &sync, NULL, &err) == 0, "replicas: %s", err.msg);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   uint64_t in0 = 0, across0 = 0, in1 = 0, across1 = 0;
   CHECK(tsr__progress_wait_all() == 0, "wait");

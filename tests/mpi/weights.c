@@ -55,7 +55,7 @@ static void test_every(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "every=3", false);
   int32_t *rows = batch_rows(B, 2 * K);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
@@ -106,8 +106,8 @@ static void test_weighted(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "every=2", true);
   int32_t *rows = batch_rows(B, K);
-  int counts[TSR_MAX_RANKS];
-  double weight[TSR_MAX_RANKS], total = 0;
+  int counts[MPI_TEST_MAX_RANKS];
+  double weight[MPI_TEST_MAX_RANKS], total = 0;
   for (int q = 0; q < size; q++)
     counts[q] = B / (q + 1), total += K * counts[q];
   for (int q = 0; q < size; q++)
@@ -196,7 +196,7 @@ static void test_uneven(void) {
   CHECK(replicas_equal(w, n), "batch: replicas differ at the end");
   if (rank == 0) {
     tsr_net_t *one = make_net(B * size, 0.9f);
-    int32_t order[1001], rows[B * TSR_MAX_RANKS];
+    int32_t order[1001], rows[B * MPI_TEST_MAX_RANKS];
     tsr_dataset_epoch_order(order, samples, 5, 1);
     int64_t largest = 0;
     for (int q = 0; q < size; q++)
@@ -262,7 +262,7 @@ static void outer_by_hand(const char *outer, const double want[2]) {
   fill_params(net, 1.0f);
   tsr_replicas_t *rep = replicas_with(net, "every=1", false, outer);
   static const float mine[2][2] = {{0.6f, 1.0f}, {0.6f, 0.8f}}, mean[2] = {0.8f, 0.7f};
-  int counts[TSR_MAX_RANKS] = {16, 16};
+  int counts[MPI_TEST_MAX_RANKS] = {16, 16};
   for (int round = 0; round < 2; round++) {
     fill_params(net, mine[round][rank]);
     tsr__replicas_count(rep, counts);
@@ -299,7 +299,7 @@ static void outer_training(const char *name) {
   for (int64_t i = 0; i < n; i++)
     x[i] = start[i];
   int32_t *rows = batch_rows(B, 2 * K);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
@@ -414,8 +414,8 @@ static void test_hier(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "hier:2,4,2", false);
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS] = {B, B, B};
-  static const double pair[TSR_MAX_RANKS] = {0.5, 0.5, 0.0};
+  int counts[MPI_TEST_MAX_RANKS] = {B, B, B};
+  static const double pair[MPI_TEST_MAX_RANKS] = {0.5, 0.5, 0.0};
   for (int k = 1; k <= STEPS; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
     int64_t n;
@@ -446,7 +446,7 @@ static void test_postlocal(void) {
   tsr_net_t *net = make_net(B, 0), *alone = make_net(B, 0);
   tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
   for (int k = 1; k <= STEPS; k++) {
@@ -503,7 +503,7 @@ static void test_fednova(void) {
   int64_t n;
   float *x0 = params(net, &n), *anchor = params(net, &n);
   for (int k = 1; k <= STEPS; k++) {
-    int counts[TSR_MAX_RANKS] = {k == 3 ? 0 : B, k == 2 ? 0 : B};
+    int counts[MPI_TEST_MAX_RANKS] = {k == 3 ? 0 : B, k == 2 ? 0 : B};
     const int32_t *mine = rows + ((k - 1) * size + rank) * B;
     tsr__replicas_count(rep, counts);
     if (counts[rank] > 0) {
@@ -569,12 +569,13 @@ static void test_hier_samples(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "hier:2,6,2", true);
   int32_t *rows = batch_rows(B, STEPS);
-  static const double w2[TSR_MAX_RANKS] = {0.8, 0.2, 0}, w4[TSR_MAX_RANKS] = {0.5, 0.5, 0},
-                      w6[TSR_MAX_RANKS] = {72.0 / 216, 48.0 / 216, 96.0 / 216},
-                      w8[TSR_MAX_RANKS] = {0.2, 0.8, 0};
+  static const double w2[MPI_TEST_MAX_RANKS] = {0.8, 0.2, 0},
+                      w4[MPI_TEST_MAX_RANKS] = {0.5, 0.5, 0},
+                      w6[MPI_TEST_MAX_RANKS] = {72.0 / 216, 48.0 / 216, 96.0 / 216},
+                      w8[MPI_TEST_MAX_RANKS] = {0.2, 0.8, 0};
   for (int k = 1; k <= STEPS; k++) {
     bool first = (k - 1) % 4 < 2; /* steps 1-2 and 5-6 */
-    int counts[TSR_MAX_RANKS] = {first ? B : B / 4, first ? B / 4 : B, B};
+    int counts[MPI_TEST_MAX_RANKS] = {first ? B : B / 4, first ? B / 4 : B, B};
     const int32_t *mine = rows + ((k - 1) * size + rank) * B;
     tsr__replicas_count(rep, counts);
     CHECK(tsr_net_train_step(net, &train_set, mine, counts[rank], true) == 0, "step %d", k);
@@ -642,7 +643,7 @@ static void test_postlocal_state(void) {
     tsr_net_t *net = make_net_opt(B, &o.opt);
     tsr_replicas_t *rep = replicas(net, "post-local:1,3", false);
     int32_t *rows = batch_rows(B, STEPS);
-    int counts[TSR_MAX_RANKS];
+    int counts[MPI_TEST_MAX_RANKS];
     equal_counts(counts, B);
     CHECK(tsr__replicas_epoch_begin(rep, 1, 0) == 0, "epoch 1 begins");
     for (int k = 1; k <= STEPS; k++) {
@@ -733,7 +734,7 @@ static void test_bnevery(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "every=3", false);
   int32_t *rows = batch_rows(B, 2 * K);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 1; k <= 2 * K; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
@@ -784,7 +785,7 @@ static void test_grow(void) {
   tsr_net_t *net = make_net(B, 0.9f), *alone = make_net(B, 0.9f);
   tsr_replicas_t *rep = replicas(net, "grow=2", false);
   int32_t *rows = batch_rows(B, STEPS);
-  int counts[TSR_MAX_RANKS];
+  int counts[MPI_TEST_MAX_RANKS];
   equal_counts(counts, B);
   for (int k = 1; k <= STEPS; k++) {
     step_pair(rep, net, alone, rows, B, k, counts);
