@@ -48,7 +48,7 @@ ROUND2 = [
     ("impl-names-no-st", "the _st codelets (conv with batchnorm statistics) left out of the "
      "table that names the implementation that ran", "codelets/impls.c",
      [("&tsr_cl_conv_fwd_st,\n    &tsr_cl_conv_fwd_wb_st,  ", "\n    ")],
-     ["trace", "batchnorm-cli", "cli"]),
+     ["batchnorm-cli", "trace", "cli"]),
     # ---- the convolution's fused batchnorm statistics: codelets/conv_fwd.c ----
     ("st-stats-buffer-index", "the statistics partial taken from buffer 4 also when buffer 4 "
      "holds oneDNN's reordered weights", "codelets/conv_fwd.c",
@@ -74,7 +74,7 @@ ROUND2 = [
     ("conv-bn-kernels-swapped", "the folded task runs the lowered kernel under --kernels onednn "
      "and oneDNN's under --kernels blis", "codelets/conv_bn_fwd.c",
      [("if (a->kernels == TSR_KERNELS_BLIS ||", "if (a->kernels == TSR_KERNELS_ONEDNN ||")],
-     ["batchnorm", "conv", "reference"]),
+     ["conv", "batchnorm", "reference"]),
     ("conv-bn-relu-dropped", "the folded task leaves out the batchnorm's fused ReLU",
      "src/nn/conv.c", [("tsr__bn_eps(bn), bn->relu);", "tsr__bn_eps(bn), false);")],
      ["batchnorm", "batchnorm-cli"]),

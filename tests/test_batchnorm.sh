@@ -69,6 +69,11 @@ check "eval reads it and normalizes with the running statistics" /usr/bin/python
 import json
 e = json.load(open('$tmp/eval.json'))
 assert e['samples'] == 500 and 0.3 < e['accuracy'] <= 1, e"
+# --stats names the implementation of every convolution task, those that gather the statistics of
+# the batchnorm after them (conv c, cbn) included: no conv_fwd counted without its implementation.
+"$tessera" train "${small[@]}" --epochs 1 --stats >"$tmp/stats" 2>&1
+check "--stats names the implementation of every conv_fwd task" bash -c \
+  'grep -q "conv_fwd:[a-z]* [0-9]" "$1" && ! grep -q "conv_fwd [0-9]" "$1"' _ "$tmp/stats"
 expect 2 "batchnorm over 16 features\): a batch of 1 sample" -- \
   "$tessera" train "${small[@]}" --epochs 1 --batch 1
 expect 2 "sync-bn reduces batchnorm statistics across MPI ranks, and this run has one" -- \
