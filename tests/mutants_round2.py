@@ -60,7 +60,8 @@ ROUND2 = [
      ["batchnorm", "conv"]),
     ("st-stats-input-hw", "the fused statistics read the input's h w positions, not the "
      "output's oh ow (a strided convolution)", "codelets/conv_fwd.c",
-     [("tsr__k_bn_stats(a->stats, a->g.oh * a->g.ow,", "tsr__k_bn_stats(a->stats, a->g.h * a->g.w,")],
+     [("tsr__k_bn_stats(a->stats, a->g.oh * a->g.ow,",
+       "tsr__k_bn_stats(a->stats, a->g.h * a->g.w,")],
      ["batchnorm", "conv"]),
     ("st-onednn-no-stats", "oneDNN's implementation of the _st codelets forgets the statistics "
      "(only the lowered one gathers them)", "codelets/conv_fwd.c",
@@ -126,7 +127,8 @@ ROUND2 = [
      [("(s + 2.0f * v * s * (1.0f - s) * gelu_k", "(s + v * s * (1.0f - s) * gelu_k")],
      ["seq", "grad", "gpt-torch"]),
     ("expf-bias-126", "fast_expf builds 2^k with the exponent bias 126 (every exp halved)",
-     "src/kernels/sequence.c", [("scale = {.i = (k + 127) << 23};", "scale = {.i = (k + 126) << 23};")],
+     "src/kernels/sequence.c",
+     [("scale = {.i = (k + 127) << 23};", "scale = {.i = (k + 126) << 23};")],
      ["seq", "kernels", "gpt-torch"]),
     ("expf-low-part-sign", "fast_expf adds ln 2's low part instead of subtracting it",
      "src/kernels/sequence.c",

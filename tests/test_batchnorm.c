@@ -6,7 +6,8 @@
  * evaluation normalizing with them; a per-feature batch of one sample (the running statistics
  * kept, the step not counted); training steps that do not depend on the tile size and repeat
  * bit for bit; a per-feature batchnorm refused at batch 1; evaluation's batchnorm folded into
- * the convolution before it, against float64. */
+ * the convolution before it, against float64; a convolution another layer also reads still
+ * written in evaluation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,8 @@
 # Batch normalization from the command: a model file with per-channel and per-feature batchnorm
 # trains (a short last batch each epoch); its checkpoint holds the running statistics under
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
-# resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
+# resumes; tessera eval reads it; --stats names every conv_fwd task's implementation; a
+# per-feature batchnorm at --batch 1, --sync-bn on one
 # process and --sync-bn with a model without batchnorm are refused before training (status 2);
 # 2 ranks train with --sync-bn, with --shares 3,1, and under --sync epoch with an empty step
 # on one rank, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera

@@ -3,7 +3,9 @@
  * several channels, edge tiles); float64 finite-difference gradient checks
  * of conv, max and mean pooling and dropout (its mask recomputed from the
  * seed) inside whole networks; tile-size invariance of CNN training steps;
- * and the rejection of layer stacks whose shapes do not fit. */
+ * the rejection of layer stacks whose shapes do not fit; --kernels tuned's table and its timing
+ * through the codelets' wrapper; and evaluation's folded conv + batchnorm under --kernels blis,
+ * the lowered kernel's bits. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
