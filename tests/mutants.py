@@ -13,10 +13,12 @@ and was caught.
     tests/mutants.py --only adam-step,fold-copy
     tests/mutants.py --quick         # only the suites named with each mutant (a few minutes)
     tests/mutants.py --check         # only whether every mutant still applies (a test runs this;
-                                     # it checks tests/mutants_campaign.py's list too)
+                                     # it checks tests/mutants_campaign.py's and
+                                     # tests/mutants_round2.py's lists too)
     tests/mutants.py --first         # each mutant's named suites in order, stopping at the first
                                      # failure; the rest of the whole suite only when none failed
     tests/mutants_campaign.py ...    # the same options on issue 20's campaign (its own list)
+    tests/mutants_round2.py ...      # and on issue 41's (its own list)
 
 The first thirteen are the bugs of issue 9's table (a mutation run that found
 the suite blind to them above the kernels); the rest guard other formulas.
@@ -645,9 +647,10 @@ def main(mutants=None, list_file="tests/mutants.py"):
                     "of the whole suite only when none failed (with --quick: not)")
     args = ap.parse_args()
     every = MUTANTS if mutants is None else mutants
-    if args.check and mutants is None:  # the test checks both lists
+    if args.check and mutants is None:  # the test checks the three lists
         import mutants_campaign
-        every = MUTANTS + mutants_campaign.CAMPAIGN
+        import mutants_round2
+        every = MUTANTS + mutants_campaign.CAMPAIGN + mutants_round2.ROUND2
     chosen = every
     if args.only:
         names = args.only.split(",")

@@ -6,7 +6,8 @@
  * evaluation normalizing with them; a per-feature batch of one sample (the running statistics
  * kept, the step not counted); training steps that do not depend on the tile size and repeat
  * bit for bit; a per-feature batchnorm refused at batch 1; evaluation's batchnorm folded into
- * the convolution before it, against float64. */
+ * the convolution before it, against float64; a convolution another layer also reads still
+ * written in evaluation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -313,4 +314,48 @@ Test(batchnorm, evaluation_folds_the_batchnorm_into_its_convolution) {
   cr_assert_eq(net->layers[0].lay->folds_bn, 0);
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&relu_first);
+}
+
+/* A convolution that another layer reads besides its batchnorm (a residual add of both) keeps
+ * writing its output in evaluation: the add reads it. Evaluating the same rows again after the
+ * convolution's output was overwritten with NaN gives the same bits, none of them NaN. */
+Test(batchnorm, evaluation_writes_a_convolution_that_another_layer_also_reads) {
+  enum { C = 2, SIDE = 3, OC = 4, F = C * SIDE * SIDE, OUT = OC * SIDE * SIDE, N = 10, K = 3 };
+  tsr_model_spec_t spec = SPEC(
+      {.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1, .name = "c"},
+      BN(.name = "bn"), {.kind = TSR_LAYER_ADD, .n_inputs = 2, .inputs = {"c", "bn"}}, DENSE(3));
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 5, o.tile_rows = 2, o.seed = 6, o.opt.lr = 0.1f;
+  o.in_channels = C, o.in_height = SIDE, o.in_width = SIDE;
+  tsr_net_t *net;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
+  ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
+  tsr_rng_t rng = {8};
+  for (int k = 0; k < N * F; k++)
+    ds.x[k] = (float)(3.0 * tsr__rng_uniform(&rng) - 1.0);
+  for (int i = 0; i < N; i++)
+    ds.y[i] = (float)(i % 3);
+  const int32_t steps[2][5] = {{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}}, rows[5] = {7, 2, 9, 0, 4};
+  for (int s = 0; s < 2; s++)
+    cr_assert_eq(tsr_net_train_step(net, &ds, steps[s], 5, true), 0);
+  float *first = malloc(sizeof(float) * 5 * OUT), *again = malloc(sizeof(float) * 5 * OUT);
+  cr_assert_eq(tsr_net_eval_step(net, &ds, rows, 5), 0);
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  cr_assert_eq(tsr_tiles_read(net->layers[2].y, first), 0);
+  for (int k = 0; k < 5 * OUT; k++)
+    again[k] = NAN;
+  cr_assert_eq(tsr_tiles_write(net->layers[0].y, again), 0);
+  cr_assert_eq(tsr_net_eval_step(net, &ds, rows, 5), 0);
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  cr_assert_eq(tsr_tiles_read(net->layers[2].y, again), 0);
+  for (int k = 0; k < 5 * OUT; k++)
+    cr_assert(!isnan(again[k]) && memcmp(&again[k], &first[k], sizeof(float)) == 0,
+              "the add's output [%d]: %g, then %g once the convolution's output was NaN", k,
+              (double)first[k], (double)again[k]);
+  tsr_net_destroy(&net);
+  tsr_model_spec_fini(&spec);
+  free(ds.x), free(ds.y), free(first), free(again);
 }

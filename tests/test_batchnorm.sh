@@ -2,7 +2,8 @@
 # Batch normalization from the command: a model file with per-channel and per-feature batchnorm
 # trains (a short last batch each epoch); its checkpoint holds the running statistics under
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
-# resumes; tessera eval reads it; a per-feature batchnorm at --batch 1, --sync-bn on one
+# resumes; tessera eval reads it; --stats names every conv_fwd task's implementation; a
+# per-feature batchnorm at --batch 1, --sync-bn on one
 # process and --sync-bn with a model without batchnorm are refused before training (status 2);
 # 2 ranks train with --sync-bn, with --shares 3,1, and under --sync epoch with an empty step
 # on one rank, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
@@ -69,6 +70,11 @@ check "eval reads it and normalizes with the running statistics" /usr/bin/python
 import json
 e = json.load(open('$tmp/eval.json'))
 assert e['samples'] == 500 and 0.3 < e['accuracy'] <= 1, e"
+# --stats names the implementation of every convolution task, those that gather the statistics of
+# the batchnorm after them (conv c, cbn) included: no conv_fwd counted without its implementation.
+"$tessera" train "${small[@]}" --epochs 1 --stats >"$tmp/stats" 2>&1
+check "--stats names the implementation of every conv_fwd task" bash -c \
+  'grep -q "conv_fwd:[a-z]* [0-9]" "$1" && ! grep -q "conv_fwd [0-9]" "$1"' _ "$tmp/stats"
 expect 2 "batchnorm over 16 features\): a batch of 1 sample" -- \
   "$tessera" train "${small[@]}" --epochs 1 --batch 1
 expect 2 "sync-bn reduces batchnorm statistics across MPI ranks, and this run has one" -- \

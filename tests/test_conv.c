@@ -3,13 +3,16 @@
  * several channels, edge tiles); float64 finite-difference gradient checks
  * of conv, max and mean pooling and dropout (its mask recomputed from the
  * seed) inside whole networks; tile-size invariance of CNN training steps;
- * and the rejection of layer stacks whose shapes do not fit. */
+ * the rejection of layer stacks whose shapes do not fit; --kernels tuned's table and its timing
+ * through the codelets' wrapper; and evaluation's folded conv + batchnorm under --kernels blis,
+ * the lowered kernel's bits. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelets.h"
 #include "kernels/kernels.h"
 #include "nn/net_impl.h"
 #include "rng.h"
@@ -445,6 +448,103 @@ Test(conv, tuned_table_times_both_then_keeps_the_faster) {
   cr_assert_eq(tsr__tuned_choice(b, NULL), 0);
   cr_assert_eq(tsr__tuned_pick(b), 0);
   cr_assert_eq(tsr__tuned_pick(0), 0, "key 0 is no shape");
+}
+
+/* Busy work for the test below: a few milliseconds of this thread's CPU time. */
+static void impl_slow(void *buffers[], void *arg) {
+  (void)buffers, (void)arg;
+  volatile double s = 0.0;
+  for (int i = 0; i < 3000000; i++)
+    s = s + 1e-9 * i;
+}
+
+static void impl_fast(void *buffers[], void *arg) {
+  (void)buffers, (void)arg;
+}
+
+/* --kernels tuned through the codelets' wrapper (tsr__impl_run): a task's time counts for the
+ * implementation that ran it, so a shape whose implementation 0 is slow keeps implementation 1,
+ * and one whose implementation 1 is slow keeps 0. */
+Test(conv, tuned_times_each_task_for_the_implementation_that_ran_it) {
+  if (!tsr_runtime_onednn_built())
+    cr_skip_test("no oneDNN: --kernels tuned has one implementation");
+  tsr_task_opts_t o = topts;
+  o.kernels = TSR_KERNELS_TUNED;
+  for (int slow = 0; slow < 2; slow++) {
+    char shape[] = "wrapper shape 0";
+    shape[sizeof shape - 2] = (char)('0' + slow);
+    tsr_impl_choice_t c = tsr__impl_choice(&o, shape, sizeof shape);
+    cr_assert_neq(c.key, 0);
+    for (int t = 0; t < 2 * TSR_TUNED_TRIALS; t++) { /* as the codelets: pick, then run */
+      int impl = tsr__tuned_pick(c.key);
+      tsr__impl_run(NULL, &c, impl, impl == slow ? impl_slow : impl_fast);
+    }
+    double best[2] = {0, 0};
+    cr_assert_eq(tsr__tuned_choice(c.key, best), 1 - slow,
+                 "implementation %d was slow (best %g s and %g s), yet %d was kept", slow, best[0],
+                 best[1], tsr__tuned_choice(c.key, NULL));
+  }
+}
+
+/* Evaluation's convolution with its batchnorm folded in (conv_bn_fwd) under --kernels blis runs
+ * the lowered BLIS kernel, never oneDNN's primitive: its bits are tsr__k_conv_fwd's on the
+ * weights tsr__k_bn_fold folds, tile by tile (7 samples in tiles of 3, the last one short). */
+Test(conv, folded_batchnorm_under_kernels_blis_is_the_lowered_kernel) {
+  enum { N = 7, MB = 3 };
+  tsr_conv_geom_t g = geom(16, 6, 6, 8, 3, 3, 1, 1, 1, 1);
+  int in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
+  tsr_rng_t rng = {12};
+  float *xv = malloc(sizeof(float) * N * in), *wv = malloc(sizeof(float) * k * g.oc);
+  float *w2 = malloc(sizeof(float) * k * g.oc), *yv = malloc(sizeof(float) * N * out);
+  float *want = malloc(sizeof(float) * N * out);
+  float *work = malloc(sizeof(float) * tsr__k_conv_work(&g, MB));
+  float bv[8], b2[8], stat[4][8]; /* running mean, running variance, scale, shift */
+  for (long j = 0; j < (long)N * in; j++)
+    xv[j] = (float)(2.0 * tsr__rng_uniform(&rng) - 1.0);
+  for (long j = 0; j < (long)k * g.oc; j++)
+    wv[j] = (float)(0.2 * tsr__rng_uniform(&rng) - 0.1);
+  for (int c = 0; c < g.oc; c++) {
+    bv[c] = (float)(0.2 * tsr__rng_uniform(&rng) - 0.1);
+    stat[0][c] = (float)(0.4 * tsr__rng_uniform(&rng) - 0.2);
+    stat[1][c] = (float)(0.5 + tsr__rng_uniform(&rng));
+    stat[2][c] = (float)(0.5 + tsr__rng_uniform(&rng));
+    stat[3][c] = (float)(0.4 * tsr__rng_uniform(&rng) - 0.1);
+  }
+  tsr_tiles_t *x, *w, *b, *y, *bn[4];
+  cr_assert_eq(tsr_tiles_create(&x, N, in, MB, in), 0);
+  cr_assert_eq(tsr_tiles_create(&w, k, g.oc, k, g.oc), 0);
+  cr_assert_eq(tsr_tiles_create(&b, 1, g.oc, 1, g.oc), 0);
+  cr_assert_eq(tsr_tiles_create(&y, N, out, MB, out), 0);
+  cr_assert_eq(tsr_tiles_write(x, xv), 0);
+  cr_assert_eq(tsr_tiles_write(w, wv), 0);
+  cr_assert_eq(tsr_tiles_write(b, bv), 0);
+  for (int s = 0; s < 4; s++) {
+    cr_assert_eq(tsr_tiles_create(&bn[s], 1, g.oc, 1, g.oc), 0);
+    cr_assert_eq(tsr_tiles_write(bn[s], stat[s]), 0);
+  }
+  tsr_task_opts_t o = topts;
+  o.kernels = TSR_KERNELS_BLIS;
+  cr_assert_eq(
+      tsr__tiles_conv_bn_fwd(&o, y, x, w, b, (const tsr_tiles_t *const *)bn, &g, 1e-3f, true), 0);
+  cr_assert_eq(tsr_tiles_read(y, yv), 0);
+  tsr__k_bn_fold(k, g.oc, wv, g.oc, bv, stat[0], stat[1], stat[2], stat[3], 1e-3f, w2, b2);
+  for (int i0 = 0; i0 < N; i0 += MB) {
+    int rows = N - i0 < MB ? N - i0 : MB;
+    tsr__k_conv_fwd(&g, rows, want + (long)i0 * out, out, xv + (long)i0 * in, in, w2, g.oc, b2,
+                    true, work);
+  }
+  int positive = 0;
+  for (long j = 0; j < (long)N * out; j++) {
+    positive += want[j] > 0.0f;
+    cr_assert(memcmp(&yv[j], &want[j], sizeof(float)) == 0,
+              "y[%ld] = %.9g, the lowered kernel's %.9g: not the lowered kernel's bits", j,
+              (double)yv[j], (double)want[j]);
+  }
+  cr_assert_gt(positive, N * out / 4, "the ReLU left too few values to compare");
+  for (int s = 0; s < 4; s++)
+    tsr_tiles_destroy(&bn[s]);
+  tsr_tiles_destroy(&x), tsr_tiles_destroy(&w), tsr_tiles_destroy(&b), tsr_tiles_destroy(&y);
+  free(xv), free(wv), free(w2), free(yv), free(want), free(work);
 }
 
 /* ---- float64 reference network, channels-last, for gradient checks ---- */
