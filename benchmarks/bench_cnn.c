@@ -108,10 +108,7 @@ int main(int argc, char **argv) {
     case 'p': b.padding = atoi(optarg); break;
     case 'n': torch = false; break;
     case 'k':
-      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
-        fprintf(stderr, "bench_cnn: --kernels %s: expected auto, onednn, blis or tuned\n", optarg);
-        return 2;
-      }
+      if (bench_parse_kernels("bench_cnn", optarg, &ro.kernels)) return 2;
       break;
     default:
       fprintf(stderr, "usage: bench_cnn [--batch N] [--seconds S] [--rounds N] [--workers N]\n"

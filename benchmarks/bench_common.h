@@ -147,6 +147,13 @@ static inline int bench_cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* --kernels ARG of program `prog` into *k: 0, or 2 (the exit status) after saying what it takes. */
+static inline int bench_parse_kernels(const char *prog, const char *arg, tsr_kernels_t *k) {
+  if (tsr_runtime_parse_kernels(arg, k) == 0) return 0;
+  fprintf(stderr, "%s: --kernels %s: expected auto, onednn, blis or tuned\n", prog, arg);
+  return 2;
+}
+
 /* The median of v[0..n) (sorts v). */
 static inline double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, bench_cmp_double);

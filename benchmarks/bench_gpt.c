@@ -106,10 +106,7 @@ int main(int argc, char **argv) {
     case 't': b.tile_rows = atoi(optarg); break;
     case 'n': torch = false; break;
     case 'k':
-      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
-        fprintf(stderr, "bench_gpt: --kernels %s: expected auto, onednn, blis or tuned\n", optarg);
-        return 2;
-      }
+      if (bench_parse_kernels("bench_gpt", optarg, &ro.kernels)) return 2;
       break;
     default: fputs(use, opt == 'h' ? stdout : stderr); return opt == 'h' ? 0 : 2;
     }

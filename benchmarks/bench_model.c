@@ -143,11 +143,7 @@ int main(int argc, char **argv) {
     case 't': b.tile_rows = atoi(optarg); break;
     case 'n': torch = false; break;
     case 'k':
-      if (tsr_runtime_parse_kernels(optarg, &ro.kernels)) {
-        fprintf(stderr, "bench_model: --kernels %s: expected auto, onednn, blis or tuned\n",
-                optarg);
-        return 2;
-      }
+      if (bench_parse_kernels("bench_model", optarg, &ro.kernels)) return 2;
       break;
     default: usage(opt == 'h' ? stdout : stderr); return opt == 'h' ? 0 : 2;
     }
