@@ -232,6 +232,19 @@ Test(batchnorm, a_per_feature_batchnorm_refuses_a_batch_of_one_sample) {
   tsr_model_spec_fini(&feat), tsr_model_spec_fini(&chan);
 }
 
+/* A net of spec on c x side x side images, 3 classes, a batch of 5 in tiles of 2 rows (the
+ * evaluation tests below). */
+static tsr_net_t *small_image_net(const tsr_model_spec_t *spec, int c, int side) {
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 5, o.tile_rows = 2, o.seed = 6, o.opt.lr = 0.1f;
+  o.in_channels = c, o.in_height = side, o.in_width = side;
+  tsr_net_t *net;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, spec, c * side * side, 3, &o, &err), 0, "%s", err.msg);
+  return net;
+}
+
 /* Evaluation folds a batchnorm into the convolution it alone reads (src/nn/layout.c): one task
  * per tile computes relu(batchnorm(conv(x, W) + b)) with the running statistics, leaving the
  * convolution's own output unwritten (NaN stays NaN), and the result is the two layers' in
@@ -241,13 +254,7 @@ Test(batchnorm, evaluation_folds_the_batchnorm_into_its_convolution) {
   tsr_model_spec_t spec =
       SPEC({.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1},
            BN(.eps = 0.01f, .momentum = 0.5f), RELU, DENSE(3));
-  tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = 5, o.tile_rows = 2, o.seed = 6, o.opt.lr = 0.1f;
-  o.in_channels = C, o.in_height = SIDE, o.in_width = SIDE;
-  tsr_net_t *net;
-  tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_net_create(&net, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  tsr_net_t *net = small_image_net(&spec, C, SIDE);
   cr_assert_eq(net->layers[0].lay->folds_bn, 2);
   cr_assert(net->layers[1].lay->folded);
   tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
@@ -310,7 +317,7 @@ Test(batchnorm, evaluation_folds_the_batchnorm_into_its_convolution) {
   tsr_model_spec_t relu_first =
       SPEC({.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1}, RELU, BN(),
            DENSE(3));
-  cr_assert_eq(tsr_net_create(&net, &relu_first, F, 3, &o, &err), 0, "%s", err.msg);
+  net = small_image_net(&relu_first, C, SIDE);
   cr_assert_eq(net->layers[0].lay->folds_bn, 0);
   tsr_net_destroy(&net);
   tsr_model_spec_fini(&relu_first);
@@ -324,13 +331,7 @@ Test(batchnorm, evaluation_writes_a_convolution_that_another_layer_also_reads) {
   tsr_model_spec_t spec = SPEC(
       {.kind = TSR_LAYER_CONV, .units = OC, .kernel_h = K, .pad_h = 1, .pad_w = 1, .name = "c"},
       BN(.name = "bn"), {.kind = TSR_LAYER_ADD, .n_inputs = 2, .inputs = {"c", "bn"}}, DENSE(3));
-  tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = 5, o.tile_rows = 2, o.seed = 6, o.opt.lr = 0.1f;
-  o.in_channels = C, o.in_height = SIDE, o.in_width = SIDE;
-  tsr_net_t *net;
-  tsr_errbuf_t err = {""};
-  cr_assert_eq(tsr_net_create(&net, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  tsr_net_t *net = small_image_net(&spec, C, SIDE);
   tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
   ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
   tsr_rng_t rng = {8};
