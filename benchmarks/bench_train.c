@@ -13,7 +13,8 @@
  * has the medians, and each configuration's lowest ratio over the rounds is printed below it.
  *
  * usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N] [--workers N]
- *                    [--sched NAME] [--tile RxC] [--no-torch] [--csv FILE] */
+ *                    [--sched NAME] [--tile RxC] [--kernels auto|onednn|blis|tuned] [--no-torch]
+ *                    [--csv FILE] */
 #include <blis.h>
 #include <getopt.h>
 #include <math.h>
@@ -158,9 +159,10 @@ static void run_torch(config_t *c, int p, int r, const char *python, const char 
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N]\n"
-                  "                   [--workers N] [--sched NAME] [--tile RxC] [--no-torch]\n"
-                  "                   [--csv FILE]\n");
+  fprintf(stderr,
+          "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N]\n"
+          "                   [--workers N] [--sched NAME] [--tile RxC]\n"
+          "                   [--kernels auto|onednn|blis|tuned] [--no-torch] [--csv FILE]\n");
 }
 
 /* The median of v[0..n) without reordering v. */
@@ -171,12 +173,17 @@ static double median_of(const double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  static const struct option longopts[] = {
-      {"config", required_argument, 0, 'c'}, {"seconds", required_argument, 0, 's'},
-      {"rounds", required_argument, 0, 'r'}, {"workers", required_argument, 0, 'w'},
-      {"sched", required_argument, 0, 'S'},  {"tile", required_argument, 0, 't'},
-      {"no-torch", no_argument, 0, 'n'},     {"csv", required_argument, 0, 'o'},
-      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+  static const struct option longopts[] = {{"config", required_argument, 0, 'c'},
+                                           {"seconds", required_argument, 0, 's'},
+                                           {"rounds", required_argument, 0, 'r'},
+                                           {"workers", required_argument, 0, 'w'},
+                                           {"sched", required_argument, 0, 'S'},
+                                           {"tile", required_argument, 0, 't'},
+                                           {"no-torch", no_argument, 0, 'n'},
+                                           {"csv", required_argument, 0, 'o'},
+                                           {"kernels", required_argument, 0, 'k'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   config_t configs[MAX_CONFIGS];
   int nconfigs = 0, tile_rows = 0, tile_cols = 0, rounds = 1;
   double seconds = 5;
@@ -212,6 +219,9 @@ int main(int argc, char **argv) {
       break;
     case 'n': torch = false; break;
     case 'o': csv = optarg; break;
+    case 'k':
+      if (bench_parse_kernels("bench_train", optarg, &ro.kernels)) return 2;
+      break;
     default: usage(); return opt == 'h' ? 0 : 2;
     }
   }
@@ -241,10 +251,10 @@ int main(int argc, char **argv) {
 
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   bench_print_machine(stdout);
-  printf("machine: %ld cores; tessera on %d StarPU CPU workers (%s); BLIS %s (%s kernels) on %d "
-         "threads; %g s per measurement, %d rounds\n",
-         cores, workers, sched, bli_info_get_version_str(), bli_arch_string(bli_arch_query_id()),
-         workers, seconds, rounds);
+  printf("machine: %ld cores; tessera on %d StarPU CPU workers (%s, kernels %s); BLIS %s (%s "
+         "kernels) on %d threads; %g s per measurement, %d rounds\n",
+         cores, workers, sched, tsr_runtime_kernels_name(ro.kernels), bli_info_get_version_str(),
+         bli_arch_string(bli_arch_query_id()), workers, seconds, rounds);
   fflush(stdout);
   for (int i = 0; i < nconfigs; i++) {
     configs[i].max_width = max_width(configs[i].widths);
