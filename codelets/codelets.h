@@ -43,6 +43,11 @@ typedef struct {
   tsr_conv_geom_t g;
   int rows, variant;
 } tsr_conv_shape_t;
+/* The GEMMs' shape key: which codelet (0 gemm, 1 gemm_ep), the transpositions, m, n, k, and
+ * the epilogue (TSR_EP_*, 0 for none). */
+typedef struct {
+  int op, ta, tb, m, n, k, ep;
+} tsr_gemm_shape_t;
 /* Runs fn, implementation impl of a codelet whose argument starts with a tsr_impl_choice_t;
  * under --kernels tuned, timed and reported to the shape's table. */
 void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[], void *));
@@ -61,7 +66,8 @@ void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[],
 uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t size);
 extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_fwd_wb, tsr_cl_conv_fwd_st,
     tsr_cl_conv_fwd_wb_st, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_data_wb, tsr_cl_conv_bwd_filter,
-    tsr_cl_conv_bwd_filter_w;
+    tsr_cl_conv_bwd_filter_w, tsr_cl_gemm, tsr_cl_gemm_w, tsr_cl_gemm_ep, tsr_cl_gemm_ep_w,
+    tsr_cl_gemm_dbias, tsr_cl_gemm_dbias_w;
 
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);

@@ -1,5 +1,6 @@
-/* GEMM on tiles: c = alpha op(a) op(b) + beta c, with BLIS inside the task.
- * Two codelets share one kernel and one performance model: with beta == 0 the
+/* GEMM on tiles: c = alpha op(a) op(b) + beta c, by either of two CPU implementations
+ * (impls.c): oneDNN's dnnl_sgemm, or BLIS (the portable one, and what a build without oneDNN
+ * runs). Two codelets share the kernels and one performance model: with beta == 0 the
  * output is only written (W), which spares StarPU a fetch and lets it drop a
  * dependency on the tile's previous contents. */
 #include <assert.h>
@@ -10,18 +11,30 @@
 #include "tessera/error.h"
 
 struct gemm_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
   bool ta, tb;
   float alpha, beta;
 };
 
-static void gemm_cpu(void *buffers[], void *cl_arg) {
-  const struct gemm_args *g = cl_arg;
+static void gemm_run(void *buffers[], const struct gemm_args *g, bool dnnl) {
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
   int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
-  tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-              TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, TSR_PTR(buffers[2]),
-              TSR_LD(buffers[2]));
+  const float *a = TSR_PTR(buffers[0]), *b = TSR_PTR(buffers[1]);
+  int lda = TSR_LD(buffers[0]), ldb = TSR_LD(buffers[1]), ldc = TSR_LD(buffers[2]);
+  float *c = TSR_PTR(buffers[2]);
+  if (!dnnl || !tsr__k_gemm_dnnl(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc))
+    tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc);
 }
+
+static void gemm_onednn(void *buffers[], void *cl_arg) {
+  gemm_run(buffers, cl_arg, true);
+}
+
+static void gemm_blis(void *buffers[], void *cl_arg) {
+  gemm_run(buffers, cl_arg, false);
+}
+
+TSR_IMPL_TASKS(gemm)
 
 #ifdef TSR_HAVE_OPENCL
 static void gemm_opencl(void *buffers[], void *cl_arg) {
@@ -40,25 +53,19 @@ static struct starpu_perfmodel gemm_model = {
     .symbol = "tessera_gemm_f32",
 };
 
-struct starpu_codelet tsr_cl_gemm = {
-    .name = "gemm",
-    .cpu_funcs = {gemm_cpu},
-    .cpu_funcs_name = {"gemm_cpu"},
-    TSR_OPENCL_FUNC(gemm_opencl),
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_RW},
-    .model = &gemm_model,
-};
+#define GEMM_CODELET(var, c_mode)                                                                  \
+  struct starpu_codelet var = {                                                                    \
+      .name = "gemm",                                                                              \
+      .can_execute = tsr__cl_impl_can_execute,                                                     \
+      .cpu_funcs = {[TSR_IMPL_ONEDNN] = gemm_onednn_task, [TSR_IMPL_BLIS] = gemm_blis_task},       \
+      .cpu_funcs_name = {[TSR_IMPL_ONEDNN] = "gemm_onednn", [TSR_IMPL_BLIS] = "gemm_blis"},        \
+      TSR_OPENCL_FUNC(gemm_opencl),                                                                \
+      .nbuffers = 3,                                                                               \
+      .modes = {STARPU_R, STARPU_R, c_mode},                                                       \
+      .model = &gemm_model}
 
-struct starpu_codelet tsr_cl_gemm_w = {
-    .name = "gemm",
-    .cpu_funcs = {gemm_cpu},
-    .cpu_funcs_name = {"gemm_cpu"},
-    TSR_OPENCL_FUNC(gemm_opencl),
-    .nbuffers = 3,
-    .modes = {STARPU_R, STARPU_R, STARPU_W},
-    .model = &gemm_model,
-};
+GEMM_CODELET(tsr_cl_gemm, STARPU_RW);
+GEMM_CODELET(tsr_cl_gemm_w, STARPU_W);
 
 int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                      starpu_data_handle_t a, starpu_data_handle_t b, float beta,
@@ -68,7 +75,8 @@ int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
   int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
   int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
   if (am != tsr__handle_rows(c) || bn != tsr__handle_cols(c) || ak != bk) return TSR_ESHAPE;
-  struct gemm_args args = {ta, tb, alpha, beta};
+  tsr_gemm_shape_t shape = {0, ta, tb, am, bn, ak, 0};
+  struct gemm_args args = {tsr__impl_choice(o, &shape, sizeof shape), ta, tb, alpha, beta};
   starpu_data_handle_t h[3] = {a, b, c};
   return tsr__submit(o, beta == 0.0f ? &tsr_cl_gemm_w : &tsr_cl_gemm, &args, sizeof args, 3, h);
 }

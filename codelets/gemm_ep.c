@@ -16,19 +16,21 @@
 #include "tessera/error.h"
 
 struct gemm_ep_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
   bool ta, tb, relu;
   int ep; /* TSR_EP_* */
   float alpha, beta, ep_beta;
 };
 
-static void gemm_ep_cpu(void *buffers[], void *cl_arg) {
-  const struct gemm_ep_args *g = cl_arg;
+/* The product by oneDNN (dnnl) or BLIS (gemm.c's two implementations), then the epilogue. */
+static void gemm_ep_run(void *buffers[], const struct gemm_ep_args *g, bool dnnl) {
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
   int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
   float *c = TSR_PTR(buffers[2]), *e = TSR_PTR(buffers[3]);
-  int ldc = TSR_LD(buffers[2]);
-  tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-              TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, c, ldc);
+  const float *a = TSR_PTR(buffers[0]), *b = TSR_PTR(buffers[1]);
+  int lda = TSR_LD(buffers[0]), ldb = TSR_LD(buffers[1]), ldc = TSR_LD(buffers[2]);
+  if (!dnnl || !tsr__k_gemm_dnnl(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc))
+    tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc);
   if (g->ep == TSR_EP_BIAS)
     tsr__k_bias_add(m, n, c, ldc, e, g->relu);
   else if (g->ep == TSR_EP_GATE)
@@ -37,6 +39,16 @@ static void gemm_ep_cpu(void *buffers[], void *cl_arg) {
     tsr__k_bias_grad(TSR_ROWS(buffers[1]), n, e, TSR_PTR(buffers[1]), TSR_LD(buffers[1]),
                      g->ep_beta);
 }
+
+static void gemm_ep_onednn(void *buffers[], void *cl_arg) {
+  gemm_ep_run(buffers, cl_arg, true);
+}
+
+static void gemm_ep_blis(void *buffers[], void *cl_arg) {
+  gemm_ep_run(buffers, cl_arg, false);
+}
+
+TSR_IMPL_TASKS(gemm_ep)
 
 #ifdef TSR_HAVE_OPENCL
 /* CLBlast's GEMM, then the kernel the separate task ran. */
@@ -87,13 +99,15 @@ static struct starpu_perfmodel gemm_ep_model = {
 };
 
 #define GEMM_EP_CODELET(var, c_mode, e_mode)                                                       \
-  struct starpu_codelet var = {.name = "gemm_ep",                                                  \
-                               .cpu_funcs = {gemm_ep_cpu},                                         \
-                               .cpu_funcs_name = {"gemm_ep_cpu"},                                  \
-                               TSR_OPENCL_FUNC(gemm_ep_opencl),                                    \
-                               .nbuffers = 4,                                                      \
-                               .modes = {STARPU_R, STARPU_R, c_mode, e_mode},                      \
-                               .model = &gemm_ep_model}
+  struct starpu_codelet var = {                                                                    \
+      .name = "gemm_ep",                                                                           \
+      .can_execute = tsr__cl_impl_can_execute,                                                     \
+      .cpu_funcs = {[TSR_IMPL_ONEDNN] = gemm_ep_onednn_task, [TSR_IMPL_BLIS] = gemm_ep_blis_task}, \
+      .cpu_funcs_name = {[TSR_IMPL_ONEDNN] = "gemm_ep_onednn", [TSR_IMPL_BLIS] = "gemm_ep_blis"},  \
+      TSR_OPENCL_FUNC(gemm_ep_opencl),                                                             \
+      .nbuffers = 4,                                                                               \
+      .modes = {STARPU_R, STARPU_R, c_mode, e_mode},                                               \
+      .model = &gemm_ep_model}
 
 GEMM_EP_CODELET(tsr_cl_gemm_ep, STARPU_RW, STARPU_R);     /* BIAS, GATE accumulating */
 GEMM_EP_CODELET(tsr_cl_gemm_ep_w, STARPU_W, STARPU_R);    /* BIAS, GATE with beta 0 */
@@ -114,7 +128,9 @@ int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
       (ep == TSR_EP_GATE && (tsr__handle_rows(e) != m || tsr__handle_cols(e) != n)) ||
       ep < TSR_EP_BIAS || ep > TSR_EP_DBIAS)
     return TSR_ESHAPE;
-  struct gemm_ep_args args = {ta, tb, relu, ep, alpha, beta, beta};
+  tsr_gemm_shape_t shape = {1, ta, tb, m, n, ak, ep};
+  struct gemm_ep_args args = {
+      tsr__impl_choice(o, &shape, sizeof shape), ta, tb, relu, ep, alpha, beta, beta};
   struct starpu_codelet *cl = ep == TSR_EP_DBIAS
                                   ? (beta == 0.0f ? &tsr_cl_gemm_dbias_w : &tsr_cl_gemm_dbias)
                               : beta == 0.0f ? &tsr_cl_gemm_ep_w

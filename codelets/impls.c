@@ -1,13 +1,13 @@
 /* What the codelets with several CPU implementations share: the convolutions' three passes have
  * oneDNN's primitives (cpu_funcs[TSR_IMPL_ONEDNN]) and the input lowered to BLIS GEMMs
- * (cpu_funcs[TSR_IMPL_BLIS]). StarPU keeps a history per implementation in the codelet's
- * performance model, so its model-based policies (dmda, dmdas) choose between them task by
- * task, shape by shape; the others run the first one a worker can. can_execute is where the
- * choice is narrowed: to what this build has, to what the task's options force (--kernels),
- * and under --kernels tuned to the implementation the shape's table gives the task (timing
- * both on its first tasks, then the faster: codelets/tuned.c), read from and kept in the
- * task's argument struct, which starts with tsr_impl_choice_t. The names go to the runtime's
- * observer, so that statistics and traces say which one ran. */
+ * (cpu_funcs[TSR_IMPL_BLIS]); the tile GEMMs (gemm.c, gemm_ep.c) oneDNN's dnnl_sgemm and BLIS.
+ * StarPU keeps a history per implementation in the codelet's performance model, so its model-based
+ * policies (dmda, dmdas) choose between them task by task, shape by shape; the others run the first
+ * one a worker can. can_execute is where the choice is narrowed: to what this build has, to what
+ * the task's options force (--kernels), and under --kernels tuned to the implementation the shape's
+ * table gives the task (timing both on its first tasks, then the faster: codelets/tuned.c), read
+ * from and kept in the task's argument struct, which starts with tsr_impl_choice_t. The names go to
+ * the runtime's observer, so that statistics and traces say which one ran. */
 #include <time.h>
 
 #include "codelets.h"
@@ -56,9 +56,11 @@ void tsr__impl_run(void *buffers[], void *cl_arg, int impl, void (*fn)(void *[],
 }
 
 static const struct starpu_codelet *const with_impls[] = {
-    &tsr_cl_conv_fwd,        &tsr_cl_conv_fwd_wb,      &tsr_cl_conv_fwd_st,
-    &tsr_cl_conv_fwd_wb_st,  &tsr_cl_conv_bwd_data,    &tsr_cl_conv_bwd_data_wb,
-    &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w};
+    &tsr_cl_conv_fwd,        &tsr_cl_conv_fwd_wb,       &tsr_cl_conv_fwd_st,
+    &tsr_cl_conv_fwd_wb_st,  &tsr_cl_conv_bwd_data,     &tsr_cl_conv_bwd_data_wb,
+    &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w, &tsr_cl_gemm,
+    &tsr_cl_gemm_w,          &tsr_cl_gemm_ep,           &tsr_cl_gemm_ep_w,
+    &tsr_cl_gemm_dbias,      &tsr_cl_gemm_dbias_w};
 
 /* "onednn" or "blis" for the codelets above, NULL for every other (one implementation). */
 static const char *impl_name(const void *cl, unsigned nimpl) {

@@ -182,8 +182,9 @@ if [[ $(nproc --all) -ge 2 ]] && command -v taskset >/dev/null; then
 fi
 expect 0 "lws" -- info --sched-list
 
-# --kernels: the convolutions' CPU implementation forced, or both registered (auto); --stats
-# counts each implementation's tasks apart, so it says which ran, and tessera info lists them.
+# --kernels: the convolutions' and the tile GEMMs' CPU implementation forced, or both registered
+# (auto); --stats counts each implementation's tasks apart, so it says which ran, and tessera
+# info lists them.
 expect 2 "^tessera train: --kernels fast: expected auto, onednn, blis or tuned" -- train --kernels fast
 expect 0 "^  blis +the input lowered" -- info
 kernels=(blis)
@@ -194,7 +195,7 @@ fi
 # step has no bias add, bias gradient or ReLU-backward task of its own, and learns the same.
 out=$("$tessera" train --data "$data" --model mlp:64,32 --epochs 1 --train-limit 640 \
   --test-limit 0 --stats 2>&1)
-if grep -q "gemm_ep [0-9]" <<<"$out" && ! grep -qE "(bias_add|bias_grad|relu_bwd) [0-9]" <<<"$out"; then
+if grep -qE "gemm_ep(:[a-z]+)? [0-9]" <<<"$out" && ! grep -qE "(bias_add|bias_grad|relu_bwd) [0-9]" <<<"$out"; then
   pass
 else
   fail "the MLP's fused passes: $(grep 'tasks per codelet' <<<"$out")"
@@ -204,13 +205,15 @@ for k in "${kernels[@]}"; do
   out=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 --test-limit 64 \
     --kernels "$k" --stats 2>&1)
   if grep -q "kernels $k" <<<"$out" && grep -q "conv_fwd:$k [0-9]" <<<"$out" &&
-    grep -q "conv_bwd_filter:$k [0-9]" <<<"$out" && ! grep -q ":$other " <<<"$out"; then pass; else
+    grep -q "conv_bwd_filter:$k [0-9]" <<<"$out" && grep -q "gemm_ep:$k [0-9]" <<<"$out" &&
+    grep -q "gemm:$k [0-9]" <<<"$out" && ! grep -q ":$other " <<<"$out"; then pass; else
     fail "--kernels $k --stats: $(grep -E 'kernels|tasks per codelet' <<<"$out")"
   fi
 done
 # --kernels tuned times both implementations on each shape's first tasks (3 of each) before
 # keeping one: a run of more than 3 tasks per shape has run both in every pass, and as many
-# convolution tasks as a forced run (the CNN's 8 steps of 2 tiles give 16 per pass and layer).
+# convolution and GEMM tasks as a forced run (the CNN's 8 steps of 2 tiles give 16 per pass and
+# layer).
 if [[ ${kernels[*]} == *onednn* ]]; then
   out=$("$tessera" train --data "$data" --model cnn --epochs 1 --train-limit 256 --test-limit 64 \
     --kernels tuned --stats 2>&1)
@@ -218,7 +221,7 @@ if [[ ${kernels[*]} == *onednn* ]]; then
     --test-limit 64 --kernels onednn --stats 2>&1)
   count() { grep -o "$1 [0-9]*" <<<"$2" | awk '{s += $2} END {print s + 0}'; }
   ok=1
-  for pass in conv_fwd conv_bwd_filter; do
+  for pass in conv_fwd conv_bwd_filter gemm_ep; do
     for impl in onednn blis; do
       (($(count "$pass:$impl" "$out") >= 3)) || ok=0
     done

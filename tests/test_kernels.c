@@ -1,4 +1,4 @@
-/* Kernels alone, without StarPU: BLIS GEMM against the naive double
+/* Kernels alone, without StarPU: the BLIS and oneDNN GEMMs against the naive double
  * reference in every transpose case and odd strides, the fused softmax
  * cross-entropy against finite differences in float64 and at logits of
  * +-1000, the optimizers over several steps against their formulas written
@@ -23,42 +23,61 @@ static void init(void) {
 
 TestSuite(kernels, .init = init);
 
+/* c = alpha op(a) op(b) + beta c by BLIS (dnnl false) or oneDNN's GEMM, which must serve every
+ * call where this build has oneDNN and refuse every call (c untouched) where it has not. */
+static void gemm_by(bool dnnl, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+  if (!dnnl) {
+    tsr__k_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  bool done = tsr__k_gemm_dnnl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  cr_assert_eq(done, tsr__k_dnnl_built(), "oneDNN's GEMM %s a %dx%dx%d product with oneDNN %s",
+               done ? "computed" : "refused", m, n, k, tsr__k_dnnl_built() ? "built" : "not built");
+  if (!done) tsr__k_gemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Both implementations, each transpose case, odd strides: every element of c, the columns past
+ * n included, as the naive reference leaves it. */
 Test(kernels, gemm_matches_reference_in_every_transpose_case) {
   tsr_rng_t rng = {7};
   const int sizes[][3] = {{1, 1, 1}, {5, 7, 3}, {17, 9, 33}, {64, 48, 31}, {3, 129, 70}};
-  for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++)
-      for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
-        int m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
-        /* Leading dimensions larger than the rows, as for tiles inside a matrix. */
-        int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
-        float *a = malloc(sizeof(float) * (size_t)lda * (ta ? k : m));
-        float *b = malloc(sizeof(float) * (size_t)ldb * (tb ? n : k));
-        float *c = malloc(sizeof(float) * (size_t)ldc * m),
-              *r = malloc(sizeof(float) * (size_t)ldc * m);
-        fill_random(a, (size_t)lda * (ta ? k : m), &rng);
-        fill_random(b, (size_t)ldb * (tb ? n : k), &rng);
-        fill_random(c, (size_t)ldc * m, &rng);
-        for (int i = 0; i < ldc * m; i++)
-          r[i] = c[i];
-        tsr__k_gemm(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, c, ldc);
-        tsr__k_gemm_ref(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, r, ldc);
-        for (int i = 0; i < m; i++)
-          for (int j = 0; j < ldc; j++) {
-            float got = c[i * ldc + j], want = r[i * ldc + j];
-            cr_assert(fabsf(got - want) <= 1e-5f * (1.0f + (float)k),
-                      "ta=%d tb=%d %dx%dx%d at (%d,%d): %g vs %g", ta, tb, m, n, k, i, j, got,
-                      want);
-          }
-        free(a), free(b), free(c), free(r);
-      }
+  for (int dnnl = 0; dnnl < 2; dnnl++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+          int m = sizes[s][0], n = sizes[s][1], k = sizes[s][2];
+          /* Leading dimensions larger than the rows, as for tiles inside a matrix. */
+          int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+          float *a = malloc(sizeof(float) * (size_t)lda * (ta ? k : m));
+          float *b = malloc(sizeof(float) * (size_t)ldb * (tb ? n : k));
+          float *c = malloc(sizeof(float) * (size_t)ldc * m),
+                *r = malloc(sizeof(float) * (size_t)ldc * m);
+          fill_random(a, (size_t)lda * (ta ? k : m), &rng);
+          fill_random(b, (size_t)ldb * (tb ? n : k), &rng);
+          fill_random(c, (size_t)ldc * m, &rng);
+          for (int i = 0; i < ldc * m; i++)
+            r[i] = c[i];
+          gemm_by(dnnl, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, c, ldc);
+          tsr__k_gemm_ref(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, 0.5f, r, ldc);
+          for (int i = 0; i < m; i++)
+            for (int j = 0; j < ldc; j++) {
+              float got = c[i * ldc + j], want = r[i * ldc + j];
+              cr_assert(fabsf(got - want) <= 1e-5f * (1.0f + (float)k),
+                        "%s ta=%d tb=%d %dx%dx%d at (%d,%d): %g vs %g", dnnl ? "onednn" : "blis",
+                        ta, tb, m, n, k, i, j, got, want);
+            }
+          free(a), free(b), free(c), free(r);
+        }
 }
 
 Test(kernels, gemm_with_beta_zero_ignores_garbage_in_c) {
-  float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
-  tsr__k_gemm(false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
-  for (int i = 0; i < 4; i++)
-    cr_assert_float_eq(c[i], a[i], 1e-6);
+  for (int dnnl = 0; dnnl < 2; dnnl++) {
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
+    gemm_by(dnnl, false, false, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    for (int i = 0; i < 4; i++)
+      cr_assert_float_eq(c[i], a[i], 1e-6, "%s: c[%d] = %g", dnnl ? "onednn" : "blis", i, c[i]);
+  }
 }
 
 /* Mean cross-entropy of softmax(z) in double, over rows (m, n). */

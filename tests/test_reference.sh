@@ -34,7 +34,7 @@ digits() {
 # headers stay as recorded.
 run_all() {
   echo "== mlp: train --epochs 2"
-  "$tessera" train --init he --epochs 2 2>&1 | digits
+  "$tessera" train --init he --kernels blis --epochs 2 2>&1 | digits
   echo "== cnn: train --model cnn --epochs 1 --train-limit 5000"
   "$tessera" train --init he --kernels blis --model cnn --epochs 1 --train-limit 5000 2>&1 | digits
   # Weight averaging with --outer none (issue 15) must keep the digits recorded before outer
@@ -43,7 +43,8 @@ run_all() {
     outer=()
     [[ $policy == batch ]] || outer=(--outer none)
     echo "== mpi 2 ranks: train --workers 1 --deterministic --sync $policy ${outer[*]}${outer[*]:+ }--epochs 2 --train-limit 6000 --test-limit 2000"
-    "${mpi[@]}" "$tessera" train --init he --workers 1 --deterministic --sync "$policy" "${outer[@]}" \
+    "${mpi[@]}" "$tessera" train --init he --kernels blis --workers 1 --deterministic \
+      --sync "$policy" "${outer[@]}" \
       --epochs 2 --train-limit 6000 --test-limit 2000 2>&1 | digits
   done
 }
@@ -88,15 +89,19 @@ sys.exit(1 if bad else 0)
 PY
 }
 
-# The CNN with oneDNN's convolutions against the recorded (lowered) digits, within tolerance.
-onednn_cnn() {
-  "$tessera" --version | grep -q "oneDNN [0-9]" || return 0
-  local cmd="train --model cnn --epochs 1 --train-limit 5000"
-  echo "== cnn: $cmd" >"$tmp_now"
+# A recorded run (its header's name and command) with oneDNN's kernels, against the recorded
+# (BLIS) digits within tolerance: the MLP's GEMMs and the CNN's convolutions and GEMMs.
+onednn_one() {
+  local name=$1 cmd=$2
+  echo "== $name: $cmd" >"$tmp_now"
   "$tessera" $cmd --init he --kernels onednn 2>&1 | digits >>"$tmp_now"
-  awk '/^== cnn:/ {on = 1; print; next} /^==/ {on = 0} on' "$ref" >"$tmp_ref"
-  echo "oneDNN's convolutions against the recorded lowered ones:"
+  awk -v h="== $name:" 'index($0, h) == 1 {on = 1; print; next} /^==/ {on = 0} on' "$ref" >"$tmp_ref"
+  echo "$name with oneDNN's kernels against the recorded BLIS ones:"
   within_tolerance "$tmp_ref" "$tmp_now"
+}
+onednn() {
+  "$tessera" --version | grep -q "oneDNN [0-9]" || return 0
+  onednn_one mlp "train --epochs 2" && onednn_one cnn "train --model cnn --epochs 1 --train-limit 5000"
 }
 
 tmp_ref=$(mktemp) tmp_now=$(mktemp)
@@ -109,9 +114,9 @@ if [[ $kernels == "$recorded" ]]; then
     exit 1
   fi
   echo "1 passed, 0 failed (exact, BLIS kernels $kernels)"
-  onednn_cnn
+  onednn
   exit
 fi
 echo "BLIS kernels $kernels here, $recorded in the reference: comparing within tolerance"
 within_tolerance "$ref" <(echo "$got") || exit 1
-onednn_cnn
+onednn

@@ -61,9 +61,11 @@ tracks = defaultdict(list)
 for e in tasks:
     assert (e["pid"], e["tid"]) in named, e
     # Named by codelet (a viewer groups a codelet's tasks); the rest in args.
-    assert e["name"] in st["workers"][0]["codelets"] or any(
-        e["name"] in w["codelets"] for w in st["workers"]), e["name"]
-    assert set(e["args"]) == {"layer", "step", "tile", "priority", "mpi", "id", "deps"}, e
+    # (a codelet with several CPU implementations: "gemm:onednn" in the statistics, and
+    # args.impl says which ran)
+    name = e["name"] + (":" + e["args"]["impl"] if "impl" in e["args"] else "")
+    assert any(name in w["codelets"] for w in st["workers"]), name
+    assert set(e["args"]) - {"impl"} == {"layer", "step", "tile", "priority", "mpi", "id", "deps"}, e
     tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
 for k, spans in tracks.items():
     spans.sort()

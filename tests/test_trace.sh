@@ -78,23 +78,26 @@ else
   failed=$((failed + 1)) && echo "FAIL: trace-summary --json: $(cat "$tmp/s.err")"
 fi
 out=$("$tessera" trace-summary "$tmp/full.json" 2>&1)
-for section in "busy time per codelet and worker kind" "^  gemm +CPU" "workers: busy, and idle" \
+for section in "busy time per codelet and worker kind" "^  gemm(:[a-z]+)? +CPU" "workers: busy, and idle" \
   "longest waits of the main thread" "critical path of step 6: [0-9]+ tasks on 1 rank"; do
   grep -qE -- "$section" <<<"$out" && passed=$((passed + 1)) || {
     failed=$((failed + 1)) && echo "FAIL: trace-summary's tables lack /$section/: $out"; }
 done
 expect 0 "critical path of step 7" -- "$tessera" trace-summary --step 7 "$tmp/full.json"
 
-# A codelet with several implementations (the convolutions, --kernels): each task's args say
-# which ran, and trace-summary's busy time splits by it. Under dmda both may run, shape by shape.
+# A codelet with several implementations (the convolutions and the tile GEMMs, --kernels): each
+# task's args say which ran, and trace-summary's busy time splits by it. Under dmda both may run,
+# shape by shape.
 cnn=(train --model cnn --epochs 1 --train-limit 256 --test-limit 64 --quiet --workers 2)
 check "traced CNN, --kernels blis" "$tessera" "${cnn[@]}" --kernels blis --trace "$tmp/cnn.json"
 if /usr/bin/python3 - "$tmp/cnn.json" <<'PY'; then passed=$((passed + 1)); else failed=$((failed + 1)) && echo "FAIL: the CNN trace's impl args"; fi
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and "args" in e]
-conv = [e for e in ev if e["name"].startswith("conv_")]
+several = ("conv_", "gemm")
+conv = [e for e in ev if e["name"].startswith(several)]
 assert conv and all(e["args"].get("impl") == "blis" for e in conv), conv[:2]
-assert all("impl" not in e["args"] for e in ev if not e["name"].startswith("conv_"))
+assert {e["name"] for e in conv} >= {"conv_fwd", "gemm", "gemm_ep"}, {e["name"] for e in conv}
+assert all("impl" not in e["args"] for e in ev if not e["name"].startswith(several))
 PY
 expect 0 "^  conv_fwd:blis +CPU" -- "$tessera" trace-summary "$tmp/cnn.json"
 expect 0 "critical path of step 4" -- "$tessera" trace-summary "$tmp/win.json"

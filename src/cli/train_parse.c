@@ -637,10 +637,11 @@ static const row_t rows[] = {
              "[what StarPU finds; CPU devices such as PoCL need\n"
              "STARPU_OPENCL_ON_CPUS=1]"},
     {"kernels", "K", read_kernels, .want = "auto, onednn, blis or tuned",
-     .help = "the convolutions' CPU kernels: auto (both registered, StarPU\n"
-             "chooses: dmda and dmdas by each one's measured time, the\n"
-             "other policies oneDNN), onednn, blis (its GEMMs over the\n"
-             "lowered input), or tuned (both timed on each shape's first\n"
+     .help = "the convolutions' and the tile GEMMs' CPU kernels: auto\n"
+             "(both registered, StarPU chooses: dmda and dmdas by each\n"
+             "one's measured time, the other policies oneDNN), onednn,\n"
+             "blis (BLIS's GEMMs, over the lowered input for a\n"
+             "convolution), or tuned (both timed on each shape's first\n"
              "tasks, the faster kept; runs may differ in the last digits)\n"
              "[auto]; `tessera info` lists them"},
     {"window", "N", read_int, AT(train.window), 1, 1 << 16, "an integer from 1 to 65536",

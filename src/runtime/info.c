@@ -348,6 +348,11 @@ static void print_kernels(FILE *out) {
           "loops of its own\n                  for fan-ins under 32\n",
           bli_arch_string(bli_arch_query_id()));
   fprintf(out, "  tuned           both, timed on each shape's first tasks, the faster kept\n");
+  fprintf(out, "\nTile GEMM kernels (dense layers, the same --kernels)\n");
+  fprintf(out, "  onednn          %s\n",
+          tsr__k_dnnl_built() ? "dnnl_sgemm, one thread per task" : tsr__k_dnnl_version());
+  fprintf(out, "  blis            bli_sgemm with the %s kernels\n",
+          bli_arch_string(bli_arch_query_id()));
   fprintf(out, "\nElement-wise, normalization and optimizer kernels\n  %s\n", tsr__k_hot_level());
 }
 

@@ -28,7 +28,11 @@
 #define MAX_NAMES TSR_STATS_MAX_CODELETS
 #define MAX_SPAN_NAMES 16
 #define MAX_BUSES 16
-#define MAX_IMPLS 2 /* a codelet's CPU implementations told apart (codelets/impls.c) */
+/* A codelet's CPU implementations told apart (codelets/impls.c), and one more slot that counts
+ * its tasks on other workers (OpenCL), whose functions the CPU implementations' names do not
+ * describe. */
+#define MAX_IMPLS 3
+#define NOT_CPU (MAX_IMPLS - 1)
 #define DEFAULT_CAPACITY (1 << 21) /* records; 176 MiB reserved, touched only as used */
 
 static bool observing;
@@ -190,7 +194,8 @@ static void task_done(void *arg) {
   rec_t *r = v & SLOT ? &recs[v & ~SLOT] : NULL;
   uint64_t label = r ? r->label : v;
   unsigned impl = task->cl ? starpu_task_get_implementation(task) : 0;
-  if (impl >= MAX_IMPLS) impl = 0;
+  if (impl >= NOT_CPU) impl = 0;
+  if (w >= 0 && starpu_worker_get_type(w) != STARPU_CPU_WORKER) impl = NOT_CPU;
   if (stats_on && w >= 0 && w < MAX_WORKERS)
     atomic_fetch_add_explicit(&counts[w][label & 0xff][impl], 1, memory_order_relaxed);
   if (!r) return;
@@ -298,7 +303,7 @@ void tsr__observe_snapshot(void) {
     snprintf(snap->codelets[i], sizeof snap->codelets[i], "%s",
              ((const struct starpu_codelet *)codelets[i])->name);
     for (unsigned m = 0; m < MAX_IMPLS; m++) {
-      const char *impl = tsr__runtime_impl_name(codelets[i], m);
+      const char *impl = m == NOT_CPU ? NULL : tsr__runtime_impl_name(codelets[i], m);
       snprintf(snap->impls[i][m], sizeof snap->impls[i][m], "%s", impl ? impl : "");
     }
   }
