@@ -27,6 +27,7 @@
 #include "parallel/members.h"
 #include "parallel/placement.h"
 #include "plan/plan_impl.h"
+#include "tessera/optim.h"
 #include "tile/domain.h"
 #include "try.h"
 
@@ -36,6 +37,23 @@ void tsr_plan_opts_init(tsr_plan_opts_t *o) {
   o->batch = 64, o->ranks = 1;
   tsr_plan_sync_parse(&o->sync, "batch", NULL);
   o->nstate = 1;
+}
+
+void tsr_plan_opts_from_run(tsr_plan_opts_t *o, const tsr_run_config_t *c, int ranks) {
+  tsr_plan_opts_init(o);
+  const tsr_net_opts_t *net = &c->net;
+  o->inputs = c->inputs, o->classes = c->classes, o->samples = c->samples;
+  o->batch = net->batch, o->ranks = ranks;
+  o->pr = net->grid_rows > 0 ? net->grid_rows : 1, o->pc = ranks / o->pr;
+  o->nstate = tsr_optimizer_nstate(&net->opt);
+  o->tile_rows = net->tile_rows, o->tile_cols = net->tile_cols;
+  o->in_channels = net->in_channels, o->in_height = net->in_height, o->in_width = net->in_width;
+  o->domain = net->domain ? TSR_PLAN_DOMAIN_ROWS : TSR_PLAN_DOMAIN_NONE;
+  o->domain_layers = net->domain_layers;
+  if (!c->sync) return;
+  if (tsr_sync_traits(&c->sync->schedule)->plannable) o->sync = c->sync->schedule;
+  o->allreduce = c->sync->allreduce, o->node_size = c->sync->node_size;
+  o->bucket_mb = c->sync->bucket_mb;
 }
 
 static bool plannable(const tsr_sync_traits_t *t) {
