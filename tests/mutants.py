@@ -177,7 +177,7 @@ MUTANTS = [
      ["grid-sync"]),
     ("grid-rows-plan-whole", "under a grid each row plans its chunks from every tile column of a "
      "spread parameter, not its own", "src/parallel/placement.c",
-     [("if (!spread[k] || j % pr == p)", "if (!spread[k] || j % pr == p || j >= 0)")], ["plan-cli"]),
+     [("if (r < 0 || r == p)", "if (r < 0 || r == p || j >= 0)")], ["plan-cli"]),
     ("grid-outer-gather-plan", "under a grid the outer momentum is gathered by rank 0's plan of "
      "the other rows' homes", "src/parallel/state.c",
      [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);",

@@ -203,6 +203,41 @@ Test(plan, one_rank_moves_nothing) {
   cr_expect_eq(r.steps_per_epoch, 100); /* 6400 / 64 */
 }
 
+/* A run's description gives the planner its options (tsr_plan_opts_from_run, what --domain
+ * auto plans with): every field taken from the run, a policy the planner does not model left at
+ * the default, nothing from a run without a policy. */
+Test(plan, the_options_come_from_the_run_described) {
+  tsr_sync_t sync;
+  cr_assert_eq(tsr_sync_parse(&sync, "every=4", NULL), 0);
+  sync.allreduce = TSR_ALLREDUCE_TWO_LEVEL, sync.node_size = 2, sync.bucket_mb = 3;
+  tsr_run_config_t c;
+  tsr_run_config_init(&c);
+  c.inputs = 3072, c.classes = 100, c.samples = 50000, c.sync = &sync;
+  c.net.batch = 32, c.net.grid_rows = 2, c.net.tile_rows = 16, c.net.tile_cols = 64;
+  c.net.in_channels = 3, c.net.in_height = 32, c.net.in_width = 32;
+  c.net.domain = true, c.net.domain_layers = 2;
+  cr_assert_eq(tsr_optimizer_init(&c.net.opt, "adam", NULL), 0);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_from_run(&o, &c, 8);
+  cr_expect(o.inputs == 3072 && o.classes == 100 && o.samples == 50000 && o.batch == 32);
+  cr_expect(o.ranks == 8 && o.pr == 2 && o.pc == 4 && !o.all_policies);
+  cr_expect(o.sync.kind == TSR_SYNC_EVERY && o.sync.every == 4);
+  cr_expect_eq(o.nstate, 2); /* Adam's two moments */
+  cr_expect(o.tile_rows == 16 && o.tile_cols == 64);
+  cr_expect(o.in_channels == 3 && o.in_height == 32 && o.in_width == 32);
+  cr_expect(o.allreduce == TSR_ALLREDUCE_TWO_LEVEL && o.node_size == 2 && o.bucket_mb == 3);
+  cr_expect(o.domain == TSR_PLAN_DOMAIN_ROWS && o.domain_layers == 2);
+  cr_assert_eq(tsr_sync_parse(&sync, "async-epoch", NULL), 0); /* not modelled */
+  c.net.grid_rows = 0, c.net.domain = false;
+  tsr_plan_opts_from_run(&o, &c, 8);
+  cr_expect(o.sync.kind == TSR_SYNC_BATCH && o.pr == 1 && o.pc == 8);
+  cr_expect(o.domain == TSR_PLAN_DOMAIN_NONE);
+  c.sync = NULL;
+  tsr_plan_opts_from_run(&o, &c, 8);
+  cr_expect(o.sync.kind == TSR_SYNC_BATCH && o.allreduce == TSR_ALLREDUCE_AUTO &&
+            o.node_size == 0 && o.bucket_mb == 0);
+}
+
 Test(plan, pure_data_parallelism_has_no_grid_transfers) {
   tsr_plan_row_t r;
   plan("mlp:512,512", 4, 1, 4, "batch", 256, &r);

@@ -726,6 +726,7 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(s->n_warnings, 0);
 
   /* Refusals, each naming the options. */
+  tsr_shares_fini(&shares);
   cr_assert_eq(tsr_shares_parse(&shares, "3,1", &err), 0);
   cr_assert_eq(tsr_run_setup(s, &c, &err), TSR_EINVAL);
   cr_assert(strstr(err.msg, "--shares: 2 values for 3 ranks"), "%s", err.msg);
@@ -779,13 +780,14 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_sync_parse(&sync, "batch", &err), 0);
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert_eq(s->n_warnings, 0);
-  tsr_run_setup_fini(s), free(s);
+  tsr_run_setup_fini(s), free(s), tsr_shares_fini(&shares);
 }
 
-/* More ranks than the 1,024 that once sized per-rank arrays on the stack (set up for one rank
- * of many, no MPI needed): every replica's batch and shard, a grid's rows over --node-size's
- * nodes, --shares auto up to TSR_SHARES_MAX replicas and not past it, TSR_MAX_RANKS itself,
- * and a Pr x Pc beyond an int named exactly. */
+/* More ranks than the 1,024 that once sized per-rank arrays on the stack and the shares'
+ * weights (set up for one rank of many, no MPI needed): every replica's batch and shard, given
+ * --shares over 4,096 ranks (parsed, copied into the setup, cut into batches and shards), a
+ * grid's rows over --node-size's nodes, --shares auto over 2,048 grid columns, TSR_MAX_RANKS
+ * itself (the most --shares values too), and a Pr x Pc beyond an int named exactly. */
 Test(train, the_setup_takes_more_ranks_than_the_old_bound) {
   tsr_errbuf_t err = {""};
   tsr_sync_t sync;
@@ -802,6 +804,29 @@ Test(train, the_setup_takes_more_ranks_than_the_old_bound) {
     cr_assert_eq(s->lo[q], 32 * q, "lo[%d]: %lld", q, (long long)s->lo[q]);
   for (int q = 0; q < 4096; q++)
     cr_assert_eq(s->batch[q], 16);
+  /* --shares 3,1,3,1,... over the 4,096 ranks, meeting every step: a global batch of 16 x 4096
+   * cut 3:1 (24 and 8 a step), shards of 48 and 16 samples; the setup keeps its own copy. */
+  char *text = malloc(2 * 4096);
+  cr_assert(text);
+  for (int q = 0; q < 4096; q++)
+    text[2 * q] = q % 2 ? '1' : '3', text[2 * q + 1] = ',';
+  text[2 * 4096 - 1] = '\0'; /* "3,1,3,...,1" */
+  cr_assert_eq(tsr_shares_parse(&shares, text, &err), 0, "%s", err.msg);
+  cr_assert(shares.kind == TSR_SHARES_FIXED && shares.n == 4096 && shares.w[4095] == 1.0);
+  c.shares = &shares;
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  tsr_shares_fini(&shares);
+  cr_assert(s->shares.n == 4096 && s->shares.w[4094] == 3.0, "the setup's own copy");
+  for (int q = 0; q < 4096; q++) {
+    cr_assert_eq(s->batch[q], q % 2 ? 8 : 24, "batch[%d]: %lld", q, (long long)s->batch[q]);
+    cr_assert_eq(s->lo[q], 64 * (q / 2) + 48 * (q % 2), "lo[%d]: %lld", q, (long long)s->lo[q]);
+  }
+  cr_assert(s->lo[4096] == c.samples && s->steps == 2);
+  c.ranks = 4095, c.shares = &s->shares;
+  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--shares: 4096 values for 4095 ranks"), "%s", err.msg);
+  c.ranks = 4096, c.shares = NULL;
+  free(text);
   /* A grid of 2 x 2048 whose rows lie alike on nodes of 8 (a node holds 4 ranks of each). */
   cr_assert_eq(tsr_sync_parse(&sync, "every=4", &err), 0);
   sync.allreduce = TSR_ALLREDUCE_TWO_LEVEL, sync.node_size = 8;
@@ -809,12 +834,11 @@ Test(train, the_setup_takes_more_ranks_than_the_old_bound) {
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert(s->replicas == 2048 && s->replica == 1500);
   sync.allreduce = TSR_ALLREDUCE_AUTO, sync.node_size = 0;
-  /* --shares auto measures 1,024 grid columns, not 2,048. */
+  /* --shares auto over 2,048 grid columns (1,024 once bounded it) and over 1,024. */
   cr_assert_eq(tsr_shares_parse(&shares, "auto", &err), 0);
   c.shares = &shares;
-  cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
-  cr_assert(strstr(err.msg, "--shares auto measures at most 1024 replicas, and this run has 2048"),
-            "%s", err.msg);
+  cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
+  cr_assert(s->replicas == 2048 && s->measure && s->lo[2048] == c.samples);
   c.net.grid_rows = 4, c.grid_cols = 1024;
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert(s->replicas == 1024 && s->measure && s->lo[1024] == c.samples);
@@ -829,6 +853,22 @@ Test(train, the_setup_takes_more_ranks_than_the_old_bound) {
   cr_assert_eq(tsr_run_check(&c, &err), TSR_EINVAL);
   cr_assert(strstr(err.msg, "at most 32768 ranks (got 32769)"), "%s", err.msg);
   tsr_run_setup_fini(s), free(s);
+  /* --shares takes one value per rank a run can have, and refuses one more by its count. */
+  char *many = malloc(2 * (TSR_MAX_RANKS + 1));
+  cr_assert(many);
+  for (int q = 0; q <= TSR_MAX_RANKS; q++)
+    many[2 * q] = '1', many[2 * q + 1] = ',';
+  many[2 * TSR_MAX_RANKS - 1] = '\0'; /* TSR_MAX_RANKS values */
+  cr_assert_eq(tsr_shares_parse(&shares, many, &err), 0, "%s", err.msg);
+  cr_assert(shares.n == TSR_MAX_RANKS);
+  tsr_shares_fini(&shares);
+  many[2 * TSR_MAX_RANKS - 1] = ',', many[2 * TSR_MAX_RANKS + 1] = '\0'; /* one more */
+  cr_assert_eq(tsr_shares_parse(&shares, many, &err), TSR_EINVAL);
+  cr_assert(strstr(err.msg, "--shares: 32769 values, more than the 32768 ranks a run can have"),
+            "%s", err.msg);
+  cr_assert(shares.kind == TSR_SHARES_UNIFORM && shares.n == 0 && !shares.w,
+            "left holding nothing");
+  free(many);
 }
 
 Test(model, shorthand) {

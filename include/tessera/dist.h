@@ -129,24 +129,32 @@ typedef struct {
 } tsr_sync_t;
 
 /* How much of the work each rank gets (--shares): its part of every epoch's samples and,
- * where ranks meet at every step (batch, post-local), of the global batch. */
+ * where ranks meet at every step (batch, post-local), of the global batch. A tsr_shares_t owns
+ * its weights, one per replica (ranks, or grid columns): tsr_shares_parse and tsr_shares_copy
+ * fill one whole, tsr_shares_fini frees what it holds; zeroed (= {0}) it is uniform and holds
+ * nothing. */
 typedef enum {
   TSR_SHARES_UNIFORM, /* 1 / P each */
   TSR_SHARES_AUTO,    /* measured throughput, re-measured at every epoch end where possible */
   TSR_SHARES_FIXED    /* w[0 .. n) as given, normalized */
 } tsr_shares_kind_t;
 
-#define TSR_SHARES_MAX 1024
-
 typedef struct {
   tsr_shares_kind_t kind;
-  int n;                    /* FIXED: values given; AUTO once measured: the ranks */
-  double w[TSR_SHARES_MAX]; /* FIXED, AUTO once measured: weights (> 0, any scale) */
+  int n;     /* FIXED: values given; AUTO once measured: the replicas; else 0 */
+  double *w; /* owned, [n] (NULL when n is 0): FIXED, AUTO once measured: weights (>= 0, any
+              * scale, a positive sum) */
 } tsr_shares_t;
 
-/* Parses "uniform", "auto" or "w0,w1,..." (numbers >= 0 with a positive sum, at most
- * TSR_SHARES_MAX). Errors name --shares. */
+/* Fills *s whole (what it held is not freed: tsr_shares_fini it first to reuse one) from
+ * "uniform", "auto" or "w0,w1,..." (numbers >= 0 with a positive sum, one per replica: at most
+ * TSR_MAX_RANKS of tessera/train.h). Errors name --shares; on one *s holds nothing. TSR_ENOMEM. */
 TSR_API int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err);
+/* Fills *dst whole (as tsr_shares_parse) with a copy of src that owns its own weights.
+ * 0 or TSR_ENOMEM (then *dst holds nothing). */
+TSR_API int tsr_shares_copy(tsr_shares_t *dst, const tsr_shares_t *src);
+/* Frees what s holds and leaves it uniform (zeroed). NULL: nothing. */
+TSR_API void tsr_shares_fini(tsr_shares_t *s);
 /* TSR_EINVAL, naming --shares, when a FIXED list does not have one value per rank. */
 TSR_API int tsr_shares_check(const tsr_shares_t *s, int ranks, tsr_errbuf_t *err);
 /* Each rank's share, summing to 1: share[q] for q < ranks (uniform for UNIFORM, and for AUTO

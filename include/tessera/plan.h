@@ -89,6 +89,12 @@ typedef struct {
 /* Defaults: Fashion-MNIST (784 inputs, 10 classes, 60000 samples), batch 64,
  * 1 rank, every grid shape, batch averaging, SGD with momentum. */
 TSR_API void tsr_plan_opts_init(tsr_plan_opts_t *o);
+/* The options that plan the run c describes (borrowed, read now) on `ranks` ranks, derived from
+ * it: tsr_plan_opts_init's defaults, then c's inputs, classes, samples, batch, grid (Pr as c->net
+ * has it, Pc the rest), tiles, input shape, optimizer (its state count), domain (rows as c->net
+ * has it, or none) and, with c->sync, its policy where the planner models it (else the default),
+ * all-reduce, node size and buckets; one policy. tsr_plan_domain_auto plans a run with them. */
+TSR_API void tsr_plan_opts_from_run(tsr_plan_opts_t *o, const tsr_run_config_t *c, int ranks);
 
 /* One prediction: a grid and a policy. Times are seconds; bytes and
  * messages are those the busiest rank sends. */

@@ -239,7 +239,7 @@ TSR_API float tsr_train_base_lr(const tsr_net_t *net, const tsr_train_opts_t *op
  * (a damaged file cannot ask for 2^31 ranks' buffers) and from tsr_run_config_t (tsr_run_check),
  * so that products of them stay within an int. 32,768: 4 times the 8,192 ranks the planner's
  * largest case plans for, and the most whose rank numbers a trace record's 16-bit owner field
- * holds (src/runtime/observe.c). --shares auto measures at most TSR_SHARES_MAX replicas. */
+ * holds (src/runtime/observe.c). It bounds --shares' values too (one per replica). */
 #define TSR_MAX_RANKS 32768
 
 /* ---- Schedules (docs/training.md, "Learning-rate schedules") ------------ */
@@ -309,7 +309,7 @@ TSR_API int tsr_validation_split(tsr_dataset_t *train, tsr_dataset_t *val, doubl
  *   tsr_train_opts_init(&o);
  *   o.setup = &s;
  *   if (rc == 0) rc = tsr_train(net, &train, &test, &o, &err);
- *   tsr_run_setup_fini(&s);
+ *   tsr_run_setup_fini(&s), tsr_shares_fini(&shares);
  */
 
 /* What a run is asked to be. Borrowed pointers must outlive the calls that take c. */
@@ -330,7 +330,7 @@ typedef struct {
    * shards follow them, re-measured by tsr_train at every epoch end from each rank's samples /
    * compute_seconds (all ranks agree on the numbers). Under --grid PrxPc the replicas are the
    * Pc columns: one share per column, whose ranks take its batch and shard together (a
-   * column's rate: its slowest rank's). */
+   * column's rate: its slowest rank's). Borrowed: a setup keeps a copy of its own. */
   const tsr_shares_t *shares;
   int global_batch;   /* with shares, where ranks meet at every step; 0: replicas x batch */
   bool checkpoint;    /* checkpoints are written or resumed */
@@ -351,7 +351,7 @@ struct tsr_run_setup {
   int64_t samples;       /* training samples the shards cut */
   tsr_net_opts_t net;    /* this rank's net: build it with these */
   tsr_sync_t sync;       /* the policy (none when the config had none) */
-  tsr_shares_t shares;   /* as asked (uniform without), with auto's measurement once taken */
+  tsr_shares_t shares;   /* as asked (its own copy; uniform without), auto's once measured */
   int uniform_batch;     /* the batch asked for (c->net.batch): every replica's without shares */
   int global_batch;      /* where ranks meet at every step: the samples of all replicas a step */
   double calibration;    /* seconds --shares auto measures for */
@@ -395,8 +395,8 @@ TSR_API void tsr_run_setup_fini(tsr_run_setup_t *s);
  * most TSR_MAX_RANKS ranks, --grid's Pr x Pc against the ranks, what a grid does not support
  * (checkpoints of each column's own optimizer state; --shares and --weighting steps; under
  * several columns the policies without tsr_sync_traits_t.grid_columns), --shares against the
- * ranks (--shares auto: at most TSR_SHARES_MAX replicas). TSR_EINVAL with a message naming the
- * options and the fix (tessera train exits 2 on it); TSR_ENOMEM. */
+ * ranks (or grid columns). TSR_EINVAL with a message naming the options and the fix (tessera
+ * train exits 2 on it); TSR_ENOMEM. */
 TSR_API int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err);
 /* Phase one: tsr_run_check, the memory check (with c->spec and a memory: TSR_ENOMEM naming
  * the estimate's parts and the largest --batch that fits), and the per-rank numbers as far as
@@ -442,8 +442,9 @@ TSR_API int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_data
 /* --shares auto's measurement, collective under MPI: every rank runs forward passes of net
  * (weights unchanged) on ds for `seconds`, all at once so that ranks sharing cores share
  * them as in training, and shares gets every replica's samples per second (kind AUTO, n the
- * replicas: the ranks, or under a grid the columns, each at its slowest rank's rate). One
- * process: one share. */
+ * replicas: the ranks, or under a grid the columns, each at its slowest rank's rate; what
+ * shares held before is freed, and it owns the new weights: tsr_shares_fini). One process: one
+ * share. */
 TSR_API int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                                 tsr_shares_t *shares, tsr_errbuf_t *err);
 

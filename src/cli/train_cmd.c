@@ -7,11 +7,11 @@
 
 int tsr_cli_train(int argc, char **argv) {
   tsr_cli_train_config_t cfg;
-  int rc = tsr__cli_train_parse(&cfg, argc, argv);
-  if (rc != 0) return rc;
-  if (cfg.help) {
+  int rc = tsr__cli_train_parse(&cfg, argc, argv); /* cfg owns its shares' weights after */
+  if (rc == 0 && cfg.help)
     tsr__cli_train_usage(stdout);
-    return 0;
-  }
-  return tsr__cli_train_run(&cfg);
+  else if (rc == 0)
+    rc = tsr__cli_train_run(&cfg);
+  tsr_shares_fini(&cfg.shares);
+  return rc;
 }

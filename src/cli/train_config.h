@@ -46,7 +46,8 @@ typedef struct {
   tsr_train_opts_t train;        /* epochs, schedule, --lr-scaling, window, seed; the setup and
                                     callbacks are the run's */
   tsr_sync_t sync;               /* --sync, --sync-state, --weighting, --deterministic */
-  tsr_shares_t shares;           /* --shares (the count is checked against the ranks by the run) */
+  tsr_shares_t shares;           /* --shares (the count is checked against the ranks by the run);
+                                  * owned: tsr_shares_fini */
   tsr_runtime_opts_t runtime;    /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
                                     --stats, --trace */
   /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may

@@ -392,6 +392,7 @@ static int read_weighting(parse_t *p, const row_t *row, const char *arg) {
 static int read_shares(parse_t *p, const row_t *row, const char *arg) {
   (void)row;
   tsr_errbuf_t err = {""};
+  tsr_shares_fini(&p->cfg->shares); /* --shares given again: the last one counts */
   return refused(tsr_shares_parse(&p->cfg->shares, arg, &err), &err);
 }
 

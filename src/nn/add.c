@@ -60,7 +60,8 @@ static double add_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
   int nt = tsr__cost_ntiles(l->fout, nb);
   double chain = 0, back = 0;
   for (int i = 0; i < mt; i++)
-    for (int j = 0; j < nt; j += tsr__placed_spread(l->place) ? k->pr : 1) {
+    for (int j = 0; j < nt; j++) {
+      if (!tsr__cost_row0(l->place, j, k->pr)) continue; /* row 0's tile columns */
       double tile = 4.0 * tsr__cost_tsize(k->batch, k->mb, i) * tsr__cost_tsize(l->fout, nb, j);
       double t = 0, b = 0;
       for (int in = 1; in < l->n_inputs; in++)

@@ -149,7 +149,7 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   double fwd_chain = 0;
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j++) {
-      if (j % c->pr != 0) continue; /* row 0's tile columns */
+      if (!tsr__cost_row0(l->place, j, c->pr)) continue; /* row 0's tile columns */
       int m = tsr__cost_tsize(c->batch, mb, i), n = tsr__cost_tsize(l->fout, nb, j);
       double ch = 0;
       for (int k = 0; k < kt; k++)
@@ -161,7 +161,8 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
   double before = c->work(c);
   double relu_chain = 0, dx_chain = 0, dw_chain = 0;
   for (int i = 0; i < mt; i++)
-    for (int j = 0; j < nt; j += c->pr) {
+    for (int j = 0; j < nt; j++) {
+      if (!tsr__cost_row0(l->place, j, c->pr)) continue;
       int m = tsr__cost_tsize(c->batch, mb, i), n = tsr__cost_tsize(l->fout, nb, j);
       if (l->relu && !l->relu_grad_by_next) relu_chain = c->task(c, 0, 1, 4.0 * 3 * m * n);
     }
@@ -169,13 +170,16 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
     for (int i = 0; i < mt; i++)
       for (int k = 0; k < kt; k++) {
         double ch = 0;
-        for (int j = 0; j < nt; j += c->pr)
+        for (int j = 0; j < nt; j++) {
+          if (!tsr__cost_row0(l->place, j, c->pr)) continue;
           ch += tsr__cost_gemm(c, tsr__cost_tsize(c->batch, mb, i), tsr__cost_tsize(l->fin, kb, k),
                                tsr__cost_tsize(l->fout, nb, j), r_dx);
+        }
         if (ch > dx_chain) dx_chain = ch;
       }
   for (int k = 0; k < kt; k++)
-    for (int j = 0; j < nt; j += c->pr) {
+    for (int j = 0; j < nt; j++) {
+      if (!tsr__cost_row0(l->place, j, c->pr)) continue;
       double ch = 0;
       for (int i = 0; i < mt; i++)
         ch += tsr__cost_gemm(c, tsr__cost_tsize(l->fin, kb, k), tsr__cost_tsize(l->fout, nb, j),
@@ -183,7 +187,8 @@ static double dense_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *
       if (ch > dw_chain) dw_chain = ch;
     }
   double upd = 0;
-  for (int j = 0; j < nt; j += c->pr) {
+  for (int j = 0; j < nt; j++) {
+    if (!tsr__cost_row0(l->place, j, c->pr)) continue;
     for (int i = 0; i < mt && !fused; i++) /* bias gradient, where not an epilogue */
       c->task(c, 0, 1, 4.0 * tsr__cost_tsize(c->batch, mb, i) * tsr__cost_tsize(l->fout, nb, j));
     for (int k = 0; k < kt; k++)

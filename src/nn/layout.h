@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grid.h" /* tsr_placement_t: how a matrix sits on a grid column */
 #include "kernels/kernels.h"
 #include "tessera/net.h"
 
@@ -21,18 +22,6 @@
   4 /* a layer's own matrices (conv: gradient partials, reordered weights) */
 
 struct tsr_layer_type;
-
-/* How a matrix of activations (batch rows x a layer's features) sits on the Pr ranks of a grid
- * column, one value per matrix: the layout decides it (place() in layout.c), the network builds
- * the tiles by it (net.c), the planner prices and counts by it (src/plan/), and a layer's
- * parameters follow its output (spread only when the output is TSR_PLACE_SPREAD). */
-typedef enum {
-  TSR_PLACE_WHOLE,  /* every rank of the column holds all of it (the only placement without a
-                     * grid) */
-  TSR_PLACE_SPREAD, /* its column tile j on grid row j % Pr (a dense layer's output features) */
-  TSR_PLACE_BANDS,  /* its column tile p is a band of image rows, on grid row p (--domain rows);
-                     * spread too, band by band */
-} tsr_placement_t;
 
 /* A matrix the network creates: rows x cols floats in mb x nb tiles (as given to
  * tsr_tiles_create, which clamps them to the matrix). */
@@ -133,11 +122,6 @@ typedef struct {
   tsr_net_memory_t memory; /* tsr_net_estimate's bytes */
 } tsr_net_layout_t;
 
-/* Whether p spreads a matrix over the grid column (by feature columns or by bands). */
-static inline bool tsr__placed_spread(tsr_placement_t p) {
-  return p != TSR_PLACE_WHOLE;
-}
-
 /* Whether l computes from spread inputs: they are, and it does not gather them whole first. */
 static inline bool tsr__reads_spread(const tsr_layout_layer_t *l) {
   return tsr__placed_spread(l->in_place) && !l->gathers_bands;
@@ -196,6 +180,12 @@ int tsr__cost_tsize(int64_t n, int b, int i); /* size of tile i of n cut in b */
 /* Of a layer's per-sample work, the part row 0 of a grid column does: 1, or for a layer whose
  * output is in bands of image rows (TSR_PLACE_BANDS) its band's output rows over all of them. */
 double tsr__cost_rows_share(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l);
+/* Whether row 0 of a grid column of pr rows, the row the planner prices, holds tile column j of
+ * a matrix placed as `place` (src/grid.h's rule: all of a whole one, a spread one's j mod pr = 0).
+ */
+static inline bool tsr__cost_row0(tsr_placement_t place, int j, int pr) {
+  return tsr__placed_row(place, j, pr, NULL) <= 0;
+}
 /* The cost of a memory-bound layer (pooling, dropout, a ReLU not fused): per output tile one
  * forward task reading its input and writing its output, and a backward task when its input
  * gradient is computed; its backward seconds are counted as half of both. */

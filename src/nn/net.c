@@ -52,13 +52,13 @@ int tsr__net_tiles(tsr_tiles_t **t, int64_t m, int64_t n, int mb, int nb) {
   return tsr_tiles_create(t, m, n, mb, nb);
 }
 
-/* Grid ownership: column tile j on the column's row j mod Pr (the logits, one tile wide, and
- * the per-batch-tile statistics on row 0); a one-rank matrix's tiles on the rank its context
- * names (net->grid_slot[p]). */
+/* Grid ownership: column tile j of a spread matrix on the column's row that tsr__placed_row
+ * names (src/grid.h: the logits, one tile wide, and the per-batch-tile statistics on row 0); a
+ * one-rank matrix's tiles on the rank its context names (net->grid_slot[p]). */
 static int grid_column_rank(int i, int j, void *ctx) {
   (void)i;
   const tsr_net_t *net = ctx;
-  return net->grid_slot[j % net->grid_rows];
+  return net->grid_slot[tsr__placed_row(TSR_PLACE_SPREAD, j, net->grid_rows, NULL)];
 }
 
 static int grid_slot_rank(int i, int j, void *ctx) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grid.h"
 #include "parallel/placement.h"
 #include "parallel/policy.h"
 #include "try.h"
@@ -16,6 +17,12 @@ const char *tsr__placement_no_buckets(const tsr_sync_t *sync) {
 
 uint64_t tsr__placement_bucket_bytes(float bucket_mb) {
   return (uint64_t)(bucket_mb * 1048576.0 + 0.5);
+}
+
+/* Which grid row of pr holds tile column j of a parameter, spread or whole (-1: every row), and
+ * (at) its position among that row's columns: src/grid.h's rule, as the network places it. */
+static int row_of(bool spread, int j, int pr, int *at) {
+  return tsr__placed_row(spread ? TSR_PLACE_SPREAD : TSR_PLACE_WHOLE, j, pr, at);
 }
 
 /* Tile columns and rows of a shape, and tile column j's width (edge tiles narrower). */
@@ -61,15 +68,17 @@ int tsr__placement_row(const tsr_chunk_shape_t *shapes, int n, int ranks, const 
 }
 
 /* Under a grid row p averages the slice of the parameters its ranks hold: a spread parameter's
- * tile columns j with j mod Pr = p, as one matrix of their widths (its tiles are theirs, the
- * last one last), a replicated one whole (shapes[k]; cols 0: none of the row's). The planner
- * plans grid row 0 from the same slice. */
+ * tile columns on row p (j mod Pr = p: row_of), as one matrix of their widths (its tiles are
+ * theirs, the last one last), a replicated one whole (shapes[k]; cols 0: none of the row's). The
+ * planner plans grid row 0 from the same slice. */
 static void row_shapes(const tsr_chunk_shape_t *whole, const bool *spread, int n, int pr, int p,
                        tsr_chunk_shape_t *shapes) {
   for (int k = 0; k < n; k++) {
     int64_t cols = 0;
-    for (int j = 0; j < tile_cols_of(&whole[k]); j++)
-      if (!spread[k] || j % pr == p) cols += width_of(&whole[k], j);
+    for (int j = 0; j < tile_cols_of(&whole[k]); j++) {
+      int r = row_of(spread[k], j, pr, NULL);
+      if (r < 0 || r == p) cols += width_of(&whole[k], j);
+    }
     shapes[k] = (tsr_chunk_shape_t){whole[k].rows, cols, whole[k].mb, whole[k].nb};
   }
 }
@@ -99,8 +108,9 @@ static int spread_row(const tsr__members_t *m, const tsr_chunk_shape_t *s, bool 
     out->tbucket[e] = -1;
   for (int I = 0; c && I < out->cmt; I++)
     for (int j = 0; j < nt; j++) {
-      int jc = spread ? j / pr : j, at = I * c->nt + (jc < c->nt ? jc : c->nt - 1);
-      bool ours = !spread || j % pr == m->rank % pr;
+      int jc, r = row_of(spread, j, pr, &jc); /* jc: its position in its row */
+      int at = I * c->nt + (jc < c->nt ? jc : c->nt - 1);
+      bool ours = r < 0 || r == m->rank % pr;
       out->home[I * nt + j] = c->home[at];
       if (out->local) out->local[I * nt + j] = c->local[at];
       if (out->bucket) out->bucket[I * nt + j] = ours ? c->bucket[at] : -1;
@@ -108,8 +118,9 @@ static int spread_row(const tsr__members_t *m, const tsr_chunk_shape_t *s, bool 
     }
   for (int i = 0; c && c->tbucket && i < mt; i++)
     for (int j = 0; j < nt; j++) {
-      int jc = spread ? j / pr : j, at = i * c->nt + (jc < c->nt ? jc : c->nt - 1);
-      bool ours = !spread || j % pr == m->rank % pr;
+      int jc, r = row_of(spread, j, pr, &jc); /* jc: its position in its row */
+      int at = i * c->nt + (jc < c->nt ? jc : c->nt - 1);
+      bool ours = r < 0 || r == m->rank % pr;
       out->tbucket[i * nt + j] = ours ? c->tbucket[at] : -1;
       if (ours) out->toffset[i * nt + j] = c->toffset[at];
     }
@@ -179,7 +190,8 @@ int tsr__placement_tile_homes(const tsr_chunk_shape_t *shapes, const bool *sprea
     }
     for (int i = 0; i < mt; i++)
       for (int j = 0; j < nt; j++) {
-        int p0 = spread[k] ? j % pr : 0, p1 = spread[k] ? p0 + 1 : pr, best = 0;
+        int r = row_of(spread[k], j, pr, NULL); /* the rows that hold it: r, or all */
+        int p0 = r < 0 ? 0 : r, p1 = r < 0 ? pr : r + 1, best = 0;
         uint64_t least = UINT64_MAX;
         for (int c = 0; c < pc; c++) {
           uint64_t cost = 0;

@@ -33,9 +33,9 @@ int tsr__placement_row(const tsr_chunk_shape_t *shapes, int n, int ranks, const 
                        tsr_buckets_t *tb);
 
 /* The engine's placement of n parameters (shapes, whole; spread[k]: under a grid a spread
- * layer's matrix, its tile column j held by grid row j mod Pr, else every rank holds it whole)
- * for this rank (m, whose levels are chosen): each grid row (every rank, one row, without a
- * grid) plans its own chunks from its own slice over its own ranks (tsr__placement_row,
+ * layer's matrix, its tile column j held by grid row j mod Pr (src/grid.h), else every rank
+ * holds it whole) for this rank (m, whose levels are chosen): each grid row (every rank, one row,
+ * without a grid) plans its own chunks from its own slice over its own ranks (tsr__placement_row,
  * weighted by weight without a grid), so that every row's ranks home its chunks evenly. This
  * rank keeps its row's chunking of each parameter, spread back over the parameter's tile
  * columns into ch[n] (tsr__chunks_free; homes as positions in the row, a column: rank c Pr + p

@@ -39,7 +39,7 @@ typedef struct rparam {
   const struct tsr_replicas *r;
   tsr_param_t *p;
   int index;    /* in the replicas' params, and in the outer state */
-  bool spread;  /* under a grid, tile column j on grid row j mod Pr (else whole on every rank) */
+  bool spread;  /* under a grid, tile column j on grid row j mod Pr (src/grid.h), else whole */
   int nt;       /* tile columns (chunks share them) */
   int k;        /* bands per tile row; chunk rows cr = mb / k */
   bool staged;  /* a stage (and, averaging gradients, the updated bands) exist: k > 1 here, or

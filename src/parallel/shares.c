@@ -9,23 +9,43 @@
 #include <string.h>
 
 #include "tessera/dist.h"
+#include "tessera/train.h" /* TSR_MAX_RANKS */
 
 #define SHARE_MIN 1e-6
 #define SHARE_MAX 1e6
 
-int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
+void tsr_shares_fini(tsr_shares_t *s) {
+  if (!s) return;
+  free(s->w);
   memset(s, 0, sizeof *s);
-  if (strcmp(text, "uniform") == 0) return 0;
-  if (strcmp(text, "auto") == 0) {
-    s->kind = TSR_SHARES_AUTO;
-    return 0;
+}
+
+int tsr_shares_copy(tsr_shares_t *dst, const tsr_shares_t *src) {
+  *dst = *src, dst->w = NULL;
+  if (src->n == 0) return 0;
+  if (!(dst->w = malloc(sizeof *dst->w * (size_t)src->n))) {
+    memset(dst, 0, sizeof *dst);
+    return TSR_ENOMEM;
   }
+  memcpy(dst->w, src->w, sizeof *dst->w * (size_t)src->n);
+  return 0;
+}
+
+/* A list's values, one a comma more: at most TSR_MAX_RANKS, one per replica. */
+static int parse_list(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
+  size_t values = 1;
+  for (const char *c = text; *c; c++)
+    values += *c == ',';
+  if (values > TSR_MAX_RANKS)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--shares: %zu values, more than the %d ranks a run can have; give one "
+                         "share per rank (or grid column)",
+                         values, TSR_MAX_RANKS);
+  if (!(s->w = malloc(sizeof *s->w * values)))
+    return tsr_error_set(err, TSR_ENOMEM, "--shares: out of memory for %zu values", values);
   const char *p = text;
   double sum = 0;
   for (;;) {
-    if (s->n == TSR_SHARES_MAX)
-      return tsr_error_set(err, TSR_EINVAL, "--shares %s: more than %d values", text,
-                           TSR_SHARES_MAX);
     char *end;
     errno = 0;
     double v = strtod(p, &end);
@@ -61,6 +81,18 @@ int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
                          text);
   s->kind = TSR_SHARES_FIXED;
   return 0;
+}
+
+int tsr_shares_parse(tsr_shares_t *s, const char *text, tsr_errbuf_t *err) {
+  memset(s, 0, sizeof *s);
+  if (strcmp(text, "uniform") == 0) return 0;
+  if (strcmp(text, "auto") == 0) {
+    s->kind = TSR_SHARES_AUTO;
+    return 0;
+  }
+  int rc = parse_list(s, text, err);
+  if (rc) tsr_shares_fini(s);
+  return rc;
 }
 
 int tsr_shares_check(const tsr_shares_t *s, int ranks, tsr_errbuf_t *err) {

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include "tessera/dist.h"
-#include "tessera/optim.h"
 #include "tessera/plan.h"
 #include "tessera/runtime.h"
 #include "try.h"
@@ -24,19 +23,7 @@ static void starpu_home_file(char *buf, size_t size, const char *name) {
 static int plan_here(const tsr_run_config_t *c, const char *calibration, const char *cache,
                      tsr_plan_domain_t *choice, tsr_errbuf_t *err) {
   tsr_plan_opts_t o;
-  tsr_plan_opts_init(&o);
-  o.inputs = c->inputs, o.classes = c->classes, o.samples = c->samples;
-  o.batch = c->net.batch, o.ranks = tsr_dist_size();
-  o.pr = c->net.grid_rows > 0 ? c->net.grid_rows : 1, o.pc = o.ranks / o.pr;
-  o.all_policies = false;
-  if (c->sync && tsr_sync_traits(&c->sync->schedule)->plannable) o.sync = c->sync->schedule;
-  o.nstate = tsr_optimizer_nstate(&c->net.opt);
-  o.tile_rows = c->net.tile_rows, o.tile_cols = c->net.tile_cols;
-  o.in_channels = c->net.in_channels, o.in_height = c->net.in_height;
-  o.in_width = c->net.in_width;
-  if (c->sync)
-    o.allreduce = c->sync->allreduce, o.node_size = c->sync->node_size,
-    o.bucket_mb = c->sync->bucket_mb;
+  tsr_plan_opts_from_run(&o, c, tsr_dist_size());
   char machine[1024], rates[1024];
   if (!calibration) starpu_home_file(machine, sizeof machine, "tessera-machine.ini");
   if (!cache) starpu_home_file(rates, sizeof rates, "tessera-plan-rates.txt");

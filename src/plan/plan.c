@@ -27,6 +27,7 @@
 #include "parallel/members.h"
 #include "parallel/placement.h"
 #include "plan/plan_impl.h"
+#include "tessera/optim.h"
 #include "tile/domain.h"
 #include "try.h"
 
@@ -36,6 +37,23 @@ void tsr_plan_opts_init(tsr_plan_opts_t *o) {
   o->batch = 64, o->ranks = 1;
   tsr_plan_sync_parse(&o->sync, "batch", NULL);
   o->nstate = 1;
+}
+
+void tsr_plan_opts_from_run(tsr_plan_opts_t *o, const tsr_run_config_t *c, int ranks) {
+  tsr_plan_opts_init(o);
+  const tsr_net_opts_t *net = &c->net;
+  o->inputs = c->inputs, o->classes = c->classes, o->samples = c->samples;
+  o->batch = net->batch, o->ranks = ranks;
+  o->pr = net->grid_rows > 0 ? net->grid_rows : 1, o->pc = ranks / o->pr;
+  o->nstate = tsr_optimizer_nstate(&net->opt);
+  o->tile_rows = net->tile_rows, o->tile_cols = net->tile_cols;
+  o->in_channels = net->in_channels, o->in_height = net->in_height, o->in_width = net->in_width;
+  o->domain = net->domain ? TSR_PLAN_DOMAIN_ROWS : TSR_PLAN_DOMAIN_NONE;
+  o->domain_layers = net->domain_layers;
+  if (!c->sync) return;
+  if (tsr_sync_traits(&c->sync->schedule)->plannable) o->sync = c->sync->schedule;
+  o->allreduce = c->sync->allreduce, o->node_size = c->sync->node_size;
+  o->bucket_mb = c->sync->bucket_mb;
 }
 
 static bool plannable(const tsr_sync_traits_t *t) {
@@ -159,8 +177,9 @@ static int compute_step(compute_t *c) {
     int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
     for (int s = 1; s < l->consumers; s++)
       for (int i = 0; i < mt; i++)
-        for (int j = 0; j < nt; j += tsr__placed_spread(l->place) ? c->pr : 1)
-          c->bwd[k] += task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j));
+        for (int j = 0; j < nt; j++)
+          if (tsr__cost_row0(l->place, j, c->pr)) /* row 0's tile columns */
+            c->bwd[k] += task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j));
   }
   for (int i = 0; i < mt; i++) { /* softmax and cross-entropy, on row 0 */
     double t = task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * c->classes);
@@ -242,8 +261,8 @@ static void domain_step(grid_t *g, const tsr_layout_layer_t *l, int batch, int m
 }
 
 /* Per layer, where its inputs live (the layout's placement): replicated on every row, or tile
- * column j on row j mod Pr. A layer that cuts its output over the column (a dense layer)
- * gathers a spread input forward and sends partial input gradients backward; a layer working
+ * column j on row j mod Pr (tsr__placed_row). A layer that cuts its output over the column (a dense
+ * layer) gathers a spread input forward and sends partial input gradients backward; a layer working
  * on whole samples after a spread input (a placement tessera train refuses) would gather it. */
 static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
                       const tsr_machine_t *m) {
@@ -257,7 +276,7 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
       for (int i = 0; i < mt; i++)
         for (int t = 0; t < kt; t++) {
           double bytes = 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t);
-          int o = t % pr;
+          int o = tsr__placed_row(TSR_PLACE_SPREAD, t, pr, NULL);
           for (int p = 0; p < owners && !in_repl; p++) /* forward: all-gather */
             if (p != o) send(g, o, p, bytes, false);
         }
@@ -265,7 +284,9 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
       for (int i = 0; i < mt && l->has_dx; i++)
         for (int t = 0; t < kt; t++) {
           double bytes = 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t);
-          int o = t % pr; /* replicated input: the sum is made there, then sent to every row */
+          /* a replicated input: the sum is made on the row a spread one's tile t would be on,
+           * then sent to every row */
+          int o = tsr__placed_row(TSR_PLACE_SPREAD, t, pr, NULL);
           for (int p = 0; p < owners; p++) /* backward: partial input gradients to the owner */
             if (p != o) send(g, p, o, bytes, true);
           for (int p = 0; p < pr && in_repl; p++)
@@ -276,10 +297,11 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
       domain_step(g, l, batch, mb, m);
     } else if (l->whole_samples) { /* over bands past --domain rows:K: they are all-gathered */
       for (int i = 0; i < mt && (l->gathers_bands || !in_repl); i++)
-        for (int t = 0; t < kt; t++)
+        for (int t = 0; t < kt; t++) {
+          int o = tsr__placed_row(l->in_place, t, pr, NULL);
           for (int p = 0; p < pr; p++)
-            if (p != t % pr)
-              send(g, t % pr, p, 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t), false);
+            if (p != o) send(g, o, p, 4.0 * tsize(batch, mb, i) * tsize(l->fin, kb, t), false);
+        }
       phase_end(g, m);
     }
   }
@@ -293,9 +315,9 @@ static void grid_step(grid_t *g, const tsr_net_layout_t *lay, int batch, int mb,
 /* ---- Averaging across columns ------------------------------------------ */
 
 /* Row 0's slice of every parameter, layer by layer in the layout's order: of a spread layer's
- * parameter the tile columns j with j mod Pr = 0, as one matrix of their widths (the engine's
- * grid rows plan their chunks from these shapes: placement.c's row_shapes), a replicated layer's
- * parameters whole. */
+ * parameter the tile columns row 0 holds (j mod Pr = 0, tsr__placed_row), as one matrix of their
+ * widths (the engine's grid rows plan their chunks from these shapes: placement.c's row_shapes), a
+ * replicated layer's parameters whole. */
 static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **out, int **layer_of,
                       int *n, double *layer_bytes) {
   int cap = 16, cnt = 0;
@@ -311,15 +333,15 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
     if (l->nparams == 0) continue;
     bool sliced = l->place == TSR_PLACE_SPREAD && pr > 1;
     /* the tile columns: every parameter of a spread layer is tiled like its output; row 0
-     * averages its columns 0, Pr, 2 Pr ... as one matrix of their widths (placement.c's row_shapes)
-     */
+     * averages the columns it holds (tsr__placed_row) as one matrix of their widths
+     * (placement.c's row_shapes) */
     int nb = imin(l->out_nb, l->fout), nt = sliced ? ntiles(l->fout, nb) : 1;
     for (int a = 0; a < l->nparams; a++) {
       const tsr_layout_matrix_t *p = &l->params[a];
       int pnb = imin(p->nb, (int)p->cols), kb = imin(p->mb, (int)p->rows);
       int64_t cols = sliced ? 0 : p->cols;
-      for (int j = 0; sliced && j < nt; j += pr)
-        cols += tsize(p->cols, pnb, j);
+      for (int j = 0; sliced && j < nt; j++)
+        if (tsr__placed_row(TSR_PLACE_SPREAD, j, pr, NULL) == 0) cols += tsize(p->cols, pnb, j);
       tsr__plan_param_t add = {p->rows, cols, kb, imin(pnb, (int)cols)};
       if (cnt == cap) {
         tsr__plan_param_t *more = realloc(ps, sizeof *ps * (size_t)(cap * 2));

@@ -124,13 +124,6 @@ int tsr_run_check(const tsr_run_config_t *c, tsr_errbuf_t *err) {
                          c->shares->n, c->shares->n == 1 ? "" : "s", ranks / pr,
                          ranks / pr == 1 ? "" : "s", pr, ranks / pr, pr);
   if (!grid && c->shares && tsr_shares_check(c->shares, ranks, err)) return TSR_EINVAL;
-  /* A measurement keeps one weight per replica in tsr_shares_t (given shares are bounded by
-   * their parsing and the check above). */
-  if (c->shares && c->shares->kind == TSR_SHARES_AUTO && ranks / pr > TSR_SHARES_MAX)
-    return tsr_error_set(err, TSR_EINVAL,
-                         "--shares auto measures at most %d replicas, and this run has %d: use "
-                         "--shares uniform, or fewer %s",
-                         TSR_SHARES_MAX, ranks / pr, grid ? "grid columns" : "ranks");
   /* Under a grid shares weigh the columns' samples; the homes stay where the rows put them. */
   const char *flat_only = tsr__members_flat_only(sync, uneven && !grid);
   /* With --node-size the nodes are known before the run: each grid row must lie on them alike
@@ -244,6 +237,7 @@ static int alloc_per_replica(tsr_run_setup_t *s, tsr_errbuf_t *err) {
 void tsr_run_setup_fini(tsr_run_setup_t *s) {
   if (!s) return;
   free(s->share), free(s->batch), free(s->lo);
+  tsr_shares_fini(&s->shares);
   memset(s, 0, sizeof *s);
 }
 
@@ -251,6 +245,9 @@ int tsr__run_setup_copy(tsr_run_setup_t *dst, const tsr_run_setup_t *src, tsr_er
   tsr_run_setup_fini(dst);
   *dst = *src;
   dst->share = NULL, dst->batch = NULL, dst->lo = NULL;
+  if (tsr_shares_copy(&dst->shares, &src->shares))
+    return tsr_error_set(err, TSR_ENOMEM, "the run's setup: out of memory for %d shares",
+                         src->shares.n);
   TSR_TRY(alloc_per_replica(dst, err));
   size_t n = (size_t)src->replicas;
   if (src->share) memcpy(dst->share, src->share, n * sizeof *dst->share);
@@ -308,7 +305,9 @@ int tsr_run_setup(tsr_run_setup_t *s, const tsr_run_config_t *c, tsr_errbuf_t *e
     s->sync = *c->sync;
   else
     tsr_sync_parse(&s->sync, "none", NULL);
-  if (c->shares) s->shares = *c->shares; /* else zero: uniform */
+  if (c->shares && tsr_shares_copy(&s->shares, c->shares)) /* else zero: uniform */
+    return tsr_error_set(err, TSR_ENOMEM, "the run's setup: out of memory for %d shares",
+                         c->shares->n);
   const tsr_sync_traits_t *t = tsr_sync_traits(&s->sync.schedule);
   if (s->ranks == 1 && t->needs_ranks) {
     char policy[64];

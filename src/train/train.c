@@ -120,21 +120,25 @@ static double replica_rate(const tsr_rank_work_t *work, int q, int pr) {
 
 /* --shares auto, where shards follow the shares: each replica's rate in the epoch, the same
  * numbers on every rank (exchanged), become the next epoch's shares. A replica is kept at 1% of
- * the even share at least, so that it is measured again. At most TSR_SHARES_MAX replicas
- * (tsr_run_check refuses more). */
+ * the even share at least, so that it is measured again. The shares hold one weight per replica
+ * once measured (tsr_train_calibrate); unmeasured ones get theirs here, and where that
+ * allocation fails keep what they have, as when nothing was measured. */
 static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ranks, int pr) {
   double sum = 0;
-  if (ranks > TSR_SHARES_MAX) return;
   for (int q = 0; q < ranks; q++) {
     double rate = replica_rate(work, q, pr);
     if (!(rate > 0) || !isfinite(rate)) return; /* nothing measured: keep the shares */
     sum += rate;
   }
+  if (shares->n != ranks) {
+    double *w = malloc(sizeof *w * (size_t)ranks);
+    if (!w) return;
+    free(shares->w), shares->w = w, shares->n = ranks;
+  }
   for (int q = 0; q < ranks; q++) {
     double w = replica_rate(work, q, pr) / sum;
     shares->w[q] = w < 0.01 / ranks ? 0.01 / ranks : w;
   }
-  shares->n = ranks;
 }
 
 /* Under --grid PrxPc a column's ranks take each step together (their tasks exchange data), so
@@ -165,10 +169,9 @@ static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows
 int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                         tsr_shares_t *shares, tsr_errbuf_t *err) {
   int ranks = tsr_dist_size(), b = tsr_net_batch(net), pr = tsr_net_grid_rows(net);
-  if (ranks / pr > TSR_SHARES_MAX || ds->n <= 0 || !(seconds > 0))
-    return tsr_error_set(err, TSR_EINVAL,
-                         "cannot measure shares: %d replicas (at most %d), %lld samples, %g s",
-                         ranks / pr, TSR_SHARES_MAX, (long long)ds->n, seconds);
+  if (ds->n <= 0 || !(seconds > 0))
+    return tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %lld samples, %g s",
+                         (long long)ds->n, seconds);
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
   if (!rows) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
   int rc = 0;
@@ -190,19 +193,21 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
   free(rows);
   double *all = malloc(sizeof(double) * (size_t)ranks);
   tsr_rank_work_t *work = malloc(sizeof *work * (size_t)ranks);
-  if (!all || !work) {
-    free(all), free(work);
+  double *w = malloc(sizeof *w * (size_t)(ranks / pr)); /* one weight per replica */
+  if (!all || !work || !w) {
+    free(all), free(work), free(w);
     return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
   }
   int rc2 = tsr_dist_allgather(&rate, (int)sizeof rate, all);
   if (rc == 0 && rc2 == 0) {
     for (int q = 0; q < ranks; q++)
       work[q] = (tsr_rank_work_t){.samples = 1000000, .compute_seconds = 1e6 / all[q]};
-    shares->kind = TSR_SHARES_AUTO;
+    tsr_shares_fini(shares);
+    shares->kind = TSR_SHARES_AUTO, shares->w = w, w = NULL;
     tsr_shares_get(NULL, ranks / pr, shares->w), shares->n = ranks / pr;
     remeasure(shares, work, ranks / pr, pr);
   }
-  free(all), free(work);
+  free(all), free(work), free(w);
   rc = rc ? rc : rc2;
   return rc ? tsr_error_set(err, rc, "measuring shares: %s", tsr_strerror(rc)) : 0;
 }

@@ -33,12 +33,12 @@ static void check_config(const tsr_cli_train_config_t *c) {
   FUZZ_CHECK(c->train_limit == -1 || c->train_limit >= 1);
   FUZZ_CHECK(c->test_limit >= -1);
   FUZZ_CHECK(c->sync.schedule.every >= 1);
-  /* --shares: a list is 1 to TSR_SHARES_MAX finite values >= 0 with a positive sum. */
+  /* --shares: a list is 1 to TSR_MAX_RANKS finite values >= 0 with a positive sum. */
   FUZZ_CHECK(c->shares.kind == TSR_SHARES_UNIFORM || c->shares.kind == TSR_SHARES_AUTO ||
              c->shares.kind == TSR_SHARES_FIXED);
   if (c->shares.kind == TSR_SHARES_FIXED) {
     double sum = 0;
-    FUZZ_CHECK(c->shares.n >= 1 && c->shares.n <= TSR_SHARES_MAX);
+    FUZZ_CHECK(c->shares.n >= 1 && c->shares.n <= TSR_MAX_RANKS && c->shares.w);
     for (int q = 0; q < c->shares.n; q++) {
       FUZZ_CHECK(isfinite(c->shares.w[q]) && c->shares.w[q] >= 0);
       sum += c->shares.w[q];
@@ -84,6 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = tsr__cli_train_parse(&cfg, argc, argv);
   FUZZ_CHECK(rc == 0 || rc == 2);
   if (rc == 0 && !cfg.help) check_config(&cfg);
+  tsr_shares_fini(&cfg.shares); /* the configuration owns its shares' weights */
   FUZZ_CHECK(memcmp(before, text, size + 1) == 0);
   free(before);
   free(text);

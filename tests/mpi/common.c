@@ -160,7 +160,7 @@ void train_with(tsr_net_t *net, const char *policy, run_t run) {
   if (run.outer) tsr_outer_init(&sync.outer, run.outer, &err);
   tsr_train_opts_t o;
   tsr_train_opts_init(&o);
-  static tsr_shares_t shares;
+  tsr_shares_t shares = {0};
   if (run.shares)
     CHECK(tsr_shares_parse(&shares, run.shares, &err) == 0, "--shares %s: %s", run.shares, err.msg);
   tsr_run_setup_t setup = {0};
@@ -170,7 +170,7 @@ void train_with(tsr_net_t *net, const char *policy, run_t run) {
   o.lr_scaling = run.lr_scaling;
   int rc = tsr_train(net, &train_set, NULL, &o, &err);
   CHECK(rc == 0, "tsr_train(%s): %s", policy, err.msg);
-  tsr_run_setup_fini(&setup);
+  tsr_run_setup_fini(&setup), tsr_shares_fini(&shares);
 }
 
 void train(tsr_net_t *net, const char *policy, int epochs, bool deterministic) {
