@@ -27,10 +27,9 @@ static void gemm_ep_run(void *buffers[], const struct gemm_ep_args *g, bool dnnl
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
   int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
   float *c = TSR_PTR(buffers[2]), *e = TSR_PTR(buffers[3]);
-  const float *a = TSR_PTR(buffers[0]), *b = TSR_PTR(buffers[1]);
-  int lda = TSR_LD(buffers[0]), ldb = TSR_LD(buffers[1]), ldc = TSR_LD(buffers[2]);
-  if (!dnnl || !tsr__k_gemm_dnnl(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc))
-    tsr__k_gemm(g->ta, g->tb, m, n, k, g->alpha, a, lda, b, ldb, g->beta, c, ldc);
+  int ldc = TSR_LD(buffers[2]);
+  tsr__k_gemm_by(dnnl, g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, c, ldc);
   if (g->ep == TSR_EP_BIAS)
     tsr__k_bias_add(m, n, c, ldc, e, g->relu);
   else if (g->ep == TSR_EP_GATE)

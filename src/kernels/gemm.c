@@ -84,6 +84,12 @@ bool tsr__k_gemm_dnnl(bool ta, bool tb, int m, int n, int k, float alpha, const 
 #endif
 }
 
+void tsr__k_gemm_by(bool dnnl, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+  if (!dnnl || !tsr__k_gemm_dnnl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    tsr__k_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void tsr__k_gemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
   for (int i = 0; i < m; i++)

@@ -33,6 +33,11 @@ void tsr__k_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float
 bool tsr__k_gemm_dnnl(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc);
 
+/* The product by oneDNN's GEMM when dnnl and it serves the call, else by BLIS's: the tile GEMM
+ * codelets' two implementations and the planner's timing of them. */
+void tsr__k_gemm_by(bool dnnl, bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
 /* The same product computed naively with double accumulation: a reference for tests. */
 void tsr__k_gemm_ref(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc);

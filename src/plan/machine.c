@@ -120,14 +120,6 @@ static float *buffer(size_t n) {
   return p;
 }
 
-/* The product a training task computes, by oneDNN's GEMM (dnnl, where it serves) or BLIS's. */
-static void gemm_pass(bool dnnl, bool ta, bool tb, int rows, int cols, int inner, const float *a,
-                      const float *b, float *c) {
-  int lda = ta ? rows : inner, ldb = tb ? inner : cols;
-  if (!(dnnl && tsr__k_gemm_dnnl(ta, tb, rows, cols, inner, 1.0f, a, lda, b, ldb, 0.0f, c, cols)))
-    tsr__k_gemm(ta, tb, rows, cols, inner, 1.0f, a, lda, b, ldb, 0.0f, c, cols);
-}
-
 double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, int cols,
                            int inner) {
   if (!m->measure_kernels) return m->gemm_gflops * 1e9;
@@ -143,7 +135,8 @@ double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, i
   double s = 0;
   if (a && b && c) {
     tsr__k_init();
-    TIME_IT(s, gemm_pass(dnnl, ta, tb, rows, cols, inner, a, b, c));
+    TIME_IT(s, tsr__k_gemm_by(dnnl, ta, tb, rows, cols, inner, 1.0f, a, ta ? rows : inner, b,
+                              tb ? inner : cols, 0.0f, c, cols));
   }
   free(a), free(b), free(c);
   v = s > 0 ? tsr__plan_gemm_flops(rows, cols, inner) / s : m->gemm_gflops * 1e9;
