@@ -72,3 +72,16 @@ for k in sys.argv[3:]:
     assert ma.get(k) == mb.get(k), (k, ma.get(k), mb.get(k))
 PY
 }
+
+# prefix_data SRC DIR NTRAIN NTEST: the first NTRAIN training and NTEST test samples of the IDX
+# dataset in SRC written to DIR (tests/data_prefix.py), and DIR echoed; SRC echoed where it holds
+# no IDX files (a CSV folder in TSR_DATA_DIR). Runs whose --train-limit and --test-limit are at
+# most NTRAIN and NTEST train on DIR as on SRC, bit for bit, without inflating 70,000 images in
+# every rank of every launch first.
+prefix_data() {
+  if [[ -f $1/train-images-idx3-ubyte.gz ]]; then
+    /usr/bin/python3 "$tests_dir/data_prefix.py" "$@" >&2 && echo "$2"
+  else
+    echo "$1"
+  fi
+}

@@ -15,6 +15,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Every run but the SIGTERM one (30,000 samples) takes at most 12,000 training and 1,000 test
+# samples: those alone (lib.sh).
+full=$data
+data=$(prefix_data "$data" "$tmp/data" 12000 1000)
 small=(--train-limit 2000 --test-limit 500 --data "$data" --quiet)
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT)
 
@@ -117,7 +121,7 @@ out=$("$tessera" eval --checkpoint "$tmp/cut.st" --data "$data" 2>&1)
 check "a cut file is refused" grep -q "not a valid safetensors file" <<<"$out"
 
 # SIGTERM: the run stops after the step in flight, writes its checkpoint, exits 143.
-"$tessera" train --train-limit 30000 --test-limit 500 --data "$data" --quiet --epochs 20 \
+"$tessera" train --train-limit 30000 --test-limit 500 --data "$full" --quiet --epochs 20 \
   --checkpoint "$tmp/s.st" --checkpoint-every 50steps >"$tmp/sig.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do [[ -s $tmp/s.st ]] && break; sleep 0.1; done

@@ -21,6 +21,9 @@ cleanup() {
 trap cleanup EXIT
 mpi=(mpirun -np 2 --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 small=(--data "$data" --workers 1 --test-limit 100 --quiet)
+# The runs of at most 2,000 training samples read those alone (lib.sh); the long epochs of 3 and
+# 4 the whole files.
+few=(--data "$(prefix_data "$data" "$tmp/data" 2000 100)" --workers 1 --test-limit 100 --quiet)
 # What Open MPI prints when a rank calls MPI_Abort or its runtime fails: never after a fault
 # the ranks agreed on.
 noise='MPI_ABORT|ORTE_ERROR_LOG|show_help|stopping every rank'
@@ -67,7 +70,7 @@ where_of() {
 # second after that (odls_base_sigkill_timeout, 1 s), and exits 1 whatever they do; the ranks
 # stop a step or two after their SIGTERM. One line, naming the signal and where the checkpoint
 # stands, which is where the checkpoint on disk stands.
-start "$tmp/1.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
+start "$tmp/1.out" "${few[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
   --checkpoint "$tmp/1.st"
 wait_file "$tmp/1.st"
 sleep 0.3
@@ -85,7 +88,7 @@ check "SIGTERM to mpirun: exit 1 (Open MPI's for a signalled mpirun) or 143 (got
 check "SIGTERM to mpirun: every process ended within 10 s ($took)" test "${took%.*}" -lt 10
 
 # 1b. SIGTERM to every rank (what docs/checkpoints.md advises instead): mpirun exits 143.
-start "$tmp/1b.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
+start "$tmp/1b.out" "${few[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
   --checkpoint "$tmp/1b.st"
 wait_file "$tmp/1b.st"
 t0=$(date +%s.%N)
@@ -97,7 +100,7 @@ stopped on request; the checkpoint $tmp/1b.st holds epoch [0-9]+( step [0-9]+)?"
 
 # 2. SIGTERM to rank 1 alone: every rank stops a step or two later with 143, and the line names
 # rank 1 (rank 0, which got no signal, used to claim SIGINT: 130).
-start "$tmp/2.out" "${small[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
+start "$tmp/2.out" "${few[@]}" --model mlp:64 --train-limit 1000 --epochs 500 --sync epoch \
   --checkpoint "$tmp/2.st"
 wait_file "$tmp/2.st"
 t0=$(date +%s.%N)
@@ -147,7 +150,7 @@ check "a second SIGTERM: every process ended within 10 s ($took)" test "${took%.
 mkdir -p "$tmp/disk"
 if mount -t tmpfs -o size=256k tmpfs "$tmp/disk" 2>/dev/null; then
   mounted=$tmp/disk
-  start "$tmp/5.out" "${small[@]}" --model mlp:8 --train-limit 2000 --epochs 100 --sync epoch \
+  start "$tmp/5.out" "${few[@]}" --model mlp:8 --train-limit 2000 --epochs 100 --sync epoch \
     --checkpoint "$tmp/disk/c.st"
   wait_file "$tmp/disk/c.st"
   dd if=/dev/zero of="$tmp/disk/fill" bs=4k 2>/dev/null
@@ -165,7 +168,7 @@ else
 fi
 
 # 6. Resuming under another --sync than the checkpoint's: a note, never silent.
-"${mpi[@]}" "$tessera" train "${small[@]}" --model mlp:64 --train-limit 1000 --sync batch \
+"${mpi[@]}" "$tessera" train "${few[@]}" --model mlp:64 --train-limit 1000 --sync batch \
   --resume "$tmp/2.st" --epochs "$(($(epoch_of "$tmp/2.st") + 1))" >"$tmp/6.out" 2>&1
 rc=$?
 out=$tmp/6.out check_show=$tmp/6.out

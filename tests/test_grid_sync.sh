@@ -35,6 +35,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Every run below takes at most 1,280 training and 200 test samples: those alone (lib.sh).
+data=$(prefix_data "$data" "$tmp/data" 1280 200)
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 run=(train --data "$data" --train-limit 1280 --test-limit 200 --workers 1 --deterministic
   --lr-schedule constant --lr-scaling none --batch 32 --tile 32x64 --quiet)

@@ -9,8 +9,10 @@ tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--workers 1 --train-limit 1280 --test-limit 500 --data "$data")
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Every run below takes at most 1,280 training and 500 test samples: those alone (lib.sh).
+data=$(prefix_data "$data" "$tmp/data" 1280 500)
+common=(--workers 1 --train-limit 1280 --test-limit 500 --data "$data")
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 
 # expect CODE PATTERN SECONDS -- COMMAND...; the output stays in $last.

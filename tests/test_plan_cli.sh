@@ -15,6 +15,8 @@ data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Every run below takes at most 1,536 training and 100 test samples: those alone (lib.sh).
+data=$(prefix_data "$data" "$tmp/data" 1536 100)
 
 expect 2 "--ranks 0" -- "$tessera" plan --ranks 0
 expect 2 "--grid 3" -- "$tessera" plan --ranks 4 --grid 3

@@ -15,6 +15,8 @@ data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Every run below takes 512 training and 200 test samples: those alone (lib.sh).
+data=$(prefix_data "$data" "$tmp/data" 512 200)
 mpi=(mpirun --oversubscribe --allow-run-as-root -x STARPU_HOME -x STARPU_SILENT "${mpi_env[@]}")
 # 512 samples, 2 ranks of batch 64: 4 steps per epoch, so every=2, hier:1,2 and post-local:1,2
 # average at every epoch end.
