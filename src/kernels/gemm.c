@@ -61,12 +61,10 @@ void tsr__k_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float
             k, &alpha, (float *)a, lda, 1, (float *)b, ldb, 1, &beta, c, ldc, 1);
 }
 
-/* BLIS (0.9, zen3 kernels) takes its small-matrix ("sup") path, which does not pack the large
- * operand, as soon as one dimension is small: a dense layer's tiles in a convolutional network
- * (32 rows of 1024 features against 1024x1024 weights) ran there at 31 GFLOP/s, one core of
- * the Zen 3, against 53 with packing forced and 71-74 through dnnl_sgemm; the filter gradient's
- * k = 32 at 29, 68 and 79; an MLP's 64x256 tiles at 56-77 against 85-93 through oneDNN
- * (a scratch program timing both on one thread, each thread's CPU time). dnnl_sgemm runs on the
+/* On the dense layers' tiles as tessera lays them out (rows padded: src/tile/tiles.c), one core
+ * of the Zen 3 EPYC, idle, ran dnnl_sgemm at 78-96 GFLOP/s and BLIS 0.9 (zen3 kernels, which
+ * take their unpacked small-matrix path when a dimension is small) at 57-92, 1.03-1.37x
+ * (benchmarks/bench_gemm: VGG-11's classifier and the MLPs of issue 38). dnnl_sgemm runs on the
  * calling thread's OpenMP setting, set to one thread here once per thread: StarPU's workers are
  * the parallelism, as for the convolutions (conv_dnnl.c). With beta 0 it reads nothing of c. */
 bool tsr__k_gemm_dnnl(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,

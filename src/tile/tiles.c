@@ -1,11 +1,10 @@
 /* Tiled-matrix descriptors. A local matrix is one row-major allocation and
  * each tile a StarPU matrix handle viewing its block (leading dimension n, or a little more:
- * row_stride), so a whole matrix can be read or written in one pass and the GEMMs read tiles
- * in place through their strides. A distributed matrix allocates each of
- * this rank's tiles on its own and registers another rank's tile, without
- * memory, only when a task first names it (as Chameleon's descriptors do):
- * memory per rank follows the tiles it owns. Views (replica, pick) own no
- * memory: see tiles_impl.h. */
+ * tsr__tiles_row_stride), so a whole matrix can be read or written in one pass and the GEMMs read
+ * tiles in place through their strides. A distributed matrix allocates each of this rank's tiles on
+ * its own and registers another rank's tile, without memory, only when a task first names it (as
+ * Chameleon's descriptors do): memory per rank follows the tiles it owns. Views (replica, pick) own
+ * no memory: see tiles_impl.h. */
 #include <assert.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -71,11 +70,12 @@ static void register_mpi(const tsr_tiles_t *t, starpu_data_handle_t h, int i, in
  * L1 cache's 64 sets (every row in one set at 1024 floats, two at 512: a tile's rows 4 KiB
  * apart), where the GEMM kernels that stream a tile's rows evict each other. A matrix cut into
  * several column tiles (whose tiles' rows are never contiguous anyway) then gets one more line
- * a row, an odd number: on one core of the Zen 3 EPYC a dense layer's tile GEMMs ran at 36-64
- * GFLOP/s with rows of 1024 or 4096 floats and at 87-95 with 1040 and 4112 (oneDNN; BLIS 55-62
- * against 82-91; benchmarks/bench_gemm). One tile wide (a convolution's activations, whose
+ * a row, an odd number: on one core of the Zen 3 EPYC, idle, oneDNN's GEMM ran the forward and
+ * weight-gradient tiles of VGG-11's classifier and the MLPs at 36-73 GFLOP/s with rows 512, 1024
+ * or 4096 floats apart and at 88-96 with 528, 1040 and 4112 (BLIS: 50-80 against 76-92;
+ * benchmarks/bench_gemm). One tile wide (a convolution's activations, whose
  * kernels want whole samples back to back), rows stay n floats. */
-static int64_t row_stride(int64_t n, int nb) {
+int64_t tsr__tiles_row_stride(int64_t n, int nb) {
   bool several_tiles = nb < n, even_lines = n % 16 == 0 && (n / 16) % 2 == 0;
   return several_tiles && even_lines ? n + 16 : n;
 }
@@ -84,7 +84,7 @@ int tsr_tiles_create(tsr_tiles_t **out, int64_t m, int64_t n, int mb, int nb) {
   tsr_tiles_t *t;
   int rc = alloc_descriptor(&t, TSR_TILES_LOCAL, m, n, mb, nb);
   if (rc) return rc;
-  int64_t ld = row_stride(n, t->nb);
+  int64_t ld = tsr__tiles_row_stride(n, t->nb);
   if (ld > INT32_MAX) {
     tsr_tiles_destroy(&t);
     return TSR_EINVAL;

@@ -9,7 +9,7 @@
 #include "tessera/tiles.h"
 
 typedef enum {
-  TSR_TILES_LOCAL,       /* every tile here, in one (m, n) block */
+  TSR_TILES_LOCAL,       /* every tile here, in one block of m rows tsr__tiles_row_stride apart */
   TSR_TILES_DISTRIBUTED, /* tile (i, j) on rank_of(i, j), each local tile its own block */
   TSR_TILES_REPLICA,     /* view: one rank's copy of a local matrix that every rank holds */
   TSR_TILES_PICK         /* view: tile (i, j) of sources[rank_of(i, j)] */
@@ -26,7 +26,8 @@ struct tsr_tiles {
   int owner;              /* LOCAL: this rank; REPLICA: the rank whose copy it is */
   int64_t tag_space;      /* 0: not registered with StarPU-MPI */
   bool per_node;          /* LOCAL: registered as STARPU_MPI_PER_NODE (every rank its own) */
-  float *data;            /* LOCAL: (m, n) row-major, 64-byte aligned, owned; tiles view it */
+  float *data;            /* LOCAL: m rows of n floats, tsr__tiles_row_stride(n, nb) apart, 64-byte
+                           * aligned, owned; tiles view it */
   float **blocks;         /* DISTRIBUTED: (mt, nt) local tiles' own blocks, NULL elsewhere */
   starpu_data_handle_t *handles; /* (mt, nt); NULL until first use for another rank's tile */
   bool *owned;                 /* (mt, nt): handle registered by this descriptor (else borrowed) */
@@ -34,6 +35,11 @@ struct tsr_tiles {
   int64_t local_bytes;
   int remote_handles;
 };
+
+/* The floats from one row of a local matrix of n columns in tiles nb wide to the next: n, or
+ * n + 16 where rows of an even number of cache lines would put a tile's rows into a few L1
+ * sets (tiles.c says when and why). benchmarks/bench_gemm asks it too. */
+int64_t tsr__tiles_row_stride(int64_t n, int nb);
 
 /* Registers the handle of another rank's tile (i, j) on first use. */
 starpu_data_handle_t tsr__tile_register(const tsr_tiles_t *t, int i, int j);
