@@ -181,6 +181,24 @@ ROUND2 = [
      "(one past the per-rank arrays)", "src/io/trace_summary.c",
      [("if (pid < 0 || pid >= t->ranks || tid < 0 || tid > INT_MAX)",
        "if (pid < 0 || pid > t->ranks || tid < 0 || tid > INT_MAX)")], ["trace", "fuzz"]),
+    # ---- the tile GEMMs' two implementations and padded rows (issue 38, the evening's) ----
+    ("gemm-dnnl-operands-swapped", "oneDNN's GEMM called with the two transpositions swapped",
+     "src/kernels/gemm.c", [("dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N',",
+                             "dnnl_sgemm(tb ? 'T' : 'N', ta ? 'T' : 'N',")], ["kernels", "train"]),
+    ("gemm-by-always-onednn", "the tile GEMMs run oneDNN's whatever --kernels says (BLIS's never "
+     "runs)", "src/kernels/gemm.c",
+     [("if (!dnnl || !tsr__k_gemm_dnnl(", "if (!tsr__k_gemm_dnnl(")], ["kernels", "reference"]),
+    ("gemm-impl-unnamed", "the plain tile GEMM codelets left out of the table that names the "
+     "implementation that ran", "codelets/impls.c",
+     [("&tsr_cl_gemm,\n    &tsr_cl_gemm_w,          ", "\n    ")], ["cli", "trace"]),
+    ("opencl-tasks-named-cpu", "a task on an OpenCL worker is counted under its codelet's first "
+     "CPU implementation's name", "src/runtime/observe.c",
+     [("  if (w >= 0 && starpu_worker_get_type(w) != STARPU_CPU_WORKER) impl = NOT_CPU;\n", "")],
+     ["opencl-cli"]),
+    ("row-stride-every-matrix", "every local matrix gets padded rows, one tile wide too (a "
+     "convolution's activations, a sequence's positions)", "src/tile/tiles.c",
+     [("return several_tiles && even_lines ? n + 16 : n;", "return even_lines ? n + 16 : n;")],
+     ["seq", "conv", "gpt-torch"]),
     # ---- the portable build: src/kernels/hot.h ----
     ("portable-no-clones", "hot.h's guard tests a misspelt macro: the portable build's kernels "
      "get no AVX2 or AVX-512 versions", "src/kernels/hot.h",

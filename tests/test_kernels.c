@@ -71,6 +71,26 @@ Test(kernels, gemm_matches_reference_in_every_transpose_case) {
         }
 }
 
+/* tsr__k_gemm_by runs the implementation it is asked for (what --kernels forces into the tile
+ * GEMM codelets): BLIS's digits without dnnl, oneDNN's with it, bit for bit. */
+Test(kernels, gemm_by_runs_the_implementation_asked_for) {
+  tsr_rng_t rng = {11};
+  enum { M = 33, N = 47, K = 301 };
+  float a[M * K], b[K * N], want[M * N], got[M * N];
+  fill_random(a, M * K, &rng);
+  fill_random(b, K * N, &rng);
+  for (int dnnl = 0; dnnl < 2; dnnl++) {
+    if (dnnl && !tsr__k_dnnl_built()) break;
+    if (dnnl)
+      cr_assert(tsr__k_gemm_dnnl(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, want, N));
+    else
+      tsr__k_gemm(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, want, N);
+    tsr__k_gemm_by(dnnl, false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, got, N);
+    cr_assert(memcmp(got, want, sizeof got) == 0, "tsr__k_gemm_by(%s) did not run %s's GEMM",
+              dnnl ? "true" : "false", dnnl ? "oneDNN" : "BLIS");
+  }
+}
+
 Test(kernels, gemm_with_beta_zero_ignores_garbage_in_c) {
   for (int dnnl = 0; dnnl < 2; dnnl++) {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
