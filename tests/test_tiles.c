@@ -1,10 +1,12 @@
 /* Tiled matrices and tiled operations through StarPU tasks, on sizes that
  * are not multiples of the tile: GEMM in every transpose case against the
- * naive reference; bias, softmax cross-entropy, SGD and Adam against
- * references written out in the test. */
+ * naive reference, and BLIS's or oneDNN's digits as --kernels forces; bias,
+ * softmax cross-entropy, SGD and Adam against references written out in the
+ * test. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "rng.h"
@@ -107,6 +109,34 @@ Test(tiles, gemm_every_transpose_case_with_edge_tiles) {
       check_gemm(ta, tb, 33, 17, 70, 16, 5, 32);
       check_gemm(ta, tb, 5, 3, 2, 64, 64, 64); /* one tile, smaller than the tile size */
     }
+}
+
+/* The tile GEMM's task runs the implementation --kernels forces: BLIS's digits under blis,
+ * oneDNN's under onednn, bit for bit (one tile, one task). */
+Test(tiles, gemm_task_runs_the_kernels_forced) {
+  enum { M = 24, N = 40, K = 300 };
+  tsr_rng_t rng = {5};
+  float *ha = random_matrix(M * K, &rng), *hb = random_matrix(K * N, &rng);
+  float got[M * N], want[M * N];
+  tsr_tiles_t *a, *b, *c;
+  cr_assert_eq(tsr_tiles_create(&a, M, K, M, K), 0);
+  cr_assert_eq(tsr_tiles_create(&b, K, N, K, N), 0);
+  cr_assert_eq(tsr_tiles_create(&c, M, N, M, N), 0);
+  cr_assert_eq(tsr_tiles_write(a, ha), 0);
+  cr_assert_eq(tsr_tiles_write(b, hb), 0);
+  for (int dnnl = 0; dnnl < 2; dnnl++) {
+    if (dnnl && !tsr__k_dnnl_built()) break;
+    tsr_task_opts_t o = topts;
+    o.kernels = dnnl ? TSR_KERNELS_ONEDNN : TSR_KERNELS_BLIS;
+    cr_assert_eq(tsr__tiles_gemm(&o, false, false, 1.0f, a, b, 0.0f, c), 0);
+    cr_assert_eq(tsr_tiles_read(c, got), 0);
+    if (!dnnl || !tsr__k_gemm_dnnl(false, false, M, N, K, 1.0f, ha, K, hb, N, 0.0f, want, N))
+      tsr__k_gemm(false, false, M, N, K, 1.0f, ha, K, hb, N, 0.0f, want, N);
+    cr_assert(memcmp(got, want, sizeof got) == 0, "--kernels %s: not %s's digits",
+              dnnl ? "onednn" : "blis", dnnl ? "oneDNN" : "BLIS");
+  }
+  free(ha), free(hb);
+  tsr_tiles_destroy(&a), tsr_tiles_destroy(&b), tsr_tiles_destroy(&c);
 }
 
 /* y = max(y + b, 0) per row; db = column sums of that y. */
