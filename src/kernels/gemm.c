@@ -62,7 +62,7 @@ void tsr__k_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float
 }
 
 /* On the dense layers' tiles as tessera lays them out (rows padded: src/tile/tiles.c), one core
- * of the Zen 3 EPYC, idle, ran dnnl_sgemm at 78-96 GFLOP/s and BLIS 0.9 (zen3 kernels, which
+ * of the Zen 3 EPYC, idle, ran dnnl_sgemm at 76-96 GFLOP/s and BLIS 0.9 (zen3 kernels, which
  * take their unpacked small-matrix path when a dimension is small) at 57-92, 1.03-1.37x
  * (benchmarks/bench_gemm: VGG-11's classifier and the MLPs of issue 38). dnnl_sgemm runs on the
  * calling thread's OpenMP setting, set to one thread here once per thread: StarPU's workers are

@@ -71,8 +71,8 @@ static void register_mpi(const tsr_tiles_t *t, starpu_data_handle_t h, int i, in
  * apart), where the GEMM kernels that stream a tile's rows evict each other. A matrix cut into
  * several column tiles (whose tiles' rows are never contiguous anyway) then gets one more line
  * a row, an odd number: on one core of the Zen 3 EPYC, idle, oneDNN's GEMM ran the forward and
- * weight-gradient tiles of VGG-11's classifier and the MLPs at 36-73 GFLOP/s with rows 512, 1024
- * or 4096 floats apart and at 88-96 with 528, 1040 and 4112 (BLIS: 50-80 against 76-92;
+ * weight-gradient tiles of VGG-11's classifier and the MLPs at 36-84 GFLOP/s with rows 512, 1024
+ * or 4096 floats apart and at 88-96 with 528, 1040 and 4112 (BLIS: 50-81 against 76-92;
  * benchmarks/bench_gemm). One tile wide (a convolution's activations, whose
  * kernels want whole samples back to back), rows stay n floats. */
 int64_t tsr__tiles_row_stride(int64_t n, int nb) {
