@@ -96,8 +96,8 @@ static inline bool run_peer(const char *cmd, double *samples_per_s, int *threads
 
 /* The PyTorch peers a benchmark measures beside tessera: Debian's (python3-torch, PyTorch 1.13,
  * /usr/bin/python3) and, where $TSR_PEER_PYTHON names another interpreter, that one too (a
- * virtual environment with the newest PyTorch pip gives: benchmarks/results/throughput/README.md
- * says how). The targets hold against the faster of them. */
+ * virtual environment with the newest PyTorch pip gives, which TSR_WITH_PEERS=1
+ * scripts/setup.sh makes). The targets hold against the faster of them. */
 #define BENCH_MAX_PEERS 2
 
 typedef struct {

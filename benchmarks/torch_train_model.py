@@ -13,6 +13,10 @@ training batches augmented as torchvision's RandomCrop(28, padding=P) then
 RandomHorizontalFlip(), the padding black in the raw pixels (standardized as the images are),
 drawn per sample with torch's generator; evaluation on the 10,000 test images after every
 epoch. The run's threads: --threads (default 2, one per core of the project's machine).
+With --max-seconds S the run ends after the first epoch at which its training and evaluation
+seconds add up to S or more, with a last line {"event": "stopped", ...} saying so (the
+time-to-accuracy driver passes tessera's time to the target: past it, PyTorch is the slower
+whatever its later epochs reach).
 """
 import argparse
 import json
@@ -79,6 +83,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-limit", type=int, default=0, help="the first N training images [all]")
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="end after the epoch that brings the seconds to S [0: every epoch]")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -100,6 +106,7 @@ def main():
     print(json.dumps({"peer": "pytorch", "version": torch.__version__, "threads": args.threads,
                       "model": args.model_file, "batch": args.batch, "lr": args.lr,
                       "epochs": args.epochs}), flush=True)
+    spent = 0.0
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
         net.train()
@@ -121,10 +128,16 @@ def main():
         with torch.no_grad():
             for i in range(0, xt.shape[0], 1000):
                 correct += (net(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
+        done = time.perf_counter()
         print(json.dumps({"epoch": epoch, "loss": round(total / seen, 5),
                           "test_accuracy": correct / xt.shape[0],
                           "seconds": round(trained - start, 3),
-                          "eval_seconds": round(time.perf_counter() - trained, 3)}), flush=True)
+                          "eval_seconds": round(done - trained, 3)}), flush=True)
+        spent += done - start
+        if args.max_seconds > 0 and spent >= args.max_seconds and epoch < args.epochs:
+            print(json.dumps({"event": "stopped", "epoch": epoch, "seconds": round(spent, 3),
+                              "max_seconds": args.max_seconds}), flush=True)
+            break
 
 
 if __name__ == "__main__":

@@ -11,6 +11,10 @@
 #                        when it is configured, applied when it was configured
 #                        without them), e.g. scripts/run-sanitized.sh's
 #   TSR_SETUP_DRY_RUN=1  say what would be installed and run, change nothing
+#   TSR_WITH_PEERS=1     also make a virtual environment with the newest PyTorch pip
+#                        gives (from PyPI), the benchmarks' second peer beside Debian's
+#                        PyTorch 1.13: TSR_PEER_VENV (default .venv-peers); the benchmarks
+#                        use it with TSR_PEER_PYTHON=$TSR_PEER_VENV/bin/python (not for CI)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -111,6 +115,21 @@ configure() {
   fi
 }
 
+# The benchmarks' second PyTorch (TSR_WITH_PEERS=1): a virtual environment over Debian's
+# python3 with torch and numpy from PyPI, made once.
+peers() {
+  local venv=${TSR_PEER_VENV:-.venv-peers}
+  if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+    say "making $venv with the newest PyTorch from PyPI (a few GB, several minutes)"
+    run /usr/bin/python3 -m venv "$venv"
+    run "$venv/bin/pip" install -q --upgrade torch numpy
+  fi
+  say "the second peer: export TSR_PEER_PYTHON=$(cd "$venv" 2>/dev/null && pwd || echo "$venv")/bin/python"
+}
+
 install_packages
 configure
 run ninja -C "$build_dir"
+if [[ ${TSR_WITH_PEERS:-0} == 1 ]]; then
+  peers
+fi
