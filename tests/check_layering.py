@@ -23,7 +23,9 @@ are fine anywhere. Besides:
   chunks live) include neither StarPU nor tiles, the net or the runtime; no file of
   src/parallel/ is over PARALLEL_MAX_LINES lines; a policy's file (sync_<name>.c) includes none
   of the headers that show the replicas' record (RECORD): it reaches the replicas through the
-  engine's calls and keeps what only it needs in its own state (STYLE.md, 15);
+  engine's calls and keeps what only it needs in its own state (STYLE.md, 15); the trainer
+  (src/train/) reaches the replicas through at most TRAINER_CALLS functions of
+  parallel/replicas.h;
 - no file of src/ or codelets/ is over SRC_MAX_LINES lines (several concerns, several files).
 Prints every violation with the file and line, and exits 1 if there is one. Before the real
 tree, the kind and circle checks run on a small tree of their own with planted violations and
@@ -58,6 +60,10 @@ LOW_FORBIDDEN = re.compile(r"^(?:starpu|tile/|nn/|runtime/|codelets|parallel/rep
 PARALLEL_MAX_LINES = 600
 SRC_MAX_LINES = 1000
 RECORD = re.compile(r"^parallel/(?:replicas_impl|collective|home|buckets)\.h$")
+# The trainer's interface to the engine (docs/design.md, "Synchronization"): the distinct
+# functions of parallel/replicas.h that src/train/ names.
+TRAINER = "src/train"
+TRAINER_CALLS = 11
 
 
 def folder_of(path):
@@ -278,9 +284,26 @@ def check_engine(root):
             if n > PARALLEL_MAX_LINES:
                 bad.append("%s/%s: %d lines, over %d: several concerns, several files" %
                            (ENGINE, f, n, PARALLEL_MAX_LINES))
-    notes = ["%s/: %d files, %d dependencies between them, no circle" %
-             (ENGINE, len(graph), sum(len(d) for d in graph.values()))] if not bad else []
+    calls = trainer_calls(root)
+    if len(calls) > TRAINER_CALLS:
+        bad.append("%s/ calls %d functions of %s/replicas.h, over %d: %s" %
+                   (TRAINER, len(calls), ENGINE, TRAINER_CALLS, ", ".join(sorted(calls))))
+    notes = ["%s/: %d files, %d dependencies between them, no circle; %s/ calls %d of its "
+             "functions" % (ENGINE, len(graph), sum(len(d) for d in graph.values()), TRAINER,
+                            len(calls))] if not bad else []
     return bad, notes
+
+
+def trainer_calls(root):
+    """The functions declared in parallel/replicas.h that a file of src/train/ names."""
+    header = os.path.join(root, ENGINE, "replicas.h")
+    declared = set(re.findall(r"\b(tsr__\w+)\s*\(", code_of(header))) if os.path.exists(header) \
+        else set()
+    folder, named = os.path.join(root, TRAINER), set()
+    for f in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if f.endswith((".c", ".h")):
+            named |= set(re.findall(r"\b(tsr__\w+)\s*\(", code_of(os.path.join(folder, f))))
+    return named & declared
 
 
 def self_test():
@@ -311,6 +334,14 @@ def self_test():
             f.write("#include <starpu.h>\n")
         with open(os.path.join(root, "src", "parallel", "sync_x.c"), "w") as f:
             f.write("#include \"parallel/replicas_impl.h\"\n")
+        # One function more than the trainer may call (and one it may not see, not counted).
+        calls = ["tsr__replicas_f%d" % i for i in range(TRAINER_CALLS + 1)]
+        with open(os.path.join(root, "src", "parallel", "replicas.h"), "w") as f:
+            f.write("".join("int %s(void);\n" % c for c in calls))
+        os.makedirs(os.path.join(root, "src", "train"))
+        with open(os.path.join(root, "src", "train", "t.c"), "w") as f:
+            f.write("int t(void) { return %s + tsr__other(); }\n" %
+                    " + ".join("%s()" % c for c in calls))
         engine_bad, _ = check_engine(root)
         bad, notes = check_kinds(root)
         named_bad, named_notes = check_names(root)
@@ -318,8 +349,9 @@ def self_test():
         caught_name = len(named_bad) == 1 and named_bad[0].startswith(
             os.path.join("src", "nn", "c.c") + ":2:")
         skipped = any(n.startswith("TSR_SYNC_") and "skipped" in n for n in notes)
-        caught_circle = (len(engine_bad) == 3 and "a.c -> b.c (tsr__b)" in engine_bad[0] and
-                         "members.h:1:" in engine_bad[1] and "sync_x.c:1:" in engine_bad[2])
+        caught_circle = (len(engine_bad) == 4 and "a.c -> b.c (tsr__b)" in engine_bad[0] and
+                         "members.h:1:" in engine_bad[1] and "sync_x.c:1:" in engine_bad[2] and
+                         "calls %d functions" % (TRAINER_CALLS + 1) in engine_bad[3])
         return caught and caught_name and skipped and caught_circle, bad + named_bad + engine_bad
 
 
@@ -330,8 +362,9 @@ def main():
         print("FAIL: the kind check's self-test: a planted violation gave %s" % planted)
         return 1
     print("self-test: the planted `k == TSR_LAYER_A` and `strcmp(s, \"x\")` outside their files, "
-          "a circle of two files, a low layer including StarPU and a policy including the "
-          "replicas' record were caught")
+          "a circle of two files, a low layer including StarPU, a policy including the "
+          "replicas' record and a trainer calling %d functions of the engine were caught" %
+          (TRAINER_CALLS + 1))
     kinds_bad, notes = check_kinds(root)
     engine_bad, engine_notes = check_engine(root)
     kinds_bad += engine_bad

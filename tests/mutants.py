@@ -180,8 +180,8 @@ MUTANTS = [
      [("if (r < 0 || r == p)", "if (r < 0 || r == p || j >= 0)")], ["plan-cli"]),
     ("grid-outer-gather-plan", "under a grid the outer momentum is gathered by rank 0's plan of "
      "the other rows' homes", "src/parallel/state.c",
-     [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);",
-       "return tsr_tiles_gather(u, into);")], ["grid-sync"]),
+     [("return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(x, into) : tsr_tiles_gather(x, into);",
+       "return tsr_tiles_gather(x, into);")], ["grid-sync"]),
     ("grid-bucket-senders-all", "under a grid a bucket's home sums the rows of every rank, not "
      "of its grid row's", "src/parallel/buckets.c",
      [("const tsr__group_t *row = r->m.grid_rows > 1 ? &r->m.rows[r->m.rank % r->m.grid_rows] : "
@@ -203,11 +203,12 @@ MUTANTS = [
      "ranks", "src/tile/tiles.c",
      [("every + (size_t)(c * stride + owner)", "every + (size_t)(owner)")], ["grid-checkpoint"]),
     ("resume-outer-zero", "a resumed run's outer momentum restarts from zero", "src/train/checkpoint_resume.c",
-     [("(rc = tsr__replicas_outer(rep, l->params[k].index, NULL, data)) != 0)",
+     [("(rc = tsr__replicas_kept(rep, TSR__KEPT_OUTER_MOMENTUM, l->params[k].index,\n"
+       "                                              NULL, data)) != 0)",
        "(rc = 0) != 0)")], ["resume-mpi"]),
     ("resume-post-local-again", "post-local resumed past its switch switches again (sharing one "
      "rank's state, counting from the resume)", "src/train/checkpoint_resume.c",
-     [("(rc = tsr__replicas_resume(rep, since)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
+     [("(rc = tsr__replicas_resume(rep, &past)) != 0)", "(rc = 0) != 0)")], ["resume-mpi"]),
     ("outer-gather-rank0", "a distributed matrix (the outer momentum, a grid's tiles) gathered "
      "from rank 0's tiles only, not each tile's owner", "src/tile/tiles.c",
      [("every + (size_t)tsr_tiles_rank_of(t, i, j) * (size_t)count", "every")],
@@ -229,7 +230,7 @@ MUTANTS = [
      ["stop-mpi"]),
     ("stop-between-anchor", "the outer optimizer's anchor of the last average not given back on "
      "a resume between averages", "src/train/checkpoint_resume.c",
-     [("(rc = tsr__replicas_anchor(rep, l->params[k].index, NULL, data)) != 0)",
+     [("(rc = tsr__replicas_kept(rep, TSR__KEPT_ANCHOR, l->params[k].index, NULL, data)) != 0)",
        "(rc = 0) != 0)")],
      ["stop-mpi"]),
     ("checkpoint-test-stats", "the checkpoint records the test set's standardization",

@@ -544,6 +544,37 @@ Test(plan, memory_per_rank_is_the_estimate_of_that_rank) {
     }
 }
 
+/* Under --grid 2x1 a dense layer's tile columns alternate between the two grid rows, and the
+ * memory estimate counts what row 0 holds at the columns' own widths: 600 features in tiles of
+ * 256 are columns of 256, 256 and 88, row 0 holding the first and the last, 344 features (not
+ * 512: a narrow last tile counted whole), and the layer's parameters 785 x 344 floats. */
+Test(plan, memory_counts_a_narrow_last_tile_column_at_its_width) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp:600", 10, &err), 0, "%s", err.msg);
+  tsr_net_opts_t no;
+  tsr_net_opts_init(&no);
+  no.batch = 32, no.grid_rows = 2, no.tile_rows = 32, no.tile_cols = 256;
+  tsr_net_layout_t lay;
+  cr_assert_eq(tsr__net_layout_build(&lay, &spec, 784, 10, &no, 1, 1, &err), 0, "%s", err.msg);
+  cr_assert_eq(lay.grid_rc, 0, "%s", lay.grid_err.msg);
+  int found = 0;
+  for (int j = 0; j < lay.n_layers; j++) {
+    const tsr_layout_layer_t *l = &lay.layers[j];
+    if (l->fout != 600) continue;
+    found++;
+    cr_expect_eq(l->place, TSR_PLACE_SPREAD, "the hidden dense layer is spread over the rows");
+    cr_expect_eq(l->share, 344, "row 0 holds %lld of the 600 features; its columns are 344",
+                 (long long)l->share);
+    cr_expect_eq(l->param_floats, 785 * 344,
+                 "row 0's parameters: %lld floats; its columns hold 785 x 344",
+                 (long long)l->param_floats);
+  }
+  cr_expect_eq(found, 1, "one layer of 600 features");
+  tsr__net_layout_fini(&lay);
+  tsr_model_spec_fini(&spec);
+}
+
 /* An epoch's steps count its last, partial batch: 60,000 samples in batches of 64 are 937 full
  * batches and one of 32, so 938 steps; on 7 ranks each shard has ceil(60000 / 7) = 8572
  * samples, 134 steps (133 full and one of 60); 64 samples are exactly 1 step. */
@@ -712,6 +743,48 @@ Test(plan, batchnorm_prices_its_tasks) {
   cr_assert_float_eq(chain, want * 1e-9, 1e-15, "chain %g vs %g", chain, want * 1e-9);
   tsr__net_layout_fini(&lay);
   tsr_model_spec_fini(&spec);
+}
+
+/* A memory-bound layer copied whole on every grid row (a dropout on the input batch, before the
+ * dense layers spread) is priced with all its tile columns on row 0, as row 0 runs them: 784
+ * features in tiles of 128 are 7 columns, batch 40 in 16-row tiles 3 rows of tiles, a forward
+ * and a backward task each under --grid 2x1 as without a grid (not the 4 columns j % 2 = 0 of a
+ * spread matrix). */
+Test(plan, a_pass_copied_whole_on_each_grid_row_prices_every_column) {
+  for (int pr = 1; pr <= 2; pr++) {
+    tsr_model_spec_t spec;
+    tsr_errbuf_t err = {""};
+    cr_assert_eq(tsr_model_parse_ini_text(&spec,
+                                          "[d]\ntype = dropout\nrate = 0.2\n"
+                                          "[h]\ntype = dense\nunits = 256\n"
+                                          "[out]\ntype = dense\nunits = 10\n",
+                                          "inline", &err),
+                 0, "%s", err.msg);
+    tsr_net_opts_t o;
+    tsr_net_opts_init(&o);
+    o.batch = 40, o.tile_rows = 16, o.tile_cols = 128, o.grid_rows = pr;
+    tsr_net_layout_t lay;
+    cr_assert_eq(tsr__net_layout(&lay, &spec, 784, 10, &o, 2, &err), 0, "%s", err.msg);
+    cr_assert_eq(lay.grid_rc, 0, "%s", lay.grid_err.msg);
+    const tsr_layout_layer_t *l = &lay.layers[0];
+    cr_assert_eq(l->kind, TSR_LAYER_DROPOUT);
+    cr_assert_eq(l->place, TSR_PLACE_WHOLE, "--grid %dx1: the dropout is copied whole", pr);
+    cr_assert(!l->whole_samples);
+    cr_assert_eq(l->out_nb, 128);
+    counting_sink_t c = {.k = {.batch = 40,
+                               .mb = 16,
+                               .pr = pr,
+                               .task = count_task,
+                               .update = count_update,
+                               .work = count_work}};
+    double bwd = 0;
+    (void)l->type->cost(&lay, l, &c.k, &bwd);
+    int backward = l->has_dx ? 2 : 1;
+    cr_expect_eq(c.tasks, 3 * 7 * backward, "--grid %dx1: %d tasks priced, row 0 runs %d", pr,
+                 c.tasks, 3 * 7 * backward);
+    tsr__net_layout_fini(&lay);
+    tsr_model_spec_fini(&spec);
+  }
 }
 
 /* Under --grid 2x1 --domain rows the same batchnorm runs on each rank's band of image rows (4 of

@@ -674,6 +674,7 @@ Test(train, the_setup_refuses_a_net_that_does_not_fit_and_names_a_batch_that_doe
   c.memory = -1; /* unchecked */
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   tsr_run_setup_fini(s), free(s);
+  tsr_model_spec_fini(&spec);
 }
 
 /* Each rank's batch and shard under --shares 2,1,1 on 3 ranks (set up for rank 1, no MPI
@@ -781,6 +782,7 @@ Test(train, the_setup_gives_each_rank_its_batch_and_shard_under_shares) {
   cr_assert_eq(tsr_run_setup(s, &c, &err), 0, "%s", err.msg);
   cr_assert_eq(s->n_warnings, 0);
   tsr_run_setup_fini(s), free(s), tsr_shares_fini(&shares);
+  tsr_model_spec_fini(&spec);
 }
 
 /* More ranks than the 1,024 that once sized per-rank arrays on the stack and the shares'

@@ -36,20 +36,23 @@ typedef struct {
   int classes;                   /* --classes, 0: 1 + the largest training label */
   tsr_standardize_t standardize; /* --standardize, auto: column for CSV, scalar/channel images */
   tsr_augment_t augment;         /* --crop S:P, --flip (fill: the run's, from the data) */
-  int grid_cols;                 /* --grid PrxPc: Pc (0: no --grid; Pr is net.grid_rows) */
   bool domain_auto;              /* --domain auto: the planner's choice of net.domain and
                                     net.domain_layers, made once the data is loaded */
   double val_split;              /* --val-split F: the fraction held out (0: none) */
   bool quiet;                    /* --quiet */
   bool help;                     /* --help: print the usage and run nothing */
-  tsr_net_opts_t net;            /* batch, tiles, seed, optimizer (lr as asked, before scaling) */
-  tsr_train_opts_t train;        /* epochs, schedule, --lr-scaling, window, seed; the setup and
-                                    callbacks are the run's */
-  tsr_sync_t sync;               /* --sync, --sync-state, --weighting, --deterministic */
-  tsr_shares_t shares;           /* --shares (the count is checked against the ranks by the run);
-                                  * owned: tsr_shares_fini */
-  tsr_runtime_opts_t runtime;    /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
-                                    --stats, --trace */
+  /* The run as the library's setup reads it (tsr_run_config_t): net (batch, tiles, seed,
+   * optimizer with lr as asked, before scaling; --grid's Pr is net.grid_rows, --domain) and
+   * grid_cols (--grid's Pc, 0: no --grid). The run points its sync and shares at the two below
+   * and adds the model and the data's shapes once loaded (train_run.c). */
+  tsr_run_config_t run;
+  tsr_train_opts_t train;     /* epochs, schedule, --lr-scaling, window, seed; the setup and
+                                 callbacks are the run's */
+  tsr_sync_t sync;            /* --sync, --sync-state, --weighting, --deterministic */
+  tsr_shares_t shares;        /* --shares (the count is checked against the ranks by the run);
+                               * owned: tsr_shares_fini */
+  tsr_runtime_opts_t runtime; /* --sched, --workers, --devices, --mpi-progress, --no-priorities,
+                                 --stats, --trace */
   /* The arguments as given, which every rank must share (tsr_dist_check_same) and which MPI may
    * see (tsr_dist_start): borrowed. argv[-1] is main's, the program's name. */
   int argc;

@@ -182,7 +182,7 @@ static int read_choice(const row_t *row, const char *arg, const char *const *nam
  * stays. */
 static int read_optimizer(parse_t *p, const row_t *row, const char *arg) {
   (void)row;
-  tsr_optimizer_t o, *opt = &p->cfg->net.opt;
+  tsr_optimizer_t o, *opt = &p->cfg->run.net.opt;
   tsr_errbuf_t err = {""};
   if (refused(tsr_optimizer_init(&o, arg, &err), &err)) return 2;
   if (p->lr_set) o.lr = opt->lr;
@@ -304,17 +304,18 @@ static int read_lr_scaling(parse_t *p, const row_t *row, const char *arg) {
 static int read_seed(parse_t *p, const row_t *row, const char *arg) {
   long v;
   int rc = whole(row, arg, &v);
-  if (rc == 0) p->cfg->net.seed = p->cfg->train.seed = (uint64_t)v;
+  if (rc == 0) p->cfg->run.net.seed = p->cfg->train.seed = (uint64_t)v;
   return rc;
 }
 
 static int read_init(parse_t *p, const row_t *row, const char *arg) {
-  return tsr_init_from_name(&p->cfg->net.init, arg) ? bad_row(row, arg) : 0;
+  return tsr_init_from_name(&p->cfg->run.net.init, arg) ? bad_row(row, arg) : 0;
 }
 
 /* "N", "RxC" or "auto" (tsr__cli_tile). */
 static int read_tile(parse_t *p, const row_t *row, const char *arg) {
-  if (tsr__cli_tile(arg, &p->cfg->net.tile_rows, &p->cfg->net.tile_cols)) return bad_row(row, arg);
+  if (tsr__cli_tile(arg, &p->cfg->run.net.tile_rows, &p->cfg->run.net.tile_cols))
+    return bad_row(row, arg);
   return 0;
 }
 
@@ -409,7 +410,7 @@ static int read_grid(parse_t *p, const row_t *row, const char *arg) {
   if (e1 || e2 || pr * pc > TSR_MAX_RANKS)
     return bad("--grid", arg,
                "PrxPc with integers Pr, Pc from 1 and Pr x Pc at most 32768, e.g. 2x4");
-  p->cfg->net.grid_rows = (int)pr, p->cfg->grid_cols = (int)pc;
+  p->cfg->run.net.grid_rows = (int)pr, p->cfg->run.grid_cols = (int)pc;
   return 0;
 }
 
@@ -425,7 +426,7 @@ static int read_domain(parse_t *p, const row_t *row, const char *arg) {
   } else if (strcmp(arg, "rows") != 0 && strcmp(arg, "none") != 0 && !automatic) {
     return bad("--domain", arg, want);
   }
-  p->cfg->net.domain = strcmp(arg, "none") != 0, p->cfg->net.domain_layers = (int)k;
+  p->cfg->run.net.domain = strcmp(arg, "none") != 0, p->cfg->run.net.domain_layers = (int)k;
   p->cfg->domain_auto = automatic;
   return 0;
 }
@@ -470,22 +471,23 @@ static void show_text(tsr_log_field_t *f, char *text, size_t size, const char *v
 
 static void show_optimizer(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
                            size_t size) {
-  show_text(f, text, size, tsr_optimizer_name(&cfg->net.opt));
+  show_text(f, text, size, tsr_optimizer_name(&cfg->run.net.opt));
 }
 
 static void show_seed(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
                       size_t size) {
   (void)text, (void)size;
-  f->kind = TSR_LOG_INT, f->number = (double)cfg->net.seed;
+  f->kind = TSR_LOG_INT, f->number = (double)cfg->run.net.seed;
 }
 
 /* What the run cuts: none, rows or rows:K (under --domain auto, the planner's choice). */
 static void show_domain(const tsr_cli_train_config_t *cfg, tsr_log_field_t *f, char *text,
                         size_t size) {
-  if (!cfg->net.domain)
+  if (!cfg->run.net.domain)
     show_text(f, text, size, "none");
-  else if (cfg->net.domain_layers > 0)
-    snprintf(text, size, "rows:%d", cfg->net.domain_layers), f->kind = TSR_LOG_TEXT, f->text = text;
+  else if (cfg->run.net.domain_layers > 0)
+    snprintf(text, size, "rows:%d", cfg->run.net.domain_layers), f->kind = TSR_LOG_TEXT,
+                                                                 f->text = text;
   else
     show_text(f, text, size, "rows");
 }
@@ -569,14 +571,14 @@ static const row_t rows[] = {
     /* 0 would train nothing and say nothing of it. */
     {"epochs", "N", read_int, AT(train.epochs), 1, 100000, "an integer from 1 to 100000",
      "epochs, 1 or more [10]"},
-    {"batch", "N", read_int, AT(net.batch), 1, 1 << 20, "an integer from 1 to 1048576",
+    {"batch", "N", read_int, AT(run.net.batch), 1, 1 << 20, "an integer from 1 to 1048576",
      "samples per step [64]"},
     /* The optimizers by name, from the library's registry. */
     {"optimizer", "NAME", read_optimizer, .help = NULL},
     {"nesterov", NULL, read_nesterov,
      .help = "Nesterov momentum: with --optimizer sgd, sgd-nesterov\n"
              "(PyTorch's nesterov=True; needs --momentum > 0)"},
-    {"lr", "X", read_lr, AT(net.opt.lr), 1e-12, 1e6, "a number from 1e-12 to 1e6", NULL},
+    {"lr", "X", read_lr, AT(run.net.opt.lr), 1e-12, 1e6, "a number from 1e-12 to 1e6", NULL},
     {"lr-schedule", "S", read_lr_schedule,
      .help = "cosine (decay to 0 over the run), constant,\n"
              "step:E1,E2,...:F (the rate times F after each epoch Ei) or\n"
@@ -601,18 +603,18 @@ static const row_t rows[] = {
      .help = "under mpirun, linear (--lr times the ranks, for the ranks'\n"
              "larger combined batch), none, or auto: linear for sgd and\n"
              "sgd-nesterov with --sync batch, else none [auto]"},
-    {"momentum", "X", read_momentum, AT(net.opt.momentum), 0, BELOW_ONE, "a number in [0, 1)",
+    {"momentum", "X", read_momentum, AT(run.net.opt.momentum), 0, BELOW_ONE, "a number in [0, 1)",
      "SGD momentum [0.9]"},
-    {"weight-decay", "X", read_weight_decay, AT(net.opt.weight_decay), 0, 1e6,
+    {"weight-decay", "X", read_weight_decay, AT(run.net.opt.weight_decay), 0, 1e6,
      "a number from 0 to 1e6", NULL},
     {"seed", "N", read_seed, 0, 0, 0x7fffffffL, "an integer from 0 to 2147483647",
      "seed for initialization and shuffling [1]"},
-    {"clip-grad", "X", read_float, AT(net.clip_grad), 0, 1e30, "a number from 0 to 1e30",
+    {"clip-grad", "X", read_float, AT(run.net.clip_grad), 0, 1e30, "a number from 0 to 1e30",
      "scale the gradients by min(1, X / (norm + 1e-6)) before each\n"
      "update, norm the 2-norm of all of them together (PyTorch's\n"
      "clip_grad_norm_; --sync batch: of the averaged gradient) [0:\n"
      "none]"},
-    {"label-smoothing", "EPS", read_float, AT(net.label_smoothing), 0, BELOW_ONE,
+    {"label-smoothing", "EPS", read_float, AT(run.net.label_smoothing), 0, BELOW_ONE,
      "a number in [0, 1)",
      "PyTorch's label smoothing: the loss, training's and the test\n"
      "loss, against (1 - EPS) one-hot + EPS / classes [0]"},
@@ -874,11 +876,11 @@ static int check_together(parse_t *p) {
                     "other out\n");
     return 2;
   }
-  if (p->nesterov && tsr_optimizer_variant(&cfg->net.opt, "nesterov", &err)) {
+  if (p->nesterov && tsr_optimizer_variant(&cfg->run.net.opt, "nesterov", &err)) {
     fprintf(stderr, "tessera train: --nesterov: %s\n", err.msg);
     return 2;
   }
-  if (refused(tsr_optimizer_check(&cfg->net.opt, &err), &err)) return 2;
+  if (refused(tsr_optimizer_check(&cfg->run.net.opt, &err), &err)) return 2;
   if (cfg->runtime.trace_from && !cfg->runtime.trace) {
     fprintf(stderr, "tessera train: --trace-steps needs --trace FILE.json\n");
     return 2;
@@ -907,12 +909,12 @@ static int check_together(parse_t *p) {
                     "exists: give --checkpoint FILE\n");
     return 2;
   }
-  if (cfg->net.clip_grad > 0 && cfg->net.grid_rows > 1) {
+  if (cfg->run.net.clip_grad > 0 && cfg->run.net.grid_rows > 1) {
     fprintf(stderr, "tessera train: --clip-grad with --grid is not implemented (the grid spreads "
                     "the dense layers' gradients over a column's ranks); leave one of them out\n");
     return 2;
   }
-  if (cfg->net.domain && cfg->net.grid_rows < 2) {
+  if (cfg->run.net.domain && cfg->run.net.grid_rows < 2) {
     fprintf(stderr,
             "tessera train: --domain %s splits images over a grid column's ranks: it "
             "needs --grid PrxPc with Pr > 1 (e.g. --grid 2x1)\n",
@@ -958,7 +960,7 @@ int tsr__cli_train_parse(tsr_cli_train_config_t *cfg, int argc, char **argv) {
                                   .test_limit = -1,
                                   .argc = argc,
                                   .argv = argv};
-  tsr_net_opts_init(&cfg->net);
+  tsr_run_config_init(&cfg->run);
   tsr_train_opts_init(&cfg->train);
   tsr_runtime_opts_init(&cfg->runtime);
   tsr_sync_parse(&cfg->sync, "batch", NULL);

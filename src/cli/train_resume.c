@@ -96,7 +96,7 @@ static void take_horizon(resume_t *r, const tsr_checkpoint_info_t *was) {
  * otherwise. */
 static void take_optimizer(resume_t *r, const tsr_net_opts_t *saved) {
   tsr_cli_train_config_t *cfg = r->cfg;
-  const char *then = tsr_optimizer_name(&saved->opt), *now = tsr_optimizer_name(&cfg->net.opt);
+  const char *then = tsr_optimizer_name(&saved->opt), *now = tsr_optimizer_name(&cfg->run.net.opt);
   bool named = tsr__cli_train_given(cfg, "optimizer") || tsr__cli_train_given(cfg, "nesterov");
   if (named && strcmp(then, now) != 0) {
     if (r->speaker)
@@ -106,10 +106,10 @@ static void take_optimizer(resume_t *r, const tsr_net_opts_t *saved) {
               r->path, now, then);
     r->status = 2;
   }
-  take_float(r, "lr", saved->opt.lr, cfg->net.opt.lr);
-  take_float(r, "momentum", saved->opt.momentum, cfg->net.opt.momentum);
-  take_float(r, "weight-decay", saved->opt.weight_decay, cfg->net.opt.weight_decay);
-  if (!r->status) cfg->net.opt = saved->opt; /* what was given equals it */
+  take_float(r, "lr", saved->opt.lr, cfg->run.net.opt.lr);
+  take_float(r, "momentum", saved->opt.momentum, cfg->run.net.opt.momentum);
+  take_float(r, "weight-decay", saved->opt.weight_decay, cfg->run.net.opt.weight_decay);
+  if (!r->status) cfg->run.net.opt = saved->opt; /* what was given equals it */
 }
 
 /* The schedule, its warm-up and early stopping. */
@@ -140,7 +140,7 @@ static void take_val_split(resume_t *r, const tsr_checkpoint_info_t *was) {
  * run it is the checkpoint's; on another number (a resharded resume) it is --batch's, as the
  * user keeps the global batch or not (docs/checkpoints.md). */
 static void take_settings(resume_t *r, const tsr_checkpoint_info_t *was) {
-  tsr_net_opts_t *n = &r->cfg->net;
+  tsr_net_opts_t *n = &r->cfg->run.net;
   if (!was->settings) return;
   int then_replicas = was->ranks / (was->grid_rows > 1 ? was->grid_rows : 1);
   int replicas = tsr_dist_size() / (n->grid_rows > 1 ? n->grid_rows : 1);
@@ -185,7 +185,7 @@ int tsr__cli_train_resume(tsr_cli_train_config_t *cfg, bool speaker) {
   char then[24], now[24];
   snprintf(then, sizeof then, "%llu", (unsigned long long)was.seed);
   snprintf(now, sizeof now, "%llu", (unsigned long long)cfg->train.seed);
-  if (take(&r, "seed", then, now)) cfg->net.seed = saved.seed, cfg->train.seed = was.seed;
+  if (take(&r, "seed", then, now)) cfg->run.net.seed = saved.seed, cfg->train.seed = was.seed;
   take_optimizer(&r, &saved);
   take_schedule(&r, &was);
   take_val_split(&r, &was);

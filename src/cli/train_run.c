@@ -152,14 +152,17 @@ static void on_ranks(const tsr_rank_stats_t *ranks, int n, void *p) {
 /* What a run holds from start-up to its end. */
 typedef struct {
   const tsr_cli_train_config_t *cfg;
-  bool speaker;                /* rank 0: evaluates, prints and logs */
-  bool quiet;                  /* no banner or epoch lines: --quiet, or not rank 0 */
-  bool on_text;                /* trains on --text or the default text, not --data */
-  char command[4096];          /* the command line, for checkpoints (cut with "...") */
-  tsr_dataset_t train, test;   /* owned, standardized with the training statistics */
-  tsr_dataset_t val;           /* owned: --val-split's, held out of the training set */
-  tsr_model_spec_t spec;       /* from --model */
-  tsr_net_opts_t net_opts;     /* cfg's, with the data's image geometry */
+  bool speaker;              /* rank 0: evaluates, prints and logs */
+  bool quiet;                /* no banner or epoch lines: --quiet, or not rank 0 */
+  bool on_text;              /* trains on --text or the default text, not --data */
+  char command[4096];        /* the command line, for checkpoints (cut with "...") */
+  tsr_dataset_t train, test; /* owned, standardized with the training statistics */
+  tsr_dataset_t val;         /* owned: --val-split's, held out of the training set */
+  tsr_model_spec_t spec;     /* from --model */
+  /* What the run is, as the library's setup reads it: cfg's run (the options) with its sync
+   * and shares pointing at cfg's; once loaded, the model and the data's shapes
+   * (run_describe_data); --domain auto's choice (plan_domain). */
+  tsr_run_config_t run;
   tsr_train_opts_t train_opts; /* cfg's, with the run's setup */
   tsr_net_t *net;              /* owned */
   tsr_log_t *log;              /* owned, rank 0 with --log */
@@ -447,7 +450,7 @@ static int load(run_t *r) {
    * logits of about sqrt(D) and a loss far above the uniform's (measured 12.7 nats per token
    * after an epoch against ln 256 = 5.5, on gpt:1,32,2,16). A language model starts as GPT-2
    * unless --init says otherwise. */
-  if (rc == 0 && text && !cfg->init_given) r->net_opts.init = TSR_INIT_GPT2;
+  if (rc == 0 && text && !cfg->init_given) r->run.net.init = TSR_INIT_GPT2;
   if (rc == 0 && cfg->classes) { /* before --train-limit: every label of the files is checked */
     char what[PATH_MAX + 64];
     snprintf(what, sizeof what, "--classes %d: the training set in %s", cfg->classes,
@@ -465,7 +468,7 @@ static int load(run_t *r) {
     /* What a checkpoint records of the data: the raw training set (held-out samples included:
      * the split has keys of its own), and the standardization, fitted to what trains. */
     tsr_dataset_fingerprint(&r->train, r->ckpt.data, sizeof r->ckpt.data);
-    r->ckpt.batch = cfg->net.batch;
+    r->ckpt.batch = cfg->run.net.batch;
     if (cfg->val_split > 0 || cfg->resume) rc = hold_out(r);
     if (rc == 0)
       rc = tsr_standardization_fit(&r->standardization, cfg->standardize, &r->train, &r->err);
@@ -490,24 +493,31 @@ static int load(run_t *r) {
   return rc;
 }
 
-/* What the run is asked to be, for the library's setup (data shapes once loaded). */
-static void run_config(const run_t *r, tsr_run_config_t *c) {
+/* The run as the options describe it, before any data: cfg's run with its policy and shares. */
+static void run_from_options(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  tsr_run_config_init(c);
-  c->spec = &r->spec, c->inputs = (int)r->train.features, c->classes = r->train.classes;
-  c->samples = r->train.n, c->net = r->net_opts, c->grid_cols = cfg->grid_cols;
-  c->sync = &cfg->sync, c->shares = &cfg->shares;
-  c->checkpoint = cfg->checkpoint || cfg->resume;
+  r->run = cfg->run;
+  r->run.sync = &cfg->sync, r->run.shares = &cfg->shares;
+  r->run.checkpoint = cfg->checkpoint || cfg->resume;
+}
+
+/* The model and the data's shapes into the run, once both are loaded. */
+static void run_describe_data(run_t *r) {
+  r->run.spec = &r->spec, r->run.inputs = (int)r->train.features;
+  r->run.classes = r->train.classes, r->run.samples = r->train.n;
+  if (r->train.height > 1) { /* image geometry known (IDX); else the net infers it */
+    r->run.net.in_channels = r->train.channels;
+    r->run.net.in_height = r->train.height;
+    r->run.net.in_width = r->train.width;
+  }
 }
 
 /* --domain auto: the library's choice (rank 0 plans the run, every rank takes its choice) into
- * net_opts, and the banner's words for it. */
+ * the run, and the banner's words for it. */
 static int plan_domain(run_t *r) {
-  tsr_run_config_t c;
-  run_config(r, &c);
   tsr_plan_domain_t choice;
-  TSR_TRY(tsr_plan_domain_auto(&c, NULL, NULL, &choice, &r->err));
-  r->net_opts.domain = choice.domain, r->net_opts.domain_layers = choice.domain_layers;
+  TSR_TRY(tsr_plan_domain_auto(&r->run, NULL, NULL, &choice, &r->err));
+  r->run.net.domain = choice.domain, r->run.net.domain_layers = choice.domain_layers;
   tsr_plan_domain_describe(&choice, r->domain_plan, sizeof r->domain_plan);
   return 0;
 }
@@ -522,11 +532,7 @@ static int start(run_t *r, int argc, char **argv) {
   }
   if (rc == 0) rc = tsr_dist_agree(tsr_runtime_init(&r->cfg->runtime, &r->err), &r->err, &r->err);
   r->started = rc == 0;
-  if (r->train.height > 1) { /* image geometry known (IDX); else the net infers it */
-    r->net_opts.in_channels = r->train.channels;
-    r->net_opts.in_height = r->train.height;
-    r->net_opts.in_width = r->train.width;
-  }
+  run_describe_data(r);
   if (rc == 0 && r->cfg->domain_auto) rc = plan_domain(r);
   /* A resumed run goes on with the checkpoint's seeds (sample orders, dropout masks). */
   tsr_net_opts_t saved;
@@ -534,17 +540,14 @@ static int start(run_t *r, int argc, char **argv) {
     rc = tsr_dist_agree(
         tsr_checkpoint_read(r->cfg->resume, &r->resumed, NULL, &saved, NULL, NULL, &r->err),
         &r->err, &r->err);
-  if (rc == 0 && r->cfg->resume)
-    r->net_opts.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
+  if (rc == 0 && r->cfg->resume) r->run.net.seed = saved.seed, r->train_opts.seed = r->resumed.seed;
   /* The setup (memory, each rank's batch and shard under --shares) and the net: collective. */
   if (rc == 0) {
-    tsr_run_config_t c;
-    run_config(r, &c);
     /* What the model's layers refuse of the options (--batch 1 under a per-feature batchnorm,
      * --sync-bn without one) is bad usage, as before loading. */
-    rc = tsr_dist_agree(tsr_run_check(&c, &r->err), &r->err, &r->err);
+    rc = tsr_dist_agree(tsr_run_check(&r->run, &r->err), &r->err, &r->err);
     r->usage = rc != 0;
-    if (rc == 0) rc = tsr_run_build(&r->setup, &r->net, &c, &r->train, &r->err);
+    if (rc == 0) rc = tsr_run_build(&r->setup, &r->net, &r->run, &r->train, &r->err);
     for (int i = 0; r->speaker && i < r->setup.n_warnings; i++)
       fprintf(stderr, "tessera train: warning: %s\n", r->setup.warnings[i]);
   }
@@ -580,7 +583,7 @@ static int start(run_t *r, int argc, char **argv) {
 /* The banner, and the log opened on rank 0 (every rank learns whether it could be). */
 static int announce(run_t *r) {
   const tsr_cli_train_config_t *cfg = r->cfg;
-  const char *optimizer = tsr_optimizer_name(&cfg->net.opt);
+  const char *optimizer = tsr_optimizer_name(&cfg->run.net.opt);
   snprintf(r->sync_text, sizeof r->sync_text, "none");
   if (tsr_dist_size() > 1) tsr_sync_describe(&cfg->sync, r->sync_text, sizeof r->sync_text);
   tsr_model_describe(&r->spec, (int)r->train.features, r->desc, sizeof r->desc);
@@ -601,30 +604,30 @@ static int announce(run_t *r) {
     printf("tessera: model %s (%lld parameters), %lld train%s / %lld test samples, batch %d, "
            "%s lr %g, tiles %dx%d%s, %d workers, scheduler %s, kernels %s",
            r->desc, (long long)tsr_net_param_count(r->net), (long long)r->train.n, val,
-           (long long)r->test.n, cfg->net.batch, optimizer, (double)r->lr, r->tile_rows,
-           r->tile_cols, cfg->net.tile_rows || cfg->net.tile_cols ? "" : " (auto)",
+           (long long)r->test.n, cfg->run.net.batch, optimizer, (double)r->lr, r->tile_rows,
+           r->tile_cols, cfg->run.net.tile_rows || cfg->run.net.tile_cols ? "" : " (auto)",
            tsr_runtime_ncpus(), tsr_runtime_sched(),
            tsr_runtime_kernels_name(tsr_runtime_kernels()));
     if (tsr_runtime_nopencl() > 0) printf(", %d OpenCL device(s)", tsr_runtime_nopencl());
-    bool grid = tsr_dist_size() > 1 && cfg->net.grid_rows > 1;
+    bool grid = tsr_dist_size() > 1 && cfg->run.net.grid_rows > 1;
     if (grid)
       printf(", %d ranks as a %dx%d grid (sync %s across columns%s%s, MPI progress: %s), batch "
              "%d per grid column",
-             tsr_dist_size(), cfg->net.grid_rows, r->setup.replicas, r->sync_text,
+             tsr_dist_size(), cfg->run.net.grid_rows, r->setup.replicas, r->sync_text,
              r->setup.averaging[0] ? ", averaging " : "", r->setup.averaging,
-             tsr_runtime_mpi_progress(), cfg->net.batch);
+             tsr_runtime_mpi_progress(), cfg->run.net.batch);
     else if (tsr_dist_size() > 1)
       printf(", %d ranks (sync %s%s%s, MPI progress: %s), batch %d per rank", tsr_dist_size(),
              r->sync_text, r->setup.averaging[0] ? ", averaging " : "", r->setup.averaging,
-             tsr_runtime_mpi_progress(), cfg->net.batch);
-    if (grid && r->net_opts.domain && r->net_opts.domain_layers > 0)
+             tsr_runtime_mpi_progress(), cfg->run.net.batch);
+    if (grid && r->run.net.domain && r->run.net.domain_layers > 0)
       printf(", the first %d convolutions and poolings in bands of image rows",
-             r->net_opts.domain_layers);
-    else if (grid && r->net_opts.domain)
+             r->run.net.domain_layers);
+    else if (grid && r->run.net.domain)
       printf(", convolutions and pooling in bands of image rows");
-    if (r->lr != cfg->net.opt.lr)
-      printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->net.opt.lr, r->setup.replicas,
-             cfg->net.grid_rows > 1 ? "grid columns" : "ranks");
+    if (r->lr != cfg->run.net.opt.lr)
+      printf(", lr %g x %d %s (--lr-scaling linear)", (double)cfg->run.net.opt.lr,
+             r->setup.replicas, cfg->run.net.grid_rows > 1 ? "grid columns" : "ranks");
     if (cfg->augment.crop_h || cfg->augment.flip) {
       char aug[64];
       tsr_augment_describe(&cfg->augment, aug, sizeof aug);
@@ -674,7 +677,8 @@ static int announce(run_t *r) {
   tsr_cli_train_fields_t *fields = r->speaker && cfg->log_path ? malloc(sizeof *fields) : NULL;
   if (fields) { /* with the domain as the run takes it (--domain auto: the planner's choice) */
     tsr_cli_train_config_t shown = *cfg;
-    shown.net.domain = r->net_opts.domain, shown.net.domain_layers = r->net_opts.domain_layers;
+    shown.run.net.domain = r->run.net.domain,
+    shown.run.net.domain_layers = r->run.net.domain_layers;
     /* What the run trained on: the text (the default one by name), not --data's default. */
     if (r->on_text) shown.data_dir = NULL, shown.text = cfg->text ? cfg->text : "default";
     tsr__cli_train_fields(&shown, fields);
@@ -687,12 +691,12 @@ static int announce(run_t *r) {
                           .optimizer = optimizer,
                           .sync = r->sync_text,
                           .mpi_progress = tsr_runtime_mpi_progress(),
-                          .batch = cfg->net.batch,
+                          .batch = cfg->run.net.batch,
                           .tile_rows = r->tile_rows,
                           .tile_cols = r->tile_cols,
                           .workers = tsr_runtime_ncpus(),
                           .lr = r->lr,
-                          .seed = cfg->net.seed,
+                          .seed = cfg->run.net.seed,
                           .no_priorities = !cfg->runtime.priorities,
                           /* main passes its argv from "train" on: [-1] is the program */
                           .argc = cfg->argc + 1,
@@ -728,7 +732,7 @@ static int train(run_t *r) {
                    .progress = !r->quiet,
                    .terminal = isatty(STDERR_FILENO),
                    .stats = cfg->runtime.stats,
-                   .samples_per_batch = (int64_t)cfg->net.batch * r->setup.replicas,
+                   .samples_per_batch = (int64_t)cfg->run.net.batch * r->setup.replicas,
                    .epochs = cfg->train.epochs,
                    .err = &r->err};
   tsr_train_opts_t to = r->train_opts;
@@ -808,11 +812,9 @@ int tsr__cli_train_run(const tsr_cli_train_config_t *cfg) {
   /* What the run cannot be is refused before anything loads (bad usage: status 2). */
   run_t r = {.cfg = cfg,
              .speaker = tsr_dist_rank() == 0,
-             .net_opts = cfg->net,
              .start_time = (double)t0.tv_sec + 1e-6 * (double)t0.tv_usec};
-  tsr_run_config_t usage;
-  run_config(&r, &usage);
-  if (tsr_run_check(&usage, &r.err)) {
+  run_from_options(&r);
+  if (tsr_run_check(&r.run, &r.err)) {
     if (r.speaker) fprintf(stderr, "tessera train: %s\n", r.err.msg);
     tsr_dist_stop();
     return 2;

@@ -670,12 +670,13 @@ static void place(tsr_net_layout_t *lay) {
 /* ---- Bytes ---------------------------------------------------------------- */
 
 /* Columns of an n-wide matrix in nb-wide tiles that row 0 of a grid column holds when its
- * tiles are spread (tsr__placed_row): nb for each of its tile columns, at most n. */
+ * tiles are spread (tsr__placed_row): each of its tile columns' width (the last one's may be
+ * narrower than nb). */
 static int64_t row0_columns(int64_t n, int nb, int pr) {
   int64_t nt = (n + nb - 1) / nb, held = 0;
   for (int64_t j = 0; j < nt; j++)
-    if (tsr__cost_row0(TSR_PLACE_SPREAD, (int)j, pr)) held += nb;
-  return held < n ? held : n;
+    if (tsr__cost_row0(TSR_PLACE_SPREAD, (int)j, pr)) held += n - j * nb < nb ? n - j * nb : nb;
+  return held;
 }
 
 /* What the busiest rank holds, layer by layer and in all (tsr_net_memory_t). */
@@ -842,8 +843,8 @@ double tsr__cost_pass(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
   double chain = 0, before = k->work(k);
   for (int i = 0; i < mt; i++)
     for (int j = 0; j < nt; j++) {
-      /* row 0's tile columns, priced as spread whatever the layer's placement */
-      if (!l->whole_samples && !tsr__cost_row0(TSR_PLACE_SPREAD, j, k->pr)) continue;
+      /* row 0's tile columns: every one of a layer copied whole on each grid row */
+      if (!l->whole_samples && !tsr__cost_row0(l->place, j, k->pr)) continue;
       int m = tsr__cost_tsize(k->batch, mb, i);
       double share = tsr__cost_rows_share(lay, l);
       double in = l->whole_samples ? share * l->fin : tsr__cost_tsize(l->fin, nb, j);

@@ -1,11 +1,11 @@
 /* Replicas of a network on every MPI rank and the synchronization policies that keep them in
  * agreement (docs/design.md, "Synchronization"): the averaging engine as the trainer
- * (src/train) sees it, fourteen calls at fixed points of every rank's loop, so every rank
+ * (src/train) sees it, eleven calls at fixed points of every rank's loop, so every rank
  * submits the same StarPU-MPI tasks in the same order: start (create), before a step (count),
- * after a step, the epoch's beginning and end, the epoch's sums, the statistics, whether the
- * replicas agree (an evaluation, a checkpoint), the checkpoint's state, the outer momentum and
- * the anchor read or written, the resume and the resume between averages, and finish
- * (destroy). No StarPU types. */
+ * after a step, the epoch's beginning and end, the epoch's sums, the statistics, the
+ * checkpoint's state (whether the replicas agree too, for an evaluation), a state matrix read
+ * or written (the outer momentum, the anchor), the resume, and finish (destroy). No StarPU
+ * types. */
 #ifndef TSR_REPLICAS_H
 #define TSR_REPLICAS_H
 
@@ -54,52 +54,62 @@ int tsr__replicas_epoch_end(tsr_replicas_t *r, int epoch, bool last);
 int tsr__replicas_reduce_stats(tsr_replicas_t *r, double *loss, double *correct);
 /* Statistics since the last call, then reset. */
 void tsr__replicas_take_stats(tsr_replicas_t *r, tsr_sync_stats_t *st);
-/* Whether every replica holds the same weights now (batch: always; every=K,
- * epoch=n: right after an average; async-epoch: after its final average). */
-bool tsr__replicas_agree(const tsr_replicas_t *r);
 
 /* ---- Checkpoints (src/train/checkpoint_state.c) ---- */
 
 /* What a checkpoint of the replicas holds beyond the net. */
 typedef struct {
-  bool agreed; /* every replica holds the same weights: a checkpoint may be written now */
+  bool agreed; /* every replica holds the same weights: a checkpoint may be written now (batch:
+                  always; every=K, epoch=n: right after an average; async-epoch: after its
+                  final average) */
   bool
       per_replica; /* each replica keeps its own optimizer state (local SGD): every one's goes in */
-  bool outer;      /* an outer optimizer runs: its momentum goes in (tsr__replicas_outer) */
+  bool outer;      /* an outer optimizer runs: its momentum goes in (tsr__replicas_kept) */
   bool final_extra;    /* the last average was the end's, off the schedule */
   bool local;          /* the replicas train alone now: local_since goes in */
   int64_t local_since; /* the step the policy's local SGD counts from (post-local's switch; 0) */
   /* Between averages, what a checkpoint of every replica needs (a stop writes one): whether
    * the replicas can be saved one by one there (weight averaging by a policy that keeps nothing
-   * of its own between averages, no grid), whether an anchor goes in (tsr__replicas_anchor),
+   * of its own between averages, no grid), whether an anchor goes in (tsr__replicas_kept),
    * and each rank's samples and local steps since the last average ([size], borrowed). */
   bool between;
   bool anchor;
   const int64_t *samples, *steps;
 } tsr__replicas_saved_t;
 
-/* What a checkpoint of the replicas holds now, into *c. With write (a checkpoint is written
- * now), where they agree every rank is first given the whole optimizer state (batch shards it
- * during training): collective, every rank calling at the same point. */
+/* What a checkpoint of the replicas holds now, into *c. Without write, only what is (not
+ * collective: whether the replicas agree for an evaluation, what a resume finds). With write (a
+ * checkpoint is written now), where they agree every rank is first given the whole optimizer
+ * state (batch shards it during training): collective, every rank calling at the same point. */
 int tsr__replicas_checkpoint(tsr_replicas_t *r, bool write, tsr__replicas_saved_t *c);
-/* The outer momentum of the net's parameter index (tsr_param_t.index), all its (m, n)
+
+/* The state matrices a checkpoint keeps of a parameter besides the optimizer's: the outer
+ * optimizer's momentum, and the weights every rank restarted from at the last average (the
+ * outer optimizer's anchor, or FedNova's). */
+typedef enum { TSR__KEPT_OUTER_MOMENTUM, TSR__KEPT_ANCHOR } tsr__replicas_kept_t;
+
+/* The kept matrix `which` of the net's parameter index (tsr_param_t.index), all its (m, n)
  * row-major: from NULL, read into `into` on rank 0, gathered from the ranks that home its tiles
  * (collective, every rank calling with the same index; into is ignored elsewhere); else written
- * from `from`, which every rank gives, each keeping the tiles it homes. TSR_EINVAL without an
- * outer optimizer or for a parameter it does not know. */
-int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *from);
-/* The weights every rank restarted from at the last average (the outer optimizer's anchor, or
- * FedNova's) of the net's parameter index: read or written as tsr__replicas_outer. TSR_EINVAL
- * where none is kept. */
-int tsr__replicas_anchor(tsr_replicas_t *r, int index, float *into, const float *from);
-/* A run resumed from a checkpoint of every replica written between averages: each rank's
- * samples and local steps since the last average ([size] each, every rank's) taken back, and
- * the replicas differ (each rank loaded its own weights). Not collective. */
-void tsr__replicas_resume_between(tsr_replicas_t *r, const int64_t *samples, const int64_t *steps);
-/* A run resumed from a checkpoint written under the same policy while the replicas trained
- * alone, with its local_since: post-local past its switch trains locally from the start,
- * counted from it, each rank keeping the optimizer state it was given. Nothing for the other
- * policies. */
-int tsr__replicas_resume(tsr_replicas_t *r, int64_t local_since);
+ * from `from`, which every rank gives, each keeping the tiles it homes. TSR_EINVAL where none
+ * is kept (no outer optimizer, no anchor) or for a parameter it does not know. */
+int tsr__replicas_kept(tsr_replicas_t *r, tsr__replicas_kept_t which, int index, float *into,
+                       const float *from);
+
+/* What a resumed run takes back into the replicas besides the weights and the kept matrices. */
+typedef struct {
+  /* Written under the same policy while the replicas trained alone: post-local past its switch
+   * trains locally from the start, counted from local_since, each rank keeping the optimizer
+   * state it was given (nothing for the other policies). */
+  bool local;
+  int64_t local_since;
+  /* Written with every replica between averages ([size] each, every rank's; NULL: not): each
+   * rank's samples and local steps since the last average, and the replicas differ (each rank
+   * loaded its own weights). */
+  const int64_t *samples, *steps;
+} tsr__replicas_resumed_t;
+
+/* A run resumed from a checkpoint, as c says. Not collective. */
+int tsr__replicas_resume(tsr_replicas_t *r, const tsr__replicas_resumed_t *c);
 
 #endif

@@ -117,6 +117,11 @@ static inline tsr_task_opts_t tsr__with_mpi(const tsr_task_opts_t *o, bool mpi) 
   return m;
 }
 
+/* Whether every replica holds the same weights now (batch: always; every=K, epoch=n: right after
+ * an average; async-epoch: after its final average). The trainer reads it through
+ * tsr__replicas_checkpoint. */
+bool tsr__replicas_agree(const tsr_replicas_t *r);
+
 /* Chunk (I, j): tile (I / k, j) of the parameter, rows from r0. */
 static inline void tsr__chunk_tile(const rparam_t *rp, int I, int *i, int *r0) {
   *i = I / rp->k, *r0 = (I % rp->k) * rp->cr;

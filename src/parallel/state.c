@@ -28,32 +28,29 @@ static const rparam_t *param_of(const tsr_replicas_t *r, int index) {
   return NULL;
 }
 
-int tsr__replicas_outer(tsr_replicas_t *r, int index, float *into, const float *from) {
+int tsr__replicas_kept(tsr_replicas_t *r, tsr__replicas_kept_t which, int index, float *into,
+                       const float *from) {
   const rparam_t *rp = param_of(r, index);
   tsr_outer_state_t *outer = tsr__homes_outer(r);
-  tsr_tiles_t *u = outer && rp ? tsr__outer_momentum(outer, rp->index) : NULL;
-  if (!u) return TSR_EINVAL;
-  if (from) return tsr_tiles_write_owned(u, from);
-  /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
-   * plan (tsr__placement_plan), which only that row's ranks know. */
-  return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(u, into) : tsr_tiles_gather(u, into);
-}
-
-int tsr__replicas_anchor(tsr_replicas_t *r, int index, float *into, const float *from) {
-  const rparam_t *rp = param_of(r, index);
-  tsr_tiles_t *x = rp ? tsr__homes_anchor(r, rp->index) : NULL;
+  tsr_tiles_t *x = !rp                         ? NULL
+                   : which == TSR__KEPT_ANCHOR ? tsr__homes_anchor(r, rp->index)
+                   : outer                     ? tsr__outer_momentum(outer, rp->index)
+                                               : NULL;
   if (!x) return TSR_EINVAL;
   if (from) return tsr_tiles_write_owned(x, from);
+  /* Each tile from the rank that homes it; under a grid each row homes its chunks by its own
+   * plan (tsr__placement_plan), which only that row's ranks know. */
   return r->m.grid_rows > 1 ? tsr_tiles_gather_owned(x, into) : tsr_tiles_gather(x, into);
 }
 
-void tsr__replicas_resume_between(tsr_replicas_t *r, const int64_t *samples, const int64_t *steps) {
-  int64_t *local = tsr__homes_steps(r);
-  for (int q = 0; q < r->m.size; q++)
-    r->samples[q] = samples[q], local[q] = steps[q];
-  r->agreed = false;
-}
-
-int tsr__replicas_resume(tsr_replicas_t *r, int64_t local_since) {
-  return r->policy->resume_local ? r->policy->resume_local(r, r->state, local_since) : 0;
+int tsr__replicas_resume(tsr_replicas_t *r, const tsr__replicas_resumed_t *c) {
+  if (c->samples && c->steps) {
+    int64_t *local = tsr__homes_steps(r);
+    for (int q = 0; q < r->m.size; q++)
+      r->samples[q] = c->samples[q], local[q] = c->steps[q];
+    r->agreed = false;
+  }
+  if (c->local && r->policy->resume_local)
+    return r->policy->resume_local(r, r->state, c->local_since);
+  return 0;
 }

@@ -148,7 +148,8 @@ static int restore_between(tsr_net_t *net, tsr_replicas_t *rep, const tsr_st_fil
       const float *data = NULL;
       snprintf(full, sizeof full, "anchor.%s", name);
       rc = tsr__ckpt_find_sized(f, path, full, tsr_tiles_rows(t) * tsr_tiles_cols(t), &data, err);
-      if (rc == 0 && (rc = tsr__replicas_anchor(rep, l->params[k].index, NULL, data)) != 0)
+      if (rc == 0 &&
+          (rc = tsr__replicas_kept(rep, TSR__KEPT_ANCHOR, l->params[k].index, NULL, data)) != 0)
         tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
     }
   }
@@ -156,7 +157,8 @@ static int restore_between(tsr_net_t *net, tsr_replicas_t *rep, const tsr_st_fil
   if (!samples) return tsr_error_set(err, TSR_ENOMEM, "out of memory reading %s", path);
   if (rc == 0) rc = per_rank(f, path, "average_samples", samples, err);
   if (rc == 0) rc = per_rank(f, path, "average_steps", samples + size, err);
-  if (rc == 0) tsr__replicas_resume_between(rep, samples, samples + size);
+  tsr__replicas_resumed_t between = {.samples = samples, .steps = samples + size};
+  if (rc == 0) rc = tsr__replicas_resume(rep, &between);
   free(samples);
   return rc;
 }
@@ -185,7 +187,8 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
       rc = tsr__ckpt_find_sized(f, path, full,
                                 tsr_tiles_rows(l->params[k].w) * tsr_tiles_cols(l->params[k].w),
                                 &data, err);
-      if (rc == 0 && (rc = tsr__replicas_outer(rep, l->params[k].index, NULL, data)) != 0)
+      if (rc == 0 && (rc = tsr__replicas_kept(rep, TSR__KEPT_OUTER_MOMENTUM, l->params[k].index,
+                                              NULL, data)) != 0)
         tsr_error_set(err, rc, "%s: cannot set %s: %s", path, full, tsr_strerror(rc));
     }
   }
@@ -193,7 +196,8 @@ int tsr__checkpoint_restore_run(tsr_net_t *net, tsr_replicas_t *rep, const char 
   int64_t since = 0;
   bool local = rc == 0 && strcmp(got.sync, sync) == 0 && tsr__st_meta(f, "local_since");
   if (local) rc = tsr__ckpt_meta_int(f, path, "local_since", 0, INT64_MAX, &since, err);
-  if (local && rc == 0 && (rc = tsr__replicas_resume(rep, since)) != 0)
+  tsr__replicas_resumed_t past = {.local = true, .local_since = since};
+  if (local && rc == 0 && (rc = tsr__replicas_resume(rep, &past)) != 0)
     tsr_error_set(err, rc, "%s: cannot resume local SGD: %s", path, tsr_strerror(rc));
   tsr__st_close(&f);
   return rc;

@@ -57,8 +57,8 @@ static int gather_outer(tsr__ckpt_bundle_t *b, tsr_replicas_t *rep, const char *
   float *all = tsr_dist_rank() == 0 ? malloc(sizeof(float) * (size_t)(rows * cols)) : NULL;
   int rc = tsr_dist_any(tsr_dist_rank() == 0 && !all) ? TSR_ENOMEM : 0;
   if (rc == 0)
-    rc = anchor ? tsr__replicas_anchor(rep, index, all, NULL)
-                : tsr__replicas_outer(rep, index, all, NULL);
+    rc = tsr__replicas_kept(rep, anchor ? TSR__KEPT_ANCHOR : TSR__KEPT_OUTER_MOMENTUM, index, all,
+                            NULL);
   rc = tsr_dist_any(rc != 0) ? (rc ? rc : TSR_ERUNTIME) : 0;
   char full[160];
   snprintf(full, sizeof full, anchor ? "anchor.%s" : "outer.%s.momentum", name);

@@ -145,9 +145,9 @@ static void remeasure(tsr_shares_t *shares, const tsr_rank_work_t *work, int ran
  * the measurement cannot stop on each rank's own clock: every rank takes the same number of
  * steps, enough for `seconds` at the slowest rank's pace in two probing steps (at least 4), and
  * each column is timed on its own. Returns that number; *rc: an error of the probe (after the
- * exchange, which every rank makes). */
+ * exchange, which every rank makes). all: room for one double per rank. */
 static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows, double seconds,
-                          int *rc) {
+                          double *all, int *rc) {
   int b = tsr_net_batch(net), ranks = tsr_dist_size();
   double t0 = now();
   for (int k = 0; *rc == 0 && k < 2; k++) {
@@ -156,11 +156,10 @@ static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows
     *rc = tsr_net_eval_step(net, ds, rows, b);
   }
   if (*rc == 0) *rc = tsr_net_wait(net, 0);
-  double step = (now() - t0) / 2, *all = malloc(sizeof(double) * (size_t)ranks), slowest = 0;
-  int rc2 = all ? tsr_dist_allgather(&step, (int)sizeof step, all) : TSR_ENOMEM;
+  double step = (now() - t0) / 2, slowest = 0;
+  int rc2 = tsr_dist_allgather(&step, (int)sizeof step, all);
   for (int q = 0; rc2 == 0 && q < ranks; q++)
     slowest = fmax(slowest, all[q]);
-  free(all);
   if (*rc == 0) *rc = rc2;
   double steps = slowest > 0 ? ceil(seconds / slowest) : 4;
   return steps < 4 ? 4 : steps > 1e6 ? 1000000 : (int64_t)steps;
@@ -169,14 +168,23 @@ static int64_t grid_steps(tsr_net_t *net, const tsr_dataset_t *ds, int32_t *rows
 int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
                         tsr_shares_t *shares, tsr_errbuf_t *err) {
   int ranks = tsr_dist_size(), b = tsr_net_batch(net), pr = tsr_net_grid_rows(net);
-  if (ds->n <= 0 || !(seconds > 0))
-    return tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %lld samples, %g s",
-                         (long long)ds->n, seconds);
+  /* Collective: a rank that cannot measure must not leave before the others' exchanges, so
+   * every rank allocates first and all agree whether any failed (the start together). */
   int32_t *rows = malloc(sizeof(int32_t) * (size_t)b);
-  if (!rows) return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  double *all = malloc(sizeof(double) * (size_t)ranks);
+  tsr_rank_work_t *work = malloc(sizeof *work * (size_t)ranks);
+  double *w = malloc(sizeof *w * (size_t)(ranks / pr)); /* one weight per replica */
   int rc = 0;
-  int64_t limit = pr > 1 ? grid_steps(net, ds, rows, seconds, &rc) : INT64_MAX;
-  (void)tsr_dist_any(false); /* start together */
+  if (ds->n <= 0 || !(seconds > 0))
+    rc = tsr_error_set(err, TSR_EINVAL, "cannot measure shares: %lld samples, %g s",
+                       (long long)ds->n, seconds);
+  else if (!rows || !all || !work || !w)
+    rc = tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
+  if (tsr_dist_any(rc != 0)) {
+    free(rows), free(all), free(work), free(w);
+    return rc ? rc : tsr_error_set(err, TSR_EINVAL, "another rank could not measure shares");
+  }
+  int64_t limit = pr > 1 ? grid_steps(net, ds, rows, seconds, all, &rc) : INT64_MAX;
   double t0 = now(), t = t0;
   int64_t samples = 0;
   for (int64_t k = 0; rc == 0 && k < limit && (pr > 1 || t - t0 < seconds); k++) {
@@ -191,13 +199,6 @@ int tsr_train_calibrate(tsr_net_t *net, const tsr_dataset_t *ds, double seconds,
   double loss, correct, rate = samples / (now() - t0);
   if (rc == 0) rc = tsr_net_take_stats(net, true, &loss, &correct); /* clears them */
   free(rows);
-  double *all = malloc(sizeof(double) * (size_t)ranks);
-  tsr_rank_work_t *work = malloc(sizeof *work * (size_t)ranks);
-  double *w = malloc(sizeof *w * (size_t)(ranks / pr)); /* one weight per replica */
-  if (!all || !work || !w) {
-    free(all), free(work), free(w);
-    return tsr_error_set(err, TSR_ENOMEM, "out of memory measuring shares");
-  }
   int rc2 = tsr_dist_allgather(&rate, (int)sizeof rate, all);
   if (rc == 0 && rc2 == 0) {
     for (int q = 0; q < ranks; q++)
@@ -516,6 +517,12 @@ static int step_line(run_t *r, epoch_t *ep, int64_t k) {
   return rc > 0 ? TSR_EINVAL : rc;
 }
 
+/* Whether every replica holds the same weights now (none: one replica). */
+static bool agreed(tsr_replicas_t *rep) {
+  tsr__replicas_saved_t now;
+  return !rep || (tsr__replicas_checkpoint(rep, false, &now) == 0 && now.agreed);
+}
+
 /* --eval-every after step k of the epoch: the validation set (else the test set) evaluated by
  * the evaluating column, on_eval on rank 0. */
 static int eval_line(run_t *r, epoch_t *ep, int64_t k) {
@@ -532,7 +539,7 @@ static int eval_line(run_t *r, epoch_t *ep, int64_t k) {
                         .positions = tsr_net_positions(r->net),
                         .set = set == r->test ? "test" : "val",
                         .evaluated = set->n,
-                        .agreed = !r->rep || tsr__replicas_agree(r->rep)};
+                        .agreed = agreed(r->rep)};
   TSR_TRY(tsr_evaluate(r->net, set, &s.loss, &s.accuracy));
   s.seconds = now() - t0;
   if (r->speaker) tsr__observe_span("evaluation", s0, tsr__observe_now());

@@ -21,13 +21,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void check_config(const tsr_cli_train_config_t *c) {
   FUZZ_CHECK(c->data_dir && c->model);
   FUZZ_CHECK(c->train.epochs >= 0 && c->train.epochs <= 100000);
-  FUZZ_CHECK(c->net.batch >= 1 && c->net.batch <= 1 << 20);
-  FUZZ_CHECK(isfinite(c->net.opt.lr) && c->net.opt.lr > 0.0f);
-  FUZZ_CHECK(c->net.opt.momentum >= 0.0f && c->net.opt.momentum < 1.0f);
-  FUZZ_CHECK(isfinite(c->net.opt.weight_decay) && c->net.opt.weight_decay >= 0.0f);
-  FUZZ_CHECK(c->net.tile_rows >= 0 && c->net.tile_rows <= 1 << 20);
-  FUZZ_CHECK(c->net.tile_cols >= 0 && c->net.tile_cols <= 1 << 20);
-  FUZZ_CHECK((c->net.tile_rows == 0) == (c->net.tile_cols == 0));
+  FUZZ_CHECK(c->run.net.batch >= 1 && c->run.net.batch <= 1 << 20);
+  FUZZ_CHECK(isfinite(c->run.net.opt.lr) && c->run.net.opt.lr > 0.0f);
+  FUZZ_CHECK(c->run.net.opt.momentum >= 0.0f && c->run.net.opt.momentum < 1.0f);
+  FUZZ_CHECK(isfinite(c->run.net.opt.weight_decay) && c->run.net.opt.weight_decay >= 0.0f);
+  FUZZ_CHECK(c->run.net.tile_rows >= 0 && c->run.net.tile_rows <= 1 << 20);
+  FUZZ_CHECK(c->run.net.tile_cols >= 0 && c->run.net.tile_cols <= 1 << 20);
+  FUZZ_CHECK((c->run.net.tile_rows == 0) == (c->run.net.tile_cols == 0));
   FUZZ_CHECK(c->runtime.ncpus == -1 || (c->runtime.ncpus >= 1 && c->runtime.ncpus <= 4096));
   FUZZ_CHECK(c->train.window >= 1 && c->train.window <= 1 << 16);
   FUZZ_CHECK(c->train_limit == -1 || c->train_limit >= 1);
