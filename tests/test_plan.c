@@ -575,6 +575,47 @@ Test(plan, memory_counts_a_narrow_last_tile_column_at_its_width) {
   tsr_model_spec_fini(&spec);
 }
 
+/* tessera plan --layers: the step's layers, in the layout's order, add up to the step: on one
+ * worker with no task overhead the compute is every task's seconds, the layers' forward and
+ * backward plus the batch's assembly (its rows and labels, read and written: 2 x 4 x 64 x 785
+ * bytes) and the loss (3 x 4 x 64 x 10 bytes), each bytes / 10 GB/s; the layers' flops are the
+ * step's. The MLP 784-512-512-10 is three dense layers (the ReLUs fused), each with flops. */
+Test(plan, the_layers_of_a_plan_add_up_to_its_step) {
+  tsr_model_spec_t spec;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_model_parse(&spec, "mlp", 10, &err), 0, "%s", err.msg);
+  tsr_plan_opts_t o;
+  tsr_plan_opts_init(&o);
+  o.ranks = 1, o.batch = 64, o.samples = 6400;
+  cr_assert_eq(tsr_plan_sync_parse(&o.sync, "batch", &err), 0, "%s", err.msg);
+  tsr_machine_t m = round_machine();
+  tsr_plan_row_t row;
+  int n = 0;
+  cr_assert_eq(tsr_plan_run(&spec, &o, &m, &row, 1, &n, &err), 0, "%s", err.msg);
+  tsr_plan_layer_t layers[8];
+  cr_assert_eq(tsr_plan_layers(&spec, &o, &m, &row, layers, 8, &n, &err), 0, "%s", err.msg);
+  cr_assert_eq(n, 3, "%d layers", n);
+  double work = 0, flops = 0;
+  for (int k = 0; k < n; k++) {
+    cr_expect_str_eq(layers[k].type, "dense");
+    cr_expect(layers[k].name[0] != '\0');
+    cr_expect(layers[k].forward_s > 0 && layers[k].backward_s > layers[k].forward_s,
+              "layer %d: forward %g s, backward %g s (two GEMMs and an update)", k + 1,
+              layers[k].forward_s, layers[k].backward_s);
+    cr_expect(layers[k].flops > 0);
+    work += layers[k].forward_s + layers[k].backward_s, flops += layers[k].flops;
+  }
+  double rest = (4.0 * 2 * 64 * 785 + 4.0 * 3 * 64 * 10) / 10e9;
+  cr_expect(fabs(work + rest - row.compute_s) <= 1e-9 * row.compute_s,
+            "layers %g s + assembly and loss %g s, the step's compute %g s", work, rest,
+            row.compute_s);
+  cr_expect(fabs(flops - row.flops_step) <= 1e-9 * row.flops_step, "layers %g flops, step %g",
+            flops, row.flops_step);
+  cr_expect_eq(tsr_plan_layers(&spec, &o, &m, &row, layers, 2, &n, &err), TSR_EINVAL);
+  cr_expect(strstr(err.msg, "3 layers, room for 2"), "%s", err.msg);
+  tsr_model_spec_fini(&spec);
+}
+
 /* An epoch's steps count its last, partial batch: 60,000 samples in batches of 64 are 937 full
  * batches and one of 32, so 938 steps; on 7 ranks each shard has ceil(60000 / 7) = 8572
  * samples, 134 steps (133 full and one of 60); 64 samples are exactly 1 step. */

@@ -144,6 +144,24 @@ TSR_API int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *op
                          const tsr_machine_t *m, tsr_plan_row_t *rows, int max_rows, int *n_rows,
                          tsr_errbuf_t *err);
 
+/* One layer of a plan's step, as a trace's tasks of that layer add up (tessera trace-summary, a
+ * task's "layer" is its index + 1): the seconds of its tasks on one rank, all its workers' added
+ * up (before they are spread over the workers), forward and backward (its parameters' update,
+ * and the sums of its output's gradients where several layers read it, included), and their
+ * flops. */
+typedef struct {
+  char name[TSR_NAME_MAX]; /* the model's section name (layer<N> when unnamed) */
+  const char *type;        /* the layer type's name: "conv", "dense", ... (static) */
+  double forward_s, backward_s, flops;
+} tsr_plan_layer_t;
+
+/* The step of row (one that tsr_plan_run returned for spec, opts and m) layer by layer, in the
+ * order the layout runs them, into out (at most max, caller-owned; *n: how many). TSR_EINVAL
+ * when the model has more layers than max. */
+TSR_API int tsr_plan_layers(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts,
+                            const tsr_machine_t *m, const tsr_plan_row_t *row,
+                            tsr_plan_layer_t *out, int max, int *n, tsr_errbuf_t *err);
+
 /* --domain auto's choice for a run (tsr_plan_domain_auto). */
 typedef struct {
   bool domain;       /* convolutions and pooling cut into bands of image rows: tsr_net_opts_t's */

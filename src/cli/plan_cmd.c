@@ -53,6 +53,9 @@ static void usage(FILE *out) {
           "  --machine FILE      calibration file [$STARPU_HOME/tessera-machine.ini]\n"
           "  --calibrate         under mpirun -np 2: measure alpha and beta with a StarPU-MPI\n"
           "                      ping-pong and write them to the calibration file\n"
+          "  --layers            also the recommended plan layer by layer: each layer's\n"
+          "                      seconds of tasks on a rank, forward and backward, and\n"
+          "                      flops (a trace's tasks of that layer add up the same way)\n"
           "  --json              JSON instead of a table\n"
           "  -h, --help          this text\n",
           names);
@@ -134,8 +137,27 @@ static void print_table(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t
   }
 }
 
+/* The recommended row's layers (tsr_plan_layers), as a table. */
+static void print_layers(const tsr_plan_row_t *r, const tsr_plan_layer_t *l, int n) {
+  char sync[32];
+  tsr_sync_schedule_describe(&r->sync, sync, sizeof sync);
+  printf("\nlayer by layer, %dx%d --sync %s (seconds of tasks on rank 0 per step, its workers' "
+         "added up):\n",
+         r->pr, r->pc, sync);
+  printf("%4s  %-24s %-14s %12s %12s %10s\n", "#", "layer", "type", "forward ms", "backward ms",
+         "GFLOP");
+  double f = 0, b = 0, fl = 0;
+  for (int k = 0; k < n; k++) {
+    printf("%4d  %-24s %-14s %12.3f %12.3f %10.3f\n", k + 1, l[k].name, l[k].type,
+           l[k].forward_s * 1e3, l[k].backward_s * 1e3, l[k].flops * 1e-9);
+    f += l[k].forward_s, b += l[k].backward_s, fl += l[k].flops;
+  }
+  printf("%4s  %-24s %-14s %12.3f %12.3f %10.3f\n", "", "all", "", f * 1e3, b * 1e3, fl * 1e-9);
+}
+
 static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t *o,
-                       const char *model, const tsr_machine_t *m) {
+                       const char *model, const tsr_machine_t *m, const tsr_plan_layer_t *layers,
+                       int n_layers) {
   cJSON *root = cJSON_CreateObject(), *list = cJSON_CreateArray();
   cJSON_AddStringToObject(root, "model", model);
   cJSON_AddNumberToObject(root, "batch", o->batch);
@@ -192,6 +214,19 @@ static void print_json(const tsr_plan_row_t *rows, int n, const tsr_plan_opts_t 
     cJSON_AddNumberToObject(x, "bytes_epoch", r->bytes_epoch);
     cJSON_AddNumberToObject(x, "memory_bytes", r->memory_bytes);
     cJSON_AddBoolToObject(x, "best", r->best);
+    if (r->best && layers) {
+      cJSON *ls = cJSON_AddArrayToObject(x, "layers");
+      for (int k = 0; k < n_layers; k++) {
+        cJSON *y = cJSON_CreateObject();
+        cJSON_AddNumberToObject(y, "index", k + 1);
+        cJSON_AddStringToObject(y, "name", layers[k].name);
+        cJSON_AddStringToObject(y, "type", layers[k].type);
+        cJSON_AddNumberToObject(y, "forward_s", layers[k].forward_s);
+        cJSON_AddNumberToObject(y, "backward_s", layers[k].backward_s);
+        cJSON_AddNumberToObject(y, "flops", layers[k].flops);
+        cJSON_AddItemToArray(ls, y);
+      }
+    }
     cJSON_AddItemToArray(list, x);
   }
   cJSON_AddItemToObject(root, "plans", list);
@@ -222,6 +257,7 @@ int tsr_cli_plan(int argc, char **argv) {
     O_DOMAIN,
     O_MACHINE,
     O_CALIBRATE,
+    O_LAYERS,
     O_JSON,
     O_HELP
   };
@@ -244,6 +280,7 @@ int tsr_cli_plan(int argc, char **argv) {
                                            {"domain", required_argument, 0, O_DOMAIN},
                                            {"machine", required_argument, 0, O_MACHINE},
                                            {"calibrate", no_argument, 0, O_CALIBRATE},
+                                           {"layers", no_argument, 0, O_LAYERS},
                                            {"json", no_argument, 0, O_JSON},
                                            {"help", no_argument, 0, O_HELP},
                                            {0, 0, 0, 0}};
@@ -255,6 +292,7 @@ int tsr_cli_plan(int argc, char **argv) {
   tsr__cli_starpu_home_file(machine_path, sizeof machine_path, "tessera-machine.ini");
   tsr__cli_starpu_home_file(cache_path, sizeof cache_path, "tessera-plan-rates.txt");
   bool json = false, do_calibrate = false, input_given = false, classes_given = false;
+  bool by_layer = false;
   int workers = 0;
   long v;
   int c;
@@ -369,6 +407,7 @@ int tsr_cli_plan(int argc, char **argv) {
       break;
     case O_MACHINE: snprintf(machine_path, sizeof machine_path, "%s", optarg); break;
     case O_CALIBRATE: do_calibrate = true; break;
+    case O_LAYERS: by_layer = true; break;
     case O_JSON: json = true; break;
     case O_HELP: usage(stdout); return 0;
     default: return 2; /* said by tsr__cli_getopt */
@@ -424,16 +463,29 @@ int tsr_cli_plan(int argc, char **argv) {
     return 1;
   }
   rc = tsr_plan_run(&spec, &o, &m, rows, MAX_ROWS, &n, &err);
+  /* --layers: the recommended row's (the fewest seconds per epoch) */
+  tsr_plan_layer_t *layers = NULL;
+  int n_layers = 0, best = 0;
+  for (int i = 0; i < n; i++)
+    if (rows[i].best) best = i;
+  if (rc == 0 && by_layer && n > 0) {
+    layers = calloc((size_t)spec.n_layers * 2 + 8, sizeof *layers); /* fused and added ones */
+    rc = layers ? tsr_plan_layers(&spec, &o, &m, &rows[best], layers, spec.n_layers * 2 + 8,
+                                  &n_layers, &err)
+                : tsr_error_set(&err, TSR_ENOMEM, "out of memory");
+  }
   tsr_model_spec_fini(&spec);
   if (rc) {
     fprintf(stderr, "tessera plan: %s\n", err.msg[0] ? err.msg : tsr_strerror(rc));
-    free(rows);
+    free(rows), free(layers);
     return 1;
   }
-  if (json)
-    print_json(rows, n, &o, model, &m);
-  else
+  if (json) {
+    print_json(rows, n, &o, model, &m, layers, n_layers);
+  } else {
     print_table(rows, n, &o, model, &m);
-  free(rows);
+    if (layers) print_layers(&rows[best], layers, n_layers);
+  }
+  free(rows), free(layers);
   return 0;
 }

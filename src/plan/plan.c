@@ -98,10 +98,11 @@ typedef struct {
   const tsr_machine_t *m;
   const tsr_net_layout_t *lay;
   int batch, mb, pr, pc, nstate, classes, inputs, workers;
-  bool sharded_update; /* batch averaging: each chunk's update runs once, on its home */
-  double work, flops;  /* one worker's seconds of tasks, and their flops, per step */
-  double chain;        /* critical path per step */
-  double *bwd;         /* [n_layers] seconds of each layer's backward pass on the rank */
+  bool sharded_update;    /* batch averaging: each chunk's update runs once, on its home */
+  double work, flops;     /* one worker's seconds of tasks, and their flops, per step */
+  double chain;           /* critical path per step */
+  double *bwd;            /* [n_layers] seconds of each layer's backward pass on the rank */
+  double *all, *flops_of; /* [n_layers] or NULL: each layer's seconds of tasks and flops */
 } compute_t;
 
 /* One task: its overhead plus the roofline bound of its kernel. */
@@ -172,6 +173,7 @@ static int compute_step(compute_t *c) {
       if (e > after) after = e;
     }
     if (l->n_inputs == 0) after = start;
+    double work0 = c->work, flops0 = c->flops;
     end[k] = after + l->type->cost(c->lay, l, &c->sink, &c->bwd[k]);
     if (end[k] > chain) chain = end[k];
     int nb = imin(l->out_nb, l->fout), nt = ntiles(l->fout, nb);
@@ -180,6 +182,7 @@ static int compute_step(compute_t *c) {
         for (int j = 0; j < nt; j++)
           if (tsr__cost_row0(l->place, j, c->pr)) /* row 0's tile columns */
             c->bwd[k] += task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * tsize(l->fout, nb, j));
+    if (c->all) c->all[k] = c->work - work0, c->flops_of[k] = c->flops - flops0;
   }
   for (int i = 0; i < mt; i++) { /* softmax and cross-entropy, on row 0 */
     double t = task(c, 0, 1, 4.0 * 3 * tsize(c->batch, mb, i) * c->classes);
@@ -363,6 +366,32 @@ static int row0_slice(const tsr_net_layout_t *lay, int pr, tsr__plan_param_t **o
 
 /* ---- One configuration ------------------------------------------------- */
 
+/* Ranks on a node share its cores: each takes its share of workers (at most 4), into *workers,
+ * and more threads than cores slow every one down: returns by how much (1: not). *per_node: the
+ * ranks a node holds. */
+static double rank_workers(const tsr_machine_t *m, int ranks, int *per_node, int *workers) {
+  *per_node = m->ranks_per_node > 0 ? m->ranks_per_node : ranks;
+  if (*per_node > ranks) *per_node = ranks;
+  *workers = m->workers > 0 ? m->workers : m->cores_per_node / *per_node;
+  if (*workers > 4) *workers = 4;
+  if (*workers < 1) *workers = 1;
+  double oversubscribed = (double)*per_node * *workers / m->cores_per_node;
+  return oversubscribed < 1 ? 1 : oversubscribed;
+}
+
+/* The layout a rank of a Pr-row grid column builds for o's model, with the first `split`
+ * convolutions and poolings cut into bands (INT_MAX: all, as --domain rows; 0: none). */
+static int layout_of(tsr_net_layout_t *lay, const tsr_model_spec_t *spec, const tsr_plan_opts_t *o,
+                     int pr, int split, int workers, tsr_errbuf_t *err) {
+  tsr_net_opts_t no;
+  tsr_net_opts_init(&no);
+  no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
+  no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
+  no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
+  no.domain = split > 0, no.domain_layers = split == INT_MAX ? 0 : split; /* as --domain rows[:K] */
+  return tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err);
+}
+
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
                     int pr, int pc, const tsr_sync_schedule_t *sync, int split, tsr_plan_row_t *row,
                     tsr_errbuf_t *err) {
@@ -371,24 +400,10 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
    * between steps. */
   bool grads = policy->traits.meets_every_step;
   int ranks = pr * pc;
-  /* Ranks on a node share its cores: each takes its share of workers (at
-   * most 4), and more threads than cores slow every one down. */
-  int per_node = m->ranks_per_node > 0 ? m->ranks_per_node : ranks;
-  if (per_node > ranks) per_node = ranks;
-  int workers = m->workers > 0 ? m->workers : m->cores_per_node / per_node;
-  if (workers > 4) workers = 4;
-  if (workers < 1) workers = 1;
-  double oversubscribed = (double)per_node * workers / m->cores_per_node;
-  if (oversubscribed < 1) oversubscribed = 1;
-
-  tsr_net_opts_t no;
-  tsr_net_opts_init(&no);
-  no.batch = o->batch, no.tile_rows = o->tile_rows, no.tile_cols = o->tile_cols;
-  no.in_channels = o->in_channels, no.in_height = o->in_height, no.in_width = o->in_width;
-  no.grid_rows = pr; /* tiles as `train --grid` chooses them (feature tile capped at widest / Pr) */
-  no.domain = split > 0, no.domain_layers = split == INT_MAX ? 0 : split; /* as --domain rows[:K] */
+  int per_node, workers;
+  double oversubscribed = rank_workers(m, ranks, &per_node, &workers);
   tsr_net_layout_t layout, *lay = &layout;
-  TSR_TRY(tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err));
+  TSR_TRY(layout_of(lay, spec, o, pr, split, workers, err));
   /* per layer: the seconds of its backward pass, its parameters' bytes on row 0 */
   double *bwd = calloc((size_t)lay->n_layers + 1, sizeof *bwd);
   double *layer_bytes = calloc((size_t)lay->n_layers + 1, sizeof *layer_bytes);
@@ -572,6 +587,60 @@ int tsr_plan_run(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts, cons
   }
   if (best >= 0) rows[best].best = true;
   return 0;
+}
+
+int tsr_plan_layers(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts,
+                    const tsr_machine_t *m, const tsr_plan_row_t *row, tsr_plan_layer_t *out,
+                    int max, int *n, tsr_errbuf_t *err) {
+  *n = 0;
+  if (row->pr < 1 || row->pc < 1 || opts->batch < 1)
+    return tsr_error_set(err, TSR_EINVAL, "plan layers: a row of tsr_plan_run is needed");
+  int split = !row->domain                            ? 0
+              : row->domain_layers >= row->splittable ? INT_MAX
+                                                      : row->domain_layers;
+  int per_node, workers;
+  (void)rank_workers(m, row->pr * row->pc, &per_node, &workers);
+  tsr_plan_opts_t o = *opts;
+  o.tile_rows = row->tile_rows, o.tile_cols = row->tile_cols; /* the row's, as it planned */
+  tsr_net_layout_t lay;
+  TSR_TRY(layout_of(&lay, spec, &o, row->pr, split, workers, err));
+  int nl = lay.n_layers;
+  if (nl > max) {
+    tsr__net_layout_fini(&lay);
+    return tsr_error_set(err, TSR_EINVAL, "plan layers: %d layers, room for %d", nl, max);
+  }
+  double *buf = calloc((size_t)(3 * nl + 1), sizeof *buf);
+  if (!buf) {
+    tsr__net_layout_fini(&lay);
+    return tsr_error_set(err, TSR_ENOMEM, "plan: out of memory for %d layers", nl);
+  }
+  compute_t c = {.m = m,
+                 .lay = &lay,
+                 .batch = o.batch,
+                 .mb = imin(lay.mb, o.batch),
+                 .pr = row->pr,
+                 .pc = row->pc,
+                 .nstate = o.nstate,
+                 .classes = o.classes,
+                 .inputs = o.inputs,
+                 .workers = workers,
+                 .sharded_update =
+                     tsr__sync_policy(&row->sync)->traits.meets_every_step && row->pc > 1,
+                 .bwd = buf,
+                 .all = buf + nl,
+                 .flops_of = buf + 2 * nl};
+  int rc = compute_step(&c);
+  for (int k = 0; rc == 0 && k < nl; k++) {
+    const tsr_layout_layer_t *l = &lay.layers[k];
+    tsr_plan_layer_t *p = &out[k];
+    snprintf(p->name, sizeof p->name, "%s", l->name);
+    p->type = l->type->name;
+    p->forward_s = c.all[k] - c.bwd[k], p->backward_s = c.bwd[k], p->flops = c.flops_of[k];
+  }
+  if (rc == 0) *n = nl;
+  free(buf);
+  tsr__net_layout_fini(&lay);
+  return rc ? tsr_error_set(err, rc, "plan: out of memory for %d layers", nl) : 0;
 }
 
 /* ---- Averaging: the engine's chunks and homes (placement.c) ------------- */
