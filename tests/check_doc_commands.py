@@ -173,6 +173,12 @@ COMMANDS = dict([
             "checkout"),
     RUN("build/tessera plan --model resnet50 --input 224x224x3 --classes 1000 --batch 64 "
         "--ranks 8192 --cluster ib100"),
+    RUN("build/tessera plan --model googlenet --input 224x224x3 --batch 8 --sync batch --layers",
+        append="--cluster ib100",
+        why="on a described machine: this one's would time every convolution's rates first"),
+    NOT_RUN("/usr/bin/python3 benchmarks/plan_layers.py --model resnet20 --input 32x32x3 "
+            "--batch 64", "trains and traces 12 steps of ResNet-20 after timing its "
+            "convolutions' rates for the plan (about a minute)"),
     RUN("/usr/bin/python3 benchmarks/plan_table.py --models alexnet,vgg16,resnet50,googlenet "
         "--batches 64 --samples 1281167", append="--clusters eth10 --nodes 16 --out plan-zoo",
         why="shortened: one cluster, one node count; --out here instead of benchmarks/out/"),
