@@ -392,6 +392,25 @@ static int layout_of(tsr_net_layout_t *lay, const tsr_model_spec_t *spec, const 
   return tsr__net_layout_build(lay, spec, o->inputs, o->classes, &no, workers, o->nstate, err);
 }
 
+/* The pricing of one rank's step of lay on m (compute_step), in a grid of pr x pc; grads: the
+ * policy averages gradients every step (each chunk's update then runs on its home only). */
+static compute_t compute_of(const tsr_machine_t *m, const tsr_net_layout_t *lay,
+                            const tsr_plan_opts_t *o, int pr, int pc, int workers, bool grads,
+                            double *bwd) {
+  return (compute_t){.m = m,
+                     .lay = lay,
+                     .batch = o->batch,
+                     .mb = imin(lay->mb, o->batch),
+                     .pr = pr,
+                     .pc = pc,
+                     .nstate = o->nstate,
+                     .classes = o->classes,
+                     .inputs = o->inputs,
+                     .workers = workers,
+                     .sharded_update = grads && pc > 1,
+                     .bwd = bwd};
+}
+
 static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, const tsr_machine_t *m,
                     int pr, int pc, const tsr_sync_schedule_t *sync, int split, tsr_plan_row_t *row,
                     tsr_errbuf_t *err) {
@@ -422,18 +441,7 @@ static int plan_one(const tsr_model_spec_t *spec, const tsr_plan_opts_t *o, cons
   int64_t shard = (o->samples + pc - 1) / pc;
   row->steps_per_epoch = (shard + o->batch - 1) / o->batch;
 
-  compute_t c = {.m = m,
-                 .lay = lay,
-                 .batch = o->batch,
-                 .mb = imin(lay->mb, o->batch),
-                 .pr = pr,
-                 .pc = pc,
-                 .nstate = o->nstate,
-                 .classes = o->classes,
-                 .inputs = o->inputs,
-                 .workers = workers,
-                 .sharded_update = grads && pc > 1,
-                 .bwd = bwd};
+  compute_t c = compute_of(m, lay, o, pr, pc, workers, grads, bwd);
   if (compute_step(&c)) {
     free(bwd), free(layer_bytes), tsr__net_layout_fini(lay);
     return tsr_error_set(err, TSR_ENOMEM, "plan: out of memory for %d layers", lay->n_layers);
@@ -614,21 +622,9 @@ int tsr_plan_layers(const tsr_model_spec_t *spec, const tsr_plan_opts_t *opts,
     tsr__net_layout_fini(&lay);
     return tsr_error_set(err, TSR_ENOMEM, "plan: out of memory for %d layers", nl);
   }
-  compute_t c = {.m = m,
-                 .lay = &lay,
-                 .batch = o.batch,
-                 .mb = imin(lay.mb, o.batch),
-                 .pr = row->pr,
-                 .pc = row->pc,
-                 .nstate = o.nstate,
-                 .classes = o.classes,
-                 .inputs = o.inputs,
-                 .workers = workers,
-                 .sharded_update =
-                     tsr__sync_policy(&row->sync)->traits.meets_every_step && row->pc > 1,
-                 .bwd = buf,
-                 .all = buf + nl,
-                 .flops_of = buf + 2 * nl};
+  bool grads = tsr__sync_policy(&row->sync)->traits.meets_every_step;
+  compute_t c = compute_of(m, &lay, &o, row->pr, row->pc, workers, grads, buf);
+  c.all = buf + nl, c.flops_of = buf + 2 * nl;
   int rc = compute_step(&c);
   for (int k = 0; rc == 0 && k < nl; k++) {
     const tsr_layout_layer_t *l = &lay.layers[k];
