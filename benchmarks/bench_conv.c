@@ -24,8 +24,8 @@
 #include <time.h>
 
 #include "bench_common.h"
+#include "bench_zoo.h"
 #include "kernels/kernels.h"
-#include "nn/layout.h"
 
 #ifdef TSR_HAVE_DNNL
 #include <omp.h>
@@ -276,48 +276,19 @@ static double flops(const shape_t *s) {
 
 /* ---- the shapes ---- */
 
-typedef struct {
-  const char *model, *input;
-  int batch;
-} zoo_model_t;
-
-static const zoo_model_t zoo[] = {
-    {"resnet20", "32x32x3", 128}, {"resnet32", "32x32x3", 128}, {"resnet56", "32x32x3", 128},
-    {"vgg11", "32x32x3", 64},     {"resnet18", "224x224x3", 8}, {"resnet50", "224x224x3", 8},
-    {"vgg16", "224x224x3", 8},    {"alexnet", "224x224x3", 8},  {"googlenet", "224x224x3", 8},
-};
-
 static bool same_geom(const tsr_conv_geom_t *a, const tsr_conv_geom_t *b) {
   return memcmp(a, b, sizeof *a) == 0;
 }
 
 /* Adds model's convolutions (as laid out for `batch` on two workers, or with the batch-row tile
  * `tile` when > 0) to shapes, each distinct (geometry, tile) once. */
-static int add_model(shape_t *shapes, int *nshapes, const zoo_model_t *z, int tile) {
-  int h, w, c;
-  if (sscanf(z->input, "%dx%dx%d", &h, &w, &c) != 3) return TSR_EINVAL;
-  tsr_model_spec_t spec;
-  tsr_errbuf_t err = {""};
-  int rc = tsr_model_parse(&spec, z->model, 10, &err);
-  if (rc) {
-    fprintf(stderr, "bench_conv: %s\n", err.msg);
-    return rc;
-  }
-  tsr_model_bind_classes(&spec, 10);
-  tsr_net_opts_t o;
-  tsr_net_opts_init(&o);
-  o.batch = z->batch, o.in_channels = c, o.in_height = h, o.in_width = w;
-  if (tile > 0) o.tile_rows = tile;
+static int add_model(shape_t *shapes, int *nshapes, const bench_zoo_model_t *z, int tile) {
   tsr_net_layout_t lay;
-  rc = tsr__net_layout(&lay, &spec, h * w * c, 10, &o, 2, &err);
-  tsr_model_spec_fini(&spec);
-  if (rc) {
-    fprintf(stderr, "bench_conv: %s: %s\n", z->model, err.msg);
-    return rc;
-  }
+  int n, rc = bench_zoo_layout(&lay, &n, z, tile, "bench_conv");
+  if (rc) return rc;
   for (int l = 0; l < lay.n_layers; l++) {
     if (lay.layers[l].kind != TSR_LAYER_CONV) continue;
-    shape_t s = {.g = lay.layers[l].geom, .n = lay.mb < z->batch ? lay.mb : z->batch};
+    shape_t s = {.g = lay.layers[l].geom, .n = n};
     s.tiles = (z->batch + s.n - 1) / s.n;
     int k = 0;
     while (k < *nshapes && !(same_geom(&shapes[k].g, &s.g) && shapes[k].n == s.n))
@@ -326,10 +297,7 @@ static int add_model(shape_t *shapes, int *nshapes, const zoo_model_t *z, int ti
       if (k == MAX_SHAPES) break;
       shapes[(*nshapes)++] = s;
     }
-    char *m = shapes[k].models;
-    if (!strstr(m, z->model) && strlen(m) + strlen(z->model) + 2 < sizeof shapes[k].models)
-      snprintf(m + strlen(m), sizeof shapes[k].models - strlen(m), "%s%s", m[0] ? "," : "",
-               z->model);
+    bench_zoo_name(shapes[k].models, sizeof shapes[k].models, z->model);
   }
   tsr__net_layout_fini(&lay);
   return 0;
@@ -402,23 +370,13 @@ int main(int argc, char **argv) {
               shape_args[i]);
       return 2;
     }
-  for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++) {
+  for (int i = 0; i < nmodels; i++)
+    if (!bench_zoo_find("bench_conv", models[i])) return 2;
+  for (size_t z = 0; z < BENCH_ZOO_MODELS; z++) {
     bool asked = nmodels == 0 && nshape_args == 0;
     for (int i = 0; i < nmodels; i++)
-      asked |= strcmp(models[i], zoo[z].model) == 0;
-    if (asked && add_model(shapes, &nshapes, &zoo[z], tile)) return 1;
-  }
-  for (int i = 0; i < nmodels; i++) {
-    bool known = false;
-    for (size_t z = 0; z < sizeof zoo / sizeof *zoo; z++)
-      known |= strcmp(models[i], zoo[z].model) == 0;
-    if (!known) {
-      fprintf(stderr,
-              "bench_conv: --model %s: not one of the zoo's (resnet20, resnet32, "
-              "resnet56, vgg11, resnet18, resnet50, vgg16, alexnet, googlenet)\n",
-              models[i]);
-      return 2;
-    }
+      asked |= strcmp(models[i], bench_zoo[z].model) == 0;
+    if (asked && add_model(shapes, &nshapes, &bench_zoo[z], tile)) return 1;
   }
   tsr__k_init();
 #ifdef TSR_HAVE_DNNL

@@ -44,7 +44,7 @@ MUTANTS = [
      "optimizer dispatch of --sync batch, which the optimizer module replaced",
      "src/optim/optim.c", [("o->lr, o->t, wd,", "o->lr, o->t + 1, wd,")], ["train"]),
     ("pool-ties", "max-pool backward gives the gradient to every tied maximum",
-     "src/kernels/conv.c",
+     "src/kernels/pool.c",
      [("left[q] = hit ? 0.0f : left[q];", "left[q] = left[q];")] * 2, ["kernels", "conv"]),
     ("weights-stale", "--weighting samples leaves the last rank's weight stale",
      "src/parallel/home.c",

@@ -622,7 +622,7 @@ static void check_pool_ties(pool_case_t pc, bool relu) {
 
 Test(kernels, max_pool_backward_routes_ties_to_the_forward_choice_without_overlap) {
   /* stride == window: the kernel's "tiled" branch; rows and columns past the
-   * last window, and more than 64 channels (it works in blocks of 64). */
+   * last window, and more than 64 channels (it works in blocks of 32: two and a tail). */
   const pool_case_t cases[] = {
       {5, 7, 3, 2, 2, 2, 2}, {7, 5, 2, 3, 2, 3, 2}, {4, 5, 67, 2, 2, 2, 2}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
