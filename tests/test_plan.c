@@ -868,3 +868,110 @@ Test(plan, batchnorm_under_domain_rows_prices_a_band) {
   tsr__net_layout_fini(&lay);
   tsr_model_spec_fini(&spec);
 }
+
+/* A sink that records the pooling tasks it is asked to price, each taking 1 ms forward and
+ * 3 ms backward (what the planner's timing of the kernel would say). */
+typedef struct {
+  counting_sink_t c;
+  int pools;
+  tsr_conv_geom_t g[8];
+  int n[8], which[8];
+  bool max[8];
+} pool_sink_t;
+
+static double record_pool(tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, bool max, int which,
+                          double bytes) {
+  pool_sink_t *p = (pool_sink_t *)k;
+  int i = p->pools++;
+  cr_assert_lt(i, 8, "more pooling tasks than the batch has tiles");
+  p->g[i] = *g, p->n[i] = n, p->max[i] = max, p->which[i] = which;
+  p->c.bytes += bytes, p->c.tasks++;
+  double t = which ? 3e-3 : 1e-3;
+  p->c.work += t;
+  return t;
+}
+
+/* A 3x3 max pooling of stride 1 after a convolution of 8 x 8 x 1 images to 4 channels, batch
+ * 40 in 16-row tiles: each tile's forward and backward task priced on the tile's samples and the
+ * layer's window (the planner times the kernel on that shape), under --domain rows on band 0's
+ * rows with their halo. The pooling's price is its kernel's, not its bytes': GoogLeNet's 13 max
+ * poolings ran 12x the bytes' price (benchmarks/results/plan/googlenet-layers-zen3-2026-12-07). */
+Test(plan, pooling_is_priced_by_its_kernel_on_each_tile) {
+  for (int domain = 0; domain < 2; domain++) {
+    tsr_model_spec_t spec;
+    tsr_errbuf_t err = {""};
+    cr_assert_eq(tsr_model_parse_ini_text(&spec,
+                                          "[c]\ntype = conv\nfilters = 4\nkernel = 3\npadding = "
+                                          "1\n[p]\ntype = maxpool\nkernel = 3\nstride = 1\n"
+                                          "padding = 1\n[out]\ntype = dense\nunits = 10\n",
+                                          "inline", &err),
+                 0, "%s", err.msg);
+    tsr_net_opts_t o;
+    tsr_net_opts_init(&o);
+    o.batch = 40, o.tile_rows = 16, o.in_channels = 1, o.in_height = 8, o.in_width = 8;
+    if (domain) o.grid_rows = 2, o.domain = true;
+    tsr_net_layout_t lay;
+    cr_assert_eq(tsr__net_layout(&lay, &spec, 64, 10, &o, 2, &err), 0, "%s", err.msg);
+    const tsr_layout_layer_t *l = &lay.layers[1];
+    cr_assert_eq(l->kind, TSR_LAYER_MAXPOOL);
+    cr_assert_eq(l->place == TSR_PLACE_BANDS, domain == 1);
+    pool_sink_t p = {.c = {.k = {.batch = 40,
+                                 .mb = 16,
+                                 .pr = domain ? 2 : 1,
+                                 .task = count_task,
+                                 .update = count_update,
+                                 .pool_task = record_pool,
+                                 .work = count_work}}};
+    double bwd = 0, chain = l->type->cost(&lay, l, &p.c.k, &bwd);
+    cr_assert_eq(p.pools, 6,
+                 "domain %d: %d pooling tasks, want a forward and a backward for "
+                 "each of the 3 tiles",
+                 domain, p.pools);
+    cr_expect_eq(p.c.tasks, 6, "no other task");
+    /* band 0 of 2 of the 8 output rows: rows 0-3, reading input rows 0-4 (the halo below) */
+    int h = domain ? 5 : 8, oh = domain ? 4 : 8;
+    for (int i = 0; i < 6; i++) {
+      cr_expect(p.max[i] && p.which[i] == i % 2 && p.n[i] == (i < 4 ? 16 : 8),
+                "task %d: max %d, pass %d, %d samples", i, p.max[i], p.which[i], p.n[i]);
+      const tsr_conv_geom_t *g = &p.g[i];
+      cr_expect(g->c == 4 && g->w == 8 && g->ow == 8 && g->kh == 3 && g->sh == 1 && g->pw == 1,
+                "task %d: %dx%dx%d window %dx%d", i, g->h, g->w, g->c, g->kh, g->kw);
+      cr_expect(g->h == h && g->oh == oh, "domain %d, task %d: rows %d -> %d, want %d -> %d",
+                domain, i, g->h, g->oh, h, oh);
+    }
+    cr_expect_float_eq(chain, 4e-3, 1e-12, "the chain: tile 0's forward and backward");
+    cr_expect_float_eq(bwd, 9e-3, 1e-12, "the backward pass: 3 tiles' 3 ms");
+    tsr__net_layout_fini(&lay);
+    tsr_model_spec_fini(&spec);
+  }
+}
+
+/* The planner's timing of a pooling kernel: none on a described machine (the task is priced by
+ * its bytes), measured and cached on this one, a cached value read back by its shape. */
+Test(plan, pooling_kernels_are_timed_here_and_cached) {
+  tsr_conv_geom_t g = {.c = 8,
+                       .h = 6,
+                       .w = 6,
+                       .oc = 8,
+                       .oh = 6,
+                       .ow = 6,
+                       .kh = 3,
+                       .kw = 3,
+                       .sh = 1,
+                       .sw = 1,
+                       .ph = 1,
+                       .pw = 1};
+  tsr_machine_t described = round_machine();
+  cr_expect_eq(tsr__plan_pool_seconds(&described, &g, 4, true, 0), 0);
+  const char *cache = write_temp("pool1/max 8 6 6 6 6 3 3 1 1 1 1 4 0.25\n");
+  tsr_machine_t here = described;
+  here.measure_kernels = true;
+  snprintf(here.cache, sizeof here.cache, "%s", cache);
+  cr_expect_float_eq(tsr__plan_pool_seconds(&here, &g, 4, true, 1), 0.25, 1e-12,
+                     "the cached backward pass");
+  double fwd = tsr__plan_pool_seconds(&here, &g, 4, true, 0);
+  cr_expect(fwd > 0 && fwd < 0.01, "a 6x6x8 forward pass timed here: %g s", fwd);
+  double mean = tsr__plan_pool_seconds(&here, &g, 4, false, 0);
+  cr_expect(mean > 0 && mean < 0.01, "the mean pooling's: %g s", mean);
+  unlink(cache);
+}

@@ -157,6 +157,11 @@ struct tsr_cost_sink {
    * gradient). */
   double (*gemm_rate)(const tsr_cost_sink_t *k, bool ta, bool tb, int rows, int cols, int inner);
   double (*conv_rate)(const tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, int which);
+  /* One max (max) or mean pooling task of geometry g over n samples (which: 0 forward, 1
+   * backward) that touches `bytes`: priced by the kernel's time on this shape where the sink
+   * measures kernels, else as memory-bound; counted like task's, its seconds returned. */
+  double (*pool_task)(tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, bool max, int which,
+                      double bytes);
   /* Seconds of the tasks priced so far (a layer's backward work is a difference of two). */
   double (*work)(const tsr_cost_sink_t *k);
 };

@@ -73,6 +73,30 @@ static void pool_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
 }
 
 /* Per output: a compare (max) or an add (mean) per element of its window. */
+/* Each batch-row tile's forward and backward task (the backward's input gradient where the
+ * layer has one), priced by the planner's sink on the tile's shape: under --domain rows, band
+ * 0's with its halo. */
+static double pool_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l,
+                        tsr_cost_sink_t *k, double *bwd) {
+  bool max = l->kind == TSR_LAYER_MAXPOOL;
+  tsr_conv_geom_t g = l->geom;
+  if (l->place == TSR_PLACE_BANDS) {
+    int r0, r1, a0, a1;
+    tsr__k_band(l->geom.oh, lay->grid_rows, 0, &r0, &r1);
+    g = tsr__k_band_window(&l->geom, r0, r1, &a0, &a1);
+  }
+  double in = (double)g.h * g.w * g.c, out = (double)g.oh * g.ow * g.c, chain = 0;
+  *bwd = 0;
+  for (int i = 0; i < tsr__cost_ntiles(k->batch, k->mb); i++) {
+    int m = tsr__cost_tsize(k->batch, k->mb, i);
+    double t = k->pool_task(k, &g, m, max, 0, 4.0 * m * (in + out));
+    double b = l->has_dx ? k->pool_task(k, &g, m, max, 1, 4.0 * m * (2 * in + 2 * out)) : 0;
+    *bwd += b;
+    if (i == 0) chain += t + b;
+  }
+  return chain;
+}
+
 static double pool_flops(const tsr_layout_layer_t *l) {
   const tsr_conv_geom_t *g = &l->geom;
   return (double)g->oh * g->ow * g->oc * g->kh * g->kw;
@@ -114,7 +138,7 @@ const tsr_layer_type_t tsr__maxpool_type = {
     .splits_rows = true,
     .shape = pool_shape,
     .layout = pool_layout,
-    .cost = tsr__cost_pass,
+    .cost = pool_cost,
     .flops = pool_flops,
     .ops = &maxpool_ops,
     .describe = pool_describe,
@@ -128,7 +152,7 @@ const tsr_layer_type_t tsr__avgpool_type = {
     .splits_rows = true,
     .shape = pool_shape,
     .layout = pool_layout,
-    .cost = tsr__cost_pass,
+    .cost = pool_cost,
     .flops = pool_flops,
     .ops = &avgpool_ops,
     .describe = pool_describe,

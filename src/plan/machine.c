@@ -190,6 +190,31 @@ double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int
   return v;
 }
 
+double tsr__plan_pool_seconds(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, bool max,
+                              int which) {
+  if (!m->measure_kernels) return 0;
+  char key[160];
+  snprintf(key, sizeof key, "pool%d/%s %d %d %d %d %d %d %d %d %d %d %d %d", which,
+           max ? "max" : "mean", g->c, g->h, g->w, g->oh, g->ow, g->kh, g->kw, g->sh, g->sw, g->ph,
+           g->pw, n);
+  double v;
+  if (cached(m, key, &v)) return v;
+  size_t in = (size_t)n * g->h * g->w * g->c, out = (size_t)n * g->oh * g->ow * g->c;
+  float *x = buffer(in), *y = buffer(out), *dx = buffer(in), *dy = buffer(out);
+  double s = 0;
+  if (x && y && dx && dy) {
+    int fin = g->h * g->w * g->c, fout = g->oh * g->ow * g->c;
+    tsr__k_pool_fwd(g, max, n, y, fout, x, fin); /* y as the backward pass of max looks for it */
+    if (which == 0)
+      TIME_IT(s, tsr__k_pool_fwd(g, max, n, y, fout, x, fin));
+    else
+      TIME_IT(s, tsr__k_pool_bwd(g, max, false, n, dx, fin, dy, fout, x, fin, y, fout));
+  }
+  free(x), free(y), free(dx), free(dy);
+  remember(m, key, s);
+  return s;
+}
+
 /* One worker's bandwidth copying 32 MB (read and write counted). */
 static double measure_membw(const tsr_machine_t *m) {
   double v;

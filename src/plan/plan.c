@@ -105,13 +105,18 @@ typedef struct {
   double *all, *flops_of; /* [n_layers] or NULL: each layer's seconds of tasks and flops */
 } compute_t;
 
+/* One task whose kernel takes kernel_s: that plus its overhead, counted with its flops. */
+static double charge(compute_t *c, double kernel_s, double flops) {
+  double t = kernel_s + c->m->task_overhead;
+  c->work += t, c->flops += flops;
+  return t;
+}
+
 /* One task: its overhead plus the roofline bound of its kernel. */
 static double task(compute_t *c, double flops, double rate, double bytes) {
   double t = bytes / (c->m->mem_gbs * 1e9);
   if (flops > 0 && flops / rate > t) t = flops / rate;
-  t += c->m->task_overhead;
-  c->work += t, c->flops += flops;
-  return t;
+  return charge(c, t, flops);
 }
 
 /* An update of n floats: reads w, g and the state, writes w and the state. */
@@ -141,6 +146,13 @@ static double sink_conv_rate(const tsr_cost_sink_t *k, const tsr_conv_geom_t *g,
   return tsr__plan_conv_rate(((const compute_t *)k)->m, g, n, which);
 }
 
+static double sink_pool_task(tsr_cost_sink_t *k, const tsr_conv_geom_t *g, int n, bool max,
+                             int which, double bytes) {
+  compute_t *c = (compute_t *)k;
+  double t = bytes / (c->m->mem_gbs * 1e9), s = tsr__plan_pool_seconds(c->m, g, n, max, which);
+  return charge(c, s > t ? s : t, 0);
+}
+
 static double sink_work(const tsr_cost_sink_t *k) {
   return ((const compute_t *)k)->work;
 }
@@ -158,6 +170,7 @@ static int compute_step(compute_t *c) {
                               .update = sink_update,
                               .gemm_rate = sink_gemm_rate,
                               .conv_rate = sink_conv_rate,
+                              .pool_task = sink_pool_task,
                               .work = sink_work};
   int mb = c->mb, mt = ntiles(c->batch, mb), n = c->lay->n_layers;
   double chain = 0, start = 0;

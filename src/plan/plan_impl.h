@@ -59,6 +59,11 @@ double tsr__plan_gemm_flops(int64_t m, int64_t n, int64_t k);
  * m->measure_kernels (cached in m->cache), else the described rate. */
 double tsr__plan_gemm_rate(const tsr_machine_t *m, bool ta, bool tb, int rows, int cols, int inner);
 double tsr__plan_conv_rate(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, int which);
+/* Seconds of one max (max) or mean pooling task of geometry g over n samples on one worker
+ * (which: 0 forward, 1 backward), measured on this machine when m->measure_kernels (cached in
+ * m->cache); 0 otherwise (the planner then prices it by its bytes). */
+double tsr__plan_pool_seconds(const tsr_machine_t *m, const tsr_conv_geom_t *g, int n, bool max,
+                              int which);
 
 /* As tsr_machine_load_ini, from len bytes of INI text (borrowed, need not end in NUL) that
  * messages call `name`: for the fuzzer (tests/fuzz/fuzz_cluster.c) and tests. */
