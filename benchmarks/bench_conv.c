@@ -17,14 +17,11 @@
  *
  * usage: bench_conv [--model NAME]... [--shape HxWxC:OC:K[:S[:P]]]... [--tile N] [--seconds S]
  *                   [--rounds N] [--wall] */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench_common.h"
-#include "bench_zoo.h"
+#include "bench_kernel.h"
 #include "kernels/kernels.h"
 
 #ifdef TSR_HAVE_DNNL
@@ -160,13 +157,8 @@ typedef struct {
 #endif
 } bench_conv_t;
 
-/* 64-byte aligned, as the workers' workspace (codelets/workspace.c) and StarPU's buffers. */
 static float *filled(size_t count, tsr_rng_t *rng) {
-  float *v = aligned_alloc(64, (sizeof(float) * (count ? count : 1) + 63) / 64 * 64);
-  if (!v) return NULL;
-  for (size_t i = 0; i < count; i++)
-    v[i] = (float)(tsr__rng_uniform(rng) - 0.5);
-  return v;
+  return bench_kernel_filled(count, rng);
 }
 
 static int conv_init(bench_conv_t *c, const shape_t *s) {
@@ -214,7 +206,8 @@ static void conv_fini(bench_conv_t *c) {
  * a step reorders once, as the layer's tasks have them), 2 oneDNN direct, 3 that reorder alone
  * (passes 0 and 1; false where there is none). False when impl cannot run it (oneDNN not built,
  * or refusing the shape). */
-static bool conv_pass(bench_conv_t *c, int impl, int pass) {
+static bool conv_pass(void *ctx, int impl, int pass) {
+  bench_conv_t *c = ctx;
   const tsr_conv_geom_t *g = &c->g;
   int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc, n = c->n;
   if (impl == 2) {
@@ -245,28 +238,6 @@ static bool conv_pass(bench_conv_t *c, int impl, int pass) {
   else
     tsr__k_conv_bwd_filter(g, n, c->dw, g->oc, c->db, c->x, in, c->dy, out, 0.0f, c->work);
   return true;
-}
-
-static bool wall_clock;
-
-static double clock_now(void) {
-  if (wall_clock) return now();
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Seconds per call of one pass, timed over about `budget` seconds (at least two calls); 0 when
- * the implementation cannot run it. */
-static double time_pass(bench_conv_t *c, int impl, int pass, double budget) {
-  if (!conv_pass(c, impl, pass)) return 0; /* warm: primitives made, caches filled */
-  int reps = 0;
-  double t0 = clock_now(), t;
-  do {
-    conv_pass(c, impl, pass);
-    reps++;
-  } while ((t = clock_now() - t0) < budget || reps < 2);
-  return t / reps;
 }
 
 static double flops(const shape_t *s) {
@@ -334,50 +305,20 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  int tile = 0, rounds = 3;
-  double seconds = 0.2;
-  const char *models[16], *shape_args[64];
-  int nmodels = 0, nshape_args = 0;
-  static const struct option longs[] = {
-      {"tile", required_argument, 0, 't'},   {"seconds", required_argument, 0, 's'},
-      {"rounds", required_argument, 0, 'r'}, {"shape", required_argument, 0, 'x'},
-      {"model", required_argument, 0, 'm'},  {"wall", no_argument, 0, 'w'},
-      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-  for (int ch; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
-    if (ch == 't')
-      tile = atoi(optarg);
-    else if (ch == 's')
-      seconds = atof(optarg);
-    else if (ch == 'r')
-      rounds = atoi(optarg);
-    else if (ch == 'x' && nshape_args < 64)
-      shape_args[nshape_args++] = optarg;
-    else if (ch == 'm' && nmodels < 16)
-      models[nmodels++] = optarg;
-    else if (ch == 'w')
-      wall_clock = true;
-    else if (ch == 'h')
-      return usage(stdout), 0;
-    else
-      return usage(stderr), 2;
-  }
-  if (optind < argc || tile < 0 || rounds < 1 || !(seconds > 0)) return usage(stderr), 2;
+  bench_kernel_opts_t o = {.rounds = 3, .seconds = 0.2};
+  int status = bench_kernel_parse(&o, argc, argv, "bench_conv", true, usage);
+  if (status >= 0) return status;
   static shape_t shapes[MAX_SHAPES];
   int nshapes = 0;
-  for (int i = 0; i < nshape_args; i++)
-    if (parse_shape(shape_args[i], &shapes[nshapes++], tile)) {
+  for (int i = 0; i < o.nshapes; i++)
+    if (parse_shape(o.shapes[i], &shapes[nshapes++], o.tile)) {
       fprintf(stderr, "bench_conv: --shape %s: expected HxWxC:OC:K[:S[:P]] (e.g. 32x32x16:16:3)\n",
-              shape_args[i]);
+              o.shapes[i]);
       return 2;
     }
-  for (int i = 0; i < nmodels; i++)
-    if (!bench_zoo_find("bench_conv", models[i])) return 2;
-  for (size_t z = 0; z < BENCH_ZOO_MODELS; z++) {
-    bool asked = nmodels == 0 && nshape_args == 0;
-    for (int i = 0; i < nmodels; i++)
-      asked |= strcmp(models[i], bench_zoo[z].model) == 0;
-    if (asked && add_model(shapes, &nshapes, &bench_zoo[z], tile)) return 1;
-  }
+  for (size_t z = 0; z < BENCH_ZOO_MODELS; z++)
+    if (bench_kernel_asked(&o, &bench_zoo[z]) && add_model(shapes, &nshapes, &bench_zoo[z], o.tile))
+      return 1;
   tsr__k_init();
 #ifdef TSR_HAVE_DNNL
   omp_set_num_threads(1);
@@ -394,7 +335,7 @@ int main(int argc, char **argv) {
          "(%s) as a task runs it, plus its share of the step's weight reorder (the model's "
          "batch over n tiles; --shape: one tile); oneDNN: called directly, NHWC activations, "
          "weights in its own layout\n",
-         wall_clock ? "wall" : "CPU", rounds, tsr__k_blis_kernels(), tsr__k_dnnl_version());
+         o.wall ? "wall" : "CPU", o.rounds, tsr__k_blis_kernels(), tsr__k_dnnl_version());
   printf("%-28s %4s  %-11s %8s %8s %8s %9s %9s  %-14s %s\n", "convolution (in:out k s p)", "n",
          "pass", "blis", "tessera", "oneDNN", "tess/oDNN", "best/oDNN", "oneDNN impl", "models");
   double worst = 1e9, worst_best = 1e9;
@@ -409,12 +350,12 @@ int main(int argc, char **argv) {
     }
     /* tessera's figure is its task's call plus its share of the step's weight reorder. */
     double best[IMPLS][PASSES] = {{0}}, reorder[PASSES] = {0, 0, 0};
-    for (int r = 0; r < rounds; r++)
+    for (int r = 0; r < o.rounds; r++)
       for (int p = 0; p < PASSES; p++) {
-        double tr = time_pass(&c, 3, p, seconds / 4);
+        double tr = bench_kernel_time(conv_pass, &c, 3, p, o.seconds / 4, o.wall);
         if (tr > 0 && (reorder[p] == 0 || tr < reorder[p])) reorder[p] = tr;
         for (int i = 0; i < IMPLS; i++) {
-          double t = time_pass(&c, i, p, seconds);
+          double t = bench_kernel_time(conv_pass, &c, i, p, o.seconds, o.wall);
           if (i == 1 && t > 0) t += reorder[p] / s->tiles;
           double rate = t > 0 ? flops(s) / t * 1e-9 : 0;
           if (rate > best[i][p]) best[i][p] = rate;

@@ -10,14 +10,11 @@
  * The ratio is tessera's rate over oneDNN's.
  *
  * usage: bench_pool [--model NAME]... [--tile N] [--seconds S] [--rounds N] [--wall] */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bench_common.h"
-#include "bench_zoo.h"
+#include "bench_kernel.h"
 #include "kernels/kernels.h"
 
 #ifdef TSR_HAVE_DNNL
@@ -130,10 +127,8 @@ static void ref_fini(bench_pool_t *b) {
 #endif
 
 static float *filled(size_t count, tsr_rng_t *rng) {
-  float *v = aligned_alloc(64, (sizeof(float) * (count ? count : 1) + 63) / 64 * 64);
+  float *v = bench_kernel_filled(count, rng);
   if (!v) fail("out of memory");
-  for (size_t i = 0; i < count; i++)
-    v[i] = (float)(tsr__rng_uniform(rng) - 0.5);
   return v;
 }
 
@@ -164,45 +159,25 @@ static void pool_fini(bench_pool_t *b) {
   free(b->x), free(b->y), free(b->dy), free(b->dx);
 }
 
-/* One pass by tessera (impl 0) or oneDNN (1); false where oneDNN is not built in. */
-static bool pool_pass(bench_pool_t *b, int impl, int pass) {
+/* One pass (which: 0 forward, 1 backward) by tessera (impl 0) or oneDNN (1); false where
+ * oneDNN is not built in. */
+static bool pool_pass(void *ctx, int impl, int which) {
+  bench_pool_t *b = ctx;
   const shape_t *s = &b->s;
   int in = (int)in_floats(s), out = (int)out_floats(s);
   if (impl == 1) {
 #ifdef TSR_HAVE_DNNL
-    ref_run(b, pass);
+    ref_run(b, which);
     return true;
 #else
     return false;
 #endif
   }
-  if (pass == 0)
+  if (which == 0)
     tsr__k_pool_fwd(&s->g, s->max, s->n, b->y, out, b->x, in);
   else
     tsr__k_pool_bwd(&s->g, s->max, false, s->n, b->dx, in, b->dy, out, b->x, in, b->y, out);
   return true;
-}
-
-static bool wall_clock;
-
-static double clock_now(void) {
-  if (wall_clock) return now();
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Seconds per call, timed over about `budget` seconds (at least two calls); 0 where the
- * implementation cannot run. */
-static double time_pass(bench_pool_t *b, int impl, int pass, double budget) {
-  if (!pool_pass(b, impl, pass)) return 0;
-  int reps = 0;
-  double t0 = clock_now(), t;
-  do {
-    pool_pass(b, impl, pass);
-    reps++;
-  } while ((t = clock_now() - t0) < budget || reps < 2);
-  return t / reps;
 }
 
 static int add_model(shape_t *shapes, int *nshapes, const bench_zoo_model_t *z, int tile) {
@@ -238,43 +213,14 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  int tile = 0, rounds = 3, nmodels = 0;
-  double seconds = 0.1;
-  const char *models[16];
-  static const struct option longs[] = {{"tile", required_argument, 0, 't'},
-                                        {"seconds", required_argument, 0, 's'},
-                                        {"rounds", required_argument, 0, 'r'},
-                                        {"model", required_argument, 0, 'm'},
-                                        {"wall", no_argument, 0, 'w'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {0, 0, 0, 0}};
-  for (int ch; (ch = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
-    if (ch == 't')
-      tile = atoi(optarg);
-    else if (ch == 's')
-      seconds = atof(optarg);
-    else if (ch == 'r')
-      rounds = atoi(optarg);
-    else if (ch == 'm' && nmodels < 16)
-      models[nmodels++] = optarg;
-    else if (ch == 'w')
-      wall_clock = true;
-    else if (ch == 'h')
-      return usage(stdout), 0;
-    else
-      return usage(stderr), 2;
-  }
-  if (optind < argc || tile < 0 || rounds < 1 || !(seconds > 0)) return usage(stderr), 2;
-  for (int i = 0; i < nmodels; i++)
-    if (!bench_zoo_find("bench_pool", models[i])) return 2;
+  bench_kernel_opts_t o = {.rounds = 3, .seconds = 0.1};
+  int status = bench_kernel_parse(&o, argc, argv, "bench_pool", false, usage);
+  if (status >= 0) return status;
   static shape_t shapes[MAX_SHAPES];
   int nshapes = 0;
-  for (size_t z = 0; z < BENCH_ZOO_MODELS; z++) {
-    bool asked = nmodels == 0;
-    for (int i = 0; i < nmodels; i++)
-      asked |= strcmp(models[i], bench_zoo[z].model) == 0;
-    if (asked && add_model(shapes, &nshapes, &bench_zoo[z], tile)) return 1;
-  }
+  for (size_t z = 0; z < BENCH_ZOO_MODELS; z++)
+    if (bench_kernel_asked(&o, &bench_zoo[z]) && add_model(shapes, &nshapes, &bench_zoo[z], o.tile))
+      return 1;
   tsr__k_init();
 #ifdef TSR_HAVE_DNNL
   omp_set_num_threads(1);
@@ -288,7 +234,7 @@ int main(int argc, char **argv) {
          "must touch (%s time), best of %d rounds\n# tessera: src/kernels/pool.c as a task runs "
          "it; oneDNN (%s): its pooling primitives called directly, NHWC, training forward with "
          "its workspace and the backward pass reading it\n",
-         wall_clock ? "wall" : "CPU", rounds, tsr__k_dnnl_version());
+         o.wall ? "wall" : "CPU", o.rounds, tsr__k_dnnl_version());
   printf("%-30s %4s  %-9s %9s %9s %9s %8s  %-16s %s\n", "pooling (in:out k s p)", "n", "pass",
          "tessera", "oneDNN", "tess/oDNN", "us/tile", "oneDNN impl", "models");
   double worst = 1e9, sum_t = 0, sum_ref = 0;
@@ -299,10 +245,10 @@ int main(int argc, char **argv) {
     bench_pool_t b;
     pool_init(&b, s);
     double best[2][PASSES] = {{1e9, 1e9}, {1e9, 1e9}};
-    for (int r = 0; r < rounds; r++)
+    for (int r = 0; r < o.rounds; r++)
       for (int p = 0; p < PASSES; p++)
         for (int i = 0; i < 2; i++) {
-          double t = time_pass(&b, i, p, seconds);
+          double t = bench_kernel_time(pool_pass, &b, i, p, o.seconds, o.wall);
           if (t > 0 && t < best[i][p]) best[i][p] = t;
         }
     char name[64];

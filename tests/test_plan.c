@@ -949,18 +949,8 @@ Test(plan, pooling_is_priced_by_its_kernel_on_each_tile) {
 /* The planner's timing of a pooling kernel: none on a described machine (the task is priced by
  * its bytes), measured and cached on this one, a cached value read back by its shape. */
 Test(plan, pooling_kernels_are_timed_here_and_cached) {
-  tsr_conv_geom_t g = {.c = 8,
-                       .h = 6,
-                       .w = 6,
-                       .oc = 8,
-                       .oh = 6,
-                       .ow = 6,
-                       .kh = 3,
-                       .kw = 3,
-                       .sh = 1,
-                       .sw = 1,
-                       .ph = 1,
-                       .pw = 1};
+  /* c h w, oc oh ow, kh kw, sh sw, ph pw: 6x6x8, a 3x3 window of stride 1 padded by 1 */
+  tsr_conv_geom_t g = {8, 6, 6, 8, 6, 6, 3, 3, 1, 1, 1, 1};
   tsr_machine_t described = round_machine();
   cr_expect_eq(tsr__plan_pool_seconds(&described, &g, 4, true, 0), 0);
   const char *cache = write_temp("pool1/max 8 6 6 6 6 3 3 1 1 1 1 4 0.25\n");
