@@ -72,7 +72,6 @@ static void pool_layout(tsr_net_layout_t *lay, tsr_layout_layer_t *l) {
     l->relu_grad_in = true; /* the layout sets the input's relu_grad_by_next */
 }
 
-/* Per output: a compare (max) or an add (mean) per element of its window. */
 /* Each batch-row tile's forward and backward task (the backward's input gradient where the
  * layer has one), priced by the planner's sink on the tile's shape: under --domain rows, band
  * 0's with its halo. */
@@ -97,6 +96,7 @@ static double pool_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l
   return chain;
 }
 
+/* Per output: a compare (max) or an add (mean) per element of its window. */
 static double pool_flops(const tsr_layout_layer_t *l) {
   const tsr_conv_geom_t *g = &l->geom;
   return (double)g->oh * g->ow * g->oc * g->kh * g->kw;
