@@ -5,7 +5,8 @@ test accuracy is read off their per-epoch logs (training and evaluation seconds 
 first epoch at or above the target).
 
     /usr/bin/python3 benchmarks/time_to_accuracy.py --model resnet20 --epochs 20 --target 0.935
-    TSR_PEER_PYTHON=/path/to/venv/bin/python ... also runs that PyTorch
+    TSR_PEER_PYTHON=/path/to/venv/bin/python ... also runs that PyTorch (only that one with
+    --no-debian-peer)
 
 The recipe (both sides): batch 128, SGD momentum 0.9, lr 0.05 decayed by a cosine to 0 over
 every step of the run, L2 weight decay 5e-4, random 28x28 crops of the images padded by 4 black
@@ -60,6 +61,8 @@ def main():
     p.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
     p.add_argument("--train-limit", type=int, default=0, help="a quick check: N images")
     p.add_argument("--no-tessera", action="store_true", help="only the PyTorch side(s)")
+    p.add_argument("--no-debian-peer", action="store_true",
+                   help="leave Debian's PyTorch (/usr/bin/python3) out: only $TSR_PEER_PYTHON's")
     p.add_argument("--full-peers", action="store_true",
                    help="run every epoch of the peers, not only up to tessera's time to target")
     add_out_arguments(p)
@@ -81,7 +84,7 @@ def main():
     if rows and not args.full_peers:
         t, _, _ = time_to(rows[0][2], args.target)
         limit_s = t or 0.0
-    peers = ["/usr/bin/python3"]
+    peers = [] if args.no_debian_peer else ["/usr/bin/python3"]
     if os.environ.get("TSR_PEER_PYTHON"):
         peers.append(os.environ["TSR_PEER_PYTHON"])
     for py in peers:
