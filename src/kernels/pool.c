@@ -2,9 +2,9 @@
  * over every channel, the channels in blocks of POOL_BLOCK (4 AVX2 registers, 2 AVX-512 ones).
  * A block's running maxima, sums or gradients still to route live in a local array the compiler
  * keeps in registers, and the window's rows are read and written through restrict pointers, so
- * that every loop over a block is plain vector code: no check of whether the tiles overlap, no
- * masked load or store. The helpers are inlined into each TSR_HOT version, where a block's width
- * is a constant but for the last block.
+ * that every loop over a block is plain vector code with no check of whether the tiles overlap.
+ * The helpers are inlined into each TSR_HOT version, where a block's width is a constant but for
+ * the last block.
  *
  * Built apart with -fno-trapping-math (src/meson.build), as sequence.c is: max pooling's
  * backward pass adds each window position's routed gradient only where the input is the
