@@ -11,10 +11,14 @@
  *     peer (Debian's PyTorch, and $TSR_PEER_PYTHON's: bench_common.h).
  * With --rounds N, N rounds alternate tessera (every configuration) and the peers; the table
  * has the medians, and each configuration's lowest ratio over the rounds is printed below it.
+ * --unfused-steps: the dense layers' SGD steps as tasks of their own (tsr_net_opts_t
+ * .unfused_steps); --compare-steps: each round also trains each configuration that way in the
+ * same process, right after (or, every other round, before) the fused one, and prints the two
+ * and their ratio (a process's memory speed varies from process to process on some machines).
  *
  * usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N] [--workers N]
  *                    [--sched NAME] [--tile RxC] [--kernels auto|onednn|blis|tuned] [--no-torch]
- *                    [--csv FILE] */
+ *                    [--unfused-steps | --compare-steps] [--csv FILE] */
 #include <blis.h>
 #include <getopt.h>
 #include <math.h>
@@ -36,6 +40,7 @@ typedef struct {
   int torch_threads, tile_rows, tile_cols;
   int64_t params;
   double ours[MAX_ROUNDS], theirs[BENCH_MAX_PEERS][MAX_ROUNDS];
+  double apart[MAX_ROUNDS]; /* --compare-steps: the steps as tasks of their own */
   int threads[BENCH_MAX_PEERS][MAX_ROUNDS];
 } config_t;
 
@@ -103,9 +108,10 @@ static double blis_rate(int m, int n, int k, int cores, double seconds) {
   return threaded.gflops > concurrent ? threaded.gflops : concurrent;
 }
 
-/* Trains for about `seconds` after a warm-up and fills round r's throughput. */
+/* Trains for about `seconds` after a warm-up and fills round r's throughput (in c->apart with
+ * the steps unfused under --compare-steps). */
 static int run_tessera(config_t *c, int r, const tsr_dataset_t *ds, int tile_rows, int tile_cols,
-                       double seconds) {
+                       double seconds, bool unfused, bool compared) {
   tsr_model_spec_t spec;
   tsr_errbuf_t err = {""};
   char model[96];
@@ -114,6 +120,7 @@ static int run_tessera(config_t *c, int r, const tsr_dataset_t *ds, int tile_row
   tsr_net_opts_t o;
   tsr_net_opts_init(&o);
   o.batch = c->batch, o.tile_rows = tile_rows, o.tile_cols = tile_cols;
+  o.unfused_steps = unfused;
   tsr_net_t *net = NULL;
   if (rc == 0) rc = bench_build(&net, &spec, ds, &o, &err);
   tsr_model_spec_fini(&spec); /* the net has its own copy */
@@ -140,7 +147,7 @@ static int run_tessera(config_t *c, int r, const tsr_dataset_t *ds, int tile_row
   }
   if (rc == 0) rc = tsr_net_wait(net, 0);
   t = now() - t0;
-  c->ours[r] = (double)timed * c->batch / t;
+  (compared && unfused ? c->apart : c->ours)[r] = (double)timed * c->batch / t;
   free(rows);
   tsr_net_destroy(&net);
   return rc;
@@ -159,10 +166,10 @@ static void run_torch(config_t *c, int p, int r, const char *python, const char 
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N]\n"
-          "                   [--workers N] [--sched NAME] [--tile RxC]\n"
-          "                   [--kernels auto|onednn|blis|tuned] [--no-torch] [--csv FILE]\n");
+  fprintf(stderr, "usage: bench_train [--config WIDTHS:BATCH]... [--seconds S] [--rounds N]\n"
+                  "                   [--workers N] [--sched NAME] [--tile RxC]\n"
+                  "                   [--kernels auto|onednn|blis|tuned] [--no-torch]\n"
+                  "                   [--unfused-steps | --compare-steps] [--csv FILE]\n");
 }
 
 /* The median of v[0..n) without reordering v. */
@@ -182,12 +189,14 @@ int main(int argc, char **argv) {
                                            {"no-torch", no_argument, 0, 'n'},
                                            {"csv", required_argument, 0, 'o'},
                                            {"kernels", required_argument, 0, 'k'},
+                                           {"unfused-steps", no_argument, 0, 'u'},
+                                           {"compare-steps", no_argument, 0, 'C'},
                                            {"help", no_argument, 0, 'h'},
                                            {0, 0, 0, 0}};
   config_t configs[MAX_CONFIGS];
   int nconfigs = 0, tile_rows = 0, tile_cols = 0, rounds = 1;
   double seconds = 5;
-  bool torch = true;
+  bool torch = true, unfused = false, compare = false;
   const char *csv = NULL;
   tsr_runtime_opts_t ro;
   tsr_runtime_opts_init(&ro);
@@ -218,12 +227,18 @@ int main(int argc, char **argv) {
       }
       break;
     case 'n': torch = false; break;
+    case 'u': unfused = true; break;
+    case 'C': compare = true; break;
     case 'o': csv = optarg; break;
     case 'k':
       if (bench_parse_kernels("bench_train", optarg, &ro.kernels)) return 2;
       break;
     default: usage(); return opt == 'h' ? 0 : 2;
     }
+  }
+  if (unfused && compare) {
+    fprintf(stderr, "bench_train: --unfused-steps or --compare-steps, not both\n");
+    return 2;
   }
   if (rounds < 1 || rounds > MAX_ROUNDS || !(seconds > 0)) {
     fprintf(stderr, "bench_train: --rounds from 1 to %d, --seconds > 0\n", MAX_ROUNDS);
@@ -271,11 +286,17 @@ int main(int argc, char **argv) {
       return 1;
     }
     for (int i = 0; i < nconfigs; i++)
-      if (run_tessera(&configs[i], r, &ds, tile_rows, tile_cols, seconds)) return 1;
+      for (int k = 0; k < (compare ? 2 : 1); k++) /* odd rounds: the unfused one first */
+        if (run_tessera(&configs[i], r, &ds, tile_rows, tile_cols, seconds,
+                        compare ? (k == 0) == (r % 2 == 1) : unfused, compare))
+          return 1;
     tsr_runtime_fini();
     for (int i = 0; i < nconfigs; i++) {
       config_t *c = &configs[i];
       printf("round %d: %s:%d tessera %.0f samples/s", r + 1, c->widths, c->batch, c->ours[r]);
+      if (compare)
+        printf(" (steps as tasks %.0f, fused / as tasks %.3f)", c->apart[r],
+               c->ours[r] / c->apart[r]);
       for (int p = 0; p < peers.n; p++) {
         bench_peer_version[0] = '\0';
         run_torch(c, p, r, peers.python[p], src, seconds);
@@ -325,6 +346,14 @@ int main(int argc, char **argv) {
       printf(" %.2fx", ratio);
     }
     printf("; lowest %.2fx\n", lowest);
+  }
+  for (int i = 0; i < nconfigs && compare; i++) {
+    config_t *c = &configs[i];
+    double ratio[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++)
+      ratio[r] = c->ours[r] / c->apart[r];
+    printf("%s:%d fused steps / steps as tasks: median %.3f (the same process, each round)\n",
+           c->widths, c->batch, median_of(ratio, rounds));
   }
   for (int p = 0; p < peers.n; p++)
     printf("peer %d: PyTorch %s (%s)%s\n", p + 1, version[p], peers.python[p],

@@ -7,6 +7,8 @@ tree) run the same measurements in turns, A B A B ..., so drift in the
 machine's speed affects both alike. Measurements (tessera only, no peers):
   mlp64   bench_train --config 512,512:64  (samples/s)
   mlp256  bench_train --config 512,512:256
+  mlp1024 bench_train --config 1024,1024:128
+  mlp256x4  bench_train --config 256,256,256,256:32
   cnn     bench_cnn                          (median of its rounds)
   resnet20  bench_model --model resnet20 --batch 128  (median of its rounds)
   gpt     bench_gpt --model gpt:4,256,4,128 --batch 16 (tokens/s)
@@ -79,6 +81,8 @@ def main():
     measures = {
         "mlp64": lambda b: bench_train(b, "512,512:64", args.seconds),
         "mlp256": lambda b: bench_train(b, "512,512:256", args.seconds),
+        "mlp1024": lambda b: bench_train(b, "1024,1024:128", args.seconds),
+        "mlp256x4": lambda b: bench_train(b, "256,256,256,256:32", args.seconds),
         "cnn": lambda b: bench_cnn(b, args.seconds),
         "resnet20": lambda b: bench_named(b, "bench_model", ["--model", "resnet20", "--batch",
                                                              "128"], args.seconds, "samples/s"),

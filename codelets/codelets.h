@@ -43,8 +43,8 @@ typedef struct {
   tsr_conv_geom_t g;
   int rows, variant;
 } tsr_conv_shape_t;
-/* The GEMMs' shape key: which codelet (0 gemm, 1 gemm_ep), the transpositions, m, n, k, and
- * the epilogue (TSR_EP_*, 0 for none). */
+/* The GEMMs' shape key: which codelet (0 gemm, 1 gemm_ep, 2 gemm_sgd), the transpositions, m, n, k,
+ * and the epilogue (TSR_EP_*, 0 for none). */
 typedef struct {
   int op, ta, tb, m, n, k, ep;
 } tsr_gemm_shape_t;
@@ -67,7 +67,7 @@ uint32_t tsr__cl_footprint(struct starpu_task *task, const void *key, size_t siz
 extern struct starpu_codelet tsr_cl_conv_fwd, tsr_cl_conv_fwd_wb, tsr_cl_conv_fwd_st,
     tsr_cl_conv_fwd_wb_st, tsr_cl_conv_bwd_data, tsr_cl_conv_bwd_data_wb, tsr_cl_conv_bwd_filter,
     tsr_cl_conv_bwd_filter_w, tsr_cl_gemm, tsr_cl_gemm_w, tsr_cl_gemm_ep, tsr_cl_gemm_ep_w,
-    tsr_cl_gemm_dbias, tsr_cl_gemm_dbias_w;
+    tsr_cl_gemm_dbias, tsr_cl_gemm_dbias_w, tsr_cl_gemm_sgd;
 
 /* Rows and columns of a registered tile. */
 int tsr__handle_rows(starpu_data_handle_t h);
@@ -78,6 +78,11 @@ int tsr__handle_cols(starpu_data_handle_t h);
  * priority, StarPU-MPI or not, the observer's callback, the counter. */
 int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
                 size_t args_size, int nhandles, const starpu_data_handle_t *handles);
+/* The same for a codelet of STARPU_VARIABLE_NBUFFERS, each handle with its mode; a task of
+ * StarPU-MPI (o->mpi) is refused (TSR_EINVAL): its callers are single-process paths. */
+int tsr__submit_modes(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
+                      size_t args_size, int nhandles, const starpu_data_handle_t *handles,
+                      const enum starpu_data_access_mode *modes);
 
 /* c (m, n) = alpha op(a) op(b) + beta c; c is written only when beta == 0. */
 int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
@@ -90,6 +95,30 @@ enum { TSR_EP_BIAS = 1, TSR_EP_GATE, TSR_EP_DBIAS };
 int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                         starpu_data_handle_t a, starpu_data_handle_t b, float beta,
                         starpu_data_handle_t c, int ep, starpu_data_handle_t e, bool relu);
+/* An SGD step as tsr__insert_sgd takes it: w -= lr (momentum v + g + wd w), or Nesterov's,
+ * on rows r0 .. of w and v from g; its CPU and OpenCL bodies on a task's buffers (sgd.c), v
+ * NULL without momentum. */
+typedef struct {
+  float lr, momentum, wd;
+  int r0; /* the band's first row in w and v; g holds the band */
+  bool nesterov;
+} tsr_sgd_args_t;
+void tsr__sgd_cpu(void *w, void *v, void *g, const tsr_sgd_args_t *a);
+#ifdef TSR_HAVE_OPENCL
+void tsr__sgd_opencl(void *w, void *v, void *g, const tsr_sgd_args_t *a);
+#endif
+/* The last GEMM of a weight gradient tile's chain with the tile's SGD step (gemm_ep.c):
+ * c = alpha op(a) op(b) + beta c, the gradient tile, complete after it; with e (not NULL)
+ * DBIAS's epilogue e = beta e + column sums of b; then w (velocity v) takes its step from c
+ * (step, r0 0) and, with bw (velocity bv), the bias its step from e (bias_step). v and bv are
+ * NULL without momentum. The digits are those of tsr__insert_gemm_ep (or tsr__insert_gemm)
+ * followed by tsr__insert_sgd's tasks. */
+int tsr__insert_gemm_sgd(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                         starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                         starpu_data_handle_t c, starpu_data_handle_t e, starpu_data_handle_t w,
+                         starpu_data_handle_t v, const tsr_sgd_args_t *step,
+                         starpu_data_handle_t bw, starpu_data_handle_t bv,
+                         const tsr_sgd_args_t *bias_step);
 /* y (m, n) += b (1, n), then ReLU when relu is set. */
 int tsr__insert_bias_add(const tsr_task_opts_t *o, starpu_data_handle_t y, starpu_data_handle_t b,
                          bool relu);

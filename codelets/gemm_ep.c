@@ -9,7 +9,13 @@
  *          x^T dy of the first row of tiles also sums dy's columns into the bias gradient.
  * Each epilogue is what the separate task did, after the whole sum, in the same order, so the
  * digits are the unfused ones'. Modes: c is written only (W) with beta 0; DBIAS's e likewise
- * with ep_beta 0 (the two come together: the first batch-row tile of the chain). */
+ * with ep_beta 0 (the two come together: the first batch-row tile of the chain).
+ *
+ * gemm_sgd, the last task of a weight gradient tile's chain, also takes the SGD step of the
+ * weight tile from the gradient it has just completed, and on the first row of tiles the bias's
+ * from DBIAS's column sums: the step's own task (sgd.c) would read the gradient back from
+ * memory a task later; here it is in cache, and a dense layer's update is no task of its own.
+ * Its buffers vary (a, b, c, [e], w, [v], [bw, [bv]]), hence STARPU_VARIABLE_NBUFFERS. */
 #include "codelets.h"
 #include "opencl.h"
 #include "kernels/kernels.h"
@@ -49,6 +55,60 @@ static void gemm_ep_blis(void *buffers[], void *cl_arg) {
 
 TSR_IMPL_TASKS(gemm_ep)
 
+struct gemm_sgd_args {
+  tsr_impl_choice_t choice; /* first: impls.c reads it */
+  bool ta, tb, dbias, bias_step;
+  float alpha, beta;
+  tsr_sgd_args_t step, bias;
+};
+
+/* Where each buffer of a gemm_sgd task is: a, b, c, then e with DBIAS, w, v with momentum, and
+ * the bias's w and v when it takes its step. */
+typedef struct {
+  int e, w, v, bw, bv, n;
+} gemm_sgd_slots_t;
+
+static gemm_sgd_slots_t gemm_sgd_slots(const struct gemm_sgd_args *g) {
+  bool mom = g->step.momentum != 0.0f;
+  gemm_sgd_slots_t s = {-1, -1, -1, -1, -1, 3};
+  if (g->dbias) s.e = s.n++;
+  s.w = s.n++;
+  if (mom) s.v = s.n++;
+  if (g->bias_step) {
+    s.bw = s.n++;
+    if (mom) s.bv = s.n++;
+  }
+  return s;
+}
+
+static void *slot(void *buffers[], int k) {
+  return k >= 0 ? buffers[k] : NULL;
+}
+
+static void gemm_sgd_run(void *buffers[], const struct gemm_sgd_args *g, bool dnnl) {
+  gemm_sgd_slots_t s = gemm_sgd_slots(g);
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  tsr__k_gemm_by(dnnl, g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, TSR_PTR(buffers[2]),
+                 TSR_LD(buffers[2]));
+  if (g->dbias)
+    tsr__k_bias_grad(TSR_ROWS(buffers[1]), n, TSR_PTR(buffers[s.e]), TSR_PTR(buffers[1]),
+                     TSR_LD(buffers[1]), g->beta);
+  tsr__sgd_cpu(buffers[s.w], slot(buffers, s.v), buffers[2], &g->step);
+  if (g->bias_step) tsr__sgd_cpu(buffers[s.bw], slot(buffers, s.bv), buffers[s.e], &g->bias);
+}
+
+static void gemm_sgd_onednn(void *buffers[], void *cl_arg) {
+  gemm_sgd_run(buffers, cl_arg, true);
+}
+
+static void gemm_sgd_blis(void *buffers[], void *cl_arg) {
+  gemm_sgd_run(buffers, cl_arg, false);
+}
+
+TSR_IMPL_TASKS(gemm_sgd)
+
 #ifdef TSR_HAVE_OPENCL
 /* CLBlast's GEMM, then the kernel the separate task ran. */
 static void gemm_ep_opencl(void *buffers[], void *cl_arg) {
@@ -81,6 +141,32 @@ static void gemm_ep_opencl(void *buffers[], void *cl_arg) {
                                    TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb),
                                    TSR_CL_ARG(beta)});
   }
+}
+#endif
+
+#ifdef TSR_HAVE_OPENCL
+/* CLBlast's GEMM, the bias gradient's kernel, then the SGD kernels. */
+static void gemm_sgd_opencl(void *buffers[], void *cl_arg) {
+  const struct gemm_sgd_args *g = cl_arg;
+  gemm_sgd_slots_t s = gemm_sgd_slots(g);
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
+               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
+               TSR_LD(buffers[1]), g->beta, TSR_CL_MEM(buffers[2]), TSR_CL_OFF(buffers[2]),
+               TSR_LD(buffers[2]));
+  if (g->dbias) {
+    int rows = TSR_ROWS(buffers[1]), ldb = TSR_LD(buffers[1]), bo = TSR_CL_OFF(buffers[1]);
+    int eo = TSR_CL_OFF(buffers[s.e]);
+    cl_mem b = TSR_CL_MEM(buffers[1]), e = TSR_CL_MEM(buffers[s.e]);
+    float beta = g->beta;
+    tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, n, 8,
+                  (tsr_cl_arg_t[]){TSR_CL_ARG(rows), TSR_CL_ARG(n), TSR_CL_ARG(e), TSR_CL_ARG(eo),
+                                   TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb),
+                                   TSR_CL_ARG(beta)});
+  }
+  tsr__sgd_opencl(buffers[s.w], slot(buffers, s.v), buffers[2], &g->step);
+  if (g->bias_step) tsr__sgd_opencl(buffers[s.bw], slot(buffers, s.bv), buffers[s.e], &g->bias);
 }
 #endif
 
@@ -136,4 +222,65 @@ int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                                              : &tsr_cl_gemm_ep;
   starpu_data_handle_t h[4] = {a, b, c, e};
   return tsr__submit(o, cl, &args, sizeof args, 4, h);
+}
+
+/* Its own history: the step's passes over the weight tile are a good part of the task. */
+static struct starpu_perfmodel gemm_sgd_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_gemm_sgd_f32",
+};
+
+struct starpu_codelet tsr_cl_gemm_sgd = {
+    .name = "gemm_sgd",
+    .can_execute = tsr__cl_impl_can_execute,
+    .cpu_funcs = {[TSR_IMPL_ONEDNN] = gemm_sgd_onednn_task, [TSR_IMPL_BLIS] = gemm_sgd_blis_task},
+    .cpu_funcs_name = {[TSR_IMPL_ONEDNN] = "gemm_sgd_onednn", [TSR_IMPL_BLIS] = "gemm_sgd_blis"},
+    TSR_OPENCL_FUNC(gemm_sgd_opencl),
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .model = &gemm_sgd_model,
+};
+
+int tsr__insert_gemm_sgd(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                         starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                         starpu_data_handle_t c, starpu_data_handle_t e, starpu_data_handle_t w,
+                         starpu_data_handle_t v, const tsr_sgd_args_t *step,
+                         starpu_data_handle_t bw, starpu_data_handle_t bv,
+                         const tsr_sgd_args_t *bias_step) {
+  int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
+  int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
+  int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
+  int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
+  int m = tsr__handle_rows(c), n = tsr__handle_cols(c);
+  if (am != m || bn != n || ak != bk) return TSR_ESHAPE;
+  if (tsr__handle_rows(w) != m || tsr__handle_cols(w) != n || step->r0 != 0) return TSR_ESHAPE;
+  bool mom = step->momentum != 0.0f;
+  if (mom != (v != NULL) || (bias_step && (!bw || !e || mom != (bv != NULL))) ||
+      (bias_step && (bias_step->momentum != step->momentum ||
+                     bias_step->nesterov != step->nesterov || bias_step->r0 != 0)))
+    return TSR_EINVAL;
+  if (e && (tb || tsr__handle_rows(e) != 1 || tsr__handle_cols(e) != n)) return TSR_ESHAPE;
+  if (bias_step && (tsr__handle_rows(bw) != 1 || tsr__handle_cols(bw) != n)) return TSR_ESHAPE;
+  /* A key of its own: under --kernels tuned the step's passes are in its timings. */
+  tsr_gemm_shape_t shape = {2, ta, tb, m, n, ak, e ? TSR_EP_DBIAS : 0};
+  struct gemm_sgd_args args = {tsr__impl_choice(o, &shape, sizeof shape),
+                               ta,
+                               tb,
+                               e != NULL,
+                               bias_step != NULL,
+                               alpha,
+                               beta,
+                               *step,
+                               bias_step ? *bias_step : (tsr_sgd_args_t){0}};
+  enum starpu_data_access_mode out = beta == 0.0f ? STARPU_W : STARPU_RW;
+  starpu_data_handle_t h[8] = {a, b, c};
+  enum starpu_data_access_mode modes[8] = {STARPU_R, STARPU_R, out};
+  int nh = 3;
+  if (e) h[nh] = e, modes[nh++] = out;
+  h[nh] = w, modes[nh++] = STARPU_RW;
+  if (v) h[nh] = v, modes[nh++] = STARPU_RW;
+  if (bias_step) {
+    h[nh] = bw, modes[nh++] = STARPU_RW;
+    if (bv) h[nh] = bv, modes[nh++] = STARPU_RW;
+  }
+  return tsr__submit_modes(o, &tsr_cl_gemm_sgd, &args, sizeof args, nh, h, modes);
 }

@@ -60,7 +60,7 @@ static const struct starpu_codelet *const with_impls[] = {
     &tsr_cl_conv_fwd_wb_st,  &tsr_cl_conv_bwd_data,     &tsr_cl_conv_bwd_data_wb,
     &tsr_cl_conv_bwd_filter, &tsr_cl_conv_bwd_filter_w, &tsr_cl_gemm,
     &tsr_cl_gemm_w,          &tsr_cl_gemm_ep,           &tsr_cl_gemm_ep_w,
-    &tsr_cl_gemm_dbias,      &tsr_cl_gemm_dbias_w};
+    &tsr_cl_gemm_dbias,      &tsr_cl_gemm_dbias_w,      &tsr_cl_gemm_sgd};
 
 /* "onednn" or "blis" for the codelets above, NULL for every other (one implementation). */
 static const char *impl_name(const void *cl, unsigned nimpl) {

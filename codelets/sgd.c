@@ -7,40 +7,40 @@
 #include "kernels/kernels.h"
 #include "tessera/error.h"
 
-struct sgd_args {
-  float lr, momentum, wd;
-  int r0; /* the band's first row in w and v; g holds the band */
-  bool nesterov;
-};
+void tsr__sgd_cpu(void *w, void *v, void *g, const tsr_sgd_args_t *a) {
+  bool mom = a->momentum != 0.0f;
+  long off_w = (long)a->r0 * TSR_LD(w);
+  long off_v = mom ? (long)a->r0 * TSR_LD(v) : 0;
+  (a->nesterov ? tsr__k_sgd_nesterov : tsr__k_sgd)(
+      TSR_ROWS(g), TSR_COLS(g), TSR_PTR(w) + off_w, TSR_LD(w), mom ? TSR_PTR(v) + off_v : NULL,
+      mom ? TSR_LD(v) : 0, TSR_PTR(g), TSR_LD(g), a->lr, a->momentum, a->wd);
+}
 
 /* buffers: w RW, g R, v RW (momentum only) */
 static void sgd_cpu(void *buffers[], void *cl_arg) {
-  const struct sgd_args *a = cl_arg;
-  bool mom = a->momentum != 0.0f;
-  long off_w = (long)a->r0 * TSR_LD(buffers[0]);
-  long off_v = mom ? (long)a->r0 * TSR_LD(buffers[2]) : 0;
-  (a->nesterov ? tsr__k_sgd_nesterov : tsr__k_sgd)(
-      TSR_ROWS(buffers[1]), TSR_COLS(buffers[1]), TSR_PTR(buffers[0]) + off_w, TSR_LD(buffers[0]),
-      mom ? TSR_PTR(buffers[2]) + off_v : NULL, mom ? TSR_LD(buffers[2]) : 0, TSR_PTR(buffers[1]),
-      TSR_LD(buffers[1]), a->lr, a->momentum, a->wd);
+  const tsr_sgd_args_t *a = cl_arg;
+  tsr__sgd_cpu(buffers[0], a->momentum != 0.0f ? buffers[2] : NULL, buffers[1], a);
 }
 
 #ifdef TSR_HAVE_OPENCL
-static void sgd_opencl(void *buffers[], void *cl_arg) {
-  const struct sgd_args *a = cl_arg;
-  bool mom = a->momentum != 0.0f;
-  void *vb = mom ? buffers[2] : buffers[0]; /* unused without momentum */
-  int m = TSR_ROWS(buffers[1]), n = TSR_COLS(buffers[1]);
-  int ldw = TSR_LD(buffers[0]), wo = TSR_CL_OFF(buffers[0]) + a->r0 * ldw;
+void tsr__sgd_opencl(void *wb, void *vb, void *gb, const tsr_sgd_args_t *a) {
+  if (!vb) vb = wb; /* unused without momentum */
+  int m = TSR_ROWS(gb), n = TSR_COLS(gb);
+  int ldw = TSR_LD(wb), wo = TSR_CL_OFF(wb) + a->r0 * ldw;
   int ldv = TSR_LD(vb), vo = TSR_CL_OFF(vb) + a->r0 * ldv;
-  int ldg = TSR_LD(buffers[1]), go = TSR_CL_OFF(buffers[1]);
-  cl_mem w = TSR_CL_MEM(buffers[0]), v = TSR_CL_MEM(vb), g = TSR_CL_MEM(buffers[1]);
+  int ldg = TSR_LD(gb), go = TSR_CL_OFF(gb);
+  cl_mem w = TSR_CL_MEM(wb), v = TSR_CL_MEM(vb), g = TSR_CL_MEM(gb);
   float lr = a->lr, momentum = a->momentum, wd = a->wd;
   tsr__cl_run2d(a->nesterov ? TSR_CLK_SGD_NESTEROV : TSR_CLK_SGD, m, n, 14,
                 (tsr_cl_arg_t[]){TSR_CL_ARG(m), TSR_CL_ARG(n), TSR_CL_ARG(w), TSR_CL_ARG(wo),
                                  TSR_CL_ARG(ldw), TSR_CL_ARG(v), TSR_CL_ARG(vo), TSR_CL_ARG(ldv),
                                  TSR_CL_ARG(g), TSR_CL_ARG(go), TSR_CL_ARG(ldg), TSR_CL_ARG(lr),
                                  TSR_CL_ARG(momentum), TSR_CL_ARG(wd)});
+}
+
+static void sgd_opencl(void *buffers[], void *cl_arg) {
+  const tsr_sgd_args_t *a = cl_arg;
+  tsr__sgd_opencl(buffers[0], a->momentum != 0.0f ? buffers[2] : NULL, buffers[1], a);
 }
 #endif
 
@@ -87,7 +87,7 @@ int tsr__insert_sgd(const tsr_task_opts_t *o, starpu_data_handle_t w, starpu_dat
   if (tsr__handle_cols(g) != n || r0 < 0 || r0 + tsr__handle_rows(g) > m) return TSR_ESHAPE;
   if ((momentum != 0.0f) != (v != NULL) || (nesterov && !v)) return TSR_EINVAL;
   if (v && (tsr__handle_rows(v) != m || tsr__handle_cols(v) != n)) return TSR_ESHAPE;
-  struct sgd_args args = {lr, momentum, wd, r0, nesterov};
+  tsr_sgd_args_t args = {lr, momentum, wd, r0, nesterov};
   starpu_data_handle_t h[3] = {w, g, v};
   struct starpu_codelet *cl = nesterov ? &tsr_cl_sgd_nesterov
                               : v      ? &tsr_cl_sgd_momentum

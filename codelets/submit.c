@@ -65,14 +65,20 @@ static int submit_mpi(const tsr_task_opts_t *o, struct starpu_codelet *cl, const
   return rc;
 }
 
-int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
-                size_t args_size, int nhandles, const starpu_data_handle_t *handles) {
-  if (o->mpi) return submit_mpi(o, cl, args, args_size, nhandles, handles);
+static int submit_local(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
+                        size_t args_size, int nhandles, const starpu_data_handle_t *handles,
+                        const enum starpu_data_access_mode *modes) {
+  if (nhandles > STARPU_NMAXBUFS) return TSR_EINVAL;
   struct starpu_task *task = starpu_task_create();
   if (!task) return TSR_ENOMEM;
   task->cl = cl;
   for (int i = 0; i < nhandles; i++)
     task->handles[i] = handles[i];
+  if (modes) {
+    task->nbuffers = nhandles;
+    for (int i = 0; i < nhandles; i++)
+      task->modes[i] = modes[i];
+  }
   if (args_size > 0) {
     void *copy = malloc(args_size);
     if (!copy) {
@@ -101,4 +107,17 @@ int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void 
     return TSR_ERUNTIME;
   }
   return 0;
+}
+
+int tsr__submit(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
+                size_t args_size, int nhandles, const starpu_data_handle_t *handles) {
+  if (o->mpi) return submit_mpi(o, cl, args, args_size, nhandles, handles);
+  return submit_local(o, cl, args, args_size, nhandles, handles, NULL);
+}
+
+int tsr__submit_modes(const tsr_task_opts_t *o, struct starpu_codelet *cl, const void *args,
+                      size_t args_size, int nhandles, const starpu_data_handle_t *handles,
+                      const enum starpu_data_access_mode *modes) {
+  if (o->mpi || cl->nbuffers != STARPU_VARIABLE_NBUFFERS) return TSR_EINVAL;
+  return submit_local(o, cl, args, args_size, nhandles, handles, modes);
 }

@@ -93,17 +93,19 @@ def check_events(trace, log):
     if sum(len(e["args"]["deps"]) for e in tasks) < len(tasks) // 2:
         fail("hardly any dependencies recorded")
     # A writer waits for the readers since the last write (write after read), not only for that
-    # write: on one rank, each step's sgd of a layer overwrites a weight or bias that the step's
-    # forward pass (priority 0: gemm, bias_add) of that layer read, and depends on it directly.
+    # write: on one rank, each step's update of a layer (sgd, or gemm_sgd where the weight
+    # gradient's last task takes it) overwrites a weight or bias that the step's forward pass
+    # (priority 0: gemm, bias_add) of that layer read, and depends on it directly.
     if doc["otherData"]["ranks"] == 1:
-        for e in tasks:
-            if e["name"] != "sgd" or e["args"]["step"] < 1:
-                continue
+        updates = [e for e in tasks if e["name"] in ("sgd", "gemm_sgd") and e["args"]["step"] >= 1]
+        if not updates:
+            fail("no update task (sgd or gemm_sgd) after the first step")
+        for e in updates:
             deps = [ids[(e["pid"], d)] for d in e["args"]["deps"]]
             if not any(d["args"]["priority"] == 0 and d["args"]["layer"] == e["args"]["layer"]
                        for d in deps):
-                fail("sgd of layer %d step %d does not wait for the forward task that read its "
-                     "parameter: deps %s" % (e["args"]["layer"], e["args"]["step"],
+                fail("%s of layer %d step %d does not wait for the forward task that read its "
+                     "parameter: deps %s" % (e["name"], e["args"]["layer"], e["args"]["step"],
                                              [(d["name"], d["args"]["priority"]) for d in deps]))
 
 

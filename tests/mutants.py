@@ -590,6 +590,13 @@ MUTANTS = [
      [("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n"),
       ("  float scale = 1.0f / sqrtf((float)dh);\n", "  float scale = 1.0f / sqrtf((float)d);\n")],
      ["gpt-torch", "attention"]),
+    ("fused-step-bias-decay", "the fused step decays the bias with the weights' decay",
+     "src/tile/ops.c",
+     [("tsr_sgd_args_t b = {s->lr, s->momentum, s->bias_wd, 0, s->nesterov};",
+       "tsr_sgd_args_t b = {s->lr, s->momentum, s->wd, 0, s->nesterov};")], ["fused-step"]),
+    ("fused-step-under-clipping", "the step is fused under --clip-grad, before the clipping",
+     "src/nn/net.c", [("if (!net->updating || net->on_grad.fn != default_grad_hook ||",
+                       "if (!net->updating ||")], ["fused-step"]),
 ]
 
 

@@ -91,7 +91,7 @@ CAMPAIGN = [
     # ---- codelets/ (C and OpenCL) ----
     ("sgd-band-v-no-ld", "a band's SGD momentum offset is r0 floats, not r0 rows",
      "codelets/sgd.c",
-     [("long off_v = mom ? (long)a->r0 * TSR_LD(buffers[2]) : 0;",
+     [("long off_v = mom ? (long)a->r0 * TSR_LD(v) : 0;",
        "long off_v = mom ? (long)a->r0 : 0;")], ["mpi-batch-2", "mpi-batch-3"]),
     ("cl-global-rows-floor", "OpenCL 2-D launches round the rows down to whole work-groups "
      "(the last partial group of rows never runs)", "codelets/opencl.c",

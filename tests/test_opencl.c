@@ -189,6 +189,44 @@ Test(opencl, gemm_with_each_epilogue) {
   }
 }
 
+/* The weight gradient's last GEMM with the SGD step (gemm_sgd): x^T dy into g (beta 0 or 1),
+ * then w (and v) take the step from g; on the first row of tiles (with e) the bias gradient into
+ * e and the bias's step too. Plain, momentum and Nesterov. */
+static void gemm_sgd_case(int kind, bool first_row, float beta) {
+  int m = 9, n = 7, k = 5;
+  bool mom = kind > 0;
+  tsr_sgd_args_t step = {0.1f, mom ? 0.9f : 0.0f, 1e-3f, 0, kind == 2};
+  tsr_sgd_args_t bias = {0.1f, mom ? 0.9f : 0.0f, 0.0f, 0, kind == 2};
+  operand_t a, b, c, e, w, v, bw, bv;
+  operand_init(&a, k, m, false, 70, -1, 1, false);
+  operand_init(&b, k, n, false, 71, -1, 1, false);
+  operand_init(&c, m, n, false, 72, -1, 1, false);
+  operand_init(&e, 1, n, false, 73, -1, 1, false);
+  operand_init(&w, m, n, false, 74, -1, 1, false);
+  operand_init(&v, m, n, false, 75, -1, 1, false);
+  operand_init(&bw, 1, n, false, 76, -1, 1, false);
+  operand_init(&bv, 1, n, false, 77, -1, 1, false);
+  if (beta == 0.0f) POISON(c);
+  if (beta == 0.0f && first_row) POISON(e);
+  BOTH(tsr__insert_gemm_sgd(&o, true, false, 1.0f, a.tile[s], b.tile[s], beta, c.tile[s],
+                            first_row ? e.tile[s] : NULL, w.tile[s], mom ? v.tile[s] : NULL, &step,
+                            first_row ? bw.tile[s] : NULL, first_row && mom ? bv.tile[s] : NULL,
+                            first_row ? &bias : NULL));
+  operand_check(&c, "gemm_sgd g", 1e-5f, 1e-5f);
+  operand_check(&w, "gemm_sgd w", REL, ABS), operand_check(&v, "gemm_sgd v", REL, ABS);
+  operand_check(&e, "gemm_sgd db", 1e-5f, 1e-5f);
+  operand_check(&bw, "gemm_sgd bias", REL, ABS), operand_check(&bv, "gemm_sgd bias v", REL, ABS);
+  operand_check(&a, "gemm_sgd x", 0, 0), operand_check(&b, "gemm_sgd dy", 0, 0);
+}
+
+Test(opencl, gemm_with_the_sgd_step) {
+  for (int kind = 0; kind < 3; kind++)
+    for (int first = 0; first < 2; first++) {
+      gemm_sgd_case(kind, first, 0.0f);
+      gemm_sgd_case(kind, first, 1.0f);
+    }
+}
+
 Test(opencl, bias_add_and_relu) {
   for (int relu = 0; relu < 2; relu++) {
     operand_t y, b;

@@ -262,6 +262,11 @@ typedef struct {
    * the column (Gholami's integrated formulation: early layers' large images split, late
    * layers' small ones not; --domain rows:K). */
   int domain_layers;
+  /* Dense layers' SGD steps as tasks of their own [false]: by default, where the optimizer is
+   * SGD (plain or Nesterov) and its step is the gradient's only reader (no --sync policy's hook,
+   * no --clip-grad, no grid, one process's tasks), the tasks that complete a weight or bias
+   * gradient tile take the tile's step themselves (the same digits, fewer tasks and passes). */
+  bool unfused_steps;
 } tsr_net_opts_t;
 
 /* batch 64, SGD lr 0.01 momentum 0.9, seed 1, PyTorch's initialization, tiles chosen

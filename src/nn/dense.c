@@ -4,7 +4,9 @@
  * Outside a grid the element-wise passes ride on the GEMM tasks (codelets/gemm_ep.c): the
  * bias and ReLU on the forward GEMM, the bias gradient on the weight gradient's, and the
  * backward of the ReLU before a dense layer on that layer's input-gradient GEMM (the producer
- * lets it: defers_relu_grad), so a dense layer is GEMM tasks and its updates alone. */
+ * lets it: defers_relu_grad), so a dense layer is GEMM tasks and its updates alone; and where the
+ * update is an SGD step that nothing else waits to see (tsr__net_fused_step), the last GEMM task
+ * of each weight gradient tile takes it (gemm_sgd), so a dense layer is GEMM tasks alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +51,10 @@ static int dense_backward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *con
     TSR_TRY(tsr__tiles_gemm_gate(&critical, l->dy, l->params[0].w, x, dx));
   else if (dx)
     TSR_TRY(tsr__tiles_gemm(&critical, false, true, 1.0f, l->dy, l->params[0].w, 0.0f, dx));
-  return tsr__tiles_gemm_dbias(o, x, l->dy, l->params[0].g, l->params[1].g);
+  /* The update, where it may, in the tasks that complete each gradient tile. */
+  tsr_sgd_step_t step;
+  bool fused = tsr__net_fused_step(net, l, o, &step);
+  return tsr__tiles_gemm_dbias(o, x, l->dy, l->params[0].g, l->params[1].g, fused ? &step : NULL);
 }
 
 static const tsr_layer_ops_t dense_ops = {"dense", dense_forward, dense_backward};

@@ -154,6 +154,17 @@ static int default_grad_hook(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts
   return tsr__net_optimizer_step(net, p, o);
 }
 
+bool tsr__net_fused_step(tsr_net_t *net, tsr_layer_t *l, const tsr_task_opts_t *o,
+                         tsr_sgd_step_t *step) {
+  if (!net->updating || net->on_grad.fn != default_grad_hook || net->opts.unfused_steps || o->mpi ||
+      l->split || l->nparams != 2 || l->shared)
+    return false;
+  tsr_param_t *w = &l->params[0], *b = &l->params[1];
+  if (!tsr__optim_sgd_step(net->optim, w->index, w->w, b->index, b->w, step)) return false;
+  l->stepped = true;
+  return true;
+}
+
 int tsr__net_each_param(tsr_net_t *net, int (*fn)(tsr_net_t *net, tsr_param_t *p, void *ctx),
                         void *ctx) {
   for (int i = net->n_layers - 1; i >= 0; i--)
@@ -499,6 +510,7 @@ static int forward(tsr_net_t *net, bool train) {
  * clips and updates. */
 static int backward(tsr_net_t *net, bool do_update) {
   if (do_update) tsr__optim_next_step(net->optim);
+  net->updating = do_update;
   if (do_update && net->grad_sq) {
     tsr_task_opts_t o = tsr__net_task_opts(net, net->n_layers, true);
     TSR_TRY(tsr__tiles_fill(&o, net->grad_sq, 0.0f));
@@ -513,6 +525,7 @@ static int backward(tsr_net_t *net, bool do_update) {
     tsr_tiles_t *banded_dx = NULL;
     if (l->whole_x) /* the whole input gradient, then each rank's bands of it */
       x[0] = l->whole_x, banded_dx = dx[0], dx[0] = dx[0] ? l->whole_dx : NULL;
+    l->stepped = false;
     TSR_TRY(l->ops->backward(net, l, x, dx, &o));
     if (banded_dx) {
       tsr_task_opts_t critical = tsr__net_critical(&o);
@@ -527,9 +540,10 @@ static int backward(tsr_net_t *net, bool do_update) {
       tsr_task_opts_t critical = tsr__net_critical(&o);
       TSR_TRY(tsr__tiles_axpby(&critical, 1.0f, dx[k], 1.0f, sum));
     }
-    for (int k = 0; do_update && k < l->nparams; k++)
+    for (int k = 0; do_update && !l->stepped && k < l->nparams; k++)
       TSR_TRY(net->on_grad.fn(net, &l->params[k], &o, net->on_grad.ctx));
   }
+  net->updating = false;
   if (!do_update || !net->on_grad.end) return 0;
   tsr_task_opts_t o = tsr__net_task_opts(net, 1, true);
   return net->on_grad.end(net, &o, net->on_grad.ctx);

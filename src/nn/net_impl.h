@@ -76,6 +76,7 @@ struct tsr_layer {
    * backward runs before), and the owner's backward adds its own (shared_grad_written). */
   tsr_param_t *shared;
   bool shared_grad_written; /* embedding: a later layer writes params[0].g before its backward */
+  bool stepped;             /* its backward's tasks took this step's update (tsr__net_fused_step) */
 };
 
 /* What happens to a parameter once its gradient has been submitted: the
@@ -122,6 +123,7 @@ struct tsr_net {
   uint64_t submitted;        /* tasks submitted with the net's options (its own and its hooks') */
   int64_t step_label;        /* training step that tasks are labelled with (0: none) */
   tsr_grad_hook_t on_grad;   /* the optimizer step unless a sync policy installed its own */
+  bool updating;             /* inside the backward pass of a step that updates */
   tsr_stats_hook_t on_stats; /* none unless --sync-bn installed one */
   int valid;             /* rows of the batch loaded last that are samples (the rest: padding) */
   int grid_rows;         /* Pr (1: no grid) */
@@ -146,6 +148,13 @@ tsr_stats_hook_t tsr__net_set_stats_hook(tsr_net_t *net, tsr_stats_hook_t hook);
 
 /* Submits the optimizer update of p at the net's current step and learning rate. */
 int tsr__net_optimizer_step(tsr_net_t *net, tsr_param_t *p, const tsr_task_opts_t *o);
+/* Whether layer l (a dense layer: weights and bias) may take this step's update in the tasks
+ * that complete its gradients, with options o: a step that updates, with the optimizer's step
+ * as the gradient hook (no synchronization policy's, no clipping), an SGD, tasks of one process,
+ * no grid, not opts.unfused_steps. If so, fills step and marks the layer (l->stepped), so that
+ * the hook is not called for its parameters; its backward must then take the step. */
+bool tsr__net_fused_step(tsr_net_t *net, tsr_layer_t *l, const tsr_task_opts_t *o,
+                         tsr_sgd_step_t *step);
 /* Calls fn(net, p, ctx) for every parameter, in backward order (the last layer's first). */
 int tsr__net_each_param(tsr_net_t *net, int (*fn)(tsr_net_t *net, tsr_param_t *p, void *ctx),
                         void *ctx);

@@ -114,6 +114,25 @@ int tsr__optim_update_tile(const tsr_optim_t *o, int param, tsr_tiles_t *w,
   return o->kind->update_tile(&o->hp, o->lr, o->t, wd, w, state, i, j, r0, g, gi, gj, to);
 }
 
+bool tsr__optim_sgd_step(const tsr_optim_t *o, int wparam, tsr_tiles_t *w, int bparam,
+                         tsr_tiles_t *b, tsr_sgd_step_t *step) {
+  if (!o->kind->sgd_step || wparam < 0 || wparam >= o->nparams || bparam < 0 ||
+      bparam >= o->nparams)
+    return false;
+  const param_state_t *pw = &o->params[wparam], *pb = &o->params[bparam];
+  bool mom = o->nstate > 0;
+  *step = (tsr_sgd_step_t){w,
+                           mom ? pw->state[0] : NULL,
+                           b,
+                           mom ? pb->state[0] : NULL,
+                           o->lr,
+                           o->hp.momentum,
+                           pw->decay ? o->hp.weight_decay : 0.0f,
+                           pb->decay ? o->hp.weight_decay : 0.0f,
+                           o->kind->sgd_step == TSR_SGD_STEP_NESTEROV};
+  return true;
+}
+
 int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr_tiles_t *g,
                       const tsr_task_opts_t *to) {
   if (param < 0 || param >= o->nparams) return TSR_EINVAL;

@@ -21,6 +21,7 @@
 #include "tessera/net.h"
 #include "tessera/optim.h"
 #include "tessera/tiles.h"
+#include "tile/ops.h"
 
 #define TSR_OPTIM_MAX_STATE 2
 
@@ -48,7 +49,11 @@ typedef struct {
   int (*update_tile)(const tsr_optimizer_t *hp, float lr, int64_t t, float wd, tsr_tiles_t *w,
                      tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g, int gi,
                      int gj, const tsr_task_opts_t *o);
+  /* TSR_SGD_STEP_PLAIN or _NESTEROV: update_tile is tsr__tile_sgd's, which a dense layer's
+   * weight gradient tasks can take themselves (tsr__optim_sgd_step); 0: another update. */
+  int sgd_step;
 } tsr_optim_kind_t;
+enum { TSR_SGD_STEP_PLAIN = 1, TSR_SGD_STEP_NESTEROV };
 
 /* The registered kind called name, or NULL (registry.c). */
 const tsr_optim_kind_t *tsr__optim_find(const char *name);
@@ -92,6 +97,11 @@ float tsr__optim_lr(const tsr_optim_t *o);
 int tsr__optim_update_tile(const tsr_optim_t *o, int param, tsr_tiles_t *w,
                            tsr_tiles_t *const *state, int i, int j, int r0, const tsr_tiles_t *g,
                            int gi, int gj, const tsr_task_opts_t *to);
+/* Whether the update of parameters wparam (a dense layer's weights w) and bparam (its bias b)
+ * is an SGD step that their gradient's GEMM tasks can take (tsr__tiles_gemm_dbias); if so, fills
+ * step with this step's rate, the momentum, each one's decay and their velocities. */
+bool tsr__optim_sgd_step(const tsr_optim_t *o, int wparam, tsr_tiles_t *w, int bparam,
+                         tsr_tiles_t *b, tsr_sgd_step_t *step);
 /* Submits the update of every tile of parameter param (w, its gradient g),
  * with its own state. */
 int tsr__optim_update(const tsr_optim_t *o, int param, tsr_tiles_t *w, const tsr_tiles_t *g,

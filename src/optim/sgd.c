@@ -25,4 +25,5 @@ const tsr_optim_kind_t tsr__optim_sgd = {
     .nstate = nstate,
     .state_names = {"momentum_buffer"},
     .update_tile = update_tile,
+    .sgd_step = TSR_SGD_STEP_PLAIN,
 };

@@ -36,4 +36,5 @@ const tsr_optim_kind_t tsr__optim_sgd_nesterov = {
     .state_names = {"momentum_buffer"},
     .check = check,
     .update_tile = update_tile,
+    .sgd_step = TSR_SGD_STEP_NESTEROV,
 };

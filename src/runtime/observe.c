@@ -33,9 +33,11 @@
  * describe. */
 #define MAX_IMPLS 3
 #define NOT_CPU (MAX_IMPLS - 1)
-#define DEFAULT_CAPACITY (1 << 21) /* records; 176 MiB reserved, touched only as used */
+#define DEFAULT_CAPACITY (1 << 21) /* records; 272 MiB reserved, touched only as used */
 
 static bool observing;
+/* Every buffer of a task is recorded, or the trace's dependencies would miss some. */
+_Static_assert(TSR__TRACE_MAX_DATA >= STARPU_NMAXBUFS, "a trace record holds every buffer");
 
 typedef struct {
   double start, end;                  /* us, StarPU's clock */

@@ -30,9 +30,9 @@ void tsr__observe_snapshot(void); /* this rank's data, before StarPU stops */
  * leaves *tr NULL on other ranks). Writers live in src/io/trace.c. */
 typedef struct tsr_trace tsr_trace_t;
 
-/* A task's data, as recorded (the first TSR__TRACE_MAX_DATA of its buffers, which is all of
- * them for every codelet today): its access mode and identity. */
-#define TSR__TRACE_MAX_DATA 4
+/* A task's data, as recorded (all of its buffers: StarPU's STARPU_NMAXBUFS, 8 in Debian's
+ * build, which conv_bn_fwd and gemm_sgd take): its access mode and identity. */
+#define TSR__TRACE_MAX_DATA 8
 enum {
   TSR__ACCESS_R = 1,       /* the task reads it */
   TSR__ACCESS_W = 2,       /* writes it (R and W: reads and writes) */

@@ -35,13 +35,29 @@ static bool dims_agree(const tsr_tiles_t *x, int da, const tsr_tiles_t *y, int d
   return nx == ny && bx == by;
 }
 
+/* The last task of tile (i, j)'s chain, with the step of that tile of step->w and, given e (the
+ * bias gradient, on the first row), of tile (0, j) of step->b. */
+static int gemm_sgd_task(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                         starpu_data_handle_t ha, starpu_data_handle_t hb, float beta,
+                         tsr_tiles_t *c, int i, int j, const tsr_tiles_t *e,
+                         const tsr_sgd_step_t *s) {
+  tsr_sgd_args_t w = {s->lr, s->momentum, s->wd, 0, s->nesterov};
+  tsr_sgd_args_t b = {s->lr, s->momentum, s->bias_wd, 0, s->nesterov};
+  return tsr__insert_gemm_sgd(
+      o, ta, tb, alpha, ha, hb, beta, tsr__tile(c, i, j), e ? tsr__tile(e, 0, j) : NULL,
+      tsr__tile(s->w, i, j), s->v ? tsr__tile(s->v, i, j) : NULL, &w,
+      e ? tsr__tile(s->b, 0, j) : NULL, e && s->bv ? tsr__tile(s->bv, 0, j) : NULL, e ? &b : NULL);
+}
+
 /* c = alpha op(a) op(b) + beta c tile by tile, each output tile's inner tiles in order, with
  * epilogue ep (0: none) on e: BIAS and GATE on the last inner tile's task of each output tile
  * (after the whole sum), DBIAS on every task of the first row of output tiles (e's column j
- * summing op(b)'s column tiles in the inner order). */
+ * summing op(b)'s column tiles in the inner order). With step (DBIAS only), the last task of each
+ * output tile's chain is gemm_sgd's: it also takes the step of that tile of step->w, and on the
+ * first row that of step->b from e. */
 static int gemm_tiles(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
                       const tsr_tiles_t *b, float beta, tsr_tiles_t *c, int ep,
-                      const tsr_tiles_t *e, bool relu) {
+                      const tsr_tiles_t *e, bool relu, const tsr_sgd_step_t *step) {
   ROUTE(o, c);
   /* op(a) rows are a's dim (ta ? 1 : 0), op(a) cols the other; same for b. */
   if (!dims_agree(a, ta ? 1 : 0, c, 0) || !dims_agree(b, tb ? 0 : 1, c, 1) ||
@@ -50,6 +66,10 @@ static int gemm_tiles(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, c
   if ((ep == TSR_EP_BIAS || ep == TSR_EP_DBIAS) && (e->m != 1 || !dims_agree(e, 1, c, 1)))
     return TSR_ESHAPE;
   if (ep == TSR_EP_GATE && !same_tiling(e, c)) return TSR_ESHAPE;
+  if (step && o->mpi) return TSR_EINVAL; /* gemm_sgd's tasks are single-process */
+  if (step && (ep != TSR_EP_DBIAS || !same_tiling(step->w, c) || !same_tiling(step->b, e) ||
+               (step->v && !same_tiling(step->v, c)) || (step->bv && !same_tiling(step->bv, e))))
+    return TSR_ESHAPE;
   int kt = ta ? a->mt : a->nt;
   for (int i = 0; i < c->mt; i++)
     for (int j = 0; j < c->nt; j++)
@@ -62,6 +82,8 @@ static int gemm_tiles(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, c
           TSR_TRY(tsr__insert_gemm_ep(o, ta, tb, alpha, ha, hb, bp, tsr__tile(c, i, j), ep,
                                       ep == TSR_EP_GATE ? tsr__tile(e, i, j) : tsr__tile(e, 0, j),
                                       relu));
+        else if (step && last)
+          TSR_TRY(gemm_sgd_task(o, ta, tb, alpha, ha, hb, bp, c, i, j, i == 0 ? e : NULL, step));
         else if (ep == TSR_EP_DBIAS && i == 0)
           TSR_TRY(tsr__insert_gemm_ep(o, ta, tb, alpha, ha, hb, bp, tsr__tile(c, i, j), ep,
                                       tsr__tile(e, 0, j), false));
@@ -73,24 +95,25 @@ static int gemm_tiles(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, c
 
 int tsr__tiles_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha, const tsr_tiles_t *a,
                     const tsr_tiles_t *b, float beta, tsr_tiles_t *c) {
-  return gemm_tiles(o, ta, tb, alpha, a, b, beta, c, 0, NULL, false);
+  return gemm_tiles(o, ta, tb, alpha, a, b, beta, c, 0, NULL, false, NULL);
 }
 
 int tsr__tiles_gemm_bias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *w,
                          const tsr_tiles_t *bias, bool relu, tsr_tiles_t *y) {
-  return gemm_tiles(o, false, false, 1.0f, x, w, 0.0f, y, TSR_EP_BIAS, bias, relu);
+  return gemm_tiles(o, false, false, 1.0f, x, w, 0.0f, y, TSR_EP_BIAS, bias, relu, NULL);
 }
 
 int tsr__tiles_gemm_gate(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                          const tsr_tiles_t *gate, tsr_tiles_t *dx) {
-  return gemm_tiles(o, false, true, 1.0f, dy, w, 0.0f, dx, TSR_EP_GATE, gate, false);
+  return gemm_tiles(o, false, true, 1.0f, dy, w, 0.0f, dx, TSR_EP_GATE, gate, false, NULL);
 }
 
 int tsr__tiles_gemm_dbias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *dy,
-                          tsr_tiles_t *dw, tsr_tiles_t *db) {
+                          tsr_tiles_t *dw, tsr_tiles_t *db, const tsr_sgd_step_t *step) {
   /* The bias gradient's chain is the first row of dW's: every column tile of dy meets it. */
   if (db->nt != dw->nt) return TSR_ESHAPE;
-  return gemm_tiles(o, true, false, 1.0f, x, dy, 0.0f, dw, TSR_EP_DBIAS, db, false);
+  if (step && (!step->w || !step->b)) return TSR_EINVAL;
+  return gemm_tiles(o, true, false, 1.0f, x, dy, 0.0f, dw, TSR_EP_DBIAS, db, false, step);
 }
 
 int tsr__tiles_bias_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *b, bool relu) {

@@ -61,16 +61,26 @@ int tsr__tile_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, int i, int j, const
                    float max_norm);
 int tsr__tiles_clip(const tsr_task_opts_t *o, tsr_tiles_t *g, const tsr_tiles_t *acc,
                     float max_norm);
+/* An SGD step that a dense layer's weight gradient tasks take themselves: the weights w and the
+ * bias b, their velocities v and bv (NULL without momentum), tiled like them; the rate, the
+ * momentum, the weight decay of each, Nesterov's or not (tsr__insert_sgd's arithmetic). */
+typedef struct {
+  tsr_tiles_t *w, *v, *b, *bv;
+  float lr, momentum, wd, bias_wd;
+  bool nesterov;
+} tsr_sgd_step_t;
 /* A dense layer's three GEMMs with their element-wise passes fused into the GEMM tasks
  * (codelets/gemm_ep.c), the same digits as apart: y = x w + bias, then max(y, 0) with relu;
  * dx = dy w^T, 0 where gate (the layer's input, a ReLU's output) is not positive; dw = x^T dy
- * and db = the column sums of dy. */
+ * and db = the column sums of dy, then, given step (not under StarPU-MPI), w and b take it from
+ * dw and db in the tasks that complete each of their tiles, as tsr__tile_sgd's tasks would
+ * after them. */
 int tsr__tiles_gemm_bias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *w,
                          const tsr_tiles_t *bias, bool relu, tsr_tiles_t *y);
 int tsr__tiles_gemm_gate(const tsr_task_opts_t *o, const tsr_tiles_t *dy, const tsr_tiles_t *w,
                          const tsr_tiles_t *gate, tsr_tiles_t *dx);
 int tsr__tiles_gemm_dbias(const tsr_task_opts_t *o, const tsr_tiles_t *x, const tsr_tiles_t *dy,
-                          tsr_tiles_t *dw, tsr_tiles_t *db);
+                          tsr_tiles_t *dw, tsr_tiles_t *db, const tsr_sgd_step_t *step);
 /* y = a + b, all of one shape and tiling, then max(y, 0) with relu. */
 int tsr__tiles_add(const tsr_task_opts_t *o, tsr_tiles_t *y, const tsr_tiles_t *a,
                    const tsr_tiles_t *b, bool relu);
