@@ -75,6 +75,22 @@ def imagenet_configs():
             for g in ("1x1", "2x1", "1x2")]
 
 
+def crossover_configs():
+    """--crossover: issue 42's smallest configuration where the planner puts a grid with domain
+    parallelism ahead of pure data parallelism here: AlexNet at 224x224x3 on 2 ranks, a global
+    batch of 4, as a 2x1 grid with its first 8 convolutions and poolings cut into bands of image
+    rows (--domain rows:8, batch 4) and as 1x2 with batch averaging (batch 2 per replica), run
+    in both orders (A B B A)."""
+    grid, data = ("alexnet", "2x1+rows:8", "batch", 4), ("alexnet", "1x2", "batch", 2)
+    return [grid, data, data, grid]
+
+
+def split_grid(grid):
+    """"2x1+rows:8": the grid and its --domain ("" for none)."""
+    shape, _, domain = grid.partition("+")
+    return shape, domain
+
+
 def zoo_data(tmp, model):
     """The .npz of synthetic images a zoo model trains on (one file per shape, in tmp)."""
     return os.path.join(tmp, "zoo%dx%dx%d.npz" % ZOO_INPUT[model])
@@ -127,6 +143,7 @@ def travel(sync):
 
 
 def train_cmd(args, model, grid, sync, batch, log):
+    grid, domain = split_grid(grid)
     pr, pc = (int(x) for x in grid.split("x"))
     ranks = pr * pc
     cmd = [args.tessera, "train", "--model", MODELS[model], "--batch", str(batch),
@@ -138,14 +155,16 @@ def train_cmd(args, model, grid, sync, batch, log):
         cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "-x", "STARPU_HOME",
                "-x", "STARPU_SILENT"] + cmd + travel(sync)
         if pr > 1:
-            cmd += ["--grid", grid]
+            cmd += ["--grid", grid] + (["--domain", domain] if domain else [])
     return cmd
 
 
 def plan_cmd(args, model, grid, sync, batch):
+    grid, domain = split_grid(grid)
     pr, pc = (int(x) for x in grid.split("x"))
     cmd = [args.tessera, "plan", "--json", "--model", MODELS[model], "--batch", str(batch),
-           "--ranks", str(pr * pc), "--grid", grid] + travel(sync) + [
+           "--ranks", str(pr * pc), "--grid", grid] + (["--domain", domain] if domain else []) + \
+        travel(sync) + [
            "--samples", str(args.samples or SAMPLES[model])]
     if model in ZOO_INPUT:
         cmd += ["--input", "%dx%dx%d" % ZOO_INPUT[model]]
@@ -177,7 +196,7 @@ def measure(args, cfg, tmp):
     epochs = [l for l in lines if "epoch" in l]
     last = epochs[-1]
     samples = args.samples or SAMPLES[model]
-    pr, pc = (int(x) for x in grid.split("x"))
+    pr, pc = (int(x) for x in split_grid(grid)[0].split("x"))
     shard = -(-samples // pc)
     steps = -(-shard // batch)
     # Rank 0's bytes: averaging across columns, and under a grid its transfers inside its column.
@@ -211,6 +230,8 @@ def main():
                     "(synthetic images), 1 and 2 ranks")
     ap.add_argument("--imagenet", action="store_true", help="also AlexNet, VGG-16, ResNet-50 "
                     "and GoogLeNet at 224x224x3 (synthetic images), batch 8: 1x1, 2x1, 1x2")
+    ap.add_argument("--crossover", action="store_true", help="also issue 42's grid crossover: "
+                    "AlexNet, global batch 4, 2x1 with --domain rows:8 against 1x2, both orders")
     ap.add_argument("--node-size", type=int, default=0,
                     help="also 2 nodes of this many ranks with --allreduce two-level")
     ap.add_argument("--dry-run", action="store_true")
@@ -227,7 +248,8 @@ def main():
     load_before = os.getloadavg()[0]
     rows = []
     configs = default_configs() + (zoo_configs() if args.zoo else []) + \
-        (imagenet_configs() if args.imagenet else [])
+        (imagenet_configs() if args.imagenet else []) + \
+        (crossover_configs() if args.crossover else [])
     if args.node_size:
         configs += [(m, "1x%d" % (2 * args.node_size), "%s@two-level:%d" % (s, args.node_size), b)
                     for m, b in (("mlp512", 64), ("mlp4096", 512)) for s in ("batch", "epoch")]

@@ -167,6 +167,8 @@ COMMANDS = dict([
             "planner (minutes)"),
     NOT_RUN("/usr/bin/python3 benchmarks/validate_plan.py --node-size 2 --only two-level",
             "takes long: 4-rank tessera train runs against the planner (minutes)"),
+    NOT_RUN("/usr/bin/python3 benchmarks/validate_plan.py --crossover --only alexnet --samples 96 "
+            "--epochs 3", "takes long: four 2-rank AlexNet runs at 224x224x3 (2 minutes)"),
     RUN("/usr/bin/python3 benchmarks/plan_table.py",
         append="--clusters eth10 --nodes 16 --out plan-table",
         why="shortened: one cluster, one node count; --out here instead of benchmarks/out/ in the "
