@@ -30,6 +30,9 @@ and prints the table. Grids the build cannot run are listed as "not measurable
                                # et al. at 224x224x3, batch 8: 1 process, 2x1 and 1x2 (issue 42)
   /usr/bin/python3 benchmarks/validate_plan.py --node-size 2 --only two-level
                                # also 4 ranks in nodes of 2, --allreduce two-level
+  /usr/bin/python3 benchmarks/validate_plan.py --crossover --only alexnet --samples 96 --epochs 3
+                               # issue 42's grid crossover: AlexNet, global batch 4, 2x1 with
+                               # --domain rows:8 against 1x2, in the order A B B A
 
 A sync written batch@two-level:G trains and plans --sync batch --allreduce two-level
 --node-size G.
