@@ -84,6 +84,9 @@ int tsr__submit_modes(const tsr_task_opts_t *o, struct starpu_codelet *cl, const
                       size_t args_size, int nhandles, const starpu_data_handle_t *handles,
                       const enum starpu_data_access_mode *modes);
 
+/* Whether op(a) op(b) fits c (gemm.c), and the inner dimension k. */
+bool tsr__gemm_fits(bool ta, bool tb, starpu_data_handle_t a, starpu_data_handle_t b,
+                    starpu_data_handle_t c, int *k);
 /* c (m, n) = alpha op(a) op(b) + beta c; c is written only when beta == 0. */
 int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                      starpu_data_handle_t a, starpu_data_handle_t b, float beta,

@@ -37,19 +37,12 @@ TSR_IMPL_TASKS(gemm)
 #ifdef TSR_HAVE_OPENCL
 static void gemm_opencl(void *buffers[], void *cl_arg) {
   const struct gemm_args *g = cl_arg;
-  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
-  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
-               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
-               TSR_LD(buffers[1]), g->beta, TSR_CL_MEM(buffers[2]), TSR_CL_OFF(buffers[2]),
-               TSR_LD(buffers[2]));
+  tsr__cl_gemm_task(buffers, g->ta, g->tb, g->alpha, g->beta);
 }
 #endif
 
-static struct starpu_perfmodel gemm_model = {
-    .type = STARPU_HISTORY_BASED,
-    .symbol = "tessera_gemm_f32",
-};
+    static struct starpu_perfmodel gemm_model = {.type = STARPU_HISTORY_BASED,
+                                                .symbol = "tessera_gemm_f32", };
 
 #define GEMM_CODELET(var, c_mode)                                                                  \
   struct starpu_codelet var = {                                                                    \
@@ -65,15 +58,22 @@ static struct starpu_perfmodel gemm_model = {
 GEMM_CODELET(tsr_cl_gemm, STARPU_RW);
 GEMM_CODELET(tsr_cl_gemm_w, STARPU_W);
 
-int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
-                     starpu_data_handle_t a, starpu_data_handle_t b, float beta,
-                     starpu_data_handle_t c) {
+bool tsr__gemm_fits(bool ta, bool tb, starpu_data_handle_t a, starpu_data_handle_t b,
+                    starpu_data_handle_t c, int *k) {
   int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
   int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
   int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
   int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
-  if (am != tsr__handle_rows(c) || bn != tsr__handle_cols(c) || ak != bk) return TSR_ESHAPE;
-  tsr_gemm_shape_t shape = {0, ta, tb, am, bn, ak, 0};
+  *k = ak;
+  return am == tsr__handle_rows(c) && bn == tsr__handle_cols(c) && ak == bk;
+}
+
+int tsr__insert_gemm(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
+                     starpu_data_handle_t a, starpu_data_handle_t b, float beta,
+                     starpu_data_handle_t c) {
+  int ak;
+  if (!tsr__gemm_fits(ta, tb, a, b, c, &ak)) return TSR_ESHAPE;
+  tsr_gemm_shape_t shape = {0, ta, tb, tsr__handle_rows(c), tsr__handle_cols(c), ak, 0};
   struct gemm_args args = {tsr__impl_choice(o, &shape, sizeof shape), ta, tb, alpha, beta};
   starpu_data_handle_t h[3] = {a, b, c};
   return tsr__submit(o, beta == 0.0f ? &tsr_cl_gemm_w : &tsr_cl_gemm, &args, sizeof args, 3, h);

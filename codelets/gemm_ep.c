@@ -110,17 +110,24 @@ static void gemm_sgd_blis(void *buffers[], void *cl_arg) {
 TSR_IMPL_TASKS(gemm_sgd)
 
 #ifdef TSR_HAVE_OPENCL
+/* e (1, n) = beta e + the column sums of b: the bias gradient's kernel on two buffers. */
+static void cl_bias_grad(void *bb, void *eb, float beta) {
+  int rows = TSR_ROWS(bb), n = TSR_COLS(bb), ldb = TSR_LD(bb), bo = TSR_CL_OFF(bb);
+  int eo = TSR_CL_OFF(eb);
+  cl_mem b = TSR_CL_MEM(bb), e = TSR_CL_MEM(eb);
+  tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, n, 8,
+                (tsr_cl_arg_t[]){TSR_CL_ARG(rows), TSR_CL_ARG(n), TSR_CL_ARG(e), TSR_CL_ARG(eo),
+                                 TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb), TSR_CL_ARG(beta)});
+}
+
 /* CLBlast's GEMM, then the kernel the separate task ran. */
 static void gemm_ep_opencl(void *buffers[], void *cl_arg) {
   const struct gemm_ep_args *g = cl_arg;
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
   int ldc = TSR_LD(buffers[2]), co = TSR_CL_OFF(buffers[2]);
   int lde = TSR_LD(buffers[3]), eo = TSR_CL_OFF(buffers[3]);
   cl_mem c = TSR_CL_MEM(buffers[2]), e = TSR_CL_MEM(buffers[3]);
-  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
-               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
-               TSR_LD(buffers[1]), g->beta, c, co, ldc);
+  tsr__cl_gemm_task(buffers, g->ta, g->tb, g->alpha, g->beta);
   int relu = g->relu;
   if (g->ep == TSR_EP_BIAS) {
     tsr__cl_run2d(TSR_CLK_BIAS_ADD, m, n, 8,
@@ -133,38 +140,16 @@ static void gemm_ep_opencl(void *buffers[], void *cl_arg) {
                                    TSR_CL_ARG(ldc), TSR_CL_ARG(c), TSR_CL_ARG(co), TSR_CL_ARG(ldc),
                                    TSR_CL_ARG(e), TSR_CL_ARG(eo), TSR_CL_ARG(lde)});
   } else {
-    int rows = TSR_ROWS(buffers[1]), ldb = TSR_LD(buffers[1]), bo = TSR_CL_OFF(buffers[1]);
-    cl_mem b = TSR_CL_MEM(buffers[1]);
-    float beta = g->ep_beta;
-    tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, n, 8,
-                  (tsr_cl_arg_t[]){TSR_CL_ARG(rows), TSR_CL_ARG(n), TSR_CL_ARG(e), TSR_CL_ARG(eo),
-                                   TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb),
-                                   TSR_CL_ARG(beta)});
+    cl_bias_grad(buffers[1], buffers[3], g->ep_beta);
   }
 }
-#endif
 
-#ifdef TSR_HAVE_OPENCL
 /* CLBlast's GEMM, the bias gradient's kernel, then the SGD kernels. */
 static void gemm_sgd_opencl(void *buffers[], void *cl_arg) {
   const struct gemm_sgd_args *g = cl_arg;
   gemm_sgd_slots_t s = gemm_sgd_slots(g);
-  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
-  tsr__cl_gemm(g->ta, g->tb, m, n, k, g->alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
-               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
-               TSR_LD(buffers[1]), g->beta, TSR_CL_MEM(buffers[2]), TSR_CL_OFF(buffers[2]),
-               TSR_LD(buffers[2]));
-  if (g->dbias) {
-    int rows = TSR_ROWS(buffers[1]), ldb = TSR_LD(buffers[1]), bo = TSR_CL_OFF(buffers[1]);
-    int eo = TSR_CL_OFF(buffers[s.e]);
-    cl_mem b = TSR_CL_MEM(buffers[1]), e = TSR_CL_MEM(buffers[s.e]);
-    float beta = g->beta;
-    tsr__cl_run2d(TSR_CLK_BIAS_GRAD, 1, n, 8,
-                  (tsr_cl_arg_t[]){TSR_CL_ARG(rows), TSR_CL_ARG(n), TSR_CL_ARG(e), TSR_CL_ARG(eo),
-                                   TSR_CL_ARG(b), TSR_CL_ARG(bo), TSR_CL_ARG(ldb),
-                                   TSR_CL_ARG(beta)});
-  }
+  tsr__cl_gemm_task(buffers, g->ta, g->tb, g->alpha, g->beta);
+  if (g->dbias) cl_bias_grad(buffers[1], buffers[s.e], g->beta);
   tsr__sgd_opencl(buffers[s.w], slot(buffers, s.v), buffers[2], &g->step);
   if (g->bias_step) tsr__sgd_opencl(buffers[s.bw], slot(buffers, s.bv), buffers[s.e], &g->bias);
 }
@@ -202,12 +187,8 @@ GEMM_EP_CODELET(tsr_cl_gemm_dbias_w, STARPU_W, STARPU_W); /* DBIAS, the first of
 int tsr__insert_gemm_ep(const tsr_task_opts_t *o, bool ta, bool tb, float alpha,
                         starpu_data_handle_t a, starpu_data_handle_t b, float beta,
                         starpu_data_handle_t c, int ep, starpu_data_handle_t e, bool relu) {
-  int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
-  int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
-  int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
-  int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
-  int m = tsr__handle_rows(c), n = tsr__handle_cols(c);
-  if (am != m || bn != n || ak != bk) return TSR_ESHAPE;
+  int ak, m = tsr__handle_rows(c), n = tsr__handle_cols(c);
+  if (!tsr__gemm_fits(ta, tb, a, b, c, &ak)) return TSR_ESHAPE;
   bool row = tsr__handle_rows(e) == 1 && tsr__handle_cols(e) == n;
   if ((ep == TSR_EP_BIAS && !row) || (ep == TSR_EP_DBIAS && (!row || tb)) ||
       (ep == TSR_EP_GATE && (tsr__handle_rows(e) != m || tsr__handle_cols(e) != n)) ||
@@ -246,12 +227,8 @@ int tsr__insert_gemm_sgd(const tsr_task_opts_t *o, bool ta, bool tb, float alpha
                          starpu_data_handle_t v, const tsr_sgd_args_t *step,
                          starpu_data_handle_t bw, starpu_data_handle_t bv,
                          const tsr_sgd_args_t *bias_step) {
-  int am = ta ? tsr__handle_cols(a) : tsr__handle_rows(a);
-  int ak = ta ? tsr__handle_rows(a) : tsr__handle_cols(a);
-  int bk = tb ? tsr__handle_cols(b) : tsr__handle_rows(b);
-  int bn = tb ? tsr__handle_rows(b) : tsr__handle_cols(b);
-  int m = tsr__handle_rows(c), n = tsr__handle_cols(c);
-  if (am != m || bn != n || ak != bk) return TSR_ESHAPE;
+  int ak, m = tsr__handle_rows(c), n = tsr__handle_cols(c);
+  if (!tsr__gemm_fits(ta, tb, a, b, c, &ak)) return TSR_ESHAPE;
   if (tsr__handle_rows(w) != m || tsr__handle_cols(w) != n || step->r0 != 0) return TSR_ESHAPE;
   bool mom = step->momentum != 0.0f;
   if (mom != (v != NULL) || (bias_step && (!bw || !e || mom != (bv != NULL))) ||

@@ -127,6 +127,15 @@ void tsr__cl_copy(int m, int n, cl_mem dst, int dof, int ldd, cl_mem src, int so
                                  TSR_CL_ARG(lds)});
 }
 
+void tsr__cl_gemm_task(void *buffers[], bool ta, bool tb, float alpha, float beta) {
+  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
+  int k = ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  tsr__cl_gemm(ta, tb, m, n, k, alpha, TSR_CL_MEM(buffers[0]), TSR_CL_OFF(buffers[0]),
+               TSR_LD(buffers[0]), TSR_CL_MEM(buffers[1]), TSR_CL_OFF(buffers[1]),
+               TSR_LD(buffers[1]), beta, TSR_CL_MEM(buffers[2]), TSR_CL_OFF(buffers[2]),
+               TSR_LD(buffers[2]));
+}
+
 void tsr__cl_gemm(bool ta, bool tb, int m, int n, int k, float alpha, cl_mem a, int ao, int lda,
                   cl_mem b, int bo, int ldb, float beta, cl_mem c, int co, int ldc) {
   if (m <= 0 || n <= 0) return;

@@ -88,6 +88,8 @@ void tsr__cl_copy(int m, int n, cl_mem dst, int dof, int ldd, cl_mem src, int so
  * CLBlast; with beta 0, c is zeroed first (it may hold garbage). */
 void tsr__cl_gemm(bool ta, bool tb, int m, int n, int k, float alpha, cl_mem a, int ao, int lda,
                   cl_mem b, int bo, int ldb, float beta, cl_mem c, int co, int ldc);
+/* The same on a task's first three buffers: c = buffers[2], a and b buffers[0] and [1]. */
+void tsr__cl_gemm_task(void *buffers[], bool ta, bool tb, float alpha, float beta);
 #endif
 
 #endif
