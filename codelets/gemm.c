@@ -41,8 +41,10 @@ static void gemm_opencl(void *buffers[], void *cl_arg) {
 }
 #endif
 
-    static struct starpu_perfmodel gemm_model = {.type = STARPU_HISTORY_BASED,
-                                                .symbol = "tessera_gemm_f32", };
+static struct starpu_perfmodel gemm_model = {
+    .type = STARPU_HISTORY_BASED,
+    .symbol = "tessera_gemm_f32",
+};
 
 #define GEMM_CODELET(var, c_mode)                                                                  \
   struct starpu_codelet var = {                                                                    \
