@@ -127,7 +127,9 @@ TSR_API int tsr_runtime_pingpong(int bytes, int rounds, double *seconds, tsr_err
  * MPI both calls below are collective and use plain MPI: call them on every
  * rank after tsr_runtime_fini (before tsr_dist_stop); rank 0 gets every
  * rank's workers and writes the merged file. Without MPI they may also be
- * called while the runtime runs (they wait for all tasks). */
+ * called while the runtime runs (they wait for all tasks), but the first such
+ * call takes the snapshot and ends the observation: tasks after it are not
+ * counted, and later calls return the same figures. */
 #define TSR_STATS_MAX_CODELETS 48
 
 typedef struct {
