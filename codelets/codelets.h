@@ -84,6 +84,9 @@ int tsr__submit_modes(const tsr_task_opts_t *o, struct starpu_codelet *cl, const
                       size_t args_size, int nhandles, const starpu_data_handle_t *handles,
                       const enum starpu_data_access_mode *modes);
 
+/* c = alpha op(a) op(b) + beta c on a task's first three buffers (a, b, c), by oneDNN (dnnl)
+ * or BLIS: the CPU side of tsr__cl_gemm_task (gemm.c). */
+void tsr__gemm_task_cpu(void *buffers[], bool dnnl, bool ta, bool tb, float alpha, float beta);
 /* Whether op(a) op(b) fits c (gemm.c), and the inner dimension k. */
 bool tsr__gemm_fits(bool ta, bool tb, starpu_data_handle_t a, starpu_data_handle_t b,
                     starpu_data_handle_t c, int *k);

@@ -16,12 +16,16 @@ struct gemm_args {
   float alpha, beta;
 };
 
-static void gemm_run(void *buffers[], const struct gemm_args *g, bool dnnl) {
+void tsr__gemm_task_cpu(void *buffers[], bool dnnl, bool ta, bool tb, float alpha, float beta) {
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
-  tsr__k_gemm_by(dnnl, g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, TSR_PTR(buffers[2]),
+  int k = ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
+  tsr__k_gemm_by(dnnl, ta, tb, m, n, k, alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
+                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), beta, TSR_PTR(buffers[2]),
                  TSR_LD(buffers[2]));
+}
+
+static void gemm_run(void *buffers[], const struct gemm_args *g, bool dnnl) {
+  tsr__gemm_task_cpu(buffers, dnnl, g->ta, g->tb, g->alpha, g->beta);
 }
 
 static void gemm_onednn(void *buffers[], void *cl_arg) {

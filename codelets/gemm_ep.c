@@ -31,11 +31,9 @@ struct gemm_ep_args {
 /* The product by oneDNN (dnnl) or BLIS (gemm.c's two implementations), then the epilogue. */
 static void gemm_ep_run(void *buffers[], const struct gemm_ep_args *g, bool dnnl) {
   int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
   float *c = TSR_PTR(buffers[2]), *e = TSR_PTR(buffers[3]);
   int ldc = TSR_LD(buffers[2]);
-  tsr__k_gemm_by(dnnl, g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, c, ldc);
+  tsr__gemm_task_cpu(buffers, dnnl, g->ta, g->tb, g->alpha, g->beta);
   if (g->ep == TSR_EP_BIAS)
     tsr__k_bias_add(m, n, c, ldc, e, g->relu);
   else if (g->ep == TSR_EP_GATE)
@@ -87,14 +85,10 @@ static void *slot(void *buffers[], int k) {
 
 static void gemm_sgd_run(void *buffers[], const struct gemm_sgd_args *g, bool dnnl) {
   gemm_sgd_slots_t s = gemm_sgd_slots(g);
-  int m = TSR_ROWS(buffers[2]), n = TSR_COLS(buffers[2]);
-  int k = g->ta ? TSR_ROWS(buffers[0]) : TSR_COLS(buffers[0]);
-  tsr__k_gemm_by(dnnl, g->ta, g->tb, m, n, k, g->alpha, TSR_PTR(buffers[0]), TSR_LD(buffers[0]),
-                 TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta, TSR_PTR(buffers[2]),
-                 TSR_LD(buffers[2]));
+  tsr__gemm_task_cpu(buffers, dnnl, g->ta, g->tb, g->alpha, g->beta);
   if (g->dbias)
-    tsr__k_bias_grad(TSR_ROWS(buffers[1]), n, TSR_PTR(buffers[s.e]), TSR_PTR(buffers[1]),
-                     TSR_LD(buffers[1]), g->beta);
+    tsr__k_bias_grad(TSR_ROWS(buffers[1]), TSR_COLS(buffers[2]), TSR_PTR(buffers[s.e]),
+                     TSR_PTR(buffers[1]), TSR_LD(buffers[1]), g->beta);
   tsr__sgd_cpu(buffers[s.w], slot(buffers, s.v), buffers[2], &g->step);
   if (g->bias_step) tsr__sgd_cpu(buffers[s.bw], slot(buffers, s.bv), buffers[s.e], &g->bias);
 }

@@ -57,6 +57,10 @@ def by_id(tasks):
     return out
 
 
+# The codelets that write a parameter's step (codelets/sgd.c, adam.c, gemm_ep.c).
+UPDATE_CODELETS = ("sgd", "sgd_nesterov", "adam", "adamw", "gemm_sgd")
+
+
 def check_events(trace, log):
     doc, (st, _) = load(trace), stats_of(log)
     tasks = tasks_of(doc)
@@ -93,13 +97,13 @@ def check_events(trace, log):
     if sum(len(e["args"]["deps"]) for e in tasks) < len(tasks) // 2:
         fail("hardly any dependencies recorded")
     # A writer waits for the readers since the last write (write after read), not only for that
-    # write: on one rank, each step's update of a layer (sgd, or gemm_sgd where the weight
-    # gradient's last task takes it) overwrites a weight or bias that the step's forward pass
-    # (priority 0: gemm, bias_add) of that layer read, and depends on it directly.
+    # write: on one rank, each step's update of a layer (an optimizer's task, or gemm_sgd where
+    # the weight gradient's last task takes it) overwrites a weight or bias that the step's
+    # forward pass (priority 0: gemm, bias_add) of that layer read, and depends on it directly.
     if doc["otherData"]["ranks"] == 1:
-        updates = [e for e in tasks if e["name"] in ("sgd", "gemm_sgd") and e["args"]["step"] >= 1]
+        updates = [e for e in tasks if e["name"] in UPDATE_CODELETS and e["args"]["step"] >= 1]
         if not updates:
-            fail("no update task (sgd or gemm_sgd) after the first step")
+            fail("no update task (%s) after the first step" % ", ".join(UPDATE_CODELETS))
         for e in updates:
             deps = [ids[(e["pid"], d)] for d in e["args"]["deps"]]
             if not any(d["args"]["priority"] == 0 and d["args"]["layer"] == e["args"]["layer"]
