@@ -20,7 +20,9 @@ Once tessera has reached the target in T seconds, each PyTorch run is stopped af
 epoch that brings its own seconds to T (torch_train_model.py --max-seconds): a peer that has not
 reached the target by then needs more time than tessera, whatever its later epochs would reach,
 and the summary says "not reached in T s" with the epoch it stopped at. --full-peers runs every
-epoch of the peers regardless.
+epoch of the peers regardless. --tessera-log PATH takes tessera's side from an earlier run's log
+(its tessera.jsonl) instead of running it, so a peer can be added to a comparison later on the
+same machine.
 """
 import argparse
 import json
@@ -63,6 +65,9 @@ def main():
     p.add_argument("--tessera", default=os.path.join(ROOT, "build", "tessera"))
     p.add_argument("--train-limit", type=int, default=0, help="a quick check: N images")
     p.add_argument("--no-tessera", action="store_true", help="only the PyTorch side(s)")
+    p.add_argument("--tessera-log", metavar="PATH",
+                   help="tessera's log of an earlier run (a tessera.jsonl) instead of a run: its "
+                   "time to the target stops the peers")
     p.add_argument("--no-debian-peer", action="store_true",
                    help="leave Debian's PyTorch (/usr/bin/python3) out: only $TSR_PEER_PYTHON's")
     p.add_argument("--full-peers", action="store_true",
@@ -74,7 +79,19 @@ def main():
     recipe = ["--batch", "128", "--lr", "0.05", "--epochs", str(args.epochs)]
     limit = ["--train-limit", str(args.train_limit)] if args.train_limit else []
     rows = []
-    if not args.no_tessera:
+    if args.tessera_log:
+        if args.no_tessera:
+            p.error("--tessera-log gives tessera's side: leave --no-tessera out")
+        try:
+            lines = read_jsonl(args.tessera_log)
+        except (OSError, ValueError) as e:
+            p.error("--tessera-log %s: %s" % (args.tessera_log, e))
+        if not any("epoch" in o and "test_accuracy" in o for o in lines):
+            p.error("%s has no epoch with a test accuracy: not a tessera train --log of a "
+                    "finished epoch" % args.tessera_log)
+        rows.append(("tessera (%s)" % os.path.relpath(args.tessera_log), "log " + args.tessera_log,
+                     lines))
+    elif not args.no_tessera:
         log = os.path.join(args.out, "tessera.jsonl")
         cmd = [args.tessera, "train", "--model", args.model, *recipe, "--momentum", "0.9",
                "--weight-decay", "5e-4", "--lr-schedule", "cosine", "--crop", "28:4", "--flip",
