@@ -5,7 +5,9 @@ Trains the same model on the same data once per configuration and seed, each as
 `mpirun -np RANKS ... tessera train --workers W --sync POLICY [--outer NAME]
 --seed S --log DIR/CONFIG.sS.jsonl`. A configuration is POLICY or POLICY+OUTER
 (`every=8+nesterov`); OUTER may carry its rate and momentum
-(`epoch+slowmo:2,0.5`: --outer slowmo --outer-lr 2 --outer-momentum 0.5).
+(`epoch+slowmo:2,0.5`: --outer slowmo --outer-lr 2 --outer-momentum 0.5); each /FLAG after
+it passes --FLAG to that configuration's runs only (`batch/sync-bn`: batch averaging with
+--sync-bn, compared with `batch` in the same study).
 `single` is one process without mpirun on RANKS x W workers, the batch of one
 rank. From the rank-0 logs it writes
 
@@ -81,16 +83,22 @@ def split_configs(text):
 
 
 def parse_config(config):
-    """(policy, outer name or None, [extra tessera arguments])."""
+    """(policy, outer or None, [extra tessera arguments]) of POLICY[+OUTER[:LR[,M]]][/FLAG]..."""
+    config, *flags = config.split("/")
+    for flag in flags:
+        if not re.match(r"^[a-z][a-z0-9-]*$", flag):
+            raise SystemExit("compare_sync.py: configuration %r: /%s is not a tessera train flag "
+                             "name; write POLICY[+OUTER]/FLAG, e.g. batch/sync-bn" % (config, flag))
+    extra = ["--" + flag for flag in flags]
     policy, _, outer = config.partition("+")
     if not outer:
-        return policy, None, []
+        return policy, None, extra
     name, _, values = outer.partition(":")
     args = ["--outer", name]
     if values:
         lr, _, momentum = values.partition(",")
         args += ["--outer-lr", lr] + (["--outer-momentum", momentum] if momentum else [])
-    return policy, name, args
+    return policy, name, args + extra
 
 
 def log_path(out, config, seed):
@@ -290,7 +298,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 usage="%(prog)s [options] [-- extra tessera train args]")
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help="POLICY or POLICY+OUTER[:LR[,MOMENTUM]], comma-separated; the first "
+                   help="POLICY or POLICY+OUTER[:LR[,MOMENTUM]], each with /FLAG to pass --FLAG "
+                   "(batch/sync-bn), comma-separated; the first "
                         "is the reference; single: one process [%(default)s]")
     p.add_argument("--seeds", default="1,2,3", help="seeds [1,2,3]")
     p.add_argument("--epochs", type=int, default=10)
