@@ -426,6 +426,8 @@ def main():
         acc = "%.*f" % (2 if METRIC["higher"] else 4, METRIC["scale"] * s[METRIC["final"]])
         if s["seeds"] > 1:
             acc += " ± %.*f" % (2 if METRIC["higher"] else 4, METRIC["scale"] * s["spread"])
+        if s["seeds"] < len(seeds):  # some seeds' logs missing (--no-run, a failed run)
+            acc += " (%d of %d seeds)" % (s["seeds"], len(seeds))
         cells = [s["config"], acc,
                  fmt(s["points_vs_reference"], "+.2f" if METRIC["higher"] else "+.4f")]
         for label in labels:
