@@ -1,0 +1,25 @@
+#!/bin/sh
+# Issue 42's averaging study on ResNet-20 with the whole Fashion-MNIST training set, as far as a
+# session's time goes, one step after the other on the idle 2-core machine. --keep: a run whose
+# log is complete is read, not rerun (the first step's seed-1 runs are from 2026-12-07 09:25).
+cd "$(dirname "$0")/../../.."
+D=benchmarks/results/sync-resnet20-full
+S="/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --keep"
+{ date -u; uptime; grep -m1 "model name" /proc/cpuinfo; } >> $D/machine.txt
+# 2 ranks, the four policies, 3 seeds
+$S --configs batch,every=8,epoch,post-local:1,8 --seeds 1,2,3 --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# 4 ranks (oversubscribed: two a core), one seed
+$S --ranks 4 --configs batch,every=8,epoch --seeds 1 --out $D/4-ranks -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# 2 ranks, SlowMo's outer step on every=8 and epoch, 3 seeds; the summary of all six
+$S --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8 --seeds 1,2,3 \
+  --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# --sync-bn as a variant of three policies, one seed (batch first: the reference of this summary)
+$S --configs batch,batch/sync-bn,every=8/sync-bn,epoch/sync-bn --seeds 1 --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# the summary of all nine configurations (nothing run: every log is there)
+/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --no-run \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn \
+  --seeds 1,2,3 --out $D -- --model resnet20
