@@ -6,8 +6,8 @@ Trains the same model on the same data once per configuration and seed, each as
 --seed S --log DIR/CONFIG.sS.jsonl`. A configuration is POLICY or POLICY+OUTER
 (`every=8+nesterov`); OUTER may carry its rate and momentum
 (`epoch+slowmo:2,0.5`: --outer slowmo --outer-lr 2 --outer-momentum 0.5); each /FLAG after
-it passes --FLAG to that configuration's runs only (`batch/sync-bn`: batch averaging with
---sync-bn, compared with `batch` in the same study).
+it passes --FLAG to that configuration's runs only, /FLAG=VALUE --FLAG VALUE (`batch/sync-bn`:
+batch averaging with --sync-bn, compared with `batch` in the same study; `epoch/bn-recompute=16`).
 `single` is one process without mpirun on RANKS x W workers, the batch of one
 rank. From the rank-0 logs it writes
 
@@ -83,13 +83,17 @@ def split_configs(text):
 
 
 def parse_config(config):
-    """(policy, outer or None, [extra tessera arguments]) of POLICY[+OUTER[:LR[,M]]][/FLAG]..."""
+    """(policy, outer or None, [extra tessera arguments]) of
+    POLICY[+OUTER[:LR[,M]]][/FLAG[=VALUE]]..."""
     config, *flags = config.split("/")
+    extra = []
     for flag in flags:
-        if not re.match(r"^[a-z][a-z0-9-]*$", flag):
+        if not re.match(r"^[a-z][a-z0-9-]*(=[A-Za-z0-9.:]+)?$", flag):
             raise SystemExit("compare_sync.py: configuration %r: /%s is not a tessera train flag "
-                             "name; write POLICY[+OUTER]/FLAG, e.g. batch/sync-bn" % (config, flag))
-    extra = ["--" + flag for flag in flags]
+                             "name; write POLICY[+OUTER]/FLAG or /FLAG=VALUE, e.g. batch/sync-bn "
+                             "or epoch/bn-recompute=16" % (config, flag))
+        name, _, value = flag.partition("=")
+        extra += ["--" + name] + ([value] if value else [])
     policy, _, outer = config.partition("+")
     if not outer:
         return policy, None, extra
@@ -299,7 +303,8 @@ def main():
                                 usage="%(prog)s [options] [-- extra tessera train args]")
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help="POLICY or POLICY+OUTER[:LR[,MOMENTUM]], each with /FLAG to pass --FLAG "
-                   "(batch/sync-bn), comma-separated; the first "
+                   "(batch/sync-bn) or /FLAG=VALUE (epoch/bn-recompute=16), comma-separated; "
+                   "the first "
                         "is the reference; single: one process [%(default)s]")
     p.add_argument("--seeds", default="1,2,3", help="seeds [1,2,3]")
     p.add_argument("--epochs", type=int, default=10)

@@ -121,6 +121,9 @@ COMMANDS = dict([
     NOT_RUN("mpirun -np 2 --oversubscribe --allow-run-as-root build/tessera train --workers 1 "
             "--sync batch", "README.md's same line without --allow-run-as-root runs (this test "
             "allows root to mpirun through OMPI_ALLOW_RUN_AS_ROOT)"),
+    RUN("mpirun -np 2 --oversubscribe --allow-run-as-root build/tessera train --model resnet20 "
+        "--workers 1 --sync epoch --bn-recompute 16 --epochs 2 --seed 1 --train-limit 3000",
+        append=SHORT, why=SHORT_WHY),
     NOT_RUN("mpirun -np 4 build/tessera train --sync epoch=2 --sync-state --log run.jsonl", RANKS4),
     NOT_RUN("mpirun -np 8 build/tessera train --sync every=8 --outer slowmo", RANKS4),
     NOT_RUN("mpirun -np 16 build/tessera train --sync hier:4,32 --outer nesterov", RANKS4),

@@ -3,10 +3,11 @@
  * its eps) and per channel (after a convolution, a ReLU fused), over edge tiles and a padded
  * batch; the running statistics against PyTorch's update in float64 over three steps, the last
  * one short (its padding rows, which hold the previous batch's samples, never enter them), and
- * evaluation normalizing with them; a per-feature batch of one sample (the running statistics
- * kept, the step not counted); training steps that do not depend on the tile size and repeat
- * bit for bit; a per-feature batchnorm refused at batch 1; evaluation's batchnorm folded into
- * the convolution before it, against float64; a convolution another layer also reads still
+ * evaluation normalizing with them; statistics passes (tsr_net_stats_step) making them the mean
+ * of their batches' and changing nothing else; a per-feature batch of one sample (the running
+ * statistics kept, the step not counted); training steps that do not depend on the tile size and
+ * repeat bit for bit; a per-feature batchnorm refused at batch 1; evaluation's batchnorm folded
+ * into the convolution before it, against float64; a convolution another layer also reads still
  * written in evaluation. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -163,6 +164,96 @@ Test(batchnorm, running_statistics_follow_pytorch_and_evaluation_normalizes_with
                          (double)y[i * F + k], want);
     }
   tsr_net_destroy(&net);
+  free(ds.x), free(ds.y);
+}
+
+/* tsr_net_stats_step (--bn-recompute): three passes (the last of 2 samples) make the running
+ * statistics the mean of their batches' statistics (PyTorch's update at momentum 1 / (k + 1)),
+ * whatever they were; the parameters stay as they were, and the training steps after them
+ * (dropout's masks included) equal those of a twin net that took no such pass, bit for bit. */
+Test(batchnorm, stats_steps_make_the_running_statistics_their_batches_mean_and_nothing_else) {
+  enum { C = 3, SIDE = 2, HW = SIDE * SIDE, F = C * HW, N = 12 };
+  tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
+  ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
+  tsr_rng_t rng = {33};
+  for (int k = 0; k < N * F; k++)
+    ds.x[k] = (float)(3.0 * tsr__rng_uniform(&rng) - 1.0);
+  for (int k = 0; k < N; k++)
+    ds.y[k] = (float)(k % 3);
+  tsr_model_spec_t spec =
+      SPEC(BN(.momentum = 0.25f), {.kind = TSR_LAYER_DROPOUT, .rate = 0.5f}, DENSE(3));
+  tsr_net_opts_t o;
+  tsr_net_opts_init(&o);
+  o.batch = 5, o.tile_rows = 2, o.seed = 4, o.opt.lr = 0.1f;
+  o.in_channels = C, o.in_height = SIDE, o.in_width = SIDE;
+  tsr_net_t *net, *twin;
+  tsr_errbuf_t err = {""};
+  cr_assert_eq(tsr_net_create(&net, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  cr_assert_eq(tsr_net_create(&twin, &spec, F, 3, &o, &err), 0, "%s", err.msg);
+  const int32_t train[2][5] = {{0, 1, 2, 3, 4}, {5, 6, 7, 8, 9}};
+  const int32_t passes[3][5] = {{2, 4, 6, 8, 10}, {11, 9, 7, 5, 3}, {1, 0, 0, 0, 0}};
+  const int ns[3] = {5, 5, 2};
+  for (int s = 0; s < 2; s++) {
+    cr_assert_eq(tsr_net_train_step(net, &ds, train[0], 5, true), 0);
+    cr_assert_eq(tsr_net_train_step(twin, &ds, train[0], 5, true), 0);
+  }
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  int np = tsr_net_n_params(net);
+  float before[64], after[64];
+  size_t at = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t r, c;
+    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
+    cr_assert_eq(tsr_net_param_get(net, i, before + at), 0);
+    at += (size_t)(r * c);
+  }
+  cr_assert(at <= 64);
+  double rm[C], rv[C];
+  for (int ch = 0; ch < C; ch++)
+    rm[ch] = 1e30, rv[ch] = 1e30; /* the first pass replaces them whatever they are */
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(tsr_net_stats_step(net, &ds, passes[k], ns[k], k), 0);
+    running_ref(rm, rv, ds.x, passes[k], ns[k], C, HW, 1.0 / (k + 1));
+  }
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  tsr_layer_t *l = &net->layers[0];
+  float mean[C], var[C];
+  cr_assert_eq(tsr_tiles_read(l->buffers[0], mean), 0);
+  cr_assert_eq(tsr_tiles_read(l->buffers[1], var), 0);
+  for (int ch = 0; ch < C; ch++) {
+    cr_assert_float_eq(mean[ch], rm[ch], 1e-5 + 1e-5 * fabs(rm[ch]), "mean %d: %g vs %g", ch,
+                       (double)mean[ch], rm[ch]);
+    cr_assert_float_eq(var[ch], rv[ch], 1e-5 + 1e-5 * fabs(rv[ch]), "var %d: %g vs %g", ch,
+                       (double)var[ch], rv[ch]);
+  }
+  cr_assert_eq(l->batches_tracked, 2 + 3);
+  at = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t r, c;
+    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
+    cr_assert_eq(tsr_net_param_get(net, i, after + at), 0);
+    at += (size_t)(r * c);
+  }
+  cr_assert(memcmp(before, after, sizeof(float) * at) == 0, "a stats pass moved a parameter");
+  for (int s = 0; s < 2; s++) {
+    cr_assert_eq(tsr_net_train_step(net, &ds, train[1], 5, true), 0);
+    cr_assert_eq(tsr_net_train_step(twin, &ds, train[1], 5, true), 0);
+  }
+  cr_assert_eq(tsr_net_wait(net, 0), 0);
+  cr_assert_eq(tsr_net_wait(twin, 0), 0);
+  at = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t r, c;
+    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
+    cr_assert_eq(tsr_net_param_get(net, i, after + at), 0);
+    cr_assert_eq(tsr_net_param_get(twin, i, before + at), 0);
+    at += (size_t)(r * c);
+  }
+  cr_assert(memcmp(before, after, sizeof(float) * at) == 0,
+            "the training steps after a stats pass differ from the twin's");
+  cr_assert_eq(tsr_net_stats_step(net, &ds, passes[0], 0, 0), TSR_EINVAL);
+  tsr_net_destroy(&net), tsr_net_destroy(&twin);
+  tsr_model_spec_fini(&spec);
   free(ds.x), free(ds.y);
 }
 

@@ -384,6 +384,14 @@ TSR_API int64_t tsr_net_param_count(const tsr_net_t *net);
  * tasks have run (tsr_net_wait). */
 TSR_API int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
                                bool update);
+/* Submits a training forward pass on rows[0..n) of ds (1 <= n <= batch), without loss,
+ * gradients or update, for the batchnorm layers' running statistics: each becomes the mean of
+ * the batch statistics of this pass and the k passes before it (k = 0: this batch's alone;
+ * PyTorch's torch.optim.swa_utils.update_bn), under --sync-bn's hook every rank's batch. The
+ * weights, the optimizer and the training steps that follow (dropout's masks included) are
+ * untouched; the batchnorm layers' tracked batches count it. */
+TSR_API int tsr_net_stats_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n,
+                               int k);
 /* Submits a forward pass and loss (no gradients) on rows[0..n) of ds. */
 TSR_API int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n);
 /* Waits until at most `pending` training/eval steps are still in flight (0: all done). */

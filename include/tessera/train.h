@@ -193,6 +193,15 @@ typedef struct {
    * steps in flight, as on_step's calls do). Its return stops training as on_epoch's. */
   int64_t eval_every;
   int (*on_eval)(const tsr_eval_stats_t *stats, void *ctx);
+  /* With bn_recompute > 0, at every epoch end, after the epoch's synchronization and before its
+   * evaluation and checkpoint: each batchnorm layer's running statistics recomputed under the
+   * weights as they are then, as the mean of the batch statistics of this rank's first
+   * bn_recompute batches of the epoch (fewer where a shard is shorter; every rank's batches
+   * together under --sync-bn), by tsr_net_stats_step, every rank taking them at once. Weight
+   * averaging averages weights and statistics apart, and the averaged weights' activations
+   * match neither replica's statistics (docs/distributed.md). Training is unchanged (running
+   * statistics are only read in evaluation); the time counts as the epoch's evaluation. */
+  int bn_recompute;
   /* Under MPI, called once on rank 0 after the last epoch with every rank's totals,
    * ranks[q] for rank q (n ranks). */
   void (*on_ranks)(const tsr_rank_stats_t *ranks, int n, void *ctx);

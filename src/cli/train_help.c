@@ -47,8 +47,8 @@ static const struct {
       "mpi-progress"}},
     {"Checkpoints", {"checkpoint", "checkpoint-every", "resume"}},
     {"Output",
-     {"log", "log-every", "eval-every", "stats", "trace", "trace-steps", "verbose", "quiet",
-      "help"}},
+     {"log", "log-every", "eval-every", "bn-recompute", "stats", "trace", "trace-steps", "verbose",
+      "quiet", "help"}},
 };
 
 static bool in_a_topic(const char *name) {

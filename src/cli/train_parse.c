@@ -736,6 +736,13 @@ static const row_t rows[] = {
      "evaluate every N steps too, on the validation set (the test\n"
      "set without --val-split), printed and logged (\"eval\"\n"
      "lines) [epoch ends only]"},
+    {"bn-recompute", "N", read_int, AT(train.bn_recompute), 1, 1 << 30,
+     "an integer from 1 to 1073741824",
+     "at every epoch end, before evaluating: batchnorm running\n"
+     "statistics recomputed under the weights as they are then,\n"
+     "the mean over the epoch's first N batches (for weight\n"
+     "averaging, whose averaged weights match neither replica's\n"
+     "statistics) [the running statistics as trained]"},
     {"checkpoint", "FILE", read_text, AT(checkpoint),
      .help = "write the network, optimizer state and training state\n"
              "(safetensors) at every --checkpoint-every, at the end and\n"

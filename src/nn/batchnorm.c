@@ -80,8 +80,9 @@ static double bn_cost(const tsr_net_layout_t *lay, const tsr_layout_layer_t *l, 
   return fwd + bchain + depth * tree + (l->has_dx ? 0 : grads + upd);
 }
 
-/* The spec's momentum and eps, or PyTorch's defaults. */
-static float bn_momentum(const tsr_layer_t *l) {
+/* The spec's momentum and eps, or PyTorch's defaults; tsr_net_stats_step's for its pass. */
+static float bn_momentum(const tsr_net_t *net, const tsr_layer_t *l) {
+  if (net->bn_momentum > 0.0f) return net->bn_momentum;
   return l->spec.momentum > 0.0f ? l->spec.momentum : 0.1f;
 }
 float tsr__bn_eps(const tsr_layer_t *l) {
@@ -106,7 +107,8 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
       TSR_TRY(tsr__domain_bn_reduce(o, l->domain, p, x, NULL, NULL, NULL, net->valid, false,
                                     &net->traffic));
       if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
-      TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), tsr__bn_eps(l), true));
+      TSR_TRY(
+          tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(net, l), tsr__bn_eps(l), true));
       if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
     }
     return tsr__domain_bn_normalize(o, l->domain, l->y, x, s, l->params[0].w, l->params[1].w,
@@ -118,7 +120,7 @@ static int bn_forward(tsr_net_t *net, tsr_layer_t *l, const tsr_tiles_t *const *
     /* folded: the convolution's tasks computed the partials (conv.c) */
     if (!l->lay->folded) TSR_TRY(tsr__tiles_bn_stats(o, p, x, hw, net->valid));
     if (net->on_stats.fn) TSR_TRY(net->on_stats.fn(net, p, false, o, net->on_stats.ctx));
-    TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(l), tsr__bn_eps(l), true));
+    TSR_TRY(tsr__tiles_bn_finalize(o, s, p, mean, var, bn_momentum(net, l), tsr__bn_eps(l), true));
     if (net->on_stats.fn || (int64_t)net->valid * hw >= 2) l->batches_tracked++;
   }
   return tsr__tiles_bn_normalize(o, l->y, x, s, l->params[0].w, l->params[1].w, hw, l->relu);

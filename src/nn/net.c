@@ -564,6 +564,24 @@ int tsr_net_train_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *r
   return 0;
 }
 
+int tsr_net_stats_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n, int k) {
+  if (k < 0 || n < 1) return TSR_EINVAL;
+  TSR_TRY(load_batch(net, ds, rows, n, true));
+  /* Dropout's masks are numbered by its training passes: this one takes a mask and gives its
+   * number back, so the training steps that follow draw what they would have drawn. */
+  uint64_t *calls = malloc(sizeof *calls * (size_t)net->n_layers);
+  if (!calls) return TSR_ENOMEM;
+  for (int i = 0; i < net->n_layers; i++)
+    calls[i] = net->layers[i].calls;
+  net->bn_momentum = 1.0f / (float)(k + 1); /* submitted by value: reset once submitted */
+  int rc = forward(net, true);
+  net->bn_momentum = 0.0f;
+  for (int i = 0; i < net->n_layers; i++)
+    net->layers[i].calls = calls[i];
+  free(calls);
+  return rc;
+}
+
 int tsr_net_eval_step(tsr_net_t *net, const tsr_dataset_t *ds, const int32_t *rows, int n) {
   TSR_TRY(load_batch(net, ds, rows, n, false));
   TSR_TRY(forward(net, false));

@@ -132,6 +132,8 @@ struct tsr_net {
   tsr_augment_t augment; /* training batches' crop and flip (augment.c); fill: augment_fill */
   float *augment_fill;   /* owned, (input channels) the padded pixels' values, or NULL */
   int epoch;             /* keys the augmentation's draws (tsr_net_set_epoch) */
+  float bn_momentum;     /* > 0: every batchnorm's momentum in the forward pass being submitted
+                          * (tsr_net_stats_step's cumulative mean); 0: each layer's own */
   int positions;         /* predictions per sample: 1, or the last layer's T when its type
                           * predicts per position (lmhead): labels (batch, positions) */
 };

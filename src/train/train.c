@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "nn/layers.h"
+#include "nn/net_impl.h"
 #include "parallel/replicas.h"
 #include "runtime/agree.h"
 #include "runtime/observe.h"
@@ -708,14 +710,34 @@ static int agree_schedules(run_t *r) {
   return rc;
 }
 
-/* The evaluation, the grid's transfers, on_epoch, and whether the run diverged. */
-static int epoch_report(run_t *r, tsr_epoch_stats_t *st, const tsr_sync_stats_t *sync_seen) {
+/* --bn-recompute: the batchnorm statistics of the weights as they are at the epoch end, from
+ * the first batches of each rank's shard of the epoch, only steps where every rank has samples
+ * (each pass then weighs the same in every rank's mean). Every rank, at once. */
+static int recompute_stats(run_t *r, const epoch_t *ep) {
+  const tsr_run_setup_t *sh = r->sh;
+  int64_t n = r->o->bn_recompute < sh->steps ? r->o->bn_recompute : sh->steps;
+  for (int q = 0; q < r->size; q++) /* a shard's samples come first: trim its empty steps */
+    while (n > 0 && shard_take(sh, q / r->pr, n - 1) == 0)
+      n--;
+  for (int64_t k = 0; k < n; k++) {
+    int here = shard_take(sh, sh->replica, k); /* --sync-bn's forward needs no counts */
+    TSR_TRY(
+        tsr_net_stats_step(r->net, r->train, ep->mine + k * sh->batch[sh->replica], here, (int)k));
+  }
+  return 0;
+}
+
+/* The batchnorm statistics (--bn-recompute), the evaluation, the grid's transfers, on_epoch,
+ * and whether the run diverged. */
+static int epoch_report(run_t *r, const epoch_t *ep, tsr_epoch_stats_t *st,
+                        const tsr_sync_stats_t *sync_seen) {
   const tsr_train_opts_t *o = r->o;
   tsr_net_t *net = r->net;
   const tsr_dataset_t *test = r->test;
   int rc = 0, e = st->epoch;
   tsr__net_label_step(net, 0);
   double t1 = now(), s0 = tsr__observe_now();
+  if (o->bn_recompute > 0) rc = recompute_stats(r, ep);
   if (rc == 0 && r->evaluator && test && test->n > 0) {
     rc = tsr_evaluate(net, test, &st->test_loss, &st->test_accuracy);
     st->test_samples = test->n;
@@ -769,7 +791,7 @@ static int end_epoch(run_t *r, epoch_t *ep) {
   if (r->rep) TSR_TRY(epoch_work(r, ep, &st, &sync_seen));
   /* What rank 0 decided (divergence, a log line that could not be written) becomes every
    * rank's, with its message: all of them stop here, cleanly, with the same error. */
-  int report_rc = epoch_report(r, &st, &sync_seen);
+  int report_rc = epoch_report(r, ep, &st, &sync_seen);
   if (r->rep) report_rc = tsr_dist_agree(report_rc, r->err, r->err);
   if (report_rc) return report_rc;
   if (r->rep && (o->lr_schedule == TSR_LR_PLATEAU || o->early_stop > 0))
@@ -831,9 +853,22 @@ static int finish_run(run_t *r, int rc) {
   return 0;
 }
 
+/* --bn-recompute needs statistics to recompute. */
+static int check_net(const tsr_net_t *net, const tsr_train_opts_t *o, tsr_errbuf_t *err) {
+  int stats = 0;
+  for (int i = 0; i < net->n_layers; i++)
+    stats += net->layers[i].lay->type->batch_stats;
+  if (o->bn_recompute > 0 && stats == 0)
+    return tsr_error_set(err, TSR_EINVAL,
+                         "--bn-recompute: the model has no batchnorm layer, so there are no "
+                         "running statistics to recompute; leave --bn-recompute out");
+  return 0;
+}
+
 int tsr_train(tsr_net_t *net, const tsr_dataset_t *train, const tsr_dataset_t *test,
               const tsr_train_opts_t *o, tsr_errbuf_t *err) {
   TSR_TRY(check_opts(o, err));
+  TSR_TRY(check_net(net, o, err));
   run_t *r = calloc(1, sizeof *r);
   if (!r) return tsr_error_set(err, TSR_ENOMEM, "out of memory for the run");
   *r = (run_t){.net = net, .train = train, .test = test, .o = o, .err = err};
