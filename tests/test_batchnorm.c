@@ -116,13 +116,47 @@ static void running_ref(double *rm, double *rv, const float *x, const int32_t *r
   }
 }
 
+/* Layer l's running mean and variance (c channels) against rm and rv. */
+static void assert_running(const tsr_layer_t *l, const double *rm, const double *rv, int c) {
+  float mean[16], var[16];
+  cr_assert(c <= 16);
+  cr_assert_eq(tsr_tiles_read(l->buffers[0], mean), 0);
+  cr_assert_eq(tsr_tiles_read(l->buffers[1], var), 0);
+  for (int ch = 0; ch < c; ch++) {
+    cr_assert_float_eq(mean[ch], rm[ch], 1e-5 + 1e-5 * fabs(rm[ch]), "running mean %d: %g vs %g",
+                       ch, (double)mean[ch], rm[ch]);
+    cr_assert_float_eq(var[ch], rv[ch], 1e-5 + 1e-5 * fabs(rv[ch]), "running var %d: %g vs %g", ch,
+                       (double)var[ch], rv[ch]);
+  }
+}
+
+/* n samples of f features uniform in [lo, lo + width), labels 0 (free: free(x), free(y)). */
+static tsr_dataset_t uniform_set(int n, int f, uint64_t seed, double lo, double width) {
+  tsr_dataset_t ds = {.n = n, .features = f, .classes = 3};
+  ds.x = malloc(sizeof(float) * (size_t)(n * f)), ds.y = calloc((size_t)n, sizeof(float));
+  cr_assert(ds.x && ds.y);
+  tsr_rng_t rng = {seed};
+  for (int k = 0; k < n * f; k++)
+    ds.x[k] = (float)(lo + width * tsr__rng_uniform(&rng));
+  return ds;
+}
+
+/* Every parameter of net, one after the other, into dst (room for max floats); the count. */
+static size_t all_params(const tsr_net_t *net, float *dst, size_t max) {
+  size_t at = 0;
+  for (int i = 0; i < tsr_net_n_params(net); i++) {
+    int64_t r, c;
+    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
+    cr_assert(at + (size_t)(r * c) <= max);
+    cr_assert_eq(tsr_net_param_get(net, i, dst + at), 0);
+    at += (size_t)(r * c);
+  }
+  return at;
+}
+
 Test(batchnorm, running_statistics_follow_pytorch_and_evaluation_normalizes_with_them) {
   enum { C = 3, SIDE = 2, HW = SIDE * SIDE, F = C * HW, N = 12 };
-  tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
-  ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
-  tsr_rng_t rng = {21};
-  for (int k = 0; k < N * F; k++)
-    ds.x[k] = (float)(2.0 * tsr__rng_uniform(&rng) - 0.5);
+  tsr_dataset_t ds = uniform_set(N, F, 21, -0.5, 2.0);
   for (int k = 10 * F; k < N * F; k++) /* samples 10 and 11: far off, padding in the last step */
     ds.x[k] = 100.0f;
   const float momentum = 0.25f;
@@ -136,15 +170,7 @@ Test(batchnorm, running_statistics_follow_pytorch_and_evaluation_normalizes_with
   }
   cr_assert_eq(tsr_net_wait(net, 0), 0);
   tsr_layer_t *l = &net->layers[0];
-  float mean[C], var[C];
-  cr_assert_eq(tsr_tiles_read(l->buffers[0], mean), 0);
-  cr_assert_eq(tsr_tiles_read(l->buffers[1], var), 0);
-  for (int ch = 0; ch < C; ch++) {
-    cr_assert_float_eq(mean[ch], rm[ch], 1e-5 + 1e-5 * fabs(rm[ch]), "running mean %d: %g vs %g",
-                       ch, (double)mean[ch], rm[ch]);
-    cr_assert_float_eq(var[ch], rv[ch], 1e-5 + 1e-5 * fabs(rv[ch]), "running var %d: %g vs %g", ch,
-                       (double)var[ch], rv[ch]);
-  }
+  assert_running(l, rm, rv, C);
   cr_assert_eq(l->batches_tracked, 3);
   /* Evaluation: (x - running mean) / sqrt(running var + eps) * scale + shift. */
   float scale[C], shift[C], y[5 * F];
@@ -173,11 +199,7 @@ Test(batchnorm, running_statistics_follow_pytorch_and_evaluation_normalizes_with
  * (dropout's masks included) equal those of a twin net that took no such pass, bit for bit. */
 Test(batchnorm, stats_steps_make_the_running_statistics_their_batches_mean_and_nothing_else) {
   enum { C = 3, SIDE = 2, HW = SIDE * SIDE, F = C * HW, N = 12 };
-  tsr_dataset_t ds = {.n = N, .features = F, .classes = 3};
-  ds.x = malloc(sizeof(float) * N * F), ds.y = calloc(N, sizeof(float));
-  tsr_rng_t rng = {33};
-  for (int k = 0; k < N * F; k++)
-    ds.x[k] = (float)(3.0 * tsr__rng_uniform(&rng) - 1.0);
+  tsr_dataset_t ds = uniform_set(N, F, 33, -1.0, 3.0);
   for (int k = 0; k < N; k++)
     ds.y[k] = (float)(k % 3);
   tsr_model_spec_t spec =
@@ -198,16 +220,8 @@ Test(batchnorm, stats_steps_make_the_running_statistics_their_batches_mean_and_n
     cr_assert_eq(tsr_net_train_step(twin, &ds, train[0], 5, true), 0);
   }
   cr_assert_eq(tsr_net_wait(net, 0), 0);
-  int np = tsr_net_n_params(net);
   float before[64], after[64];
-  size_t at = 0;
-  for (int i = 0; i < np; i++) {
-    int64_t r, c;
-    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
-    cr_assert_eq(tsr_net_param_get(net, i, before + at), 0);
-    at += (size_t)(r * c);
-  }
-  cr_assert(at <= 64);
+  size_t np = all_params(net, before, 64);
   double rm[C], rv[C];
   for (int ch = 0; ch < C; ch++)
     rm[ch] = 1e30, rv[ch] = 1e30; /* the first pass replaces them whatever they are */
@@ -217,39 +231,19 @@ Test(batchnorm, stats_steps_make_the_running_statistics_their_batches_mean_and_n
   }
   cr_assert_eq(tsr_net_wait(net, 0), 0);
   tsr_layer_t *l = &net->layers[0];
-  float mean[C], var[C];
-  cr_assert_eq(tsr_tiles_read(l->buffers[0], mean), 0);
-  cr_assert_eq(tsr_tiles_read(l->buffers[1], var), 0);
-  for (int ch = 0; ch < C; ch++) {
-    cr_assert_float_eq(mean[ch], rm[ch], 1e-5 + 1e-5 * fabs(rm[ch]), "mean %d: %g vs %g", ch,
-                       (double)mean[ch], rm[ch]);
-    cr_assert_float_eq(var[ch], rv[ch], 1e-5 + 1e-5 * fabs(rv[ch]), "var %d: %g vs %g", ch,
-                       (double)var[ch], rv[ch]);
-  }
+  assert_running(l, rm, rv, C);
   cr_assert_eq(l->batches_tracked, 2 + 3);
-  at = 0;
-  for (int i = 0; i < np; i++) {
-    int64_t r, c;
-    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
-    cr_assert_eq(tsr_net_param_get(net, i, after + at), 0);
-    at += (size_t)(r * c);
-  }
-  cr_assert(memcmp(before, after, sizeof(float) * at) == 0, "a stats pass moved a parameter");
+  cr_assert_eq(all_params(net, after, 64), np);
+  cr_assert(memcmp(before, after, sizeof(float) * np) == 0, "a stats pass moved a parameter");
   for (int s = 0; s < 2; s++) {
     cr_assert_eq(tsr_net_train_step(net, &ds, train[1], 5, true), 0);
     cr_assert_eq(tsr_net_train_step(twin, &ds, train[1], 5, true), 0);
   }
   cr_assert_eq(tsr_net_wait(net, 0), 0);
   cr_assert_eq(tsr_net_wait(twin, 0), 0);
-  at = 0;
-  for (int i = 0; i < np; i++) {
-    int64_t r, c;
-    cr_assert_eq(tsr_net_param_info(net, i, &r, &c), 0);
-    cr_assert_eq(tsr_net_param_get(net, i, after + at), 0);
-    cr_assert_eq(tsr_net_param_get(twin, i, before + at), 0);
-    at += (size_t)(r * c);
-  }
-  cr_assert(memcmp(before, after, sizeof(float) * at) == 0,
+  cr_assert_eq(all_params(net, after, 64), np);
+  cr_assert_eq(all_params(twin, before, 64), np);
+  cr_assert(memcmp(before, after, sizeof(float) * np) == 0,
             "the training steps after a stats pass differ from the twin's");
   cr_assert_eq(tsr_net_stats_step(net, &ds, passes[0], 0, 0), TSR_EINVAL);
   tsr_net_destroy(&net), tsr_net_destroy(&twin);

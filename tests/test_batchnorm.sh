@@ -3,11 +3,13 @@
 # trains (a short last batch each epoch); its checkpoint holds the running statistics under
 # PyTorch's names (running_mean, running_var, num_batches_tracked, counted per step) and
 # resumes; --bn-recompute leaves training as it was, bit for bit, and recomputes the statistics
-# (one process, and 2 ranks under --sync-bn, against float64); tessera eval reads it; --stats names every conv_fwd task's implementation; a
-# per-feature batchnorm at --batch 1, --sync-bn on one
-# process and --sync-bn with a model without batchnorm are refused before training (status 2);
-# 2 ranks train with --sync-bn, with --shares 3,1, and under --sync epoch with an empty step
-# on one rank, and 4 as a 2x2 grid (one grid column refused). (Resuming bit for bit: test_checkpoint.c.) Usage: test_batchnorm.sh PATH/TO/tessera
+# (one process, and 2 ranks under --sync-bn, against float64); tessera eval reads it; --stats
+# names every conv_fwd task's implementation; a per-feature batchnorm at --batch 1, --sync-bn on
+# one process and --sync-bn with a model without batchnorm are refused before training (status
+# 2), --bn-recompute with one when training starts (status 1); 2 ranks train with --sync-bn,
+# with --shares 3,1, and under --sync epoch with an empty step on one rank, and 4 as a 2x2 grid
+# (one grid column refused). (Resuming bit for bit: test_checkpoint.c.)
+# Usage: test_batchnorm.sh PATH/TO/tessera
 set -u
 tessera=$1
 data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
@@ -70,28 +72,27 @@ for path, steps in (('$tmp/whole.st', 20), ('$tmp/half.st', 10), ('$tmp/resumed.
 # each epoch end), only the statistics differ, counted; on one batch an epoch they are that
 # batch's under the final weights (tests/check_bn_recompute.py, float64), as without it they are
 # not (the check can fail); a model without batchnorm is refused.
-"$tessera" train "${small[@]}" --epochs 2 --bn-recompute 3 --checkpoint "$tmp/rec.st" >"$tmp/out" 2>&1
+"$tessera" train "${small[@]}" --epochs 2 --bn-recompute 3 --checkpoint "$tmp/rec.st" \
+  >"$tmp/out" 2>&1
 check "--bn-recompute: the same weights and optimizer state, other statistics" /usr/bin/python3 -c "
-import json, struct
-def tensors(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop('__metadata__', None)
-    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items()}
+import sys
+sys.path.insert(0, '$here')
+from st_floats import tensors
 a, b = tensors('$tmp/half.st'), tensors('$tmp/rec.st')
 assert a.keys() == b.keys()
 stats = [k for k in a if 'running_' in k]
-assert len(stats) == 4 and all(a[k] != b[k] for k in stats), stats
-assert all(a[k] == b[k] for k in a if 'running_' not in k and 'num_batches' not in k)
-assert struct.unpack('<f', b['layers.1.batchnorm.num_batches_tracked'])[0] == 10 + 2 * 3"
+assert len(stats) == 4 and all(a[k].tobytes() != b[k].tobytes() for k in stats), stats
+trained = [k for k in a if 'running_' not in k and 'num_batches' not in k]
+assert all(a[k].tobytes() == b[k].tobytes() for k in trained)
+assert b['layers.1.batchnorm.num_batches_tracked'][0] == 10 + 2 * 3"
 one=(--model "$tmp/bn.ini" --train-limit 64 --test-limit 200 --data "$data" --quiet --epochs 2)
 "$tessera" train "${one[@]}" --bn-recompute 1 --checkpoint "$tmp/rec1.st" >"$tmp/out" 2>&1
 check "--bn-recompute 1 on one batch: its statistics under the final weights" \
   "$here/check_bn_recompute.py" "$tmp/rec1.st" "$data" 64
 "$tessera" train "${one[@]}" --checkpoint "$tmp/norec1.st" >"$tmp/out" 2>&1
 check "without it the running statistics are not those (the check can fail)" \
-  bash -c '! "$1" "$2" "$3" 64 >/dev/null 2>&1' _ "$here/check_bn_recompute.py" "$tmp/norec1.st" "$data"
+  bash -c '! "$1" "$2" "$3" 64 >/dev/null 2>&1' _ "$here/check_bn_recompute.py" \
+  "$tmp/norec1.st" "$data"
 expect 1 "bn-recompute: the model has no batchnorm layer" -- \
   "$tessera" train --train-limit 300 --data "$data" --quiet --epochs 1 --bn-recompute 2
 "$tessera" eval --checkpoint "$tmp/whole.st" --data "$data" --test-limit 500 --json >"$tmp/eval.json" 2>&1
