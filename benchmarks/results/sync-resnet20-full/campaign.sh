@@ -23,3 +23,21 @@ $S --configs batch,batch/sync-bn,every=8/sync-bn,epoch/sync-bn --seeds 1 --out $
 /usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --no-run \
   --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn \
   --seeds 1,2,3 --out $D -- --model resnet20
+# 2026-12-07 (second session): --bn-recompute 16 (the batchnorm statistics recomputed under the
+# averaged weights at each epoch end, over the epoch's first 16 batches a rank), with and
+# without --sync-bn; batch, every=8 and epoch are read from the runs above
+$S --configs batch,every=8,epoch,every=8/bn-recompute=16,epoch/bn-recompute=16 --seeds 1,2,3 \
+  --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+$S --configs batch,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 --seeds 1 \
+  --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# the summary of all thirteen configurations (nothing run: every log is there)
+/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --no-run \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/bn-recompute=16,epoch/bn-recompute=16,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D -- --model resnet20
+# 4 ranks: seeds 2 and 3 of batch, every=8 and epoch, hier:2,8,2 (pairs of ranks every 2 steps,
+# all every 8) and epoch/bn-recompute=16, seeds 1-3
+$S --ranks 4 --configs batch,every=8,epoch,hier:2,8,2,epoch/bn-recompute=16 --seeds 1,2,3 \
+  --out $D/4-ranks -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
