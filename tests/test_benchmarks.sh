@@ -4,7 +4,8 @@
 # writes (uses args.out) goes through benchmarks/outdir.py; the default path's logic; a real
 # run of plan_table.py into a temporary --out; the same run pointed into benchmarks/results/
 # refused (exit 2) with the committed files left byte for byte as they were; the four plots
-# (scaling, sync, hetero, plan) redrawn from their committed CSVs are readable alone.
+# (scaling, sync, hetero, plan) redrawn from their committed CSVs are readable alone;
+# colour_fashion.py's files as tessera reads CIFAR-10.
 # Usage: test_benchmarks.sh PATH/TO/tessera
 set -u
 tessera=$1
@@ -77,6 +78,32 @@ case $? in
   77) echo "SKIP (plots): $(cat "$tmp/plots.txt")" ;;
   *) fail "plots: $(cat "$tmp/plots.txt")" ;;
 esac
+
+# colour_fashion.py (the averaging study's colour workload): 40 images each way as CIFAR-10
+# binaries, 3,073 bytes a record, labelled as Fashion-MNIST's, that tessera trains on as
+# 32 x 32 x 3 images (3,072 inputs).
+data=${TSR_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+if [[ -d $data ]]; then
+  if "$python" "$src/benchmarks/colour_fashion.py" "$tmp/colour" --data "$data" --limit 40 \
+    >"$tmp/colour.txt" 2>&1 &&
+    "$python" - "$src/python" "$tmp/colour" "$data" >>"$tmp/colour.txt" 2>&1 <<'PY' &&
+import os, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import tessera
+train, test = tessera.data.load(sys.argv[3])
+b = np.fromfile(os.path.join(sys.argv[2], "data_batch_1.bin"), dtype=np.uint8).reshape(-1, 3073)
+t = np.fromfile(os.path.join(sys.argv[2], "test_batch.bin"), dtype=np.uint8).reshape(-1, 3073)
+assert len(b) == 8 and len(t) == 40, (len(b), len(t))
+assert (b[:, 0] == np.asarray(train.y[:8])).all() and (t[:, 0] == np.asarray(test.y[:40])).all()
+PY
+    "$tessera" train --data "$tmp/colour" --model cnn --epochs 1 >>"$tmp/colour.txt" 2>&1 &&
+    grep -q "model 3072-conv" "$tmp/colour.txt"; then
+    pass
+  else
+    fail "colour_fashion.py: $(tail -3 "$tmp/colour.txt")"
+  fi
+fi
 
 echo "benchmarks: $passed passed, $failed failed"
 [[ $failed == 0 ]]
