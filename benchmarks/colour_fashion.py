@@ -2,9 +2,9 @@
 """Fashion-MNIST in colour, as CIFAR-10 binary files: a learnable colour workload for the
 averaging study (issue 42) on a machine that cannot download CIFAR-10.
 
-Each 28x28 image is padded to 32x32 (2 pixels of intensity 0 a side) and coloured: pixel intensity v
-(0-1) becomes b + (f - b) v per channel, with a foreground colour f (each channel uniform in
-[0.35, 1]) and a background b (each in [0, 0.3]) drawn per image from --seed. The colours carry
+Each 28x28 image is padded to 32x32 (2 pixels of intensity 0 a side) and coloured: pixel
+intensity v (0-1) becomes b + (f - b) v per channel, with a foreground colour f (each channel
+uniform in [0.35, 1]) and a background b (each in [0, 0.3]) drawn per image from --seed. The colours carry
 nothing of the label: a network must find the garment's shape under any tint. Labels are
 Fashion-MNIST's. Written as tessera reads CIFAR-10 (docs/training.md, "Data formats"):
 DEST/data_batch_1.bin .. data_batch_5.bin (the 60,000 training images in order, 12,000 a file)

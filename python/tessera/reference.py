@@ -17,10 +17,13 @@ def _windows(a, kh, kw, sh, sw):
     return v[:, ::sh, ::sw].transpose(0, 1, 2, 4, 5, 3)
 
 
-def forward(ckpt, x):
+def forward(ckpt, x, batch_stats=None):
     """The logits (n, classes) of ckpt's network (evaluation: dropout off) on x, rows of
     standardized h w c features (standardize(x, ckpt) gives them); of a language model (an
-    lmhead last; x (n, T) token ids) (n, T, vocab), the logits at each position."""
+    lmhead last; x (n, T) token ids) (n, T, vocab), the logits at each position. With a dict
+    batch_stats, each batchnorm normalizes as in training, with x's own statistics (biased
+    variance), and batch_stats["layers.N.batchnorm."] gets them as the running statistics
+    would take them: (mean, unbiased variance), float64."""
     x = np.asarray(x, dtype=np.float32)
     n = x.shape[0]
     t = ckpt.tensors
@@ -53,9 +56,14 @@ def forward(ckpt, x):
         elif l.kind == "batchnorm":  # evaluation: the running statistics
             base = "layers.%d.batchnorm." % l.index
             eps = np.float32(l.eps or 1e-5)
-            scale = t[base + "weight"].reshape(-1) / np.sqrt(t[base + "running_var"].reshape(-1)
-                                                             + eps)
-            shift = t[base + "bias"].reshape(-1) - t[base + "running_mean"].reshape(-1) * scale
+            mean, var = t[base + "running_mean"].reshape(-1), t[base + "running_var"].reshape(-1)
+            if batch_stats is not None:  # training: the batch's own
+                v = a.reshape(-1, mean.size).astype(np.float64)
+                mean, biased = v.mean(axis=0), v.var(axis=0)
+                batch_stats[base] = (mean, biased * len(v) / (len(v) - 1))
+                var = biased
+            scale = t[base + "weight"].reshape(-1) / np.sqrt(var + eps)
+            shift = t[base + "bias"].reshape(-1) - mean * scale
             y = (a.reshape(n, -1, scale.size) * scale + shift).reshape(n, -1)
         elif l.kind == "embedding":  # token ids (exact integers in float) -> wte rows + wpe
             base = "layers.%d.embedding." % l.index

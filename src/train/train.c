@@ -716,8 +716,8 @@ static int agree_schedules(run_t *r) {
 static int recompute_stats(run_t *r, const epoch_t *ep) {
   const tsr_run_setup_t *sh = r->sh;
   int64_t n = r->o->bn_recompute < sh->steps ? r->o->bn_recompute : sh->steps;
-  for (int q = 0; q < r->size; q++) /* a shard's samples come first: trim its empty steps */
-    while (n > 0 && shard_take(sh, q / r->pr, n - 1) == 0)
+  for (int q = 0; q < sh->replicas; q++) /* a shard's samples come first: trim its empty steps */
+    while (n > 0 && shard_take(sh, q, n - 1) == 0)
       n--;
   for (int64_t k = 0; k < n; k++) {
     int here = shard_take(sh, sh->replica, k); /* --sync-bn's forward needs no counts */
