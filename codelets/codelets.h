@@ -29,8 +29,6 @@ typedef struct {
   int kernels;  /* tsr_kernels_t, from the task's options */
   int pick;     /* --kernels tuned: 0 until the task is given an implementation, then 1 + it */
   uint64_t key; /* --kernels tuned: the task's shape (codelets/tuned.h); 0 otherwise */
-  bool lowered_first; /* --kernels auto: the lowered BLIS implementation alone (a shape
-                         oneDNN serves slowly), whatever the policy */
 } tsr_impl_choice_t;
 /* The choice for a task with options o whose shape is size bytes at shape (every byte set:
  * the codelet, its geometry, the tile's rows; no padding), keyed only under --kernels tuned. */

@@ -114,13 +114,6 @@ int tsr__insert_conv_bwd_filter(const tsr_task_opts_t *o, starpu_data_handle_t d
     return TSR_ESHAPE;
   tsr_conv_shape_t shape = {2, *g, tsr__handle_rows(x), beta != 0.0f};
   struct conv_bwd_filter_args args = {tsr__impl_choice(o, &shape, sizeof shape), *g, beta};
-  /* A 1x1 convolution over a sequence (1 pixel wide, stride 1, no padding: the language model's
-   * projections) is one GEMM, x^T dy, that BLIS runs 2.1-2.3x as fast as oneDNN 2.6's
-   * filter-gradient primitive (bench_conv --shape 128x1x256:768:1:1:0 --tile 8 and the GPT's
-   * three other shapes, Zen 3: 59-65 against 28 GFLOP/s), which images do not show: under
-   * --kernels auto every policy runs that one (--kernels onednn and tuned still may not). */
-  args.choice.lowered_first =
-      g->kh == 1 && g->kw == 1 && g->w == 1 && g->ow == 1 && g->sh == 1 && g->ph == 0 && g->pw == 0;
   starpu_data_handle_t h[4] = {dw, db, x, dy};
   return tsr__submit(o, beta == 0.0f ? &tsr_cl_conv_bwd_filter_w : &tsr_cl_conv_bwd_filter, &args,
                      sizeof args, 4, h);

@@ -16,7 +16,7 @@
 
 tsr_impl_choice_t tsr__impl_choice(const tsr_task_opts_t *o, const void *shape, size_t size) {
   bool tuned = o->kernels == TSR_KERNELS_TUNED && tsr__k_dnnl_built();
-  return (tsr_impl_choice_t){o->kernels, 0, tuned ? tsr__tuned_key(shape, size) : 0, false};
+  return (tsr_impl_choice_t){o->kernels, 0, tuned ? tsr__tuned_key(shape, size) : 0};
 }
 
 /* The implementation the table gives task, once: the first caller asks, the others read it. */
@@ -35,7 +35,6 @@ int tsr__cl_impl_can_execute(unsigned workerid, struct starpu_task *task, unsign
   const tsr_impl_choice_t *c = task->cl_arg;
   int kernels = c ? c->kernels : TSR_KERNELS_AUTO;
   if (c && c->key) return (int)nimpl == tuned_pick(task);
-  if (c && c->lowered_first && kernels == TSR_KERNELS_AUTO) return nimpl == TSR_IMPL_BLIS;
   if (nimpl == TSR_IMPL_ONEDNN) return tsr__k_dnnl_built() && kernels != TSR_KERNELS_BLIS;
   if (nimpl == TSR_IMPL_BLIS) return kernels != TSR_KERNELS_ONEDNN || !tsr__k_dnnl_built();
   return 0;

@@ -171,12 +171,23 @@ Test(conv, kernel_forward_matches_direct_convolution) {
 Test(conv, kernel_backward_matches_direct_sums) {
   tsr_rng_t rng = {10};
   /* ..., then 1x1: pointwise, strided (only the sampled pixels take a gradient), strided with
-   * 70 outputs (the filter gradient by BLIS), and a fan-in of 432 (chunks of the minimum rows) */
+   * 70 outputs (the filter gradient by BLIS), and a fan-in of 432 (chunks of the minimum rows);
+   * then 1x1 filter gradients by oneDNN's GEMM with x's rows copied to a leading dimension that
+   * does not alias (512 channels), dy's (512 outputs), x's sampled pixels so (stride 2), and
+   * 512 channels to 24 outputs, which keep the primitive. */
   const tsr_conv_geom_t cases[] = {
-      geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1), geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
-      geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1),  geom(40, 4, 5, 24, 1, 1, 1, 1, 0, 0),
-      geom(6, 7, 9, 5, 1, 1, 2, 2, 0, 0),   geom(40, 5, 8, 70, 1, 1, 2, 3, 0, 0),
-      geom(48, 10, 9, 8, 3, 3, 1, 1, 1, 1)};
+      geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1),  geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
+      geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1),   geom(40, 4, 5, 24, 1, 1, 1, 1, 0, 0),
+      geom(6, 7, 9, 5, 1, 1, 2, 2, 0, 0),    geom(40, 5, 8, 70, 1, 1, 2, 3, 0, 0),
+      geom(48, 10, 9, 8, 3, 3, 1, 1, 1, 1),  geom(512, 3, 2, 64, 1, 1, 1, 1, 0, 0),
+      geom(64, 3, 3, 512, 1, 1, 1, 1, 0, 0), geom(512, 5, 4, 72, 1, 1, 2, 2, 0, 0),
+      geom(512, 2, 3, 24, 1, 1, 1, 1, 0, 0)};
+  const bool by_gemm[] = {false, false, false, true, true, true, false, true, true, true, false};
+  if (tsr__k_dnnl_built())
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++)
+      cr_assert_eq(strcmp(tsr__k_dnnl_conv_impl(&cases[t], 3, 2), "gemm:dnnl_sgemm") == 0,
+                   by_gemm[t], "case %zu: the filter gradient by %s", t,
+                   tsr__k_dnnl_conv_impl(&cases[t], 3, 2));
   for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
     const tsr_conv_geom_t g = cases[t];
     int n = 3, in = g.h * g.w * g.c, out = g.oh * g.ow * g.oc, k = g.kh * g.kw * g.c;
@@ -186,7 +197,7 @@ Test(conv, kernel_backward_matches_direct_sums) {
       int lx = in + 3 * gaps, ly = out + 5 * gaps;
       float *x = calloc((size_t)n * lx, 4), *dy = calloc((size_t)n * ly, 4),
             *w = malloc(sizeof(float) * k * g.oc), *dx = calloc((size_t)n * lx, 4),
-            *dw = malloc(sizeof(float) * k * g.oc), db[80];
+            *dw = malloc(sizeof(float) * k * g.oc), db[512];
       for (int s = 0; s < n; s++)
         fill(x + (long)s * lx, NULL, in, &rng), fill(dy + (long)s * ly, NULL, out, &rng);
       fill(w, NULL, (long)k * g.oc, &rng);
@@ -197,10 +208,10 @@ Test(conv, kernel_backward_matches_direct_sums) {
         db[o] = 1.0f;
       bwd_data_by(impl, &g, n, dx, lx, dy, ly, w);
       bwd_filter_by(impl, &g, n, dw, db, x, lx, dy, ly, 1.0f);
-      float *dw1 = malloc(sizeof(float) * k * g.oc), db1[80];
+      float *dw1 = malloc(sizeof(float) * k * g.oc), db1[512];
       memcpy(dw1, dw, sizeof(float) * k * g.oc), memcpy(db1, db, sizeof db1);
       bwd_filter_by(impl, &g, n, dw, db, x, lx, dy, ly, 0.0f);
-      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[80] = {0};
+      double *wdx = calloc((size_t)n * in, 8), *wdw = calloc((size_t)k * g.oc, 8), wdb[512] = {0};
       for (int s = 0; s < n; s++)
         for (int oy = 0; oy < g.oh; oy++)
           for (int ox = 0; ox < g.ow; ox++)

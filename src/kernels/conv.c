@@ -52,14 +52,14 @@ static bool one_by_one(const tsr_conv_geom_t *g) {
 /* Rows [r0, r0 + rows) of a strided 1x1 convolution's lowering, or (scatter) the other way:
  * the sampled pixels' c channels copied out of x into col (rows, c), or from col into dx.
  * Walks (sample, oy, ox) by increments: a row is one copy of c floats. */
-TSR_HOT static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col, float *x,
-                                 int ldx, bool scatter) {
+TSR_HOT static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col,
+                                 long ldcol, float *x, int ldx, bool scatter) {
   const int c = g->c, p = g->oh * g->ow;
   long s = r0 / p;
   int oy = (int)(r0 % p) / g->ow, ox = (int)(r0 % p) % g->ow;
   for (long r = 0; r < rows; r++) {
     float *px = x + s * ldx + ((long)oy * g->sh * g->w + (long)ox * g->sw) * c;
-    float *row = col + r * c;
+    float *row = col + r * ldcol;
     if (scatter)
       memcpy(px, row, sizeof(float) * (size_t)c);
     else
@@ -77,7 +77,7 @@ TSR_HOT static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, fl
                                 const float *x, int ldx) {
   const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
   if (one_by_one(g)) {
-    sampled_rows(g, r0, rows, col, (float *)x, ldx, false); /* reads x only */
+    sampled_rows(g, r0, rows, col, c, (float *)x, ldx, false); /* reads x only */
     return;
   }
   for (long r = r0; r < r0 + rows; r++) {
@@ -150,6 +150,12 @@ static void zero_samples(const tsr_conv_geom_t *g, int n, float *dx, int lddx) {
 void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col) {
   zero_samples(g, n, dx, lddx);
   col2im_rows(g, 0, (long)n * g->oh * g->ow, dx, lddx, col);
+}
+
+void tsr__k_conv_sampled(const tsr_conv_geom_t *g, int n, float *col, int ldcol, float *x, int ldx,
+                         bool scatter) {
+  if (scatter) zero_samples(g, n, x, ldx);
+  sampled_rows(g, 0, (long)n * g->oh * g->ow, col, ldcol, x, ldx, scatter);
 }
 
 /* A 1x1 convolution with stride 1 and no padding needs no lowering: the
@@ -351,7 +357,7 @@ void tsr__k_conv_bwd_data(const tsr_conv_geom_t *g, int n, float *dx, int lddx, 
     /* A strided 1x1 convolution's windows neither overlap nor pad: each sampled pixel takes
      * its row (0 + v is v: the digits of col2im's sum), the others stay zero. */
     if (one_by_one(g) && !pointwise(g))
-      sampled_rows(g, r0, rows, work, dx, lddx, true);
+      sampled_rows(g, r0, rows, work, k, dx, lddx, true);
     else if (!pointwise(g))
       col2im_rows(g, r0, rows, dx, lddx, work);
   }

@@ -156,6 +156,12 @@ void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, const float *x, 
 /* dx (n, h w c) = the sum, over every output pixel, of its row of col
  * scattered back onto its receptive field (the adjoint of im2col). */
 void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col);
+/* For a 1x1 convolution without padding (any stride): col (n oh ow, c), rows ldcol floats apart,
+ * = the input pixels each output pixel reads, copied out of x; with scatter, the other way (x
+ * zeroed, then each sampled pixel set to its row of col: the input gradient, since such windows
+ * never overlap). */
+void tsr__k_conv_sampled(const tsr_conv_geom_t *g, int n, float *col, int ldcol, float *x, int ldx,
+                         bool scatter);
 /* y (n, oh ow oc) = conv(x (n, h w c), w (kh kw c, oc)) + b (1, oc), then
  * ReLU when relu is set. work holds tsr__k_conv_work floats. */
 void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x, int ldx,
@@ -174,7 +180,8 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
  * written nothing, when oneDNN cannot serve the call (a build without it, or a shape it runs
  * only with its reference code): the caller then runs the lowered kernel. work holds
  * tsr__k_dnnl_conv_work(g, n, pass, flag) floats (pass 0 forward, 1 input gradient, 2 filter
- * gradient; flag: the forward's relu, the filter gradient's beta != 0). beta is 0 or 1. */
+ * gradient; flag: the forward's relu, the filter gradient's beta != 0). beta is 0 or 1. A 1x1
+ * convolution's filter gradient there is one dnnl_sgemm, x^T dy, not the primitive. */
 bool tsr__k_dnnl_built(void);
 const char *tsr__k_dnnl_version(void); /* "oneDNN 2.6.3 (OpenMP)" or why there is none */
 /* Whether a tile's rows are whole samples back to back and w is (kh kw c, oc) exactly: the
