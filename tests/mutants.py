@@ -533,11 +533,14 @@ MUTANTS = [
      "bias", "src/kernels/batchnorm.c",
      [("b2[ch] = (float)(((double)b[ch] - run_mean[ch]) * k + shift[ch]);",
        "b2[ch] = (float)(((double)b[ch] - 0 * run_mean[ch]) * k + shift[ch]);")], ["batchnorm"]),
-    ("seq-filter-grad-onednn", "the language model's projections' filter gradient left to "
-     "oneDNN's slow primitive under --kernels auto", "codelets/impls.c",
-     [("if (c && c->lowered_first && kernels == TSR_KERNELS_AUTO) return nimpl == TSR_IMPL_BLIS;",
-       "if (c && c->lowered_first && kernels == TSR_KERNELS_ONEDNN) return nimpl == TSR_IMPL_BLIS;")],
-     ["text-cli"]),
+    ("filter-gemm-dy-ld", "a 1x1 filter gradient by dnnl_sgemm copies dy's rows to another "
+     "leading dimension than the GEMM reads them at", "src/kernels/conv_dnnl.c",
+     [("copy_rows(m, g->oc, work, ldd, dy, g->oc);", "copy_rows(m, g->oc, work, g->oc, dy, g->oc);")],
+     ["conv"]),
+    ("filter-gemm-bias-beta", "a 1x1 filter gradient by dnnl_sgemm overwrites the bias gradient "
+     "where the next tiles add to it", "src/kernels/conv_dnnl.c",
+     [("tsr__k_bias_grad(m, g->oc, db, dy, g->oc, beta);",
+       "tsr__k_bias_grad(m, g->oc, db, dy, g->oc, 0.0f);")], ["conv"]),
     ("conv-stats-padding", "the statistics the convolution gathers for its batchnorm count a "
      "short batch's padding rows", "src/tile/ops.c",
      [("false, tsr__tile(p, i, 0), valid_rows(y, i, valid)));",
