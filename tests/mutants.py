@@ -537,6 +537,10 @@ MUTANTS = [
      "leading dimension than the GEMM reads them at", "src/kernels/conv_dnnl.c",
      [("copy_rows(m, g->oc, work, ldd, dy, g->oc);", "copy_rows(m, g->oc, work, g->oc, dy, g->oc);")],
      ["conv"]),
+    ("filter-gemm-im2col-ld", "a wide filter gradient by dnnl_sgemm lowers x at its fan-in where "
+     "the GEMM reads the rows at the padded leading dimension", "src/kernels/conv_dnnl.c",
+     [("tsr__k_im2col(g, n, work, ldc, x, ldx);", "tsr__k_im2col(g, n, work, k, x, ldx);")],
+     ["conv"]),
     ("filter-gemm-bias-beta", "a 1x1 filter gradient by dnnl_sgemm overwrites the bias gradient "
      "where the next tiles add to it", "src/kernels/conv_dnnl.c",
      [("tsr__k_bias_grad(m, g->oc, db, dy, g->oc, beta);",

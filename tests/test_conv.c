@@ -174,15 +174,19 @@ Test(conv, kernel_backward_matches_direct_sums) {
    * 70 outputs (the filter gradient by BLIS), and a fan-in of 432 (chunks of the minimum rows);
    * then 1x1 filter gradients by oneDNN's GEMM with x's rows copied to a leading dimension that
    * does not alias (512 channels), dy's (512 outputs), x's sampled pixels so (stride 2), and
-   * 512 channels to 24 outputs, which keep the primitive. */
+   * 512 channels to 24 outputs, which keep the primitive; then 3x3 filter gradients by the GEMM
+   * over the tile lowered whole: a fan-in of 1152, and of 4608 lowered at a leading dimension
+   * that does not alias, strided and padded. */
   const tsr_conv_geom_t cases[] = {
       geom(32, 10, 9, 8, 3, 3, 1, 1, 1, 1),  geom(3, 40, 30, 5, 3, 3, 1, 1, 1, 1),
       geom(4, 9, 11, 6, 3, 2, 2, 3, 1, 1),   geom(40, 4, 5, 24, 1, 1, 1, 1, 0, 0),
       geom(6, 7, 9, 5, 1, 1, 2, 2, 0, 0),    geom(40, 5, 8, 70, 1, 1, 2, 3, 0, 0),
       geom(48, 10, 9, 8, 3, 3, 1, 1, 1, 1),  geom(512, 3, 2, 64, 1, 1, 1, 1, 0, 0),
       geom(64, 3, 3, 512, 1, 1, 1, 1, 0, 0), geom(512, 5, 4, 72, 1, 1, 2, 2, 0, 0),
-      geom(512, 2, 3, 24, 1, 1, 1, 1, 0, 0)};
-  const bool by_gemm[] = {false, false, false, true, true, true, false, true, true, true, false};
+      geom(512, 2, 3, 24, 1, 1, 1, 1, 0, 0), geom(128, 3, 4, 16, 3, 3, 1, 1, 1, 1),
+      geom(512, 4, 3, 8, 3, 3, 2, 1, 1, 1)};
+  const bool by_gemm[] = {false, false, false, true,  true, true, false,
+                          true,  true,  true,  false, true, true};
   if (tsr__k_dnnl_built())
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++)
       cr_assert_eq(strcmp(tsr__k_dnnl_conv_impl(&cases[t], 3, 2), "gemm:dnnl_sgemm") == 0,

@@ -74,16 +74,16 @@ TSR_HOT static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, f
 /* Rows [r0, r0 + rows) of the lowering of a tile: row r is output pixel
  * r % (oh ow) of sample r / (oh ow). */
 TSR_HOT static void im2col_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col,
-                                const float *x, int ldx) {
-  const int c = g->c, kc = g->kw * g->c, k = g->kh * kc, p = g->oh * g->ow;
+                                long ldcol, const float *x, int ldx) {
+  const int c = g->c, kc = g->kw * g->c, p = g->oh * g->ow;
   if (one_by_one(g)) {
-    sampled_rows(g, r0, rows, col, c, (float *)x, ldx, false); /* reads x only */
+    sampled_rows(g, r0, rows, col, ldcol, (float *)x, ldx, false); /* reads x only */
     return;
   }
   for (long r = r0; r < r0 + rows; r++) {
     const float *xs = x + r / p * ldx;
     int oy = (int)(r % p) / g->ow, ox = (int)(r % p) % g->ow;
-    float *row = col + (r - r0) * k;
+    float *row = col + (r - r0) * ldcol;
     int ix0 = ox * g->sw - g->pw;
     for (int ky = 0; ky < g->kh; ky++) {
       int iy = oy * g->sh - g->ph + ky;
@@ -138,8 +138,9 @@ TSR_HOT static void col2im_rows(const tsr_conv_geom_t *g, long r0, long rows, fl
   }
 }
 
-void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, const float *x, int ldx) {
-  im2col_rows(g, 0, (long)n * g->oh * g->ow, col, x, ldx);
+void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, int ldcol, const float *x,
+                   int ldx) {
+  im2col_rows(g, 0, (long)n * g->oh * g->ow, col, ldcol, x, ldx);
 }
 
 static void zero_samples(const tsr_conv_geom_t *g, int n, float *dx, int lddx) {
@@ -150,12 +151,6 @@ static void zero_samples(const tsr_conv_geom_t *g, int n, float *dx, int lddx) {
 void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col) {
   zero_samples(g, n, dx, lddx);
   col2im_rows(g, 0, (long)n * g->oh * g->ow, dx, lddx, col);
-}
-
-void tsr__k_conv_sampled(const tsr_conv_geom_t *g, int n, float *col, int ldcol, float *x, int ldx,
-                         bool scatter) {
-  if (scatter) zero_samples(g, n, x, ldx);
-  sampled_rows(g, 0, (long)n * g->oh * g->ow, col, ldcol, x, ldx, scatter);
 }
 
 /* A 1x1 convolution with stride 1 and no padding needs no lowering: the
@@ -311,7 +306,7 @@ static int small_fan(const tsr_conv_geom_t *g, bool filter) {
 static const float *patches(const tsr_conv_geom_t *g, long r0, long rows, const float *x, int ldx,
                             float *work) {
   if (pointwise(g)) return x + pixel_at(g, r0, ldx, g->c);
-  im2col_rows(g, r0, rows, work, x, ldx);
+  im2col_rows(g, r0, rows, work, (long)g->kh * g->kw * g->c, x, ldx);
   return work;
 }
 

@@ -16,7 +16,8 @@
  * set to one OpenMP thread first, since StarPU's workers are the parallelism. The primitives'
  * scratch, the reordered weights and gradient come from the caller's work buffer
  * (tsr__k_dnnl_conv_work floats), so a step allocates nothing. The filter gradient of a 1x1
- * convolution is not the primitive's but one oneDNN GEMM (filter_by_gemm). */
+ * convolution, and of a wide one over a small tile, is not the primitive's but one oneDNN GEMM
+ * (filter_by_gemm). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,8 +312,9 @@ bool tsr__k_dnnl_built(void) {
   return true;
 }
 
+/* A 1x1 convolution without stride or padding: x's rows already are the GEMM's. */
 static bool pointwise(const tsr_conv_geom_t *g) {
-  return g->sh == 1 && g->sw == 1;
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
 /* The leading dimension dnnl_sgemm reads rows of `cols` floats at: rows a multiple of 512 floats
@@ -322,7 +324,12 @@ static int gemm_ld(int cols) {
   return cols % 512 == 0 ? cols + 16 : cols;
 }
 
-/* x's rows copied: a strided convolution's sampled pixels, or rows that would alias. */
+static int fan_in(const tsr_conv_geom_t *g) {
+  return g->kh * g->kw * g->c;
+}
+
+/* x's rows lowered or copied first: a convolution other than pointwise (im2col, which for a
+ * strided 1x1 gathers the sampled pixels), or rows that would alias. */
 static bool copy_x(const tsr_conv_geom_t *g) {
   return !pointwise(g) || gemm_ld(g->c) != g->c;
 }
@@ -331,22 +338,27 @@ static bool copy_dy(const tsr_conv_geom_t *g) {
   return gemm_ld(g->oc) != g->oc;
 }
 
-/* A 1x1 convolution's filter gradient without padding is one GEMM, x^T dy over the tile's pixels
- * (a strided one's sampled pixels gathered first), which oneDNN's dnnl_sgemm ran 1.19x as fast in
- * the median, up to 1.85x, as its jit_1x1 backward-weights primitive with the gradient's reorder
- * out of the blocked layout (bench_conv, the zoo's 49 1x1 filter gradients, Zen 3: 14x14x1024 ->
- * 7x7x2048 stride 2 85 against 53 GFLOP/s). Rows that would be read at a leading dimension of a
- * multiple of 512 floats are copied first, except where the copy is not worth it, over a narrow
- * other side (fewer than 64 outputs for x's rows, 64 inputs for dy's): there the primitive stays
- * (14x14x512 -> 24 ran at 0.89x of it with the copy). */
-static bool filter_by_gemm(const tsr_conv_geom_t *g) {
-  if (g->kh != 1 || g->kw != 1 || g->ph != 0 || g->pw != 0) return false;
-  return (gemm_ld(g->c) == g->c || g->oc >= 64) && (!copy_dy(g) || g->c >= 64);
+/* The filter gradient is one GEMM over the lowered input, lowered(x)^T dy, which oneDNN's
+ * dnnl_sgemm runs faster than its backward-weights primitive with the gradient's reorder out of
+ * the blocked layout on two kinds of shape (bench_conv, Zen 3):
+ * - a 1x1 convolution without padding (no lowering but a strided one's gather): 1.19x as fast
+ *   in the median, up to 1.85x, over the zoo's 49 (14x14x1024 -> 7x7x2048 stride 2: 85 against
+ *   53 GFLOP/s), except over a narrow other side where rows would alias (fewer than 64 outputs
+ *   for x's rows, 64 inputs for dy's), where copying them costs more than it saves and the
+ *   primitive stays (14x14x512 -> 24 ran at 0.89x of it with the copy);
+ * - any other convolution with a fan-in of at least 1152 (3x3 over 128 channels) over at most
+ *   1024 output pixels a tile, lowered whole (at most 4.7 M floats): 7x7x512 3x3 over 4 samples
+ *   87 against 41 GFLOP/s, 4x4x512 over 64 87 against 50, 14x14x256 69 against 64; at 4096
+ *   pixels (8x8x256 over 64) the primitive was faster again. */
+static bool filter_by_gemm(const tsr_conv_geom_t *g, int n) {
+  if (g->kh == 1 && g->kw == 1 && g->ph == 0 && g->pw == 0)
+    return (gemm_ld(g->c) == g->c || g->oc >= 64) && (!copy_dy(g) || g->c >= 64);
+  return fan_in(g) >= 1152 && (long)n * g->oh * g->ow <= 1024;
 }
 
 static size_t filter_gemm_work(const tsr_conv_geom_t *g, int n) {
   size_t m = (size_t)n * g->oh * g->ow, f = 16;
-  if (copy_x(g)) f += m * (size_t)gemm_ld(g->c);
+  if (copy_x(g)) f += m * (size_t)gemm_ld(fan_in(g));
   if (copy_dy(g)) f += m * (size_t)gemm_ld(g->oc);
   return f;
 }
@@ -356,17 +368,18 @@ static void copy_rows(long m, int cols, float *to, int ldto, const float *from, 
     memcpy(to + r * ldto, from + r * ldfrom, sizeof(float) * (size_t)cols);
 }
 
-/* dw = beta dw + x^T dy, db = beta db + column sums of dy, for a tile of whole samples. */
+/* dw = beta dw + lowered(x)^T dy, db = beta db + column sums of dy, for a tile of whole
+ * samples. */
 static bool filter_gemm(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
                         const float *x, int ldx, const float *dy, float beta, float *work) {
-  int m = n * g->oh * g->ow, ldc = g->c, ldd = g->oc;
+  int m = n * g->oh * g->ow, k = fan_in(g), ldc = k, ldd = g->oc;
   const float *col = x, *d = dy;
   if (copy_x(g)) {
-    ldc = gemm_ld(g->c);
+    ldc = gemm_ld(k);
     if (pointwise(g))
-      copy_rows(m, g->c, work, ldc, x, g->c);
+      copy_rows(m, k, work, ldc, x, k);
     else
-      tsr__k_conv_sampled(g, n, work, ldc, (float *)x, ldx, false);
+      tsr__k_im2col(g, n, work, ldc, x, ldx);
     col = work, work += (size_t)m * ldc;
   }
   if (copy_dy(g)) {
@@ -374,7 +387,7 @@ static bool filter_gemm(const tsr_conv_geom_t *g, int n, float *dw, int lddw, fl
     copy_rows(m, g->oc, work, ldd, dy, g->oc);
     d = work;
   }
-  if (!tsr__k_gemm_dnnl(true, false, g->c, g->oc, m, 1.0f, col, ldc, d, ldd, beta, dw, lddw))
+  if (!tsr__k_gemm_dnnl(true, false, k, g->oc, m, 1.0f, col, ldc, d, ldd, beta, dw, lddw))
     return false;
   tsr__k_bias_grad(m, g->oc, db, dy, g->oc, beta);
   return true;
@@ -394,7 +407,7 @@ bool tsr__k_dnnl_conv_dense(const tsr_conv_geom_t *g, int n, int ld_in, int ld_o
 }
 
 size_t tsr__k_dnnl_conv_work(const tsr_conv_geom_t *g, int n, int pass, bool flag) {
-  if (pass == BWD_FILTER && filter_by_gemm(g)) return filter_gemm_work(g, n);
+  if (pass == BWD_FILTER && filter_by_gemm(g, n)) return filter_gemm_work(g, n);
   int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc;
   dnnl_key_t k = make_key(g, n, pass, in, out, g->oc, flag);
   dnnl_entry_t *e = entry(&k);
@@ -402,7 +415,7 @@ size_t tsr__k_dnnl_conv_work(const tsr_conv_geom_t *g, int n, int pass, bool fla
 }
 
 const char *tsr__k_dnnl_conv_impl(const tsr_conv_geom_t *g, int n, int pass) {
-  if (pass == BWD_FILTER && filter_by_gemm(g)) return "gemm:dnnl_sgemm";
+  if (pass == BWD_FILTER && filter_by_gemm(g, n)) return "gemm:dnnl_sgemm";
   int in = g->h * g->w * g->c, out = g->oh * g->ow * g->oc;
   dnnl_key_t k = make_key(g, n, pass, in, out, g->oc, 0);
   dnnl_entry_t *e = find(&k);
@@ -470,7 +483,7 @@ bool tsr__k_dnnl_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int
   /* beta is 0 (the first tile writes) or 1 (the next add): the codelets' only two. */
   if ((beta != 0.0f && beta != 1.0f) || !tsr__k_dnnl_conv_dense(g, n, ldx, lddy, lddw))
     return false;
-  if (filter_by_gemm(g)) return filter_gemm(g, n, dw, lddw, db, x, ldx, dy, beta, work);
+  if (filter_by_gemm(g, n)) return filter_gemm(g, n, dw, lddw, db, x, ldx, dy, beta, work);
   dnnl_key_t k = make_key(g, n, BWD_FILTER, ldx, lddy, lddw, beta != 0.0f);
   dnnl_entry_t *e = entry(&k);
   if (!e) return false;

@@ -150,18 +150,12 @@ tsr_conv_geom_t tsr__k_band_window(const tsr_conv_geom_t *g, int r0, int r1, int
 /* Floats of workspace the conv kernels need for n samples: the lowered
  * input (n oh ow, kh kw c). */
 size_t tsr__k_conv_work(const tsr_conv_geom_t *g, int n);
-/* col (n oh ow, kh kw c) row-major: every output pixel's receptive field,
- * zero where the window hangs over the padding. x is (n, h w c), ld ldx. */
-void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, const float *x, int ldx);
+/* col (n oh ow, kh kw c) row-major, rows ldcol floats apart: every output pixel's receptive
+ * field, zero where the window hangs over the padding. x is (n, h w c), ld ldx. */
+void tsr__k_im2col(const tsr_conv_geom_t *g, int n, float *col, int ldcol, const float *x, int ldx);
 /* dx (n, h w c) = the sum, over every output pixel, of its row of col
  * scattered back onto its receptive field (the adjoint of im2col). */
 void tsr__k_col2im(const tsr_conv_geom_t *g, int n, float *dx, int lddx, const float *col);
-/* For a 1x1 convolution without padding (any stride): col (n oh ow, c), rows ldcol floats apart,
- * = the input pixels each output pixel reads, copied out of x; with scatter, the other way (x
- * zeroed, then each sampled pixel set to its row of col: the input gradient, since such windows
- * never overlap). */
-void tsr__k_conv_sampled(const tsr_conv_geom_t *g, int n, float *col, int ldcol, float *x, int ldx,
-                         bool scatter);
 /* y (n, oh ow oc) = conv(x (n, h w c), w (kh kw c, oc)) + b (1, oc), then
  * ReLU when relu is set. work holds tsr__k_conv_work floats. */
 void tsr__k_conv_fwd(const tsr_conv_geom_t *g, int n, float *y, int ldy, const float *x, int ldx,
