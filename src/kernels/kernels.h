@@ -174,8 +174,9 @@ void tsr__k_conv_bwd_filter(const tsr_conv_geom_t *g, int n, float *dw, int lddw
  * written nothing, when oneDNN cannot serve the call (a build without it, or a shape it runs
  * only with its reference code): the caller then runs the lowered kernel. work holds
  * tsr__k_dnnl_conv_work(g, n, pass, flag) floats (pass 0 forward, 1 input gradient, 2 filter
- * gradient; flag: the forward's relu, the filter gradient's beta != 0). beta is 0 or 1. A 1x1
- * convolution's filter gradient there is one dnnl_sgemm, x^T dy, not the primitive. */
+ * gradient; flag: the forward's relu, the filter gradient's beta != 0). beta is 0 or 1. The
+ * filter gradient of a 1x1 convolution, and of a wide one over a small tile, is one dnnl_sgemm
+ * over the (lowered) input there, not the primitive. */
 bool tsr__k_dnnl_built(void);
 const char *tsr__k_dnnl_version(void); /* "oneDNN 2.6.3 (OpenMP)" or why there is none */
 /* Whether a tile's rows are whole samples back to back and w is (kh kw c, oc) exactly: the
