@@ -347,7 +347,7 @@ static bool copy_dy(const tsr_conv_geom_t *g) {
  *   for x's rows, 64 inputs for dy's), where copying them costs more than it saves and the
  *   primitive stays (14x14x512 -> 24 ran at 0.89x of it with the copy);
  * - any other convolution with a fan-in of at least 1152 (3x3 over 128 channels) over at most
- *   1024 output pixels a tile, lowered whole (at most 4.7 M floats): 7x7x512 3x3 over 4 samples
+ *   1024 output pixels a tile, lowered whole (4.7 M floats at 4608): 7x7x512 3x3 over 4 samples
  *   87 against 41 GFLOP/s, 4x4x512 over 64 87 against 50, 14x14x256 69 against 64; at 4096
  *   pixels (8x8x256 over 64) the primitive was faster again. */
 static bool filter_by_gemm(const tsr_conv_geom_t *g, int n) {
