@@ -535,7 +535,8 @@ MUTANTS = [
        "b2[ch] = (float)(((double)b[ch] - 0 * run_mean[ch]) * k + shift[ch]);")], ["batchnorm"]),
     ("filter-gemm-dy-ld", "a 1x1 filter gradient by dnnl_sgemm copies dy's rows to another "
      "leading dimension than the GEMM reads them at", "src/kernels/conv_dnnl.c",
-     [("copy_rows(m, g->oc, work, ldd, dy, g->oc);", "copy_rows(m, g->oc, work, g->oc, dy, g->oc);")],
+     [("tsr__k_copy(m, g->oc, work, ldd, dy, g->oc);",
+       "tsr__k_copy(m, g->oc, work, g->oc, dy, g->oc);")],
      ["conv"]),
     ("filter-gemm-im2col-ld", "a wide filter gradient by dnnl_sgemm lowers x at its fan-in where "
      "the GEMM reads the rows at the padded leading dimension", "src/kernels/conv_dnnl.c",

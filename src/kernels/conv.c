@@ -50,7 +50,8 @@ static bool one_by_one(const tsr_conv_geom_t *g) {
 }
 
 /* Rows [r0, r0 + rows) of a strided 1x1 convolution's lowering, or (scatter) the other way:
- * the sampled pixels' c channels copied out of x into col (rows, c), or from col into dx.
+ * the sampled pixels' c channels copied out of x into col (rows, c; rows ldcol floats apart),
+ * or from col into dx.
  * Walks (sample, oy, ox) by increments: a row is one copy of c floats. */
 TSR_HOT static void sampled_rows(const tsr_conv_geom_t *g, long r0, long rows, float *col,
                                  long ldcol, float *x, int ldx, bool scatter) {

@@ -363,11 +363,6 @@ static size_t filter_gemm_work(const tsr_conv_geom_t *g, int n) {
   return f;
 }
 
-static void copy_rows(long m, int cols, float *to, int ldto, const float *from, int ldfrom) {
-  for (long r = 0; r < m; r++)
-    memcpy(to + r * ldto, from + r * ldfrom, sizeof(float) * (size_t)cols);
-}
-
 /* dw = beta dw + lowered(x)^T dy, db = beta db + column sums of dy, for a tile of whole
  * samples. */
 static bool filter_gemm(const tsr_conv_geom_t *g, int n, float *dw, int lddw, float *db,
@@ -377,14 +372,14 @@ static bool filter_gemm(const tsr_conv_geom_t *g, int n, float *dw, int lddw, fl
   if (copy_x(g)) {
     ldc = gemm_ld(k);
     if (pointwise(g))
-      copy_rows(m, k, work, ldc, x, k);
+      tsr__k_copy(m, k, work, ldc, x, k);
     else
       tsr__k_im2col(g, n, work, ldc, x, ldx);
     col = work, work += (size_t)m * ldc;
   }
   if (copy_dy(g)) {
     ldd = gemm_ld(g->oc);
-    copy_rows(m, g->oc, work, ldd, dy, g->oc);
+    tsr__k_copy(m, g->oc, work, ldd, dy, g->oc);
     d = work;
   }
   if (!tsr__k_gemm_dnnl(true, false, k, g->oc, m, 1.0f, col, ldc, d, ldd, beta, dw, lddw))
