@@ -151,16 +151,13 @@ int tsr__replicas_average_group(tsr_replicas_t *r, tsr__groups_t *gs) {
 
 /* ---- async-epoch's fold ---- */
 
-/* One parameter's global copy and each rank's fold, tiled like its weights, and the same for
- * the layer's buffer beside it (batchnorm's running statistics), if it has one. */
+/* One parameter's global copy and each rank's fold, tiled like its weights. */
 typedef struct {
   const rparam_t *rp;
-  int *home;            /* (mt, nt) each whole tile's home, as its index in the tile's scope (the
-                           rank without a grid, the grid column under one) */
-  tsr_tiles_t *global;  /* by tile home: the global copy */
-  tsr_tiles_t **snap;   /* [size], by tile home: each rank's fold */
-  tsr_tiles_t *bglobal; /* the buffer's global copy (NULL: no buffer) */
-  tsr_tiles_t **bsnap;  /* [size] each rank's fold of its buffer */
+  int *home;           /* (mt, nt) each whole tile's home, as its index in the tile's scope (the
+                          rank without a grid, the grid column under one) */
+  tsr_tiles_t *global; /* by tile home: the global copy */
+  tsr_tiles_t **snap;  /* [size], by tile home: each rank's fold */
 } fold_param_t;
 
 struct tsr__fold {
@@ -186,9 +183,7 @@ static int by_tile_home(tsr_tiles_t **t, fold_param_t *fp) {
  * (in deterministic mode they apply in rank order instead). Under a grid a
  * tile is folded by the ranks of its scope, one per grid column (in column
  * order), each with a column's share; a replicated parameter by every row
- * alike, into that row's global copy. A layer's buffer is folded in its
- * parameter's tiles by the plain fold, outer optimizer or not (as the weight
- * averages take a plain mean of the buffers). */
+ * alike, into that row's global copy. */
 static int fold_all(tsr_replicas_t *r, tsr__fold_t *f) {
   tsr_outer_state_t *outer = tsr__homes_outer(r);
   tsr_task_opts_t o = tsr__layer_one_opts(r);
@@ -210,13 +205,9 @@ static int fold_all(tsr_replicas_t *r, tsr__fold_t *f) {
                                             share, gamma, commute, &o)
                      : tsr__tile_fold(&o, fp->global, fp->snap[q], rp->w[q], i, j, commute);
           if (rc == 0) rc = tsr__tile_copy(&o, rp->w[q], fp->snap[q], i, j);
-          if (rc == 0 && fp->bglobal)
-            rc = tsr__tile_fold(&o, fp->bglobal, fp->bsnap[q], rp->bufs[q], i, j, commute);
-          if (rc == 0 && fp->bglobal) rc = tsr__tile_copy(&o, rp->bufs[q], fp->bsnap[q], i, j);
         }
         uint64_t bytes = (uint64_t)tsr_tiles_tile_rows(rp->p->w, i) *
-                         (uint64_t)tsr_tiles_tile_cols(rp->p->w, j) * sizeof(float) *
-                         (fp->bglobal ? 2u : 1u);
+                         (uint64_t)tsr_tiles_tile_cols(rp->p->w, j) * sizeof(float);
         int n = r->m.rank == tile_home(i, j, fp) ? g->n - 1 : 1;
         r->st.bytes_sent += bytes * (uint64_t)n, r->st.bytes_received += bytes * (uint64_t)n;
         r->st.messages_sent += n, r->st.messages_received += n;
@@ -226,9 +217,9 @@ static int fold_all(tsr_replicas_t *r, tsr__fold_t *f) {
   return rc;
 }
 
-/* async-epoch: the global copy (and the buffer's) starts from the first rank
- * of each tile's scope (rank 0 without a grid, grid column 0 under one), and
- * with an outer optimizer each rank's fold start too. */
+/* async-epoch: the global copy starts from the first rank of each tile's
+ * scope (rank 0 without a grid, grid column 0 under one), and with an outer
+ * optimizer each rank's fold start too. */
 static int start_global(tsr_replicas_t *r, tsr__fold_t *f, const tsr_task_opts_t *o) {
   bool outer = tsr__homes_outer(r) != NULL;
   int rc = 0;
@@ -241,8 +232,6 @@ static int start_global(tsr_replicas_t *r, tsr__fold_t *f, const tsr_task_opts_t
         if (!tsr__group_has(g, r->m.rank)) continue; /* grid: another row's tile */
         const tsr_tiles_t *first = rp->w[g->ranks[0]];
         rc = tsr__tile_copy(o, fp->global, first, i, j);
-        if (rc == 0 && fp->bglobal)
-          rc = tsr__tile_copy(o, fp->bglobal, rp->bufs[g->ranks[0]], i, j);
         for (int t = 0; outer && t < g->n && rc == 0; t++)
           rc = tsr__tile_copy(o, fp->snap[g->ranks[t]], first, i, j);
       }
@@ -257,8 +246,6 @@ void tsr__fold_destroy(tsr_replicas_t *r, tsr__fold_t **out) {
     fold_param_t *fp = &f->p[k];
     tsr__views_destroy(r, &fp->snap);
     tsr_tiles_destroy(&fp->global);
-    tsr__views_destroy(r, &fp->bsnap);
-    tsr_tiles_destroy(&fp->bglobal);
     free(fp->home);
   }
   free(f->p), free(f);
@@ -294,12 +281,6 @@ int tsr__fold_create(tsr_replicas_t *r, tsr__fold_t **out) {
     if (rc == 0 && !(fp->snap = calloc((size_t)r->m.size, sizeof *fp->snap))) rc = TSR_ENOMEM;
     for (int q = 0; q < r->m.size && rc == 0; q++)
       rc = by_tile_home(&fp->snap[q], fp);
-    if (rc == 0 && fp->rp->bufs) {
-      rc = by_tile_home(&fp->bglobal, fp);
-      if (rc == 0 && !(fp->bsnap = calloc((size_t)r->m.size, sizeof *fp->bsnap))) rc = TSR_ENOMEM;
-      for (int q = 0; q < r->m.size && rc == 0; q++)
-        rc = by_tile_home(&fp->bsnap[q], fp);
-    }
     if (rc == 0 && outer)
       rc = tsr__outer_add(outer, fp->rp->index, tsr_tiles_rows(w), tsr_tiles_cols(w),
                           tsr_tiles_mb(w), tsr_tiles_nb(w), tile_home, fp, false);
