@@ -41,3 +41,20 @@ $S --configs batch,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16
 $S --ranks 4 --configs batch,every=8,epoch,hier:2,8,2,epoch/bn-recompute=16 --seeds 1,2,3 \
   --out $D/4-ranks -- --model resnet20
 { date -u; uptime; } >> $D/machine.txt
+# 2026-12-07 (third session): 4 ranks, seed 1: SlowMo on every=8 and epoch, post-local:1,8,
+# and --sync-bn (batch, and epoch with --bn-recompute 16); 2 ranks, seed 1: async-epoch on the
+# build of a006cfc, which folded the batchnorm statistics beside the weights (reverted after this
+# run: its log is async/folded-stats.s1.jsonl); the same run on 32ccedd's build, where each
+# replica keeps its own statistics, is async/own-stats.s1.jsonl (by hand, beside the test suite)
+$S --ranks 4 --configs batch,every=8+slowmo,epoch+slowmo,post-local:1,8,batch/sync-bn,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1 --out $D/4-ranks -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+$S --configs batch,async-epoch --seeds 1 --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+# the summaries of every configuration (nothing run: every log is there)
+/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --no-run \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/bn-recompute=16,epoch/bn-recompute=16,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D -- --model resnet20
+/usr/bin/python3 benchmarks/compare_sync.py --ranks 4 --epochs 2 --target 0.87 --force --no-run \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,hier:2,8,2,batch/sync-bn,epoch/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
