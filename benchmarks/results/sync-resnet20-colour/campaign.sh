@@ -11,7 +11,7 @@ DATA=${COLOUR_DATA:-/tmp/colour-fashion}
 /usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.85 --force --keep \
   --configs batch,every=8,epoch --seeds 1 --out $D -- --model resnet20 --data "$DATA"
 { date -u; uptime; } >> $D/machine.txt
-# 2026-12-07 (second session): seeds 2 and 3 of the three policies; 4 ranks (oversubscribed: two
+# 2026-12-07 (a later session, 20:32-21:50): seeds 2 and 3 of the three policies; 4 ranks (oversubscribed: two
 # a core), one seed; the other policies and --bn-recompute 16 on 2 ranks, seed 1 (--keep: seed
 # 1's three runs above are read, not rerun)
 S="/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.85 --force --keep"
