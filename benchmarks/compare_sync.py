@@ -22,6 +22,8 @@ rank. From the rank-0 logs it writes
                    reference, batch by default), time to --target measured and
                    modelled, MB and messages per epoch of the busiest rank
   DIR/summary.md   the same as a Markdown table, with the command line
+                   (--summary NAME: NAME.csv and NAME.md, e.g. the same logs at another
+                   --target with --no-run)
   DIR/sync.png     test accuracy (mean over seeds) against epochs, measured
                    time and modelled time at the slowest network
 
@@ -325,6 +327,8 @@ def main():
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--no-run", action="store_true", help="only read the logs already in DIR")
     p.add_argument("--keep", action="store_true", help="do not rerun a run whose log is complete")
+    p.add_argument("--summary", default="summary", metavar="NAME",
+                   help="the summary's files: NAME.csv and NAME.md in --out [%(default)s]")
     p.add_argument("--plot-only", metavar="CSV", help="only plot CSV (a runs.csv) as sync.png "
                    "in --out; --title TEXT names the run")
     p.add_argument("--title", default=None, help="with --plot-only: what the runs were")
@@ -333,6 +337,8 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     args = p.parse_args(argv[:split])
     args.extra = argv[split + 1:]
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.summary):
+        p.error("--summary: a file name without a folder (letters, digits, '.', '_', '-')")
     global METRIC, EVAL_POINTS
     METRIC = METRICS[args.metric]
     EVAL_POINTS = args.points == "eval"
@@ -414,7 +420,7 @@ def main():
                        for rows in all_runs[ref_config].values()])[0] if ref_config else None
     summary = [summarize(c, runs, args.target, networks, reference)
                for c, runs in all_runs.items()]
-    with open(os.path.join(args.out, "summary.csv"), "w", newline="") as f:
+    with open(os.path.join(args.out, args.summary + ".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, list(summary[0].keys()))
         w.writeheader()
         w.writerows(summary)
@@ -448,13 +454,15 @@ def main():
         print("  ".join(c.ljust(wd) if i == 0 else c.rjust(wd)
                         for i, (c, wd) in enumerate(zip(r, widths))))
     extra = " ".join(shlex.quote(a) for a in args.extra)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
+    with open(os.path.join(args.out, args.summary + ".md"), "w") as f:
         f.write("Measured with `benchmarks/compare_sync.py --configs %s --seeds %s --epochs %d "
-                "--ranks %d --workers %d --metric %s --target %g --points %s --networks %s%s`; %s: mean ± "
+                "--ranks %d --workers %d --metric %s --target %g --points %s --networks %s%s%s`; "
+                "%s: mean ± "
                 "standard deviation over seeds; modelled: compute + messages x latency + bytes / "
                 "bandwidth, busiest rank, no overlap.\n\n"
                 % (",".join(configs), ",".join(map(str, seeds)), args.epochs, args.ranks,
                    args.workers, args.metric, args.target, args.points, args.networks,
+                   "" if args.summary == "summary" else " --summary " + args.summary,
                    (" -- " + extra) if extra else "", METRIC["label"]))
         f.write("| " + " | ".join(head) + " |\n")
         f.write("|" + "|".join(["---"] + ["--:"] * (len(head) - 1)) + "|\n")
@@ -463,7 +471,8 @@ def main():
     title = "tessera: synchronization policies and outer optimizers, %d ranks%s" % (
         args.ranks, (", " + " ".join(args.extra)) if args.extra else ", default MLP")
     plot(all_runs, os.path.join(args.out, "sync.png"), networks, title, args.machine, args.command)
-    print("wrote runs.csv, summary.csv, summary.md and sync.png in %s" % args.out)
+    print("wrote runs.csv, %s.csv, %s.md and sync.png in %s" % (args.summary, args.summary,
+                                                                   args.out))
     if failed:
         print("compare_sync: failed runs: %s" % ", ".join("%s seed %d" % f for f in failed),
               file=sys.stderr)

@@ -58,3 +58,9 @@ $S --configs batch,async-epoch --seeds 1 --out $D -- --model resnet20
 /usr/bin/python3 benchmarks/compare_sync.py --ranks 4 --epochs 2 --target 0.87 --force --no-run \
   --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,hier:2,8,2,batch/sync-bn,epoch/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
   --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
+# 2026-12-08: the 4-rank logs read again at 85%, the target every policy reaches there (nothing
+# run; summary-85.md beside summary.md)
+/usr/bin/python3 benchmarks/compare_sync.py --ranks 4 --epochs 2 --target 0.85 --force --no-run \
+  --summary summary-85 \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,hier:2,8,2,batch/sync-bn,epoch/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
