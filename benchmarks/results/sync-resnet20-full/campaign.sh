@@ -64,3 +64,13 @@ $S --configs batch,async-epoch --seeds 1 --out $D -- --model resnet20
   --summary summary-85 \
   --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,hier:2,8,2,batch/sync-bn,epoch/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
   --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
+# 2026-12-08, 00:43-01:09 UTC, the 2-core Intel Xeon (commit 67151b9): seeds 2 and 3 of the four
+# --sync-bn configurations at 2 ranks (batch and seed 1 read, not rerun), then the summary of all
+# thirteen again, plotted with both machines named
+$S --configs batch,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D -- --model resnet20
+{ date -u; uptime; } >> $D/machine.txt
+/usr/bin/python3 benchmarks/compare_sync.py --epochs 2 --target 0.87 --force --no-run \
+  --machine "2 cores, AMD EPYC Zen 3, vm; seeds 2-3 of the --sync-bn runs on a 2-core Intel Xeon" \
+  --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/bn-recompute=16,epoch/bn-recompute=16,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D -- --model resnet20
