@@ -74,3 +74,17 @@ $S --configs batch,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/sync-bn/b
   --machine "2 cores, AMD EPYC Zen 3, vm; seeds 2-3 of the --sync-bn runs on a 2-core Intel Xeon" \
   --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,batch/sync-bn,every=8/sync-bn,epoch/sync-bn,every=8/bn-recompute=16,epoch/bn-recompute=16,every=8/sync-bn/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
   --seeds 1,2,3 --out $D -- --model resnet20
+# 2026-12-08, 01:11-01:39 UTC, the 2-core Intel Xeon (commit 67151b9): 4 ranks, seeds 2 and 3 of
+# the third part's five configurations (batch and seed 1 read), then both 4-rank summaries again
+$S --ranks 4 --summary summary-xeon-seeds \
+  --configs batch,post-local:1,8,every=8+slowmo,epoch+slowmo,batch/sync-bn,epoch/sync-bn/bn-recompute=16 \
+  --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
+rm -f $D/4-ranks/summary-xeon-seeds.*
+{ date -u; uptime; } >> $D/machine.txt
+for t in 0.87:summary 0.85:summary-85; do
+  /usr/bin/python3 benchmarks/compare_sync.py --ranks 4 --epochs 2 --target ${t%%:*} --force --no-run \
+    --summary ${t##*:} \
+    --machine "2 cores, AMD EPYC Zen 3, vm; seeds 2-3 of slowmo, post-local and sync-bn on a 2-core Intel Xeon" \
+    --configs batch,every=8,every=8+slowmo,epoch,epoch+slowmo,post-local:1,8,hier:2,8,2,batch/sync-bn,epoch/bn-recompute=16,epoch/sync-bn/bn-recompute=16 \
+    --seeds 1,2,3 --out $D/4-ranks -- --model resnet20
+done
